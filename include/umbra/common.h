@@ -1,0 +1,49 @@
+/* Basic types shared by every module: slices, status codes, assertions. */
+#ifndef UMBRA_COMMON_H
+#define UMBRA_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define UMBRA_VERSION "0.1.0"
+
+/* Status convention for paths that may have to wait (nginx NGX_AGAIN, curl CURLE_AGAIN). */
+#define UM_OK 0
+#define UM_ERR (-1)
+#define UM_AGAIN (-2)
+#define UM_DONE 1
+
+/* A borrowed byte range; layout-compatible with struct iovec. Not NUL-terminated. */
+typedef struct um_str {
+    const char *base;
+    size_t len;
+} um_str;
+
+#define UM_STR(lit) ((um_str){(lit), sizeof(lit) - 1})
+#define UM_NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Case-insensitive comparison of s with the NUL-terminated ASCII string lit. */
+bool um_str_eq_ci(um_str s, const char *lit);
+/* Exact comparison of s with lit. */
+bool um_str_eq(um_str s, const char *lit);
+/* Returns s without leading and trailing spaces and tabs. */
+um_str um_str_trim(um_str s);
+
+/* Prints "file:line: assertion failed: expr" and aborts. Never returns. */
+_Noreturn void um_panic(const char *file, int line, const char *expr);
+
+/* Stays on in release builds. Never assert on what a client or an origin sent. */
+#define UM_ASSERT(e) ((e) ? (void)0 : um_panic(__FILE__, __LINE__, #e))
+
+/* malloc/calloc/realloc that panic on exhaustion (with file:line). */
+void *um__xmalloc(size_t n, const char *file, int line);
+void *um__xcalloc(size_t n, size_t size, const char *file, int line);
+void *um__xrealloc(void *p, size_t n, const char *file, int line);
+char *um__xstrndup(const char *s, size_t n, const char *file, int line);
+#define um_malloc(n) um__xmalloc((n), __FILE__, __LINE__)
+#define um_calloc(n, s) um__xcalloc((n), (s), __FILE__, __LINE__)
+#define um_realloc(p, n) um__xrealloc((p), (n), __FILE__, __LINE__)
+#define um_strndup(s, n) um__xstrndup((s), (n), __FILE__, __LINE__)
+
+#endif

@@ -1,0 +1,73 @@
+/* The configuration snapshot, loaded from config.lua.
+ *
+ * A snapshot is immutable once loaded and reference-counted: a reload builds a new one,
+ * new connections take it, old ones finish on theirs. */
+#ifndef UMBRA_CONFIG_H
+#define UMBRA_CONFIG_H
+
+#include <sys/socket.h>
+
+#include "umbra/common.h"
+
+struct um_origin;
+
+struct um_listen {
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char *text; /* as written in the config, e.g. "127.0.0.1:8080" */
+};
+
+struct um_route {
+    char *host; /* NULL: any host; else matched case-insensitively against Host (no port) */
+    char *path; /* prefix of the request path, e.g. "/static/" */
+    char *root; /* static root directory, absolute after loading */
+    char *index; /* index file for directories; NULL: none ("index.html" by default) */
+    int line; /* line of the route in the config file, for messages */
+    /* Set by the server before the snapshot is published (um_config_set_origin); destroyed
+     * with the snapshot. */
+    struct um_origin *origin;
+};
+
+struct um_mime_type {
+    char *ext;  /* without the dot, lower case */
+    char *type; /* e.g. "application/wasm" */
+};
+
+struct um_config {
+    char *file; /* path of the config file as given */
+    struct um_listen *listen;
+    size_t num_listen;
+    int workers; /* >= 1 */
+    struct um_route *routes;
+    size_t num_routes;
+    struct um_mime_type *mime; /* overrides of the built-in table, searched first */
+    size_t num_mime;
+    struct {
+        size_t max_connections;  /* over it, the listener stops accepting */
+        size_t max_request_line; /* 414 past it */
+        size_t max_header_bytes; /* 431 past it */
+        uint64_t max_body_bytes; /* 413 past it */
+    } limits;
+    struct {
+        double header;   /* seconds to receive a complete head */
+        double idle;     /* seconds a keep-alive connection may wait for its next request */
+        double send;     /* seconds a send may make no progress */
+        double shutdown; /* seconds SIGTERM waits for requests in flight */
+    } timeouts;
+    int _refcnt;
+};
+
+/* Loads and validates a config file in a fresh Lua state (main thread only).
+ * Returns a snapshot with one reference, or NULL with a message of the form
+ * "FILE:LINE: message" (or "FILE: message" when no line applies) written into err. */
+struct um_config *um_config_load(const char *file, char *err, size_t errlen);
+
+/* Takes a reference. Thread-safe. */
+void um_config_ref(struct um_config *c);
+/* Drops a reference; the last one frees. Thread-safe. */
+void um_config_unref(struct um_config *c);
+
+/* Parses a size such as 1024, "512KB", "16MB", "1GB" (units of 1024). */
+bool um_config_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,94 @@
+/* HTTP/1.1 request parsing (RFC 9112), strict, into slices of the caller's buffer.
+ *
+ * Nothing here allocates. A parsed request's slices point into the buffer that was
+ * parsed and live as long as those bytes stay where they are. */
+#ifndef UMBRA_HTTP1_H
+#define UMBRA_HTTP1_H
+
+#include "umbra/common.h"
+
+#define UM_HTTP1_MAX_HEADERS 100
+
+struct um_header {
+    um_str name;
+    um_str value; /* leading and trailing whitespace removed */
+};
+
+enum um_method {
+    UM_METHOD_OTHER = 0, /* any other valid token */
+    UM_METHOD_GET,
+    UM_METHOD_HEAD,
+    UM_METHOD_POST,
+    UM_METHOD_PUT,
+    UM_METHOD_DELETE,
+    UM_METHOD_OPTIONS,
+    UM_METHOD_TRACE,
+    UM_METHOD_CONNECT,
+    UM_METHOD_PATCH,
+};
+
+#define UM_REQ_F_KEEPALIVE 0x01       /* connection persists after this request */
+#define UM_REQ_F_CHUNKED 0x02         /* body uses Transfer-Encoding: chunked */
+#define UM_REQ_F_CONTENT_LENGTH 0x04  /* body length given by Content-Length */
+#define UM_REQ_F_EXPECT_CONTINUE 0x08 /* Expect: 100-continue */
+#define UM_REQ_F_ABSOLUTE_FORM 0x10   /* request-target was absolute-form */
+#define UM_REQ_F_HAS_QUERY 0x20       /* target had a '?' (query may still be empty) */
+
+struct um_request {
+    um_str method;
+    enum um_method method_id;
+    um_str target;    /* request-target as sent */
+    um_str path;      /* path part, still percent-encoded; "*" for asterisk-form */
+    um_str query;     /* after '?', without it */
+    um_str authority; /* Host header value, or the authority of an absolute-form target */
+    int minor_version; /* HTTP/1.<minor>: 0 or 1 */
+    struct um_header headers[UM_HTTP1_MAX_HEADERS];
+    size_t num_headers;
+    size_t head_len;         /* bytes of request line + headers + the empty line */
+    uint64_t content_length; /* valid with UM_REQ_F_CONTENT_LENGTH */
+    unsigned flags;
+};
+
+/* Resumable state: keep it for one request; reset with um_http1_parser_init. */
+struct um_http1_parser {
+    size_t _scanned; /* bytes already known not to complete the head */
+};
+
+void um_http1_parser_init(struct um_http1_parser *p);
+
+/* Parses a request head from buf[0..len). May be called again with more bytes appended
+ * (same buffer start): bytes already scanned are not scanned again.
+ *
+ * Limits: a request line longer than max_line bytes -> 414; a head longer than max_head
+ * bytes, or more than UM_HTTP1_MAX_HEADERS fields -> 431.
+ *
+ * Returns UM_OK when a complete head was parsed into *req (req->head_len says where the
+ * body begins); UM_AGAIN when more bytes are needed; UM_ERR when the request must be
+ * refused, with *status set to the response status (400, 414, 431, 501, 505). After UM_ERR
+ * the connection must be closed after the error response. */
+int um_http1_parse_request(struct um_http1_parser *p, const char *buf, size_t len,
+                           size_t max_line, size_t max_head, struct um_request *req,
+                           int *status);
+
+/* Returns the value of the first header named name (case-insensitive), or NULL. */
+const um_str *um_http1_find_header(const struct um_request *req, const char *name);
+
+/* Chunked transfer-coding decoder (RFC 9112 section 7.1), resumable across calls. */
+struct um_chunked {
+    int _state;
+    uint64_t _remaining;
+    size_t _count; /* digits of the size line, bytes of an extension or trailer section */
+};
+
+void um_chunked_init(struct um_chunked *d);
+
+/* Decodes buf[0..len) in place: on return buf[0..*out_len) holds the body bytes decoded
+ * by this call and *consumed says how many input bytes were used (*out_len <= *consumed).
+ * Returns UM_AGAIN when all input was used and more is needed; UM_DONE when the last
+ * chunk and the trailer section have been read (bytes after *consumed belong to the next
+ * message); UM_ERR on malformed input (bad or overlong size, missing CRLF, bare LF or CR,
+ * trailer section over 16 KiB). */
+int um_chunked_decode(struct um_chunked *d, char *buf, size_t len, size_t *consumed,
+                      size_t *out_len);
+
+#endif

@@ -1,0 +1,33 @@
+/* Parsing and formatting of individual HTTP fields: dates, ranges, entity tags. Pure
+ * functions, no allocation, safe from any thread. */
+#ifndef UMBRA_HTTPFIELD_H
+#define UMBRA_HTTPFIELD_H
+
+#include <time.h>
+
+#include "umbra/common.h"
+
+#define UM_HTTP_DATE_LEN 29 /* "Sun, 06 Nov 1994 08:49:37 GMT" */
+
+/* Writes t as an IMF-fixdate plus a NUL into out. */
+void um_http_date_format(time_t t, char out[UM_HTTP_DATE_LEN + 1]);
+
+/* Parses IMF-fixdate, RFC 850 and asctime dates (RFC 9110 section 5.6.7).
+ * Returns true and sets *t on success. */
+bool um_http_date_parse(um_str s, time_t *t);
+
+/* Evaluates a Range header against a representation of size bytes. Only one byte range
+ * is served: "bytes=a-b", "bytes=a-", "bytes=-n".
+ * Returns UM_OK with [*first, *last] (inclusive) for a satisfiable single range;
+ * UM_DONE when the header must be ignored (other unit, several ranges, bad syntax): the
+ * whole representation is sent with 200; UM_ERR when no range is satisfiable: 416. */
+int um_range_parse(um_str value, uint64_t size, uint64_t *first, uint64_t *last);
+
+/* Weak comparison of If-None-Match (a list, or "*") against an entity tag such as
+ * "\"abc\"" or "W/\"abc\"". Returns true when any listed tag matches. */
+bool um_etag_match_weak(um_str if_none_match, um_str etag);
+
+/* Strong comparison for If-Match / If-Range: false for weak tags. */
+bool um_etag_match_strong(um_str list, um_str etag);
+
+#endif

@@ -1,0 +1,61 @@
+/* The Origin interface: where a response comes from (static files, an upstream, later
+ * CGI). The connection code and the cache only ever talk to this table of functions. */
+#ifndef UMBRA_ORIGIN_H
+#define UMBRA_ORIGIN_H
+
+#include <sys/types.h>
+
+#include "umbra/common.h"
+#include "umbra/http1.h"
+
+struct um_config;
+struct um_route;
+struct um_origin;
+struct um_sink;
+
+/* The head of a response as an origin produces it. Borrowed for the duration of the
+ * on_head call only: the sink copies what it keeps. */
+struct um_response_head {
+    int status;
+    const struct um_header *headers; /* without Date, Server, Connection, Content-Length */
+    size_t num_headers;
+    int64_t content_length; /* bytes of body that will follow; -1: unknown until on_end */
+};
+
+struct um_sink_ops {
+    /* Called once, first. */
+    void (*on_head)(struct um_sink *s, const struct um_response_head *head);
+    /* Body bytes in memory, borrowed for the call. */
+    void (*on_data)(struct um_sink *s, const char *data, size_t len);
+    /* Body bytes from a file: len bytes at offset off. The sink owns fd from now on. */
+    void (*on_file)(struct um_sink *s, int fd, uint64_t off, uint64_t len);
+    /* Called once, last. err is UM_OK when the body is complete, UM_ERR when it is not
+     * (the client must then not be told the body was whole). */
+    void (*on_end)(struct um_sink *s, int err);
+};
+
+struct um_sink {
+    const struct um_sink_ops *ops;
+};
+
+/* One request handed to an origin. Borrowed: valid until the sink's on_end. */
+struct um_fetch {
+    const struct um_request *req;
+    const struct um_route *route;
+    const struct um_config *config;
+    um_str path; /* request path with the route's prefix removed, still percent-encoded */
+};
+
+struct um_origin_ops {
+    /* Starts a fetch: head, body and the end arrive at sink, possibly before fetch
+     * returns, always on the calling worker's thread. Never blocks on the network. */
+    void (*fetch)(struct um_origin *o, struct um_fetch *f, struct um_sink *sink);
+    /* Frees the origin. */
+    void (*destroy)(struct um_origin *o);
+};
+
+struct um_origin {
+    const struct um_origin_ops *ops;
+};
+
+#endif

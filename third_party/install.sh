@@ -1,0 +1,19 @@
+#!/bin/sh
+# Installs Umbra's build and test dependencies from Debian's packages when any is missing.
+# Usage: third_party/install.sh [--bench]
+set -eu
+pkgs="build-essential cmake pkg-config libluajit-5.1-dev libcurl4-openssl-dev libssl-dev
+libcmocka-dev python3 curl openssl clang"
+if [ "${1:-}" = "--bench" ]; then
+    pkgs="$pkgs wrk apache2-utils nginx-light varnish"
+fi
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing" >&2
+if [ "$(id -u)" -eq 0 ]; then as_root=""; else as_root="sudo"; fi
+$as_root apt-get update -qq
+# shellcheck disable=SC2086
+DEBIAN_FRONTEND=noninteractive $as_root apt-get install -y -qq --no-install-recommends $missing >&2
