@@ -1,4 +1,63 @@
-int main(void)
+/* umbra [-t] [-h] [-v] [config.lua] */
+#include <stdio.h>
+#include <string.h>
+
+#include "umbra/config.h"
+#include "umbra/log.h"
+#include "umbra/server.h"
+
+static void usage(FILE *out)
 {
-    return 0;
+    fprintf(out, "usage: umbra [-t] [-h] [-v] [config.lua]\n"
+                 "  -t  check the configuration and exit\n"
+                 "  -h  show this help\n"
+                 "  -v  show the version\n"
+                 "The configuration defaults to ./config.lua.\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *file = "config.lua";
+    bool test_only = false;
+    bool have_file = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-t") == 0) {
+            test_only = true;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) {
+            printf("umbra %s\n", UMBRA_VERSION);
+            return 0;
+        } else if (a[0] == '-' || have_file) {
+            fprintf(stderr, "umbra: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else {
+            file = a;
+            have_file = true;
+        }
+    }
+
+    char err[1024];
+    struct um_config *cfg = um_config_load(file, err, sizeof(err));
+    if (cfg == NULL) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    if (test_only) {
+        printf("%s: configuration ok\n", file);
+        um_config_unref(cfg);
+        return 0;
+    }
+    um_log_level = (enum um_log_level)cfg->log_level;
+    struct um_server *s = um_server_create(cfg, err, sizeof(err));
+    if (s == NULL) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    int status = um_server_run(s);
+    um_server_destroy(s);
+    return status;
 }

@@ -54,6 +54,7 @@ struct um_config {
         double send;     /* seconds a send may make no progress */
         double shutdown; /* seconds SIGTERM waits for requests in flight */
     } timeouts;
+    int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
     int _refcnt;
 };
 
@@ -66,6 +67,10 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen);
 void um_config_ref(struct um_config *c);
 /* Drops a reference; the last one frees. Thread-safe. */
 void um_config_unref(struct um_config *c);
+
+/* Gives route i its origin (taking ownership) before the snapshot is published; an origin
+ * it had already is destroyed. The last um_config_unref destroys the routes' origins. */
+void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origin);
 
 /* Parses a size such as 1024, "512KB", "16MB", "1GB" (units of 1024). */
 bool um_config_parse_size(const char *s, uint64_t *out);

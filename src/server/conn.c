@@ -1,0 +1,794 @@
+/* A client connection: reads requests, hands them to origins, writes responses.
+ *
+ * The socket is registered once, edge-triggered, for both directions; can_read and
+ * can_write remember what the last edge promised, so no epoll_ctl call is made per
+ * request. drive() moves a connection as far as it can go: parse what is buffered, write
+ * what is queued, read more; a connection that used up its turn's budget is put on the
+ * worker's ready list, so that one busy client cannot starve the others. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "umbra/log.h"
+
+#define TURN_BUDGET 32                  /* drive() iterations before yielding */
+#define WRITE_BUDGET (1024 * 1024)      /* bytes per connection per loop turn */
+#define OUTPUT_BACKLOG (64 * 1024)      /* stop parsing pipelined requests past this */
+#define WBUF_KEEP (64 * 1024)           /* larger write buffers are freed when idle */
+
+enum conn_state {
+    S_HEAD,   /* reading a request head */
+    S_BODY,   /* reading (and discarding) a request body */
+    S_DONE,   /* no more requests: write what is queued, then close */
+    S_LINGER, /* write side shut, discarding input until EOF or the linger timeout */
+};
+
+enum input_result { IN_NEED_INPUT, IN_BACKLOG, IN_DONE };
+
+struct um__conn {
+    struct um__conn_links links; /* first: the worker's lists */
+    struct um__worker *w;
+    struct um_config *config; /* snapshot taken at accept */
+    int fd;
+    enum conn_state state;
+    bool closed;
+    bool can_read, can_write;
+    bool peer_closed;  /* read returned 0 */
+    bool closing;      /* close once the output is flushed */
+    bool linger;       /* ...with a lingering close */
+    bool draining;     /* server stopping: no keep-alive */
+    bool head_started; /* header timer armed for the current request */
+    uint64_t requests; /* requests answered */
+
+    /* Input: rbuf[rpos..rlen) is unprocessed; while in S_BODY, rbuf[rpos..bpos) is the
+     * parsed head and rbuf[bpos..rlen) the unconsumed body bytes. */
+    char *rbuf;
+    size_t rcap, rlen, rpos, bpos;
+    struct um_http1_parser parser;
+    struct um_request req;
+    uint64_t body_left; /* Content-Length bytes still to read */
+    uint64_t body_seen; /* chunked body bytes decoded so far */
+    struct um_chunked chunked;
+
+    /* Output: wbuf[wpos..wlen) then file_left bytes of file_fd at file_off. */
+    char *wbuf;
+    size_t wcap, wlen, wpos;
+    int file_fd;
+    uint64_t file_off, file_left;
+
+    /* The response being produced. */
+    struct um_sink sink;
+    bool resp_head_only;
+    bool resp_keepalive;
+    int resp_status;
+};
+
+/* ---------------------------------------------------------------- output buffer */
+
+static void wreserve(struct um__conn *c, size_t n)
+{
+    if (c->wlen + n <= c->wcap)
+        return;
+    if (c->wpos > 0 && c->wpos == c->wlen) {
+        c->wpos = c->wlen = 0;
+        if (n <= c->wcap)
+            return;
+    }
+    size_t cap = c->wcap ? c->wcap : 4096;
+    while (cap < c->wlen + n)
+        cap *= 2;
+    c->wbuf = um_realloc(c->wbuf, cap);
+    c->wcap = cap;
+}
+
+static void wappend(struct um__conn *c, const void *p, size_t n)
+{
+    wreserve(c, n);
+    memcpy(c->wbuf + c->wlen, p, n);
+    c->wlen += n;
+}
+
+static void wappend_str(struct um__conn *c, const char *s)
+{
+    wappend(c, s, strlen(s));
+}
+
+static void wappend_u64(struct um__conn *c, uint64_t v)
+{
+    char tmp[24];
+    size_t i = sizeof(tmp);
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    wappend(c, tmp + i, sizeof(tmp) - i);
+}
+
+static bool has_output(const struct um__conn *c)
+{
+    return c->wpos < c->wlen || c->file_left > 0;
+}
+
+static void drop_file(struct um__conn *c)
+{
+    if (c->file_fd >= 0)
+        close(c->file_fd);
+    c->file_fd = -1;
+    c->file_left = 0;
+}
+
+/* ---------------------------------------------------------------- responses */
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return status < 300 ? "OK" : status < 400 ? "Redirect" : status < 500 ? "Client Error" : "Server Error";
+    }
+}
+
+static void on_head(struct um_sink *s, const struct um_response_head *h)
+{
+    struct um__conn *c = (struct um__conn *)((char *)s - offsetof(struct um__conn, sink));
+    c->resp_status = h->status;
+    wreserve(c, 256);
+    wappend_str(c, "HTTP/1.1 ");
+    wappend_u64(c, (uint64_t)h->status);
+    wappend_str(c, " ");
+    wappend_str(c, reason_phrase(h->status));
+    wappend_str(c, "\r\nDate: ");
+    wappend(c, c->w->date, UM_HTTP_DATE_LEN);
+    wappend_str(c, "\r\nServer: umbra/" UMBRA_VERSION "\r\n");
+    for (size_t i = 0; i < h->num_headers; i++) {
+        const struct um_header *f = &h->headers[i];
+        wreserve(c, f->name.len + f->value.len + 4);
+        wappend(c, f->name.base, f->name.len);
+        wappend(c, ": ", 2);
+        wappend(c, f->value.base, f->value.len);
+        wappend(c, "\r\n", 2);
+    }
+    bool bodiless = h->status == 304 || h->status == 204 || h->status < 200;
+    if (!bodiless) {
+        if (h->content_length >= 0) {
+            wappend_str(c, "Content-Length: ");
+            wappend_u64(c, (uint64_t)h->content_length);
+            wappend_str(c, "\r\n");
+        } else {
+            c->resp_keepalive = false; /* close-delimited */
+        }
+    }
+    if (!c->resp_keepalive)
+        wappend_str(c, "Connection: close\r\n");
+    else if (c->req.minor_version == 0)
+        wappend_str(c, "Connection: keep-alive\r\n");
+    wappend(c, "\r\n", 2);
+}
+
+static void on_data(struct um_sink *s, const char *data, size_t len)
+{
+    struct um__conn *c = (struct um__conn *)((char *)s - offsetof(struct um__conn, sink));
+    if (!c->resp_head_only)
+        wappend(c, data, len);
+}
+
+static void on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
+{
+    struct um__conn *c = (struct um__conn *)((char *)s - offsetof(struct um__conn, sink));
+    UM_ASSERT(c->file_fd < 0);
+    if (c->resp_head_only || len == 0) {
+        close(fd);
+        return;
+    }
+    c->file_fd = fd;
+    c->file_off = off;
+    c->file_left = len;
+}
+
+static void on_end(struct um_sink *s, int err)
+{
+    struct um__conn *c = (struct um__conn *)((char *)s - offsetof(struct um__conn, sink));
+    if (err != UM_OK)
+        c->resp_keepalive = false;
+}
+
+static const struct um_sink_ops sink_ops = {on_head, on_data, on_file, on_end};
+
+/* Prepares the response state for the parsed request (or for an error before one). */
+static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
+{
+    c->resp_head_only = head_only;
+    c->resp_keepalive = keepalive && !c->draining && !c->peer_closed;
+}
+
+/* A small complete response with a plain-text body; used for errors. */
+static void respond_simple(struct um__conn *c, int status, const struct um_header *extra,
+                           size_t num_extra)
+{
+    struct um_header headers[4];
+    size_t n = 0;
+    headers[n++] = (struct um_header){UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
+    for (size_t i = 0; i < num_extra && n < UM_NELEMS(headers); i++)
+        headers[n++] = extra[i];
+    char body[96];
+    int len = snprintf(body, sizeof(body), "%d %s\n", status, reason_phrase(status));
+    struct um_response_head h = {status, headers, n, len};
+    on_head(&c->sink, &h);
+    on_data(&c->sink, body, (size_t)len);
+    on_end(&c->sink, UM_OK);
+}
+
+/* Answers an unusable request and stops reading from the connection. */
+static void fail(struct um__conn *c, int status)
+{
+    begin_response(c, false, false);
+    respond_simple(c, status, NULL, 0);
+    c->state = S_DONE;
+    c->closing = true;
+    c->linger = true;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static bool host_matches(const char *want, um_str authority)
+{
+    /* Compare without the port; an IPv6 literal keeps its brackets. */
+    size_t len = authority.len;
+    if (len > 0 && authority.base[0] == '[') {
+        const char *end = memchr(authority.base, ']', len);
+        if (end)
+            len = (size_t)(end - authority.base) + 1;
+    } else {
+        const char *colon = memchr(authority.base, ':', len);
+        if (colon)
+            len = (size_t)(colon - authority.base);
+    }
+    return um_str_eq_ci((um_str){authority.base, len}, want);
+}
+
+/* First route whose host and path prefix match; *rest is the path below the prefix. */
+static const struct um_route *find_route(const struct um_config *cfg, const struct um_request *req,
+                                         um_str *rest)
+{
+    for (size_t i = 0; i < cfg->num_routes; i++) {
+        const struct um_route *r = &cfg->routes[i];
+        if (r->host && !host_matches(r->host, req->authority))
+            continue;
+        size_t plen = strlen(r->path);
+        if (req->path.len >= plen && memcmp(req->path.base, r->path, plen) == 0) {
+            *rest = (um_str){req->path.base + plen, req->path.len - plen};
+            return r;
+        }
+        /* "/dir" reaches the route "/dir/", whose origin redirects it. */
+        if (plen > 1 && r->path[plen - 1] == '/' && req->path.len == plen - 1 &&
+            memcmp(req->path.base, r->path, plen - 1) == 0) {
+            *rest = (um_str){req->path.base + req->path.len, 0};
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void dispatch(struct um__conn *c)
+{
+    struct um_request *req = &c->req;
+    begin_response(c, req->method_id == UM_METHOD_HEAD, (req->flags & UM_REQ_F_KEEPALIVE) != 0);
+    if (req->path.len == 0 || req->path.base[0] != '/') {
+        /* asterisk-form (OPTIONS *): the server itself */
+        if (req->method_id == UM_METHOD_OPTIONS) {
+            struct um_header allow = {UM_STR("Allow"), UM_STR("GET, HEAD, OPTIONS")};
+            struct um_response_head h = {200, &allow, 1, 0};
+            on_head(&c->sink, &h);
+            on_end(&c->sink, UM_OK);
+        } else {
+            respond_simple(c, 400, NULL, 0);
+        }
+        return;
+    }
+    um_str rest;
+    const struct um_route *route = find_route(c->config, req, &rest);
+    if (route == NULL || route->origin == NULL) {
+        respond_simple(c, 404, NULL, 0);
+        return;
+    }
+    struct um_fetch f = {req, route, c->config, rest};
+    route->origin->ops->fetch(route->origin, &f, &c->sink);
+}
+
+/* The request and its body are complete: answer it and get ready for the next one. */
+static void finish_request(struct um__conn *c)
+{
+    dispatch(c);
+    c->requests++;
+    c->head_started = false;
+    c->rpos = c->bpos;
+    if (c->rpos == c->rlen)
+        c->rpos = c->rlen = 0;
+    um_http1_parser_init(&c->parser);
+    if (!c->resp_keepalive) {
+        c->state = S_DONE;
+        c->closing = true;
+        c->linger = c->rpos < c->rlen;
+    } else {
+        c->state = S_HEAD;
+    }
+}
+
+static void begin_body(struct um__conn *c)
+{
+    struct um_request *req = &c->req;
+    uint64_t max = c->config->limits.max_body_bytes;
+    if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > max) {
+        fail(c, 413);
+        return;
+    }
+    if (c->rpos > 0) {
+        /* Give the body room: move this request to the front and parse it again there
+         * (its slices point at the old place). Only pipelined requests with bodies. */
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        c->rpos = 0;
+        int status;
+        um_http1_parser_init(&c->parser);
+        int r = um_http1_parse_request(&c->parser, c->rbuf, c->rlen,
+                                       c->config->limits.max_request_line,
+                                       c->config->limits.max_header_bytes, req, &status);
+        UM_ASSERT(r == UM_OK);
+    }
+    c->bpos = c->rpos + req->head_len;
+    c->body_left = req->content_length;
+    c->body_seen = 0;
+    um_chunked_init(&c->chunked);
+    c->state = S_BODY;
+    if ((req->flags & UM_REQ_F_EXPECT_CONTINUE) && req->minor_version == 1 && c->rlen == c->bpos)
+        wappend_str(c, "HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+/* Consumes buffered body bytes. Returns UM_DONE when the body is complete, UM_AGAIN when
+ * more is needed, UM_ERR after answering a bad body. */
+static int consume_body(struct um__conn *c)
+{
+    size_t avail = c->rlen - c->bpos;
+    if (c->req.flags & UM_REQ_F_CHUNKED) {
+        size_t consumed, out;
+        int r = um_chunked_decode(&c->chunked, c->rbuf + c->bpos, avail, &consumed, &out);
+        if (r == UM_ERR) {
+            fail(c, 400);
+            return UM_ERR;
+        }
+        c->body_seen += out;
+        if (c->body_seen > c->config->limits.max_body_bytes) {
+            fail(c, 413);
+            return UM_ERR;
+        }
+        memmove(c->rbuf + c->bpos, c->rbuf + c->bpos + consumed, avail - consumed);
+        c->rlen -= consumed;
+        return r == UM_DONE ? UM_DONE : UM_AGAIN;
+    }
+    size_t take = avail < c->body_left ? avail : (size_t)c->body_left;
+    memmove(c->rbuf + c->bpos, c->rbuf + c->bpos + take, avail - take);
+    c->rlen -= take;
+    c->body_left -= take;
+    return c->body_left == 0 ? UM_DONE : UM_AGAIN;
+}
+
+static enum input_result process_input(struct um__conn *c)
+{
+    for (;;) {
+        if (c->file_left > 0 || c->wlen - c->wpos > OUTPUT_BACKLOG)
+            return IN_BACKLOG;
+        switch (c->state) {
+        case S_HEAD: {
+            if (c->rpos == c->rlen)
+                return IN_NEED_INPUT;
+            int status;
+            int r = um_http1_parse_request(&c->parser, c->rbuf + c->rpos, c->rlen - c->rpos,
+                                           c->config->limits.max_request_line,
+                                           c->config->limits.max_header_bytes, &c->req, &status);
+            if (r == UM_AGAIN) {
+                if (c->rlen == c->rcap) {
+                    if (c->rpos == 0) {
+                        fail(c, 431); /* cannot happen with rcap > limits; be safe */
+                        continue;
+                    }
+                    memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+                    c->rlen -= c->rpos;
+                    c->rpos = 0;
+                }
+                return IN_NEED_INPUT;
+            }
+            if (r == UM_ERR) {
+                c->req.minor_version = 1;
+                fail(c, status);
+                continue;
+            }
+            if (c->req.flags & (UM_REQ_F_CONTENT_LENGTH | UM_REQ_F_CHUNKED)) {
+                if ((c->req.flags & UM_REQ_F_CONTENT_LENGTH) && c->req.content_length == 0) {
+                    c->bpos = c->rpos + c->req.head_len;
+                    finish_request(c);
+                } else {
+                    begin_body(c);
+                }
+            } else {
+                c->bpos = c->rpos + c->req.head_len;
+                finish_request(c);
+            }
+            continue;
+        }
+        case S_BODY: {
+            int r = consume_body(c);
+            if (r == UM_AGAIN)
+                return IN_NEED_INPUT;
+            if (r == UM_DONE)
+                finish_request(c);
+            continue;
+        }
+        case S_DONE:
+        case S_LINGER:
+            return IN_DONE;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- socket I/O */
+
+static size_t rbuf_size(const struct um_config *cfg)
+{
+    size_t n = cfg->limits.max_header_bytes;
+    if (cfg->limits.max_request_line > n)
+        n = cfg->limits.max_request_line;
+    return n + 4096;
+}
+
+static void rbuf_get(struct um__conn *c)
+{
+    struct um__worker *w = c->w;
+    c->rcap = rbuf_size(c->config);
+    if (w->num_free_bufs > 0 && c->rcap == rbuf_size(w->config))
+        c->rbuf = w->free_bufs[--w->num_free_bufs];
+    else
+        c->rbuf = um_malloc(c->rcap);
+}
+
+static void rbuf_put(struct um__conn *c)
+{
+    struct um__worker *w = c->w;
+    if (c->rbuf == NULL)
+        return;
+    if (c->rcap == rbuf_size(w->config) && w->num_free_bufs < 256) {
+        if ((w->num_free_bufs & (w->num_free_bufs - 1)) == 0)
+            w->free_bufs = um_realloc(w->free_bufs, (w->num_free_bufs ? w->num_free_bufs * 2 : 1) * sizeof(char *));
+        w->free_bufs[w->num_free_bufs++] = c->rbuf;
+    } else {
+        free(c->rbuf);
+    }
+    c->rbuf = NULL;
+    c->rcap = c->rlen = c->rpos = c->bpos = 0;
+}
+
+/* Reads once. Returns UM_OK (bytes read), UM_DONE (EOF), UM_AGAIN, UM_ERR. */
+static int read_some(struct um__conn *c)
+{
+    if (c->rbuf == NULL)
+        rbuf_get(c);
+    size_t space = c->rcap - c->rlen;
+    if (space == 0)
+        return UM_OK; /* nothing fits; processing must make room (or fail) first */
+    ssize_t n = recv(c->fd, c->rbuf + c->rlen, space, 0);
+    if (n > 0) {
+        c->rlen += (size_t)n;
+        if ((size_t)n < space)
+            c->can_read = false; /* drained: the next arrival raises a new edge */
+        return UM_OK;
+    }
+    if (n == 0) {
+        c->peer_closed = true;
+        c->can_read = false;
+        return UM_DONE;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        c->can_read = false;
+        return UM_AGAIN;
+    }
+    if (errno == EINTR)
+        return UM_OK;
+    return UM_ERR;
+}
+
+/* Writes queued output. Returns UM_OK when all is written, UM_AGAIN on a full socket,
+ * UM_DONE when this turn's budget is spent, UM_ERR on a dead peer. */
+static int flush(struct um__conn *c)
+{
+    size_t budget = WRITE_BUDGET;
+    for (;;) {
+        ssize_t n;
+        if (c->wpos < c->wlen) {
+            n = send(c->fd, c->wbuf + c->wpos, c->wlen - c->wpos,
+                     MSG_NOSIGNAL | (c->file_left ? MSG_MORE : 0));
+            if (n > 0)
+                c->wpos += (size_t)n;
+        } else if (c->file_left > 0) {
+            size_t chunk = c->file_left < budget ? (size_t)c->file_left : budget;
+            off_t off = (off_t)c->file_off;
+            n = sendfile(c->fd, c->file_fd, &off, chunk);
+            if (n == 0) {
+                um_log_warn("file shrank while being sent; closing connection");
+                return UM_ERR;
+            }
+            if (n > 0) {
+                c->file_off += (uint64_t)n;
+                c->file_left -= (uint64_t)n;
+                if (c->file_left == 0)
+                    drop_file(c);
+            }
+        } else {
+            c->wpos = c->wlen = 0;
+            return UM_OK;
+        }
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return UM_AGAIN;
+            if (errno == EINTR)
+                continue;
+            return UM_ERR;
+        }
+        if ((size_t)n >= budget)
+            return has_output(c) ? UM_DONE : (c->wpos = c->wlen = 0, UM_OK);
+        budget -= (size_t)n;
+    }
+}
+
+/* ---------------------------------------------------------------- life cycle */
+
+static void go_idle(struct um__conn *c)
+{
+    /* Waiting for a request with nothing buffered: give memory back. */
+    if (c->rlen == 0)
+        rbuf_put(c);
+    if (c->wcap > WBUF_KEEP) {
+        free(c->wbuf);
+        c->wbuf = NULL;
+        c->wcap = c->wlen = c->wpos = 0;
+    }
+}
+
+static void arm_input_timer(struct um__conn *c)
+{
+    struct um__worker *w = c->w;
+    if (c->state == S_LINGER) {
+        if (um__links(c)->tq_kind != UM__TQ_LINGER)
+            um__tq_arm(w, c, UM__TQ_LINGER);
+    } else if (c->state == S_BODY) {
+        um__tq_arm(w, c, UM__TQ_HEADER); /* between two reads of the body */
+    } else if (c->rpos < c->rlen || c->requests == 0) {
+        /* A request has begun (or is awaited on a fresh connection): its head must
+         * arrive within the header timeout, however slowly the bytes trickle in. */
+        if (!c->head_started || um__links(c)->tq_kind != UM__TQ_HEADER) {
+            um__tq_arm(w, c, UM__TQ_HEADER);
+            c->head_started = true;
+        }
+    } else {
+        um__tq_arm(w, c, UM__TQ_IDLE);
+        go_idle(c);
+    }
+}
+
+static void start_linger(struct um__conn *c)
+{
+    shutdown(c->fd, SHUT_WR);
+    c->state = S_LINGER;
+    c->closing = false;
+    c->rpos = c->rlen = 0;
+}
+
+static void drive(struct um__conn *c)
+{
+    for (int turn = 0; turn < TURN_BUDGET; turn++) {
+        if (c->closed)
+            return;
+        enum input_result in = IN_NEED_INPUT;
+        if (c->state == S_LINGER) {
+            c->rpos = c->rlen = 0; /* discard */
+        } else {
+            in = process_input(c);
+        }
+        if (has_output(c)) {
+            if (!c->can_write) {
+                um__tq_arm(c->w, c, UM__TQ_SEND);
+                return;
+            }
+            int r = flush(c);
+            if (r == UM_ERR) {
+                um__conn_close(c);
+                return;
+            }
+            if (r == UM_AGAIN) {
+                c->can_write = false;
+                um__tq_arm(c->w, c, UM__TQ_SEND);
+                return;
+            }
+            if (r == UM_DONE)
+                break;
+        }
+        if (c->closing) {
+            if (c->linger && !c->peer_closed)
+                start_linger(c);
+            else {
+                um__conn_close(c);
+                return;
+            }
+            continue;
+        }
+        if (in == IN_BACKLOG)
+            continue;
+        if (c->peer_closed) {
+            /* Nothing more will come; what was buffered has been answered. */
+            um__conn_close(c);
+            return;
+        }
+        if (!c->can_read) {
+            arm_input_timer(c);
+            return;
+        }
+        int r = read_some(c);
+        if (r == UM_ERR) {
+            um__conn_close(c);
+            return;
+        }
+        if (r == UM_AGAIN) {
+            arm_input_timer(c);
+            return;
+        }
+        if (r == UM_DONE && c->state == S_LINGER) {
+            um__conn_close(c);
+            return;
+        }
+    }
+    um__tq_disarm(c->w, c);
+    um__worker_ready(c->w, c);
+}
+
+void um__conn_accept(struct um__worker *w, int fd)
+{
+    struct um__conn *c = um_calloc(1, sizeof(*c));
+    c->links.kind = UM__EV_CONN;
+    c->links.tq_kind = -1;
+    c->w = w;
+    c->config = w->config;
+    um_config_ref(c->config);
+    c->fd = fd;
+    c->file_fd = -1;
+    c->sink.ops = &sink_ops;
+    c->state = S_HEAD;
+    c->can_write = true;
+    c->can_read = true; /* TCP_DEFER_ACCEPT: the first bytes are usually there already */
+    c->draining = w->draining;
+    um_http1_parser_init(&c->parser);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->links.all_next = w->all;
+    if (w->all)
+        um__links(w->all)->all_prev = c;
+    w->all = c;
+    w->num_conns++;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        um_log_err("worker %d: epoll_ctl: %s", w->id, strerror(errno));
+        um__conn_close(c);
+        return;
+    }
+    drive(c);
+}
+
+void um__conn_on_event(struct um__conn *c, uint32_t events)
+{
+    if (c->closed)
+        return;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        c->can_read = true;
+    if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+        c->can_write = true;
+    drive(c);
+}
+
+void um__conn_on_ready(struct um__conn *c)
+{
+    if (!c->closed)
+        drive(c);
+}
+
+void um__conn_on_timeout(struct um__conn *c)
+{
+    if (c->closed)
+        return;
+    if (c->state == S_HEAD && c->rpos < c->rlen && !has_output(c)) {
+        /* A request head that did not arrive in time (slowloris): say so, then close. */
+        c->req.minor_version = 1;
+        fail(c, 408);
+        c->linger = false;
+        c->can_write = true;
+        drive(c);
+        return;
+    }
+    um__conn_close(c);
+}
+
+void um__conn_drain(struct um__conn *c)
+{
+    c->draining = true;
+    if (c->state == S_HEAD && c->rpos == c->rlen && !has_output(c))
+        um__conn_close(c);
+}
+
+void um__conn_close(struct um__conn *c)
+{
+    if (c->closed)
+        return;
+    struct um__worker *w = c->w;
+    c->closed = true;
+    um__tq_disarm(w, c);
+    if (c->links.in_ready) {
+        for (struct um__conn **p = &w->ready; *p; p = &um__links(*p)->ready_next) {
+            if (*p == c) {
+                *p = c->links.ready_next;
+                break;
+            }
+        }
+        c->links.in_ready = false;
+    }
+    if (c->links.all_prev)
+        um__links(c->links.all_prev)->all_next = c->links.all_next;
+    else
+        w->all = c->links.all_next;
+    if (c->links.all_next)
+        um__links(c->links.all_next)->all_prev = c->links.all_prev;
+    close(c->fd);
+    drop_file(c);
+    w->num_conns--;
+    atomic_fetch_sub(&w->server->num_conns, 1);
+    c->links.all_prev = NULL;
+    c->links.all_next = w->closed;
+    w->closed = c;
+}
+
+void um__conn_free(struct um__conn *c)
+{
+    rbuf_put(c);
+    free(c->wbuf);
+    um_config_unref(c->config);
+    free(c);
+}

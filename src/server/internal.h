@@ -1,0 +1,113 @@
+/* Types shared by the files of the server module only. */
+#ifndef UMBRA_SERVER_INTERNAL_H
+#define UMBRA_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "umbra/config.h"
+#include "umbra/http1.h"
+#include "umbra/httpfield.h"
+#include "umbra/origin.h"
+
+struct um__conn;
+struct um__worker;
+
+/* What an epoll event's data.ptr points at: the first member of each such object. */
+enum um__ev_kind { UM__EV_CONN, UM__EV_MAILBOX };
+
+/* Timeout queues. Every entry of one queue has the same duration, so appending keeps a
+ * queue sorted by deadline: arming, re-arming and expiring are all O(1). */
+enum um__tq_kind { UM__TQ_HEADER, UM__TQ_IDLE, UM__TQ_SEND, UM__TQ_LINGER, UM__TQ_COUNT };
+
+struct um__tq {
+    struct um__conn *head, *tail;
+};
+
+/* Fields of a connection the worker's lists use. */
+struct um__conn_links {
+    enum um__ev_kind kind; /* UM__EV_CONN */
+    struct um__conn *tq_prev, *tq_next;
+    int tq_kind; /* -1: not armed */
+    uint64_t deadline;
+    struct um__conn *ready_next;
+    bool in_ready;
+    struct um__conn *all_prev, *all_next; /* every connection of the worker */
+};
+
+/* A connection starts with its links (conn.c puts them first). */
+static inline struct um__conn_links *um__links(struct um__conn *c)
+{
+    return (struct um__conn_links *)(void *)c;
+}
+
+/* Sockets handed from the listener to a worker. */
+struct um__mailbox {
+    enum um__ev_kind kind; /* UM__EV_MAILBOX */
+    int efd;               /* eventfd: the listener writes after queueing */
+    pthread_mutex_t lock;
+    int *fds;
+    size_t len, cap;
+    bool drain; /* graceful stop requested */
+    bool quit;  /* immediate stop requested */
+};
+
+struct um__worker {
+    int id;
+    pthread_t thread;
+    int epfd;
+    struct um_server *server;
+    struct um_config *config; /* snapshot new connections take */
+    struct um__mailbox mailbox;
+    /* Time, read once per loop turn. */
+    uint64_t now_ms; /* CLOCK_MONOTONIC */
+    time_t date_sec;
+    char date[UM_HTTP_DATE_LEN + 1];
+    struct um__tq tq[UM__TQ_COUNT];
+    struct um__conn *ready;  /* connections with work left over from a capped turn */
+    struct um__conn *closed; /* freed at the end of the loop turn */
+    struct um__conn *all;    /* every open connection */
+    size_t num_conns;
+    bool draining;
+    uint64_t drain_deadline;
+    /* Free list of read buffers (connections waiting idle give theirs back). */
+    char **free_bufs;
+    size_t num_free_bufs;
+};
+
+struct um_server {
+    struct um_config *config;
+    int *listen_fds;
+    size_t num_listen;
+    struct um__worker *workers;
+    int num_workers;
+    pthread_t listener;
+    int listener_efd; /* eventfd that tells the listener to stop */
+    atomic_size_t num_conns; /* open client connections, all workers */
+    atomic_bool stop_accepting;
+};
+
+/* worker.c */
+void um__worker_init(struct um__worker *w, struct um_server *s, int id);
+void *um__worker_main(void *arg);
+void um__worker_dispose(struct um__worker *w);
+/* Queues fd for w (listener thread). Returns false when the worker is gone. */
+void um__mailbox_push(struct um__mailbox *mb, const int *fds, size_t n);
+void um__mailbox_signal(struct um__mailbox *mb, bool drain, bool quit);
+void um__tq_arm(struct um__worker *w, struct um__conn *c, enum um__tq_kind kind);
+void um__tq_disarm(struct um__worker *w, struct um__conn *c);
+void um__worker_ready(struct um__worker *w, struct um__conn *c);
+
+/* conn.c */
+void um__conn_accept(struct um__worker *w, int fd);
+void um__conn_on_event(struct um__conn *c, uint32_t events);
+void um__conn_on_timeout(struct um__conn *c);
+void um__conn_on_ready(struct um__conn *c);
+/* Graceful stop: closes the connection now when it waits for a request, otherwise lets
+ * the request in flight finish and closes after it. */
+void um__conn_drain(struct um__conn *c);
+void um__conn_close(struct um__conn *c);
+void um__conn_free(struct um__conn *c);
+
+#endif

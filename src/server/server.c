@@ -1,0 +1,288 @@
+/* Listening sockets, the listener thread, signals, start and stop. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "umbra/log.h"
+#include "umbra/server.h"
+#include "umbra/static.h"
+
+#define ACCEPT_BATCH 64
+#define PAUSE_MS 100
+
+static void format_addr(const struct sockaddr_storage *ss, char *out, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        snprintf(out, len, "%s:%u", host, port);
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+        snprintf(out, len, "[%s]:%u", host, port);
+    }
+}
+
+static int bind_one(const struct um_listen *l, char *err, size_t errlen)
+{
+    int fd = socket(l->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "listen %s: socket: %s", l->text, strerror(errno));
+        return -1;
+    }
+    int one = 1, defer = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (l->addr.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)&l->addr, l->addrlen) != 0 || listen(fd, 4096) != 0) {
+        snprintf(err, errlen, "listen %s: %s", l->text, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    /* Wake the listener only once a request's first bytes have arrived. */
+    setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
+    return fd;
+}
+
+struct um_server *um_server_create(struct um_config *config, char *err, size_t errlen)
+{
+    struct um_server *s = um_calloc(1, sizeof(*s));
+    s->config = config;
+    s->listen_fds = um_calloc(config->num_listen, sizeof(int));
+    for (size_t i = 0; i < config->num_routes; i++) {
+        struct um_route *r = &config->routes[i];
+        char msg[512];
+        r->origin = um_static_origin_create(r, config, msg, sizeof(msg));
+        if (r->origin == NULL) {
+            snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < config->num_listen; i++) {
+        int fd = bind_one(&config->listen[i], err, errlen);
+        if (fd < 0)
+            goto fail;
+        s->listen_fds[s->num_listen++] = fd;
+    }
+    s->listener_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    UM_ASSERT(s->listener_efd >= 0);
+    return s;
+fail:
+    for (size_t i = 0; i < s->num_listen; i++)
+        close(s->listen_fds[i]);
+    free(s->listen_fds);
+    um_config_unref(config);
+    free(s);
+    return NULL;
+}
+
+static void set_accepting(struct um_server *s, int epfd, bool on)
+{
+    for (size_t i = 0; i < s->num_listen; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = i};
+        epoll_ctl(epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->listen_fds[i], &ev);
+    }
+}
+
+/* Accepts until EAGAIN and hands the sockets to the workers in turn. Returns false when
+ * accepting must pause (connection limit, or out of descriptors). */
+static bool accept_some(struct um_server *s, int lfd, unsigned *next_worker)
+{
+    size_t max = s->config->limits.max_connections;
+    for (;;) {
+        int batch[ACCEPT_BATCH];
+        size_t n = 0;
+        bool pause = false, drained = false;
+        while (n < ACCEPT_BATCH) {
+            if (atomic_load(&s->num_conns) >= max) {
+                pause = true;
+                break;
+            }
+            int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED)
+                    continue;
+                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                    um_log_warn("accept: %s; pausing for %d ms", strerror(errno), PAUSE_MS);
+                    pause = true;
+                } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                    um_log_err("accept: %s", strerror(errno));
+                }
+                drained = true;
+                break;
+            }
+            atomic_fetch_add(&s->num_conns, 1);
+            batch[n++] = fd;
+        }
+        /* Spread the batch: one mailbox push (one wake-up) per worker. */
+        for (int k = 0; k < s->num_workers && n > 0; k++) {
+            int mine[ACCEPT_BATCH];
+            size_t m = 0;
+            unsigned w = (*next_worker + (unsigned)k) % (unsigned)s->num_workers;
+            for (size_t i = (size_t)k; i < n; i += (size_t)s->num_workers)
+                mine[m++] = batch[i];
+            if (m)
+                um__mailbox_push(&s->workers[w].mailbox, mine, m);
+        }
+        *next_worker = (*next_worker + (unsigned)n) % (unsigned)s->num_workers;
+        if (pause)
+            return false;
+        if (drained)
+            return true;
+    }
+}
+
+static void *listener_main(void *arg)
+{
+    struct um_server *s = arg;
+    int epfd = epoll_create1(EPOLL_CLOEXEC);
+    UM_ASSERT(epfd >= 0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+    UM_ASSERT(epoll_ctl(epfd, EPOLL_CTL_ADD, s->listener_efd, &ev) == 0);
+    set_accepting(s, epfd, true);
+    bool paused = false;
+    unsigned next_worker = 0;
+    for (;;) {
+        struct epoll_event evs[16];
+        int n = epoll_wait(epfd, evs, 16, paused ? PAUSE_MS : -1);
+        if (n < 0 && errno != EINTR)
+            break;
+        bool stop = false;
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.u64 == UINT64_MAX) {
+                stop = true;
+                break;
+            }
+            if (!paused && !accept_some(s, s->listen_fds[evs[i].data.u64], &next_worker)) {
+                paused = true;
+                set_accepting(s, epfd, false);
+            }
+        }
+        if (stop)
+            break;
+        if (paused && atomic_load(&s->num_conns) < s->config->limits.max_connections) {
+            paused = false;
+            set_accepting(s, epfd, true);
+        }
+    }
+    close(epfd);
+    return NULL;
+}
+
+static void log_start(struct um_server *s)
+{
+    char line[1024];
+    size_t off = 0;
+    for (size_t i = 0; i < s->num_listen && off < sizeof(line) - 100; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        char addr[80];
+        getsockname(s->listen_fds[i], (struct sockaddr *)&ss, &len);
+        format_addr(&ss, addr, sizeof(addr));
+        off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%s", i ? ", " : "", addr);
+    }
+    um_log_info("umbra %s listening on %s with %d workers (config %s)", UMBRA_VERSION, line,
+                s->num_workers, s->config->file);
+}
+
+int um_server_run(struct um_server *s)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads inherit the mask */
+    signal(SIGPIPE, SIG_IGN);
+
+    s->num_workers = s->config->workers;
+    s->workers = um_calloc((size_t)s->num_workers, sizeof(*s->workers));
+    for (int i = 0; i < s->num_workers; i++) {
+        um__worker_init(&s->workers[i], s, i);
+        UM_ASSERT(pthread_create(&s->workers[i].thread, NULL, um__worker_main, &s->workers[i]) == 0);
+    }
+    UM_ASSERT(pthread_create(&s->listener, NULL, listener_main, s) == 0);
+    log_start(s);
+
+    bool quit = false;
+    for (;;) {
+        int sig;
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        if (sig == SIGTERM || sig == SIGINT) {
+            um_log_info("signal %d: stopping gracefully (up to %gs)", sig, s->config->timeouts.shutdown);
+            break;
+        }
+        if (sig == SIGQUIT) {
+            um_log_info("SIGQUIT: stopping now");
+            quit = true;
+            break;
+        }
+        if (sig == SIGHUP)
+            um_log_warn("SIGHUP: configuration reload is not available yet; still running on %s",
+                        s->config->file);
+    }
+
+    /* Stop accepting first, so that no socket arrives at a worker that is draining. */
+    uint64_t one = 1;
+    ssize_t w = write(s->listener_efd, &one, sizeof(one));
+    (void)w;
+    pthread_join(s->listener, NULL);
+    for (size_t i = 0; i < s->num_listen; i++)
+        close(s->listen_fds[i]);
+    s->num_listen = 0;
+    for (int i = 0; i < s->num_workers; i++)
+        um__mailbox_signal(&s->workers[i].mailbox, true, quit);
+    /* A second TERM/INT or a QUIT while draining stops at once. */
+    for (int i = 0; i < s->num_workers; i++) {
+        for (;;) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            if (pthread_timedjoin_np(s->workers[i].thread, NULL, &ts) == 0)
+                break;
+            struct timespec zero = {0, 0};
+            int sig = sigtimedwait(&set, NULL, &zero);
+            if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
+                um_log_info("signal %d while draining: stopping now", sig);
+                for (int k = 0; k < s->num_workers; k++)
+                    um__mailbox_signal(&s->workers[k].mailbox, true, true);
+            }
+        }
+    }
+    um_log_info("stopped");
+    return 0;
+}
+
+void um_server_destroy(struct um_server *s)
+{
+    for (int i = 0; i < s->num_workers; i++)
+        um__worker_dispose(&s->workers[i]);
+    free(s->workers);
+    for (size_t i = 0; i < s->num_listen; i++)
+        close(s->listen_fds[i]);
+    free(s->listen_fds);
+    close(s->listener_efd);
+    um_config_unref(s->config);
+    free(s);
+}

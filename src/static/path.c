@@ -1,0 +1,76 @@
+/* Request path to file path: the one place that decides what a static route may open.
+ *
+ * The path is decoded exactly once. A client that sends "%252e%252e" gets a file literally
+ * named "%2e%2e", never "..": decoding again would let a second layer of escapes through
+ * every check made on the first. Bytes >= 0x80 pass unchanged and unvalidated, so an
+ * "overlong UTF-8" dot (%c0%ae) is just an odd file name, not a dot: the kernel compares
+ * names byte for byte. Segments are checked after decoding, one at a time, so "." and ".."
+ * are caught however they were spelled. */
+#include "umbra/static.h"
+
+#include <string.h>
+
+/* NAME_MAX on Linux; a longer segment cannot name a file. */
+#define SEGMENT_MAX 255
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsigned *flags)
+{
+    if (outsz == 0) return UM_ERR;
+    out[0] = '\0';
+
+    /* raw.base may be NULL when raw.len is 0, and NULL + 0 is undefined behaviour. */
+    const char *p = raw.base, *end = raw.len > 0 ? raw.base + raw.len : raw.base;
+    size_t olen = 0;
+    char seg[SEGMENT_MAX];
+
+    for (;;) {
+        size_t slen = 0;
+        while (p < end && *p != '/') {
+            unsigned char c = (unsigned char)*p;
+            if (c == '%') {
+                int hi = end - p > 2 ? hexval(p[1]) : -1;
+                int lo = hi >= 0 ? hexval(p[2]) : -1;
+                if (lo < 0) goto fail;
+                c = (unsigned char)(hi << 4 | lo);
+                /* An encoded '/' would let a "segment" carry a separator past the ".."
+                 * check below. */
+                if (c == '/') goto fail;
+                p += 3;
+            } else {
+                p++;
+            }
+            if (c < 0x20 || c == 0x7f || c == '\\') goto fail;
+            if (slen == SEGMENT_MAX) goto fail;
+            seg[slen++] = (char)c;
+        }
+
+        if (slen == 2 && seg[0] == '.' && seg[1] == '.') goto fail;
+        if (slen > 0 && !(slen == 1 && seg[0] == '.')) {
+            size_t need = olen + (olen > 0) + slen;
+            if (need > outsz - 1) goto fail;
+            if (olen > 0) out[olen++] = '/';
+            memcpy(out + olen, seg, slen);
+            olen += slen;
+        }
+
+        if (p == end) break;
+        p++; /* the '/' */
+    }
+
+    out[olen] = '\0';
+    *outlen = olen;
+    *flags = (raw.len == 0 || raw.base[raw.len - 1] == '/') ? UM_PATH_F_DIR : 0;
+    return UM_OK;
+
+fail:
+    out[0] = '\0';
+    return UM_ERR;
+}

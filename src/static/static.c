@@ -1,0 +1,270 @@
+/* The static origin: files under a route's root.
+ *
+ * Every open goes through openat2(RESOLVE_BENEATH) relative to the root's descriptor, so
+ * neither "..", nor an absolute symlink, nor a symlink pointing outside can escape the
+ * root, whatever the path normalisation let through. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "umbra/httpfield.h"
+#include "umbra/log.h"
+#include "umbra/static.h"
+
+#define MAX_PATH 4096
+
+struct static_origin {
+    struct um_origin base;
+    int root_fd;
+    char *index; /* NULL: no index file */
+};
+
+static int open_beneath(int dirfd, const char *path)
+{
+    struct open_how how = {
+        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+    };
+    return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+}
+
+static int errno_status(int err)
+{
+    switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+    case ENAMETOOLONG:
+        return 404;
+    case EXDEV: /* would leave the root */
+    case ELOOP:
+    case EACCES:
+    case EPERM:
+        return 403;
+    default:
+        return 500;
+    }
+}
+
+static void respond(struct um_sink *sink, int status, const struct um_header *headers, size_t n,
+                    const char *body)
+{
+    size_t len = body ? strlen(body) : 0;
+    struct um_response_head h = {status, headers, n, (int64_t)len};
+    sink->ops->on_head(sink, &h);
+    if (len)
+        sink->ops->on_data(sink, body, len);
+    sink->ops->on_end(sink, UM_OK);
+}
+
+static void respond_error(struct um_sink *sink, int status)
+{
+    struct um_header ct = {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
+    const char *body = status == 404   ? "404 Not Found\n"
+                       : status == 403 ? "403 Forbidden\n"
+                       : status == 400 ? "400 Bad Request\n"
+                                       : "500 Internal Server Error\n";
+    respond(sink, status, &ct, 1, body);
+}
+
+static void redirect_to_dir(struct um_fetch *f, struct um_sink *sink)
+{
+    const struct um_request *req = f->req;
+    size_t n = req->path.len + 1 + (req->flags & UM_REQ_F_HAS_QUERY ? req->query.len + 1 : 0);
+    char *loc = um_malloc(n + 1);
+    memcpy(loc, req->path.base, req->path.len);
+    loc[req->path.len] = '/';
+    if (req->flags & UM_REQ_F_HAS_QUERY) {
+        loc[req->path.len + 1] = '?';
+        memcpy(loc + req->path.len + 2, req->query.base, req->query.len);
+    }
+    struct um_header h[2] = {
+        {UM_STR("Location"), {loc, n}},
+        {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")},
+    };
+    respond(sink, 301, h, 2, "301 Moved Permanently\n");
+    free(loc);
+}
+
+/* True when the client's validators say its copy is current (RFC 9110 13.2.2). */
+static bool not_modified(const struct um_request *req, um_str etag, time_t mtime)
+{
+    const um_str *inm = um_http1_find_header(req, "If-None-Match");
+    if (inm)
+        return um_etag_match_weak(*inm, etag);
+    const um_str *ims = um_http1_find_header(req, "If-Modified-Since");
+    time_t t;
+    return ims && um_http_date_parse(*ims, &t) && mtime <= t;
+}
+
+/* If-Range (RFC 9110 13.1.5): the range applies only to the representation it names. */
+static bool range_applies(const struct um_request *req, um_str etag, time_t mtime)
+{
+    const um_str *ir = um_http1_find_header(req, "If-Range");
+    if (ir == NULL)
+        return true;
+    if (ir->len > 0 && (ir->base[0] == '"' || ir->base[0] == 'W')) {
+        /* One entity-tag only: a list or "*" is not a valid If-Range. */
+        if (memchr(ir->base, ',', ir->len))
+            return false;
+        return um_etag_match_strong(*ir, etag);
+    }
+    time_t t;
+    return um_http_date_parse(*ir, &t) && t == mtime;
+}
+
+static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_sink *sink)
+{
+    struct static_origin *o = (struct static_origin *)base;
+    const struct um_request *req = f->req;
+    if (req->method_id != UM_METHOD_GET && req->method_id != UM_METHOD_HEAD) {
+        struct um_header h[2] = {
+            {UM_STR("Allow"), UM_STR("GET, HEAD")},
+            {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")},
+        };
+        respond(sink, 405, h, 2, "405 Method Not Allowed\n");
+        return;
+    }
+    char rel[MAX_PATH];
+    size_t rel_len;
+    unsigned flags;
+    if (um_path_normalize(f->path, rel, sizeof(rel) - 256, &rel_len, &flags) != UM_OK) {
+        respond_error(sink, 400);
+        return;
+    }
+    bool want_dir = req->path.len > 0 && req->path.base[req->path.len - 1] == '/';
+    int fd = open_beneath(o->root_fd, rel_len ? rel : ".");
+    if (fd < 0) {
+        respond_error(sink, errno_status(errno));
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        respond_error(sink, 500);
+        return;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        if (!want_dir) {
+            close(fd);
+            redirect_to_dir(f, sink);
+            return;
+        }
+        close(fd);
+        int ifd = -1, err = ENOENT;
+        if (o->index) {
+            /* Joined and opened from the root, so an index symlink is held to the root
+             * like any other path. */
+            size_t ilen = strlen(o->index);
+            if (rel_len + 1 + ilen < sizeof(rel)) {
+                if (rel_len)
+                    rel[rel_len++] = '/';
+                memcpy(rel + rel_len, o->index, ilen + 1);
+                rel_len += ilen;
+                ifd = open_beneath(o->root_fd, rel);
+                err = errno;
+            }
+        }
+        if (ifd < 0) {
+            respond_error(sink, o->index && err != ENOENT ? errno_status(err) : 403);
+            return;
+        }
+        fd = ifd;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            respond_error(sink, 403);
+            return;
+        }
+    } else if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        respond_error(sink, 403);
+        return;
+    } else if (want_dir) {
+        close(fd); /* "file.txt/" */
+        respond_error(sink, 404);
+        return;
+    }
+
+    char etag_buf[48], lm[UM_HTTP_DATE_LEN + 1], cr[80];
+    int etag_len = snprintf(etag_buf, sizeof(etag_buf), "\"%llx-%llx\"",
+                            (unsigned long long)st.st_mtime, (unsigned long long)st.st_size);
+    um_str etag = {etag_buf, (size_t)etag_len};
+    um_http_date_format(st.st_mtime, lm);
+    const char *type = um_mime_type((um_str){rel, rel_len}, f->config->mime, f->config->num_mime);
+
+    struct um_header h[6];
+    size_t n = 0;
+    h[n++] = (struct um_header){UM_STR("Content-Type"), {type, strlen(type)}};
+    h[n++] = (struct um_header){UM_STR("Last-Modified"), {lm, UM_HTTP_DATE_LEN}};
+    h[n++] = (struct um_header){UM_STR("ETag"), etag};
+    h[n++] = (struct um_header){UM_STR("Accept-Ranges"), UM_STR("bytes")};
+
+    if (not_modified(req, etag, st.st_mtime)) {
+        close(fd);
+        struct um_response_head head = {304, h + 1, 3, -1};
+        sink->ops->on_head(sink, &head);
+        sink->ops->on_end(sink, UM_OK);
+        return;
+    }
+    uint64_t size = (uint64_t)st.st_size, first = 0, last = size ? size - 1 : 0;
+    int status = 200;
+    const um_str *range = um_http1_find_header(req, "Range");
+    if (range && req->method_id == UM_METHOD_GET && range_applies(req, etag, st.st_mtime)) {
+        int r = um_range_parse(*range, size, &first, &last);
+        if (r == UM_ERR) {
+            close(fd);
+            int len = snprintf(cr, sizeof(cr), "bytes */%llu", (unsigned long long)size);
+            h[n++] = (struct um_header){UM_STR("Content-Range"), {cr, (size_t)len}};
+            h[0] = (struct um_header){UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
+            respond(sink, 416, h, n, "416 Range Not Satisfiable\n");
+            return;
+        }
+        if (r == UM_OK) {
+            status = 206;
+            int len = snprintf(cr, sizeof(cr), "bytes %llu-%llu/%llu", (unsigned long long)first,
+                               (unsigned long long)last, (unsigned long long)size);
+            h[n++] = (struct um_header){UM_STR("Content-Range"), {cr, (size_t)len}};
+        }
+    }
+    uint64_t len = size ? last - first + 1 : 0;
+    struct um_response_head head = {status, h, n, (int64_t)len};
+    sink->ops->on_head(sink, &head);
+    if (len > 0)
+        sink->ops->on_file(sink, fd, first, len);
+    else
+        close(fd);
+    sink->ops->on_end(sink, UM_OK);
+}
+
+static void static_destroy(struct um_origin *base)
+{
+    struct static_origin *o = (struct static_origin *)base;
+    close(o->root_fd);
+    free(o->index);
+    free(o);
+}
+
+static const struct um_origin_ops static_ops = {static_fetch, static_destroy};
+
+struct um_origin *um_static_origin_create(const struct um_route *route,
+                                          const struct um_config *config, char *err,
+                                          size_t errlen)
+{
+    (void)config;
+    int fd = open(route->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "route %s: cannot open root %s: %s", route->path, route->root,
+                 strerror(errno));
+        return NULL;
+    }
+    struct static_origin *o = um_calloc(1, sizeof(*o));
+    o->base.ops = &static_ops;
+    o->root_fd = fd;
+    o->index = route->index ? um_strndup(route->index, strlen(route->index)) : NULL;
+    return &o->base;
+}
