@@ -38,12 +38,15 @@ struct um_sink {
     const struct um_sink_ops *ops;
 };
 
-/* One request handed to an origin. Borrowed: valid until the sink's on_end. */
+/* One request handed to an origin. Borrowed for the duration of the fetch call: an
+ * origin that answers later copies what it keeps. */
 struct um_fetch {
-    const struct um_request *req;
+    const struct um_request *req; /* req->path is the path as sent, still encoded */
     const struct um_route *route;
     const struct um_config *config;
-    um_str path; /* request path with the route's prefix removed, still percent-encoded */
+    /* The request path percent-decoded and normalised (um_path_normalize: no "..", no "."
+     * or empty segments), with the route's prefix removed; may begin or end with '/'. */
+    um_str path;
 };
 
 struct um_origin_ops {

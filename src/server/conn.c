@@ -18,6 +18,7 @@
 
 #include "internal.h"
 #include "umbra/log.h"
+#include "umbra/static.h"
 
 #define TURN_BUDGET 32                  /* drive() iterations before yielding */
 #define WRITE_BUDGET (1024 * 1024)      /* bytes per connection per loop turn */
@@ -281,22 +282,22 @@ static bool host_matches(const char *want, um_str authority)
 }
 
 /* First route whose host and path prefix match; *rest is the path below the prefix. */
-static const struct um_route *find_route(const struct um_config *cfg, const struct um_request *req,
-                                         um_str *rest)
+static const struct um_route *find_route(const struct um_config *cfg, um_str authority,
+                                         um_str path, um_str *rest)
 {
     for (size_t i = 0; i < cfg->num_routes; i++) {
         const struct um_route *r = &cfg->routes[i];
-        if (r->host && !host_matches(r->host, req->authority))
+        if (r->host && !host_matches(r->host, authority))
             continue;
         size_t plen = strlen(r->path);
-        if (req->path.len >= plen && memcmp(req->path.base, r->path, plen) == 0) {
-            *rest = (um_str){req->path.base + plen, req->path.len - plen};
+        if (path.len >= plen && memcmp(path.base, r->path, plen) == 0) {
+            *rest = (um_str){path.base + plen, path.len - plen};
             return r;
         }
         /* "/dir" reaches the route "/dir/", whose origin redirects it. */
-        if (plen > 1 && r->path[plen - 1] == '/' && req->path.len == plen - 1 &&
-            memcmp(req->path.base, r->path, plen - 1) == 0) {
-            *rest = (um_str){req->path.base + req->path.len, 0};
+        if (plen > 1 && r->path[plen - 1] == '/' && path.len == plen - 1 &&
+            memcmp(path.base, r->path, plen - 1) == 0) {
+            *rest = (um_str){path.base + path.len, 0};
             return r;
         }
     }
@@ -319,8 +320,23 @@ static void dispatch(struct um__conn *c)
         }
         return;
     }
+    /* Routes match the decoded, normalised path, so that "/stat%69c/" is "/static/" and
+     * no spelling of a path reaches another route than the plain one would. */
+    char *npath = c->w->path_buf;
+    size_t nlen;
+    unsigned nflags;
+    if (um_path_normalize(req->path, npath + 1, sizeof(c->w->path_buf) - 2, &nlen, &nflags) !=
+        UM_OK) {
+        respond_simple(c, 400, NULL, 0);
+        return;
+    }
+    npath[0] = '/';
+    nlen++;
+    if ((nflags & UM_PATH_F_DIR) && nlen > 1)
+        npath[nlen++] = '/';
+    npath[nlen] = '\0';
     um_str rest;
-    const struct um_route *route = find_route(c->config, req, &rest);
+    const struct um_route *route = find_route(c->config, req->authority, (um_str){npath, nlen}, &rest);
     if (route == NULL || route->origin == NULL) {
         respond_simple(c, 404, NULL, 0);
         return;
@@ -655,6 +671,11 @@ static void drive(struct um__conn *c)
         }
         if (in == IN_BACKLOG)
             continue;
+        if (c->draining && c->state == S_HEAD && c->rpos == c->rlen) {
+            /* Stopping: the request in flight is answered and no other has begun. */
+            um__conn_close(c);
+            return;
+        }
         if (c->peer_closed) {
             /* Nothing more will come; what was buffered has been answered. */
             um__conn_close(c);

@@ -74,6 +74,7 @@ struct um__worker {
     /* Free list of read buffers (connections waiting idle give theirs back). */
     char **free_bufs;
     size_t num_free_bufs;
+    char path_buf[4096]; /* the normalised path of the request being dispatched */
 };
 
 struct um_server {

@@ -10,9 +10,6 @@
 
 #include <string.h>
 
-/* NAME_MAX on Linux; a longer segment cannot name a file. */
-#define SEGMENT_MAX 255
-
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9') return c - '0';
@@ -29,10 +26,12 @@ int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsig
     /* raw.base may be NULL when raw.len is 0, and NULL + 0 is undefined behaviour. */
     const char *p = raw.base, *end = raw.len > 0 ? raw.base + raw.len : raw.base;
     size_t olen = 0;
-    char seg[SEGMENT_MAX];
 
     for (;;) {
-        size_t slen = 0;
+        /* Decode the segment straight into place after a separator; drop it again if it
+         * turns out to be "." or empty. Its length is the file system's business (a name
+         * over NAME_MAX is simply not found). */
+        size_t start = olen + (olen > 0), slen = 0;
         while (p < end && *p != '/') {
             unsigned char c = (unsigned char)*p;
             if (c == '%') {
@@ -48,17 +47,15 @@ int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsig
                 p++;
             }
             if (c < 0x20 || c == 0x7f || c == '\\') goto fail;
-            if (slen == SEGMENT_MAX) goto fail;
-            seg[slen++] = (char)c;
+            if (start + slen >= outsz) goto fail;
+            out[start + slen++] = (char)c;
         }
-
+        const char *seg = out + start;
         if (slen == 2 && seg[0] == '.' && seg[1] == '.') goto fail;
         if (slen > 0 && !(slen == 1 && seg[0] == '.')) {
-            size_t need = olen + (olen > 0) + slen;
-            if (need > outsz - 1) goto fail;
-            if (olen > 0) out[olen++] = '/';
-            memcpy(out + olen, seg, slen);
-            olen += slen;
+            if (start + slen > outsz - 1) goto fail; /* no room for the NUL */
+            if (olen > 0) out[olen] = '/';
+            olen = start + slen;
         }
 
         if (p == end) break;

@@ -130,13 +130,22 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
         respond(sink, 405, h, 2, "405 Method Not Allowed\n");
         return;
     }
+    /* f->path is decoded and normalised already; drop its outer slashes. */
     char rel[MAX_PATH];
-    size_t rel_len;
-    unsigned flags;
-    if (um_path_normalize(f->path, rel, sizeof(rel) - 256, &rel_len, &flags) != UM_OK) {
-        respond_error(sink, 400);
+    um_str p = f->path;
+    while (p.len > 0 && p.base[0] == '/') {
+        p.base++;
+        p.len--;
+    }
+    while (p.len > 0 && p.base[p.len - 1] == '/')
+        p.len--;
+    size_t rel_len = p.len;
+    if (rel_len > sizeof(rel) - 256) {
+        respond_error(sink, 404);
         return;
     }
+    memcpy(rel, p.base, rel_len);
+    rel[rel_len] = '\0';
     bool want_dir = req->path.len > 0 && req->path.base[req->path.len - 1] == '/';
     int fd = open_beneath(o->root_fd, rel_len ? rel : ".");
     if (fd < 0) {

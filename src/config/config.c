@@ -1,0 +1,1087 @@
+/* Loading config.lua into an immutable, reference-counted snapshot.
+ *
+ * The file runs once in a fresh LuaJIT state (JIT off, so that the instruction-count hook
+ * sees every instruction and a runaway loop ends in an error instead of a hang). Then the
+ * globals it assigned are read into C structs and validated, inside lua_cpcall so that
+ * even an allocation failure in the Lua state comes back as a message, and only raw table
+ * accesses are used, so that no metamethod of the script runs during validation.
+ *
+ * Every message names the file and, whenever one applies, the line:
+ * - Lua syntax and runtime errors carry "chunkname:line:" already; the chunk name is
+ *   "@FILE", and the (possibly shortened) name LuaJIT prints is swapped for FILE.
+ * - A bad value is reported at the line of its dotted path ("routes.2.root") as found by
+ *   the line finder (lualines.c), else at the nearest ancestor it found ("routes.2", then
+ *   "routes"), else at the line where the global was first assigned, which a __newindex
+ *   metamethod on _G records while the chunk runs, else without a line. */
+#include "umbra/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <luajit.h>
+#include <lualib.h>
+
+#include "lualines.h"
+#include "umbra/log.h"
+#include "umbra/origin.h"
+
+/* Lua VM instructions a config may execute. A real config runs a few thousand; an endless
+ * loop reaches this in a few tens of milliseconds. */
+#define INSTRUCTION_BUDGET 10000000
+#define MAX_FILE_BYTES (16u << 20)
+#define MAX_WORKERS 256
+/* Longer timeouts are certainly mistakes, and would overflow conversions to milliseconds. */
+#define MAX_TIMEOUT 31536000.0
+#define PATH_LEN 256
+
+static const char *const SETTINGS[] = {"listen",   "workers", "routes",    "limits",
+                                       "timeouts", "mime",    "log_level", NULL};
+static const char *const ROUTE_KEYS[] = {"host", "path", "root", "index", NULL};
+static const char *const LIMIT_KEYS[] = {"max_connections", "max_header_bytes",
+                                         "max_body_bytes", "max_request_line", NULL};
+static const char *const TIMEOUT_KEYS[] = {"header", "idle", "send", "shutdown", NULL};
+static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug", NULL};
+
+/* Registry key of the table global name -> line of its first assignment. */
+static const char GLOBAL_LINES_KEY = 'l';
+
+struct load {
+    const char *file;
+    char *err;
+    size_t errlen;
+    char short_src[LUA_IDSIZE]; /* how LuaJIT names the file in its messages */
+    char *dir;                  /* directory of the file, for relative roots */
+    const char *src;
+    size_t srclen;
+    struct um__lualines lines;
+    bool scanned;
+    struct um_config *c;
+    bool failed;
+};
+
+/* Writes "FILE:LINE: message" (or "FILE: message" when line <= 0) into err, always
+ * NUL-terminated and truncated to errlen. */
+__attribute__((format(printf, 5, 0))) static void format_err(char *err, size_t errlen,
+                                                             const char *file, int line,
+                                                             const char *fmt, va_list ap)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    int n = line > 0 ? snprintf(err, errlen, "%s:%d: ", file, line)
+                     : snprintf(err, errlen, "%s: ", file);
+    if (n < 0) {
+        err[0] = '\0';
+        return;
+    }
+    if ((size_t)n >= errlen)
+        return;
+    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+}
+
+__attribute__((format(printf, 3, 4))) static bool fail_at(struct load *ld, int line,
+                                                          const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    format_err(ld->err, ld->errlen, ld->file, line, fmt, ap);
+    va_end(ap);
+    ld->failed = true;
+    return false;
+}
+
+/* The line of the first assignment of global name, recorded by on_newindex, or 0. */
+static int global_line(lua_State *L, const char *name)
+{
+    int line = 0;
+    lua_pushlightuserdata(L, (void *)&GLOBAL_LINES_KEY);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    if (lua_istable(L, -1)) {
+        lua_pushstring(L, name);
+        lua_rawget(L, -2);
+        if (lua_type(L, -1) == LUA_TNUMBER)
+            line = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return line;
+}
+
+/* The line to report for the value at path: see the comment at the top. */
+static int line_of(struct load *ld, lua_State *L, const char *path)
+{
+    char buf[PATH_LEN];
+    if (!ld->scanned) {
+        um__lualines_scan(&ld->lines, ld->src, ld->srclen);
+        ld->scanned = true;
+    }
+    snprintf(buf, sizeof buf, "%s", path);
+    for (;;) {
+        int line = um__lualines_find(&ld->lines, buf);
+        if (line > 0)
+            return line;
+        char *dot = strrchr(buf, '.');
+        if (dot == NULL)
+            break;
+        *dot = '\0';
+    }
+    return global_line(L, buf);
+}
+
+/* Reports a bad value at path; the message itself should start with the path too. */
+__attribute__((format(printf, 4, 5))) static bool fail(struct load *ld, lua_State *L,
+                                                       const char *path, const char *fmt, ...)
+{
+    int line = line_of(ld, L, path);
+    va_list ap;
+    va_start(ap, fmt);
+    format_err(ld->err, ld->errlen, ld->file, line, fmt, ap);
+    va_end(ap);
+    ld->failed = true;
+    return false;
+}
+
+/* Turns the Lua error value on top of the stack into "FILE:LINE: message". */
+static void fail_lua(struct load *ld, lua_State *L)
+{
+    int t = lua_type(L, -1);
+    if (t != LUA_TSTRING && t != LUA_TNUMBER) {
+        fail_at(ld, 0, "error (error object is a %s value)", lua_typename(L, t));
+        return;
+    }
+    const char *msg = lua_tostring(L, -1);
+    size_t n = strlen(ld->short_src);
+    if (n > 0 && strncmp(msg, ld->short_src, n) == 0 && msg[n] == ':') {
+        ld->failed = true;
+        if (ld->err != NULL && ld->errlen > 0)
+            snprintf(ld->err, ld->errlen, "%s%s", ld->file, msg + n);
+        return;
+    }
+    fail_at(ld, 0, "%s", msg);
+}
+
+static bool in_list(const char *const *list, const char *s)
+{
+    for (; *list != NULL; list++)
+        if (strcmp(*list, s) == 0)
+            return true;
+    return false;
+}
+
+/* Writes list as "a, b, c" into buf. */
+static const char *join(const char *const *list, char *buf, size_t n)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; list[i] != NULL && off < n; i++) {
+        int w = snprintf(buf + off, n - off, "%s%s", i ? ", " : "", list[i]);
+        if (w < 0)
+            break;
+        off += (size_t)w;
+    }
+    return buf;
+}
+
+/* Describes the key at idx for a message (never converts it in place: lua_next-safe). */
+static const char *key_text(lua_State *L, int idx, char *buf, size_t n)
+{
+    switch (lua_type(L, idx)) {
+    case LUA_TSTRING:
+        snprintf(buf, n, "%s", lua_tostring(L, idx));
+        break;
+    case LUA_TNUMBER: {
+        double d = lua_tonumber(L, idx);
+        if (d >= -1e15 && d <= 1e15 && d == floor(d))
+            snprintf(buf, n, "%lld", (long long)d);
+        else
+            snprintf(buf, n, "%g", d);
+        break;
+    }
+    case LUA_TBOOLEAN:
+        snprintf(buf, n, "%s", lua_toboolean(L, idx) ? "true" : "false");
+        break;
+    default:
+        snprintf(buf, n, "(%s)", lua_typename(L, lua_type(L, idx)));
+        break;
+    }
+    return buf;
+}
+
+/* Writes "parent.key" into buf, truncated to n bytes. */
+static const char *subpath(char *buf, size_t n, const char *parent, const char *key)
+{
+    size_t off = strnlen(parent, n - 1);
+    memmove(buf, parent, off);
+    if (off < n - 1)
+        buf[off++] = '.';
+    size_t kl = strnlen(key, n - 1 - off);
+    memcpy(buf + off, key, kl);
+    buf[off + kl] = '\0';
+    return buf;
+}
+
+static const char *subpath_i(char *buf, size_t n, const char *parent, size_t i)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%zu", i);
+    return subpath(buf, n, parent, num);
+}
+
+/* Pushes the global name without running metamethods; returns its type. */
+static int get_global(lua_State *L, const char *name)
+{
+    lua_pushstring(L, name);
+    lua_rawget(L, LUA_GLOBALSINDEX);
+    return lua_type(L, -1);
+}
+
+/* Pushes t[name] of the table at idx, raw; returns its type. */
+static int get_field(lua_State *L, int idx, const char *name)
+{
+    lua_pushstring(L, name);
+    lua_rawget(L, idx < 0 ? idx - 1 : idx);
+    return lua_type(L, -1);
+}
+
+/* Checks that every key of the table at idx is one of the names in allowed. */
+static bool check_keys(struct load *ld, lua_State *L, int idx, const char *path,
+                       const char *const *allowed)
+{
+    char key[128], sub[PATH_LEN], names[256];
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TSTRING && in_list(allowed, lua_tostring(L, -1)))
+            continue;
+        key_text(L, -1, key, sizeof key);
+        join(allowed, names, sizeof names);
+        subpath(sub, sizeof sub, path, key);
+        if (lua_type(L, -1) == LUA_TSTRING)
+            return fail(ld, L, sub, "%s: unknown key '%s' (expected one of: %s)", path, key,
+                        names);
+        return fail(ld, L, sub, "%s: unexpected value at key [%s] (expected named keys: %s)",
+                    path, key, names);
+    }
+    return true;
+}
+
+/* Checks that the table at idx is a list t[1..n] without holes or other keys. */
+static bool check_list(struct load *ld, lua_State *L, int idx, const char *path, size_t *n)
+{
+    char key[128], sub[PATH_LEN];
+    size_t count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        count++;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TNUMBER) {
+            double d = lua_tonumber(L, -1);
+            if (d >= 1 && d <= (double)count && d == floor(d))
+                continue;
+        }
+        key_text(L, -1, key, sizeof key);
+        subpath(sub, sizeof sub, path, key);
+        if (lua_type(L, -1) == LUA_TSTRING)
+            return fail(ld, L, sub, "%s: unexpected key '%s' (expected a list)", path, key);
+        return fail(ld, L, sub, "%s: expected a list without holes (found index %s)", path,
+                    key);
+    }
+    *n = count;
+    return true;
+}
+
+/* Gets the string at idx; fails unless it is a non-empty string without NUL bytes. */
+static bool get_string(struct load *ld, lua_State *L, int idx, const char *path,
+                       const char *what, const char **s)
+{
+    size_t len;
+    if (lua_type(L, idx) != LUA_TSTRING)
+        return fail(ld, L, path, "%s: expected %s, got %s", path, what,
+                    lua_typename(L, lua_type(L, idx)));
+    *s = lua_tolstring(L, idx, &len);
+    if (len == 0 || strlen(*s) != len)
+        return fail(ld, L, path, "%s: expected %s, got %s", path, what,
+                    len == 0 ? "an empty string" : "a string with a NUL byte");
+    return true;
+}
+
+/* An integer in [lo, hi] (a Lua number without fraction). */
+static bool get_integer(lua_State *L, int idx, double lo, double hi, long long *out)
+{
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        return false;
+    double d = lua_tonumber(L, idx);
+    if (!(d >= lo && d <= hi) || d != floor(d))
+        return false;
+    *out = (long long)d;
+    return true;
+}
+
+bool um_config_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        unsigned shift;
+    } units[] = {{"", 0},   {"k", 10}, {"kb", 10}, {"m", 20},
+                 {"mb", 20}, {"g", 30}, {"gb", 30}};
+    if (s == NULL || !(*s >= '0' && *s <= '9'))
+        return false;
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    for (size_t i = 0; i < UM_NELEMS(units); i++) {
+        if (strcasecmp(s, units[i].suffix) != 0)
+            continue;
+        if (v > (UINT64_MAX >> units[i].shift))
+            return false;
+        *out = v << units[i].shift;
+        return true;
+    }
+    return false;
+}
+
+#define SIZE_HINT "a size: a number of bytes, or a string such as \"512KB\", \"16MB\" or \"1GB\""
+
+/* Reads a size (number of bytes, or a string for um_config_parse_size) in [lo, hi]. */
+static bool get_size(struct load *ld, lua_State *L, int idx, const char *path, uint64_t lo,
+                     uint64_t hi, uint64_t *out)
+{
+    uint64_t v;
+    int t = lua_type(L, idx);
+    if (t == LUA_TNUMBER) {
+        double d = lua_tonumber(L, idx);
+        if (!(d >= 0 && d < 18446744073709551616.0) || d != floor(d))
+            return fail(ld, L, path, "%s: expected %s, got %g", path, SIZE_HINT, d);
+        v = (uint64_t)d;
+    } else if (t == LUA_TSTRING) {
+        const char *s = lua_tostring(L, idx);
+        if (!um_config_parse_size(s, &v))
+            return fail(ld, L, path, "%s: bad size \"%s\" (expected %s)", path, s, SIZE_HINT);
+    } else {
+        return fail(ld, L, path, "%s: expected %s, got %s", path, SIZE_HINT,
+                    lua_typename(L, t));
+    }
+    if (v < lo || v > hi)
+        return fail(ld, L, path, "%s: %llu bytes is out of range (%llu to %llu)", path,
+                    (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
+    *out = v;
+    return true;
+}
+
+/* Parses "host:port": host is an IPv4 literal, a bracketed IPv6 literal, "localhost"
+ * (127.0.0.1) or "*" (0.0.0.0); port is 0 to 65535. */
+static bool parse_listen(struct load *ld, lua_State *L, const char *path, const char *text,
+                         struct um_listen *out)
+{
+    static const char hint[] =
+        "expected \"HOST:PORT\" with HOST an IPv4 address, [IPv6 address], localhost or *";
+    char host[64];
+    const char *colon;
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (close == NULL || close[1] != ':')
+            return fail(ld, L, path, "%s: bad address '%s' (%s)", path, text, hint);
+        colon = close + 1;
+        if ((size_t)(close - text - 1) >= sizeof host)
+            return fail(ld, L, path, "%s: bad address '%s' (%s)", path, text, hint);
+        memcpy(host, text + 1, (size_t)(close - text - 1));
+        host[close - text - 1] = '\0';
+    } else {
+        colon = strrchr(text, ':');
+        if (colon == NULL || colon == text || (size_t)(colon - text) >= sizeof host)
+            return fail(ld, L, path, "%s: bad address '%s' (%s)", path, text, hint);
+        memcpy(host, text, (size_t)(colon - text));
+        host[colon - text] = '\0';
+        if (strchr(host, ':') != NULL)
+            return fail(ld, L, path, "%s: bad address '%s' (IPv6 addresses need brackets: "
+                        "\"[::1]:8080\")", path, text);
+    }
+
+    const char *p = colon + 1;
+    unsigned long port = 0;
+    size_t digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 6; p++, digits++)
+        port = port * 10 + (unsigned long)(*p - '0');
+    if (digits == 0 || *p != '\0' || port > 65535)
+        return fail(ld, L, path, "%s: bad port in '%s' (expected 0 to 65535)", path, text);
+
+    memset(&out->addr, 0, sizeof out->addr);
+    if (text[0] == '[') {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&out->addr;
+        if (inet_pton(AF_INET6, host, &sin6->sin6_addr) != 1)
+            return fail(ld, L, path, "%s: bad IPv6 address in '%s'", path, text);
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons((uint16_t)port);
+        out->addrlen = sizeof *sin6;
+    } else {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&out->addr;
+        if (strcmp(host, "*") == 0)
+            sin->sin_addr.s_addr = htonl(INADDR_ANY);
+        else if (strcmp(host, "localhost") == 0)
+            sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        else if (inet_pton(AF_INET, host, &sin->sin_addr) != 1)
+            return fail(ld, L, path, "%s: bad address '%s' (%s)", path, text, hint);
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons((uint16_t)port);
+        out->addrlen = sizeof *sin;
+    }
+    out->text = um_strndup(text, strlen(text));
+    return true;
+}
+
+static bool load_listen(struct load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    char sub[PATH_LEN];
+    const char *s;
+    int t = get_global(L, "listen");
+    if (t == LUA_TNIL || t == LUA_TSTRING) {
+        c->listen = um_calloc(1, sizeof *c->listen);
+        c->num_listen = 1;
+        if (t == LUA_TNIL)
+            return parse_listen(ld, L, "listen", "127.0.0.1:8080", &c->listen[0]);
+        return get_string(ld, L, -1, "listen", "an address string", &s) &&
+               parse_listen(ld, L, "listen", s, &c->listen[0]);
+    }
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "listen", "listen: expected a list of \"HOST:PORT\" strings, got %s",
+                    lua_typename(L, t));
+    int idx = lua_gettop(L);
+    size_t n;
+    if (!check_list(ld, L, idx, "listen", &n))
+        return false;
+    if (n == 0)
+        return fail(ld, L, "listen", "listen: expected at least one address");
+    c->listen = um_calloc(n, sizeof *c->listen);
+    c->num_listen = n;
+    for (size_t i = 0; i < n; i++) {
+        subpath_i(sub, sizeof sub, "listen", i + 1);
+        lua_rawgeti(L, idx, (int)i + 1);
+        if (!get_string(ld, L, -1, sub, "a \"HOST:PORT\" string", &s) ||
+            !parse_listen(ld, L, sub, s, &c->listen[i]))
+            return false;
+        lua_pop(L, 1);
+        for (size_t j = 0; j < i; j++)
+            if (c->listen[j].addrlen == c->listen[i].addrlen &&
+                memcmp(&c->listen[j].addr, &c->listen[i].addr, c->listen[i].addrlen) == 0)
+                return fail(ld, L, sub, "%s: '%s' is listed twice", sub, s);
+    }
+    return true;
+}
+
+static bool load_workers(struct load *ld, lua_State *L)
+{
+    long long n;
+    int t = get_global(L, "workers");
+    if (t == LUA_TNIL) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        ld->c->workers = cpus < 1 ? 1 : cpus > MAX_WORKERS ? MAX_WORKERS : (int)cpus;
+        return true;
+    }
+    if (!get_integer(L, -1, 1, MAX_WORKERS, &n)) {
+        char got[64];
+        if (t == LUA_TNUMBER)
+            snprintf(got, sizeof got, "%g", lua_tonumber(L, -1));
+        else
+            snprintf(got, sizeof got, "%s", lua_typename(L, t));
+        return fail(ld, L, "workers", "workers: expected an integer from 1 to %d, got %s",
+                    MAX_WORKERS, got);
+    }
+    ld->c->workers = (int)n;
+    return true;
+}
+
+/* Resolves root against the config's directory into an absolute, existing directory. */
+static bool resolve_root(struct load *ld, lua_State *L, const char *path, const char *root,
+                         char **out)
+{
+    char *joined;
+    if (root[0] == '/') {
+        joined = um_strndup(root, strlen(root));
+    } else {
+        size_t dl = strlen(ld->dir), rl = strlen(root);
+        joined = um_malloc(dl + 1 + rl + 1);
+        memcpy(joined, ld->dir, dl);
+        joined[dl] = '/';
+        memcpy(joined + dl + 1, root, rl + 1);
+    }
+    char *real = realpath(joined, NULL);
+    int e = errno;
+    if (real == NULL) {
+        bool ok = e == ENOENT ? fail(ld, L, path, "%s: no such directory '%s' (looked for %s)",
+                                     path, root, joined)
+                              : fail(ld, L, path, "%s: cannot use directory '%s' (%s): %s",
+                                     path, root, joined, strerror(e));
+        free(joined);
+        return ok;
+    }
+    free(joined);
+    struct stat st;
+    if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        bool ok = fail(ld, L, path, "%s: '%s' is not a directory", path, real);
+        free(real);
+        return ok;
+    }
+    *out = real;
+    return true;
+}
+
+static bool load_route(struct load *ld, lua_State *L, int idx, const char *rpath,
+                       struct um_route *r)
+{
+    char sub[PATH_LEN], names[128];
+    const char *s;
+    if (!lua_istable(L, idx))
+        return fail(ld, L, rpath,
+                    "%s: expected a route table such as { path = \"/\", root = \"www\" }, got %s",
+                    rpath, lua_typename(L, lua_type(L, idx)));
+    if (!check_keys(ld, L, idx, rpath, ROUTE_KEYS))
+        return false;
+    r->line = line_of(ld, L, rpath);
+
+    subpath(sub, sizeof sub, rpath, "host");
+    if (get_field(L, idx, "host") != LUA_TNIL) {
+        if (!get_string(ld, L, -1, sub, "a host name such as \"example.com\"", &s))
+            return false;
+        for (const char *p = s; *p; p++)
+            if (*p <= ' ' || *p == ':' || *p == '/' || *p == 0x7f)
+                return fail(ld, L, sub, "%s: bad host name '%s' (no port, path or spaces)",
+                            sub, s);
+        r->host = um_strndup(s, strlen(s));
+        for (char *p = r->host; *p; p++)
+            if (*p >= 'A' && *p <= 'Z')
+                *p = (char)(*p + 32);
+    }
+    lua_pop(L, 1);
+
+    subpath(sub, sizeof sub, rpath, "path");
+    if (get_field(L, idx, "path") == LUA_TNIL)
+        return fail(ld, L, sub, "%s: missing (every route needs a path such as \"/\")", sub);
+    if (!get_string(ld, L, -1, sub, "a path starting with \"/\"", &s))
+        return false;
+    if (s[0] != '/')
+        return fail(ld, L, sub, "%s: '%s' does not start with \"/\"", sub, s);
+    for (const char *p = s; *p; p++)
+        if (*p <= ' ' || *p == 0x7f)
+            return fail(ld, L, sub, "%s: '%s' contains a space or control character", sub, s);
+    r->path = um_strndup(s, strlen(s));
+    lua_pop(L, 1);
+
+    subpath(sub, sizeof sub, rpath, "root");
+    if (get_field(L, idx, "root") == LUA_TNIL)
+        return fail(ld, L, sub, "%s: missing (every route needs a root directory)", sub);
+    if (!get_string(ld, L, -1, sub, "a directory", &s) || !resolve_root(ld, L, sub, s, &r->root))
+        return false;
+    lua_pop(L, 1);
+
+    subpath(sub, sizeof sub, rpath, "index");
+    int t = get_field(L, idx, "index");
+    if (t == LUA_TNIL) {
+        r->index = um_strndup("index.html", strlen("index.html"));
+    } else if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+        r->index = NULL;
+    } else {
+        snprintf(names, sizeof names, "a file name such as \"index.html\", or false");
+        if (!get_string(ld, L, -1, sub, names, &s))
+            return false;
+        if (strchr(s, '/') != NULL || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+            return fail(ld, L, sub, "%s: expected %s, got '%s'", sub, names, s);
+        r->index = um_strndup(s, strlen(s));
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+static bool load_routes(struct load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    char sub[PATH_LEN];
+    int t = get_global(L, "routes");
+    if (t == LUA_TNIL)
+        return fail_at(ld, 0, "routes: missing (at least one route is required, e.g. "
+                              "routes = { { path = \"/\", root = \"www\" } })");
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "routes", "routes: expected a list of route tables, got %s",
+                    lua_typename(L, t));
+    int idx = lua_gettop(L);
+    size_t n;
+    if (!check_list(ld, L, idx, "routes", &n))
+        return false;
+    if (n == 0)
+        return fail(ld, L, "routes", "routes: expected at least one route");
+    c->routes = um_calloc(n, sizeof *c->routes);
+    c->num_routes = n;
+    for (size_t i = 0; i < n; i++) {
+        subpath_i(sub, sizeof sub, "routes", i + 1);
+        lua_rawgeti(L, idx, (int)i + 1);
+        if (!load_route(ld, L, lua_gettop(L), sub, &c->routes[i]))
+            return false;
+        lua_pop(L, 1);
+    }
+    return true;
+}
+
+static bool load_limits(struct load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    uint64_t v;
+    long long n;
+    int t = get_global(L, "limits");
+    if (t == LUA_TNIL)
+        return true;
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "limits", "limits: expected a table, got %s", lua_typename(L, t));
+    int idx = lua_gettop(L);
+    if (!check_keys(ld, L, idx, "limits", LIMIT_KEYS))
+        return false;
+
+    if ((t = get_field(L, idx, "max_connections")) != LUA_TNIL) {
+        if (!get_integer(L, -1, 1, INT_MAX, &n))
+            return fail(ld, L, "limits.max_connections",
+                        "limits.max_connections: expected an integer from 1 to %d", INT_MAX);
+        c->limits.max_connections = (size_t)n;
+    }
+    lua_pop(L, 1);
+    if (get_field(L, idx, "max_header_bytes") != LUA_TNIL) {
+        if (!get_size(ld, L, -1, "limits.max_header_bytes", 1, SIZE_MAX, &v))
+            return false;
+        c->limits.max_header_bytes = (size_t)v;
+    }
+    lua_pop(L, 1);
+    if (get_field(L, idx, "max_request_line") != LUA_TNIL) {
+        if (!get_size(ld, L, -1, "limits.max_request_line", 1, SIZE_MAX, &v))
+            return false;
+        c->limits.max_request_line = (size_t)v;
+    }
+    lua_pop(L, 1);
+    if (get_field(L, idx, "max_body_bytes") != LUA_TNIL) {
+        if (!get_size(ld, L, -1, "limits.max_body_bytes", 0, UINT64_MAX, &v))
+            return false;
+        c->limits.max_body_bytes = v;
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+static bool load_timeouts(struct load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    double *fields[] = {&c->timeouts.header, &c->timeouts.idle, &c->timeouts.send,
+                        &c->timeouts.shutdown};
+    char sub[PATH_LEN];
+    int t = get_global(L, "timeouts");
+    if (t == LUA_TNIL)
+        return true;
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "timeouts", "timeouts: expected a table, got %s",
+                    lua_typename(L, t));
+    int idx = lua_gettop(L);
+    if (!check_keys(ld, L, idx, "timeouts", TIMEOUT_KEYS))
+        return false;
+    for (size_t i = 0; i < UM_NELEMS(fields); i++) {
+        subpath(sub, sizeof sub, "timeouts", TIMEOUT_KEYS[i]);
+        t = get_field(L, idx, TIMEOUT_KEYS[i]);
+        if (t != LUA_TNIL) {
+            double d = t == LUA_TNUMBER ? lua_tonumber(L, -1) : NAN;
+            if (!(d > 0 && d <= MAX_TIMEOUT))
+                return fail(ld, L, sub,
+                            "%s: expected a number of seconds greater than 0 and at most %.0f",
+                            sub, MAX_TIMEOUT);
+            *fields[i] = d;
+        }
+        lua_pop(L, 1);
+    }
+    return true;
+}
+
+static int cmp_mime(const void *a, const void *b)
+{
+    return strcmp(((const struct um_mime_type *)a)->ext, ((const struct um_mime_type *)b)->ext);
+}
+
+static bool load_mime(struct load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    char key[128], sub[PATH_LEN];
+    const char *s;
+    int t = get_global(L, "mime");
+    if (t == LUA_TNIL)
+        return true;
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "mime", "mime: expected a table of extension = \"type\", got %s",
+                    lua_typename(L, t));
+    int idx = lua_gettop(L);
+    size_t n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        n++;
+    }
+    c->mime = um_calloc(n, sizeof *c->mime);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        key_text(L, -2, key, sizeof key);
+        subpath(sub, sizeof sub, "mime", key);
+        if (lua_type(L, -2) != LUA_TSTRING)
+            return fail(ld, L, sub, "mime: expected extensions as keys, got [%s]", key);
+        const char *ext = lua_tostring(L, -2);
+        bool ok = ext[0] != '\0' && strlen(ext) < sizeof key;
+        for (const char *p = ext; *p && ok; p++)
+            ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                 (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '+';
+        if (!ok)
+            return fail(ld, L, sub, "mime: bad extension '%s' (write it without the dot, "
+                        "e.g. md = \"text/markdown\")", key);
+        if (!get_string(ld, L, -1, sub, "a media type such as \"text/plain\"", &s))
+            return false;
+        for (const char *p = s; *p; p++)
+            if ((unsigned char)*p < ' ' || *p == 0x7f)
+                return fail(ld, L, sub, "%s: the media type contains a control character",
+                            sub);
+        if (strchr(s, '/') == NULL)
+            return fail(ld, L, sub, "%s: bad media type '%s' (expected e.g. \"text/plain\")",
+                        sub, s);
+        struct um_mime_type *m = &c->mime[c->num_mime];
+        m->ext = um_strndup(ext, strlen(ext));
+        for (char *p = m->ext; *p; p++)
+            if (*p >= 'A' && *p <= 'Z')
+                *p = (char)(*p + 32);
+        m->type = um_strndup(s, strlen(s));
+        for (size_t j = 0; j < c->num_mime; j++)
+            if (strcmp(c->mime[j].ext, m->ext) == 0) {
+                free(m->ext);
+                free(m->type);
+                return fail(ld, L, sub, "mime: extension '%s' is given twice", key);
+            }
+        c->num_mime++;
+        lua_pop(L, 1);
+    }
+    qsort(c->mime, c->num_mime, sizeof *c->mime, cmp_mime);
+    return true;
+}
+
+static bool load_log_level(struct load *ld, lua_State *L)
+{
+    static const int levels[] = {UM_LOG_ERR, UM_LOG_WARN, UM_LOG_INFO, UM_LOG_DEBUG};
+    char names[64];
+    int t = get_global(L, "log_level");
+    if (t == LUA_TNIL)
+        return true;
+    if (t == LUA_TSTRING)
+        for (size_t i = 0; LOG_LEVELS[i] != NULL; i++)
+            if (strcmp(lua_tostring(L, -1), LOG_LEVELS[i]) == 0) {
+                ld->c->log_level = levels[i];
+                return true;
+            }
+    return fail(ld, L, "log_level", "log_level: expected one of: %s",
+                join(LOG_LEVELS, names, sizeof names));
+}
+
+/* Fails on the first (lowest line) global the file assigned that is neither a setting
+ * nor a function (request hooks such as on_request are functions). */
+static bool check_globals(struct load *ld, lua_State *L)
+{
+    char names[128];
+    char *bad = NULL;
+    int bad_line = INT_MAX;
+    lua_pushlightuserdata(L, (void *)&GLOBAL_LINES_KEY);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    int idx = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        int line = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING || in_list(SETTINGS, lua_tostring(L, -1)))
+            continue;
+        lua_pushvalue(L, -1);
+        lua_rawget(L, LUA_GLOBALSINDEX);
+        int t = lua_type(L, -1);
+        lua_pop(L, 1);
+        if (t == LUA_TNIL || t == LUA_TFUNCTION)
+            continue;
+        const char *name = lua_tostring(L, -1);
+        if (bad == NULL || line < bad_line || (line == bad_line && strcmp(name, bad) < 0)) {
+            free(bad);
+            bad = um_strndup(name, strlen(name));
+            bad_line = line;
+        }
+    }
+    lua_pop(L, 1);
+    if (bad == NULL)
+        return true;
+    int line = line_of(ld, L, bad);
+    char msg[512];
+    snprintf(msg, sizeof msg, "unknown setting '%s' (settings are: %s; use local for helper "
+             "variables)", bad, join(SETTINGS, names, sizeof names));
+    free(bad);
+    return fail_at(ld, line, "%s", msg);
+}
+
+/* Reads and validates the globals, under lua_cpcall. */
+static int extract(lua_State *L)
+{
+    struct load *ld = lua_touserdata(L, 1);
+    lua_settop(L, 0);
+    static bool (*const steps[])(struct load *, lua_State *) = {
+        check_globals, load_listen,   load_workers, load_routes,
+        load_limits,   load_timeouts, load_mime,    load_log_level,
+    };
+    for (size_t i = 0; i < UM_NELEMS(steps); i++) {
+        if (!steps[i](ld, L))
+            break;
+        lua_settop(L, 0);
+    }
+    return 0;
+}
+
+/* __newindex of _G while the chunk runs: records where each global is first assigned. */
+static int on_newindex(lua_State *L)
+{
+    lua_Debug ar;
+    if (lua_type(L, 2) == LUA_TSTRING && lua_getstack(L, 1, &ar) &&
+        lua_getinfo(L, "l", &ar) && ar.currentline > 0) {
+        lua_pushvalue(L, 2);
+        lua_pushinteger(L, ar.currentline);
+        lua_rawset(L, lua_upvalueindex(1));
+    }
+    lua_settop(L, 3);
+    lua_rawset(L, 1);
+    return 0;
+}
+
+static void on_count(lua_State *L, lua_Debug *ar)
+{
+    /* From now on fire at every instruction, so that a script catching this error with
+     * pcall cannot carry on. */
+    lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
+    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+        lua_pushfstring(L, "%s:%d: ", ar->short_src, ar->currentline);
+    else
+        lua_pushliteral(L, "");
+    lua_pushfstring(L, "instruction budget of %d exceeded (endless loop?)", INSTRUCTION_BUDGET);
+    lua_concat(L, 2);
+    lua_error(L);
+}
+
+static char *read_file(const char *file, size_t *len, int *err)
+{
+    FILE *f = fopen(file, "rb");
+    if (f == NULL) {
+        *err = errno;
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = um_malloc(cap);
+    for (;;) {
+        if (n == cap) {
+            if (cap >= MAX_FILE_BYTES) {
+                free(buf);
+                fclose(f);
+                *err = EFBIG;
+                return NULL;
+            }
+            cap *= 2;
+            buf = um_realloc(buf, cap);
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) {
+            if (ferror(f)) {
+                *err = errno ? errno : EIO;
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* The directory of file, absolute when it can be resolved, so that messages about relative
+ * roots show where they were looked for. */
+static char *dir_of(const char *file)
+{
+    const char *slash = strrchr(file, '/');
+    char *dir;
+    if (slash == NULL)
+        dir = um_strndup(".", 1);
+    else if (slash == file)
+        dir = um_strndup("/", 1);
+    else
+        dir = um_strndup(file, (size_t)(slash - file));
+    char *real = realpath(dir, NULL);
+    if (real == NULL)
+        return dir;
+    free(dir);
+    return real;
+}
+
+static void config_free(struct um_config *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < c->num_listen; i++)
+        free(c->listen[i].text);
+    free(c->listen);
+    for (size_t i = 0; i < c->num_routes; i++) {
+        struct um_route *r = &c->routes[i];
+        if (r->origin != NULL)
+            r->origin->ops->destroy(r->origin);
+        free(r->host);
+        free(r->path);
+        free(r->root);
+        free(r->index);
+    }
+    free(c->routes);
+    for (size_t i = 0; i < c->num_mime; i++) {
+        free(c->mime[i].ext);
+        free(c->mime[i].type);
+    }
+    free(c->mime);
+    free(c->file);
+    free(c);
+}
+
+struct um_config *um_config_load(const char *file, char *err, size_t errlen)
+{
+    struct load ld;
+    memset(&ld, 0, sizeof ld);
+    ld.file = file;
+    ld.err = err;
+    ld.errlen = errlen;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+
+    lua_State *L = NULL;
+    struct um_config *c = NULL;
+    char *chunkname = NULL;
+    lua_Debug ar;
+    size_t fl = strlen(file);
+    int e = 0;
+    char *src = read_file(file, &ld.srclen, &e);
+    if (src == NULL) {
+        fail_at(&ld, 0, "cannot read the file: %s", strerror(e));
+        goto out;
+    }
+    ld.src = src;
+    ld.dir = dir_of(file);
+
+    c = um_calloc(1, sizeof *c);
+    ld.c = c;
+    c->_refcnt = 1;
+    c->file = um_strndup(file, strlen(file));
+    c->limits.max_connections = 10000;
+    c->limits.max_header_bytes = 16384;
+    c->limits.max_body_bytes = 16u << 20;
+    c->limits.max_request_line = 8192;
+    c->timeouts.header = 10;
+    c->timeouts.idle = 60;
+    c->timeouts.send = 30;
+    c->timeouts.shutdown = 10;
+    c->log_level = UM_LOG_INFO;
+
+    L = luaL_newstate();
+    if (L == NULL) {
+        fail_at(&ld, 0, "cannot create a Lua state (out of memory)");
+        goto out;
+    }
+    luaL_openlibs(L);
+    /* Compiled traces do not run count hooks: keep everything in the interpreter. (After
+     * luaL_openlibs, whose "jit" library turns the compiler on.) */
+    luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+
+    chunkname = um_malloc(fl + 2);
+    chunkname[0] = '@';
+    memcpy(chunkname + 1, file, fl + 1);
+
+    /* Learn how LuaJIT abbreviates the chunk name in messages (long paths become
+     * "...tail"), to put the full file name back in their place. */
+    if (luaL_loadbuffer(L, "", 0, chunkname) == 0 && lua_getinfo(L, ">S", &ar))
+        snprintf(ld.short_src, sizeof ld.short_src, "%s", ar.short_src);
+    lua_settop(L, 0);
+
+    /* _G's metatable records the line where each global is first assigned. */
+    lua_newtable(L);
+    lua_pushlightuserdata(L, (void *)&GLOBAL_LINES_KEY);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+    lua_newtable(L);
+    lua_pushvalue(L, -2);
+    lua_pushcclosure(L, on_newindex, 1);
+    lua_setfield(L, -2, "__newindex");
+    lua_setmetatable(L, LUA_GLOBALSINDEX);
+    lua_settop(L, 0);
+
+    if (luaL_loadbufferx(L, src, ld.srclen, chunkname, "t") != 0) {
+        fail_lua(&ld, L);
+        goto out;
+    }
+    lua_sethook(L, on_count, LUA_MASKCOUNT, INSTRUCTION_BUDGET);
+    if (lua_pcall(L, 0, 0, 0) != 0) {
+        fail_lua(&ld, L);
+        goto out;
+    }
+    /* No finalizer of the script runs while the values are read. */
+    lua_gc(L, LUA_GCSTOP, 0);
+    if (lua_cpcall(L, extract, &ld) != 0 && !ld.failed)
+        fail_lua(&ld, L);
+
+out:
+    if (L != NULL)
+        lua_close(L);
+    free(chunkname);
+    free(src);
+    free(ld.dir);
+    um__lualines_dispose(&ld.lines);
+    if (ld.failed) {
+        config_free(ld.c);
+        return NULL;
+    }
+    return ld.c;
+}
+
+void um_config_ref(struct um_config *c)
+{
+    int n = __atomic_add_fetch(&c->_refcnt, 1, __ATOMIC_RELAXED);
+    UM_ASSERT(n > 1);
+}
+
+void um_config_unref(struct um_config *c)
+{
+    if (c == NULL)
+        return;
+    int n = __atomic_sub_fetch(&c->_refcnt, 1, __ATOMIC_ACQ_REL);
+    UM_ASSERT(n >= 0);
+    if (n == 0)
+        config_free(c);
+}
+
+void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origin)
+{
+    UM_ASSERT(i < c->num_routes);
+    struct um_route *r = &c->routes[i];
+    if (r->origin != NULL && r->origin != origin)
+        r->origin->ops->destroy(r->origin);
+    r->origin = origin;
+}

@@ -1,0 +1,514 @@
+"""Helpers for Umbra's integration tests: start the real binary, talk raw HTTP to it.
+
+Python 3 standard library only. Every server listens on 127.0.0.1 with an ephemeral port,
+every wait is bounded in time, and the process is killed by its PID (never by name).
+
+    with Umbra('routes = { { path = "/", root = "www" } }',
+               files={"www/a.txt": "hi"}) as u:
+        status, headers, body = http_get(u.port, "/a.txt")
+"""
+
+import http.client
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+DEFAULT_BIN = "/work/main/build/umbra"
+
+# "... [info] umbra 0.1.0 listening on 127.0.0.1:41234, [::1]:41235 with 1 workers (config ...)"
+_START_RE = re.compile(r"listening on (.+?) with \d+ workers")
+_PORT_RE = re.compile(r":(\d+)$")
+
+
+def umbra_bin():
+    """Path of the binary under test: $UMBRA_BIN, else the default build."""
+    return os.environ.get("UMBRA_BIN") or DEFAULT_BIN
+
+
+def source_dir():
+    """The repository root: $UMBRA_SOURCE_DIR, else two folders above this file."""
+    return os.environ.get("UMBRA_SOURCE_DIR") or os.path.abspath(
+        os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+class UmbraError(Exception):
+    """The server did not start (or did not fail) as the test expected."""
+
+
+def write_files(base, files):
+    """Writes files (relative path -> bytes or str) under base, creating folders."""
+    for rel, content in (files or {}).items():
+        path = os.path.join(base, rel)
+        os.makedirs(os.path.dirname(path) or base, exist_ok=True)
+        if isinstance(content, str):
+            content = content.encode()
+        with open(path, "wb") as f:
+            f.write(content)
+
+
+class Umbra:
+    """Context manager running one umbra process on a generated config.
+
+    config_body is appended to `listen = { "127.0.0.1:0" }` and `workers = N`, so it may
+    override either. files are written under the temp dir (the config's folder), which is
+    also the process's cwd; then setup(dir), if given, may add what files cannot express
+    (symlinks, modes, mtimes) before the process starts. With expect_fail=True, the process is expected to exit before
+    it logs its start-up line; __enter__ then waits for it and keeps its return code in
+    .returncode and its stderr in .log().
+    """
+
+    def __init__(self, config_body, files=None, workers=1, expect_fail=False,
+                 start_timeout=10.0, args=(), setup=None):
+        self.config_body = config_body
+        self.setup = setup
+        self.files = files or {}
+        self.workers = workers
+        self.expect_fail = expect_fail
+        self.start_timeout = start_timeout
+        self.args = list(args)
+        self.dir = None
+        self.proc = None
+        self.port = None
+        self.ports = []
+        self.returncode = None
+        self._lines = []
+        self._lock = threading.Lock()
+        self._reader = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def __enter__(self):
+        self.dir = tempfile.mkdtemp(prefix="umbra-it-")
+        try:
+            write_files(self.dir, self.files)
+            if self.setup is not None:
+                self.setup(self.dir)
+            self.config_path = os.path.join(self.dir, "config.lua")
+            with open(self.config_path, "w") as f:
+                f.write('listen = { "127.0.0.1:0" }\nworkers = %d\n' % self.workers)
+                f.write(self.config_body)
+                f.write("\n")
+            self._start()
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._cleanup()
+        return False
+
+    def _start(self):
+        self.proc = subprocess.Popen(
+            [umbra_bin()] + self.args + [self.config_path], cwd=self.dir,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        started = threading.Event()
+
+        def drain():
+            for raw in iter(self.proc.stderr.readline, b""):
+                line = raw.decode("utf-8", "replace")
+                with self._lock:
+                    self._lines.append(line)
+                m = _START_RE.search(line)
+                if m and not started.is_set():
+                    self.ports = [int(p.group(1)) for p in
+                                  (_PORT_RE.search(a.strip()) for a in m.group(1).split(","))
+                                  if p]
+                    started.set()
+            started.set()  # EOF: the process closed stderr (exited)
+
+        self._reader = threading.Thread(target=drain, daemon=True)
+        self._reader.start()
+        if not started.wait(self.start_timeout):
+            raise UmbraError("umbra did not log its start-up line within %.0f s:\n%s"
+                             % (self.start_timeout, self.log()))
+        if self.expect_fail:
+            if self.ports:
+                raise UmbraError("umbra started but was expected to fail:\n" + self.log())
+            try:
+                self.returncode = self.proc.wait(self.start_timeout)
+            except subprocess.TimeoutExpired:
+                raise UmbraError("umbra closed stderr but did not exit:\n" + self.log())
+            self._reader.join(2)
+            return
+        if not self.ports:
+            rc = self.proc.poll()
+            self._reader.join(2)
+            raise UmbraError("umbra exited (status %s) before listening:\n%s" % (rc, self.log()))
+        self.port = self.ports[0]
+
+    def _cleanup(self):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+            if self._reader is not None:
+                self._reader.join(2)
+            if self.proc.stderr:
+                self.proc.stderr.close()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    # -- accessors --------------------------------------------------------------------
+
+    def log(self):
+        """Everything the process has written to stderr so far."""
+        with self._lock:
+            return "".join(self._lines)
+
+    def path(self, rel):
+        """Absolute path of rel under the temp dir."""
+        return os.path.join(self.dir, rel)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """Sends sig and waits for the exit; returns the return code (None on timeout)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def cpu_seconds(self):
+        """User + system CPU time the process has used, from /proc/PID/stat."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            stat = f.read()
+        fields = stat[stat.rindex(")") + 2:].split()
+        # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- clients ----------------------------------------------------------------------------
+
+def connect(port, timeout=5):
+    """A TCP connection to 127.0.0.1:port with a timeout on every operation."""
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+
+def recv_all(sock, timeout=5, limit=64 << 20):
+    """Reads until the peer closes, timeout seconds pass, or limit bytes arrive."""
+    deadline = time.monotonic() + timeout
+    chunks = []
+    total = 0
+    while total < limit:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        r, _, _ = select.select([sock], [], [], left)
+        if not r:
+            break
+        try:
+            data = sock.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not data:
+            break
+        chunks.append(data)
+        total += len(data)
+    return b"".join(chunks)
+
+
+def exchange(port, raw, timeout=5, half_close=False):
+    """Sends raw bytes on a new connection; returns (bytes read, closed) where closed says
+    whether the server closed the connection (EOF or reset) before timeout seconds."""
+    if isinstance(raw, str):
+        raw = raw.encode()
+    deadline = time.monotonic() + timeout
+    chunks = []
+    with connect(port, timeout) as s:
+        try:
+            s.sendall(raw)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b"".join(chunks), False
+            r, _, _ = select.select([s], [], [], left)
+            if not r:
+                return b"".join(chunks), False
+            try:
+                data = s.recv(65536)
+            except ConnectionResetError:
+                return b"".join(chunks), True
+            if not data:
+                return b"".join(chunks), True
+            chunks.append(data)
+
+
+def request(port, raw, timeout=5, half_close=False):
+    """Sends raw bytes on a new connection and returns all bytes read until the server
+    closes or timeout seconds pass."""
+    if isinstance(raw, str):
+        raw = raw.encode()
+    with connect(port, timeout) as s:
+        s.sendall(raw)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        return recv_all(s, timeout)
+
+
+def peer_closed(sock, timeout=3):
+    """True when the peer closes (EOF or reset) within timeout; bytes read are discarded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        r, _, _ = select.select([sock], [], [], left)
+        if not r:
+            return False
+        try:
+            if not sock.recv(65536):
+                return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+
+
+def http_get(port, path, headers=None, method="GET", body=None, timeout=5):
+    """One request with http.client; returns (status, HTTPMessage headers, body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        return r.status, r.headers, r.read()
+    finally:
+        c.close()
+
+
+# -- raw response parsing ---------------------------------------------------------------
+
+class Response:
+    """One parsed response: .status, .reason, .version, .headers (list of (name, value)),
+    .body (bytes), .raw_head (bytes); .header(name) gives the first value or None."""
+
+    def __init__(self, version, status, reason, headers, body, raw_head):
+        self.version, self.status, self.reason = version, status, reason
+        self.headers, self.body, self.raw_head = headers, body, raw_head
+
+    def header(self, name, default=None):
+        name = name.lower()
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return default
+
+    def header_all(self, name):
+        name = name.lower()
+        return [v for k, v in self.headers if k.lower() == name]
+
+    # Lets callers unpack: status, headers, body = resp
+    def __iter__(self):
+        return iter((self.status, self.headers, self.body))
+
+    def __repr__(self):
+        return "<Response %d %r, %d body bytes>" % (self.status, self.headers, len(self.body))
+
+
+class ParseError(Exception):
+    pass
+
+
+def parse_responses(data, head_methods=(), strict=True):
+    """Splits data into responses.
+
+    head_methods: for each response in order, whether it answers a HEAD (no body); a
+    sequence of booleans or of method names ("HEAD"). Responses past its end are taken as
+    answering GET. 1xx, 204 and 304 never have a body. A body is Content-Length bytes,
+    chunked, or (neither) everything up to the end of data. With strict, a truncated last
+    response raises ParseError; otherwise it is returned as far as it goes.
+    """
+    flags = [m is True or (isinstance(m, str) and m.upper() == "HEAD") for m in head_methods]
+    out = []
+    pos = 0
+    idx = 0
+    while pos < len(data):
+        end = data.find(b"\r\n\r\n", pos)
+        if end < 0:
+            raise ParseError("incomplete head at byte %d: %r" % (pos, data[pos:pos + 200]))
+        raw_head = data[pos:end + 4]
+        lines = data[pos:end].split(b"\r\n")
+        m = re.match(rb"(HTTP/\d\.\d) (\d{3}) ?(.*)$", lines[0])
+        if not m:
+            raise ParseError("bad status line: %r" % lines[0])
+        version, status, reason = m.group(1).decode(), int(m.group(2)), m.group(3).decode("latin-1")
+        headers = []
+        for line in lines[1:]:
+            if b":" not in line:
+                raise ParseError("bad header line: %r" % line)
+            k, v = line.split(b":", 1)
+            headers.append((k.decode("latin-1"), v.strip().decode("latin-1")))
+        pos = end + 4
+        hdr = {k.lower(): v for k, v in headers}
+        is_head = idx < len(flags) and flags[idx]
+        if 100 <= status < 200:
+            body = b""  # interim: does not use up an entry of head_methods
+            out.append(Response(version, status, reason, headers, body, raw_head))
+            continue
+        idx += 1
+        if is_head or status in (204, 304):
+            body = b""
+        elif "transfer-encoding" in hdr and "chunked" in hdr["transfer-encoding"].lower():
+            body, pos = _read_chunked(data, pos, strict)
+        elif "content-length" in hdr:
+            n = int(hdr["content-length"])
+            body = data[pos:pos + n]
+            if len(body) < n and strict:
+                raise ParseError("body truncated: %d of %d bytes" % (len(body), n))
+            pos += n
+        else:
+            body = data[pos:]
+            pos = len(data)
+        out.append(Response(version, status, reason, headers, body, raw_head))
+    return out
+
+
+def _read_chunked(data, pos, strict):
+    body = []
+    while True:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            if strict:
+                raise ParseError("truncated chunked body")
+            return b"".join(body), len(data)
+        size = int(data[pos:eol].split(b";")[0], 16)
+        pos = eol + 2
+        if size == 0:
+            end = data.find(b"\r\n\r\n", pos - 2)
+            return b"".join(body), (end + 4 if end >= 0 else len(data))
+        body.append(data[pos:pos + size])
+        pos += size + 2
+
+
+def parse_response(data, head=False):
+    """The first final (non-1xx) response in data."""
+    for r in parse_responses(data, head_methods=[head], strict=True):
+        if r.status >= 200:
+            return r
+    raise ParseError("no final response in %r" % data[:200])
+
+
+def read_response(sock, head=False, timeout=5):
+    """Reads one final response from a keep-alive socket, exactly as far as it goes
+    (Content-Length framing only, interim 1xx skipped; the socket stays usable). Bytes
+    past the response are an error: use Client when responses are pipelined."""
+    r, rest = _read_one(sock, b"", head, timeout)
+    if rest:
+        raise ParseError("unexpected bytes after response: %r" % rest[:200])
+    return r
+
+
+class Client:
+    """A keep-alive connection that keeps bytes read past one response for the next."""
+
+    def __init__(self, port, timeout=5):
+        self.sock = connect(port, timeout)
+        self.buf = b""
+
+    def send(self, raw):
+        self.sock.sendall(raw.encode() if isinstance(raw, str) else raw)
+
+    def read_response(self, head=False, timeout=5):
+        r, self.buf = _read_one(self.sock, self.buf, head, timeout)
+        return r
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _read_one(sock, buf, head, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            r = parse_responses(buf[:end + 4], head_methods=[True])[0]
+            if 100 <= r.status < 200:
+                buf = buf[end + 4:]
+                continue
+            n = 0 if head or r.status in (204, 304) else int(r.header("content-length", "0"))
+            while len(buf) < end + 4 + n:
+                buf += _recv_some(sock, deadline)
+            r.body = buf[end + 4:end + 4 + n]
+            return r, buf[end + 4 + n:]
+        buf += _recv_some(sock, deadline)
+
+
+def _recv_some(sock, deadline):
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("no complete response before the deadline")
+    r, _, _ = select.select([sock], [], [], left)
+    if not r:
+        raise socket.timeout("no complete response before the deadline")
+    data = sock.recv(65536)
+    if not data:
+        raise ConnectionError("connection closed before the response was complete")
+    return data
+
+
+def wait_until(pred, timeout=5, interval=0.02):
+    """Polls pred() until it is true or timeout seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def port_is_free(port):
+    """True when nothing accepts connections on 127.0.0.1:port."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return False
+    except OSError:
+        return True
+
+
+# -- assertions -------------------------------------------------------------------------
+
+_IMF_FIXDATE = re.compile(
+    r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+    r" \d{4} \d{2}:\d{2}:\d{2} GMT$")
+
+
+class HttpAssertions:
+    """Mixin for unittest.TestCase with checks every response must pass."""
+
+    def assertCommonHeaders(self, resp, body_framed=True):
+        """HTTP/1.1 status line, one IMF-fixdate Date, a non-empty Server, and (for
+        responses that carry a body or are final and not 304/HEAD) a Content-Length."""
+        self.assertEqual(resp.version, "HTTP/1.1", resp.raw_head)
+        dates = resp.header_all("Date")
+        self.assertEqual(len(dates), 1, "one Date header: %r" % resp.raw_head)
+        self.assertRegex(dates[0], _IMF_FIXDATE)
+        self.assertTrue(resp.header("Server"), "Server header: %r" % resp.raw_head)
+        if body_framed:
+            self.assertIsNotNone(resp.header("Content-Length"),
+                                 "Content-Length: %r" % resp.raw_head)

@@ -1,0 +1,763 @@
+/* Unit tests of the config loader (src/config/) and its line finder. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/lualines.h"
+#include "umbra/config.h"
+#include "umbra/log.h"
+#include "umbra/origin.h"
+
+static char tmpdir[] = "/tmp/umbra-test-config-XXXXXX";
+static char realdir[PATH_MAX]; /* tmpdir after realpath (in case /tmp is a link) */
+static char cfgpath[PATH_MAX];
+
+static const char *join_path(char *buf, size_t n, const char *dir, const char *name)
+{
+    int w = snprintf(buf, n, "%s/%s", dir, name);
+    assert_true(w > 0 && (size_t)w < n);
+    return buf;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+}
+
+static void make_dir(const char *name)
+{
+    char p[PATH_MAX];
+    assert_int_equal(mkdir(join_path(p, sizeof p, tmpdir, name), 0755), 0);
+}
+
+static int group_setup(void **state)
+{
+    if (mkdtemp(tmpdir) == NULL || realpath(tmpdir, realdir) == NULL)
+        return -1;
+    make_dir("www");
+    make_dir("static");
+    make_dir("sub");
+    char p[PATH_MAX];
+    write_file(join_path(p, sizeof p, tmpdir, "afile"), "x");
+    join_path(cfgpath, sizeof cfgpath, tmpdir, "config.lua");
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static int group_teardown(void **state)
+{
+    return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Writes text as config.lua in the temp dir and loads it. */
+static struct um_config *load(const char *text, char *err, size_t errlen)
+{
+    write_file(cfgpath, text);
+    return um_config_load(cfgpath, err, errlen);
+}
+
+static struct um_config *load_ok(const char *text)
+{
+    char err[1024] = "";
+    struct um_config *c = load(text, err, sizeof err);
+    if (c == NULL)
+        fail_msg("unexpected error: %s", err);
+    return c;
+}
+
+/* Asserts that loading file (already written) fails with "file:line: " (or "file: " when
+ * line is 0) and a message containing needle. */
+static void expect_file_error(const char *file, int line, const char *needle)
+{
+    char err[1024] = "", prefix[PATH_MAX + 32];
+    struct um_config *c = um_config_load(file, err, sizeof err);
+    if (c != NULL) {
+        um_config_unref(c);
+        fail_msg("loaded, but expected an error mentioning '%s'", needle);
+    }
+    if (line > 0)
+        snprintf(prefix, sizeof prefix, "%s:%d: ", file, line);
+    else
+        snprintf(prefix, sizeof prefix, "%s: ", file);
+    if (strncmp(err, prefix, strlen(prefix)) != 0)
+        fail_msg("error '%s' does not start with '%s'", err, prefix);
+    if (needle != NULL && strstr(err, needle) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err, needle);
+}
+
+static void expect_error(const char *text, int line, const char *needle)
+{
+    write_file(cfgpath, text);
+    expect_file_error(cfgpath, line, needle);
+}
+
+static const char *in_tmp(const char *name)
+{
+    static char buf[PATH_MAX];
+    return join_path(buf, sizeof buf, realdir, name);
+}
+
+/* --- valid configs ----------------------------------------------------------------- */
+
+static void test_full_config(void **state)
+{
+    char www[PATH_MAX];
+    snprintf(www, sizeof www, "%s", in_tmp("www"));
+    char text[PATH_MAX + 4096];
+    snprintf(text, sizeof text,
+             "-- a full config\n"
+             "listen  = { \"127.0.0.1:8080\", \"[::1]:8081\", \"*:0\", \"localhost:9\" }\n"
+             "workers = 2\n"
+             "routes  = {\n"
+             "  { host = \"Example.COM\", path = \"/static/\", root = \"%s\" },\n"
+             "  { path = \"/\", root = \"www\", index = false },\n"
+             "  {\n"
+             "    path = \"/x/\", root = \"static\", index = \"home.htm\",\n"
+             "  },\n"
+             "}\n"
+             "limits   = { max_connections = 500, max_header_bytes = \"32KB\",\n"
+             "             max_body_bytes = \"1GB\", max_request_line = 4096 }\n"
+             "timeouts = { header = 2.5, idle = 30, send = 5, shutdown = 0.25 }\n"
+             "mime     = { wasm = \"application/wasm\", [\"MD\"] = \"text/markdown; charset=utf-8\" }\n"
+             "log_level = \"debug\"\n"
+             "function on_request(r) return nil end\n"
+             "local helper = 3\n",
+             in_tmp("static"));
+    struct um_config *c = load_ok(text);
+
+    assert_string_equal(c->file, cfgpath);
+    assert_int_equal(c->num_listen, 4);
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&c->listen[0].addr;
+    assert_int_equal(a->sin_family, AF_INET);
+    assert_int_equal(ntohs(a->sin_port), 8080);
+    assert_int_equal(ntohl(a->sin_addr.s_addr), INADDR_LOOPBACK);
+    assert_int_equal(c->listen[0].addrlen, sizeof(struct sockaddr_in));
+    assert_string_equal(c->listen[0].text, "127.0.0.1:8080");
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&c->listen[1].addr;
+    assert_int_equal(a6->sin6_family, AF_INET6);
+    assert_int_equal(ntohs(a6->sin6_port), 8081);
+    assert_memory_equal(&a6->sin6_addr, &in6addr_loopback, sizeof in6addr_loopback);
+    assert_int_equal(c->listen[1].addrlen, sizeof(struct sockaddr_in6));
+    a = (const struct sockaddr_in *)&c->listen[2].addr;
+    assert_int_equal(ntohl(a->sin_addr.s_addr), INADDR_ANY);
+    assert_int_equal(ntohs(a->sin_port), 0);
+    a = (const struct sockaddr_in *)&c->listen[3].addr;
+    assert_int_equal(ntohl(a->sin_addr.s_addr), INADDR_LOOPBACK);
+    assert_int_equal(ntohs(a->sin_port), 9);
+
+    assert_int_equal(c->workers, 2);
+
+    assert_int_equal(c->num_routes, 3);
+    assert_string_equal(c->routes[0].host, "example.com");
+    assert_string_equal(c->routes[0].path, "/static/");
+    assert_string_equal(c->routes[0].root, in_tmp("static"));
+    assert_string_equal(c->routes[0].index, "index.html");
+    assert_int_equal(c->routes[0].line, 5);
+    assert_null(c->routes[0].origin);
+    assert_null(c->routes[1].host);
+    assert_string_equal(c->routes[1].root, www);
+    assert_null(c->routes[1].index);
+    assert_int_equal(c->routes[1].line, 6);
+    assert_string_equal(c->routes[2].index, "home.htm");
+    assert_int_equal(c->routes[2].line, 7);
+
+    assert_int_equal(c->limits.max_connections, 500);
+    assert_int_equal(c->limits.max_header_bytes, 32 * 1024);
+    assert_int_equal(c->limits.max_body_bytes, 1ull << 30);
+    assert_int_equal(c->limits.max_request_line, 4096);
+
+    assert_true(c->timeouts.header == 2.5);
+    assert_true(c->timeouts.idle == 30);
+    assert_true(c->timeouts.send == 5);
+    assert_true(c->timeouts.shutdown == 0.25);
+
+    assert_int_equal(c->num_mime, 2);
+    assert_string_equal(c->mime[0].ext, "md"); /* lower-cased, sorted */
+    assert_string_equal(c->mime[0].type, "text/markdown; charset=utf-8");
+    assert_string_equal(c->mime[1].ext, "wasm");
+    assert_string_equal(c->mime[1].type, "application/wasm");
+
+    assert_int_equal(c->log_level, UM_LOG_DEBUG);
+    um_config_unref(c);
+}
+
+static void test_defaults(void **state)
+{
+    struct um_config *c = load_ok("routes = { { path = \"/\", root = \"www\" } }\n");
+    assert_int_equal(c->num_listen, 1);
+    assert_string_equal(c->listen[0].text, "127.0.0.1:8080");
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&c->listen[0].addr;
+    assert_int_equal(a->sin_family, AF_INET);
+    assert_int_equal(ntohs(a->sin_port), 8080);
+    assert_int_equal(ntohl(a->sin_addr.s_addr), INADDR_LOOPBACK);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    assert_int_equal(c->workers, cpus < 1 ? 1 : cpus > 256 ? 256 : cpus);
+    assert_int_equal(c->limits.max_connections, 10000);
+    assert_int_equal(c->limits.max_header_bytes, 16384);
+    assert_int_equal(c->limits.max_body_bytes, 16 * 1024 * 1024);
+    assert_int_equal(c->limits.max_request_line, 8192);
+    assert_true(c->timeouts.header == 10);
+    assert_true(c->timeouts.idle == 60);
+    assert_true(c->timeouts.send == 30);
+    assert_true(c->timeouts.shutdown == 10);
+    assert_int_equal(c->num_mime, 0);
+    assert_int_equal(c->log_level, UM_LOG_INFO);
+    assert_int_equal(c->num_routes, 1);
+    assert_null(c->routes[0].host);
+    assert_string_equal(c->routes[0].index, "index.html");
+    assert_int_equal(c->routes[0].line, 1);
+    um_config_unref(c);
+}
+
+static void test_relative_root(void **state)
+{
+    char sub[PATH_MAX], cwd[PATH_MAX];
+    /* Relative to the config file's directory, not to the working directory. */
+    join_path(sub, sizeof sub, tmpdir, "sub/config.lua");
+    write_file(sub, "routes = { { path = '/', root = '../www' }, { path = '/s/', root = '.' } }\n");
+    char err[1024];
+    struct um_config *c = um_config_load(sub, err, sizeof err);
+    if (c == NULL)
+        fail_msg("%s", err);
+    assert_string_equal(c->routes[0].root, in_tmp("www"));
+    assert_string_equal(c->routes[1].root, in_tmp("sub"));
+    um_config_unref(c);
+
+    /* A bare file name: relative to the working directory, which is its directory. */
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(tmpdir), 0);
+    write_file("config.lua", "routes = { { path = '/', root = 'www/' } }\n");
+    c = um_config_load("config.lua", err, sizeof err);
+    assert_int_equal(chdir(cwd), 0);
+    if (c == NULL)
+        fail_msg("%s", err);
+    assert_string_equal(c->file, "config.lua");
+    assert_string_equal(c->routes[0].root, in_tmp("www"));
+    um_config_unref(c);
+}
+
+static void test_sizes_in_config(void **state)
+{
+    struct um_config *c = load_ok("routes = { { path = '/', root = 'www' } }\n"
+                                  "limits = { max_body_bytes = '512k', max_header_bytes = '1M',\n"
+                                  "           max_request_line = '100' }\n");
+    assert_int_equal(c->limits.max_body_bytes, 512 * 1024);
+    assert_int_equal(c->limits.max_header_bytes, 1024 * 1024);
+    assert_int_equal(c->limits.max_request_line, 100);
+    um_config_unref(c);
+    c = load_ok("routes = { { path = '/', root = 'www' } }\n"
+                "limits = { max_body_bytes = 0 }\n");
+    assert_int_equal(c->limits.max_body_bytes, 0);
+    um_config_unref(c);
+}
+
+static void test_parse_size(void **state)
+{
+    uint64_t v = 7;
+    assert_true(um_config_parse_size("0", &v));
+    assert_int_equal(v, 0);
+    assert_true(um_config_parse_size("512", &v));
+    assert_int_equal(v, 512);
+    assert_true(um_config_parse_size("512KB", &v));
+    assert_int_equal(v, 512 * 1024);
+    assert_true(um_config_parse_size("512K", &v));
+    assert_int_equal(v, 512 * 1024);
+    assert_true(um_config_parse_size("512k", &v));
+    assert_int_equal(v, 512 * 1024);
+    assert_true(um_config_parse_size("16MB", &v));
+    assert_int_equal(v, 16 * 1024 * 1024);
+    assert_true(um_config_parse_size("16M", &v));
+    assert_int_equal(v, 16 * 1024 * 1024);
+    assert_true(um_config_parse_size("16mb", &v));
+    assert_int_equal(v, 16 * 1024 * 1024);
+    assert_true(um_config_parse_size("1GB", &v));
+    assert_int_equal(v, 1ull << 30);
+    assert_true(um_config_parse_size("1G", &v));
+    assert_int_equal(v, 1ull << 30);
+    assert_true(um_config_parse_size("18446744073709551615", &v));
+    assert_true(v == UINT64_MAX);
+    assert_true(um_config_parse_size("17179869183G", &v)); /* (2^64 - 1) >> 30 */
+
+    v = 42;
+    static const char *const bad[] = {
+        "", "-1", "+1", "1.5", "1.0", "0x10", "abc", "KB", "12MBx", "12 MB", " 12", "12 ",
+        "1TB", "12B", "1e3", "18446744073709551616", "17179869184G", "99999999999999999999K",
+        "16777216TB"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (um_config_parse_size(bad[i], &v))
+            fail_msg("accepted '%s'", bad[i]);
+    assert_int_equal(v, 42); /* untouched on failure */
+    assert_false(um_config_parse_size(NULL, &v));
+}
+
+static int destroyed;
+
+static void fake_destroy(struct um_origin *o)
+{
+    destroyed++;
+    free(o);
+}
+
+static const struct um_origin_ops fake_ops = {NULL, fake_destroy};
+
+static void test_refcount_and_origins(void **state)
+{
+    struct um_config *c = load_ok("routes = { { path = '/a/', root = 'www' },\n"
+                                  "           { path = '/', root = 'www' } }\n");
+    for (size_t i = 0; i < c->num_routes; i++) {
+        struct um_origin *o = malloc(sizeof *o);
+        assert_non_null(o);
+        o->ops = &fake_ops;
+        um_config_set_origin(c, i, o);
+    }
+    destroyed = 0;
+    um_config_ref(c);
+    um_config_ref(c);
+    um_config_unref(c);
+    um_config_unref(c);
+    assert_int_equal(destroyed, 0);
+    um_config_unref(c); /* the last one: frees, and destroys both origins */
+    assert_int_equal(destroyed, 2);
+}
+
+/* Loads and drops configs on every path, success and failure alike; under ASan the leak
+ * checker then reports anything the loader forgot to free. */
+static void test_no_leaks(void **state)
+{
+    static const char *const texts[] = {
+        "routes = { { path = '/', root = 'www' } }\n"
+        "mime = { a = 'x/a', b = 'x/b' } listen = { '127.0.0.1:1', '[::1]:2' }\n",
+        "routes = { { path = '/', root = 'www' }, { path = '/x', root = 'nope' } }\n",
+        "mime = { a = 'x/a', A = 'x/b' } routes = { { path = '/', root = 'www' } }\n",
+        "listen = { '127.0.0.1:1', 'bad' } routes = { { path = '/', root = 'www' } }\n",
+        "routes = {\n",
+        "error('x')\n",
+        "x = 1\n",
+        "while true do end\n",
+    };
+    char err[256];
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+            struct um_config *c = load(texts[i], err, sizeof err);
+            if (c != NULL)
+                um_config_unref(c);
+        }
+}
+
+/* --- errors ------------------------------------------------------------------------ */
+
+static void test_err_syntax(void **state)
+{
+    expect_error("workers = 2\n"
+                 "routes = {\n"
+                 "  { path = '/' root = 'www' },\n"
+                 "}\n",
+                 3, "'}' expected");
+}
+
+static void test_err_runtime(void **state)
+{
+    expect_error("workers = 2\n"
+                 "local x = 1\n"
+                 "error(\"boom\")\n",
+                 3, "boom");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "local t = nil\n"
+                 "\n"
+                 "print(t.x)\n",
+                 4, "attempt to index");
+    /* No position: still names the file. */
+    expect_error("error('plain', 0)\n", 0, "plain");
+    expect_error("\n\nerror({ code = 1 })\n", 0, "table");
+}
+
+static void test_err_long_file_name(void **state)
+{
+    /* LuaJIT shortens long chunk names to "...tail"; the full name must come back. */
+    char dir[PATH_MAX], file[PATH_MAX];
+    join_path(dir, sizeof dir, tmpdir,
+              "a-directory-name-long-enough-to-be-shortened-by-luajit-in-its-messages");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    join_path(file, sizeof file, dir, "config.lua");
+    write_file(file, "\nerror('boom')\n");
+    expect_file_error(file, 2, "boom");
+    write_file(file, "routes = {\n  { path = '/' root = 'www' },\n}\n");
+    expect_file_error(file, 2, "expected");
+    write_file(file, "routes = { { path = '/', root = 'www' } }\nwokers = 3\n");
+    expect_file_error(file, 2, "unknown setting 'wokers'");
+}
+
+static void test_err_missing_file(void **state)
+{
+    const char *file = "/nonexistent/umbra/config.lua";
+    expect_file_error(file, 0, "No such file");
+}
+
+static void test_err_unknown_setting(void **state)
+{
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "worker = 4\n",
+                 2, "unknown setting 'worker'");
+    /* Functions (request hooks) are allowed; so are locals. */
+    struct um_config *c = load_ok("local x = 1\n"
+                                  "function on_request(r) end\n"
+                                  "on_response = function(r) end\n"
+                                  "routes = { { path = '/', root = 'www' } }\n");
+    um_config_unref(c);
+    /* Assigned from a loop: the line comes from the __newindex record. */
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "for _, n in ipairs({ 'a' }) do\n"
+                 "  _G[n .. 'bc'] = 1\n"
+                 "end\n",
+                 3, "unknown setting 'abc'");
+}
+
+static void test_err_unknown_route_key(void **state)
+{
+    expect_error("routes = {\n"
+                 "  {\n"
+                 "    path = '/',\n"
+                 "    roots = 'www',\n"
+                 "  },\n"
+                 "}\n",
+                 4, "unknown key 'roots'");
+    expect_error("routes = {\n"
+                 "  { path = '/', root = 'www' },\n"
+                 "  { '/', 'www' },\n"
+                 "}\n",
+                 3, "routes.2");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "limits = {\n"
+                 "  max_conns = 3 }\n",
+                 3, "unknown key 'max_conns'");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "timeouts = { idle = 3,\n"
+                 "  [\"heder\"] = 3 }\n",
+                 3, "unknown key 'heder'");
+}
+
+static void test_err_workers(void **state)
+{
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "workers = '2'\n",
+                 2, "workers: expected an integer from 1 to 256");
+    expect_error("routes = { { path = '/', root = 'www' } }\n\n"
+                 "workers = 0\n",
+                 3, "workers: expected an integer from 1 to 256");
+    expect_error("workers = 1.5\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "workers: expected an integer");
+    expect_error("workers = 257\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "workers: expected an integer");
+}
+
+static void test_err_listen(void **state)
+{
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "listen = {\n"
+                 "  '127.0.0.1:8080',\n"
+                 "  '300.1.1.1:8080',\n"
+                 "}\n",
+                 4, "'300.1.1.1:8080'");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "listen = { 'example.com:80' }\n",
+                 2, "bad address 'example.com:80'");
+    expect_error("listen = { '::1:80' }\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "brackets");
+    expect_error("listen = { '[::1]80' }\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "bad address '[::1]80'");
+    expect_error("listen = { '127.0.0.1' }\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "bad address");
+    expect_error("listen = 8080\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "listen: expected");
+    expect_error("listen = {}\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "at least one");
+    expect_error("listen = { '*:80', '0.0.0.0:80' }\nroutes = { { path = '/', root = 'www' } }\n",
+                 1, "twice");
+}
+
+static void test_err_port(void **state)
+{
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "listen = { '127.0.0.1:70000' }\n",
+                 2, "bad port in '127.0.0.1:70000'");
+    expect_error("listen = { '127.0.0.1:' }\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "bad port");
+    expect_error("listen = { '[::1]:8x' }\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "bad port");
+    expect_error("listen = { '127.0.0.1:-1' }\nroutes = { { path = '/', root = 'www' } }\n", 1,
+                 "bad port");
+}
+
+static void test_err_missing_root(void **state)
+{
+    expect_error("routes = {\n"
+                 "  { path = '/static/', root = 'static' },\n"
+                 "  { path = '/', root = 'nope' },\n"
+                 "}\n",
+                 3, "'nope'");
+    expect_error("routes = {\n"
+                 "  { path = '/static/', root = 'static' },\n"
+                 "  { path = '/',\n"
+                 "    root = '/nonexistent/dir' },\n"
+                 "}\n",
+                 4, "/nonexistent/dir");
+    expect_error("routes = { { path = '/', root = 'afile' } }\n", 1, "not a directory");
+}
+
+static void test_err_route_without_path(void **state)
+{
+    expect_error("routes = {\n"
+                 "  { path = '/a/', root = 'www' },\n"
+                 "  {\n"
+                 "    root = 'www',\n"
+                 "  },\n"
+                 "}\n",
+                 3, "routes.2.path: missing");
+    expect_error("routes = {\n  { path = '', root = 'www' },\n}\n", 2, "routes.1.path");
+    expect_error("routes = {\n  { path = 'a/', root = 'www' },\n}\n", 2,
+                 "does not start with \"/\"");
+    expect_error("routes = {\n  { path = '/' },\n}\n", 2, "routes.1.root: missing");
+    expect_error("routes = {\n  { path = '/', root = 'www', index = true },\n}\n", 2,
+                 "routes.1.index");
+    expect_error("routes = {\n  { path = '/', root = 'www', host = 'a.com:80' },\n}\n", 2,
+                 "routes.1.host");
+    expect_error("routes = {\n  'www',\n}\n", 2, "routes.1: expected a route table");
+}
+
+static void test_err_routes_missing(void **state)
+{
+    expect_error("workers = 2\n", 0, "routes: missing");
+    expect_error("workers = 2\nroutes = {}\n", 2, "routes: expected at least one route");
+    expect_error("routes = 'www'\n", 1, "routes: expected");
+}
+
+static void test_err_size(void **state)
+{
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "limits = {\n"
+                 "  max_connections = 10,\n"
+                 "  max_body_bytes = '16XB',\n"
+                 "}\n",
+                 4, "bad size \"16XB\"");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "limits = { max_header_bytes = -1 }\n",
+                 2, "limits.max_header_bytes");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "limits = { max_header_bytes = 0 }\n",
+                 2, "limits.max_header_bytes");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "limits = { max_connections = '10' }\n",
+                 2, "limits.max_connections");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "limits = 5\n",
+                 2, "limits: expected a table");
+}
+
+static void test_err_timeout(void **state)
+{
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "timeouts = {\n"
+                 "  header = 10,\n"
+                 "  idle = 0,\n"
+                 "}\n",
+                 4, "timeouts.idle");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "timeouts = { send = '30' }\n",
+                 2, "timeouts.send: expected a number of seconds");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "timeouts = { shutdown = 0/0 }\n",
+                 2, "timeouts.shutdown");
+}
+
+static void test_err_mime_and_log_level(void **state)
+{
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "mime = {\n"
+                 "  ['.md'] = 'text/markdown',\n"
+                 "}\n",
+                 3, "bad extension '.md'");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "mime = { md = 5 }\n",
+                 2, "mime.md");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "mime = { md = 'markdown' }\n",
+                 2, "bad media type");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "log_level = 'verbose'\n",
+                 2, "log_level: expected one of: error, warn, info, debug");
+}
+
+static void test_err_endless_loop(void **state)
+{
+    time_t start = time(NULL);
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "while true do end\n",
+                 2, "instruction budget");
+    /* Catching the error does not help the script. */
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "for i = 1, 10 do\n"
+                 "  pcall(function() while true do end end)\n"
+                 "end\n",
+                 2, "instruction budget");
+    expect_error("local function f() return f() end\n"
+                 "routes = { { path = '/', root = 'www' } }\n"
+                 "f()\n",
+                 1, "instruction budget");
+    assert_true(time(NULL) - start < 20);
+}
+
+/* --- line finder --------------------------------------------------------------------- */
+
+static void test_lualines(void **state)
+{
+    static const char src[] =
+        "#!/usr/bin/env umbra\n"                               /* 1 */
+        "--[==[ routes = { { path = ']]' } }\n"                /* 2 */
+        "]==] -- listen = {\n"                                 /* 3 */
+        "local routes_tmp = { a = 1 }\n"                       /* 4 */
+        "routes = {\n"                                         /* 5 */
+        "  { path = \"/a\\\"\\\n"                              /* 6 */
+        "b\", root = [[x\n"                                    /* 7 */
+        "y]], on = function(r) local a, b = 1, 2 end, n = 1 },\n" /* 8 */
+        "  -- { path = '/ignored' },\n"                        /* 9 */
+        "  {\n"                                                /* 10 */
+        "    [\"path\"] = '/b', [2] = 'x';\n"                  /* 11 */
+        "    root = '{' },\n"                                  /* 12 */
+        "}\n"                                                  /* 13 */
+        "function on_request(r)\n"                             /* 14 */
+        "  limits = { max = 1 }\n"                             /* 15 */
+        "end\n"                                                /* 16 */
+        "limits = {\r\n"                                       /* 17 */
+        "  max_body_bytes = '1MB' }\n"                         /* 18 */
+        "x = 1 if x then mime = { md = 'a' } end\n"            /* 19 */
+        "listen = { '1', [[\n"                                 /* 20 */
+        "]], '3' }\n";                                         /* 21 */
+    struct um__lualines ll = {0};
+    um__lualines_scan(&ll, src, sizeof src - 1);
+    assert_int_equal(um__lualines_find(&ll, "routes"), 5);
+    assert_int_equal(um__lualines_find(&ll, "routes.1"), 6);
+    assert_int_equal(um__lualines_find(&ll, "routes.1.path"), 6);
+    assert_int_equal(um__lualines_find(&ll, "routes.1.root"), 7);
+    assert_int_equal(um__lualines_find(&ll, "routes.1.on"), 8);
+    assert_int_equal(um__lualines_find(&ll, "routes.1.n"), 8);
+    assert_int_equal(um__lualines_find(&ll, "routes.2"), 10);
+    assert_int_equal(um__lualines_find(&ll, "routes.2.path"), 11);
+    assert_int_equal(um__lualines_find(&ll, "routes.2.2"), 11);
+    assert_int_equal(um__lualines_find(&ll, "routes.2.root"), 12);
+    assert_int_equal(um__lualines_find(&ll, "routes.3"), 0);
+    assert_int_equal(um__lualines_find(&ll, "routes.1.a"), 0);
+    assert_int_equal(um__lualines_find(&ll, "routes_tmp"), 0);
+    assert_int_equal(um__lualines_find(&ll, "limits"), 17);
+    assert_int_equal(um__lualines_find(&ll, "limits.max"), 0);
+    assert_int_equal(um__lualines_find(&ll, "limits.max_body_bytes"), 18);
+    assert_int_equal(um__lualines_find(&ll, "x"), 19);
+    assert_int_equal(um__lualines_find(&ll, "mime.md"), 19);
+    assert_int_equal(um__lualines_find(&ll, "listen.1"), 20);
+    assert_int_equal(um__lualines_find(&ll, "listen.2"), 20);
+    assert_int_equal(um__lualines_find(&ll, "listen.3"), 21);
+    assert_int_equal(um__lualines_find(&ll, "a"), 0);
+    assert_int_equal(um__lualines_find(&ll, "b"), 0);
+    um__lualines_dispose(&ll);
+
+    /* A later assignment replaces everything recorded under the name. */
+    static const char again[] = "routes = { { root = 'a' },\n { root = 'b' } }\n"
+                                "routes = {\n { path = '/' } }\n";
+    um__lualines_scan(&ll, again, sizeof again - 1);
+    assert_int_equal(um__lualines_find(&ll, "routes"), 3);
+    assert_int_equal(um__lualines_find(&ll, "routes.1"), 4);
+    assert_int_equal(um__lualines_find(&ll, "routes.1.root"), 0);
+    assert_int_equal(um__lualines_find(&ll, "routes.2"), 0);
+    um__lualines_dispose(&ll);
+}
+
+/* The line finder must survive anything: every prefix of a tricky source (unfinished
+ * strings, comments, brackets), and random bytes. Each input sits at the end of a heap
+ * block so that ASan catches an over-read. */
+static void test_lualines_robust(void **state)
+{
+    static const char src[] =
+        "routes = { { path = \"a\\\"\", [ [==[x]==] ] = 1, [f(1)] = { 2 }, --[[ c ]] 3 },\n"
+        "  x = function() if a then return { 1, 2 } end end, [[\n]], '\\\n', ;; ,, }\n"
+        "t = {{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{1}}}}}}}}}}}}}}}}}}}}}}}}}}}\n"
+        "a = ] ) } end end until x = 1 --[=[ unfinished";
+    size_t n = sizeof src - 1;
+    for (size_t len = 0; len <= n; len++) {
+        char *buf = malloc(len ? len : 1);
+        assert_non_null(buf);
+        memcpy(buf, src, len);
+        struct um__lualines ll = {0};
+        um__lualines_scan(&ll, buf, len);
+        um__lualines_dispose(&ll);
+        free(buf);
+    }
+    static const char alphabet[] = "{}[]()=,;'\"\\-\n\r .[=[]=]abcdefunction end 0x1e+5";
+    unsigned seed = 12345;
+    for (int round = 0; round < 2000; round++) {
+        size_t len = (size_t)(round % 200);
+        char *buf = malloc(len ? len : 1);
+        assert_non_null(buf);
+        for (size_t i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            unsigned r = seed >> 16;
+            buf[i] = (r & 0x100) ? (char)r : alphabet[r % (sizeof alphabet - 1)];
+        }
+        struct um__lualines ll = {0};
+        um__lualines_scan(&ll, buf, len);
+        for (size_t i = 0; i < ll.num; i++)
+            assert_true(ll.entries[i].line >= 1);
+        um__lualines_dispose(&ll);
+        free(buf);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_full_config),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_relative_root),
+        cmocka_unit_test(test_sizes_in_config),
+        cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_refcount_and_origins),
+        cmocka_unit_test(test_no_leaks),
+        cmocka_unit_test(test_err_syntax),
+        cmocka_unit_test(test_err_runtime),
+        cmocka_unit_test(test_err_long_file_name),
+        cmocka_unit_test(test_err_missing_file),
+        cmocka_unit_test(test_err_unknown_setting),
+        cmocka_unit_test(test_err_unknown_route_key),
+        cmocka_unit_test(test_err_workers),
+        cmocka_unit_test(test_err_listen),
+        cmocka_unit_test(test_err_port),
+        cmocka_unit_test(test_err_missing_root),
+        cmocka_unit_test(test_err_route_without_path),
+        cmocka_unit_test(test_err_routes_missing),
+        cmocka_unit_test(test_err_size),
+        cmocka_unit_test(test_err_timeout),
+        cmocka_unit_test(test_err_mime_and_log_level),
+        cmocka_unit_test(test_err_endless_loop),
+        cmocka_unit_test(test_lualines),
+        cmocka_unit_test(test_lualines_robust),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
