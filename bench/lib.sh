@@ -1,0 +1,326 @@
+# shellcheck shell=bash
+# Common helpers for Umbra's benchmark scenarios. Sourced by bench/run and bench/<scenario>.sh.
+#
+# Conventions: every server is started in the background by bench_start, which records its
+# PID; bench_cleanup (installed on EXIT by bench_init) stops exactly those PIDs (and the
+# children they had), then removes the scenario's temp dir. Nothing is ever killed by name.
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH_ROOT=$(cd "$BENCH_DIR/.." && pwd)
+BENCH_RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results}
+
+: "${ROUNDS:=5}"
+: "${DURATION:=10}"
+: "${WRK_THREADS:=2}"
+: "${WRK_CONNECTIONS:=100}"
+: "${SERVERS:=nginx umbra}"
+: "${UMBRA_BUILD:=$BENCH_ROOT/build-bench}"
+
+BENCH_PIDS=()
+BENCH_TMP=
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+warn() { printf '[bench] WARNING: %s\n' "$*" >&2; }
+die() {
+    printf '[bench] ERROR: %s\n' "$*" >&2
+    exit 1
+}
+
+need() {
+    local t
+    for t in "$@"; do
+        command -v "$t" >/dev/null 2>&1 || die "$t not found: run third_party/install.sh --bench"
+    done
+}
+
+# True when server $1 is in $SERVERS.
+bench_uses() { [[ " $SERVERS " == *" $1 "* ]]; }
+
+check_knobs() {
+    [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer (got '$ROUNDS')"
+    [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a positive number of seconds (got '$DURATION')"
+    local s
+    for s in $SERVERS; do
+        [[ $s == nginx || $s == umbra ]] || die "SERVERS: unknown server '$s' (nginx, umbra)"
+    done
+    [[ -n ${SERVERS// /} ]] || die "SERVERS is empty"
+}
+
+# Warns when the machine is busy before measuring: other load skews the figures (the
+# alternation spreads it over both servers, but it widens the spread).
+check_idle() {
+    local la
+    la=$(cut -d' ' -f1 /proc/loadavg)
+    if awk -v l="$la" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; then
+        warn "load average is $la on $(nproc) CPUs: other processes will skew the figures"
+    fi
+}
+
+# Makes the scenario's temp dir and installs the cleanup traps.
+bench_init() {
+    check_knobs
+    BENCH_TMP=$(mktemp -d -t umbra-bench.XXXXXX)
+    # nginx's workers run as nobody: they must be able to traverse into the docroot.
+    chmod 755 "$BENCH_TMP"
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+# Stops one PID: SIGTERM, up to 5 s for it to exit, then SIGKILL. Children it had (e.g.
+# nginx's workers) are collected first and get the same treatment if they outlive it.
+stop_pid() {
+    local pid=$1 kids i p
+    kill -0 "$pid" 2>/dev/null || return 0
+    kids=$(pgrep -P "$pid" 2>/dev/null || true)
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        warn "PID $pid did not exit on SIGTERM: SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+    for p in $kids; do
+        for ((i = 0; i < 20; i++)); do
+            kill -0 "$p" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null
+    done
+    return 0
+}
+
+bench_cleanup() {
+    local rc=$? pid
+    trap - EXIT INT TERM
+    [[ -n ${BENCH_WRK_PID:-} ]] && stop_pid "$BENCH_WRK_PID"
+    for pid in "${BENCH_PIDS[@]}"; do
+        stop_pid "$pid"
+    done
+    BENCH_PIDS=()
+    if [[ -n $BENCH_TMP && -d $BENCH_TMP ]]; then
+        if ((rc != 0)) && [[ -n ${BENCH_KEEP_TMP:-} ]]; then
+            log "keeping $BENCH_TMP (BENCH_KEEP_TMP)"
+        else
+            rm -rf "$BENCH_TMP"
+        fi
+    fi
+    exit "$rc"
+}
+
+# A TCP port on 127.0.0.1 that nothing listens on right now.
+free_port() {
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+# port_open PORT: true when 127.0.0.1:PORT accepts a connection.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# wait_port NAME PID PORT LOG: polls up to 10 s for the port; fails (showing the log) if
+# the process dies or the port never opens.
+wait_port() {
+    local name=$1 pid=$2 port=$3 logf=$4 i
+    for ((i = 0; i < 100; i++)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            [[ -f $logf ]] && tail -n 20 "$logf" >&2
+            die "$name (PID $pid) exited before listening on 127.0.0.1:$port"
+        fi
+        port_open "$port" && return 0
+        sleep 0.1
+    done
+    [[ -f $logf ]] && tail -n 20 "$logf" >&2
+    die "$name (PID $pid) is not accepting connections on 127.0.0.1:$port after 10 s"
+}
+
+# bench_start NAME LOG CMD...: runs CMD in the background; sets BENCH_LAST_PID.
+bench_start() {
+    local name=$1 logf=$2
+    shift 2
+    "$@" >"$logf" 2>&1 </dev/null &
+    BENCH_LAST_PID=$!
+    BENCH_PIDS+=("$BENCH_LAST_PID")
+    log "started $name: PID $BENCH_LAST_PID ($*)"
+}
+
+# Builds Umbra in Release into $UMBRA_BUILD unless UMBRA_BIN is set; exports UMBRA_BIN.
+ensure_umbra() {
+    if [[ -n ${UMBRA_BIN:-} ]]; then
+        [[ -x $UMBRA_BIN ]] || die "UMBRA_BIN=$UMBRA_BIN is not an executable"
+        UMBRA_BIN=$(cd "$(dirname "$UMBRA_BIN")" && pwd)/$(basename "$UMBRA_BIN")
+        export UMBRA_BIN
+        return 0
+    fi
+    need cmake
+    mkdir -p "$UMBRA_BUILD"
+    local blog=$UMBRA_BUILD/bench-build.log
+    log "building Umbra (Release) into $UMBRA_BUILD"
+    if ! { cmake -S "$BENCH_ROOT" -B "$UMBRA_BUILD" -DCMAKE_BUILD_TYPE=Release &&
+        cmake --build "$UMBRA_BUILD" -j2 --target umbra; } >"$blog" 2>&1; then
+        tail -n 40 "$blog" >&2
+        die "build failed (full log: $blog)"
+    fi
+    [[ -x $UMBRA_BUILD/umbra ]] || die "build produced no $UMBRA_BUILD/umbra"
+    UMBRA_BIN=$UMBRA_BUILD/umbra
+    export UMBRA_BIN
+}
+
+# make_file PATH BYTES: random content.
+make_file() {
+    head -c "$2" /dev/urandom >"$1"
+    chmod 644 "$1"
+}
+
+# start_nginx DOCROOT: master + 2 workers; sets NGINX_PORT and NGINX_PID.
+start_nginx() {
+    local docroot=$1 dir=$BENCH_TMP/nginx
+    need nginx
+    mkdir -p "$dir"
+    NGINX_PORT=$(free_port)
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 2;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+
+events {
+    worker_connections 4096;
+}
+
+http {
+    default_type application/octet-stream;
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000;
+    keepalive_timeout 65s;
+    server_tokens off;
+    client_body_temp_path $dir/body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        root $docroot;
+    }
+}
+EOF
+    bench_start nginx "$dir/stderr.log" nginx -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf"
+    NGINX_PID=$BENCH_LAST_PID
+    wait_port nginx "$NGINX_PID" "$NGINX_PORT" "$dir/error.log"
+}
+
+# start_umbra DOCROOT: sets UMBRA_PORT and UMBRA_PID. UMBRA_EXTRA_CONFIG (Lua text) is
+# appended to the generated config.
+start_umbra() {
+    local docroot=$1 dir=$BENCH_TMP/umbra
+    [[ -n ${UMBRA_BIN:-} ]] || die "internal: UMBRA_BIN not set (ensure_umbra)"
+    mkdir -p "$dir"
+    UMBRA_PORT=$(free_port)
+    cat >"$dir/config.lua" <<EOF
+listen = { "127.0.0.1:$UMBRA_PORT" }
+workers = 2
+routes = { { path = "/", root = "$docroot" } }
+${UMBRA_EXTRA_CONFIG:-}
+EOF
+    bench_start umbra "$dir/umbra.log" "$UMBRA_BIN" "$dir/config.lua"
+    UMBRA_PID=$BENCH_LAST_PID
+    wait_port umbra "$UMBRA_PID" "$UMBRA_PORT" "$dir/umbra.log"
+}
+
+# check_get NAME URL BYTES: the URL answers 200 with exactly BYTES of body, or die.
+check_get() {
+    local name=$1 url=$2 want=$3 out code size
+    out=$(curl -s -o /dev/null --max-time 10 -w '%{http_code} %{size_download}' "$url") ||
+        die "$name: curl $url failed (exit $?)"
+    read -r code size <<<"$out"
+    [[ $code == 200 ]] || die "$name: GET $url answered $code, expected 200"
+    [[ $size == "$want" ]] || die "$name: GET $url gave $size bytes, expected $want"
+    log "$name: GET $url -> 200, $size bytes"
+}
+
+# parse_wrk FILE: prints "RPS MBPS REQUESTS ERRORS" where MBPS is in MB/s (MB = 2^20
+# bytes, as wrk counts) and ERRORS is a short text ("none" or what wrk reported).
+parse_wrk() {
+    awk '
+    /^Requests\/sec:/ { rps = $2 }
+    /^Transfer\/sec:/ {
+        v = $2; unit = v; sub(/^[0-9.]+/, "", unit); n = v + 0
+        m = 1
+        if (unit == "KB") m = 1024
+        else if (unit == "MB") m = 1024 ^ 2
+        else if (unit == "GB") m = 1024 ^ 3
+        else if (unit == "TB") m = 1024 ^ 4
+        else if (unit != "B") { bad = "unknown Transfer/sec unit " v }
+        mbps = n * m / 1024 ^ 2
+    }
+    / requests in / { reqs = $1 }
+    /Socket errors:/ {
+        s = $0; sub(/^ *Socket errors: */, "", s)
+        split(s, parts, /, */); tot = 0
+        for (i in parts) { split(parts[i], kv, " "); tot += kv[2] }
+        if (tot > 0) err = err (err ? "; " : "") "socket errors: " s
+    }
+    /Non-2xx or 3xx responses:/ { err = err (err ? "; " : "") "non-2xx/3xx: " $NF }
+    END {
+        if (bad) err = err (err ? "; " : "") bad
+        if (rps == "" || mbps == "") { print "parse-error"; exit 1 }
+        printf "%s %.2f %s %s\n", rps, mbps, (reqs == "" ? 0 : reqs), (err ? err : "none")
+    }' "$1"
+}
+
+# run_wrk URL OUTFILE: one bounded wrk run; its raw output goes to OUTFILE.
+run_wrk() {
+    local url=$1 out=$2 rc=0
+    # In the background so that a signal's trap runs at once (and stops it) instead of
+    # after wrk's run.
+    timeout -k 5 $((DURATION + 30)) wrk -t"$WRK_THREADS" -c"$WRK_CONNECTIONS" -d"${DURATION}s" \
+        "$url" >"$out" 2>&1 </dev/null &
+    BENCH_WRK_PID=$!
+    wait "$BENCH_WRK_PID" || rc=$?
+    BENCH_WRK_PID=
+    if ((rc != 0)); then
+        cat "$out" >&2
+        die "wrk exited with $rc against $url"
+    fi
+}
+
+# median NUMBERS...: the median (mean of the two middle values for an even count).
+median() {
+    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
+        END { if (NR == 0) exit 1
+              if (NR % 2) printf "%.2f\n", v[(NR + 1) / 2]
+              else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# ratio A B: A/B with 2 decimals, "-" when either is missing or B is 0.
+ratio() {
+    if [[ -z $1 || -z $2 || $1 == - || $2 == - ]]; then
+        echo -
+        return
+    fi
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%.2f\n", a / b }'
+}
+
+# Describes the run (for the results file).
+bench_env_md() {
+    local rev
+    rev=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if ! git -C "$BENCH_ROOT" diff --quiet HEAD 2>/dev/null; then rev="$rev (dirty tree)"; fi
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "- machine: $(nproc) CPUs, $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')"
+    echo "- umbra: ${UMBRA_BIN:-not run}, commit $rev"
+    echo "- nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
+    echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') -t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"
+    echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
+    echo "- servers: $SERVERS"
+    echo "- load average at the end: $(cut -d" " -f1-3 /proc/loadavg) (other processes on the machine skew the figures)"
+}

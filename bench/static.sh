@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Scenario "static": Umbra against nginx serving two files from disk, a small one (1 KiB:
+# request handling cost) and a large one (5 MiB: the send path). See bench/README.md.
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+need wrk curl python3 awk timeout pgrep
+bench_init
+if bench_uses umbra; then ensure_umbra; fi
+
+docroot=$BENCH_TMP/docroot
+mkdir -p "$docroot"
+chmod 755 "$docroot"
+declare -A SIZE=([1k.bin]=1024 [5m.bin]=$((5 * 1024 * 1024)))
+FILES=(1k.bin 5m.bin)
+for f in "${FILES[@]}"; do make_file "$docroot/$f" "${SIZE[$f]}"; done
+
+declare -A PORT
+if bench_uses nginx; then
+    start_nginx "$docroot"
+    PORT[nginx]=$NGINX_PORT
+fi
+if bench_uses umbra; then
+    start_umbra "$docroot"
+    PORT[umbra]=$UMBRA_PORT
+fi
+read -r -a SRV <<<"$SERVERS"
+
+for s in "${SRV[@]}"; do
+    for f in "${FILES[@]}"; do
+        check_get "$s" "http://127.0.0.1:${PORT[$s]}/$f" "${SIZE[$f]}"
+    done
+done
+
+declare -A RPS MBPS ERRS
+check_idle
+total=$((${#FILES[@]} * ROUNDS * ${#SRV[@]} * DURATION))
+log "measuring: ${#FILES[@]} files x $ROUNDS rounds x ${#SRV[@]} servers x ${DURATION}s (~${total}s)"
+for f in "${FILES[@]}"; do
+    for ((r = 1; r <= ROUNDS; r++)); do
+        order=("${SRV[@]}")
+        if ((r % 2 == 0 && ${#SRV[@]} == 2)); then order=("${SRV[1]}" "${SRV[0]}"); fi
+        for s in "${order[@]}"; do
+            # Still up? A server that crashed mid-run must not be reported as slow.
+            kill -0 "$([[ $s == nginx ]] && echo "$NGINX_PID" || echo "$UMBRA_PID")" 2>/dev/null ||
+                die "$s died during the run (log in $BENCH_TMP/$s/)"
+            out=$BENCH_TMP/wrk-$f-$s-$r.txt
+            run_wrk "http://127.0.0.1:${PORT[$s]}/$f" "$out"
+            read -r rps mbps reqs errs <<<"$(parse_wrk "$out")" || {
+                cat "$out" >&2
+                die "could not parse wrk's output"
+            }
+            RPS[$f,$s]+="$rps "
+            MBPS[$f,$s]+="$mbps "
+            if [[ $errs != none ]]; then
+                warn "$s $f round $r: wrk reported $errs"
+                ERRS[$f,$s]+="r$r: $errs. "
+            fi
+            printf '[bench] %-7s %-6s round %d/%d: %10.2f req/s %10.2f MB/s  %s requests, errors: %s\n' \
+                "$f" "$s" "$r" "$ROUNDS" "$rps" "$mbps" "$reqs" "$errs" >&2
+            sleep 1
+        done
+    done
+done
+
+# Medians, ratios, table.
+mkdir -p "$BENCH_RESULTS"
+md=$BENCH_RESULTS/static-$(date '+%Y-%m-%d-%H%M%S').md
+{
+    echo "# static: Umbra vs nginx"
+    echo
+    bench_env_md
+    echo
+    echo "| scenario | server | median req/s | median MB/s | Umbra/nginx req/s | Umbra/nginx MB/s | req/s per round | errors |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |"
+} >"$md"
+
+printf '\n%-10s %-6s %14s %12s %18s %17s\n' scenario server "median req/s" "median MB/s" "Umbra/nginx req/s" "Umbra/nginx MB/s"
+printf '%s\n' "-------------------------------------------------------------------------------------"
+for f in "${FILES[@]}"; do
+    declare -A MED_R=() MED_M=()
+    for s in "${SRV[@]}"; do
+        # shellcheck disable=SC2086
+        MED_R[$s]=$(median ${RPS[$f,$s]})
+        # shellcheck disable=SC2086
+        MED_M[$s]=$(median ${MBPS[$f,$s]})
+    done
+    for s in "${SRV[@]}"; do
+        rr=- rm=-
+        if [[ $s == umbra ]] && bench_uses nginx; then
+            rr=$(ratio "${MED_R[umbra]}" "${MED_R[nginx]}")
+            rm=$(ratio "${MED_M[umbra]}" "${MED_M[nginx]}")
+        fi
+        printf '%-10s %-6s %14s %12s %18s %17s\n' "static/${f%.bin}" "$s" "${MED_R[$s]}" "${MED_M[$s]}" "$rr" "$rm"
+        echo "| static/${f%.bin} | $s | ${MED_R[$s]} | ${MED_M[$s]} | $rr | $rm | ${RPS[$f,$s]% } | ${ERRS[$f,$s]:-none} |" >>"$md"
+    done
+done
+{
+    echo
+    echo "MB = 2^20 bytes (wrk's Transfer/sec). wrk and both servers share the machine's CPUs:"
+    echo "compare the ratios, not the absolute figures, and only within one run."
+} >>"$md"
+echo
+log "results written to $md"
