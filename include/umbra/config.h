@@ -17,10 +17,35 @@ struct um_listen {
     char *text; /* as written in the config, e.g. "127.0.0.1:8080" */
 };
 
+enum um_balance { UM_BALANCE_ROUND_ROBIN, UM_BALANCE_LEAST_CONN, UM_BALANCE_HASH };
+
+struct um_upstream_server {
+    char *url;  /* "http://host:port" or "https://host:port", no path, no trailing '/' */
+    bool https;
+};
+
+/* upstreams = { NAME = { servers = {...}, ... } } */
+struct um_upstream_conf {
+    char *name;
+    struct um_upstream_server *servers;
+    size_t num_servers;         /* >= 1 */
+    enum um_balance balance;    /* "round_robin" (default), "least_conn", "hash" */
+    double connect_timeout;     /* seconds, default 2 */
+    double timeout;             /* seconds to the first byte of the response, default 30 */
+    int retries;                /* idempotent requests, on another server; default 1 */
+    char *host;                 /* NULL: pass the client's Host; else send this Host */
+    bool tls_verify;            /* tls.verify, default true */
+    char *tls_ca;               /* tls.ca: CA file (absolute after loading); NULL: system */
+    int max_fails;              /* failures in a row that take a server out; default 3 */
+    double fail_timeout;        /* seconds a failed server is skipped; default 10 */
+    int line;                   /* line of the upstream in the config file */
+};
+
 struct um_route {
     char *host; /* NULL: any host; else matched case-insensitively against Host (no port) */
     char *path; /* prefix of the request path, e.g. "/static/" */
-    char *root; /* static root directory, absolute after loading */
+    char *root; /* static root directory, absolute after loading; NULL for an upstream */
+    int upstream; /* index into um_config.upstreams; -1 for a static route */
     char *index; /* index file for directories; NULL: none ("index.html" by default) */
     int line; /* line of the route in the config file, for messages */
     /* Set by the server before the snapshot is published (um_config_set_origin); destroyed
@@ -40,6 +65,8 @@ struct um_config {
     int workers; /* >= 1 */
     struct um_route *routes;
     size_t num_routes;
+    struct um_upstream_conf *upstreams;
+    size_t num_upstreams;
     struct um_mime_type *mime; /* overrides of the built-in table, searched first */
     size_t num_mime;
     struct {
