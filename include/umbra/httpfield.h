@@ -30,4 +30,12 @@ bool um_etag_match_weak(um_str if_none_match, um_str etag);
 /* Strong comparison for If-Match / If-Range: false for weak tags. */
 bool um_etag_match_strong(um_str list, um_str etag);
 
+/* Canonical form of an origin-form request path, for matching routes (RFC 3986 6.2.2):
+ * percent-encoded unreserved characters are decoded (other escapes are kept, with upper
+ * case hex digits), "." and ".." segments are resolved and repeated slashes merged. path
+ * must start with '/'; the result does too and is never longer. Returns false for a
+ * malformed escape, a ".." above the root, or when outsz is too small. out is
+ * NUL-terminated. */
+bool um_url_path_canon(um_str path, char *out, size_t outsz, size_t *outlen);
+
 #endif

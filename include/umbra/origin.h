@@ -17,27 +17,38 @@ struct um_sink;
  * on_head call only: the sink copies what it keeps. */
 struct um_response_head {
     int status;
-    const struct um_header *headers; /* without Date, Server, Connection, Content-Length */
+    const struct um_header *headers; /* end-to-end fields only: no Date, Server, Connection,
+                                        Content-Length, Transfer-Encoding */
     size_t num_headers;
     int64_t content_length; /* bytes of body that will follow; -1: unknown until on_end */
+    um_str reason;          /* reason phrase; empty: the standard one */
 };
 
+/* The client side of a fetch. The connection implements it; an origin calls it, always on
+ * the worker thread that started the fetch, never after on_end. None of these calls does
+ * I/O or frees anything: the connection acts on them after the origin's callback returns. */
 struct um_sink_ops {
     /* Called once, first. */
     void (*on_head)(struct um_sink *s, const struct um_response_head *head);
-    /* Body bytes in memory, borrowed for the call. */
-    void (*on_data)(struct um_sink *s, const char *data, size_t len);
+    /* Body bytes in memory, borrowed for the call. Returns len when taken, or 0 when the
+     * client is behind: the origin then stops, and offers the same bytes again after the
+     * connection calls its resume. */
+    size_t (*on_data)(struct um_sink *s, const char *data, size_t len);
     /* Body bytes from a file: len bytes at offset off. The sink owns fd from now on. */
     void (*on_file)(struct um_sink *s, int fd, uint64_t off, uint64_t len);
     /* Called once, last. err is UM_OK when the body is complete, UM_ERR when it is not
      * (the client must then not be told the body was whole). */
     void (*on_end)(struct um_sink *s, int err);
+    /* The request body, for origins with UM_ORIGIN_F_STREAM_BODY: copies up to len bytes
+     * into buf. Returns the count (> 0), 0 at the end of the body, or UM_AGAIN when nothing
+     * is buffered yet (the connection calls the origin's body_ready when there is). */
+    ssize_t (*read_body)(struct um_sink *s, char *buf, size_t len);
 };
 
 struct um_sink {
     const struct um_sink_ops *ops;
+    void *origin_data; /* the origin's state for this fetch; set by fetch */
 };
-
 /* One request handed to an origin. Borrowed for the duration of the fetch call: an
  * origin that answers later copies what it keeps. */
 struct um_fetch {
@@ -49,10 +60,21 @@ struct um_fetch {
     um_str path;
 };
 
+/* The origin reads the request body itself through um_sink_ops.read_body (it is not
+ * read, and discarded, before fetch). */
+#define UM_ORIGIN_F_STREAM_BODY 0x1
+
 struct um_origin_ops {
+    unsigned flags;
     /* Starts a fetch: head, body and the end arrive at sink, possibly before fetch
      * returns, always on the calling worker's thread. Never blocks on the network. */
     void (*fetch)(struct um_origin *o, struct um_fetch *f, struct um_sink *sink);
+    /* Optional, for origins that answer later. resume: the sink has room again after an
+     * on_data that returned 0. body_ready: more request body is buffered (or it ended).
+     * cancel: the client is gone; the origin stops and calls the sink no more. */
+    void (*resume)(struct um_origin *o, struct um_sink *sink);
+    void (*body_ready)(struct um_origin *o, struct um_sink *sink);
+    void (*cancel)(struct um_origin *o, struct um_sink *sink);
     /* Frees the origin. */
     void (*destroy)(struct um_origin *o);
 };

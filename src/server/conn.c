@@ -18,21 +18,27 @@
 
 #include "internal.h"
 #include "umbra/log.h"
-#include "umbra/static.h"
 
 #define TURN_BUDGET 32                  /* drive() iterations before yielding */
 #define WRITE_BUDGET (1024 * 1024)      /* bytes per connection per loop turn */
 #define OUTPUT_BACKLOG (64 * 1024)      /* stop parsing pipelined requests past this */
 #define WBUF_KEEP (64 * 1024)           /* larger write buffers are freed when idle */
+#define PAUSE_ORIGIN_AT (256 * 1024)    /* output backlog that pauses a streaming origin */
 
 enum conn_state {
     S_HEAD,   /* reading a request head */
-    S_BODY,   /* reading (and discarding) a request body */
+    S_BODY,   /* reading (and discarding) a request body before dispatch */
+    S_ORIGIN, /* the origin is answering (and maybe reading the body) */
     S_DONE,   /* no more requests: write what is queued, then close */
     S_LINGER, /* write side shut, discarding input until EOF or the linger timeout */
 };
 
-enum input_result { IN_NEED_INPUT, IN_BACKLOG, IN_DONE };
+enum input_result {
+    IN_NEED_INPUT, /* more bytes from the client are needed */
+    IN_BACKLOG,    /* output must drain first */
+    IN_WAIT,       /* waiting for the origin */
+    IN_DONE,       /* no more requests on this connection */
+};
 
 struct um__conn {
     struct um__conn_links links; /* first: the worker's lists */
@@ -55,9 +61,13 @@ struct um__conn {
     size_t rcap, rlen, rpos, bpos;
     struct um_http1_parser parser;
     struct um_request req;
+    size_t bdec;        /* decoded body bytes waiting at rbuf[bpos..bpos+bdec) */
     uint64_t body_left; /* Content-Length bytes still to read */
-    uint64_t body_seen; /* chunked body bytes decoded so far */
+    uint64_t body_seen; /* body bytes decoded so far */
     struct um_chunked chunked;
+    bool body_done;     /* the whole body has been decoded */
+    bool body_wanted;   /* the origin asked for body bytes that had not arrived */
+    int body_error;     /* 400 or 413 when the body turned out bad */
 
     /* Output: wbuf[wpos..wlen) then file_left bytes of file_fd at file_off. */
     char *wbuf;
@@ -67,8 +77,14 @@ struct um__conn {
 
     /* The response being produced. */
     struct um_sink sink;
+    struct um_origin *origin; /* answering the current request */
+    bool in_drive;            /* sink calls need no wake-up */
     bool resp_head_only;
     bool resp_keepalive;
+    bool resp_head_sent;
+    bool resp_chunked;        /* body framed with chunked coding */
+    bool resp_ended;          /* on_end came */
+    bool origin_paused;       /* an on_data returned 0; resume the origin once drained */
     int resp_status;
 };
 
@@ -163,15 +179,37 @@ static const char *reason_phrase(int status)
     }
 }
 
+static struct um__conn *sink_conn(struct um_sink *s)
+{
+    return (struct um__conn *)(void *)((char *)s - offsetof(struct um__conn, sink));
+}
+
+/* An origin answering from outside drive() (a libcurl callback) wakes the connection. */
+static void wake(struct um__conn *c)
+{
+    if (!c->in_drive)
+        um__worker_ready(c->w, c);
+}
+
+static size_t backlog(const struct um__conn *c)
+{
+    return c->wlen - c->wpos + (size_t)c->file_left;
+}
+
 static void on_head(struct um_sink *s, const struct um_response_head *h)
 {
-    struct um__conn *c = (struct um__conn *)((char *)s - offsetof(struct um__conn, sink));
+    struct um__conn *c = sink_conn(s);
+    UM_ASSERT(!c->resp_head_sent);
+    c->resp_head_sent = true;
     c->resp_status = h->status;
     wreserve(c, 256);
     wappend_str(c, "HTTP/1.1 ");
     wappend_u64(c, (uint64_t)h->status);
     wappend_str(c, " ");
-    wappend_str(c, reason_phrase(h->status));
+    if (h->reason.len > 0)
+        wappend(c, h->reason.base, h->reason.len);
+    else
+        wappend_str(c, reason_phrase(h->status));
     wappend_str(c, "\r\nDate: ");
     wappend(c, c->w->date, UM_HTTP_DATE_LEN);
     wappend_str(c, "\r\nServer: umbra/" UMBRA_VERSION "\r\n");
@@ -189,6 +227,9 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
             wappend_str(c, "Content-Length: ");
             wappend_u64(c, (uint64_t)h->content_length);
             wappend_str(c, "\r\n");
+        } else if (c->req.minor_version == 1) {
+            wappend_str(c, "Transfer-Encoding: chunked\r\n");
+            c->resp_chunked = !c->resp_head_only;
         } else {
             c->resp_keepalive = false; /* close-delimited */
         }
@@ -198,18 +239,35 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
     else if (c->req.minor_version == 0)
         wappend_str(c, "Connection: keep-alive\r\n");
     wappend(c, "\r\n", 2);
+    wake(c);
 }
 
-static void on_data(struct um_sink *s, const char *data, size_t len)
+static size_t on_data(struct um_sink *s, const char *data, size_t len)
 {
-    struct um__conn *c = (struct um__conn *)((char *)s - offsetof(struct um__conn, sink));
-    if (!c->resp_head_only)
+    struct um__conn *c = sink_conn(s);
+    if (c->resp_head_only || len == 0)
+        return len;
+    if (c->origin && c->origin->ops->resume && backlog(c) > PAUSE_ORIGIN_AT) {
+        c->origin_paused = true;
+        return 0;
+    }
+    if (c->resp_chunked) {
+        char size[24];
+        int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+        wreserve(c, (size_t)n + len + 2);
+        wappend(c, size, (size_t)n);
         wappend(c, data, len);
+        wappend(c, "\r\n", 2);
+    } else {
+        wappend(c, data, len);
+    }
+    wake(c);
+    return len;
 }
 
 static void on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 {
-    struct um__conn *c = (struct um__conn *)((char *)s - offsetof(struct um__conn, sink));
+    struct um__conn *c = sink_conn(s);
     UM_ASSERT(c->file_fd < 0);
     if (c->resp_head_only || len == 0) {
         close(fd);
@@ -218,22 +276,44 @@ static void on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
     c->file_fd = fd;
     c->file_off = off;
     c->file_left = len;
+    wake(c);
 }
+
+static void respond_simple(struct um__conn *c, int status, const struct um_header *extra,
+                           size_t num_extra);
 
 static void on_end(struct um_sink *s, int err)
 {
-    struct um__conn *c = (struct um__conn *)((char *)s - offsetof(struct um__conn, sink));
-    if (err != UM_OK)
+    struct um__conn *c = sink_conn(s);
+    UM_ASSERT(!c->resp_ended);
+    if (!c->resp_head_sent) {
+        /* The origin gave up before answering: say why, on our own. */
         c->resp_keepalive = false;
+        respond_simple(c, c->body_error ? c->body_error : 502, NULL, 0);
+        return;
+    }
+    c->resp_ended = true;
+    if (err != UM_OK) {
+        /* A body cut short must not look complete: no last chunk, and close. */
+        c->resp_keepalive = false;
+    } else if (c->resp_chunked) {
+        wappend_str(c, "0\r\n\r\n");
+    }
+    wake(c);
 }
 
-static const struct um_sink_ops sink_ops = {on_head, on_data, on_file, on_end};
+static ssize_t read_body(struct um_sink *s, char *buf, size_t len);
+
+static const struct um_sink_ops sink_ops = {on_head, on_data, on_file, on_end, read_body};
 
 /* Prepares the response state for the parsed request (or for an error before one). */
 static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
 {
     c->resp_head_only = head_only;
     c->resp_keepalive = keepalive && !c->draining && !c->peer_closed;
+    c->resp_head_sent = c->resp_chunked = c->resp_ended = c->origin_paused = false;
+    c->origin = NULL;
+    c->sink.origin_data = NULL;
 }
 
 /* A small complete response with a plain-text body; used for errors. */
@@ -247,7 +327,8 @@ static void respond_simple(struct um__conn *c, int status, const struct um_heade
         headers[n++] = extra[i];
     char body[96];
     int len = snprintf(body, sizeof(body), "%d %s\n", status, reason_phrase(status));
-    struct um_response_head h = {status, headers, n, len};
+    struct um_response_head h = {status, headers, n, len, {NULL, 0}};
+    c->origin = NULL; /* our own answer: never paused */
     on_head(&c->sink, &h);
     on_data(&c->sink, body, (size_t)len);
     on_end(&c->sink, UM_OK);
@@ -304,75 +385,143 @@ static const struct um_route *find_route(const struct um_config *cfg, um_str aut
     return NULL;
 }
 
-static void dispatch(struct um__conn *c)
+/* Picks the route and origin of the parsed request. Returns NULL after answering it
+ * (bad path, no route). */
+static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
 {
     struct um_request *req = &c->req;
-    begin_response(c, req->method_id == UM_METHOD_HEAD, (req->flags & UM_REQ_F_KEEPALIVE) != 0);
     if (req->path.len == 0 || req->path.base[0] != '/') {
         /* asterisk-form (OPTIONS *): the server itself */
         if (req->method_id == UM_METHOD_OPTIONS) {
             struct um_header allow = {UM_STR("Allow"), UM_STR("GET, HEAD, OPTIONS")};
-            struct um_response_head h = {200, &allow, 1, 0};
+            struct um_response_head h = {200, &allow, 1, 0, {NULL, 0}};
             on_head(&c->sink, &h);
             on_end(&c->sink, UM_OK);
         } else {
             respond_simple(c, 400, NULL, 0);
         }
-        return;
+        return NULL;
     }
-    /* Routes match the decoded, normalised path, so that "/stat%69c/" is "/static/" and
-     * no spelling of a path reaches another route than the plain one would. */
-    char *npath = c->w->path_buf;
-    size_t nlen;
-    unsigned nflags;
-    if (um_path_normalize(req->path, npath + 1, sizeof(c->w->path_buf) - 2, &nlen, &nflags) !=
-        UM_OK) {
+    /* Routes match the canonical path, so that "/stat%69c/" is "/static/" and no spelling
+     * of a path reaches another route than the plain one would. */
+    char *cpath = c->w->path_buf;
+    size_t clen;
+    if (req->path.len >= sizeof(c->w->path_buf) ||
+        !um_url_path_canon(req->path, cpath, sizeof(c->w->path_buf), &clen)) {
         respond_simple(c, 400, NULL, 0);
-        return;
+        return NULL;
     }
-    npath[0] = '/';
-    nlen++;
-    if ((nflags & UM_PATH_F_DIR) && nlen > 1)
-        npath[nlen++] = '/';
-    npath[nlen] = '\0';
     um_str rest;
-    const struct um_route *route = find_route(c->config, req->authority, (um_str){npath, nlen}, &rest);
+    const struct um_route *route = find_route(c->config, req->authority, (um_str){cpath, clen}, &rest);
     if (route == NULL || route->origin == NULL) {
         respond_simple(c, 404, NULL, 0);
-        return;
+        return NULL;
     }
-    struct um_fetch f = {req, route, c->config, rest};
-    route->origin->ops->fetch(route->origin, &f, &c->sink);
+    *f = (struct um_fetch){req, route, c->config, rest};
+    return route->origin;
 }
 
-/* The request and its body are complete: answer it and get ready for the next one. */
-static void finish_request(struct um__conn *c)
+/* The request is answered (its response may still be draining): get ready for the next. */
+static void complete_request(struct um__conn *c)
 {
-    dispatch(c);
     c->requests++;
     c->head_started = false;
-    c->rpos = c->bpos;
+    c->origin = NULL;
+    if (!c->body_done || c->bdec > 0) {
+        /* The origin answered without reading the whole body: the rest cannot be told
+         * from a next request without reading it, so end the connection instead. */
+        c->resp_keepalive = false;
+        c->linger = true;
+    }
+    c->rpos = c->bpos + c->bdec;
     if (c->rpos == c->rlen)
         c->rpos = c->rlen = 0;
     um_http1_parser_init(&c->parser);
     if (!c->resp_keepalive) {
         c->state = S_DONE;
         c->closing = true;
-        c->linger = c->rpos < c->rlen;
+        c->linger = c->linger || c->rpos < c->rlen;
     } else {
         c->state = S_HEAD;
     }
 }
 
-static void begin_body(struct um__conn *c)
+/* Hands the request to its origin. */
+static void dispatch(struct um__conn *c, struct um_origin *origin, struct um_fetch *f)
+{
+    c->origin = origin;
+    c->state = S_ORIGIN;
+    origin->ops->fetch(origin, f, &c->sink);
+    /* Synchronous origins (static files) are done already. */
+}
+
+/* Decodes buffered body bytes into the decoded region. Returns UM_ERR (with body_error
+ * set) on a malformed or oversized body. */
+static int body_decode(struct um__conn *c)
+{
+    size_t raw = c->bpos + c->bdec, avail = c->rlen - raw;
+    if (c->body_done || avail == 0)
+        return UM_OK;
+    if (c->req.flags & UM_REQ_F_CHUNKED) {
+        size_t consumed, out;
+        int r = um_chunked_decode(&c->chunked, c->rbuf + raw, avail, &consumed, &out);
+        if (r == UM_ERR) {
+            c->body_error = 400;
+            return UM_ERR;
+        }
+        /* Decoded bytes sit at rbuf+raw; close the gap the chunk framing leaves. */
+        memmove(c->rbuf + raw + out, c->rbuf + raw + consumed, avail - consumed);
+        c->rlen -= consumed - out;
+        c->bdec += out;
+        c->body_seen += out;
+        c->body_done = r == UM_DONE;
+    } else {
+        size_t take = avail < c->body_left ? avail : (size_t)c->body_left;
+        c->bdec += take;
+        c->body_left -= take;
+        c->body_seen += take;
+        c->body_done = c->body_left == 0;
+    }
+    if (c->body_seen > c->config->limits.max_body_bytes) {
+        c->body_error = 413;
+        return UM_ERR;
+    }
+    return UM_OK;
+}
+
+/* Drops n decoded body bytes from the front of the decoded region. */
+static void body_drop(struct um__conn *c, size_t n)
+{
+    memmove(c->rbuf + c->bpos, c->rbuf + c->bpos + n, c->rlen - c->bpos - n);
+    c->rlen -= n;
+    c->bdec -= n;
+}
+
+static ssize_t read_body(struct um_sink *s, char *buf, size_t len)
+{
+    struct um__conn *c = sink_conn(s);
+    if (c->body_error || body_decode(c) != UM_OK)
+        return UM_ERR;
+    size_t n = c->bdec < len ? c->bdec : len;
+    if (n > 0) {
+        memcpy(buf, c->rbuf + c->bpos, n);
+        body_drop(c, n);
+        wake(c); /* room to read more from the client */
+        return (ssize_t)n;
+    }
+    if (c->body_done)
+        return 0;
+    c->body_wanted = true;
+    return UM_AGAIN;
+}
+
+/* A head has been parsed: route it, then read its body or hand it over. */
+static void begin_request(struct um__conn *c)
 {
     struct um_request *req = &c->req;
-    uint64_t max = c->config->limits.max_body_bytes;
-    if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > max) {
-        fail(c, 413);
-        return;
-    }
-    if (c->rpos > 0) {
+    bool has_body = (req->flags & UM_REQ_F_CHUNKED) ||
+                    ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > 0);
+    if (has_body && c->rpos > 0) {
         /* Give the body room: move this request to the front and parse it again there
          * (its slices point at the old place). Only pipelined requests with bodies. */
         memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
@@ -386,47 +535,43 @@ static void begin_body(struct um__conn *c)
         UM_ASSERT(r == UM_OK);
     }
     c->bpos = c->rpos + req->head_len;
+    c->bdec = 0;
     c->body_left = req->content_length;
     c->body_seen = 0;
+    c->body_done = !has_body;
+    c->body_wanted = false;
+    c->body_error = 0;
     um_chunked_init(&c->chunked);
-    c->state = S_BODY;
-    if ((req->flags & UM_REQ_F_EXPECT_CONTINUE) && req->minor_version == 1 && c->rlen == c->bpos)
-        wappend_str(c, "HTTP/1.1 100 Continue\r\n\r\n");
-}
-
-/* Consumes buffered body bytes. Returns UM_DONE when the body is complete, UM_AGAIN when
- * more is needed, UM_ERR after answering a bad body. */
-static int consume_body(struct um__conn *c)
-{
-    size_t avail = c->rlen - c->bpos;
-    if (c->req.flags & UM_REQ_F_CHUNKED) {
-        size_t consumed, out;
-        int r = um_chunked_decode(&c->chunked, c->rbuf + c->bpos, avail, &consumed, &out);
-        if (r == UM_ERR) {
-            fail(c, 400);
-            return UM_ERR;
-        }
-        c->body_seen += out;
-        if (c->body_seen > c->config->limits.max_body_bytes) {
-            fail(c, 413);
-            return UM_ERR;
-        }
-        memmove(c->rbuf + c->bpos, c->rbuf + c->bpos + consumed, avail - consumed);
-        c->rlen -= consumed;
-        return r == UM_DONE ? UM_DONE : UM_AGAIN;
+    if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > c->config->limits.max_body_bytes) {
+        fail(c, 413);
+        return;
     }
-    size_t take = avail < c->body_left ? avail : (size_t)c->body_left;
-    memmove(c->rbuf + c->bpos, c->rbuf + c->bpos + take, avail - take);
-    c->rlen -= take;
-    c->body_left -= take;
-    return c->body_left == 0 ? UM_DONE : UM_AGAIN;
+    begin_response(c, req->method_id == UM_METHOD_HEAD, (req->flags & UM_REQ_F_KEEPALIVE) != 0);
+    if (has_body && (req->flags & UM_REQ_F_EXPECT_CONTINUE) && req->minor_version == 1 &&
+        c->rlen == c->bpos)
+        wappend_str(c, "HTTP/1.1 100 Continue\r\n\r\n");
+    struct um_fetch f;
+    struct um_origin *origin = route_request(c, &f);
+    if (origin == NULL) {
+        c->state = S_ORIGIN; /* answered; the body, if any, is left unread */
+        return;
+    }
+    if (has_body && !(origin->ops->flags & UM_ORIGIN_F_STREAM_BODY)) {
+        /* The origin takes no body: read it to the end first, then dispatch (the route
+         * is looked up again then, from the same head). */
+        c->state = S_BODY;
+        return;
+    }
+    dispatch(c, origin, &f);
 }
 
 static enum input_result process_input(struct um__conn *c)
 {
     for (;;) {
-        if (c->file_left > 0 || c->wlen - c->wpos > OUTPUT_BACKLOG)
-            return IN_BACKLOG;
+        if (c->file_left > 0 || c->wlen - c->wpos > OUTPUT_BACKLOG) {
+            if (c->state != S_ORIGIN || c->resp_ended)
+                return IN_BACKLOG;
+        }
         switch (c->state) {
         case S_HEAD: {
             if (c->rpos == c->rlen)
@@ -452,27 +597,34 @@ static enum input_result process_input(struct um__conn *c)
                 fail(c, status);
                 continue;
             }
-            if (c->req.flags & (UM_REQ_F_CONTENT_LENGTH | UM_REQ_F_CHUNKED)) {
-                if ((c->req.flags & UM_REQ_F_CONTENT_LENGTH) && c->req.content_length == 0) {
-                    c->bpos = c->rpos + c->req.head_len;
-                    finish_request(c);
-                } else {
-                    begin_body(c);
-                }
-            } else {
-                c->bpos = c->rpos + c->req.head_len;
-                finish_request(c);
-            }
+            begin_request(c);
             continue;
         }
         case S_BODY: {
-            int r = consume_body(c);
-            if (r == UM_AGAIN)
+            if (body_decode(c) != UM_OK) {
+                fail(c, c->body_error);
+                continue;
+            }
+            body_drop(c, c->bdec); /* nobody wants it */
+            if (!c->body_done)
                 return IN_NEED_INPUT;
-            if (r == UM_DONE)
-                finish_request(c);
+            struct um_fetch f;
+            struct um_origin *origin = route_request(c, &f);
+            if (origin)
+                dispatch(c, origin, &f);
+            else
+                c->state = S_ORIGIN;
             continue;
         }
+        case S_ORIGIN:
+            if (c->resp_ended) {
+                complete_request(c);
+                continue;
+            }
+            /* Keep reading while the origin streams a body that has not all arrived. */
+            if (!c->body_done && c->rlen < c->rcap && !c->body_error)
+                return IN_NEED_INPUT;
+            return IN_WAIT;
         case S_DONE:
         case S_LINGER:
             return IN_DONE;
@@ -633,9 +785,10 @@ static void start_linger(struct um__conn *c)
 
 static void drive(struct um__conn *c)
 {
+    c->in_drive = true;
     for (int turn = 0; turn < TURN_BUDGET; turn++) {
         if (c->closed)
-            return;
+            goto out;
         enum input_result in = IN_NEED_INPUT;
         if (c->state == S_LINGER) {
             c->rpos = c->rlen = 0; /* discard */
@@ -645,62 +798,78 @@ static void drive(struct um__conn *c)
         if (has_output(c)) {
             if (!c->can_write) {
                 um__tq_arm(c->w, c, UM__TQ_SEND);
-                return;
+                goto out;
             }
             int r = flush(c);
             if (r == UM_ERR) {
                 um__conn_close(c);
-                return;
+                goto out;
             }
             if (r == UM_AGAIN) {
                 c->can_write = false;
                 um__tq_arm(c->w, c, UM__TQ_SEND);
-                return;
+                goto out;
             }
             if (r == UM_DONE)
                 break;
+        }
+        if (c->origin_paused) {
+            /* Drained: let the origin go on (it may hand over more at once). */
+            c->origin_paused = false;
+            c->origin->ops->resume(c->origin, &c->sink);
+            continue;
         }
         if (c->closing) {
             if (c->linger && !c->peer_closed)
                 start_linger(c);
             else {
                 um__conn_close(c);
-                return;
+                goto out;
             }
             continue;
         }
         if (in == IN_BACKLOG)
             continue;
+        if (in == IN_WAIT) {
+            um__tq_disarm(c->w, c); /* the origin's own timeouts apply */
+            goto out;
+        }
         if (c->draining && c->state == S_HEAD && c->rpos == c->rlen) {
             /* Stopping: the request in flight is answered and no other has begun. */
             um__conn_close(c);
-            return;
+            goto out;
         }
         if (c->peer_closed) {
             /* Nothing more will come; what was buffered has been answered. */
             um__conn_close(c);
-            return;
+            goto out;
         }
         if (!c->can_read) {
             arm_input_timer(c);
-            return;
+            goto out;
         }
         int r = read_some(c);
         if (r == UM_ERR) {
             um__conn_close(c);
-            return;
+            goto out;
         }
         if (r == UM_AGAIN) {
             arm_input_timer(c);
-            return;
+            goto out;
         }
         if (r == UM_DONE && c->state == S_LINGER) {
             um__conn_close(c);
-            return;
+            goto out;
+        }
+        if (c->state == S_ORIGIN && c->body_wanted && (r == UM_OK || r == UM_DONE)) {
+            c->body_wanted = false;
+            c->origin->ops->body_ready(c->origin, &c->sink);
         }
     }
     um__tq_disarm(c->w, c);
     um__worker_ready(c->w, c);
+out:
+    c->in_drive = false;
 }
 
 void um__conn_accept(struct um__worker *w, int fd)
@@ -739,6 +908,12 @@ void um__conn_on_event(struct um__conn *c, uint32_t events)
 {
     if (c->closed)
         return;
+    if (c->state == S_ORIGIN && !c->resp_ended && (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&
+        (c->body_done || (events & (EPOLLHUP | EPOLLERR)))) {
+        /* The client went away while the origin was answering: stop the origin. */
+        um__conn_close(c);
+        return;
+    }
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
         c->can_read = true;
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
@@ -781,6 +956,8 @@ void um__conn_close(struct um__conn *c)
         return;
     struct um__worker *w = c->w;
     c->closed = true;
+    if (c->state == S_ORIGIN && !c->resp_ended && c->origin && c->origin->ops->cancel)
+        c->origin->ops->cancel(c->origin, &c->sink);
     um__tq_disarm(w, c);
     if (c->links.in_ready) {
         for (struct um__conn **p = &w->ready; *p; p = &um__links(*p)->ready_next) {

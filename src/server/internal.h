@@ -8,6 +8,7 @@
 
 #include "umbra/config.h"
 #include "umbra/http1.h"
+#include "umbra/loop.h"
 #include "umbra/httpfield.h"
 #include "umbra/origin.h"
 
@@ -15,7 +16,7 @@ struct um__conn;
 struct um__worker;
 
 /* What an epoll event's data.ptr points at: the first member of each such object. */
-enum um__ev_kind { UM__EV_CONN, UM__EV_MAILBOX };
+enum um__ev_kind { UM__EV_CONN, UM__EV_MAILBOX, UM__EV_IO };
 
 /* Timeout queues. Every entry of one queue has the same duration, so appending keeps a
  * queue sorted by deadline: arming, re-arming and expiring are all O(1). */
@@ -75,6 +76,10 @@ struct um__worker {
     char **free_bufs;
     size_t num_free_bufs;
     char path_buf[4096]; /* the normalised path of the request being dispatched */
+    /* struct um_loop services for origins. */
+    struct um_timer **timers; /* binary min-heap by deadline */
+    size_t num_timers, cap_timers;
+    struct um_task *tasks; /* deferred calls */
 };
 
 struct um_server {

@@ -71,6 +71,142 @@ void um__worker_ready(struct um__worker *w, struct um__conn *c)
     w->ready = c;
 }
 
+/* ---------------------------------------------------------------- um_loop */
+
+static _Thread_local struct um__worker *current_worker;
+
+struct um_loop *um_loop_current(void)
+{
+    return (struct um_loop *)current_worker;
+}
+
+uint64_t um_loop_now(const struct um_loop *l)
+{
+    return ((const struct um__worker *)l)->now_ms;
+}
+
+int um_loop_io_set(struct um_loop *l, struct um_io *io, int fd, uint32_t events)
+{
+    struct um__worker *w = (struct um__worker *)l;
+    io->_kind = UM__EV_IO;
+    struct epoll_event ev = {.events = events, .data.ptr = io};
+    int op = events == 0 ? EPOLL_CTL_DEL : io->_events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+    if (op == EPOLL_CTL_DEL && io->_events == 0)
+        return UM_OK;
+    io->fd = fd;
+    int r = epoll_ctl(w->epfd, op, fd, &ev);
+    if (r != 0 && op == EPOLL_CTL_ADD && errno == EEXIST)
+        r = epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev);
+    io->_events = r == 0 ? events : io->_events;
+    if (op == EPOLL_CTL_DEL)
+        io->_events = 0;
+    return r == 0 ? UM_OK : UM_ERR;
+}
+
+static void heap_swap(struct um__worker *w, size_t a, size_t b)
+{
+    struct um_timer *t = w->timers[a];
+    w->timers[a] = w->timers[b];
+    w->timers[b] = t;
+    w->timers[a]->_index = a + 1;
+    w->timers[b]->_index = b + 1;
+}
+
+static void heap_up(struct um__worker *w, size_t i)
+{
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (w->timers[parent]->_deadline <= w->timers[i]->_deadline)
+            break;
+        heap_swap(w, i, parent);
+        i = parent;
+    }
+}
+
+static void heap_down(struct um__worker *w, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < w->num_timers && w->timers[l]->_deadline < w->timers[m]->_deadline)
+            m = l;
+        if (r < w->num_timers && w->timers[r]->_deadline < w->timers[m]->_deadline)
+            m = r;
+        if (m == i)
+            break;
+        heap_swap(w, i, m);
+        i = m;
+    }
+}
+
+void um_loop_timer_stop(struct um_loop *l, struct um_timer *t)
+{
+    struct um__worker *w = (struct um__worker *)l;
+    if (t->_index == 0)
+        return;
+    size_t i = t->_index - 1, last = w->num_timers - 1;
+    UM_ASSERT(i < w->num_timers && w->timers[i] == t);
+    if (i != last) {
+        heap_swap(w, i, last);
+        w->num_timers--;
+        heap_down(w, i);
+        heap_up(w, i);
+    } else {
+        w->num_timers--;
+    }
+    t->_index = 0;
+}
+
+void um_loop_timer_start(struct um_loop *l, struct um_timer *t, uint64_t ms)
+{
+    struct um__worker *w = (struct um__worker *)l;
+    um_loop_timer_stop(l, t);
+    if (w->num_timers == w->cap_timers) {
+        w->cap_timers = w->cap_timers ? w->cap_timers * 2 : 64;
+        w->timers = um_realloc(w->timers, w->cap_timers * sizeof(*w->timers));
+    }
+    t->_deadline = w->now_ms + ms;
+    w->timers[w->num_timers++] = t;
+    t->_index = w->num_timers;
+    heap_up(w, w->num_timers - 1);
+}
+
+void um_loop_defer(struct um_loop *l, struct um_task *t)
+{
+    struct um__worker *w = (struct um__worker *)l;
+    if (t->_queued)
+        return;
+    t->_queued = 1;
+    t->_next = w->tasks;
+    w->tasks = t;
+}
+
+static void run_tasks(struct um__worker *w)
+{
+    /* Tasks may queue tasks; bound the rounds so a loop of them cannot starve I/O. */
+    for (int round = 0; round < 8 && w->tasks; round++) {
+        struct um_task *list = w->tasks;
+        w->tasks = NULL;
+        while (list) {
+            struct um_task *t = list;
+            list = t->_next;
+            t->_queued = 0;
+            t->_next = NULL;
+            t->cb(t);
+        }
+    }
+}
+
+static void run_timers(struct um__worker *w)
+{
+    while (w->num_timers > 0 && w->timers[0]->_deadline <= w->now_ms) {
+        struct um_timer *t = w->timers[0];
+        um_loop_timer_stop((struct um_loop *)w, t);
+        t->cb(t);
+    }
+}
+
+/* ---------------------------------------------------------------- time */
+
 static void update_time(struct um__worker *w)
 {
     struct timespec ts;
@@ -137,6 +273,7 @@ void um__worker_dispose(struct um__worker *w)
     close(w->epfd);
     for (size_t i = 0; i < w->num_free_bufs; i++)
         free(w->free_bufs[i]);
+    free(w->timers);
     free(w->free_bufs);
     um_config_unref(w->config);
 }
@@ -177,9 +314,15 @@ static void on_mailbox(struct um__worker *w)
 
 static int next_timeout(struct um__worker *w)
 {
-    if (w->ready)
+    if (w->ready || w->tasks)
         return 0;
     uint64_t wait = MAX_WAIT_MS;
+    if (w->num_timers > 0) {
+        uint64_t d = w->timers[0]->_deadline;
+        wait = d > w->now_ms ? d - w->now_ms : 0;
+        if (wait > MAX_WAIT_MS)
+            wait = MAX_WAIT_MS;
+    }
     for (int k = 0; k < UM__TQ_COUNT; k++) {
         struct um__conn *c = w->tq[k].head;
         if (c == NULL)
@@ -234,6 +377,7 @@ void *um__worker_main(void *arg)
 {
     struct um__worker *w = arg;
     struct epoll_event evs[MAX_EVENTS];
+    current_worker = w;
     for (;;) {
         int n = epoll_wait(w->epfd, evs, MAX_EVENTS, next_timeout(w));
         if (n < 0 && errno != EINTR) {
@@ -245,11 +389,16 @@ void *um__worker_main(void *arg)
             enum um__ev_kind *kind = evs[i].data.ptr;
             if (*kind == UM__EV_MAILBOX)
                 on_mailbox(w);
+            else if (*kind == UM__EV_IO)
+                ((struct um_io *)(void *)kind)->cb((struct um_io *)(void *)kind, evs[i].events);
             else
                 um__conn_on_event((struct um__conn *)kind, evs[i].events);
         }
+        run_timers(w);
+        run_tasks(w);
         run_ready(w);
         run_timeouts(w);
+        run_tasks(w);
         if (w->draining) {
             if (w->now_ms >= w->drain_deadline) {
                 if (w->num_conns > 0)

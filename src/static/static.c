@@ -55,10 +55,11 @@ static void respond(struct um_sink *sink, int status, const struct um_header *he
                     const char *body)
 {
     size_t len = body ? strlen(body) : 0;
-    struct um_response_head h = {status, headers, n, (int64_t)len};
+    struct um_response_head h = {status, headers, n, (int64_t)len, {NULL, 0}};
     sink->ops->on_head(sink, &h);
+    /* Error pages are small and come first: the sink always has room for them. */
     if (len)
-        sink->ops->on_data(sink, body, len);
+        UM_ASSERT(sink->ops->on_data(sink, body, len) == len);
     sink->ops->on_end(sink, UM_OK);
 }
 
@@ -130,22 +131,15 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
         respond(sink, 405, h, 2, "405 Method Not Allowed\n");
         return;
     }
-    /* f->path is decoded and normalised already; drop its outer slashes. */
+    /* f->path is canonical (dot-segments resolved) but may hold escapes: decode them once,
+     * refusing what must never name a file. */
     char rel[MAX_PATH];
-    um_str p = f->path;
-    while (p.len > 0 && p.base[0] == '/') {
-        p.base++;
-        p.len--;
-    }
-    while (p.len > 0 && p.base[p.len - 1] == '/')
-        p.len--;
-    size_t rel_len = p.len;
-    if (rel_len > sizeof(rel) - 256) {
-        respond_error(sink, 404);
+    size_t rel_len;
+    unsigned flags;
+    if (um_path_normalize(f->path, rel, sizeof(rel) - 256, &rel_len, &flags) != UM_OK) {
+        respond_error(sink, 400);
         return;
     }
-    memcpy(rel, p.base, rel_len);
-    rel[rel_len] = '\0';
     bool want_dir = req->path.len > 0 && req->path.base[req->path.len - 1] == '/';
     int fd = open_beneath(o->root_fd, rel_len ? rel : ".");
     if (fd < 0) {
@@ -215,7 +209,7 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
 
     if (not_modified(req, etag, st.st_mtime)) {
         close(fd);
-        struct um_response_head head = {304, h + 1, 3, -1};
+        struct um_response_head head = {304, h + 1, 3, -1, {NULL, 0}};
         sink->ops->on_head(sink, &head);
         sink->ops->on_end(sink, UM_OK);
         return;
@@ -241,7 +235,7 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
         }
     }
     uint64_t len = size ? last - first + 1 : 0;
-    struct um_response_head head = {status, h, n, (int64_t)len};
+    struct um_response_head head = {status, h, n, (int64_t)len, {NULL, 0}};
     sink->ops->on_head(sink, &head);
     if (len > 0)
         sink->ops->on_file(sink, fd, first, len);
@@ -258,7 +252,10 @@ static void static_destroy(struct um_origin *base)
     free(o);
 }
 
-static const struct um_origin_ops static_ops = {static_fetch, static_destroy};
+static const struct um_origin_ops static_ops = {
+    .fetch = static_fetch,
+    .destroy = static_destroy,
+};
 
 struct um_origin *um_static_origin_create(const struct um_route *route,
                                           const struct um_config *config, char *err,

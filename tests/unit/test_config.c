@@ -318,7 +318,7 @@ static void fake_destroy(struct um_origin *o)
     free(o);
 }
 
-static const struct um_origin_ops fake_ops = {NULL, fake_destroy};
+static const struct um_origin_ops fake_ops = {.destroy = fake_destroy};
 
 static void test_refcount_and_origins(void **state)
 {

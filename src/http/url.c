@@ -1,0 +1,76 @@
+/* Canonical request paths for route matching. */
+#include "umbra/httpfield.h"
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static bool unreserved(int c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+bool um_url_path_canon(um_str path, char *out, size_t outsz, size_t *outlen)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    if (path.len == 0 || path.base[0] != '/' || outsz < path.len + 1)
+        return false;
+    /* Segment by segment: each is decoded into place after the output so far, then kept,
+     * dropped (".", empty) or turned into a step up (".."). */
+    size_t o = 0, i = 0;
+    bool trailing = false;
+    while (i < path.len) {
+        i++; /* the '/' */
+        size_t start = o + 1, n = 0;
+        while (i < path.len && path.base[i] != '/') {
+            int c = (unsigned char)path.base[i];
+            if (c == '%') {
+                int hi = i + 2 < path.len ? hexval(path.base[i + 1]) : -1;
+                int lo = hi >= 0 ? hexval(path.base[i + 2]) : -1;
+                if (lo < 0)
+                    return false;
+                int d = hi << 4 | lo;
+                if (unreserved(d)) {
+                    out[start + n++] = (char)d;
+                } else {
+                    out[start + n++] = '%';
+                    out[start + n++] = hex[hi];
+                    out[start + n++] = hex[lo];
+                }
+                i += 3;
+            } else {
+                out[start + n++] = (char)c;
+                i++;
+            }
+        }
+        const char *seg = out + start;
+        if (n == 0 || (n == 1 && seg[0] == '.')) {
+            trailing = true;
+        } else if (n == 2 && seg[0] == '.' && seg[1] == '.') {
+            if (o == 0)
+                return false; /* above the root: malformed, as nginx treats it */
+            while (o > 0 && out[o - 1] != '/')
+                o--;
+            if (o > 0)
+                o--; /* the '/' before the dropped segment */
+            trailing = true;
+        } else {
+            out[o] = '/';
+            o = start + n;
+            trailing = false;
+        }
+    }
+    if (o == 0 || trailing)
+        out[o++] = '/';
+    out[o] = '\0';
+    *outlen = o;
+    return true;
+}
