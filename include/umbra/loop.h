@@ -54,4 +54,8 @@ static inline bool um_loop_timer_armed(const struct um_timer *t)
 /* Queues t to run at the end of the current loop turn (once, however often queued). */
 void um_loop_defer(struct um_loop *l, struct um_task *t);
 
+/* Queues t to run once when the loop stops, after its connections are closed (for state
+ * that an origin keeps per worker). */
+void um_loop_on_stop(struct um_loop *l, struct um_task *t);
+
 #endif

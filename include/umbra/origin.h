@@ -58,6 +58,9 @@ struct um_fetch {
     /* The request path percent-decoded and normalised (um_path_normalize: no "..", no "."
      * or empty segments), with the route's prefix removed; may begin or end with '/'. */
     um_str path;
+    const char *client_ip; /* the client's address, text ("127.0.0.1", "::1") */
+    int client_port;
+    const char *scheme;    /* "http" or "https": how the client reached us */
 };
 
 /* The origin reads the request body itself through um_sink_ops.read_body (it is not

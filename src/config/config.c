@@ -44,10 +44,20 @@
 /* Longer timeouts are certainly mistakes, and would overflow conversions to milliseconds. */
 #define MAX_TIMEOUT 31536000.0
 #define PATH_LEN 256
+/* Upstream names are short identifiers; this also keeps every path below them in PATH_LEN. */
+#define MAX_UPSTREAM_NAME 64
+#define MAX_RETRIES 10
+#define MAX_FAILS 100
 
-static const char *const SETTINGS[] = {"listen",   "workers", "routes",    "limits",
-                                       "timeouts", "mime",    "log_level", NULL};
-static const char *const ROUTE_KEYS[] = {"host", "path", "root", "index", NULL};
+static const char *const SETTINGS[] = {"listen", "workers",  "upstreams", "routes",
+                                       "limits", "timeouts", "mime",      "log_level", NULL};
+static const char *const ROUTE_KEYS[] = {"host", "path", "root", "upstream", "index", NULL};
+static const char *const UPSTREAM_KEYS[] = {"servers", "balance",   "connect_timeout",
+                                            "timeout", "retries",   "host",
+                                            "tls",     "max_fails", "fail_timeout", NULL};
+static const char *const TLS_KEYS[] = {"verify", "ca", NULL};
+/* In the order of enum um_balance. */
+static const char *const BALANCE_NAMES[] = {"round_robin", "least_conn", "hash", NULL};
 static const char *const LIMIT_KEYS[] = {"max_connections", "max_header_bytes",
                                          "max_body_bytes", "max_request_line", NULL};
 static const char *const TIMEOUT_KEYS[] = {"header", "idle", "send", "shutdown", NULL};
@@ -331,6 +341,18 @@ static bool get_integer(lua_State *L, int idx, double lo, double hi, long long *
     return true;
 }
 
+/* Reads a number of seconds greater than 0 and at most MAX_TIMEOUT (fractions allowed). */
+static bool get_seconds(struct load *ld, lua_State *L, int idx, const char *path, double *out)
+{
+    double d = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : NAN;
+    if (!(d > 0 && d <= MAX_TIMEOUT))
+        return fail(ld, L, path,
+                    "%s: expected a number of seconds greater than 0 and at most %.0f", path,
+                    MAX_TIMEOUT);
+    *out = d;
+    return true;
+}
+
 bool um_config_parse_size(const char *s, uint64_t *out)
 {
     static const struct {
@@ -509,39 +531,420 @@ static bool load_workers(struct load *ld, lua_State *L)
     return true;
 }
 
-/* Resolves root against the config's directory into an absolute, existing directory. */
-static bool resolve_root(struct load *ld, lua_State *L, const char *path, const char *root,
-                         char **out)
+/* Resolves name (as written at path) against the config's directory into an absolute,
+ * existing path: a directory when want_dir, else a regular file. */
+static bool resolve_path(struct load *ld, lua_State *L, const char *path, const char *name,
+                         bool want_dir, char **out)
 {
+    const char *kind = want_dir ? "directory" : "file";
     char *joined;
-    if (root[0] == '/') {
-        joined = um_strndup(root, strlen(root));
+    if (name[0] == '/') {
+        joined = um_strndup(name, strlen(name));
     } else {
-        size_t dl = strlen(ld->dir), rl = strlen(root);
-        joined = um_malloc(dl + 1 + rl + 1);
+        size_t dl = strlen(ld->dir), nl = strlen(name);
+        joined = um_malloc(dl + 1 + nl + 1);
         memcpy(joined, ld->dir, dl);
         joined[dl] = '/';
-        memcpy(joined + dl + 1, root, rl + 1);
+        memcpy(joined + dl + 1, name, nl + 1);
     }
     char *real = realpath(joined, NULL);
     int e = errno;
     if (real == NULL) {
-        bool ok = e == ENOENT ? fail(ld, L, path, "%s: no such directory '%s' (looked for %s)",
-                                     path, root, joined)
-                              : fail(ld, L, path, "%s: cannot use directory '%s' (%s): %s",
-                                     path, root, joined, strerror(e));
+        bool ok = e == ENOENT ? fail(ld, L, path, "%s: no such %s '%s' (looked for %s)", path,
+                                     kind, name, joined)
+                              : fail(ld, L, path, "%s: cannot use %s '%s' (%s): %s", path,
+                                     kind, name, joined, strerror(e));
         free(joined);
         return ok;
     }
     free(joined);
     struct stat st;
-    if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        bool ok = fail(ld, L, path, "%s: '%s' is not a directory", path, real);
+    if (stat(real, &st) != 0 || (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
+        bool ok = fail(ld, L, path, "%s: '%s' is not a %s", path, real,
+                       want_dir ? "directory" : "regular file");
         free(real);
         return ok;
     }
     *out = real;
     return true;
+}
+
+static void lower(char *s)
+{
+    for (; *s; s++)
+        if (*s >= 'A' && *s <= 'Z')
+            *s = (char)(*s + 32);
+}
+
+/* A DNS-style host name: dot-separated labels of 1 to 63 letters, digits, '-' or '_' ('_'
+ * for the names container runtimes hand out). */
+static bool is_host_name(const char *s, size_t n)
+{
+    size_t label = 0;
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch == '.') {
+            if (label == 0)
+                return false;
+            label = 0;
+        } else if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                   (ch >= '0' && ch <= '9') || ch == '-' || ch == '_') {
+            if (++label > 63)
+                return false;
+        } else {
+            return false;
+        }
+    }
+    return label > 0;
+}
+
+#define URL_HINT "expected \"http://HOST[:PORT]\" or \"https://HOST[:PORT]\""
+
+/* Parses an upstream server URL, "http[s]://HOST[:PORT]" with an optional final "/", into
+ * out->url = "scheme://host:port": scheme and host lower-cased, IPv6 in its canonical
+ * form, the default port (80, 443) written out. */
+static bool parse_server(struct load *ld, lua_State *L, const char *path, const char *text,
+                         struct um_upstream_server *out)
+{
+    char host[INET6_ADDRSTRLEN + 256];
+    for (const char *p = text; *p; p++)
+        if ((unsigned char)*p <= ' ' || *p == 0x7f)
+            return fail(ld, L, path, "%s: bad URL '%s': contains a space or control character",
+                        path, text);
+    const char *sep = strstr(text, "://");
+    if (sep == NULL)
+        return fail(ld, L, path, "%s: bad URL '%s' (" URL_HINT ")", path, text);
+    size_t sl = (size_t)(sep - text);
+    bool https;
+    if (sl == 4 && strncasecmp(text, "http", 4) == 0)
+        https = false;
+    else if (sl == 5 && strncasecmp(text, "https", 5) == 0)
+        https = true;
+    else
+        return fail(ld, L, path, "%s: bad scheme in '%s' (expected http:// or https://)", path,
+                    text);
+
+    const char *auth = sep + 3;
+    size_t alen = strcspn(auth, "/?#");
+    const char *rest = auth + alen, *end = auth + alen;
+    if (rest[0] != '\0' && strcmp(rest, "/") != 0) {
+        const char *q = rest[0] == '/' ? rest + 1 : rest;
+        const char *what = *q == '?' ? "a query" : *q == '#' ? "a fragment" : "a path";
+        return fail(ld, L, path, "%s: bad URL '%s': %s is not allowed (" URL_HINT
+                    "; the request's path is passed on as it is)", path, text, what);
+    }
+    if (memchr(auth, '@', alen) != NULL)
+        return fail(ld, L, path,
+                    "%s: bad URL '%s': user info (\"user@\") is not allowed (" URL_HINT ")",
+                    path, text);
+
+    const char *after; /* end of the host */
+    if (alen > 0 && auth[0] == '[') {
+        const char *close = memchr(auth, ']', alen);
+        char v6[INET6_ADDRSTRLEN];
+        struct in6_addr a6;
+        size_t hl = close != NULL ? (size_t)(close - auth - 1) : 0;
+        if (close == NULL || hl == 0 || hl >= sizeof v6)
+            return fail(ld, L, path, "%s: bad IPv6 address in '%s'", path, text);
+        memcpy(v6, auth + 1, hl);
+        v6[hl] = '\0';
+        if (inet_pton(AF_INET6, v6, &a6) != 1 || inet_ntop(AF_INET6, &a6, v6, sizeof v6) == NULL)
+            return fail(ld, L, path, "%s: bad IPv6 address in '%s'", path, text);
+        snprintf(host, sizeof host, "[%s]", v6);
+        after = close + 1;
+        if (after != end && *after != ':')
+            return fail(ld, L, path, "%s: bad URL '%s' (" URL_HINT ")", path, text);
+    } else {
+        const char *colon = memchr(auth, ':', alen);
+        after = colon != NULL ? colon : end;
+        size_t hl = (size_t)(after - auth);
+        if (colon != NULL && memchr(colon + 1, ':', (size_t)(end - colon - 1)) != NULL)
+            return fail(ld, L, path, "%s: bad URL '%s' (IPv6 addresses need brackets: "
+                        "\"http://[::1]:9000\")", path, text);
+        if (hl == 0)
+            return fail(ld, L, path, "%s: bad URL '%s': missing host (" URL_HINT ")", path,
+                        text);
+        if (hl >= sizeof host || !is_host_name(auth, hl))
+            return fail(ld, L, path, "%s: bad host in '%s' (expected a host name, an IPv4 "
+                        "address or an [IPv6 address])", path, text);
+        memcpy(host, auth, hl);
+        host[hl] = '\0';
+        lower(host);
+        /* All digits and dots: it can only mean an IPv4 address, so it must be one. */
+        if (strspn(host, "0123456789.") == hl) {
+            struct in_addr a4;
+            if (inet_pton(AF_INET, host, &a4) != 1)
+                return fail(ld, L, path, "%s: bad IPv4 address in '%s'", path, text);
+        }
+    }
+
+    unsigned long port = https ? 443 : 80;
+    if (after != end) {
+        const char *p = after + 1;
+        size_t digits = 0;
+        port = 0;
+        for (; p < end && *p >= '0' && *p <= '9' && digits < 6; p++, digits++)
+            port = port * 10 + (unsigned long)(*p - '0');
+        if (digits == 0 || p != end || port < 1 || port > 65535)
+            return fail(ld, L, path, "%s: bad port in '%s' (expected 1 to 65535)", path, text);
+    }
+
+    size_t n = strlen(host) + 32;
+    out->url = um_malloc(n);
+    snprintf(out->url, n, "%s://%s:%lu", https ? "https" : "http", host, port);
+    out->https = https;
+    return true;
+}
+
+/* servers = "URL" or { "URL", ... } of the upstream table at idx. */
+static bool load_servers(struct load *ld, lua_State *L, int idx, const char *upath,
+                         struct um_upstream_conf *u)
+{
+    char sub[PATH_LEN], el[PATH_LEN];
+    const char *s;
+    size_t n = 1;
+    subpath(sub, sizeof sub, upath, "servers");
+    int t = get_field(L, idx, "servers");
+    if (t == LUA_TNIL)
+        return fail(ld, L, sub, "%s: missing (every upstream needs at least one server, e.g. "
+                    "servers = { \"http://127.0.0.1:9000\" })", sub);
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        return fail(ld, L, sub, "%s: expected a URL or a list of URLs, got %s", sub,
+                    lua_typename(L, t));
+    int sidx = lua_gettop(L);
+    if (t == LUA_TTABLE) {
+        if (!check_list(ld, L, sidx, sub, &n))
+            return false;
+        if (n == 0)
+            return fail(ld, L, sub, "%s: expected at least one server", sub);
+    }
+    u->servers = um_calloc(n, sizeof *u->servers);
+    for (size_t i = 0; i < n; i++) {
+        if (t == LUA_TTABLE) {
+            subpath_i(el, sizeof el, sub, i + 1);
+            lua_rawgeti(L, sidx, (int)i + 1);
+        } else {
+            snprintf(el, sizeof el, "%s", sub);
+            lua_pushvalue(L, sidx);
+        }
+        if (!get_string(ld, L, -1, el, "a URL such as \"http://127.0.0.1:9000\"", &s) ||
+            !parse_server(ld, L, el, s, &u->servers[i]))
+            return false;
+        u->num_servers++;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(u->servers[j].url, u->servers[i].url) == 0)
+                return fail(ld, L, el, "%s: '%s' is listed twice (as %s)", el, s,
+                            u->servers[i].url);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+/* tls = { verify = BOOL, ca = "FILE" } of the upstream table at idx. */
+static bool load_upstream_tls(struct load *ld, lua_State *L, int idx, const char *upath,
+                              struct um_upstream_conf *u)
+{
+    char tpath[PATH_LEN], sub[PATH_LEN];
+    const char *s;
+    subpath(tpath, sizeof tpath, upath, "tls");
+    int t = get_field(L, idx, "tls");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (t != LUA_TTABLE)
+        return fail(ld, L, tpath, "%s: expected a table such as { verify = true, ca = "
+                    "\"ca.pem\" }, got %s", tpath, lua_typename(L, t));
+    int tidx = lua_gettop(L);
+    if (!check_keys(ld, L, tidx, tpath, TLS_KEYS))
+        return false;
+    subpath(sub, sizeof sub, tpath, "verify");
+    if ((t = get_field(L, tidx, "verify")) != LUA_TNIL) {
+        if (t != LUA_TBOOLEAN)
+            return fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                        lua_typename(L, t));
+        u->tls_verify = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    subpath(sub, sizeof sub, tpath, "ca");
+    if (get_field(L, tidx, "ca") != LUA_TNIL) {
+        if (!get_string(ld, L, -1, sub, "the path of a CA certificate file", &s) ||
+            !resolve_path(ld, L, sub, s, false, &u->tls_ca))
+            return false;
+    }
+    lua_pop(L, 2);
+    return true;
+}
+
+/* The upstream at idx, whose name is already in u->name. */
+static bool load_upstream(struct load *ld, lua_State *L, int idx, const char *upath,
+                          struct um_upstream_conf *u)
+{
+    char sub[PATH_LEN], names[128];
+    const char *s;
+    long long n;
+    int t = lua_type(L, idx);
+    if (t != LUA_TTABLE)
+        return fail(ld, L, upath, "%s: expected a table such as { servers = { "
+                    "\"http://127.0.0.1:9000\" } }, got %s", upath, lua_typename(L, t));
+    if (!check_keys(ld, L, idx, upath, UPSTREAM_KEYS))
+        return false;
+    u->line = line_of(ld, L, upath);
+    u->balance = UM_BALANCE_ROUND_ROBIN;
+    u->connect_timeout = 2;
+    u->timeout = 30;
+    u->retries = 1;
+    u->tls_verify = true;
+    u->max_fails = 3;
+    u->fail_timeout = 10;
+
+    if (!load_servers(ld, L, idx, upath, u))
+        return false;
+
+    subpath(sub, sizeof sub, upath, "balance");
+    if ((t = get_field(L, idx, "balance")) != LUA_TNIL) {
+        size_t i = 0;
+        while (t == LUA_TSTRING && BALANCE_NAMES[i] != NULL &&
+               strcmp(lua_tostring(L, -1), BALANCE_NAMES[i]) != 0)
+            i++;
+        if (t != LUA_TSTRING || BALANCE_NAMES[i] == NULL)
+            return fail(ld, L, sub, "%s: expected one of: %s", sub,
+                        join(BALANCE_NAMES, names, sizeof names));
+        u->balance = (enum um_balance)i;
+    }
+    lua_pop(L, 1);
+
+    static const char *const seconds[] = {"connect_timeout", "timeout", "fail_timeout"};
+    double *fields[] = {&u->connect_timeout, &u->timeout, &u->fail_timeout};
+    for (size_t i = 0; i < UM_NELEMS(fields); i++) {
+        subpath(sub, sizeof sub, upath, seconds[i]);
+        if (get_field(L, idx, seconds[i]) != LUA_TNIL && !get_seconds(ld, L, -1, sub, fields[i]))
+            return false;
+        lua_pop(L, 1);
+    }
+
+    subpath(sub, sizeof sub, upath, "retries");
+    if (get_field(L, idx, "retries") != LUA_TNIL) {
+        if (!get_integer(L, -1, 0, MAX_RETRIES, &n))
+            return fail(ld, L, sub, "%s: expected an integer from 0 to %d", sub, MAX_RETRIES);
+        u->retries = (int)n;
+    }
+    lua_pop(L, 1);
+
+    subpath(sub, sizeof sub, upath, "max_fails");
+    if (get_field(L, idx, "max_fails") != LUA_TNIL) {
+        if (!get_integer(L, -1, 1, MAX_FAILS, &n))
+            return fail(ld, L, sub, "%s: expected an integer from 1 to %d", sub, MAX_FAILS);
+        u->max_fails = (int)n;
+    }
+    lua_pop(L, 1);
+
+    subpath(sub, sizeof sub, upath, "host");
+    if (get_field(L, idx, "host") != LUA_TNIL) {
+        if (!get_string(ld, L, -1, sub, "a Host such as \"example.com\"", &s))
+            return false;
+        for (const char *p = s; *p; p++)
+            if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f || *p == '/')
+                return fail(ld, L, sub, "%s: bad Host '%s' (ASCII without spaces, control "
+                            "characters or '/')", sub, s);
+        u->host = um_strndup(s, strlen(s));
+    }
+    lua_pop(L, 1);
+
+    return load_upstream_tls(ld, L, idx, upath, u);
+}
+
+static int cmp_upstream(const void *a, const void *b)
+{
+    return strcmp(((const struct um_upstream_conf *)a)->name,
+                  ((const struct um_upstream_conf *)b)->name);
+}
+
+/* upstreams = { NAME = { ... }, ... }, stored sorted by name so that the indexes routes
+ * refer to do not depend on the order of a Lua table. */
+static bool load_upstreams(struct load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    char key[128], sub[PATH_LEN];
+    int t = get_global(L, "upstreams");
+    if (t == LUA_TNIL)
+        return true;
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "upstreams", "upstreams: expected a table of NAME = { servers = "
+                    "{ ... } }, got %s", lua_typename(L, t));
+    int idx = lua_gettop(L);
+    size_t n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        n++;
+    }
+    if (n == 0)
+        return true;
+    c->upstreams = um_calloc(n, sizeof *c->upstreams);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        key_text(L, -1, key, sizeof key);
+        subpath(sub, sizeof sub, "upstreams", key);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            return fail(ld, L, sub, "upstreams: expected upstream names as keys, got [%s] "
+                        "(e.g. upstreams = { app = { servers = { ... } } })", key);
+        const char *name = lua_tostring(L, -1);
+        size_t len = strlen(name);
+        bool ok = len > 0 && len <= MAX_UPSTREAM_NAME && !(name[0] >= '0' && name[0] <= '9') &&
+                  name[0] != '-';
+        for (const char *p = name; *p && ok; p++)
+            ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                 (*p >= '0' && *p <= '9') || *p == '_' || *p == '-';
+        if (!ok)
+            return fail(ld, L, sub, "upstreams: bad upstream name '%s' (expected up to %d "
+                        "letters, digits, '_' or '-', starting with a letter or '_')", key,
+                        MAX_UPSTREAM_NAME);
+        c->upstreams[c->num_upstreams++].name = um_strndup(name, len);
+    }
+    qsort(c->upstreams, c->num_upstreams, sizeof *c->upstreams, cmp_upstream);
+    for (size_t i = 0; i < c->num_upstreams; i++) {
+        struct um_upstream_conf *u = &c->upstreams[i];
+        subpath(sub, sizeof sub, "upstreams", u->name);
+        get_field(L, idx, u->name);
+        if (!load_upstream(ld, L, lua_gettop(L), sub, u))
+            return false;
+        lua_pop(L, 1);
+    }
+    return true;
+}
+
+/* The route's upstream = "NAME" (on top of the stack), at path. */
+static bool resolve_upstream(struct load *ld, lua_State *L, const char *path,
+                             struct um_route *r)
+{
+    struct um_config *c = ld->c;
+    char names[256];
+    const char *s;
+    if (!get_string(ld, L, -1, path, "the name of an upstream", &s))
+        return false;
+    for (size_t i = 0; i < c->num_upstreams; i++)
+        if (strcmp(c->upstreams[i].name, s) == 0) {
+            r->upstream = (int)i;
+            return true;
+        }
+    if (c->num_upstreams == 0)
+        return fail(ld, L, path, "%s: unknown upstream '%s' (the upstreams setting defines "
+                    "none)", path, s);
+    size_t off = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < c->num_upstreams && off < sizeof names; i++) {
+        int w = snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "",
+                         c->upstreams[i].name);
+        if (w < 0)
+            break;
+        off += (size_t)w;
+    }
+    return fail(ld, L, path, "%s: unknown upstream '%s' (upstreams are: %s)", path, s, names);
 }
 
 static bool load_route(struct load *ld, lua_State *L, int idx, const char *rpath,
@@ -553,6 +956,7 @@ static bool load_route(struct load *ld, lua_State *L, int idx, const char *rpath
         return fail(ld, L, rpath,
                     "%s: expected a route table such as { path = \"/\", root = \"www\" }, got %s",
                     rpath, lua_typename(L, lua_type(L, idx)));
+    r->upstream = -1;
     if (!check_keys(ld, L, idx, rpath, ROUTE_KEYS))
         return false;
     r->line = line_of(ld, L, rpath);
@@ -585,10 +989,34 @@ static bool load_route(struct load *ld, lua_State *L, int idx, const char *rpath
     r->path = um_strndup(s, strlen(s));
     lua_pop(L, 1);
 
+    bool has_root = get_field(L, idx, "root") != LUA_TNIL;
+    bool has_upstream = get_field(L, idx, "upstream") != LUA_TNIL;
+    lua_pop(L, 2);
+    if (has_root && has_upstream)
+        return fail(ld, L, rpath, "%s: has both root and upstream (a route serves files from "
+                    "a root or proxies to an upstream, not both)", rpath);
+    if (!has_root && !has_upstream)
+        return fail(ld, L, rpath, "%s: route needs root or upstream (root = \"www\" serves "
+                    "files, upstream = \"NAME\" proxies to an upstream)", rpath);
+
+    if (has_upstream) {
+        subpath(sub, sizeof sub, rpath, "upstream");
+        get_field(L, idx, "upstream");
+        if (!resolve_upstream(ld, L, sub, r))
+            return false;
+        lua_pop(L, 1);
+        subpath(sub, sizeof sub, rpath, "index");
+        if (get_field(L, idx, "index") != LUA_TNIL)
+            return fail(ld, L, sub, "%s: only routes with a root have an index (this one "
+                        "proxies to upstream '%s')", sub, ld->c->upstreams[r->upstream].name);
+        lua_pop(L, 1);
+        return true;
+    }
+
     subpath(sub, sizeof sub, rpath, "root");
-    if (get_field(L, idx, "root") == LUA_TNIL)
-        return fail(ld, L, sub, "%s: missing (every route needs a root directory)", sub);
-    if (!get_string(ld, L, -1, sub, "a directory", &s) || !resolve_root(ld, L, sub, s, &r->root))
+    get_field(L, idx, "root");
+    if (!get_string(ld, L, -1, sub, "a directory", &s) ||
+        !resolve_path(ld, L, sub, s, true, &r->root))
         return false;
     lua_pop(L, 1);
 
@@ -698,15 +1126,9 @@ static bool load_timeouts(struct load *ld, lua_State *L)
         return false;
     for (size_t i = 0; i < UM_NELEMS(fields); i++) {
         subpath(sub, sizeof sub, "timeouts", TIMEOUT_KEYS[i]);
-        t = get_field(L, idx, TIMEOUT_KEYS[i]);
-        if (t != LUA_TNIL) {
-            double d = t == LUA_TNUMBER ? lua_tonumber(L, -1) : NAN;
-            if (!(d > 0 && d <= MAX_TIMEOUT))
-                return fail(ld, L, sub,
-                            "%s: expected a number of seconds greater than 0 and at most %.0f",
-                            sub, MAX_TIMEOUT);
-            *fields[i] = d;
-        }
+        if (get_field(L, idx, TIMEOUT_KEYS[i]) != LUA_TNIL &&
+            !get_seconds(ld, L, -1, sub, fields[i]))
+            return false;
         lua_pop(L, 1);
     }
     return true;
@@ -841,7 +1263,7 @@ static int extract(lua_State *L)
     struct load *ld = lua_touserdata(L, 1);
     lua_settop(L, 0);
     static bool (*const steps[])(struct load *, lua_State *) = {
-        check_globals, load_listen,   load_workers, load_routes,
+        check_globals, load_listen, load_workers,   load_upstreams, load_routes,
         load_limits,   load_timeouts, load_mime,    load_log_level,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
@@ -954,6 +1376,16 @@ static void config_free(struct um_config *c)
         free(r->index);
     }
     free(c->routes);
+    for (size_t i = 0; i < c->num_upstreams; i++) {
+        struct um_upstream_conf *u = &c->upstreams[i];
+        for (size_t j = 0; j < u->num_servers; j++)
+            free(u->servers[j].url);
+        free(u->servers);
+        free(u->name);
+        free(u->host);
+        free(u->tls_ca);
+    }
+    free(c->upstreams);
     for (size_t i = 0; i < c->num_mime; i++) {
         free(c->mime[i].ext);
         free(c->mime[i].type);

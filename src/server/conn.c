@@ -5,6 +5,7 @@
  * request. drive() moves a connection as far as it can go: parse what is buffered, write
  * what is queued, read more; a connection that used up its turn's budget is put on the
  * worker's ready list, so that one busy client cannot starve the others. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -86,6 +87,8 @@ struct um__conn {
     bool resp_ended;          /* on_end came */
     bool origin_paused;       /* an on_data returned 0; resume the origin once drained */
     int resp_status;
+    char peer_ip[46]; /* INET6_ADDRSTRLEN */
+    int peer_port;
 };
 
 /* ---------------------------------------------------------------- output buffer */
@@ -417,7 +420,7 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         respond_simple(c, 404, NULL, 0);
         return NULL;
     }
-    *f = (struct um_fetch){req, route, c->config, rest};
+    *f = (struct um_fetch){req, route, c->config, rest, c->peer_ip, c->peer_port, "http"};
     return route->origin;
 }
 
@@ -890,6 +893,19 @@ void um__conn_accept(struct um__worker *w, int fd)
     um_http1_parser_init(&c->parser);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
+    if (getpeername(fd, (struct sockaddr *)&ss, &sslen) == 0) {
+        if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, c->peer_ip, sizeof(c->peer_ip));
+            c->peer_port = ntohs(a->sin6_port);
+        } else if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a->sin_addr, c->peer_ip, sizeof(c->peer_ip));
+            c->peer_port = ntohs(a->sin_port);
+        }
+    }
     c->links.all_next = w->all;
     if (w->all)
         um__links(w->all)->all_prev = c;

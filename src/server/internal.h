@@ -79,7 +79,8 @@ struct um__worker {
     /* struct um_loop services for origins. */
     struct um_timer **timers; /* binary min-heap by deadline */
     size_t num_timers, cap_timers;
-    struct um_task *tasks; /* deferred calls */
+    struct um_task *tasks;    /* deferred calls */
+    struct um_task *on_stop;  /* calls when the loop ends */
 };
 
 struct um_server {

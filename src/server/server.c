@@ -66,6 +66,8 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     for (size_t i = 0; i < config->num_routes; i++) {
         struct um_route *r = &config->routes[i];
         char msg[512];
+        if (r->upstream >= 0)
+            continue; /* no upstream origin yet */
         r->origin = um_static_origin_create(r, config, msg, sizeof(msg));
         if (r->origin == NULL) {
             snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);

@@ -180,6 +180,13 @@ void um_loop_defer(struct um_loop *l, struct um_task *t)
     w->tasks = t;
 }
 
+void um_loop_on_stop(struct um_loop *l, struct um_task *t)
+{
+    struct um__worker *w = (struct um__worker *)l;
+    t->_next = w->on_stop;
+    w->on_stop = t;
+}
+
 static void run_tasks(struct um__worker *w)
 {
     /* Tasks may queue tasks; bound the rounds so a loop of them cannot starve I/O. */
@@ -414,6 +421,13 @@ void *um__worker_main(void *arg)
         free_closed(w);
     }
     close_all(w);
+    run_tasks(w);
     free_closed(w);
+    while (w->on_stop) {
+        struct um_task *t = w->on_stop;
+        w->on_stop = t->_next;
+        t->cb(t);
+    }
+    current_worker = NULL;
     return NULL;
 }

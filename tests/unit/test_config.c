@@ -55,6 +55,7 @@ static int group_setup(void **state)
     make_dir("sub");
     char p[PATH_MAX];
     write_file(join_path(p, sizeof p, tmpdir, "afile"), "x");
+    write_file(join_path(p, sizeof p, tmpdir, "ca.pem"), "not really a certificate\n");
     join_path(cfgpath, sizeof cfgpath, tmpdir, "config.lua");
     return 0;
 }
@@ -354,6 +355,20 @@ static void test_no_leaks(void **state)
         "error('x')\n",
         "x = 1\n",
         "while true do end\n",
+        "upstreams = { a = { servers = { 'http://a', 'https://b' }, host = 'x',\n"
+        "  tls = { ca = 'ca.pem' } }, b = { servers = 'http://c' } }\n"
+        "routes = { { path = '/', upstream = 'b' }, { path = '/s/', root = 'www' } }\n",
+        "upstreams = { a = { servers = { 'http://a', 'https://b' }, host = 'x',\n"
+        "  tls = { ca = 'ca.pem' } }, b = { servers = { 'http://c', 'http://c/x' } } }\n"
+        "routes = { { path = '/', upstream = 'b' } }\n",
+        "upstreams = { a = { servers = { 'http://a', 'http://A:80' } } }\n"
+        "routes = { { path = '/', upstream = 'a' } }\n",
+        "upstreams = { a = { servers = 'http://a', tls = { ca = 'nope' } } }\n"
+        "routes = { { path = '/', upstream = 'a' } }\n",
+        "upstreams = { a = { servers = 'http://a' }, ['1'] = {} }\n"
+        "routes = { { path = '/', upstream = 'a' } }\n",
+        "upstreams = { a = { servers = 'http://a' } }\n"
+        "routes = { { path = '/', upstream = 'a' }, { path = '/b', upstream = 'b' } }\n",
     };
     char err[256];
     for (int round = 0; round < 3; round++)
@@ -536,7 +551,8 @@ static void test_err_route_without_path(void **state)
     expect_error("routes = {\n  { path = '', root = 'www' },\n}\n", 2, "routes.1.path");
     expect_error("routes = {\n  { path = 'a/', root = 'www' },\n}\n", 2,
                  "does not start with \"/\"");
-    expect_error("routes = {\n  { path = '/' },\n}\n", 2, "routes.1.root: missing");
+    expect_error("routes = {\n  { path = '/' },\n}\n", 2,
+                 "routes.1: route needs root or upstream");
     expect_error("routes = {\n  { path = '/', root = 'www', index = true },\n}\n", 2,
                  "routes.1.index");
     expect_error("routes = {\n  { path = '/', root = 'www', host = 'a.com:80' },\n}\n", 2,
@@ -624,6 +640,454 @@ static void test_err_endless_loop(void **state)
                  "f()\n",
                  1, "instruction budget");
     assert_true(time(NULL) - start < 20);
+}
+
+/* --- upstreams ---------------------------------------------------------------------- */
+
+static void test_upstream_full(void **state)
+{
+    struct um_config *c = load_ok(
+        "upstreams = {\n"                                                    /* 1 */
+        "  app = {\n"                                                        /* 2 */
+        "    servers = { \"http://127.0.0.1:9000\", \"http://127.0.0.1:9001\" },\n" /* 3 */
+        "    balance = \"least_conn\",\n"                                    /* 4 */
+        "    connect_timeout = 0.5, timeout = 12.5,\n"                       /* 5 */
+        "    retries = 0,\n"                                                 /* 6 */
+        "    host = \"app.internal:8443\",\n"                                /* 7 */
+        "    tls = { verify = false, ca = \"ca.pem\" },\n"                   /* 8 */
+        "    max_fails = 5, fail_timeout = 2.5,\n"                           /* 9 */
+        "  },\n"                                                             /* 10 */
+        "  api = { servers = { \"https://api.example.com\" }, balance = \"hash\",\n" /* 11 */
+        "          retries = 10, max_fails = 1 },\n"                         /* 12 */
+        "}\n"                                                                /* 13 */
+        "routes = {\n"                                                       /* 14 */
+        "  { host = \"api.example.com\", path = \"/\", upstream = \"api\" },\n" /* 15 */
+        "  { path = \"/static/\", root = \"www\" },\n"                       /* 16 */
+        "  { path = \"/\", upstream = \"app\" },\n"                          /* 17 */
+        "}\n");
+
+    assert_int_equal(c->num_upstreams, 2);
+    const struct um_upstream_conf *api = &c->upstreams[0], *app = &c->upstreams[1];
+    assert_string_equal(api->name, "api"); /* sorted by name */
+    assert_string_equal(app->name, "app");
+
+    assert_int_equal(app->line, 2);
+    assert_int_equal(app->num_servers, 2);
+    assert_string_equal(app->servers[0].url, "http://127.0.0.1:9000");
+    assert_false(app->servers[0].https);
+    assert_string_equal(app->servers[1].url, "http://127.0.0.1:9001");
+    assert_int_equal(app->balance, UM_BALANCE_LEAST_CONN);
+    assert_true(app->connect_timeout == 0.5);
+    assert_true(app->timeout == 12.5);
+    assert_int_equal(app->retries, 0);
+    assert_string_equal(app->host, "app.internal:8443");
+    assert_false(app->tls_verify);
+    assert_string_equal(app->tls_ca, in_tmp("ca.pem"));
+    assert_int_equal(app->max_fails, 5);
+    assert_true(app->fail_timeout == 2.5);
+
+    assert_int_equal(api->line, 11);
+    assert_int_equal(api->num_servers, 1);
+    assert_string_equal(api->servers[0].url, "https://api.example.com:443");
+    assert_true(api->servers[0].https);
+    assert_int_equal(api->balance, UM_BALANCE_HASH);
+    assert_int_equal(api->retries, 10);
+    assert_int_equal(api->max_fails, 1);
+    assert_true(api->tls_verify);
+    assert_null(api->tls_ca);
+    assert_null(api->host);
+
+    assert_int_equal(c->num_routes, 3);
+    assert_int_equal(c->routes[0].upstream, 0);
+    assert_string_equal(c->routes[0].host, "api.example.com");
+    assert_null(c->routes[0].root);
+    assert_null(c->routes[0].index);
+    assert_int_equal(c->routes[0].line, 15);
+    assert_int_equal(c->routes[1].upstream, -1);
+    assert_string_equal(c->routes[1].root, in_tmp("www"));
+    assert_string_equal(c->routes[1].index, "index.html");
+    assert_int_equal(c->routes[2].upstream, 1);
+    assert_string_equal(c->routes[2].path, "/");
+    assert_null(c->routes[2].root);
+    assert_int_equal(c->routes[2].line, 17);
+    um_config_unref(c);
+}
+
+static void test_upstream_defaults(void **state)
+{
+    /* servers may be a single string. */
+    struct um_config *c = load_ok("upstreams = { app = { servers = 'http://localhost:9000' } }\n"
+                                  "routes = { { path = '/', upstream = 'app' } }\n");
+    assert_int_equal(c->num_upstreams, 1);
+    const struct um_upstream_conf *u = &c->upstreams[0];
+    assert_string_equal(u->name, "app");
+    assert_int_equal(u->line, 1);
+    assert_int_equal(u->num_servers, 1);
+    assert_string_equal(u->servers[0].url, "http://localhost:9000");
+    assert_int_equal(u->balance, UM_BALANCE_ROUND_ROBIN);
+    assert_true(u->connect_timeout == 2);
+    assert_true(u->timeout == 30);
+    assert_int_equal(u->retries, 1);
+    assert_null(u->host);
+    assert_true(u->tls_verify);
+    assert_null(u->tls_ca);
+    assert_int_equal(u->max_fails, 3);
+    assert_true(u->fail_timeout == 10);
+    assert_int_equal(c->routes[0].upstream, 0);
+    um_config_unref(c);
+
+    /* No upstreams: static routes only, each with upstream -1; an empty table is fine. */
+    c = load_ok("upstreams = {}\nroutes = { { path = '/', root = 'www' } }\n");
+    assert_int_equal(c->num_upstreams, 0);
+    assert_null(c->upstreams);
+    assert_int_equal(c->routes[0].upstream, -1);
+    um_config_unref(c);
+    c = load_ok("routes = { { path = '/', root = 'www' } }\n");
+    assert_int_equal(c->num_upstreams, 0);
+    assert_int_equal(c->routes[0].upstream, -1);
+    um_config_unref(c);
+}
+
+static void test_upstream_url_normalisation(void **state)
+{
+    static const struct {
+        const char *in, *out;
+        bool https;
+    } cases[] = {
+        {"http://127.0.0.1", "http://127.0.0.1:80", false},
+        {"http://127.0.0.1/", "http://127.0.0.1:80", false},
+        {"https://127.0.0.1", "https://127.0.0.1:443", true},
+        {"HTTP://Example.COM:8080/", "http://example.com:8080", false},
+        {"HttpS://WWW.Example.com", "https://www.example.com:443", true},
+        {"http://[::1]:9000", "http://[::1]:9000", false},
+        {"https://[0:0:0:0:0:0:0:1]/", "https://[::1]:443", true},
+        {"http://[2001:DB8::A]", "http://[2001:db8::a]:80", false},
+        {"http://app_1:00080", "http://app_1:80", false},
+        {"http://a.b-c.example:65535", "http://a.b-c.example:65535", false},
+        {"https://localhost:1", "https://localhost:1", true},
+    };
+    char text[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text,
+                 "upstreams = { u = { servers = { '%s' } } }\n"
+                 "routes = { { path = '/', upstream = 'u' } }\n",
+                 cases[i].in);
+        struct um_config *c = load_ok(text);
+        if (strcmp(c->upstreams[0].servers[0].url, cases[i].out) != 0)
+            fail_msg("'%s' became '%s', expected '%s'", cases[i].in,
+                     c->upstreams[0].servers[0].url, cases[i].out);
+        assert_int_equal(c->upstreams[0].servers[0].https, cases[i].https);
+        um_config_unref(c);
+    }
+}
+
+static void test_upstream_index_resolution(void **state)
+{
+    /* Written b before a: stored a, b, and the routes' indexes follow that order. */
+    struct um_config *c = load_ok("upstreams = {\n"
+                                  "  zeta = { servers = { 'http://10.0.0.2:80' } },\n"
+                                  "  alpha = { servers = { 'http://10.0.0.1:80' } },\n"
+                                  "}\n"
+                                  "routes = {\n"
+                                  "  { path = '/z/', upstream = 'zeta' },\n"
+                                  "  { path = '/s/', root = 'www' },\n"
+                                  "  { path = '/a/', upstream = 'alpha' },\n"
+                                  "  { path = '/', upstream = 'zeta' },\n"
+                                  "}\n");
+    assert_int_equal(c->num_upstreams, 2);
+    assert_string_equal(c->upstreams[0].name, "alpha");
+    assert_int_equal(c->upstreams[0].line, 3);
+    assert_string_equal(c->upstreams[1].name, "zeta");
+    assert_int_equal(c->upstreams[1].line, 2);
+    assert_int_equal(c->routes[0].upstream, 1);
+    assert_int_equal(c->routes[1].upstream, -1);
+    assert_int_equal(c->routes[2].upstream, 0);
+    assert_int_equal(c->routes[3].upstream, 1);
+    assert_string_equal(c->upstreams[c->routes[0].upstream].servers[0].url, "http://10.0.0.2:80");
+    assert_string_equal(c->upstreams[c->routes[2].upstream].servers[0].url, "http://10.0.0.1:80");
+    um_config_unref(c);
+
+    /* Names with '-' need the ["..."] key syntax; the line finder still places them. */
+    c = load_ok("upstreams = {\n"
+                "  ['my-app'] = { servers = 'http://a' },\n"
+                "  _b2 = { servers = 'http://b' },\n"
+                "}\n"
+                "routes = { { path = '/', upstream = 'my-app' } }\n");
+    assert_string_equal(c->upstreams[0].name, "_b2");
+    assert_string_equal(c->upstreams[1].name, "my-app");
+    assert_int_equal(c->upstreams[1].line, 2);
+    assert_int_equal(c->routes[0].upstream, 1);
+    um_config_unref(c);
+}
+
+#define ROUTE_APP "routes = { { path = '/', upstream = 'app' } }\n"
+
+static void test_err_upstream_unknown_in_route(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = { servers = { 'http://127.0.0.1:9000' } },\n"
+                 "  api = { servers = { 'http://127.0.0.1:9001' } },\n"
+                 "}\n"
+                 "routes = {\n"
+                 "  { path = '/a/', upstream = 'app' },\n"
+                 "  { path = '/',\n"
+                 "    upstream = 'ap' },\n"
+                 "}\n",
+                 8, "routes.2.upstream: unknown upstream 'ap' (upstreams are: api, app)");
+    expect_error("routes = {\n"
+                 "  { path = '/', upstream = 'app' },\n"
+                 "}\n",
+                 2, "unknown upstream 'app' (the upstreams setting defines none)");
+    expect_error("upstreams = { app = { servers = 'http://a' } }\n"
+                 "routes = {\n"
+                 "  { path = '/', upstream = 3 },\n"
+                 "}\n",
+                 3, "routes.1.upstream: expected the name of an upstream, got number");
+}
+
+static void test_err_upstream_url_path(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = {\n"
+                 "      'http://127.0.0.1:9000',\n"
+                 "      'http://127.0.0.1:9001/api',\n"
+                 "    },\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 5, "upstreams.app.servers.2: bad URL 'http://127.0.0.1:9001/api': a path is "
+                    "not allowed");
+    expect_error("upstreams = { app = { servers = 'http://a//' } }\n" ROUTE_APP, 1,
+                 "a path is not allowed");
+    expect_error("upstreams = { app = { servers = 'http://a?x=1' } }\n" ROUTE_APP, 1,
+                 "a query is not allowed");
+    expect_error("upstreams = { app = { servers = 'http://a/?x=1' } }\n" ROUTE_APP, 1,
+                 "a query is not allowed");
+    expect_error("upstreams = { app = { servers = 'http://a#f' } }\n" ROUTE_APP, 1,
+                 "a fragment is not allowed");
+    expect_error("upstreams = {\n app = { servers = 'http://user:pw@a' } }\n" ROUTE_APP, 2,
+                 "user info");
+    expect_error("upstreams = { app = { servers = 'http://a b' } }\n" ROUTE_APP, 1,
+                 "space or control character");
+    expect_error("upstreams = { app = { servers = '127.0.0.1:9000' } }\n" ROUTE_APP, 1,
+                 "bad URL '127.0.0.1:9000' (expected \"http://HOST[:PORT]\"");
+    expect_error("upstreams = { app = { servers = 'http://' } }\n" ROUTE_APP, 1,
+                 "missing host");
+    expect_error("upstreams = { app = { servers = 'http://:80' } }\n" ROUTE_APP, 1,
+                 "missing host");
+    expect_error("upstreams = { app = { servers = 'http://::1:80' } }\n" ROUTE_APP, 1,
+                 "brackets");
+    expect_error("upstreams = { app = { servers = 'http://[::g]:80' } }\n" ROUTE_APP, 1,
+                 "bad IPv6 address");
+    expect_error("upstreams = { app = { servers = 'http://[::1]x' } }\n" ROUTE_APP, 1,
+                 "bad URL");
+    expect_error("upstreams = { app = { servers = 'http://300.0.0.1' } }\n" ROUTE_APP, 1,
+                 "bad IPv4 address");
+    expect_error("upstreams = { app = { servers = 'http://a..b' } }\n" ROUTE_APP, 1,
+                 "bad host");
+    expect_error("upstreams = { app = { servers = 'http://a%2eb' } }\n" ROUTE_APP, 1,
+                 "bad host");
+}
+
+static void test_err_upstream_scheme(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = { servers = { 'http://a',\n"
+                 "                      'ftp://127.0.0.1:21' } },\n"
+                 "}\n" ROUTE_APP,
+                 3, "upstreams.app.servers.2: bad scheme in 'ftp://127.0.0.1:21'");
+    expect_error("upstreams = { app = { servers = 'httpx://a' } }\n" ROUTE_APP, 1,
+                 "bad scheme");
+    expect_error("upstreams = { app = { servers = '://a' } }\n" ROUTE_APP, 1, "bad scheme");
+}
+
+static void test_err_upstream_port(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = 'http://127.0.0.1:70000',\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 3, "upstreams.app.servers: bad port in 'http://127.0.0.1:70000' (expected 1 "
+                    "to 65535)");
+    static const char *const bad[] = {"http://a:0", "http://a:", "http://a:8x", "http://a:-1",
+                                      "http://[::1]:", "https://a:123456"};
+    char text[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "upstreams = { app = { servers = '%s' } }\n" ROUTE_APP,
+                 bad[i]);
+        expect_error(text, 1, "bad port");
+    }
+}
+
+static void test_err_upstream_servers(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = {},\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 3, "upstreams.app.servers: expected at least one server");
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    retries = 2,\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 2, "upstreams.app.servers: missing");
+    expect_error("upstreams = { app = { servers = 9000 } }\n" ROUTE_APP, 1,
+                 "upstreams.app.servers: expected a URL or a list of URLs, got number");
+    expect_error("upstreams = { app = { servers = { 'http://a', 9000 } } }\n" ROUTE_APP, 1,
+                 "upstreams.app.servers.2: expected a URL");
+    expect_error("upstreams = { app = { servers = { 'http://a', nil, 'http://b' } } }\n" ROUTE_APP,
+                 1, "upstreams.app.servers: expected a list without holes");
+    expect_error("upstreams = {\n"
+                 "  app = { servers = {\n"
+                 "    'http://a:80', 'http://b',\n"
+                 "    'HTTP://A/' } },\n"
+                 "}\n" ROUTE_APP,
+                 4, "upstreams.app.servers.3: 'HTTP://A/' is listed twice (as http://a:80)");
+}
+
+static void test_err_upstream_balance(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = 'http://a',\n"
+                 "    balance = 'random',\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 4, "upstreams.app.balance: expected one of: round_robin, least_conn, hash");
+    expect_error("upstreams = { app = { servers = 'http://a', balance = 1 } }\n" ROUTE_APP, 1,
+                 "upstreams.app.balance: expected one of");
+}
+
+static void test_err_upstream_numbers_and_host(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = { servers = 'http://a',\n"
+                 "    connect_timeout = 0 },\n"
+                 "}\n" ROUTE_APP,
+                 3, "upstreams.app.connect_timeout: expected a number of seconds greater than 0");
+    expect_error("upstreams = { app = { servers = 'http://a', timeout = '30' } }\n" ROUTE_APP,
+                 1, "upstreams.app.timeout: expected a number of seconds");
+    expect_error("upstreams = { app = { servers = 'http://a', fail_timeout = -1 } }\n" ROUTE_APP,
+                 1, "upstreams.app.fail_timeout");
+    expect_error("upstreams = {\n app = { servers = 'http://a',\n retries = 11 } }\n" ROUTE_APP,
+                 3, "upstreams.app.retries: expected an integer from 0 to 10");
+    expect_error("upstreams = { app = { servers = 'http://a', retries = 1.5 } }\n" ROUTE_APP, 1,
+                 "upstreams.app.retries");
+    expect_error("upstreams = { app = { servers = 'http://a', max_fails = 0 } }\n" ROUTE_APP, 1,
+                 "upstreams.app.max_fails: expected an integer from 1 to 100");
+    expect_error("upstreams = {\n app = { servers = 'http://a',\n host = 'a b' } }\n" ROUTE_APP,
+                 3, "upstreams.app.host: bad Host 'a b'");
+    expect_error("upstreams = { app = { servers = 'http://a', host = 'a/b' } }\n" ROUTE_APP, 1,
+                 "bad Host");
+    expect_error("upstreams = { app = { servers = 'http://a', host = 'a\\r\\nX: y' } }\n"
+                 ROUTE_APP, 1, "bad Host");
+    expect_error("upstreams = { app = { servers = 'http://a', host = '' } }\n" ROUTE_APP, 1,
+                 "upstreams.app.host: expected a Host");
+    expect_error("upstreams = { app = { servers = 'http://a', host = false } }\n" ROUTE_APP, 1,
+                 "upstreams.app.host: expected a Host");
+}
+
+static void test_err_upstream_root_and_upstream(void **state)
+{
+    expect_error("upstreams = { app = { servers = 'http://a' } }\n"
+                 "routes = {\n"
+                 "  { path = '/s/', root = 'www' },\n"
+                 "  { path = '/',\n"
+                 "    root = 'www',\n"
+                 "    upstream = 'app' },\n"
+                 "}\n",
+                 4, "routes.2: has both root and upstream");
+    expect_error("upstreams = { app = { servers = 'http://a' } }\n"
+                 "routes = {\n"
+                 "  { path = '/',\n"
+                 "    upstream = 'app',\n"
+                 "    index = 'index.html' },\n"
+                 "}\n",
+                 5, "routes.1.index: only routes with a root have an index");
+}
+
+static void test_err_upstream_route_needs_one(void **state)
+{
+    expect_error("upstreams = { app = { servers = 'http://a' } }\n"
+                 "routes = {\n"
+                 "  { path = '/a/', upstream = 'app' },\n"
+                 "  {\n"
+                 "    path = '/',\n"
+                 "  },\n"
+                 "}\n",
+                 4, "routes.2: route needs root or upstream");
+}
+
+static void test_err_upstream_tls(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = 'https://a',\n"
+                 "    tls = { verify = true,\n"
+                 "            ca = 'missing-ca.pem' },\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 5, "upstreams.app.tls.ca: no such file 'missing-ca.pem'");
+    /* The message shows where it was looked for: the config's folder. */
+    expect_error("upstreams = { app = { servers = 'https://a',\n"
+                 "                      tls = { ca = 'missing-ca.pem' } } }\n" ROUTE_APP,
+                 2, in_tmp("missing-ca.pem"));
+    expect_error("upstreams = { app = { servers = 'https://a', tls = { ca = 'www' } } }\n"
+                 ROUTE_APP, 1, "is not a regular file");
+    expect_error("upstreams = { app = { servers = 'https://a', tls = { verify = 'no' } } }\n"
+                 ROUTE_APP, 1, "upstreams.app.tls.verify: expected true or false, got string");
+    expect_error("upstreams = { app = { servers = 'https://a', tls = true } }\n" ROUTE_APP, 1,
+                 "upstreams.app.tls: expected a table");
+}
+
+static void test_err_upstream_unknown_key(void **state)
+{
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = 'http://a',\n"
+                 "    retry = 2,\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 4, "upstreams.app: unknown key 'retry' (expected one of: servers, balance, "
+                    "connect_timeout, timeout, retries, host, tls, max_fails, fail_timeout)");
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = 'https://a',\n"
+                 "    tls = {\n"
+                 "      verify = true, cafile = 'ca.pem' },\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 5, "upstreams.app.tls: unknown key 'cafile' (expected one of: verify, ca)");
+    expect_error("upstreams = { app = { 'http://a' } }\n" ROUTE_APP, 1,
+                 "upstreams.app: unexpected value at key [1]");
+}
+
+static void test_err_upstream_names_and_types(void **state)
+{
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "upstreams = 'http://a'\n",
+                 2, "upstreams: expected a table");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "upstreams = {\n"
+                 "  { servers = 'http://a' },\n"
+                 "}\n",
+                 3, "upstreams: expected upstream names as keys, got [1]");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "upstreams = {\n"
+                 "  ['1app'] = { servers = 'http://a' },\n"
+                 "}\n",
+                 3, "upstreams: bad upstream name '1app'");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "upstreams = { ['a.b'] = { servers = 'http://a' } }\n",
+                 2, "bad upstream name 'a.b'");
+    expect_error("routes = { { path = '/', root = 'www' } }\n"
+                 "upstreams = {\n"
+                 "  app = 'http://a',\n"
+                 "}\n",
+                 3, "upstreams.app: expected a table such as { servers = ");
 }
 
 /* --- line finder --------------------------------------------------------------------- */
@@ -756,6 +1220,22 @@ int main(void)
         cmocka_unit_test(test_err_timeout),
         cmocka_unit_test(test_err_mime_and_log_level),
         cmocka_unit_test(test_err_endless_loop),
+        cmocka_unit_test(test_upstream_full),
+        cmocka_unit_test(test_upstream_defaults),
+        cmocka_unit_test(test_upstream_url_normalisation),
+        cmocka_unit_test(test_upstream_index_resolution),
+        cmocka_unit_test(test_err_upstream_unknown_in_route),
+        cmocka_unit_test(test_err_upstream_url_path),
+        cmocka_unit_test(test_err_upstream_scheme),
+        cmocka_unit_test(test_err_upstream_port),
+        cmocka_unit_test(test_err_upstream_servers),
+        cmocka_unit_test(test_err_upstream_balance),
+        cmocka_unit_test(test_err_upstream_numbers_and_host),
+        cmocka_unit_test(test_err_upstream_root_and_upstream),
+        cmocka_unit_test(test_err_upstream_route_needs_one),
+        cmocka_unit_test(test_err_upstream_tls),
+        cmocka_unit_test(test_err_upstream_unknown_key),
+        cmocka_unit_test(test_err_upstream_names_and_types),
         cmocka_unit_test(test_lualines),
         cmocka_unit_test(test_lualines_robust),
     };
