@@ -5,6 +5,7 @@
 #include "umbra/config.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
+#include "umbra/upstream.h"
 
 static void usage(FILE *out)
 {
@@ -52,6 +53,7 @@ int main(int argc, char **argv)
         return 0;
     }
     um_log_level = (enum um_log_level)cfg->log_level;
+    um_upstream_global_init();
     struct um_server *s = um_server_create(cfg, err, sizeof(err));
     if (s == NULL) {
         fprintf(stderr, "%s\n", err);
@@ -59,5 +61,6 @@ int main(int argc, char **argv)
     }
     int status = um_server_run(s);
     um_server_destroy(s);
+    um_upstream_global_cleanup();
     return status;
 }

@@ -16,6 +16,7 @@
 #include "umbra/log.h"
 #include "umbra/server.h"
 #include "umbra/static.h"
+#include "umbra/upstream.h"
 
 #define ACCEPT_BATCH 64
 #define PAUSE_MS 100
@@ -63,11 +64,18 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     struct um_server *s = um_calloc(1, sizeof(*s));
     s->config = config;
     s->listen_fds = um_calloc(config->num_listen, sizeof(int));
+    /* One origin per upstream, shared by the routes that name it (and its health with
+     * them); the routes hold the references. */
+    struct um_origin **upstreams = um_calloc(config->num_upstreams + 1, sizeof(*upstreams));
+    for (size_t i = 0; i < config->num_upstreams; i++)
+        upstreams[i] = um_upstream_origin_create(&config->upstreams[i]);
     for (size_t i = 0; i < config->num_routes; i++) {
         struct um_route *r = &config->routes[i];
         char msg[512];
-        if (r->upstream >= 0)
-            continue; /* no upstream origin yet */
+        if (r->upstream >= 0) {
+            r->origin = um_upstream_origin_ref(upstreams[r->upstream]);
+            continue;
+        }
         r->origin = um_static_origin_create(r, config, msg, sizeof(msg));
         if (r->origin == NULL) {
             snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
@@ -82,8 +90,14 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     }
     s->listener_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(s->listener_efd >= 0);
+    for (size_t i = 0; i < config->num_upstreams; i++)
+        upstreams[i]->ops->destroy(upstreams[i]);
+    free(upstreams);
     return s;
 fail:
+    for (size_t i = 0; i < config->num_upstreams; i++)
+        upstreams[i]->ops->destroy(upstreams[i]);
+    free(upstreams);
     for (size_t i = 0; i < s->num_listen; i++)
         close(s->listen_fds[i]);
     free(s->listen_fds);

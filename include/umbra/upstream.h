@@ -1,0 +1,19 @@
+/* The upstream origin: a reverse proxy to HTTP/HTTPS servers through libcurl's multi
+ * interface, one CURLM per worker, driven from the worker's epoll loop. */
+#ifndef UMBRA_UPSTREAM_H
+#define UMBRA_UPSTREAM_H
+
+#include "umbra/config.h"
+#include "umbra/origin.h"
+
+/* Call once from the main thread before any worker starts, and at exit. */
+void um_upstream_global_init(void);
+void um_upstream_global_cleanup(void);
+
+/* Creates the origin for one upstream of config. Several routes may share it: each
+ * um_upstream_origin_ref takes a reference, and ops->destroy drops one. conf must outlive
+ * the origin (it lives in the same config snapshot). */
+struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf);
+struct um_origin *um_upstream_origin_ref(struct um_origin *o);
+
+#endif
