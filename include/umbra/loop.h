@@ -54,6 +54,14 @@ static inline bool um_loop_timer_armed(const struct um_timer *t)
 /* Queues t to run at the end of the current loop turn (once, however often queued). */
 void um_loop_defer(struct um_loop *l, struct um_task *t);
 
+/* From any thread: queues t to run on loop l's thread (once, however often posted before
+ * it runs). The loop is woken. */
+void um_loop_post(struct um_loop *l, struct um_task *t);
+
+/* On l's own thread: withdraws t if it is still queued by um_loop_post, so that its owner
+ * may free it. */
+void um_loop_unpost(struct um_loop *l, struct um_task *t);
+
 /* Queues t to run once when the loop stops, after its connections are closed (for state
  * that an origin keeps per worker). */
 void um_loop_on_stop(struct um_loop *l, struct um_task *t);

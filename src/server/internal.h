@@ -50,6 +50,7 @@ struct um__mailbox {
     pthread_mutex_t lock;
     int *fds;
     size_t len, cap;
+    struct um_task *posted; /* um_loop_post from other threads */
     bool drain; /* graceful stop requested */
     bool quit;  /* immediate stop requested */
 };

@@ -180,6 +180,67 @@ void um_loop_defer(struct um_loop *l, struct um_task *t)
     w->tasks = t;
 }
 
+void um_loop_post(struct um_loop *l, struct um_task *t)
+{
+    struct um__worker *w = (struct um__worker *)l;
+    struct um__mailbox *mb = &w->mailbox;
+    pthread_mutex_lock(&mb->lock);
+    bool queued = t->_queued;
+    if (!queued) {
+        t->_queued = 1;
+        t->_next = mb->posted;
+        mb->posted = t;
+    }
+    pthread_mutex_unlock(&mb->lock);
+    if (!queued) {
+        uint64_t one = 1;
+        ssize_t r = write(mb->efd, &one, sizeof(one));
+        (void)r;
+    }
+}
+
+void um_loop_unpost(struct um_loop *l, struct um_task *t)
+{
+    struct um__worker *w = (struct um__worker *)l;
+    struct um__mailbox *mb = &w->mailbox;
+    pthread_mutex_lock(&mb->lock);
+    if (t->_queued) {
+        for (struct um_task **p = &mb->posted; *p; p = &(*p)->_next) {
+            if (*p == t) {
+                *p = t->_next;
+                break;
+            }
+        }
+        t->_queued = 0;
+        t->_next = NULL;
+    }
+    pthread_mutex_unlock(&mb->lock);
+}
+
+/* Runs posted tasks one at a time: each is taken off the queue under the lock, so a task
+ * that makes its owner withdraw (and free) another one never leaves a dangling entry. */
+static void run_posted(struct um__worker *w)
+{
+    struct um__mailbox *mb = &w->mailbox;
+    for (int budget = 4096; budget > 0; budget--) {
+        pthread_mutex_lock(&mb->lock);
+        struct um_task *t = mb->posted;
+        if (t) {
+            mb->posted = t->_next;
+            t->_queued = 0;
+            t->_next = NULL;
+        }
+        pthread_mutex_unlock(&mb->lock);
+        if (t == NULL)
+            return;
+        t->cb(t);
+    }
+    /* More left: come back at once. */
+    uint64_t one = 1;
+    ssize_t r = write(mb->efd, &one, sizeof(one));
+    (void)r;
+}
+
 void um_loop_on_stop(struct um_loop *l, struct um_task *t)
 {
     struct um__worker *w = (struct um__worker *)l;
@@ -306,6 +367,7 @@ static void on_mailbox(struct um__worker *w)
     for (size_t i = 0; i < n; i++)
         um__conn_accept(w, fds[i]);
     free(fds);
+    run_posted(w);
     if (quit) {
         w->draining = true;
         w->drain_deadline = w->now_ms;
