@@ -1,7 +1,8 @@
 /* HTTP/1.1 request parsing (RFC 9112), strict, into slices of the caller's buffer.
  *
  * Nothing here allocates. A parsed request's slices point into the buffer that was
- * parsed and live as long as those bytes stay where they are. */
+ * parsed and live as long as those bytes stay where they are (one exception: the path of
+ * an absolute-form target without one is a static "/"). */
 #ifndef UMBRA_HTTP1_H
 #define UMBRA_HTTP1_H
 

@@ -32,6 +32,7 @@ int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsig
          * turns out to be "." or empty. Its length is the file system's business (a name
          * over NAME_MAX is simply not found). */
         size_t start = olen + (olen > 0), slen = 0;
+        char lead[2] = {0, 0}; /* the first bytes: enough to tell "." and ".." */
         while (p < end && *p != '/') {
             unsigned char c = (unsigned char)*p;
             if (c == '%') {
@@ -47,13 +48,14 @@ int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsig
                 p++;
             }
             if (c < 0x20 || c == 0x7f || c == '\\') goto fail;
-            if (start + slen >= outsz) goto fail;
-            out[start + slen++] = (char)c;
+            if (slen < 2) lead[slen] = (char)c;
+            if (start + slen < outsz) out[start + slen] = (char)c;
+            slen++;
         }
-        const char *seg = out + start;
-        if (slen == 2 && seg[0] == '.' && seg[1] == '.') goto fail;
-        if (slen > 0 && !(slen == 1 && seg[0] == '.')) {
-            if (start + slen > outsz - 1) goto fail; /* no room for the NUL */
+        bool dot = slen == 1 && lead[0] == '.';
+        if (slen == 2 && lead[0] == '.' && lead[1] == '.') goto fail;
+        if (slen > 0 && !dot) {
+            if (start + slen > outsz - 1) goto fail; /* no room for it and the NUL */
             if (olen > 0) out[olen] = '/';
             olen = start + slen;
         }

@@ -315,6 +315,11 @@ static void test_output_size(void **state)
     assert_int_equal(outlen, 0);
     assert_string_equal(out, "");
 
+    /* Regression (found by fuzz_path): trailing "." segments need no room of their own. */
+    um_str dots = guard("/a/./.", 6);
+    assert_int_equal(um_path_normalize(dots, out, 2, &outlen, &flags), UM_OK);
+    assert_string_equal(out, "a");
+
     /* The separator counts: "ab/cd" is 5 + NUL. */
     um_str two = guard("ab//cd", 6);
     assert_int_equal(um_path_normalize(two, out, 6, &outlen, &flags), UM_OK);

@@ -1,0 +1,2 @@
+log_level = "verbose"
+routes = {{path="/",root="/"}}

@@ -1,0 +1,2 @@
+mime = { [".md"] = "text/markdown" }
+routes = {{path="/",root="/"}}

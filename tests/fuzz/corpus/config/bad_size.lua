@@ -1,0 +1,2 @@
+limits = { max_body_bytes = "12XB" }
+routes = {{path="/",root="/"}}

@@ -1,0 +1,1 @@
+routes = { [1] = { path = "/", root = "/tmp" }, [3] = {} }

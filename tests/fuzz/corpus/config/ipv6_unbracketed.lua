@@ -1,0 +1,2 @@
+listen = "::1:80"
+routes = { { path = "/", root = "/tmp" } }

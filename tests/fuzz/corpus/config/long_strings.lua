@@ -1,0 +1,6 @@
+--[==[ a long
+comment ]] still ]==]
+routes = {
+  { path = [[/]], root = [=[/tmp]=] },  -- trailing
+  ["x"] = 1,
+}

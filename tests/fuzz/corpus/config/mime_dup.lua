@@ -1,0 +1,2 @@
+mime = { md = "text/a", MD = "text/b" }
+routes = {{path="/",root="/"}}

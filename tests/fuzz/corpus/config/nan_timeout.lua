@@ -1,0 +1,2 @@
+timeouts = { idle = 0/0 }
+routes = {{path="/",root="/"}}

@@ -1,0 +1,2 @@
+timeouts = { idle = -1 }
+routes = {{path="/",root="/"}}

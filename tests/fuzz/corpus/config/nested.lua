@@ -1,0 +1,1 @@
+routes = {{path='/',root='/',host={a={b={c={d={}}}}}}}

@@ -1,0 +1,1 @@
+routes = {{ path = "/\0", root = "/" }}

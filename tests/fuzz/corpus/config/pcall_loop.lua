@@ -1,0 +1,2 @@
+pcall(function() while true do end end)
+routes = {}

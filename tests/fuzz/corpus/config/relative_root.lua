@@ -1,0 +1,1 @@
+routes = {{ path = "/", root = "does/not/exist" }}

@@ -1,0 +1,2 @@
+﻿#!/usr/bin/env umbra
+routes = {{path="/",root="/tmp"}}

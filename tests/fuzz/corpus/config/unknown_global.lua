@@ -1,0 +1,2 @@
+rootz = 1
+routes = {{path="/",root="/"}}

@@ -1,0 +1,2 @@
+workers = 1.5
+routes = {{path="/",root="/"}}

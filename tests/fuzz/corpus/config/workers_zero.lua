@@ -1,0 +1,2 @@
+workers = 0
+routes = {{path="/",root="/"}}

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora under tests/fuzz/corpus/<target>/ (run from anywhere).
+
+Seeds are written here rather than by hand because two targets read control bytes first:
+fuzz_http1 takes [limits byte][split byte] before the request, fuzz_chunked takes a
+[piece-size byte] before the body. Re-running rewrites these seeds and leaves any other
+file in the corpus directories alone (e.g. inputs merged back from a long run).
+"""
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("latin-1")
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# --- fuzz_http1 ---------------------------------------------------------------------------
+# Byte 0: b % 4 in {0, 1} default limits (8192, 16384); 2: max_line 4 + b/4; 3: max_head
+# 4 + 4 * (b/4). Byte 1: split at len * b / 255.
+DEFAULT = "0"  # 0x30: default limits
+TIGHT_LINE = "R"  # 0x52: max_line 24, max_head 96
+TIGHT_HEAD = "S"  # 0x53: max_line 8192, max_head 84
+
+H = "Host: example.com\r\n"
+http1 = {
+    "get": "GET /index.html HTTP/1.1\r\n" + H + "\r\n",
+    "get_query": "GET /a/b?x=1&y=%20 HTTP/1.1\r\n" + H + "Accept: */*\r\n\r\n",
+    "head_10": "HEAD / HTTP/1.0\r\n\r\n",
+    "http10_keepalive": "GET / HTTP/1.0\r\nConnection: Keep-Alive, TE\r\n\r\n",
+    "conn_close": "GET / HTTP/1.1\r\n" + H + "Connection: upgrade, close\r\n\r\n",
+    "post_cl": "POST /form HTTP/1.1\r\n" + H + "Content-Length: 11\r\n\r\nhello world",
+    "post_chunked": "POST / HTTP/1.1\r\n" + H
+    + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    "te_case_ows": "POST / HTTP/1.1\r\n" + H + "transfer-encoding:\tChunked \r\n\r\n",
+    "expect": "PUT /u HTTP/1.1\r\n" + H + "Expect: 100-continue\r\nContent-Length: 3\r\n\r\n",
+    "absolute": "GET http://Example.com:8080/a?q HTTP/1.1\r\nHost: other\r\n\r\n",
+    "absolute_nopath": "GET https://h HTTP/1.1\r\nHost: h\r\n\r\n",
+    "absolute_query_only": "GET http://h?q=1 HTTP/1.1\r\nHost: h\r\n\r\n",
+    "absolute_ipv6": "GET http://[::1]:80/ HTTP/1.0\r\n\r\n",
+    "connect": "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+    "options_star": "OPTIONS * HTTP/1.1\r\n" + H + "\r\n",
+    "other_method": "PURGE /x HTTP/1.1\r\n" + H + "\r\n",
+    "leading_crlf": "\r\nGET / HTTP/1.1\r\n" + H + "\r\n",
+    "pipelined": "GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: b\r\n\r\n",
+    "host_ipv6_port": "GET / HTTP/1.1\r\nHost: [2001:db8::1]:8080\r\n\r\n",
+    "empty_host": "GET / HTTP/1.1\r\nHost:\r\n\r\n",
+    "obs_text": "GET / HTTP/1.1\r\n" + H + "X-Name: caf\xc3\xa9\xff\r\n\r\n",
+    "dup_headers": "GET / HTTP/1.1\r\n" + H + "X-A: 1\r\nx-a: 2\r\nAccept: b\r\n\r\n",
+    # Refused: smuggling and framing ambiguities.
+    "cl_and_te": "POST / HTTP/1.1\r\n" + H
+    + "Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nX",
+    "te_and_cl": "POST / HTTP/1.1\r\n" + H
+    + "Transfer-Encoding: chunked\r\nContent-Length: 6\r\n\r\n",
+    "two_cl": "POST / HTTP/1.1\r\n" + H + "Content-Length: 5\r\nContent-Length: 5\r\n\r\n",
+    "cl_list": "POST / HTTP/1.1\r\n" + H + "Content-Length: 5, 5\r\n\r\n",
+    "cl_plus": "POST / HTTP/1.1\r\n" + H + "Content-Length: +5\r\n\r\n",
+    "cl_huge": "POST / HTTP/1.1\r\n" + H + "Content-Length: 99999999999999999999\r\n\r\n",
+    "te_space_colon": "POST / HTTP/1.1\r\n" + H + "Transfer-Encoding : chunked\r\n\r\n",
+    "te_vtab": "POST / HTTP/1.1\r\n" + H + "Transfer-Encoding:\x0bchunked\r\n\r\n",
+    "te_gzip_chunked": "POST / HTTP/1.1\r\n" + H + "Transfer-Encoding: gzip, chunked\r\n\r\n",
+    "te_chunked_gzip": "POST / HTTP/1.1\r\n" + H + "Transfer-Encoding: chunked, gzip\r\n\r\n",
+    "te_twice": "POST / HTTP/1.1\r\n" + H
+    + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "te_empty_elem": "POST / HTTP/1.1\r\n" + H + "Transfer-Encoding: ,chunked\r\n\r\n",
+    "te_http10": "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "obs_fold": "GET / HTTP/1.1\r\n" + H + "X-A: 1\r\n  folded\r\n\r\n",
+    "ws_first_line": "GET / HTTP/1.1\r\n " + H + "\r\n",
+    "bare_lf": "GET / HTTP/1.1\n" + H + "\n",
+    "bare_cr": "GET / HTTP/1.1\r\nX: a\rb\r\n" + H + "\r\n",
+    "lf_in_value": "GET / HTTP/1.1\r\nX: a\nb\r\n" + H + "\r\n",
+    "nul_in_value": "GET / HTTP/1.1\r\nX: a\x00b\r\n" + H + "\r\n",
+    "two_hosts": "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    "no_host": "GET / HTTP/1.1\r\n\r\n",
+    "host_userinfo": "GET / HTTP/1.1\r\nHost: user@evil.com\r\n\r\n",
+    "abs_userinfo": "GET http://user@h/ HTTP/1.1\r\nHost: h\r\n\r\n",
+    "http2": "GET / HTTP/2.0\r\n" + H + "\r\n",
+    "http12": "GET / HTTP/1.2\r\n" + H + "\r\n",
+    "lower_version": "GET / http/1.1\r\n" + H + "\r\n",
+    "fragment": "GET /a#frag HTTP/1.1\r\n" + H + "\r\n",
+    "two_spaces": "GET  / HTTP/1.1\r\n" + H + "\r\n",
+    "connect_no_port": "CONNECT example.com HTTP/1.1\r\nHost: example.com\r\n\r\n",
+    "get_star": "GET * HTTP/1.1\r\n" + H + "\r\n",
+    "tls_hello": "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+    "h2_preface": "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    "partial": "GET /index.html HTTP/1.1\r\nHo",
+    "many_headers": "GET / HTTP/1.1\r\n" + H + "".join("X-%d: v\r\n" % i for i in range(101))
+    + "\r\n",
+}
+for name, req in http1.items():
+    write("http1", name, DEFAULT + "M" + req)
+# The same requests under tight limits and other split points.
+for name in ("get", "post_chunked", "absolute", "leading_crlf", "bare_lf", "obs_text"):
+    write("http1", name + "_tight_line", TIGHT_LINE + "\x80" + http1[name])
+    write("http1", name + "_tight_head", TIGHT_HEAD + "\xf0" + http1[name])
+write("http1", "long_line", TIGHT_LINE + "\x10" + "GET /" + "a" * 40 + " HTTP/1.1\r\n" + H + "\r\n")
+write("http1", "long_line_bare_lf", TIGHT_LINE + "\x10" + "GET /" + "a" * 40 + "\n")
+write("http1", "long_line_bare_cr", TIGHT_LINE + "\xff" + "GET /" + "a" * 10 + "\rb" + "c" * 40
+      + " HTTP/1.1\r\n" + H + "\r\n")
+
+# --- fuzz_chunked -------------------------------------------------------------------------
+# Byte 0: b % 4 = 0 feeds one byte at a time; 1, 2, 3 random pieces up to 2, 16, 128 bytes.
+chunked = {
+    "simple": "5\r\nhello\r\n0\r\n\r\n",
+    "two_chunks": "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    "hex_upper": "A\r\n0123456789\r\n0\r\n\r\n",
+    "hex_lower_zeros": "000a\r\n0123456789\r\n00\r\n\r\n",
+    "ext": "5;name=value\r\nhello\r\n0;last\r\n\r\n",
+    "ext_quoted": '5;a="q \\"x\\" \\\\";b=tok\r\nhello\r\n0\r\n\r\n',
+    "ext_bws": "5 ; a = b ;c\r\nhello\r\n0\r\n\r\n",
+    "trailers": "5\r\nhello\r\n0\r\nX-Checksum: abc\r\nExpires: never\r\n\r\n",
+    "empty": "0\r\n\r\n",
+    "next_message": "3\r\nabc\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+    "binary_data": "4\r\n\r\n\x00\xff\r\n0\r\n\r\n",
+    "max_digits": "000000000000000f\r\n0123456789abcde\r\n0\r\n\r\n",
+    "huge_size": "ffffffffffffffff\r\nabc",
+    # Refused.
+    "too_many_digits": "00000000000000005\r\nhello\r\n0\r\n\r\n",
+    "bare_lf_size": "5\nhello\r\n0\r\n\r\n",
+    "bare_lf_data": "5\r\nhello\n0\r\n\r\n",
+    "bare_cr": "5\rhello\r\n0\r\n\r\n",
+    "data_too_long": "5\r\nhelloX\r\n0\r\n\r\n",
+    "no_digits": ";a\r\n\r\n",
+    "negative": "-5\r\nhello\r\n0\r\n\r\n",
+    "hex_prefix": "0x5\r\nhello\r\n0\r\n\r\n",
+    "ext_lf": "5;a=b\nc\r\nhello\r\n0\r\n\r\n",
+    "ext_bad_quote": '5;a="b\r\nhello\r\n0\r\n\r\n',
+    "ext_empty_name": "5;=b\r\nhello\r\n0\r\n\r\n",
+    "trailer_fold": "0\r\nX: a\r\n b\r\n\r\n",
+    "trailer_no_colon": "0\r\nX a\r\n\r\n",
+    "trailer_empty_name": "0\r\n: a\r\n\r\n",
+    "space_before_size": " 5\r\nhello\r\n0\r\n\r\n",
+}
+for i, (name, body) in enumerate(chunked.items()):
+    write("chunked", name, "0123"[i % 4] + body)
+write("chunked", "long_ext", "2" + "1;" + "a" * 4100 + "\r\nx\r\n0\r\n\r\n")
+
+# --- fuzz_field ---------------------------------------------------------------------------
+field = {
+    "date_imf": "Sun, 06 Nov 1994 08:49:37 GMT",
+    "date_rfc850": "Sunday, 06-Nov-94 08:49:37 GMT",
+    "date_asctime": "Sun Nov  6 08:49:37 1994",
+    "date_asctime_2digit_day": "Thu Feb 29 23:59:60 2024",
+    "date_leap": "Tue, 29 Feb 2000 12:00:00 GMT",
+    "date_not_leap": "Mon, 29 Feb 1900 12:00:00 GMT",
+    "date_leap_second": "Sat, 31 Dec 2016 23:59:60 GMT",
+    "date_min": "Mon, 01 Jan 0001 00:00:00 GMT",
+    "date_max": "Fri, 31 Dec 9999 23:59:59 GMT",
+    "date_year0": "Sat, 01 Jan 0000 00:00:00 GMT",
+    "date_ows": " \tWed, 21 Oct 2015 07:28:00 GMT \t",
+    "date_rfc850_2000": "Tuesday, 29-Feb-00 00:00:00 GMT",
+    "date_rfc850_future": "Friday, 31-Dec-99 23:59:59 GMT",
+    "date_bad_month": "Sun, 06 Foo 1994 08:49:37 GMT",
+    "date_utc": "Sun, 06 Nov 1994 08:49:37 UTC",
+    "range_first_last": "bytes=0-499",
+    "range_suffix": "bytes=-500",
+    "range_open": "bytes=9500-",
+    "range_zero_suffix": "bytes=-0",
+    "range_multi": "bytes=0-0,-1",
+    "range_empty_elems": "bytes=, ,0-1 ,",
+    "range_upper": "BYTES=1-2",
+    "range_other_unit": "items=0-1",
+    "range_ws_after_eq": "bytes= 0-1",
+    "range_reversed": "bytes=5-3",
+    "range_overflow": "bytes=99999999999999999999999-",
+    "range_overflow_last": "bytes=0-99999999999999999999999",
+    "range_no_dash": "bytes=5",
+    "etag_star": "*",
+    "etag_list": '"a", W/"b" ,"c"',
+    "etag_comma_inside": '"a,b", "c"',
+    "etag_list_vs_tag": '"xyz", W/"abc"\n"abc"',
+    "etag_weak_vs_strong": 'W/"abc"\nW/"abc"',
+    "etag_comma_tag": '"a,b"\n"a,b"',
+    "etag_bad_list": '"a" "b"\n"a"',
+    "etag_unquoted": "abc\n\"abc\"",
+    "etag_empty_opaque": '""\n""',
+}
+for name, v in field.items():
+    write("field", name, v)
+
+# --- fuzz_path ----------------------------------------------------------------------------
+paths = {
+    "empty": "",
+    "root": "/",
+    "file": "index.html",
+    "nested_dir": "a/b/c/",
+    "double_slash": "a//b///c",
+    "dots": "./a/./b/.",
+    "dotdot": "../etc/passwd",
+    "dotdot_inner": "a/b/../../../etc/passwd",
+    "enc_dotdot": "%2e%2e/%2E%2e/etc/passwd",
+    "enc_dot_mixed": ".%2e/x",
+    "enc_slash": "a%2fb%2F..",
+    "double_enc": "%252e%252e/%252f",
+    "overlong_utf8": "%c0%ae%c0%ae/%c0%af",
+    "nul": "a%00b",
+    "backslash": "a\\..\\b",
+    "enc_backslash": "..%5c..%5cwin.ini",
+    "bad_escape": "a%zz",
+    "short_escape": "a%4",
+    "lone_percent": "%",
+    "utf8": "caf%C3%A9/na\xc3\xafve.txt",
+    "three_dots": "a/.../b/....",
+    "ctrl": "a\x01b",
+    "del": "a%7fb",
+    "space": "a%20b/c d",
+    "query_like": "a?b=c/d",
+    "long": "/".join(["seg%02d" % i for i in range(60)]),
+}
+for name, p in paths.items():
+    write("path", name, p)
+
+# --- fuzz_config --------------------------------------------------------------------------
+config = {
+    "minimal": 'routes = { { path = "/", root = "/tmp" } }\n',
+    "bundled": open(os.path.join(HERE, "..", "..", "config.lua"), encoding="latin-1").read(),
+    "full": """-- every setting
+listen = { "127.0.0.1:8080", "[::1]:8443", "*:0", "localhost:65535" }
+workers = 2
+routes = {
+  { host = "Example.COM", path = "/static/", root = "/tmp", index = false },
+  { path = "/", root = "/", index = "index.html" },
+}
+limits = { max_connections = 100, max_header_bytes = "16KB", max_request_line = 8192,
+           max_body_bytes = "1GB" }
+timeouts = { header = 10, idle = 60.5, send = 30, shutdown = 1 }
+mime = { wasm = "application/wasm", MD = "text/markdown; charset=utf-8" }
+log_level = "debug"
+function on_request(r) return r end
+""",
+    "helpers": """local root = "/tmp"
+local function route(p) return { path = p, root = root } end
+routes = { route("/a/"), route("/") }
+listen = "127.0.0.1:" .. tostring(8000 + 80)
+""",
+    "long_strings": """--[==[ a long
+comment ]] still ]==]
+routes = {
+  { path = [[/]], root = [=[/tmp]=] },  -- trailing
+  ["x"] = 1,
+}
+""",
+    "shebang_bom": "\xef\xbb\xbf#!/usr/bin/env umbra\nroutes = {{path=\"/\",root=\"/tmp\"}}\n",
+    "unknown_key": 'routes = { { path = "/", root = "/tmp", roots = "/x" } }\n',
+    "hole": 'routes = { [1] = { path = "/", root = "/tmp" }, [3] = {} }\n',
+    "bad_listen": 'listen = { "8080" }\nroutes = { { path = "/", root = "/tmp" } }\n',
+    "ipv6_unbracketed": 'listen = "::1:80"\nroutes = { { path = "/", root = "/tmp" } }\n',
+    "dup_listen": 'listen = { "127.0.0.1:1", "127.0.0.1:1" }\nroutes = {{path="/",root="/"}}\n',
+    "bad_port": 'listen = "127.0.0.1:65536"\nroutes = {{path="/",root="/"}}\n',
+    "workers_zero": 'workers = 0\nroutes = {{path="/",root="/"}}\n',
+    "workers_frac": 'workers = 1.5\nroutes = {{path="/",root="/"}}\n',
+    "bad_size": 'limits = { max_body_bytes = "12XB" }\nroutes = {{path="/",root="/"}}\n',
+    "size_overflow": 'limits = { max_body_bytes = "99999999999999999999GB" }\n'
+    'routes = {{path="/",root="/"}}\n',
+    "neg_timeout": 'timeouts = { idle = -1 }\nroutes = {{path="/",root="/"}}\n',
+    "nan_timeout": 'timeouts = { idle = 0/0 }\nroutes = {{path="/",root="/"}}\n',
+    "bad_log_level": 'log_level = "verbose"\nroutes = {{path="/",root="/"}}\n',
+    "bad_mime": 'mime = { [".md"] = "text/markdown" }\nroutes = {{path="/",root="/"}}\n',
+    "mime_dup": 'mime = { md = "text/a", MD = "text/b" }\nroutes = {{path="/",root="/"}}\n',
+    "unknown_global": 'rootz = 1\nroutes = {{path="/",root="/"}}\n',
+    "no_routes": 'listen = "127.0.0.1:8080"\n',
+    "relative_root": 'routes = {{ path = "/", root = "does/not/exist" }}\n',
+    "root_is_file": 'routes = {{ path = "/", root = "/etc/hostname" }}\n',
+    "path_no_slash": 'routes = {{ path = "static", root = "/" }}\n',
+    "nul_in_string": 'routes = {{ path = "/\\0", root = "/" }}\n',
+    "index_dotdot": 'routes = {{ path = "/", root = "/", index = ".." }}\n',
+    "syntax_error": "routes = { { path = \"/\", root = \"/tmp\" }\n",
+    "runtime_error": 'error("boom")\n',
+    "error_table": "error({})\n",
+    "metatable": 'setmetatable(_G, nil)\nroutes = setmetatable({}, { __index = function() '
+    'return {path="/",root="/"} end })\n',
+    "pcall_loop": "pcall(function() while true do end end)\nroutes = {}\n",
+    "nested": "routes = {{path='/',root='/',host={a={b={c={d={}}}}}}}\n",
+    "crlf_lines": 'listen = "127.0.0.1:1"\r\nroutes = {\r\n{path="/",\r\nroot=1}}\r\n',
+}
+for name, src in config.items():
+    write("config", name + ".lua", src)
