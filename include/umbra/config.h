@@ -15,6 +15,7 @@ struct um_listen {
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char *text; /* as written in the config, e.g. "127.0.0.1:8080" */
+    bool tls;   /* { "HOST:PORT", tls = true }: TLS with the certificates of um_config.tls */
 };
 
 enum um_balance { UM_BALANCE_ROUND_ROBIN, UM_BALANCE_LEAST_CONN, UM_BALANCE_HASH };
@@ -48,6 +49,9 @@ struct um_route {
     int upstream; /* index into um_config.upstreams; -1 for a static route */
     char *index; /* index file for directories; NULL: none ("index.html" by default) */
     int line; /* line of the route in the config file, for messages */
+    /* redirect_https = true: a request that came without TLS is answered with a redirect
+     * to https (at least one listener has tls = true). */
+    bool redirect_https;
     /* Set by the server before the snapshot is published (um_config_set_origin); destroyed
      * with the snapshot. */
     struct um_origin *origin;
@@ -56,6 +60,31 @@ struct um_route {
 struct um_mime_type {
     char *ext;  /* without the dot, lower case */
     char *type; /* e.g. "application/wasm" */
+};
+
+/* tls.protocols */
+#define UM_TLS_PROTO_TLS12 1u
+#define UM_TLS_PROTO_TLS13 2u
+
+/* One certificate entry of tls = { { hosts = {...}, cert = "F", key = "F" }, ... }. */
+struct um_tls_cert_conf {
+    char **hosts;     /* lower case, "*.example.com" for a wildcard; unique over all entries */
+    size_t num_hosts; /* >= 1 */
+    char *cert;       /* PEM chain file: absolute, symlinks kept so that a reload follows a */
+    char *key;        /* re-pointed link (certbot's live/); PEM key file, no passphrase */
+    int line;         /* line of the entry */
+};
+
+/* tls = { entries..., protocols = {...}, ciphers = "...", ciphersuites = "...",
+ * default = "host" }. Checked at load: the files load and every key matches its cert. */
+struct um_tls_conf {
+    struct um_tls_cert_conf *certs;
+    size_t num_certs;   /* 0: no tls table (then no listener has tls) */
+    unsigned protocols; /* UM_TLS_PROTO_* flags; both by default */
+    char *ciphers;      /* TLS 1.2 cipher list; NULL: the TLS module's default */
+    char *ciphersuites; /* TLS 1.3 ciphersuites; NULL: OpenSSL's default */
+    size_t default_cert; /* entry for names no entry lists and for clients without SNI */
+    int line;           /* line of the tls setting */
 };
 
 struct um_config {
@@ -82,6 +111,7 @@ struct um_config {
         double shutdown; /* seconds SIGTERM waits for requests in flight */
     } timeouts;
     int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
+    struct um_tls_conf tls;
     int _refcnt;
 };
 

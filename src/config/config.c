@@ -35,6 +35,7 @@
 #include "lualines.h"
 #include "umbra/log.h"
 #include "umbra/origin.h"
+#include "umbra/tls.h"
 
 /* Lua VM instructions a config may execute. A real config runs a few thousand; an endless
  * loop reaches this in a few tens of milliseconds. */
@@ -49,13 +50,20 @@
 #define MAX_RETRIES 10
 #define MAX_FAILS 100
 
-static const char *const SETTINGS[] = {"listen", "workers",  "upstreams", "routes",
-                                       "limits", "timeouts", "mime",      "log_level", NULL};
-static const char *const ROUTE_KEYS[] = {"host", "path", "root", "upstream", "index", NULL};
+static const char *const SETTINGS[] = {"listen", "workers",  "upstreams", "routes", "limits",
+                                       "timeouts", "mime",   "log_level", "tls",    NULL};
+static const char *const ROUTE_KEYS[] = {"host",  "path",           "root", "upstream",
+                                         "index", "redirect_https", NULL};
 static const char *const UPSTREAM_KEYS[] = {"servers", "balance",   "connect_timeout",
                                             "timeout", "retries",   "host",
                                             "tls",     "max_fails", "fail_timeout", NULL};
 static const char *const TLS_KEYS[] = {"verify", "ca", NULL};
+/* The server's tls = { ENTRY, ..., protocols = ..., ... }: the named keys, and an entry's. */
+static const char *const SERVER_TLS_KEYS[] = {"protocols", "ciphers", "ciphersuites", "default",
+                                              NULL};
+static const char *const CERT_KEYS[] = {"hosts", "cert", "key", NULL};
+/* In the order of the UM_TLS_PROTO_* bits. */
+static const char *const TLS_PROTOCOLS[] = {"TLSv1.2", "TLSv1.3", NULL};
 /* In the order of enum um_balance. */
 static const char *const BALANCE_NAMES[] = {"round_robin", "least_conn", "hash", NULL};
 static const char *const LIMIT_KEYS[] = {"max_connections", "max_header_bytes",
@@ -469,6 +477,46 @@ static bool parse_listen(struct load *ld, lua_State *L, const char *path, const 
     return true;
 }
 
+#define LISTEN_HINT "a \"HOST:PORT\" string or { \"HOST:PORT\", tls = true }"
+
+/* The listen entry at idx, at path: "HOST:PORT" or { "HOST:PORT", tls = true }. */
+static bool load_listen_entry(struct load *ld, lua_State *L, int idx, const char *path,
+                              struct um_listen *out)
+{
+    char key[128], sub[PATH_LEN];
+    const char *s;
+    if (lua_type(L, idx) != LUA_TTABLE)
+        return get_string(ld, L, idx, path, LISTEN_HINT, &s) &&
+               parse_listen(ld, L, path, s, out);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if ((lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) == 1) ||
+            (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "tls") == 0))
+            continue;
+        key_text(L, -1, key, sizeof key);
+        subpath(sub, sizeof sub, path, key);
+        return fail(ld, L, sub, "%s: unexpected key '%s' (expected %s)", path, key, LISTEN_HINT);
+    }
+    subpath(sub, sizeof sub, path, "tls");
+    int t = get_field(L, idx, "tls");
+    if (t != LUA_TNIL) {
+        if (t != LUA_TBOOLEAN)
+            return fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                        lua_typename(L, t));
+        out->tls = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    lua_rawgeti(L, idx, 1);
+    if (lua_isnil(L, -1))
+        return fail(ld, L, path, "%s: missing the address (expected %s)", path, LISTEN_HINT);
+    if (!get_string(ld, L, -1, path, "a \"HOST:PORT\" string", &s) ||
+        !parse_listen(ld, L, path, s, out))
+        return false;
+    lua_pop(L, 1);
+    return true;
+}
+
 static bool load_listen(struct load *ld, lua_State *L)
 {
     struct um_config *c = ld->c;
@@ -488,6 +536,10 @@ static bool load_listen(struct load *ld, lua_State *L)
                     lua_typename(L, t));
     int idx = lua_gettop(L);
     size_t n;
+    if (get_field(L, idx, "tls") != LUA_TNIL)
+        return fail(ld, L, "listen.tls", "listen: tls = true goes inside an entry of the list: "
+                    "listen = { { \"127.0.0.1:8443\", tls = true } }");
+    lua_pop(L, 1);
     if (!check_list(ld, L, idx, "listen", &n))
         return false;
     if (n == 0)
@@ -497,16 +549,23 @@ static bool load_listen(struct load *ld, lua_State *L)
     for (size_t i = 0; i < n; i++) {
         subpath_i(sub, sizeof sub, "listen", i + 1);
         lua_rawgeti(L, idx, (int)i + 1);
-        if (!get_string(ld, L, -1, sub, "a \"HOST:PORT\" string", &s) ||
-            !parse_listen(ld, L, sub, s, &c->listen[i]))
+        if (!load_listen_entry(ld, L, lua_gettop(L), sub, &c->listen[i]))
             return false;
         lua_pop(L, 1);
         for (size_t j = 0; j < i; j++)
             if (c->listen[j].addrlen == c->listen[i].addrlen &&
                 memcmp(&c->listen[j].addr, &c->listen[i].addr, c->listen[i].addrlen) == 0)
-                return fail(ld, L, sub, "%s: '%s' is listed twice", sub, s);
+                return fail(ld, L, sub, "%s: '%s' is listed twice", sub, c->listen[i].text);
     }
     return true;
+}
+
+static bool any_tls_listener(const struct um_config *c)
+{
+    for (size_t i = 0; i < c->num_listen; i++)
+        if (c->listen[i].tls)
+            return true;
+    return false;
 }
 
 static bool load_workers(struct load *ld, lua_State *L)
@@ -989,6 +1048,19 @@ static bool load_route(struct load *ld, lua_State *L, int idx, const char *rpath
     r->path = um_strndup(s, strlen(s));
     lua_pop(L, 1);
 
+    subpath(sub, sizeof sub, rpath, "redirect_https");
+    int rt = get_field(L, idx, "redirect_https");
+    if (rt != LUA_TNIL) {
+        if (rt != LUA_TBOOLEAN)
+            return fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                        lua_typename(L, rt));
+        r->redirect_https = lua_toboolean(L, -1);
+        if (r->redirect_https && !any_tls_listener(ld->c))
+            return fail(ld, L, sub, "%s: no listener has tls = true (there is no https "
+                        "address to redirect to)", sub);
+    }
+    lua_pop(L, 1);
+
     bool has_root = get_field(L, idx, "root") != LUA_TNIL;
     bool has_upstream = get_field(L, idx, "upstream") != LUA_TNIL;
     lua_pop(L, 2);
@@ -1065,6 +1137,336 @@ static bool load_routes(struct load *ld, lua_State *L)
         lua_pop(L, 1);
     }
     return true;
+}
+
+/* --- the server's tls setting ------------------------------------------------------------ */
+
+/* The file name (as written at path) joined to the config's folder. It must be a regular
+ * file, following symlinks, but the path is kept as written: a certificate reload re-reads
+ * whatever a re-pointed link (certbot's live/) names by then. */
+static bool resolve_tls_file(struct load *ld, lua_State *L, const char *path, const char *name,
+                             char **out)
+{
+    char *joined;
+    struct stat st;
+    if (name[0] == '/') {
+        joined = um_strndup(name, strlen(name));
+    } else {
+        size_t dl = strlen(ld->dir), nl = strlen(name);
+        joined = um_malloc(dl + 1 + nl + 1);
+        memcpy(joined, ld->dir, dl);
+        joined[dl] = '/';
+        memcpy(joined + dl + 1, name, nl + 1);
+    }
+    bool ok = true;
+    if (stat(joined, &st) != 0)
+        ok = errno == ENOENT ? fail(ld, L, path, "%s: no such file '%s' (looked for %s)", path,
+                                    name, joined)
+                             : fail(ld, L, path, "%s: cannot use file '%s' (%s): %s", path,
+                                    name, joined, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        ok = fail(ld, L, path, "%s: '%s' is not a regular file", path, joined);
+    if (!ok) {
+        free(joined);
+        return false;
+    }
+    *out = joined;
+    return true;
+}
+
+/* The host name s of a certificate entry, at path: a DNS name, or "*." and a DNS name. */
+static bool check_tls_host(struct load *ld, lua_State *L, const char *path, const char *s)
+{
+    const char *base = strncmp(s, "*.", 2) == 0 ? s + 2 : s;
+    size_t n = strlen(base);
+    if (strchr(base, '*') != NULL)
+        return fail(ld, L, path, "%s: bad name '%s' (a wildcard is only allowed as the whole "
+                    "left-most label, e.g. \"*.example.com\")", path, s);
+    if (!is_host_name(base, n))
+        return fail(ld, L, path, "%s: bad host name '%s'", path, s);
+    if (base == s && strspn(s, "0123456789.") == n)
+        return fail(ld, L, path, "%s: '%s' is an IP address, and clients send no name (SNI) "
+                    "for those: tls.default picks the certificate they get", path, s);
+    return true;
+}
+
+/* The entry that lists host already, or -1. */
+static int tls_host_owner(const struct um_tls_conf *tc, size_t upto, const char *host)
+{
+    for (size_t i = 0; i <= upto && i < tc->num_certs; i++)
+        for (size_t j = 0; j < tc->certs[i].num_hosts; j++)
+            if (strcmp(tc->certs[i].hosts[j], host) == 0)
+                return (int)i;
+    return -1;
+}
+
+/* hosts = "NAME" or { "NAME", ... } of the entry at idx (entry number i). */
+static bool load_tls_hosts(struct load *ld, lua_State *L, int idx, const char *cpath, size_t i,
+                           struct um_tls_cert_conf *cc)
+{
+    struct um_tls_conf *tc = &ld->c->tls;
+    char sub[PATH_LEN], el[PATH_LEN], other[PATH_LEN];
+    const char *s;
+    size_t n = 1;
+    subpath(sub, sizeof sub, cpath, "hosts");
+    int t = get_field(L, idx, "hosts");
+    if (t == LUA_TNIL)
+        return fail(ld, L, sub, "%s: missing (the names this certificate serves, e.g. hosts = "
+                    "{ \"example.com\", \"*.example.com\" })", sub);
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        return fail(ld, L, sub, "%s: expected a list of host names, got %s", sub,
+                    lua_typename(L, t));
+    int hidx = lua_gettop(L);
+    if (t == LUA_TTABLE) {
+        if (!check_list(ld, L, hidx, sub, &n))
+            return false;
+        if (n == 0)
+            return fail(ld, L, sub, "%s: expected at least one host name", sub);
+    }
+    cc->hosts = um_calloc(n, sizeof *cc->hosts);
+    for (size_t j = 0; j < n; j++) {
+        if (t == LUA_TTABLE) {
+            subpath_i(el, sizeof el, sub, j + 1);
+            lua_rawgeti(L, hidx, (int)j + 1);
+        } else {
+            snprintf(el, sizeof el, "%s", sub);
+            lua_pushvalue(L, hidx);
+        }
+        if (!get_string(ld, L, -1, el, "a host name such as \"example.com\"", &s) ||
+            !check_tls_host(ld, L, el, s))
+            return false;
+        char *host = um_strndup(s, strlen(s));
+        lower(host);
+        int owner = tls_host_owner(tc, i, host);
+        if (owner >= 0) {
+            subpath_i(other, sizeof other, "tls", (size_t)owner + 1);
+            bool ok = (size_t)owner == i
+                          ? fail(ld, L, el, "%s: '%s' is listed twice", el, s)
+                          : fail(ld, L, el, "%s: '%s' is already listed in %s", el, s, other);
+            free(host);
+            return ok;
+        }
+        cc->hosts[cc->num_hosts++] = host;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+/* Entry number i (tls[i + 1]) at idx: { hosts = {...}, cert = "F", key = "F" }. */
+static bool load_tls_cert(struct load *ld, lua_State *L, int idx, const char *cpath, size_t i,
+                          struct um_tls_cert_conf *cc)
+{
+    char sub[PATH_LEN], reason[512];
+    const char *cert_name, *key_name;
+    if (lua_type(L, idx) != LUA_TTABLE)
+        return fail(ld, L, cpath, "%s: expected a certificate entry such as { hosts = { "
+                    "\"example.com\" }, cert = \"example.crt\", key = \"example.key\" }, got %s",
+                    cpath, lua_typename(L, lua_type(L, idx)));
+    if (!check_keys(ld, L, idx, cpath, CERT_KEYS))
+        return false;
+    cc->line = line_of(ld, L, cpath);
+    if (!load_tls_hosts(ld, L, idx, cpath, i, cc))
+        return false;
+
+    static const char *const files[] = {"cert", "key"};
+    static const char *const what[] = {"a PEM certificate chain file", "a PEM key file"};
+    char **outs[] = {&cc->cert, &cc->key};
+    const char **names[] = {&cert_name, &key_name};
+    for (size_t k = 0; k < 2; k++) {
+        subpath(sub, sizeof sub, cpath, files[k]);
+        if (get_field(L, idx, files[k]) == LUA_TNIL)
+            return fail(ld, L, sub, "%s: missing (%s, relative to the config's folder)", sub,
+                        what[k]);
+        if (!get_string(ld, L, -1, sub, what[k], names[k]) ||
+            !resolve_tls_file(ld, L, sub, *names[k], outs[k]))
+            return false;
+        /* The string stays alive in the table: only the value is popped. */
+        lua_pop(L, 1);
+    }
+
+    switch (um_tls_check_pair(cc->cert, cc->key, reason, sizeof reason)) {
+    case UM_TLS_FAULT_NONE:
+        return true;
+    case UM_TLS_FAULT_CERT:
+        subpath(sub, sizeof sub, cpath, "cert");
+        return fail(ld, L, sub, "%s: %s: %s", sub, cert_name, reason);
+    case UM_TLS_FAULT_KEY:
+        subpath(sub, sizeof sub, cpath, "key");
+        return fail(ld, L, sub, "%s: %s: %s", sub, key_name, reason);
+    case UM_TLS_FAULT_MISMATCH:
+    default:
+        subpath(sub, sizeof sub, cpath, "key");
+        return fail(ld, L, sub, "%s: %s does not match the certificate %s", sub, key_name,
+                    cert_name);
+    }
+}
+
+/* protocols = "TLSv1.3" or a list of them, of the tls table at idx. */
+static bool load_tls_protocols(struct load *ld, lua_State *L, int idx)
+{
+    struct um_tls_conf *tc = &ld->c->tls;
+    char el[PATH_LEN], names[64];
+    const char *s;
+    size_t n = 1;
+    int t = get_field(L, idx, "protocols");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        return fail(ld, L, "tls.protocols", "tls.protocols: expected a list such as { "
+                    "\"TLSv1.2\", \"TLSv1.3\" }, got %s", lua_typename(L, t));
+    int pidx = lua_gettop(L);
+    if (t == LUA_TTABLE) {
+        if (!check_list(ld, L, pidx, "tls.protocols", &n))
+            return false;
+        if (n == 0)
+            return fail(ld, L, "tls.protocols", "tls.protocols: expected at least one of: %s",
+                        join(TLS_PROTOCOLS, names, sizeof names));
+    }
+    tc->protocols = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (t == LUA_TTABLE) {
+            subpath_i(el, sizeof el, "tls.protocols", j + 1);
+            lua_rawgeti(L, pidx, (int)j + 1);
+        } else {
+            snprintf(el, sizeof el, "tls.protocols");
+            lua_pushvalue(L, pidx);
+        }
+        if (!get_string(ld, L, -1, el, "\"TLSv1.2\" or \"TLSv1.3\"", &s))
+            return false;
+        size_t k = 0;
+        while (TLS_PROTOCOLS[k] != NULL && strcmp(TLS_PROTOCOLS[k], s) != 0)
+            k++;
+        if (TLS_PROTOCOLS[k] == NULL)
+            return fail(ld, L, el, "%s: unknown protocol '%s' (expected one of: %s; older "
+                        "versions are not supported)", el, s,
+                        join(TLS_PROTOCOLS, names, sizeof names));
+        if (tc->protocols & (1u << k))
+            return fail(ld, L, el, "%s: '%s' is listed twice", el, s);
+        tc->protocols |= 1u << k;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+/* ciphers / ciphersuites of the tls table at idx. */
+static bool load_tls_ciphers(struct load *ld, lua_State *L, int idx, const char *key, bool tls13,
+                             char **out)
+{
+    char sub[PATH_LEN], reason[512];
+    const char *s;
+    subpath(sub, sizeof sub, "tls", key);
+    if (get_field(L, idx, key) != LUA_TNIL) {
+        if (!get_string(ld, L, -1, sub, tls13 ? "a TLS 1.3 ciphersuite list" :
+                        "a TLS 1.2 cipher list", &s))
+            return false;
+        if (!um_tls_check_ciphers(s, tls13, reason, sizeof reason))
+            return fail(ld, L, sub, "%s: %s", sub, reason);
+        *out = um_strndup(s, strlen(s));
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+/* A listener with tls = true needs certificates. */
+static bool check_tls_listeners(struct load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    char sub[PATH_LEN], el[PATH_LEN];
+    if (c->tls.num_certs > 0)
+        return true;
+    for (size_t i = 0; i < c->num_listen; i++) {
+        if (!c->listen[i].tls)
+            continue;
+        subpath_i(sub, sizeof sub, "listen", i + 1);
+        subpath(el, sizeof el, sub, "tls");
+        return fail(ld, L, el, "%s: tls = true needs certificates: add a setting tls = { { "
+                    "hosts = { \"example.com\" }, cert = \"example.crt\", key = "
+                    "\"example.key\" } }", sub);
+    }
+    return true;
+}
+
+/* tls = { { hosts = {...}, cert = "F", key = "F" }, ..., protocols = {...}, ciphers = "...",
+ * ciphersuites = "...", default = "HOST" }. */
+static bool load_tls(struct load *ld, lua_State *L)
+{
+    struct um_tls_conf *tc = &ld->c->tls;
+    char key[128], sub[PATH_LEN], names[128];
+    const char *s;
+    int t = get_global(L, "tls");
+    if (t == LUA_TNIL)
+        return check_tls_listeners(ld, L);
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "tls", "tls: expected a list of certificate entries such as { { "
+                    "hosts = { \"example.com\" }, cert = \"example.crt\", key = \"example.key\" "
+                    "} }, got %s", lua_typename(L, t));
+    int idx = lua_gettop(L);
+    tc->line = line_of(ld, L, "tls");
+
+    /* Entries at 1..n, the options by name. */
+    size_t n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TNUMBER)
+            n++;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        int kt = lua_type(L, -1);
+        if (kt == LUA_TSTRING && in_list(SERVER_TLS_KEYS, lua_tostring(L, -1)))
+            continue;
+        if (kt == LUA_TNUMBER) {
+            double d = lua_tonumber(L, -1);
+            if (d >= 1 && d <= (double)n && d == floor(d))
+                continue;
+        }
+        key_text(L, -1, key, sizeof key);
+        subpath(sub, sizeof sub, "tls", key);
+        if (kt == LUA_TSTRING)
+            return fail(ld, L, sub, "tls: unknown key '%s' (expected certificate entries and: "
+                        "%s)", key, join(SERVER_TLS_KEYS, names, sizeof names));
+        return fail(ld, L, sub, "tls: expected a list of certificate entries without holes "
+                    "(found index %s)", key);
+    }
+    if (n == 0)
+        return fail(ld, L, "tls", "tls: expected at least one certificate entry such as { "
+                    "hosts = { \"example.com\" }, cert = \"example.crt\", key = \"example.key\" "
+                    "}");
+    tc->certs = um_calloc(n, sizeof *tc->certs);
+    for (size_t i = 0; i < n; i++) {
+        subpath_i(sub, sizeof sub, "tls", i + 1);
+        lua_rawgeti(L, idx, (int)i + 1);
+        tc->num_certs++; /* so that config_free frees what the entry got so far */
+        if (!load_tls_cert(ld, L, lua_gettop(L), sub, i, &tc->certs[i]))
+            return false;
+        lua_pop(L, 1);
+    }
+
+    if (!load_tls_protocols(ld, L, idx) ||
+        !load_tls_ciphers(ld, L, idx, "ciphers", false, &tc->ciphers) ||
+        !load_tls_ciphers(ld, L, idx, "ciphersuites", true, &tc->ciphersuites))
+        return false;
+
+    if (get_field(L, idx, "default") != LUA_TNIL) {
+        if (!get_string(ld, L, -1, "tls.default", "one of the hosts of the entries", &s))
+            return false;
+        char *host = um_strndup(s, strlen(s));
+        lower(host);
+        int owner = tls_host_owner(tc, tc->num_certs, host);
+        free(host);
+        if (owner < 0)
+            return fail(ld, L, "tls.default", "tls.default: '%s' is not among the hosts of "
+                        "the entries", s);
+        tc->default_cert = (size_t)owner;
+    }
+    lua_pop(L, 1);
+    return check_tls_listeners(ld, L);
 }
 
 static bool load_limits(struct load *ld, lua_State *L)
@@ -1263,8 +1665,8 @@ static int extract(lua_State *L)
     struct load *ld = lua_touserdata(L, 1);
     lua_settop(L, 0);
     static bool (*const steps[])(struct load *, lua_State *) = {
-        check_globals, load_listen, load_workers,   load_upstreams, load_routes,
-        load_limits,   load_timeouts, load_mime,    load_log_level,
+        check_globals, load_listen,   load_tls,  load_workers,   load_upstreams,
+        load_routes,   load_limits,   load_timeouts, load_mime, load_log_level,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -1391,6 +1793,17 @@ static void config_free(struct um_config *c)
         free(c->mime[i].type);
     }
     free(c->mime);
+    for (size_t i = 0; i < c->tls.num_certs; i++) {
+        struct um_tls_cert_conf *cc = &c->tls.certs[i];
+        for (size_t j = 0; j < cc->num_hosts; j++)
+            free(cc->hosts[j]);
+        free(cc->hosts);
+        free(cc->cert);
+        free(cc->key);
+    }
+    free(c->tls.certs);
+    free(c->tls.ciphers);
+    free(c->tls.ciphersuites);
     free(c->file);
     free(c);
 }
@@ -1432,6 +1845,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->timeouts.send = 30;
     c->timeouts.shutdown = 10;
     c->log_level = UM_LOG_INFO;
+    c->tls.protocols = UM_TLS_PROTO_TLS12 | UM_TLS_PROTO_TLS13;
 
     L = luaL_newstate();
     if (L == NULL) {

@@ -16,6 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include "config/lualines.h"
 #include "umbra/config.h"
 #include "umbra/log.h"
@@ -46,6 +50,8 @@ static void make_dir(const char *name)
     assert_int_equal(mkdir(join_path(p, sizeof p, tmpdir, name), 0755), 0);
 }
 
+static void make_tls_files(void);
+
 static int group_setup(void **state)
 {
     if (mkdtemp(tmpdir) == NULL || realpath(tmpdir, realdir) == NULL)
@@ -56,6 +62,7 @@ static int group_setup(void **state)
     char p[PATH_MAX];
     write_file(join_path(p, sizeof p, tmpdir, "afile"), "x");
     write_file(join_path(p, sizeof p, tmpdir, "ca.pem"), "not really a certificate\n");
+    make_tls_files();
     join_path(cfgpath, sizeof cfgpath, tmpdir, "config.lua");
     return 0;
 }
@@ -1194,6 +1201,292 @@ static void test_lualines_robust(void **state)
     }
 }
 
+/* --- the server's tls setting ----------------------------------------------------------- */
+
+/* Writes a self-signed ECDSA P-256 certificate for cn as tls/NAME.crt and its key as
+ * tls/NAME.key (encrypted with a passphrase when encrypt). */
+static void make_tls_pair(const char *name, const char *cn, bool encrypt)
+{
+    char p[PATH_MAX], file[64];
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    assert_non_null(k);
+    assert_non_null(x);
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), 0);
+    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+    X509_set_pubkey(x, k);
+    X509_NAME *n = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
+    X509_set_issuer_name(x, n);
+    assert_true(X509_sign(x, k, EVP_sha256()) > 0);
+    snprintf(file, sizeof file, "tls/%s.crt", name);
+    FILE *f = fopen(join_path(p, sizeof p, tmpdir, file), "wb");
+    assert_non_null(f);
+    assert_int_equal(PEM_write_X509(f, x), 1);
+    fclose(f);
+    snprintf(file, sizeof file, "tls/%s.key", name);
+    f = fopen(join_path(p, sizeof p, tmpdir, file), "wb");
+    assert_non_null(f);
+    assert_int_equal(PEM_write_PrivateKey(f, k, encrypt ? EVP_aes_128_cbc() : NULL,
+                                          encrypt ? (unsigned char *)"secret" : NULL,
+                                          encrypt ? 6 : 0, NULL, NULL),
+                     1);
+    fclose(f);
+    X509_free(x);
+    EVP_PKEY_free(k);
+}
+
+static void make_tls_files(void)
+{
+    char p[PATH_MAX];
+    make_dir("tls");
+    make_tls_pair("a", "a.test", false);
+    make_tls_pair("c", "c.test", false);
+    make_tls_pair("enc", "enc.test", true);
+    write_file(join_path(p, sizeof p, tmpdir, "tls/garbage.crt"), "garbage\n");
+}
+
+#define TLS_A "{ hosts = { 'a.test' }, cert = 'tls/a.crt', key = 'tls/a.key' }"
+#define TLS_C "{ hosts = { 'c.test' }, cert = 'tls/c.crt', key = 'tls/c.key' }"
+#define TLS_LISTEN "listen = { { '127.0.0.1:8443', tls = true } }\n"
+#define ROUTE_WWW "routes = { { path = '/', root = 'www' } }\n"
+
+static void test_tls_full(void **state)
+{
+    char text[PATH_MAX + 1024];
+    snprintf(text, sizeof text,
+             "listen = { '127.0.0.1:8080', { '127.0.0.1:8443', tls = true } }\n"
+             "tls = {\n"
+             "  { hosts = { 'Example.COM', '*.example.com' }, cert = 'tls/a.crt',\n"
+             "    key = 'tls/a.key' },\n"
+             "  { hosts = 'other.test', cert = '%s', key = 'tls/../tls/c.key' },\n"
+             "  protocols = { 'TLSv1.3' },\n"
+             "  ciphers = 'ECDHE+AESGCM:!aNULL',\n"
+             "  ciphersuites = 'TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384',\n"
+             "  default = 'Other.test',\n"
+             "}\n"
+             "routes = {\n"
+             "  { host = 'other.test', path = '/', root = 'www' },\n"
+             "  { path = '/', root = 'www', redirect_https = true },\n"
+             "}\n",
+             in_tmp("tls/c.crt"));
+    struct um_config *c = load_ok(text);
+
+    assert_int_equal(c->num_listen, 2);
+    assert_false(c->listen[0].tls);
+    assert_true(c->listen[1].tls);
+    assert_string_equal(c->listen[1].text, "127.0.0.1:8443");
+
+    const struct um_tls_conf *tc = &c->tls;
+    assert_int_equal(tc->num_certs, 2);
+    assert_int_equal(tc->line, 2);
+    assert_int_equal(tc->certs[0].num_hosts, 2);
+    assert_string_equal(tc->certs[0].hosts[0], "example.com");
+    assert_string_equal(tc->certs[0].hosts[1], "*.example.com");
+    /* Joined to the config's folder, not resolved further. */
+    assert_string_equal(tc->certs[0].cert, in_tmp("tls/a.crt"));
+    assert_string_equal(tc->certs[0].key, in_tmp("tls/a.key"));
+    assert_int_equal(tc->certs[0].line, 3);
+    assert_int_equal(tc->certs[1].num_hosts, 1);
+    assert_string_equal(tc->certs[1].hosts[0], "other.test");
+    assert_string_equal(tc->certs[1].cert, in_tmp("tls/c.crt"));
+    assert_string_equal(tc->certs[1].key, in_tmp("tls/../tls/c.key"));
+    assert_int_equal(tc->certs[1].line, 5);
+    assert_int_equal(tc->protocols, UM_TLS_PROTO_TLS13);
+    assert_string_equal(tc->ciphers, "ECDHE+AESGCM:!aNULL");
+    assert_string_equal(tc->ciphersuites, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384");
+    assert_int_equal(tc->default_cert, 1);
+
+    assert_false(c->routes[0].redirect_https);
+    assert_true(c->routes[1].redirect_https);
+    um_config_unref(c);
+
+    /* Defaults: both protocols, OpenSSL's lists, the first entry. */
+    c = load_ok(TLS_LISTEN "tls = { " TLS_A ", " TLS_C " }\n" ROUTE_WWW);
+    assert_int_equal(c->tls.protocols, UM_TLS_PROTO_TLS12 | UM_TLS_PROTO_TLS13);
+    assert_null(c->tls.ciphers);
+    assert_null(c->tls.ciphersuites);
+    assert_int_equal(c->tls.default_cert, 0);
+    um_config_unref(c);
+
+    /* Without a tls setting. */
+    c = load_ok(ROUTE_WWW);
+    assert_int_equal(c->tls.num_certs, 0);
+    assert_false(c->listen[0].tls);
+    assert_false(c->routes[0].redirect_https);
+    um_config_unref(c);
+}
+
+static void test_err_tls_listen(void **state)
+{
+    expect_error("listen = {\n"
+                 "  '127.0.0.1:8080',\n"
+                 "  { '127.0.0.1:8443', tls = true },\n"
+                 "}\n" ROUTE_WWW,
+                 3, "listen.2: tls = true needs certificates: add a setting tls = {");
+    expect_error("-- one listener\n"
+                 "listen = { '127.0.0.1:8443', tls = true }\n" ROUTE_WWW,
+                 2, "listen: tls = true goes inside an entry of the list: listen = { { "
+                    "\"127.0.0.1:8443\", tls = true } }");
+    expect_error("listen = { { '127.0.0.1:8443',\n"
+                 "             tls = 'yes' } }\n" ROUTE_WWW,
+                 2, "listen.1.tls: expected true or false, got string");
+    expect_error("listen = { '127.0.0.1:1', { '127.0.0.1:8443',\n"
+                 "                            tsl = true } }\n" ROUTE_WWW,
+                 2, "listen.2: unexpected key 'tsl' (expected a \"HOST:PORT\" string or { "
+                    "\"HOST:PORT\", tls = true })");
+    expect_error("listen = { { tls = true } }\n" ROUTE_WWW, 1,
+                 "listen.1: missing the address");
+    expect_error("listen = { { '127.0.0.1:99999', tls = true } }\n" ROUTE_WWW, 1,
+                 "listen.1: bad port in '127.0.0.1:99999'");
+    expect_error("listen = { '127.0.0.1:8443',\n"
+                 "  { '127.0.0.1:8443', tls = true } }\n" ROUTE_WWW,
+                 2, "listen.2: '127.0.0.1:8443' is listed twice");
+}
+
+static void test_err_tls_table(void **state)
+{
+    expect_error(TLS_LISTEN "tls = true\n" ROUTE_WWW, 2,
+                 "tls: expected a list of certificate entries");
+    expect_error(TLS_LISTEN "tls = {\n  protocols = { 'TLSv1.3' },\n}\n" ROUTE_WWW, 2,
+                 "tls: expected at least one certificate entry");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  protocol = 'TLSv1.3',\n}\n" ROUTE_WWW, 4,
+                 "tls: unknown key 'protocol' (expected certificate entries and: protocols, "
+                 "ciphers, ciphersuites, default)");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  [3] = " TLS_C ",\n}\n" ROUTE_WWW, 4,
+                 "tls: expected a list of certificate entries without holes (found index 3)");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  'c.test',\n}\n" ROUTE_WWW, 4,
+                 "tls.2: expected a certificate entry such as");
+    expect_error(TLS_LISTEN "tls = {\n  { hosts = { 'a.test' }, cert = 'tls/a.crt',\n"
+                 "    key = 'tls/a.key', chain = 'x' },\n}\n" ROUTE_WWW,
+                 4, "tls.1: unknown key 'chain' (expected one of: hosts, cert, key)");
+}
+
+static void test_err_tls_hosts(void **state)
+{
+    expect_error(TLS_LISTEN "tls = {\n  { cert = 'tls/a.crt', key = 'tls/a.key' },\n}\n"
+                 ROUTE_WWW, 3, "tls.1.hosts: missing (the names this certificate serves");
+    expect_error(TLS_LISTEN "tls = {\n  { hosts = {}, cert = 'tls/a.crt', key = 'tls/a.key' },\n"
+                 "}\n" ROUTE_WWW, 3, "tls.1.hosts: expected at least one host name");
+    static const struct {
+        const char *host, *msg;
+    } bad[] = {
+        {"a.*.test", "tls.1.hosts.2: bad name 'a.*.test' (a wildcard is only allowed as the "
+                     "whole left-most label, e.g. \"*.example.com\")"},
+        {"*x.test", "tls.1.hosts.2: bad name '*x.test'"},
+        {"*", "tls.1.hosts.2: bad name '*'"},
+        {"*.", "tls.1.hosts.2: bad host name '*.'"},
+        {"a..test", "tls.1.hosts.2: bad host name 'a..test'"},
+        {"a.test:443", "tls.1.hosts.2: bad host name 'a.test:443'"},
+        {"10.0.0.1", "tls.1.hosts.2: '10.0.0.1' is an IP address, and clients send no name "
+                     "(SNI) for those: tls.default picks the certificate they get"},
+        {"A.test", "tls.1.hosts.2: 'A.test' is listed twice"},
+    };
+    char text[1024];
+    for (size_t i = 0; i < UM_NELEMS(bad); i++) {
+        snprintf(text, sizeof text,
+                 TLS_LISTEN "tls = {\n"
+                 "  { hosts = { 'a.test',\n"
+                 "              '%s' },\n"
+                 "    cert = 'tls/a.crt', key = 'tls/a.key' },\n"
+                 "}\n" ROUTE_WWW,
+                 bad[i].host);
+        expect_error(text, 4, bad[i].msg);
+    }
+    expect_error(TLS_LISTEN "tls = {\n"
+                 "  { hosts = { 'a.test', '*.a.test' }, cert = 'tls/a.crt', key = 'tls/a.key' },\n"
+                 "  { hosts = { 'c.test',\n"
+                 "              '*.A.test' }, cert = 'tls/c.crt', key = 'tls/c.key' },\n"
+                 "}\n" ROUTE_WWW,
+                 5, "tls.2.hosts.2: '*.A.test' is already listed in tls.1");
+    expect_error(TLS_LISTEN "tls = { { hosts = 42, cert = 'tls/a.crt', key = 'tls/a.key' } }\n"
+                 ROUTE_WWW, 2, "tls.1.hosts: expected a list of host names, got number");
+}
+
+static void test_err_tls_files(void **state)
+{
+    char want[PATH_MAX + 128];
+    expect_error(TLS_LISTEN "tls = {\n  { hosts = { 'a.test' },\n    key = 'tls/a.key' },\n}\n"
+                 ROUTE_WWW, 3, "tls.1.cert: missing (a PEM certificate chain file, relative "
+                               "to the config's folder)");
+    expect_error(TLS_LISTEN "tls = {\n  { hosts = { 'a.test' }, cert = 'tls/a.crt' },\n}\n"
+                 ROUTE_WWW, 3, "tls.1.key: missing (a PEM key file");
+    snprintf(want, sizeof want, "tls.1.cert: no such file 'tls/none.crt' (looked for %s)",
+             in_tmp("tls/none.crt"));
+    expect_error(TLS_LISTEN "tls = {\n  { hosts = { 'a.test' },\n"
+                 "    cert = 'tls/none.crt', key = 'tls/a.key' },\n}\n" ROUTE_WWW,
+                 4, want);
+    expect_error(TLS_LISTEN "tls = { { hosts = { 'a.test' }, cert = 'tls', key = 'tls/a.key' } }"
+                 "\n" ROUTE_WWW, 2, "is not a regular file");
+    expect_error(TLS_LISTEN "tls = { { hosts = { 'a.test' }, cert = 'tls/a.crt', key = 5 } }\n"
+                 ROUTE_WWW, 2, "tls.1.key: expected a PEM key file, got number");
+
+    /* Checked with OpenSSL at load, at the line of the file at fault. */
+    expect_error(TLS_LISTEN "tls = {\n"
+                 "  " TLS_A ",\n"
+                 "  { hosts = { 'other.test' },\n"
+                 "    cert = 'tls/garbage.crt',\n"
+                 "    key = 'tls/c.key' },\n"
+                 "}\n" ROUTE_WWW,
+                 5, "tls.2.cert: tls/garbage.crt: no PEM certificate in the file");
+    expect_error(TLS_LISTEN "tls = {\n"
+                 "  { hosts = { 'a.test' }, cert = 'tls/a.crt',\n"
+                 "    key = 'tls/c.key' },\n"
+                 "}\n" ROUTE_WWW,
+                 4, "tls.1.key: tls/c.key does not match the certificate tls/a.crt");
+    expect_error(TLS_LISTEN "tls = {\n"
+                 "  { hosts = { 'a.test' }, cert = 'tls/a.crt',\n"
+                 "    key = 'tls/garbage.crt' },\n"
+                 "}\n" ROUTE_WWW,
+                 4, "tls.1.key: tls/garbage.crt: no PEM private key in the file");
+    expect_error(TLS_LISTEN "tls = {\n"
+                 "  { hosts = { 'enc.test' }, cert = 'tls/enc.crt',\n"
+                 "    key = 'tls/enc.key' },\n"
+                 "}\n" ROUTE_WWW,
+                 4, "tls.1.key: tls/enc.key: the key is encrypted (keys with a passphrase are "
+                    "not supported)");
+}
+
+static void test_err_tls_options(void **state)
+{
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  protocols = { 'TLSv1.2',\n"
+                 "                'TLSv1.1' },\n}\n" ROUTE_WWW,
+                 5, "tls.protocols.2: unknown protocol 'TLSv1.1' (expected one of: TLSv1.2, "
+                    "TLSv1.3; older versions are not supported)");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  protocols = {},\n}\n" ROUTE_WWW, 4,
+                 "tls.protocols: expected at least one of: TLSv1.2, TLSv1.3");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  protocols = { 'TLSv1.3', 'TLSv1.3' },\n}\n"
+                 ROUTE_WWW, 4, "tls.protocols.2: 'TLSv1.3' is listed twice");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  protocols = true,\n}\n" ROUTE_WWW, 4,
+                 "tls.protocols: expected a list such as { \"TLSv1.2\", \"TLSv1.3\" }, got "
+                 "boolean");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n"
+                 "  ciphers = 'ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA265',\n}\n"
+                 ROUTE_WWW,
+                 4, "tls.ciphers: 'ECDHE-RSA-AES128-GCM-SHA265' is not a known TLS 1.2 cipher "
+                    "or cipher group");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  ciphersuites = 'TLS_AES_128_GCM',\n}\n"
+                 ROUTE_WWW,
+                 4, "tls.ciphersuites: 'TLS_AES_128_GCM' is not a known TLS 1.3 ciphersuite");
+    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  " TLS_C ",\n  default = 'b.test',\n}\n"
+                 ROUTE_WWW, 5, "tls.default: 'b.test' is not among the hosts of the entries");
+}
+
+static void test_err_redirect_https(void **state)
+{
+    expect_error("routes = {\n"
+                 "  { path = '/', root = 'www',\n"
+                 "    redirect_https = true },\n"
+                 "}\n",
+                 3, "routes.1.redirect_https: no listener has tls = true (there is no https "
+                    "address to redirect to)");
+    expect_error(TLS_LISTEN "tls = { " TLS_A " }\n"
+                 "routes = { { path = '/', root = 'www', redirect_https = 1 } }\n",
+                 3, "routes.1.redirect_https: expected true or false, got number");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1236,6 +1529,13 @@ int main(void)
         cmocka_unit_test(test_err_upstream_tls),
         cmocka_unit_test(test_err_upstream_unknown_key),
         cmocka_unit_test(test_err_upstream_names_and_types),
+        cmocka_unit_test(test_tls_full),
+        cmocka_unit_test(test_err_tls_listen),
+        cmocka_unit_test(test_err_tls_table),
+        cmocka_unit_test(test_err_tls_hosts),
+        cmocka_unit_test(test_err_tls_files),
+        cmocka_unit_test(test_err_tls_options),
+        cmocka_unit_test(test_err_redirect_https),
         cmocka_unit_test(test_lualines),
         cmocka_unit_test(test_lualines_robust),
     };

@@ -1,0 +1,149 @@
+/* TLS for client connections (OpenSSL 3).
+ *
+ * A certificate store (struct um_tls) is built from one configuration's `tls` table: one
+ * SSL_CTX per certificate entry, picked per connection by SNI (exact name, then a "*.x"
+ * wildcard for one left-most label, then the default entry). Every context of a store has
+ * the same settings: TLS 1.2 and/or 1.3, ALPN "http/1.1", session tickets encrypted with
+ * keys the store generates and shares between its contexts, so a session resumes on any
+ * worker and after a certificate reload.
+ *
+ * Threads: create, reload, watch, rotate and destroy on the main thread; workers call
+ * um_tls_accept_new and the I/O helpers below concurrently on their own SSL objects.
+ *
+ * Lifetime: the store is reference-counted internally. Each SSL from um_tls_accept_new
+ * holds a reference that SSL_free drops, so um_tls_destroy may be called while
+ * connections made from the store are still open (after a config reload, for example):
+ * they finish on it, and the last SSL_free releases it.
+ *
+ * I/O helpers follow the status convention of common.h: UM_OK / UM_AGAIN / UM_ERR, with
+ * *want saying which readiness to wait for on UM_AGAIN. They clear OpenSSL's per-thread
+ * error queue, so an error on one connection never leaks into the next. OpenSSL writes to
+ * the socket with write(2): the process must ignore SIGPIPE (um_server_run does). */
+#ifndef UMBRA_TLS_H
+#define UMBRA_TLS_H
+
+#include <sys/types.h>
+
+#include <openssl/types.h>
+
+#include "umbra/common.h"
+
+struct um_config;
+struct um_tls;
+
+/* *want after UM_AGAIN: wait until the socket is readable / writable, then call again. */
+#define UM_TLS_WANT_READ 1
+#define UM_TLS_WANT_WRITE 2
+
+/* Session ticket keys are replaced this often; the previous key still decrypts (and its
+ * tickets are renewed), so a ticket stays usable for up to twice this long. */
+#define UM_TLS_TICKET_ROTATE_SECONDS (12 * 3600)
+/* Quiet time after the last change in a watched directory before certificates reload. */
+#define UM_TLS_WATCH_DELAY_MS 150
+
+/* --- the store ------------------------------------------------------------------------- */
+
+/* Builds the store of cfg->tls (which must have at least one entry): loads every
+ * certificate and key, generates ticket keys, and starts watching the certificates'
+ * directories. The store copies what it needs: cfg may be released afterwards.
+ * Returns NULL with "FILE: reason" in err (files were already checked by the config
+ * loader, so this only fails if they changed in between or on resource exhaustion). */
+struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errlen);
+
+/* Closes the watch descriptor and drops the caller's reference; the store is freed when
+ * the last SSL made from it is freed. NULL is a no-op. Main thread. */
+void um_tls_destroy(struct um_tls *t);
+
+/* A server-side SSL for the accepted, non-blocking socket fd, in accept state; SNI picks
+ * its certificate during the handshake. The caller owns it: SSL_free it (it does not
+ * close fd). Returns NULL on allocation failure (logged). Any thread. */
+SSL *um_tls_accept_new(struct um_tls *t, int fd);
+
+/* Reloads every entry's certificate and key from their files (HUP). An entry whose new
+ * files fail to load keeps its current certificate; the failure is logged as
+ * "FILE: reason" and the first one is written to err (may be NULL; set to "" when all
+ * loaded). Handshakes running on other threads are unaffected: they keep the context they
+ * started with. Returns the number of entries reloaded. Main thread. */
+int um_tls_reload(struct um_tls *t, char *err, size_t errlen);
+
+/* A descriptor that becomes readable when a certificate or key file may have changed
+ * (an inotify watch on the files' directories, so that files replaced by rename, renewed
+ * symlinks such as certbot's live/ and Kubernetes' ..data swaps are seen), or when the
+ * debounce delay of a change has passed. Poll it for reading in the main loop and call
+ * um_tls_on_watch when it is. Owned by the store; -1 if watching could not be set up
+ * (logged: certificates then reload on um_tls_reload only). */
+int um_tls_watch_fd(struct um_tls *t);
+
+/* Handles readiness of um_tls_watch_fd: drains change events and, UM_TLS_WATCH_DELAY_MS
+ * after the last one (at most a second after the first), reloads the entries whose cert
+ * or key file changed (by device, inode, size and times), so that a key and its
+ * certificate written one after the other reload once, together. Failures are logged and
+ * keep the old certificate, as with um_tls_reload. Returns
+ * the number of entries reloaded by this call (usually 0). Never blocks. Main thread. */
+int um_tls_on_watch(struct um_tls *t);
+
+/* Starts a new ticket key now; the current one is kept for decryption only, the one
+ * before it is forgotten. Keys also rotate by themselves every
+ * UM_TLS_TICKET_ROTATE_SECONDS, checked when a ticket is issued; call this from a timer
+ * for rotation on an idle server. Thread-safe. */
+void um_tls_rotate_tickets(struct um_tls *t);
+
+/* Copies the ticket keys of from into to, so that sessions resume across a config reload
+ * that builds a new store. Thread-safe. */
+void um_tls_inherit_tickets(struct um_tls *to, struct um_tls *from);
+
+/* --- connections (any thread, on the SSL of that connection) ---------------------------- */
+
+/* Advances the handshake. UM_OK when it is complete, UM_AGAIN with *want set, UM_ERR
+ * (see um_tls_last_error; then close without um_tls_shutdown). */
+int um_tls_handshake(SSL *ssl, int *want);
+
+/* Reads decrypted bytes into buf (len > 0): > 0 bytes read, 0 when the peer closed (close_notify, or
+ * a plain EOF: HTTP framing detects a truncated message), UM_AGAIN with *want set, or
+ * UM_ERR. A record already read from the socket may be held inside the SSL: with
+ * edge-triggered polling, read until UM_AGAIN (or check um_tls_pending). */
+ssize_t um_tls_read(SSL *ssl, void *buf, size_t len, int *want);
+
+/* Writes up to len bytes (partial writes allowed): > 0 bytes written, UM_AGAIN with *want
+ * set, or UM_ERR. After UM_AGAIN, call again with the same bytes (the buffer may move, it
+ * may be longer). len 0 returns 0. */
+ssize_t um_tls_write(SSL *ssl, const void *buf, size_t len, int *want);
+
+/* Sends close_notify without waiting for the peer's: UM_OK (sent, or nothing to send
+ * because the handshake never finished), UM_AGAIN with *want set, or UM_ERR (just close). */
+int um_tls_shutdown(SSL *ssl, int *want);
+
+/* Decrypted bytes held inside ssl, readable without the socket becoming readable. */
+size_t um_tls_pending(SSL *ssl);
+
+/* A short reason for the last UM_ERR returned on this thread by the functions above, e.g.
+ * "wrong version number" or "connection reset by peer". Valid until the next call of one
+ * of them on this thread. The caller logs it with the peer's address. */
+const char *um_tls_last_error(void);
+
+/* The SNI host name the client sent, or NULL. Lives as long as ssl. */
+const char *um_tls_server_name(SSL *ssl);
+
+/* The ALPN protocol selected ("http/1.1"), or an empty slice. Lives as long as ssl. */
+um_str um_tls_alpn(SSL *ssl);
+
+/* --- checks for the config loader ------------------------------------------------------- */
+
+enum um_tls_fault {
+    UM_TLS_FAULT_NONE,     /* cert and key load and match */
+    UM_TLS_FAULT_CERT,     /* the certificate chain file */
+    UM_TLS_FAULT_KEY,      /* the key file (unreadable, not a key, encrypted) */
+    UM_TLS_FAULT_MISMATCH, /* the key is not the certificate's */
+};
+
+/* Loads a PEM certificate chain and a PEM key (no passphrase) as the store would; on a
+ * failure writes a short reason into reason. */
+enum um_tls_fault um_tls_check_pair(const char *cert, const char *key, char *reason,
+                                    size_t len);
+
+/* Checks a TLS 1.2 cipher list (tls13 false) or a TLS 1.3 ciphersuite list (tls13 true):
+ * every name in it must be known to OpenSSL; "!X", "-X", "+X" and "@X" elements are
+ * operators and not checked one by one. false with a reason otherwise. */
+bool um_tls_check_ciphers(const char *list, bool tls13, char *reason, size_t len);
+
+#endif
