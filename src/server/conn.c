@@ -19,6 +19,7 @@
 
 #include "internal.h"
 #include "umbra/log.h"
+#include <openssl/ssl.h>
 
 #define TURN_BUDGET 32                  /* drive() iterations before yielding */
 #define WRITE_BUDGET (1024 * 1024)      /* bytes per connection per loop turn */
@@ -27,6 +28,7 @@
 #define PAUSE_ORIGIN_AT (256 * 1024)    /* output backlog that pauses a streaming origin */
 
 enum conn_state {
+    S_HANDSHAKE, /* TLS handshake */
     S_HEAD,   /* reading a request head */
     S_BODY,   /* reading (and discarding) a request body before dispatch */
     S_ORIGIN, /* the origin is answering (and maybe reading the body) */
@@ -89,6 +91,9 @@ struct um__conn {
     int resp_status;
     char peer_ip[46]; /* INET6_ADDRSTRLEN */
     int peer_port;
+    SSL *ssl;       /* NULL: plain TCP */
+    char *fbuf;     /* TLS: file bytes read for encryption, fbuf[fpos..flen) unsent */
+    size_t fpos, flen;
 };
 
 /* ---------------------------------------------------------------- output buffer */
@@ -134,7 +139,7 @@ static void wappend_u64(struct um__conn *c, uint64_t v)
 
 static bool has_output(const struct um__conn *c)
 {
-    return c->wpos < c->wlen || c->file_left > 0;
+    return c->wpos < c->wlen || c->file_left > 0 || c->fpos < c->flen;
 }
 
 static void drop_file(struct um__conn *c)
@@ -388,6 +393,27 @@ static const struct um_route *find_route(const struct um_config *cfg, um_str aut
     return NULL;
 }
 
+/* 308 to the same target over https (RFC 9110 15.4.9 keeps the method and body). */
+static void redirect_https(struct um__conn *c)
+{
+    const struct um_request *req = &c->req;
+    size_t n = 8 + req->authority.len + req->target.len;
+    char *loc = um_malloc(n + 1);
+    memcpy(loc, "https://", 8);
+    memcpy(loc + 8, req->authority.base, req->authority.len);
+    if (req->flags & UM_REQ_F_ABSOLUTE_FORM) {
+        /* The path and query of an absolute-form target. */
+        size_t tail = req->path.len + ((req->flags & UM_REQ_F_HAS_QUERY) ? req->query.len + 1 : 0);
+        memcpy(loc + 8 + req->authority.len, req->path.base, tail);
+        n = 8 + req->authority.len + tail;
+    } else {
+        memcpy(loc + 8 + req->authority.len, req->target.base, req->target.len);
+    }
+    struct um_header h = {UM_STR("Location"), {loc, n}};
+    respond_simple(c, 308, &h, 1);
+    free(loc);
+}
+
 /* Picks the route and origin of the parsed request. Returns NULL after answering it
  * (bad path, no route). */
 static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
@@ -420,7 +446,12 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         respond_simple(c, 404, NULL, 0);
         return NULL;
     }
-    *f = (struct um_fetch){req, route, c->config, rest, c->peer_ip, c->peer_port, "http"};
+    if (route->redirect_https && c->ssl == NULL) {
+        redirect_https(c);
+        return NULL;
+    }
+    *f = (struct um_fetch){req, route, c->config, rest, c->peer_ip, c->peer_port,
+                           c->ssl ? "https" : "http"};
     return route->origin;
 }
 
@@ -628,6 +659,7 @@ static enum input_result process_input(struct um__conn *c)
             if (!c->body_done && c->rlen < c->rcap && !c->body_error)
                 return IN_NEED_INPUT;
             return IN_WAIT;
+        case S_HANDSHAKE:
         case S_DONE:
         case S_LINGER:
             return IN_DONE;
@@ -679,6 +711,27 @@ static int read_some(struct um__conn *c)
     size_t space = c->rcap - c->rlen;
     if (space == 0)
         return UM_OK; /* nothing fits; processing must make room (or fail) first */
+    if (c->ssl) {
+        int want = 0;
+        ssize_t n = um_tls_read(c->ssl, c->rbuf + c->rlen, space, &want);
+        if (n > 0) {
+            c->rlen += (size_t)n;
+            return UM_OK;
+        }
+        if (n == 0) {
+            c->peer_closed = true;
+            c->can_read = false;
+            return UM_DONE;
+        }
+        if (n == UM_AGAIN) {
+            if (want == UM_TLS_WANT_WRITE)
+                c->can_write = false;
+            else
+                c->can_read = false;
+            return UM_AGAIN;
+        }
+        return UM_ERR;
+    }
     ssize_t n = recv(c->fd, c->rbuf + c->rlen, space, 0);
     if (n > 0) {
         c->rlen += (size_t)n;
@@ -702,8 +755,66 @@ static int read_some(struct um__conn *c)
 
 /* Writes queued output. Returns UM_OK when all is written, UM_AGAIN on a full socket,
  * UM_DONE when this turn's budget is spent, UM_ERR on a dead peer. */
+#define TLS_FILE_CHUNK (16 * 1024)
+
+/* flush() over TLS: no sendfile; file bytes go through fbuf. */
+static int flush_tls(struct um__conn *c)
+{
+    size_t budget = WRITE_BUDGET;
+    for (;;) {
+        const char *p;
+        size_t len;
+        bool from_file = false;
+        if (c->wpos < c->wlen) {
+            p = c->wbuf + c->wpos;
+            len = c->wlen - c->wpos;
+        } else if (c->fpos < c->flen || c->file_left > 0) {
+            if (c->fpos == c->flen) {
+                if (c->fbuf == NULL)
+                    c->fbuf = um_malloc(TLS_FILE_CHUNK);
+                size_t want = c->file_left < TLS_FILE_CHUNK ? (size_t)c->file_left : TLS_FILE_CHUNK;
+                ssize_t r = pread(c->file_fd, c->fbuf, want, (off_t)c->file_off);
+                if (r <= 0) {
+                    um_log_warn("file read failed while being sent; closing connection");
+                    return UM_ERR;
+                }
+                c->fpos = 0;
+                c->flen = (size_t)r;
+                c->file_off += (uint64_t)r;
+                c->file_left -= (uint64_t)r;
+                if (c->file_left == 0)
+                    drop_file(c);
+            }
+            p = c->fbuf + c->fpos;
+            len = c->flen - c->fpos;
+            from_file = true;
+        } else {
+            c->wpos = c->wlen = 0;
+            return UM_OK;
+        }
+        int want = 0;
+        ssize_t n = um_tls_write(c->ssl, p, len, &want);
+        if (n == UM_AGAIN) {
+            if (want == UM_TLS_WANT_READ)
+                c->can_read = false;
+            return UM_AGAIN;
+        }
+        if (n < 0)
+            return UM_ERR;
+        if (from_file)
+            c->fpos += (size_t)n;
+        else
+            c->wpos += (size_t)n;
+        if ((size_t)n >= budget)
+            return has_output(c) ? UM_DONE : (c->wpos = c->wlen = 0, UM_OK);
+        budget -= (size_t)n;
+    }
+}
+
 static int flush(struct um__conn *c)
 {
+    if (c->ssl)
+        return flush_tls(c);
     size_t budget = WRITE_BUDGET;
     for (;;) {
         ssize_t n;
@@ -792,6 +903,28 @@ static void drive(struct um__conn *c)
     for (int turn = 0; turn < TURN_BUDGET; turn++) {
         if (c->closed)
             goto out;
+        if (c->state == S_HANDSHAKE) {
+            int want = 0;
+            int r = um_tls_handshake(c->ssl, &want);
+            if (r == UM_OK) {
+                c->state = S_HEAD;
+                c->can_read = true; /* the request may sit decrypted-ready in OpenSSL */
+                continue;
+            }
+            if (r == UM_AGAIN) {
+                if (want == UM_TLS_WANT_WRITE)
+                    c->can_write = false;
+                else
+                    c->can_read = false;
+                if (um__links(c)->tq_kind != UM__TQ_HEADER)
+                    um__tq_arm(c->w, c, UM__TQ_HEADER);
+                goto out;
+            }
+            um_log_info("tls: handshake with %s:%d failed: %s", c->peer_ip, c->peer_port,
+                        um_tls_last_error());
+            um__conn_close(c);
+            goto out;
+        }
         enum input_result in = IN_NEED_INPUT;
         if (c->state == S_LINGER) {
             c->rpos = c->rlen = 0; /* discard */
@@ -875,7 +1008,7 @@ out:
     c->in_drive = false;
 }
 
-void um__conn_accept(struct um__worker *w, int fd)
+void um__conn_accept(struct um__worker *w, int fd, bool tls)
 {
     struct um__conn *c = um_calloc(1, sizeof(*c));
     c->links.kind = UM__EV_CONN;
@@ -911,6 +1044,15 @@ void um__conn_accept(struct um__worker *w, int fd)
         um__links(w->all)->all_prev = c;
     w->all = c;
     w->num_conns++;
+    if (tls && w->server->tls) {
+        c->ssl = um_tls_accept_new(w->server->tls, fd);
+        if (c->ssl == NULL) {
+            um_log_err("tls: cannot set up a session for %s:%d", c->peer_ip, c->peer_port);
+            um__conn_close(c);
+            return;
+        }
+        c->state = S_HANDSHAKE;
+    }
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c};
     if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         um_log_err("worker %d: epoll_ctl: %s", w->id, strerror(errno));
@@ -990,6 +1132,13 @@ void um__conn_close(struct um__conn *c)
         w->all = c->links.all_next;
     if (c->links.all_next)
         um__links(c->links.all_next)->all_prev = c->links.all_prev;
+    if (c->ssl) {
+        int want;
+        if (c->state != S_HANDSHAKE)
+            um_tls_shutdown(c->ssl, &want); /* close_notify, best effort */
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+    }
     close(c->fd);
     drop_file(c);
     w->num_conns--;
@@ -1003,6 +1152,7 @@ void um__conn_free(struct um__conn *c)
 {
     rbuf_put(c);
     free(c->wbuf);
+    free(c->fbuf);
     um_config_unref(c->config);
     free(c);
 }

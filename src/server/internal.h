@@ -11,6 +11,7 @@
 #include "umbra/loop.h"
 #include "umbra/httpfield.h"
 #include "umbra/origin.h"
+#include "umbra/tls.h"
 
 struct um__conn;
 struct um__worker;
@@ -92,6 +93,7 @@ struct um_server {
     int num_workers;
     pthread_t listener;
     int listener_efd; /* eventfd that tells the listener to stop */
+    struct um_tls *tls; /* certificates, when some listener has tls */
     atomic_size_t num_conns; /* open client connections, all workers */
     atomic_bool stop_accepting;
 };
@@ -100,7 +102,7 @@ struct um_server {
 void um__worker_init(struct um__worker *w, struct um_server *s, int id);
 void *um__worker_main(void *arg);
 void um__worker_dispose(struct um__worker *w);
-/* Queues fd for w (listener thread). Returns false when the worker is gone. */
+/* Queues accepted sockets for a worker (listener thread). An entry is fd * 2 + tls. */
 void um__mailbox_push(struct um__mailbox *mb, const int *fds, size_t n);
 void um__mailbox_signal(struct um__mailbox *mb, bool drain, bool quit);
 void um__tq_arm(struct um__worker *w, struct um__conn *c, enum um__tq_kind kind);
@@ -108,7 +110,7 @@ void um__tq_disarm(struct um__worker *w, struct um__conn *c);
 void um__worker_ready(struct um__worker *w, struct um__conn *c);
 
 /* conn.c */
-void um__conn_accept(struct um__worker *w, int fd);
+void um__conn_accept(struct um__worker *w, int fd, bool tls);
 void um__conn_on_event(struct um__conn *c, uint32_t events);
 void um__conn_on_timeout(struct um__conn *c);
 void um__conn_on_ready(struct um__conn *c);

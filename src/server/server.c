@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <poll.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,6 +90,11 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
             goto fail;
         s->listen_fds[s->num_listen++] = fd;
     }
+    if (config->tls.num_certs > 0) {
+        s->tls = um_tls_create(config, err, errlen);
+        if (s->tls == NULL)
+            goto fail;
+    }
     s->listener_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(s->listener_efd >= 0);
     for (size_t i = 0; i < config->num_upstreams; i++)
@@ -116,7 +123,7 @@ static void set_accepting(struct um_server *s, int epfd, bool on)
 
 /* Accepts until EAGAIN and hands the sockets to the workers in turn. Returns false when
  * accepting must pause (connection limit, or out of descriptors). */
-static bool accept_some(struct um_server *s, int lfd, unsigned *next_worker)
+static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_worker)
 {
     size_t max = s->config->limits.max_connections;
     for (;;) {
@@ -142,7 +149,7 @@ static bool accept_some(struct um_server *s, int lfd, unsigned *next_worker)
                 break;
             }
             atomic_fetch_add(&s->num_conns, 1);
-            batch[n++] = fd;
+            batch[n++] = fd * 2 + (tls ? 1 : 0);
         }
         /* Spread the batch: one mailbox push (one wake-up) per worker. */
         for (int k = 0; k < s->num_workers && n > 0; k++) {
@@ -183,7 +190,8 @@ static void *listener_main(void *arg)
                 stop = true;
                 break;
             }
-            if (!paused && !accept_some(s, s->listen_fds[evs[i].data.u64], &next_worker)) {
+            size_t li = evs[i].data.u64;
+            if (!paused && !accept_some(s, s->listen_fds[li], s->config->listen[li].tls, &next_worker)) {
                 paused = true;
                 set_accepting(s, epfd, false);
             }
@@ -236,11 +244,24 @@ int um_server_run(struct um_server *s)
     UM_ASSERT(pthread_create(&s->listener, NULL, listener_main, s) == 0);
     log_start(s);
 
+    /* Signals arrive through a signalfd, beside the certificate watch, in one poll loop. */
+    int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+    UM_ASSERT(sfd >= 0);
     bool quit = false;
     for (;;) {
-        int sig;
-        if (sigwait(&set, &sig) != 0)
+        struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
+        if (s->tls)
+            pfd[1].fd = um_tls_watch_fd(s->tls);
+        if (poll(pfd, 2, -1) < 0)
             continue;
+        if (pfd[1].revents & POLLIN)
+            um_tls_on_watch(s->tls);
+        if (!(pfd[0].revents & POLLIN))
+            continue;
+        struct signalfd_siginfo si;
+        if (read(sfd, &si, sizeof(si)) != sizeof(si))
+            continue;
+        int sig = (int)si.ssi_signo;
         if (sig == SIGTERM || sig == SIGINT) {
             um_log_info("signal %d: stopping gracefully (up to %gs)", sig, s->config->timeouts.shutdown);
             break;
@@ -250,10 +271,18 @@ int um_server_run(struct um_server *s)
             quit = true;
             break;
         }
-        if (sig == SIGHUP)
+        if (sig == SIGHUP) {
+            if (s->tls) {
+                char msg[512] = "";
+                int n = um_tls_reload(s->tls, msg, sizeof(msg));
+                um_log_info("SIGHUP: reloaded %d certificate%s%s%s", n, n == 1 ? "" : "s",
+                            msg[0] ? "; " : "", msg);
+            }
             um_log_warn("SIGHUP: configuration reload is not available yet; still running on %s",
                         s->config->file);
+        }
     }
+    close(sfd);
 
     /* Stop accepting first, so that no socket arrives at a worker that is draining. */
     uint64_t one = 1;
@@ -299,6 +328,8 @@ void um_server_destroy(struct um_server *s)
         close(s->listen_fds[i]);
     free(s->listen_fds);
     close(s->listener_efd);
+    if (s->tls)
+        um_tls_destroy(s->tls);
     um_config_unref(s->config);
     free(s);
 }

@@ -334,7 +334,7 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
 void um__worker_dispose(struct um__worker *w)
 {
     for (size_t i = 0; i < w->mailbox.len; i++)
-        close(w->mailbox.fds[i]);
+        close(w->mailbox.fds[i] >> 1);
     free(w->mailbox.fds);
     pthread_mutex_destroy(&w->mailbox.lock);
     close(w->mailbox.efd);
@@ -365,7 +365,7 @@ static void on_mailbox(struct um__worker *w)
     w->mailbox.len = w->mailbox.cap = 0;
     pthread_mutex_unlock(&w->mailbox.lock);
     for (size_t i = 0; i < n; i++)
-        um__conn_accept(w, fds[i]);
+        um__conn_accept(w, fds[i] >> 1, fds[i] & 1);
     free(fds);
     run_posted(w);
     if (quit) {
