@@ -79,6 +79,7 @@ struct xfer {
     int attempts;
     bool idempotent, is_head, has_body, body_started, body_failed;
     bool head_sent, timed_out, in_multi;
+    bool logged; /* the failure has been logged already */
     bool paused_recv, paused_send;
     uint64_t key_hash;
     struct um_timer ttfb;
@@ -494,11 +495,17 @@ static size_t on_header_line(char *data, size_t size, size_t nitems, void *userp
         }
         um_loop_timer_stop(x->wc->loop, &x->ttfb);
         server_ok(x->up, x->server);
-        return deliver_head(x) ? len : 0;
+        if (deliver_head(x))
+            return len;
+        um_log_err("upstream %s: server %s: malformed response head", x->up->conf->name,
+                   x->up->conf->servers[x->server].url);
+        x->logged = true;
+        return 0;
     }
     if (x->num_lines == MAX_RESPONSE_FIELDS + 1 || x->hlen + len > MAX_RESPONSE_HEAD) {
         um_log_err("upstream %s: server %s: response head too large", x->up->conf->name,
                    x->up->conf->servers[x->server].url);
+        x->logged = true;
         return 0;
     }
     if (x->hlen + len > x->hcap) {
@@ -710,9 +717,11 @@ static void finish(struct xfer *x, CURLcode res)
         return;
     }
     bool server_fault = retryable(res) || res == CURLE_WEIRD_SERVER_REPLY ||
-                        res == CURLE_PEER_FAILED_VERIFICATION;
-    um_log_err("upstream %s: server %s: %s", conf->name, url,
-               x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
+                        res == CURLE_PEER_FAILED_VERIFICATION || x->logged;
+    if (!x->logged)
+        um_log_err("upstream %s: server %s: %s", conf->name, url,
+                   x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
+    x->logged = false;
     if (server_fault)
         server_failed(up, x, x->server);
     if (retryable(res) && x->idempotent && !x->body_started && x->attempts <= conf->retries) {

@@ -512,3 +512,168 @@ class HttpAssertions:
         if body_framed:
             self.assertIsNotNone(resp.header("Content-Length"),
                                  "Content-Length: %r" % resp.raw_head)
+
+
+# -- the scripted test origin (tests/origin/origin.c) -------------------------------------
+
+_ORIGIN_RE = re.compile(r"listening on (\S+):(\d+)")
+ORIGIN_PATTERN = b"0123456789abcdef"
+
+
+def origin_bin():
+    """Path of umbra-test-origin: $UMBRA_TEST_ORIGIN, else tests/ beside the umbra binary."""
+    return os.environ.get("UMBRA_TEST_ORIGIN") or os.path.join(
+        os.path.dirname(umbra_bin()), "tests", "umbra-test-origin")
+
+
+def origin_body(size, offset=0):
+    """The body the origin sends for size=N (from byte offset): "0123456789abcdef" repeated."""
+    start = offset % 16
+    reps = (start + size) // 16 + 1
+    return (ORIGIN_PATTERN * reps)[start:start + size]
+
+
+class Origin:
+    """Context manager running one umbra-test-origin on an ephemeral 127.0.0.1 port.
+
+    tls=(cert, key) serves HTTPS; record=True makes it append one line per request to a
+    file in its own temp dir, read back with records(). .port, .url ("http://127.0.0.1:N"),
+    .pid. The query parameters are listed by `umbra-test-origin -h`.
+
+        with Origin() as o, Umbra(upstream_config(o.url)) as u:
+            http_get(u.port, "/x?status=404")
+    """
+
+    def __init__(self, args=(), tls=None, record=True, threads=1, start_timeout=10.0):
+        self.args = list(args)
+        self.tls = tls
+        self.record = record
+        self.threads = threads
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.dir = None
+        self.port = None
+        self.record_path = None
+
+    @property
+    def url(self):
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def __enter__(self):
+        self.dir = tempfile.mkdtemp(prefix="umbra-origin-")
+        cmd = [origin_bin(), "-l", "127.0.0.1:0", "-t", str(self.threads)] + self.args
+        if self.tls:
+            cmd += ["--tls", self.tls[0], self.tls[1]]
+        if self.record:
+            self.record_path = os.path.join(self.dir, "record.txt")
+            open(self.record_path, "w").close()
+            cmd += ["--record", self.record_path]
+        try:
+            # stderr is inherited: the origin writes there only when something is wrong
+            # (and sanitizer reports land in the test's output).
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+            r, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
+            line = self.proc.stdout.readline().decode("utf-8", "replace") if r else ""
+            m = _ORIGIN_RE.search(line)
+            if not m:
+                self.proc.kill()
+                raise UmbraError("umbra-test-origin did not start (%r; its stderr is above)"
+                                 % line)
+            self.port = int(m.group(2))
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._cleanup()
+        return False
+
+    def stop(self, timeout=10):
+        """SIGTERM, then waits; returns the exit status (None on timeout)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _cleanup(self):
+        if self.proc is not None:
+            if self.stop(5) is None:
+                try:
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(5)
+            self.proc.stdout.close()
+            self.proc = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def records(self):
+        """The requests received so far: a list of (method, target, body length)."""
+        out = []
+        with open(self.record_path, "rb") as f:
+            for line in f.read().decode("latin-1").splitlines():
+                method, target, n = line.rsplit(" ", 2)
+                out.append((method, target, int(n)))
+        return out
+
+    def _control(self, path):
+        raw = ("GET %s HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n" % path).encode()
+        s = connect(self.port)
+        if self.tls:
+            import ssl
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            s = ctx.wrap_socket(s)
+        with s:
+            s.sendall(raw)
+            return parse_response(recv_all(s, 5)).body.decode()
+
+    def count(self):
+        """Requests received so far (GET /__count, which is not counted itself)."""
+        return int(self._control("/__count"))
+
+    def stats(self):
+        """Counters from GET /__stats: requests, accepted, open (this query's connection
+        included), active (responses not finished), aborted (responses whose peer left)."""
+        return {k: int(v) for k, v in
+                (line.split() for line in self._control("/__stats").splitlines())}
+
+
+def make_cert(dirpath, cn="127.0.0.1", san="IP:127.0.0.1"):
+    """Generates a self-signed P-256 certificate with the openssl command; returns
+    (cert path, key path) under dirpath."""
+    cert = os.path.join(dirpath, "cert.pem")
+    key = os.path.join(dirpath, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj", "/CN=" + cn,
+                    "-addext", "subjectAltName=" + san, "-keyout", key, "-out", cert],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+    return cert, key
+
+
+def closed_port():
+    """A 127.0.0.1 port nothing listens on (bound once, then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def vm_rss_kb(pid):
+    """Resident set size of process pid in kB, from /proc/PID/status."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise UmbraError("no VmRSS for pid %d" % pid)
