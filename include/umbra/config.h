@@ -47,6 +47,8 @@ struct um_route {
     char *path; /* prefix of the request path, e.g. "/static/" */
     char *root; /* static root directory, absolute after loading; NULL for an upstream */
     int upstream; /* index into um_config.upstreams; -1 for a static route */
+    bool cache;   /* through the shared cache: default true for upstream routes, and only
+                     allowed on them */
     char *index; /* index file for directories; NULL: none ("index.html" by default) */
     int line; /* line of the route in the config file, for messages */
     /* redirect_https = true: a request that came without TLS is answered with a redirect
@@ -87,6 +89,27 @@ struct um_tls_conf {
     int line;           /* line of the tls setting */
 };
 
+/* An address or network allowed to do something (cache.purge.allow). */
+struct um_netmask {
+    int family;            /* AF_INET or AF_INET6 */
+    unsigned char addr[16]; /* network byte order; IPv4 in the first 4 bytes */
+    int prefix;            /* bits that must match: 32/128 for a single address */
+};
+
+/* cache = { ... } */
+struct um_cache_conf {
+    uint64_t memory;       /* hard cap, bytes; default 256MB */
+    uint64_t max_object;   /* largest body stored, bytes; default 64MB (at most memory) */
+    double clean_interval; /* seconds between expiry sweeps; default 10 */
+    double default_ttl;    /* seconds for responses without freshness information, on routes
+                              that cache (heuristically cacheable statuses only); default 0 */
+    double stale_if_error; /* seconds a stale response may stand in for a failing origin when
+                              the response does not say; default 0 */
+    struct um_netmask *purge_allow; /* PURGE allowed from these; default 127.0.0.1 and ::1 */
+    size_t num_purge_allow;
+    int line;
+};
+
 struct um_config {
     char *file; /* path of the config file as given */
     struct um_listen *listen;
@@ -112,6 +135,7 @@ struct um_config {
     } timeouts;
     int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
     struct um_tls_conf tls;
+    struct um_cache_conf cache;
     int _refcnt;
 };
 
@@ -131,5 +155,12 @@ void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origi
 
 /* Parses a size such as 1024, "512KB", "16MB", "1GB" (units of 1024). */
 bool um_config_parse_size(const char *s, uint64_t *out);
+
+/* True when the address sa (AF_INET or AF_INET6) lies in any of the n networks at m. An
+ * IPv4-mapped IPv6 address (::ffff:a.b.c.d, as a dual-stack socket reports IPv4 clients)
+ * matches IPv4 entries, and an IPv4 address matches IPv6 entries covering its mapped form,
+ * so a client gets the same answer whatever the listener's family. False for other
+ * families, for sa NULL and for n 0. */
+bool um_netmask_match(const struct um_netmask *m, size_t n, const struct sockaddr *sa);
 
 #endif

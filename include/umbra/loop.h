@@ -63,7 +63,7 @@ void um_loop_post(struct um_loop *l, struct um_task *t);
 void um_loop_unpost(struct um_loop *l, struct um_task *t);
 
 /* Queues t to run once when the loop stops, after its connections are closed (for state
- * that an origin keeps per worker). */
+ * that an origin keeps per worker). Tasks run in the order they were queued. */
 void um_loop_on_stop(struct um_loop *l, struct um_task *t);
 
 #endif

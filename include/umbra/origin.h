@@ -17,8 +17,9 @@ struct um_sink;
  * on_head call only: the sink copies what it keeps. */
 struct um_response_head {
     int status;
-    const struct um_header *headers; /* end-to-end fields only: no Date, Server, Connection,
-                                        Content-Length, Transfer-Encoding */
+    const struct um_header *headers; /* end-to-end fields only: no Server, Connection,
+                                        Content-Length, Transfer-Encoding; a Date here is
+                                        sent instead of the current time */
     size_t num_headers;
     int64_t content_length; /* bytes of body that will follow; -1: unknown until on_end */
     um_str reason;          /* reason phrase; empty: the standard one */

@@ -50,10 +50,11 @@
 #define MAX_RETRIES 10
 #define MAX_FAILS 100
 
-static const char *const SETTINGS[] = {"listen", "workers",  "upstreams", "routes", "limits",
-                                       "timeouts", "mime",   "log_level", "tls",    NULL};
-static const char *const ROUTE_KEYS[] = {"host",  "path",           "root", "upstream",
-                                         "index", "redirect_https", NULL};
+static const char *const SETTINGS[] = {"listen",   "workers", "upstreams", "routes",
+                                       "limits",   "timeouts", "mime",     "log_level",
+                                       "tls",      "cache",   NULL};
+static const char *const ROUTE_KEYS[] = {"host",  "path",           "root",  "upstream",
+                                         "index", "redirect_https", "cache", NULL};
 static const char *const UPSTREAM_KEYS[] = {"servers", "balance",   "connect_timeout",
                                             "timeout", "retries",   "host",
                                             "tls",     "max_fails", "fail_timeout", NULL};
@@ -70,6 +71,13 @@ static const char *const LIMIT_KEYS[] = {"max_connections", "max_header_bytes",
                                          "max_body_bytes", "max_request_line", NULL};
 static const char *const TIMEOUT_KEYS[] = {"header", "idle", "send", "shutdown", NULL};
 static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug", NULL};
+static const char *const CACHE_KEYS[] = {"memory",      "max_object",     "clean_interval",
+                                         "default_ttl", "stale_if_error", "purge", NULL};
+static const char *const PURGE_KEYS[] = {"allow", NULL};
+
+#define CACHE_MIN_MEMORY (1ull << 20)
+#define CACHE_DEFAULT_MEMORY (256ull << 20)
+#define CACHE_DEFAULT_MAX_OBJECT (64ull << 20)
 
 /* Registry key of the table global name -> line of its first assignment. */
 static const char GLOBAL_LINES_KEY = 'l';
@@ -1071,6 +1079,22 @@ static bool load_route(struct load *ld, lua_State *L, int idx, const char *rpath
         return fail(ld, L, rpath, "%s: route needs root or upstream (root = \"www\" serves "
                     "files, upstream = \"NAME\" proxies to an upstream)", rpath);
 
+    /* cache: on by default for an upstream route; a static route never goes through the
+     * cache (cache = false on one is allowed, and changes nothing). */
+    subpath(sub, sizeof sub, rpath, "cache");
+    r->cache = has_upstream;
+    int ct = get_field(L, idx, "cache");
+    if (ct != LUA_TNIL) {
+        if (ct != LUA_TBOOLEAN)
+            return fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                        lua_typename(L, ct));
+        if (lua_toboolean(L, -1) && !has_upstream)
+            return fail(ld, L, sub, "%s: cache applies to upstream routes (this one serves "
+                        "files from a root)", sub);
+        r->cache = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+
     if (has_upstream) {
         subpath(sub, sizeof sub, rpath, "upstream");
         get_field(L, idx, "upstream");
@@ -1619,6 +1643,259 @@ static bool load_log_level(struct load *ld, lua_State *L)
                 join(LOG_LEVELS, names, sizeof names));
 }
 
+/* --- cache ------------------------------------------------------------------------------ */
+
+/* Writes a size as "64MB", "512KB" or "1000 bytes", whichever is exact. */
+static const char *size_text(uint64_t v, char *buf, size_t n)
+{
+    if (v != 0 && v % (1ull << 30) == 0)
+        snprintf(buf, n, "%lluGB", (unsigned long long)(v >> 30));
+    else if (v != 0 && v % (1ull << 20) == 0)
+        snprintf(buf, n, "%lluMB", (unsigned long long)(v >> 20));
+    else if (v != 0 && v % (1ull << 10) == 0)
+        snprintf(buf, n, "%lluKB", (unsigned long long)(v >> 10));
+    else
+        snprintf(buf, n, "%llu bytes", (unsigned long long)v);
+    return buf;
+}
+
+/* Whether the first prefix bits of a and b (16 or 4 bytes) are equal. */
+static bool prefix_equal(const unsigned char *a, const unsigned char *b, int prefix)
+{
+    size_t full = (size_t)prefix / 8;
+    int rest = prefix % 8;
+    if (memcmp(a, b, full) != 0)
+        return false;
+    if (rest == 0)
+        return true;
+    unsigned mask = (0xffu << (8 - rest)) & 0xffu;
+    return (a[full] & mask) == (b[full] & mask);
+}
+
+bool um_netmask_match(const struct um_netmask *m, size_t n, const struct sockaddr *sa)
+{
+    unsigned char v4[4], v6[16];
+    bool has_v4 = false;
+    if (sa == NULL)
+        return false;
+    if (sa->sa_family == AF_INET) {
+        struct sockaddr_in sin;
+        memcpy(&sin, sa, sizeof sin);
+        memcpy(v4, &sin.sin_addr, 4);
+        has_v4 = true;
+        /* ::ffff:a.b.c.d, for the IPv6 entries */
+        memset(v6, 0, 10);
+        v6[10] = v6[11] = 0xff;
+        memcpy(v6 + 12, v4, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        struct sockaddr_in6 sin6;
+        memcpy(&sin6, sa, sizeof sin6);
+        memcpy(v6, &sin6.sin6_addr, 16);
+        if (IN6_IS_ADDR_V4MAPPED(&sin6.sin6_addr)) {
+            memcpy(v4, v6 + 12, 4);
+            has_v4 = true;
+        }
+    } else {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].family == AF_INET && has_v4 && m[i].prefix >= 0 && m[i].prefix <= 32 &&
+            prefix_equal(v4, m[i].addr, m[i].prefix))
+            return true;
+        if (m[i].family == AF_INET6 && m[i].prefix >= 0 && m[i].prefix <= 128 &&
+            prefix_equal(v6, m[i].addr, m[i].prefix))
+            return true;
+    }
+    return false;
+}
+
+#define NETMASK_HINT                                                                     \
+    "expected an IPv4 or IPv6 address, or a network such as \"10.0.0.0/8\" or \"fd00::/8\""
+
+/* Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6, without brackets), at path. */
+static bool parse_netmask(struct load *ld, lua_State *L, const char *path, const char *text,
+                          struct um_netmask *out)
+{
+    char host[INET6_ADDRSTRLEN], net[INET6_ADDRSTRLEN];
+    const char *slash = strchr(text, '/');
+    size_t hl = slash != NULL ? (size_t)(slash - text) : strlen(text);
+    memset(out, 0, sizeof *out);
+    if (hl == 0 || hl >= sizeof host)
+        return fail(ld, L, path, "%s: bad address '%s' (" NETMASK_HINT ")", path, text);
+    memcpy(host, text, hl);
+    host[hl] = '\0';
+    bool v6 = strchr(host, ':') != NULL;
+    int max = v6 ? 128 : 32;
+    out->family = v6 ? AF_INET6 : AF_INET;
+    if (inet_pton(out->family, host, out->addr) != 1)
+        return fail(ld, L, path, "%s: bad %s address '%s' (" NETMASK_HINT ")", path,
+                    v6 ? "IPv6" : "IPv4", text);
+    out->prefix = max;
+    if (slash != NULL) {
+        const char *p = slash + 1;
+        int prefix = 0;
+        size_t digits = 0;
+        for (; *p >= '0' && *p <= '9' && digits < 4; p++, digits++)
+            prefix = prefix * 10 + (*p - '0');
+        if (digits == 0 || *p != '\0' || prefix > max)
+            return fail(ld, L, path, "%s: bad prefix length in '%s' (expected /0 to /%d)", path,
+                        text, max);
+        out->prefix = prefix;
+    }
+    /* "10.0.0.1/8" is almost certainly a typo for one address or for its network. */
+    unsigned char masked[16] = {0};
+    size_t full = (size_t)out->prefix / 8;
+    memcpy(masked, out->addr, full);
+    if (out->prefix % 8 != 0)
+        masked[full] = (unsigned char)(out->addr[full] & (0xffu << (8 - out->prefix % 8)));
+    if (memcmp(masked, out->addr, v6 ? 16 : 4) != 0) {
+        if (inet_ntop(out->family, masked, net, sizeof net) == NULL)
+            snprintf(net, sizeof net, "?");
+        return fail(ld, L, path, "%s: '%s' has address bits set beyond the /%d prefix (the "
+                    "network is %s/%d; for the one address, leave out the prefix)", path, text,
+                    out->prefix, net, out->prefix);
+    }
+    return true;
+}
+
+/* purge = { allow = { "ADDRESS" or "NETWORK", ... } } of the cache table at idx. */
+static bool load_cache_purge(struct load *ld, lua_State *L, int idx)
+{
+    struct um_cache_conf *cc = &ld->c->cache;
+    char el[PATH_LEN];
+    const char *s;
+    size_t n = 1;
+    int t = get_field(L, idx, "purge");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "cache.purge", "cache.purge: expected a table such as { allow = { "
+                    "\"127.0.0.1\", \"::1\" } }, got %s", lua_typename(L, t));
+    int pidx = lua_gettop(L);
+    if (!check_keys(ld, L, pidx, "cache.purge", PURGE_KEYS))
+        return false;
+    t = get_field(L, pidx, "allow");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 2);
+        return true;
+    }
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        return fail(ld, L, "cache.purge.allow", "cache.purge.allow: expected a list of "
+                    "addresses or networks such as { \"127.0.0.1\", \"10.0.0.0/8\" }, got %s",
+                    lua_typename(L, t));
+    int aidx = lua_gettop(L);
+    if (t == LUA_TTABLE && !check_list(ld, L, aidx, "cache.purge.allow", &n))
+        return false;
+    /* The defaults go: an empty list lets nobody purge. */
+    free(cc->purge_allow);
+    cc->purge_allow = NULL;
+    cc->num_purge_allow = 0;
+    if (n > 0)
+        cc->purge_allow = um_calloc(n, sizeof *cc->purge_allow);
+    for (size_t i = 0; i < n; i++) {
+        if (t == LUA_TTABLE) {
+            subpath_i(el, sizeof el, "cache.purge.allow", i + 1);
+            lua_rawgeti(L, aidx, (int)i + 1);
+        } else {
+            snprintf(el, sizeof el, "cache.purge.allow");
+            lua_pushvalue(L, aidx);
+        }
+        struct um_netmask *m = &cc->purge_allow[i];
+        if (!get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"", &s) ||
+            !parse_netmask(ld, L, el, s, m))
+            return false;
+        for (size_t j = 0; j < i; j++)
+            if (cc->purge_allow[j].family == m->family &&
+                cc->purge_allow[j].prefix == m->prefix &&
+                memcmp(cc->purge_allow[j].addr, m->addr, sizeof m->addr) == 0)
+                return fail(ld, L, el, "%s: '%s' is listed twice", el, s);
+        cc->num_purge_allow++;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+    return true;
+}
+
+/* A number of seconds from 0 to MAX_TIMEOUT (fractions allowed). */
+static bool get_seconds0(struct load *ld, lua_State *L, int idx, const char *path, double *out)
+{
+    double d = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : NAN;
+    if (!(d >= 0 && d <= MAX_TIMEOUT))
+        return fail(ld, L, path, "%s: expected a number of seconds from 0 to %.0f", path,
+                    MAX_TIMEOUT);
+    *out = d;
+    return true;
+}
+
+/* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
+ * stale_if_error = S, purge = { allow = {...} } }; defaults for what is missing. */
+static bool load_cache(struct load *ld, lua_State *L)
+{
+    struct um_cache_conf *cc = &ld->c->cache;
+    char a[64], b[64];
+    uint64_t v;
+    cc->purge_allow = um_calloc(2, sizeof *cc->purge_allow);
+    cc->num_purge_allow = 2;
+    cc->purge_allow[0] = (struct um_netmask){.family = AF_INET, .addr = {127, 0, 0, 1},
+                                             .prefix = 32};
+    cc->purge_allow[1] = (struct um_netmask){.family = AF_INET6, .addr = {[15] = 1},
+                                             .prefix = 128};
+    int t = get_global(L, "cache");
+    if (t == LUA_TNIL)
+        return true;
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "cache", "cache: expected a table such as { memory = \"256MB\" }, "
+                    "got %s (routes turn caching off with cache = false)", lua_typename(L, t));
+    int idx = lua_gettop(L);
+    cc->line = line_of(ld, L, "cache");
+    if (!check_keys(ld, L, idx, "cache", CACHE_KEYS))
+        return false;
+
+    if (get_field(L, idx, "memory") != LUA_TNIL) {
+        if (!get_size(ld, L, -1, "cache.memory", 0, UINT64_MAX, &v))
+            return false;
+        if (v < CACHE_MIN_MEMORY)
+            return fail(ld, L, "cache.memory", "cache.memory: %s is too small (at least 1MB)",
+                        size_text(v, a, sizeof a));
+        cc->memory = v;
+    }
+    lua_pop(L, 1);
+
+    bool has_max_object = get_field(L, idx, "max_object") != LUA_TNIL;
+    if (has_max_object) {
+        if (!get_size(ld, L, -1, "cache.max_object", 0, UINT64_MAX, &v))
+            return false;
+        if (v == 0)
+            return fail(ld, L, "cache.max_object", "cache.max_object: expected more than 0 "
+                        "bytes");
+        if (v > cc->memory)
+            return fail(ld, L, "cache.max_object", "cache.max_object: %s is more than "
+                        "cache.memory (%s)", size_text(v, a, sizeof a),
+                        size_text(cc->memory, b, sizeof b));
+        cc->max_object = v;
+    } else if (cc->max_object > cc->memory) {
+        cc->max_object = cc->memory; /* the default, in a smaller cache */
+    }
+    lua_pop(L, 1);
+
+    if (get_field(L, idx, "clean_interval") != LUA_TNIL &&
+        !get_seconds(ld, L, -1, "cache.clean_interval", &cc->clean_interval))
+        return false;
+    lua_pop(L, 1);
+    if (get_field(L, idx, "default_ttl") != LUA_TNIL &&
+        !get_seconds0(ld, L, -1, "cache.default_ttl", &cc->default_ttl))
+        return false;
+    lua_pop(L, 1);
+    if (get_field(L, idx, "stale_if_error") != LUA_TNIL &&
+        !get_seconds0(ld, L, -1, "cache.stale_if_error", &cc->stale_if_error))
+        return false;
+    lua_pop(L, 1);
+
+    return load_cache_purge(ld, L, idx);
+}
+
 /* Fails on the first (lowest line) global the file assigned that is neither a setting
  * nor a function (request hooks such as on_request are functions). */
 static bool check_globals(struct load *ld, lua_State *L)
@@ -1667,6 +1944,7 @@ static int extract(lua_State *L)
     static bool (*const steps[])(struct load *, lua_State *) = {
         check_globals, load_listen,   load_tls,  load_workers,   load_upstreams,
         load_routes,   load_limits,   load_timeouts, load_mime, load_log_level,
+        load_cache,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -1804,6 +2082,7 @@ static void config_free(struct um_config *c)
     free(c->tls.certs);
     free(c->tls.ciphers);
     free(c->tls.ciphersuites);
+    free(c->cache.purge_allow);
     free(c->file);
     free(c);
 }
@@ -1846,6 +2125,9 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->timeouts.shutdown = 10;
     c->log_level = UM_LOG_INFO;
     c->tls.protocols = UM_TLS_PROTO_TLS12 | UM_TLS_PROTO_TLS13;
+    c->cache.memory = CACHE_DEFAULT_MEMORY;
+    c->cache.max_object = CACHE_DEFAULT_MAX_OBJECT;
+    c->cache.clean_interval = 10;
 
     L = luaL_newstate();
     if (L == NULL) {

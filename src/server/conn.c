@@ -218,9 +218,17 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         wappend(c, h->reason.base, h->reason.len);
     else
         wappend_str(c, reason_phrase(h->status));
-    wappend_str(c, "\r\nDate: ");
-    wappend(c, c->w->date, UM_HTTP_DATE_LEN);
-    wappend_str(c, "\r\nServer: umbra/" UMBRA_VERSION "\r\n");
+    wappend_str(c, "\r\n");
+    /* An origin's Date is kept (a cache computes ages from it); else ours. */
+    bool has_date = false;
+    for (size_t i = 0; i < h->num_headers && !has_date; i++)
+        has_date = h->headers[i].name.len == 4 && um_str_eq_ci(h->headers[i].name, "date");
+    if (!has_date) {
+        wappend_str(c, "Date: ");
+        wappend(c, c->w->date, UM_HTTP_DATE_LEN);
+        wappend_str(c, "\r\n");
+    }
+    wappend_str(c, "Server: umbra/" UMBRA_VERSION "\r\n");
     for (size_t i = 0; i < h->num_headers; i++) {
         const struct um_header *f = &h->headers[i];
         wreserve(c, f->name.len + f->value.len + 4);

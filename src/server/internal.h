@@ -12,6 +12,7 @@
 #include "umbra/httpfield.h"
 #include "umbra/origin.h"
 #include "umbra/tls.h"
+#include "umbra/cache.h"
 
 struct um__conn;
 struct um__worker;
@@ -94,6 +95,7 @@ struct um_server {
     pthread_t listener;
     int listener_efd; /* eventfd that tells the listener to stop */
     struct um_tls *tls; /* certificates, when some listener has tls */
+    struct um_cache *cache; /* the shared cache, when some route caches */
     atomic_size_t num_conns; /* open client connections, all workers */
     atomic_bool stop_accepting;
 };

@@ -19,6 +19,7 @@
 #include "umbra/server.h"
 #include "umbra/static.h"
 #include "umbra/upstream.h"
+#include "umbra/cacheorigin.h"
 
 #define ACCEPT_BATCH 64
 #define PAUSE_MS 100
@@ -61,6 +62,18 @@ static int bind_one(const struct um_listen *l, char *err, size_t errlen)
     return fd;
 }
 
+static struct um_cache *create_cache(const struct um_config *config)
+{
+    struct um_cache_opts o = {
+        .memory_cap = (size_t)config->cache.memory,
+        .max_object = (size_t)config->cache.max_object,
+        .clean_interval = config->cache.clean_interval < 1 ? 1 : (unsigned)config->cache.clean_interval,
+    };
+    struct um_cache *c = um_cache_create(&o);
+    um_cache_start_cleaner(c);
+    return c;
+}
+
 struct um_server *um_server_create(struct um_config *config, char *err, size_t errlen)
 {
     struct um_server *s = um_calloc(1, sizeof(*s));
@@ -76,6 +89,11 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
         char msg[512];
         if (r->upstream >= 0) {
             r->origin = um_upstream_origin_ref(upstreams[r->upstream]);
+            if (r->cache) {
+                if (s->cache == NULL)
+                    s->cache = create_cache(config);
+                r->origin = um_cache_origin_create(s->cache, r->origin, r, config);
+            }
             continue;
         }
         r->origin = um_static_origin_create(r, config, msg, sizeof(msg));
@@ -108,7 +126,11 @@ fail:
     for (size_t i = 0; i < s->num_listen; i++)
         close(s->listen_fds[i]);
     free(s->listen_fds);
-    um_config_unref(config);
+    um_config_unref(config); /* the routes' origins go with it, then the cache they use */
+    if (s->cache) {
+        um_cache_stop_cleaner(s->cache);
+        um_cache_destroy(s->cache);
+    }
     free(s);
     return NULL;
 }
@@ -330,6 +352,10 @@ void um_server_destroy(struct um_server *s)
     close(s->listener_efd);
     if (s->tls)
         um_tls_destroy(s->tls);
-    um_config_unref(s->config);
+    um_config_unref(s->config); /* the routes' origins go with it */
+    if (s->cache) {
+        um_cache_stop_cleaner(s->cache);
+        um_cache_destroy(s->cache);
+    }
     free(s);
 }

@@ -243,9 +243,14 @@ static void run_posted(struct um__worker *w)
 
 void um_loop_on_stop(struct um_loop *l, struct um_task *t)
 {
+    /* In registration order: a layer registers before the origin it wraps does, and must
+     * stop (cancelling its fetches) before that origin tears down. */
     struct um__worker *w = (struct um__worker *)l;
-    t->_next = w->on_stop;
-    w->on_stop = t;
+    struct um_task **p = &w->on_stop;
+    while (*p)
+        p = &(*p)->_next;
+    t->_next = NULL;
+    *p = t;
 }
 
 static void run_tasks(struct um__worker *w)

@@ -448,7 +448,7 @@ static bool deliver_head(struct xfer *x)
             content_length = (int64_t)cl;
             continue;
         }
-        if (is_hop_by_hop(name) || um_str_eq_ci(name, "date") || um_str_eq_ci(name, "server") ||
+        if (is_hop_by_hop(name) || um_str_eq_ci(name, "server") ||
             named_in_connection(raw, nraw, name))
             continue;
         fields[n++] = raw[i];

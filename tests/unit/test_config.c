@@ -376,6 +376,16 @@ static void test_no_leaks(void **state)
         "routes = { { path = '/', upstream = 'a' } }\n",
         "upstreams = { a = { servers = 'http://a' } }\n"
         "routes = { { path = '/', upstream = 'a' }, { path = '/b', upstream = 'b' } }\n",
+        "routes = { { path = '/', root = 'www' } }\n"
+        "cache = { purge = { allow = { '10.0.0.0/8', '::1', 'fd00::/8' } } }\n",
+        "routes = { { path = '/', root = 'www' } }\n"
+        "cache = { purge = { allow = { '10.0.0.0/8', '::1', '10.0.0.1/8' } } }\n",
+        "routes = { { path = '/', root = 'www' } }\n"
+        "cache = { purge = { allow = { '10.0.0.0/8', '10.0.0.0/8' } } }\n",
+        "routes = { { path = '/', root = 'www' } }\n"
+        "cache = { memory = '1MB', purge = { allow = {} } }\n",
+        "routes = { { path = '/', root = 'www' } }\ncache = { memory = 1 }\n",
+        "routes = { { path = '/', root = 'www', cache = true } }\ncache = {}\n",
     };
     char err[256];
     for (int round = 0; round < 3; round++)
@@ -1487,6 +1497,412 @@ static void test_err_redirect_https(void **state)
                  3, "routes.1.redirect_https: expected true or false, got number");
 }
 
+/* --- cache --------------------------------------------------------------------------- */
+
+#define UPSTREAM_APP "upstreams = { app = { servers = 'http://127.0.0.1:9000' } }\n"
+#define CACHE_ROUTES UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n"
+
+static void expect_netmask(const struct um_netmask *m, int family, const char *addr, int prefix)
+{
+    unsigned char want[16] = {0};
+    assert_int_equal(m->family, family);
+    assert_int_equal(inet_pton(family, addr, want), 1);
+    assert_memory_equal(m->addr, want, 16);
+    assert_int_equal(m->prefix, prefix);
+}
+
+static void test_cache_full(void **state)
+{
+    struct um_config *c = load_ok(
+        UPSTREAM_APP                                                        /* 1 */
+        "cache = {\n"                                                       /* 2 */
+        "  memory = '1GB', max_object = 1048576, clean_interval = 2.5,\n"   /* 3 */
+        "  default_ttl = 60, stale_if_error = 0.5,\n"                       /* 4 */
+        "  purge = { allow = { '127.0.0.1', '::1', '10.0.0.0/8',\n"         /* 5 */
+        "                      '192.168.1.128/25', 'FD00::/8', '0.0.0.0/0',\n" /* 6 */
+        "                      '2001:db8::1/128', '::/0', '172.16.0.1/32' } },\n" /* 7 */
+        "}\n"                                                               /* 8 */
+        "routes = {\n"                                                      /* 9 */
+        "  { path = '/api/', upstream = 'app', cache = false },\n"          /* 10 */
+        "  { path = '/s/', root = 'www', cache = false },\n"                /* 11 */
+        "  { path = '/', upstream = 'app', cache = true },\n"               /* 12 */
+        "}\n");
+    const struct um_cache_conf *cc = &c->cache;
+    assert_int_equal(cc->line, 2);
+    assert_int_equal(cc->memory, 1ull << 30);
+    assert_int_equal(cc->max_object, 1ull << 20);
+    assert_true(cc->clean_interval == 2.5);
+    assert_true(cc->default_ttl == 60);
+    assert_true(cc->stale_if_error == 0.5);
+    assert_int_equal(cc->num_purge_allow, 9);
+    expect_netmask(&cc->purge_allow[0], AF_INET, "127.0.0.1", 32);
+    expect_netmask(&cc->purge_allow[1], AF_INET6, "::1", 128);
+    expect_netmask(&cc->purge_allow[2], AF_INET, "10.0.0.0", 8);
+    expect_netmask(&cc->purge_allow[3], AF_INET, "192.168.1.128", 25);
+    expect_netmask(&cc->purge_allow[4], AF_INET6, "fd00::", 8);
+    expect_netmask(&cc->purge_allow[5], AF_INET, "0.0.0.0", 0);
+    expect_netmask(&cc->purge_allow[6], AF_INET6, "2001:db8::1", 128);
+    expect_netmask(&cc->purge_allow[7], AF_INET6, "::", 0);
+    expect_netmask(&cc->purge_allow[8], AF_INET, "172.16.0.1", 32);
+    assert_false(c->routes[0].cache);
+    assert_false(c->routes[1].cache);
+    assert_true(c->routes[2].cache);
+    um_config_unref(c);
+
+    /* Sizes as strings or numbers; allow as a single string; max_object = memory. */
+    c = load_ok(CACHE_ROUTES "cache = { memory = 2097152, max_object = '2MB',\n"
+                "  purge = { allow = 'fe80::/10' } }\n");
+    assert_int_equal(c->cache.line, 3);
+    assert_int_equal(c->cache.memory, 2u << 20);
+    assert_int_equal(c->cache.max_object, 2u << 20);
+    assert_int_equal(c->cache.num_purge_allow, 1);
+    expect_netmask(&c->cache.purge_allow[0], AF_INET6, "fe80::", 10);
+    um_config_unref(c);
+
+    /* An empty list: nobody may purge. */
+    c = load_ok(CACHE_ROUTES "cache = { purge = { allow = {} } }\n");
+    assert_int_equal(c->cache.num_purge_allow, 0);
+    assert_null(c->cache.purge_allow);
+    um_config_unref(c);
+}
+
+static void expect_cache_defaults(const struct um_cache_conf *cc, int line)
+{
+    assert_int_equal(cc->line, line);
+    assert_int_equal(cc->memory, 256ull << 20);
+    assert_int_equal(cc->max_object, 64ull << 20);
+    assert_true(cc->clean_interval == 10);
+    assert_true(cc->default_ttl == 0);
+    assert_true(cc->stale_if_error == 0);
+    assert_int_equal(cc->num_purge_allow, 2);
+    expect_netmask(&cc->purge_allow[0], AF_INET, "127.0.0.1", 32);
+    expect_netmask(&cc->purge_allow[1], AF_INET6, "::1", 128);
+}
+
+static void test_cache_defaults(void **state)
+{
+    struct um_config *c = load_ok(CACHE_ROUTES);
+    expect_cache_defaults(&c->cache, 0);
+    um_config_unref(c);
+    c = load_ok(ROUTE_WWW);
+    expect_cache_defaults(&c->cache, 0);
+    um_config_unref(c);
+    /* An empty table, or an empty purge table, keeps every default. */
+    c = load_ok(CACHE_ROUTES "\ncache = {}\n");
+    expect_cache_defaults(&c->cache, 4);
+    um_config_unref(c);
+    c = load_ok(CACHE_ROUTES "cache = { purge = {} }\n");
+    expect_cache_defaults(&c->cache, 3);
+    um_config_unref(c);
+    /* Only some keys: the others keep their defaults. */
+    c = load_ok(CACHE_ROUTES "cache = { default_ttl = 30 }\n");
+    assert_true(c->cache.default_ttl == 30);
+    assert_int_equal(c->cache.memory, 256ull << 20);
+    assert_int_equal(c->cache.num_purge_allow, 2);
+    um_config_unref(c);
+    /* The default max_object shrinks to a smaller memory; an explicit one must fit. */
+    c = load_ok(CACHE_ROUTES "cache = { memory = '16MB' }\n");
+    assert_int_equal(c->cache.memory, 16u << 20);
+    assert_int_equal(c->cache.max_object, 16u << 20);
+    um_config_unref(c);
+    c = load_ok(CACHE_ROUTES "cache = { memory = '1MB', max_object = '1KB' }\n");
+    assert_int_equal(c->cache.memory, 1u << 20);
+    assert_int_equal(c->cache.max_object, 1024);
+    um_config_unref(c);
+    /* Zero is a valid default_ttl and stale_if_error. */
+    c = load_ok(CACHE_ROUTES "cache = { default_ttl = 0, stale_if_error = 0 }\n");
+    assert_true(c->cache.default_ttl == 0);
+    assert_true(c->cache.stale_if_error == 0);
+    um_config_unref(c);
+}
+
+static void test_route_cache_default(void **state)
+{
+    struct um_config *c = load_ok(UPSTREAM_APP
+                                  "routes = {\n"
+                                  "  { path = '/a/', upstream = 'app' },\n"
+                                  "  { path = '/s/', root = 'www' },\n"
+                                  "  { path = '/b/', upstream = 'app', cache = false },\n"
+                                  "  { path = '/t/', root = 'www', cache = false },\n"
+                                  "  { path = '/', upstream = 'app', cache = true },\n"
+                                  "}\n");
+    assert_true(c->routes[0].cache);  /* upstream: on by default */
+    assert_false(c->routes[1].cache); /* static: off */
+    assert_false(c->routes[2].cache);
+    assert_false(c->routes[3].cache);
+    assert_true(c->routes[4].cache);
+    um_config_unref(c);
+}
+
+static void test_err_route_cache(void **state)
+{
+    expect_error(UPSTREAM_APP
+                 "routes = {\n"
+                 "  { path = '/a/', upstream = 'app' },\n"
+                 "  { path = '/',\n"
+                 "    root = 'www',\n"
+                 "    cache = true },\n"
+                 "}\n",
+                 6, "routes.2.cache: cache applies to upstream routes");
+    expect_error(UPSTREAM_APP
+                 "routes = {\n"
+                 "  { path = '/', upstream = 'app',\n"
+                 "    cache = 'yes' },\n"
+                 "}\n",
+                 4, "routes.1.cache: expected true or false, got string");
+    expect_error("routes = {\n  { path = '/', root = 'www', cache = 1 },\n}\n", 2,
+                 "routes.1.cache: expected true or false, got number");
+}
+
+static void test_err_cache_table(void **state)
+{
+    expect_error(CACHE_ROUTES "\ncache = '256MB'\n", 4,
+                 "cache: expected a table such as { memory = \"256MB\" }, got string");
+    expect_error(CACHE_ROUTES "cache = false\n", 3, "cache: expected a table");
+    expect_error(CACHE_ROUTES
+                 "cache = {\n"
+                 "  memory = '256MB',\n"
+                 "  max_objects = '1MB',\n"
+                 "}\n",
+                 5, "cache: unknown key 'max_objects' (expected one of: memory, max_object, "
+                    "clean_interval, default_ttl, stale_if_error, purge)");
+    expect_error(CACHE_ROUTES "cache = {\n  '1MB',\n}\n", 4,
+                 "cache: unexpected value at key [1]");
+    expect_error(CACHE_ROUTES
+                 "cache = {\n"
+                 "  purge = {\n"
+                 "    allow = { '127.0.0.1' },\n"
+                 "    deny = { '10.0.0.1' },\n"
+                 "  },\n"
+                 "}\n",
+                 6, "cache.purge: unknown key 'deny' (expected one of: allow)");
+    expect_error(CACHE_ROUTES "cache = {\n  purge = true,\n}\n", 4,
+                 "cache.purge: expected a table such as { allow = ");
+    expect_error(CACHE_ROUTES "cache = {\n  purge = { allow = 1 },\n}\n", 4,
+                 "cache.purge.allow: expected a list of addresses or networks");
+    expect_error(CACHE_ROUTES "cache = { purge = {\n  allow = { '::1', nil, '127.0.0.1' } } }\n",
+                 4, "cache.purge.allow: expected a list without holes");
+    expect_error(CACHE_ROUTES "cache = { purge = {\n  allow = { x = '::1' } } }\n", 4,
+                 "cache.purge.allow: unexpected key 'x'");
+}
+
+static void test_err_cache_sizes(void **state)
+{
+    expect_error(CACHE_ROUTES "cache = {\n  memory = '512KB',\n}\n", 4,
+                 "cache.memory: 512KB is too small (at least 1MB)");
+    expect_error(CACHE_ROUTES "cache = {\n  memory = 1048575,\n}\n", 4,
+                 "cache.memory: 1048575 bytes is too small");
+    expect_error(CACHE_ROUTES "cache = {\n  memory = 0,\n}\n", 4, "cache.memory: 0 bytes is "
+                 "too small");
+    expect_error(CACHE_ROUTES "cache = {\n  memory = '256 MB',\n}\n", 4,
+                 "cache.memory: bad size \"256 MB\"");
+    expect_error(CACHE_ROUTES "cache = {\n  memory = true,\n}\n", 4,
+                 "cache.memory: expected a size");
+    expect_error(CACHE_ROUTES "cache = {\n  memory = 1.5,\n}\n", 4,
+                 "cache.memory: expected a size");
+    expect_error(CACHE_ROUTES "cache = {\n  max_object = 0,\n}\n", 4,
+                 "cache.max_object: expected more than 0 bytes");
+    expect_error(CACHE_ROUTES "cache = {\n  max_object = -1,\n}\n", 4,
+                 "cache.max_object: expected a size");
+    expect_error(CACHE_ROUTES
+                 "cache = {\n"
+                 "  memory = '16MB',\n"
+                 "  max_object = '32MB',\n"
+                 "}\n",
+                 5, "cache.max_object: 32MB is more than cache.memory (16MB)");
+    /* Against the default memory too. */
+    expect_error(CACHE_ROUTES "cache = {\n  max_object = '1GB',\n}\n", 4,
+                 "cache.max_object: 1GB is more than cache.memory (256MB)");
+    expect_error(CACHE_ROUTES "cache = {\n  max_object = 268435457,\n}\n", 4,
+                 "cache.max_object: 268435457 bytes is more than cache.memory (256MB)");
+}
+
+static void test_err_cache_seconds(void **state)
+{
+    expect_error(CACHE_ROUTES "cache = {\n  clean_interval = 0,\n}\n", 4,
+                 "cache.clean_interval: expected a number of seconds greater than 0");
+    expect_error(CACHE_ROUTES "cache = {\n  clean_interval = '10',\n}\n", 4,
+                 "cache.clean_interval: expected a number of seconds");
+    expect_error(CACHE_ROUTES "cache = {\n  clean_interval = 0/0,\n}\n", 4,
+                 "cache.clean_interval");
+    expect_error(CACHE_ROUTES "cache = {\n  default_ttl = -1,\n}\n", 4,
+                 "cache.default_ttl: expected a number of seconds from 0 to 31536000");
+    expect_error(CACHE_ROUTES "cache = {\n  default_ttl = '60s',\n}\n", 4,
+                 "cache.default_ttl: expected a number of seconds");
+    expect_error(CACHE_ROUTES "cache = {\n  default_ttl = 1/0,\n}\n", 4, "cache.default_ttl");
+    expect_error(CACHE_ROUTES "cache = {\n  stale_if_error = -0.5,\n}\n", 4,
+                 "cache.stale_if_error: expected a number of seconds from 0 to");
+    expect_error(CACHE_ROUTES "cache = {\n  stale_if_error = false,\n}\n", 4,
+                 "cache.stale_if_error: expected a number of seconds");
+    expect_error(CACHE_ROUTES "cache = {\n  stale_if_error = 0/0,\n}\n", 4,
+                 "cache.stale_if_error");
+}
+
+static void test_err_cache_purge_allow(void **state)
+{
+    expect_error(CACHE_ROUTES
+                 "cache = {\n"
+                 "  purge = {\n"
+                 "    allow = {\n"
+                 "      '127.0.0.1',\n"
+                 "      '10.0.0.1/8',\n"
+                 "    },\n"
+                 "  },\n"
+                 "}\n",
+                 7, "cache.purge.allow.2: '10.0.0.1/8' has address bits set beyond the /8 "
+                    "prefix (the network is 10.0.0.0/8");
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  'fd00::1/8' } } }\n", 4,
+                 "cache.purge.allow.1: 'fd00::1/8' has address bits set beyond the /8 prefix "
+                 "(the network is fd00::/8");
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  '192.168.1.1/31' } } }\n", 4,
+                 "the network is 192.168.1.0/31");
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  '1.0.0.0/0' } } }\n", 4,
+                 "the network is 0.0.0.0/0");
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  '10.0.0.0/33' } } }\n", 4,
+                 "cache.purge.allow.1: bad prefix length in '10.0.0.0/33' (expected /0 to /32)");
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  '::/129' } } }\n", 4,
+                 "bad prefix length in '::/129' (expected /0 to /128)");
+    static const char *const bad_prefix[] = {"10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/8x",
+                                             "10.0.0.0/+8", "10.0.0.0/8/8", "::/00000",
+                                             "10.0.0.0/ 8"};
+    char text[512];
+    for (size_t i = 0; i < sizeof bad_prefix / sizeof bad_prefix[0]; i++) {
+        snprintf(text, sizeof text, CACHE_ROUTES "cache = { purge = { allow = {\n '%s' } } }\n",
+                 bad_prefix[i]);
+        expect_error(text, 4, "bad prefix length");
+    }
+    static const char *const bad_addr[] = {"localhost", "300.0.0.1", "10.0.0", "10.0.0.0.0",
+                                           "::g",       "[::1]",     "fe80::1%eth0", "/8",
+                                           " 10.0.0.1", "1.2.3.4:80"};
+    for (size_t i = 0; i < sizeof bad_addr / sizeof bad_addr[0]; i++) {
+        snprintf(text, sizeof text, CACHE_ROUTES "cache = { purge = { allow = {\n '%s' } } }\n",
+                 bad_addr[i]);
+        expect_error(text, 4, "bad ");
+        expect_error(text, 4, "address");
+    }
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  'nope' } } }\n", 4,
+                 "cache.purge.allow.1: bad IPv4 address 'nope' (expected an IPv4 or IPv6 "
+                 "address, or a network such as \"10.0.0.0/8\"");
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  '::1',\n  5 } } }\n", 5,
+                 "cache.purge.allow.2: expected an address or a network");
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  '' } } }\n", 4,
+                 "cache.purge.allow.1: expected an address or a network such as \"10.0.0.0/8\", "
+                 "got an empty string");
+    expect_error(CACHE_ROUTES "cache = { purge = {\n  allow = 'x' } }\n", 4,
+                 "cache.purge.allow: bad IPv4 address 'x'");
+    expect_error(CACHE_ROUTES "cache = { purge = { allow = {\n  '::1',\n  '0:0::1/128' } } }\n",
+                 5, "cache.purge.allow.2: '0:0::1/128' is listed twice");
+}
+
+static void sa4(struct sockaddr_storage *ss, const char *addr)
+{
+    struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+    memset(ss, 0, sizeof *ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(1234);
+    assert_int_equal(inet_pton(AF_INET, addr, &sin->sin_addr), 1);
+}
+
+static void sa6(struct sockaddr_storage *ss, const char *addr)
+{
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+    memset(ss, 0, sizeof *ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(1234);
+    assert_int_equal(inet_pton(AF_INET6, addr, &sin6->sin6_addr), 1);
+}
+
+/* Whether addr (IPv4 or IPv6 by its look) is allowed by the config's purge.allow. */
+static bool allowed(const struct um_config *c, const char *addr)
+{
+    struct sockaddr_storage ss;
+    if (strchr(addr, ':') != NULL)
+        sa6(&ss, addr);
+    else
+        sa4(&ss, addr);
+    return um_netmask_match(c->cache.purge_allow, c->cache.num_purge_allow,
+                            (const struct sockaddr *)&ss);
+}
+
+static void test_netmask_match(void **state)
+{
+    /* The defaults: loopback only, in either family. */
+    struct um_config *c = load_ok(CACHE_ROUTES);
+    assert_true(allowed(c, "127.0.0.1"));
+    assert_true(allowed(c, "::1"));
+    assert_true(allowed(c, "::ffff:127.0.0.1"));
+    assert_false(allowed(c, "127.0.0.2"));
+    assert_false(allowed(c, "10.0.0.1"));
+    assert_false(allowed(c, "::2"));
+    assert_false(allowed(c, "::127.0.0.1")); /* IPv4-compatible, not mapped */
+    assert_false(allowed(c, "::ffff:127.0.0.2"));
+    um_config_unref(c);
+
+    c = load_ok(CACHE_ROUTES "cache = { purge = { allow = {\n"
+                "  '10.0.0.0/8', '192.168.1.128/25', '172.16.5.4', 'fd00::/8',\n"
+                "  '2001:db8:1::/48', '2001:db8:ff::1', '100.64.0.0/10' } } }\n");
+    static const char *const yes[] = {
+        "10.0.0.0", "10.255.255.255", "10.1.2.3", "::ffff:10.9.8.7", "192.168.1.128",
+        "192.168.1.255", "::ffff:192.168.1.200", "172.16.5.4", "fd00::1", "fdff:ffff::1",
+        "2001:db8:1::", "2001:db8:1:ffff:ffff:ffff:ffff:ffff", "2001:db8:ff::1",
+        "100.64.0.1", "100.127.255.255"};
+    static const char *const no[] = {
+        "11.0.0.0", "9.255.255.255", "192.168.1.127", "192.168.2.200", "172.16.5.5",
+        "::ffff:11.0.0.1", "::ffff:172.16.5.5", "fc00::1", "fe00::1", "2001:db8:2::",
+        "2001:db8:ff::2", "100.128.0.0", "100.63.255.255", "::1", "127.0.0.1",
+        "::a00:1" /* ::10.0.0.1, compatible form */};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        if (!allowed(c, yes[i]))
+            fail_msg("'%s' should match", yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        if (allowed(c, no[i]))
+            fail_msg("'%s' should not match", no[i]);
+    um_config_unref(c);
+
+    /* /0 networks match everything of their family; an IPv4 client is ::ffff:a.b.c.d to
+     * IPv6 entries. */
+    c = load_ok(CACHE_ROUTES "cache = { purge = { allow = { '0.0.0.0/0' } } }\n");
+    assert_true(allowed(c, "1.2.3.4"));
+    assert_true(allowed(c, "255.255.255.255"));
+    assert_true(allowed(c, "::ffff:1.2.3.4"));
+    assert_false(allowed(c, "2001:db8::1"));
+    um_config_unref(c);
+    c = load_ok(CACHE_ROUTES "cache = { purge = { allow = { '::ffff:10.0.0.0/104' } } }\n");
+    assert_true(allowed(c, "10.1.2.3"));
+    assert_true(allowed(c, "::ffff:10.1.2.3"));
+    assert_false(allowed(c, "11.1.2.3"));
+    um_config_unref(c);
+
+    /* Nobody, with an empty list; nothing but IP families. */
+    c = load_ok(CACHE_ROUTES "cache = { purge = { allow = {} } }\n");
+    assert_false(allowed(c, "127.0.0.1"));
+    assert_false(allowed(c, "::1"));
+    um_config_unref(c);
+
+    /* Directly, without a config: the prefix bits and nothing more. */
+    struct um_netmask m[2] = {{.family = AF_INET, .addr = {192, 168, 0, 0}, .prefix = 23},
+                              {.family = AF_INET6, .addr = {0x20, 0x01, 0x0d, 0xb8, 0x80},
+                               .prefix = 33}};
+    struct sockaddr_storage ss;
+    const struct sockaddr *sa = (const struct sockaddr *)&ss;
+    sa4(&ss, "192.168.1.255");
+    assert_true(um_netmask_match(m, 2, sa));
+    assert_false(um_netmask_match(m, 0, sa));
+    sa4(&ss, "192.168.2.0");
+    assert_false(um_netmask_match(m, 2, sa));
+    sa6(&ss, "2001:db8:ffff:ffff::");
+    assert_true(um_netmask_match(m, 2, sa));
+    sa6(&ss, "2001:db8:7fff::");
+    assert_false(um_netmask_match(m, 2, sa));
+    sa6(&ss, "::ffff:192.168.0.1");
+    assert_true(um_netmask_match(m, 2, sa));
+    assert_false(um_netmask_match(m + 1, 1, sa));
+    memset(&ss, 0, sizeof ss);
+    ss.ss_family = AF_UNIX;
+    assert_false(um_netmask_match(m, 2, sa));
+    assert_false(um_netmask_match(m, 2, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1536,6 +1952,15 @@ int main(void)
         cmocka_unit_test(test_err_tls_files),
         cmocka_unit_test(test_err_tls_options),
         cmocka_unit_test(test_err_redirect_https),
+        cmocka_unit_test(test_cache_full),
+        cmocka_unit_test(test_cache_defaults),
+        cmocka_unit_test(test_route_cache_default),
+        cmocka_unit_test(test_err_route_cache),
+        cmocka_unit_test(test_err_cache_table),
+        cmocka_unit_test(test_err_cache_sizes),
+        cmocka_unit_test(test_err_cache_seconds),
+        cmocka_unit_test(test_err_cache_purge_allow),
+        cmocka_unit_test(test_netmask_match),
         cmocka_unit_test(test_lualines),
         cmocka_unit_test(test_lualines_robust),
     };

@@ -1,0 +1,21 @@
+/* The caching layer: an origin that wraps another (an upstream) with the shared cache.
+ *
+ * GET and HEAD are looked up; a miss fills an object from the inner origin while every
+ * request for the same key, on any worker, streams from that object (one origin request);
+ * a stale object is revalidated with a conditional request; unsafe methods pass through and
+ * invalidate what they change; PURGE removes an object. Cache-Status (RFC 9211) and Age go
+ * on every response. The rules themselves are cachepolicy.h's; the store is cache.h's. */
+#ifndef UMBRA_CACHEORIGIN_H
+#define UMBRA_CACHEORIGIN_H
+
+#include "umbra/cache.h"
+#include "umbra/config.h"
+#include "umbra/origin.h"
+
+/* Wraps inner (takes over the caller's reference to it) for route, answering from cache.
+ * cache and config must outlive the origin. Destroy through ops->destroy. */
+struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origin *inner,
+                                         const struct um_route *route,
+                                         const struct um_config *config);
+
+#endif
