@@ -104,6 +104,7 @@ struct pass {
     struct cache_origin *co;
     struct um_sink sink;
     struct um_sink *client;
+    struct fill *fill; /* a fill forwarding to this pass: the inner fetch is the fill's */
     const struct um_request *req;
     const char *scheme;
     struct um_cache_status cs;
@@ -883,6 +884,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
             p->cs.fwd = fl->revalidating ? UM_FWD_STALE : UM_FWD_URI_MISS;
             p->cs.detail = um_cache_nostore_str(why);
             client->origin_data = p;
+            p->fill = fl;
             fl->fwd = p;
             pass_on_head(&p->sink, h);
         } else {
@@ -1198,10 +1200,12 @@ static void cache_resume(struct um_origin *o, struct um_sink *client)
     void *d = client->origin_data;
     if (d == NULL)
         return;
-    if (*(enum kind *)d == K_READER)
+    if (*(enum kind *)d == K_READER) {
         reader_pump(d);
-    else if (*(enum kind *)d == K_PASS)
-        co->inner->ops->resume(co->inner, &((struct pass *)d)->sink);
+    } else if (*(enum kind *)d == K_PASS) {
+        struct pass *p = d;
+        co->inner->ops->resume(co->inner, p->fill ? &p->fill->sink : &p->sink);
+    }
 }
 
 static void cache_body_ready(struct um_origin *o, struct um_sink *client)
@@ -1234,15 +1238,14 @@ static void cache_cancel(struct um_origin *o, struct um_sink *client)
         free(r);
     } else if (*(enum kind *)d == K_PASS) {
         struct pass *p = d;
-        /* A pass that a fill forwards to: the fill goes on, without a client. */
-        for (struct fill *fl = wfills ? wfills->active : NULL; fl; fl = fl->next_active) {
-            if (fill_forward(fl) == p) {
-                fl->fwd = NULL;
-                co->inner->ops->cancel(co->inner, &fl->sink);
-                fill_free(fl);
-                free(p);
-                return;
-            }
+        if (p->fill) {
+            /* A fill forwarding to this pass: nobody else wants its answer. */
+            struct fill *fl = p->fill;
+            fl->fwd = NULL;
+            co->inner->ops->cancel(co->inner, &fl->sink);
+            fill_free(fl);
+            free(p);
+            return;
         }
         co->inner->ops->cancel(co->inner, &p->sink);
         free(p);
