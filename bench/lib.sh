@@ -159,15 +159,97 @@ ensure_umbra() {
     need cmake
     mkdir -p "$UMBRA_BUILD"
     local blog=$UMBRA_BUILD/bench-build.log
-    log "building Umbra (Release) into $UMBRA_BUILD"
+    # The test origin (the proxy scenario's backend) is built with it, when its source is
+    # in the tree.
+    local targets=(umbra) what="Umbra"
+    if [[ -z ${ORIGIN_BIN:-} && -f $BENCH_ROOT/tests/origin/origin.c ]]; then
+        targets+=(umbra-test-origin)
+        what="Umbra and umbra-test-origin"
+    fi
+    log "building $what (Release) into $UMBRA_BUILD"
     if ! { cmake -S "$BENCH_ROOT" -B "$UMBRA_BUILD" -DCMAKE_BUILD_TYPE=Release &&
-        cmake --build "$UMBRA_BUILD" -j2 --target umbra; } >"$blog" 2>&1; then
+        cmake --build "$UMBRA_BUILD" -j2 --target "${targets[@]}"; } >"$blog" 2>&1; then
         tail -n 40 "$blog" >&2
         die "build failed (full log: $blog)"
     fi
     [[ -x $UMBRA_BUILD/umbra ]] || die "build produced no $UMBRA_BUILD/umbra"
     UMBRA_BIN=$UMBRA_BUILD/umbra
     export UMBRA_BIN
+    if [[ ${targets[*]} == *umbra-test-origin* ]]; then
+        [[ -x $UMBRA_BUILD/tests/umbra-test-origin ]] ||
+            die "build produced no $UMBRA_BUILD/tests/umbra-test-origin"
+        ORIGIN_BIN=$UMBRA_BUILD/tests/umbra-test-origin
+        export ORIGIN_BIN
+    fi
+}
+
+# The test origin (tests/origin/origin.c), the backend of the proxy scenario; exports
+# ORIGIN_BIN. Taken from ORIGIN_BIN if set (or already built by ensure_umbra), else from
+# beside a given UMBRA_BIN (its build dir's tests/), else built (Release) into $UMBRA_BUILD.
+ensure_origin() {
+    if [[ -n ${ORIGIN_BIN:-} ]]; then
+        [[ -x $ORIGIN_BIN ]] || die "ORIGIN_BIN=$ORIGIN_BIN is not an executable"
+        ORIGIN_BIN=$(cd "$(dirname "$ORIGIN_BIN")" && pwd)/$(basename "$ORIGIN_BIN")
+        export ORIGIN_BIN
+        return 0
+    fi
+    if [[ -n ${UMBRA_BIN:-} && -x $(dirname "$UMBRA_BIN")/tests/umbra-test-origin ]]; then
+        ORIGIN_BIN=$(cd "$(dirname "$UMBRA_BIN")/tests" && pwd)/umbra-test-origin
+        export ORIGIN_BIN
+        return 0
+    fi
+    [[ -f $BENCH_ROOT/tests/origin/origin.c ]] ||
+        die "no tests/origin/origin.c to build the test origin from: set ORIGIN_BIN"
+    need cmake
+    mkdir -p "$UMBRA_BUILD"
+    local blog=$UMBRA_BUILD/bench-build-origin.log
+    log "building umbra-test-origin (Release) into $UMBRA_BUILD"
+    if ! { cmake -S "$BENCH_ROOT" -B "$UMBRA_BUILD" -DCMAKE_BUILD_TYPE=Release &&
+        cmake --build "$UMBRA_BUILD" -j2 --target umbra-test-origin; } >"$blog" 2>&1; then
+        tail -n 40 "$blog" >&2
+        die "build of the test origin failed (full log: $blog)"
+    fi
+    [[ -x $UMBRA_BUILD/tests/umbra-test-origin ]] ||
+        die "build produced no $UMBRA_BUILD/tests/umbra-test-origin"
+    ORIGIN_BIN=$UMBRA_BUILD/tests/umbra-test-origin
+    export ORIGIN_BIN
+}
+
+# start_origin: the test origin with one thread (ORIGIN_THREADS); sets ORIGIN_PORT and
+# ORIGIN_PID. It picks its own port and prints "listening on HOST:PORT" once ready.
+start_origin() {
+    local dir=$BENCH_TMP/origin i
+    [[ -n ${ORIGIN_BIN:-} ]] || die "internal: ORIGIN_BIN not set (ensure_origin)"
+    mkdir -p "$dir"
+    bench_start origin "$dir/origin.log" "$ORIGIN_BIN" -l 127.0.0.1:0 -t "${ORIGIN_THREADS:-1}"
+    ORIGIN_PID=$BENCH_LAST_PID
+    ORIGIN_PORT=
+    for ((i = 0; i < 100; i++)); do
+        # (The log may not exist yet: the shell that starts the origin creates it.)
+        ORIGIN_PORT=$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9][0-9]*\)$/\1/p' "$dir/origin.log" 2>/dev/null || true)
+        [[ -n $ORIGIN_PORT ]] && break
+        if ! kill -0 "$ORIGIN_PID" 2>/dev/null; then
+            tail -n 20 "$dir/origin.log" >&2
+            die "origin (PID $ORIGIN_PID) exited before listening"
+        fi
+        sleep 0.1
+    done
+    [[ -n $ORIGIN_PORT ]] || die "origin (PID $ORIGIN_PID) did not say where it listens after 10 s"
+    wait_port origin "$ORIGIN_PID" "$ORIGIN_PORT" "$dir/origin.log"
+    log "origin listening on 127.0.0.1:$ORIGIN_PORT"
+}
+
+# raise_nofile NEED: raises the soft open-files limit of this shell (inherited by wrk and
+# the servers it starts) to the hard limit, at most 65536; fails if that is below NEED.
+# Sets NOFILE to the new limit.
+raise_nofile() {
+    local need=$1 hard
+    hard=$(ulimit -Hn)
+    if [[ $hard == unlimited ]] || ((hard > 65536)); then hard=65536; fi
+    if (($(ulimit -Sn) < hard)); then ulimit -Sn "$hard" || die "cannot raise ulimit -n to $hard"; fi
+    NOFILE=$(ulimit -Sn)
+    ((NOFILE >= need)) ||
+        die "ulimit -n is $NOFILE (hard limit $(ulimit -Hn)), this scenario needs $need open files"
 }
 
 # make_file PATH BYTES: random content.
@@ -176,9 +258,16 @@ make_file() {
     chmod 644 "$1"
 }
 
-# start_nginx DOCROOT: master + 2 workers; sets NGINX_PORT and NGINX_PID.
+# start_nginx DOCROOT: master + 2 workers serving DOCROOT; sets NGINX_PORT and NGINX_PID.
 start_nginx() {
-    local docroot=$1 dir=$BENCH_TMP/nginx
+    start_nginx_with "" "" "root $1;"
+}
+
+# start_nginx_with MAIN HTTP SERVER: the same nginx (master + 2 workers, the common http
+# settings below) with MAIN added at the top level, HTTP in the http block and SERVER as
+# the body of the one server block (after its listen). Sets NGINX_PORT and NGINX_PID.
+start_nginx_with() {
+    local main=$1 http=$2 server=$3 dir=$BENCH_TMP/nginx
     need nginx
     mkdir -p "$dir"
     NGINX_PORT=$(free_port)
@@ -188,6 +277,7 @@ master_process on;
 worker_processes 2;
 pid $dir/nginx.pid;
 error_log $dir/error.log warn;
+$main
 
 events {
     worker_connections 4096;
@@ -206,10 +296,11 @@ http {
     fastcgi_temp_path $dir/fastcgi;
     uwsgi_temp_path $dir/uwsgi;
     scgi_temp_path $dir/scgi;
+$http
 
     server {
         listen 127.0.0.1:$NGINX_PORT;
-        root $docroot;
+        $server
     }
 }
 EOF
@@ -218,17 +309,23 @@ EOF
     wait_port nginx "$NGINX_PID" "$NGINX_PORT" "$dir/error.log"
 }
 
-# start_umbra DOCROOT: sets UMBRA_PORT and UMBRA_PID. UMBRA_EXTRA_CONFIG (Lua text) is
-# appended to the generated config.
+# start_umbra DOCROOT: Umbra serving DOCROOT; sets UMBRA_PORT and UMBRA_PID.
 start_umbra() {
-    local docroot=$1 dir=$BENCH_TMP/umbra
+    start_umbra_with "routes = { { path = \"/\", root = \"$1\" } }"
+}
+
+# start_umbra_with LUA: Umbra with a generated config.lua: its listen address, 2 workers,
+# then LUA (the routes, upstreams...), then UMBRA_EXTRA_CONFIG (Lua text). Sets UMBRA_PORT
+# and UMBRA_PID.
+start_umbra_with() {
+    local lua=$1 dir=$BENCH_TMP/umbra
     [[ -n ${UMBRA_BIN:-} ]] || die "internal: UMBRA_BIN not set (ensure_umbra)"
     mkdir -p "$dir"
     UMBRA_PORT=$(free_port)
     cat >"$dir/config.lua" <<EOF
 listen = { "127.0.0.1:$UMBRA_PORT" }
 workers = 2
-routes = { { path = "/", root = "$docroot" } }
+$lua
 ${UMBRA_EXTRA_CONFIG:-}
 EOF
     bench_start umbra "$dir/umbra.log" "$UMBRA_BIN" "$dir/config.lua"
@@ -277,13 +374,47 @@ parse_wrk() {
     }' "$1"
 }
 
-# run_wrk URL OUTFILE: one bounded wrk run; its raw output goes to OUTFILE.
+# parse_wrk_latency FILE: prints "P50 P99" in ms from wrk's --latency distribution ("-"
+# for a missing one).
+parse_wrk_latency() {
+    awk '
+    function ms(v,   n, u) {
+        n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+        if (u == "us") return n / 1000
+        if (u == "ms") return n
+        if (u == "s") return n * 1000
+        if (u == "m") return n * 60000
+        return -1
+    }
+    /^ *50% / { p50 = ms($2) }
+    /^ *99% / { p99 = ms($2) }
+    END {
+        printf "%s %s\n", (p50 == "" || p50 < 0 ? "-" : sprintf("%.2f", p50)),
+                          (p99 == "" || p99 < 0 ? "-" : sprintf("%.2f", p99))
+    }' "$1"
+}
+
+# run_wrk URL OUTFILE [CONNECTIONS [SCRIPT]]: one bounded wrk run (WRK_CONNECTIONS
+# connections unless given; SCRIPT is a wrk Lua script); its raw output goes to OUTFILE.
+# Sets WRK_CPU to the CPU time (user + system, seconds) that wrk used.
 run_wrk() {
-    local url=$1 out=$2 rc=0
+    local url=$1 out=$2 conns=${3:-$WRK_CONNECTIONS} script=${4:-} rc=0
+    local args=(-t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --latency)
+    [[ -n $script ]] && args+=(-s "$script")
+    rm -f "$out.cpu"
     # In the background so that a signal's trap runs at once (and stops it) instead of
-    # after wrk's run.
-    timeout -k 5 $((DURATION + 30)) wrk -t"$WRK_THREADS" -c"$WRK_CONNECTIONS" -d"${DURATION}s" \
-        "$url" >"$out" 2>&1 </dev/null &
+    # after wrk's run. The subshell passes a SIGTERM on to timeout (which passes it on to
+    # wrk), and reports the CPU time of its children (timeout and wrk) with `times`.
+    (
+        p=
+        trap '[[ -n $p ]] && kill -TERM "$p" 2>/dev/null; wait; exit 143' TERM
+        timeout -k 5 $((DURATION + 30)) wrk "${args[@]}" "$url" >"$out" 2>&1 </dev/null &
+        p=$!
+        c=0
+        wait "$p" || c=$?
+        times >"$out.cpu"
+        exit "$c"
+    ) &
     BENCH_WRK_PID=$!
     wait "$BENCH_WRK_PID" || rc=$?
     BENCH_WRK_PID=
@@ -291,7 +422,47 @@ run_wrk() {
         cat "$out" >&2
         die "wrk exited with $rc against $url"
     fi
+    # The second line of `times`: the children's user and system time, as 1m2.345s.
+    WRK_CPU=$(awk 'function s(v,   m) { m = v; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", v); sub(/s$/, "", v); return m * 60 + v }
+        NR == 2 { printf "%.3f\n", s($1) + s($2) }' "$out.cpu" 2>/dev/null)
+    [[ -n $WRK_CPU ]] || WRK_CPU=-
 }
+
+# cpu_ticks PID...: CPU time (user + system, in clock ticks) used so far by the PIDs and
+# their children (all threads of each: e.g. nginx's master and workers).
+cpu_ticks() {
+    local p pids=() t=0
+    for p in "$@"; do
+        pids+=("$p")
+        # shellcheck disable=SC2207
+        pids+=($(pgrep -P "$p" 2>/dev/null || true))
+    done
+    for p in "${pids[@]}"; do
+        # Fields after the command name (which may hold spaces): utime is the 12th, stime
+        # the 13th.
+        local st
+        st=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+        st=${st##*) }
+        read -r -a f <<<"$st"
+        t=$((t + f[11] + f[12]))
+    done
+    echo "$t"
+}
+
+# machine_busy_ticks: CPU time (ticks, all CPUs) the machine spent working so far (user,
+# nice, system, irq, softirq: not idle, iowait or steal).
+machine_busy_ticks() {
+    awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat
+}
+
+# cpu_pct TICKS SECONDS: TICKS as a percentage of one CPU over SECONDS (2 CPUs = 200%).
+cpu_pct() {
+    awk -v t="$1" -v s="$2" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (s <= 0) print "-"; else printf "%.0f\n", t / hz / s * 100 }'
+}
+
+# now_s: wall-clock time in seconds with decimals.
+now_s() { date '+%s.%N'; }
 
 # median NUMBERS...: the median (mean of the two middle values for an even count).
 median() {
@@ -310,7 +481,8 @@ ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%.2f\n", a / b }'
 }
 
-# Describes the run (for the results file).
+# bench_env_md [WRK]: describes the run (for the results file); WRK replaces the wrk
+# arguments shown (default: -tWRK_THREADS -cWRK_CONNECTIONS -dDURATIONs).
 bench_env_md() {
     local rev
     rev=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -319,7 +491,7 @@ bench_env_md() {
     echo "- machine: $(nproc) CPUs, $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')"
     echo "- umbra: ${UMBRA_BIN:-not run}, commit $rev"
     echo "- nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
-    echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') -t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"
+    echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
     echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
     echo "- servers: $SERVERS"
     echo "- load average at the end: $(cut -d" " -f1-3 /proc/loadavg) (other processes on the machine skew the figures)"

@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# Scenario "proxy": Umbra against nginx as reverse proxies in front of one backend (the
+# test origin, tests/origin/origin.c): a slow backend (50 ms per response, many
+# connections: does the proxy keep every request in flight?) and a fast one (the cost of
+# one proxied request). See bench/README.md.
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# Client connections of the slow-backend measurements (one each) and of the fast one.
+: "${PROXY_SLOW_CONNECTIONS:=200 1000}"
+: "${PROXY_FAST_CONNECTIONS:=100}"
+# 1: also measure the backend directly, once per measurement (where it is the bottleneck).
+: "${BACKEND_DIRECT:=1}"
+SIZE=1024
+DELAY_MS=50
+
+need wrk curl python3 awk timeout pgrep getconf cmp
+bench_init
+for c in $PROXY_SLOW_CONNECTIONS $PROXY_FAST_CONNECTIONS; do
+    [[ $c =~ ^[1-9][0-9]*$ ]] || die "PROXY_SLOW_CONNECTIONS/PROXY_FAST_CONNECTIONS: '$c' is not a positive integer"
+done
+if bench_uses umbra; then ensure_umbra; fi
+ensure_origin
+
+# The measurements: name -> connections, request path (or wrk script), bound.
+CASES=()
+declare -A CONNS SCRIPT URLPATH BOUND
+script=$BENCH_TMP/unique.lua
+cat >"$script" <<EOF
+-- Every request has a path of its own (/r/THREAD-N), so that no cache could answer it.
+local threads = 0
+function setup(thread)
+    threads = threads + 1
+    thread:set("tid", threads)
+end
+n = 0
+request = function()
+    n = n + 1
+    return wrk.format(nil, "/r/" .. tid .. "-" .. n .. "?size=$SIZE&delay=$DELAY_MS")
+end
+EOF
+max_conns=0
+for c in $PROXY_SLOW_CONNECTIONS; do
+    k=slow-c$c
+    CASES+=("$k")
+    CONNS[$k]=$c
+    SCRIPT[$k]=$script
+    URLPATH[$k]="/"
+    # Each connection has at most one request in flight, and each takes DELAY_MS at least.
+    BOUND[$k]=$((c * 1000 / DELAY_MS))
+    if ((c > max_conns)); then max_conns=$c; fi
+done
+for c in $PROXY_FAST_CONNECTIONS; do
+    k=fast-c$c
+    CASES+=("$k")
+    CONNS[$k]=$c
+    SCRIPT[$k]=
+    URLPATH[$k]="/r?size=$SIZE"
+    BOUND[$k]=-
+    if ((c > max_conns)); then max_conns=$c; fi
+done
+
+# A proxy holds a client and a backend socket per connection; wrk one each.
+raise_nofile $((2 * max_conns + 512))
+log "ulimit -n: $NOFILE"
+
+start_origin
+declare -A PORT PID
+if bench_uses nginx; then
+    start_nginx_with "worker_rlimit_nofile $NOFILE;" "
+    upstream app {
+        server 127.0.0.1:$ORIGIN_PORT;
+        keepalive 256;
+    }" "
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_buffering on;
+        }"
+    PORT[nginx]=$NGINX_PORT
+    PID[nginx]=$NGINX_PID
+fi
+if bench_uses umbra; then
+    start_umbra_with "upstreams = { app = { servers = { \"http://127.0.0.1:$ORIGIN_PORT\" } } }
+routes = { { path = \"/\", upstream = \"app\", cache = false } }"
+    PORT[umbra]=$UMBRA_PORT
+    PID[umbra]=$UMBRA_PID
+fi
+PORT[backend]=$ORIGIN_PORT
+PID[backend]=$ORIGIN_PID
+read -r -a SRV <<<"$SERVERS"
+MEASURED=("${SRV[@]}")
+if [[ $BACKEND_DIRECT == 1 ]]; then MEASURED+=(backend); fi
+
+# Each server answers 200 with SIZE bytes, the same bytes as the backend gives.
+curl -s -o "$BENCH_TMP/ref.body" --max-time 10 "http://127.0.0.1:$ORIGIN_PORT/r/check?size=$SIZE" ||
+    die "backend: curl failed"
+for s in "${MEASURED[@]}"; do
+    for q in "size=$SIZE" "size=$SIZE&delay=$DELAY_MS"; do
+        url="http://127.0.0.1:${PORT[$s]}/r/check?$q"
+        check_get "$s" "$url" "$SIZE"
+        curl -s -o "$BENCH_TMP/check.body" --max-time 10 "$url" || die "$s: curl $url failed"
+        cmp -s "$BENCH_TMP/check.body" "$BENCH_TMP/ref.body" ||
+            die "$s: GET $url: the body differs from the backend's"
+    done
+done
+
+# backend_accepted: connections the backend has accepted so far (/__stats counts the
+# connection that asks, not the request).
+backend_accepted() {
+    curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__stats" | awk '$1 == "accepted" { print $2 }'
+}
+
+declare -A RPS P50 P99 CPU_S CPU_B CPU_W CPU_O NEWC ERRS
+check_idle
+nrounds=$((${#CASES[@]} * ROUNDS * ${#SRV[@]}))
+if [[ $BACKEND_DIRECT == 1 ]]; then nrounds=$((nrounds + ${#CASES[@]})); fi
+log "measuring: ${#CASES[@]} cases (${CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers" \
+    "$([[ $BACKEND_DIRECT == 1 ]] && echo "+ the backend directly once per case") x ${DURATION}s (~$((nrounds * (DURATION + 2)))s)"
+for k in "${CASES[@]}"; do
+    for ((r = 1; r <= ROUNDS + 1; r++)); do
+        if ((r <= ROUNDS)); then
+            order=("${SRV[@]}")
+            if ((r % 2 == 0 && ${#SRV[@]} == 2)); then order=("${SRV[1]}" "${SRV[0]}"); fi
+        elif [[ $BACKEND_DIRECT == 1 ]]; then
+            order=(backend)
+        else
+            break
+        fi
+        for s in "${order[@]}"; do
+            # Still up? A server that crashed mid-run must not be reported as slow.
+            for p in "$s" backend; do
+                kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (log in $BENCH_TMP/)"
+            done
+            out=$BENCH_TMP/wrk-$k-$s-$r.txt
+            acc0=$(backend_accepted)
+            b0=$(cpu_ticks "$ORIGIN_PID")
+            s0=0
+            if [[ $s != backend ]]; then s0=$(cpu_ticks "${PID[$s]}"); fi
+            m0=$(machine_busy_ticks)
+            t0=$(now_s)
+            run_wrk "http://127.0.0.1:${PORT[$s]}${URLPATH[$k]}" "$out" "${CONNS[$k]}" "${SCRIPT[$k]}"
+            t1=$(now_s)
+            m1=$(machine_busy_ticks)
+            s1=0
+            if [[ $s != backend ]]; then s1=$(cpu_ticks "${PID[$s]}"); fi
+            b1=$(cpu_ticks "$ORIGIN_PID")
+            acc1=$(backend_accepted)
+            secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+            read -r rps _ reqs errs <<<"$(parse_wrk "$out")" || {
+                cat "$out" >&2
+                die "could not parse wrk's output"
+            }
+            read -r p50 p99 <<<"$(parse_wrk_latency "$out")"
+            cs=-
+            if [[ $s != backend ]]; then cs=$(cpu_pct $((s1 - s0)) "$secs"); fi
+            cb=$(cpu_pct $((b1 - b0)) "$secs")
+            cm=$(cpu_pct $((m1 - m0)) "$secs")
+            cw=$(awk -v c="$WRK_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
+            # The rest of the machine's busy time: other processes (and interrupts).
+            co=$(awk -v m="$cm" -v a="$cs" -v b="$cb" -v w="$cw" 'BEGIN { if (w == "-") print "-"; else printf "%.0f\n", m - (a == "-" ? 0 : a) - b - w }')
+            # Less the connection of the second /__stats request.
+            newc=-
+            if [[ -n $acc0 && -n $acc1 ]]; then newc=$((acc1 - acc0 - 1)); fi
+            RPS[$k,$s]+="$rps "
+            P50[$k,$s]+="$p50 "
+            P99[$k,$s]+="$p99 "
+            CPU_S[$k,$s]+="$cs "
+            CPU_B[$k,$s]+="$cb "
+            CPU_W[$k,$s]+="$cw "
+            CPU_O[$k,$s]+="$co "
+            NEWC[$k,$s]+="$newc "
+            if [[ $errs != none ]]; then
+                warn "$s $k round $r: wrk reported $errs"
+                ERRS[$k,$s]+="r$r: $errs. "
+            fi
+            printf '[bench] %-11s %-7s round %s: %9.2f req/s  p50 %s ms p99 %s ms  CPU %% proxy %s backend %s wrk %s other %s  backend conns %s  %s requests, errors: %s\n' \
+                "$k" "$s" "$([[ $s == backend ]] && echo direct || echo "$r/$ROUNDS")" "$rps" "$p50" "$p99" \
+                "$cs" "$cb" "$cw" "$co" "$newc" "$reqs" "$errs" >&2
+            sleep 1
+        done
+    done
+done
+
+# medianx VALUES...: the median, or "-" when any value is missing.
+medianx() {
+    local v
+    for v in "$@"; do
+        if [[ $v == - ]]; then
+            echo -
+            return
+        fi
+    done
+    median "$@"
+}
+
+mkdir -p "$BENCH_RESULTS"
+md=$BENCH_RESULTS/proxy-$(date '+%Y-%m-%d-%H%M%S').md
+wrkdesc="-t$WRK_THREADS -d${DURATION}s --latency; -c per measurement (below)"
+{
+    echo "# proxy: Umbra vs nginx in front of one backend"
+    echo
+    bench_env_md "$wrkdesc"
+    echo "- backend: $ORIGIN_BIN -t ${ORIGIN_THREADS:-1} (test origin); the rows \"backend\" measure it directly, once"
+    echo "- slow-cN: N connections, each GET /r/THREAD-COUNT?size=$SIZE&delay=$DELAY_MS (a new path every request); bound = N / ${DELAY_MS} ms"
+    echo "- fast-cN: N connections, GET /r?size=$SIZE"
+    echo "- nginx: upstream keepalive 256, proxy_http_version 1.1, Connection \"\", proxy_buffering on, worker_rlimit_nofile $NOFILE; ulimit -n $NOFILE"
+    echo
+    echo "| scenario | server | median req/s | Umbra/nginx | of bound | p50 ms | p99 ms | CPU proxy % | CPU backend % | CPU wrk % | CPU other % | backend conns/round | req/s per round | errors |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+} >"$md"
+
+fmt='%-17s %-7s %12s %11s %8s %8s %8s %6s %8s %5s %6s %9s\n'
+# shellcheck disable=SC2059
+printf "\n$fmt" scenario server "median req/s" Umbra/nginx "of bound" "p50 ms" "p99 ms" "CPU%:" backend wrk other "be conns"
+# shellcheck disable=SC2059
+printf "$fmt" "" "" "" "" "" "" "" proxy "" "" "" "/round"
+printf '%s\n' "--------------------------------------------------------------------------------------------------------------"
+declare -A VERDICT=()
+for k in "${CASES[@]}"; do
+    declare -A MED=()
+    for s in "${MEASURED[@]}"; do
+        # shellcheck disable=SC2086
+        MED[$s]=$(median ${RPS[$k,$s]})
+    done
+    for s in "${MEASURED[@]}"; do
+        rr=-
+        if [[ $s == umbra ]] && bench_uses nginx; then rr=$(ratio "${MED[umbra]}" "${MED[nginx]}"); fi
+        fb=-
+        if [[ ${BOUND[$k]} != - ]]; then fb=$(ratio "${MED[$s]}" "${BOUND[$k]}"); fi
+        # shellcheck disable=SC2086
+        {
+            p50=$(medianx ${P50[$k,$s]})
+            p99=$(medianx ${P99[$k,$s]})
+            cs=$(medianx ${CPU_S[$k,$s]})
+            cb=$(medianx ${CPU_B[$k,$s]})
+            cw=$(medianx ${CPU_W[$k,$s]})
+            co=$(medianx ${CPU_O[$k,$s]})
+            nc=$(medianx ${NEWC[$k,$s]})
+        }
+        # CPU and connection medians as integers.
+        for v in cs cb cw co nc; do
+            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
+        done
+        # shellcheck disable=SC2059
+        printf "$fmt" "proxy/$k" "$s" "${MED[$s]}" "$rr" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" "$nc"
+        echo "| proxy/$k | $s | ${MED[$s]} | $rr | $fb | $p50 | $p99 | $cs | $cb | $cw | $co | $nc | ${RPS[$k,$s]% } | ${ERRS[$k,$s]:-none} |" >>"$md"
+        if [[ $s == umbra ]]; then
+            v=
+            if [[ $fb != - ]]; then
+                v="of bound $fb ($(awk -v f="$fb" 'BEGIN { print (f >= 0.95 ? "meets" : "below") }') >= 0.95)"
+            fi
+            if [[ $rr != - ]]; then
+                v="${v:+$v, }x nginx $rr ($(awk -v f="$rr" 'BEGIN { print (f >= 1.0 ? "meets" : "below") }') >= 1.0)"
+            fi
+            VERDICT[$k]=$v
+        fi
+    done
+done
+{
+    echo
+    echo "of bound: median req/s / (connections / ${DELAY_MS} ms), the most the clients can ask for."
+    echo "CPU: % of one CPU during the wrk run (200% = both CPUs of a 2-CPU machine), medians"
+    echo "of the rounds: the proxy (all its processes and threads), the backend, wrk, and the"
+    echo "rest of the machine's busy time (other processes, interrupts; approximate: the kernel"
+    echo "counts the processes' and the machine's time apart, so it may come out a little below"
+    echo "0). backend conns/round: connections the backend accepted during a round (a proxy that"
+    echo "reuses its backend connections opens about one per client connection or fewer; one"
+    echo "per request means no reuse). wrk and the servers share the machine's CPUs: compare the"
+    echo "ratios, not the absolute figures, and only within one run; ratios within about 5-7% of"
+    echo "each other mean \"the same\"."
+    if ((${#VERDICT[@]})); then
+        echo
+        echo "Targets (Umbra): slow backend >= 0.95 of the bound and >= nginx; fast backend >= 1.0 x nginx."
+        echo
+        for k in "${CASES[@]}"; do
+            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- proxy/$k: ${VERDICT[$k]}"; fi
+        done
+    fi
+} >>"$md"
+echo
+for k in "${CASES[@]}"; do
+    if [[ -n ${VERDICT[$k]:-} ]]; then log "target proxy/$k: ${VERDICT[$k]}"; fi
+done
+log "results written to $md"
