@@ -79,7 +79,8 @@ struct xfer {
     int attempts;
     bool idempotent, is_head, has_body, body_started, body_failed;
     bool head_sent, timed_out, in_multi;
-    bool logged; /* the failure has been logged already */
+    bool logged;     /* the failure has been logged already */
+    bool easy_ready; /* the handle has the options that never change */
     bool paused_recv, paused_send;
     uint64_t key_hash;
     struct um_timer ttfb;
@@ -310,78 +311,96 @@ static bool named_in_connection(const struct um_header *fields, size_t n, um_str
     return false;
 }
 
-static struct curl_slist *add_header(struct curl_slist *list, um_str name, um_str value)
+/* The request's header list for libcurl, in one allocation: the nodes, then the lines.
+ * (struct curl_slist is public; libcurl only reads a list it is given.) */
+struct header_list {
+    struct curl_slist *nodes;
+    size_t n, cap;
+    char *text;
+    size_t len, size;
+};
+
+static void hl_add(struct header_list *hl, um_str name, um_str value, bool empty_means_remove)
 {
-    char stack[1024];
-    size_t n = name.len + value.len + 3;
-    char *line = n <= sizeof(stack) ? stack : um_malloc(n);
+    size_t need = name.len + value.len + 3;
+    if (hl->n == hl->cap || hl->len + need > hl->size)
+        return; /* sized in advance; cannot happen */
+    char *line = hl->text + hl->len;
+    size_t o = 0;
     memcpy(line, name.base, name.len);
-    size_t o = name.len;
+    o += name.len;
     if (value.len == 0) {
-        line[o++] = ';'; /* libcurl's spelling of "send this header empty" */
+        /* libcurl: "Name;" sends an empty field, "Name:" removes one of its own. */
+        line[o++] = empty_means_remove ? ':' : ';';
     } else {
         line[o++] = ':';
         line[o++] = ' ';
         memcpy(line + o, value.base, value.len);
         o += value.len;
     }
-    line[o] = '\0';
-    struct curl_slist *r = curl_slist_append(list, line);
-    if (line != stack)
-        free(line);
-    UM_ASSERT(r != NULL);
-    return r;
+    line[o++] = '\0';
+    hl->len += o;
+    hl->nodes[hl->n] = (struct curl_slist){line, NULL};
+    if (hl->n > 0)
+        hl->nodes[hl->n - 1].next = &hl->nodes[hl->n];
+    hl->n++;
 }
 
 static struct curl_slist *build_headers(struct upstream *up, const struct um_fetch *f)
 {
     const struct um_request *req = f->req;
-    struct curl_slist *h = NULL;
+    size_t cap = req->num_headers + 8, size = 1024;
+    for (size_t i = 0; i < req->num_headers; i++)
+        size += req->headers[i].name.len + req->headers[i].value.len + 3;
+    size += 2 * req->authority.len + (up->conf->host ? strlen(up->conf->host) : 0);
+    size_t xff_extra = 0;
     um_str xff = {NULL, 0};
+    for (size_t i = 0; i < req->num_headers; i++)
+        if (um_str_eq_ci(req->headers[i].name, "x-forwarded-for") && xff.base == NULL)
+            xff = req->headers[i].value;
+    xff_extra = xff.len;
+    const um_str *via = um_http1_find_header(req, "via");
+    size += xff_extra + (via ? via->len : 0);
+    char *mem = um_malloc(cap * sizeof(struct curl_slist) + size);
+    struct header_list hl = {(struct curl_slist *)(void *)mem, 0, cap,
+                             mem + cap * sizeof(struct curl_slist), 0, size};
     for (size_t i = 0; i < req->num_headers; i++) {
         const struct um_header *fld = &req->headers[i];
         if (is_hop_by_hop(fld->name) || um_str_eq_ci(fld->name, "host") ||
             um_str_eq_ci(fld->name, "content-length") || um_str_eq_ci(fld->name, "expect") ||
             um_str_eq_ci(fld->name, "x-forwarded-proto") ||
             um_str_eq_ci(fld->name, "x-forwarded-host") ||
+            um_str_eq_ci(fld->name, "x-forwarded-for") ||
             named_in_connection(req->headers, req->num_headers, fld->name))
             continue;
-        if (um_str_eq_ci(fld->name, "x-forwarded-for")) {
-            if (xff.base == NULL)
-                xff = fld->value;
-            continue;
-        }
-        h = add_header(h, fld->name, fld->value);
+        hl_add(&hl, fld->name, fld->value, false);
     }
     if (up->conf->host)
-        h = add_header(h, UM_STR("Host"), (um_str){up->conf->host, strlen(up->conf->host)});
+        hl_add(&hl, UM_STR("Host"), (um_str){up->conf->host, strlen(up->conf->host)}, false);
     else if (req->authority.len > 0)
-        h = add_header(h, UM_STR("Host"), req->authority);
-    char buf[512];
+        hl_add(&hl, UM_STR("Host"), req->authority, false);
+    char buf[1024];
     int n;
-    if (xff.len > 0 && xff.len < 400)
+    if (xff.len > 0 && xff.len < 900)
         n = snprintf(buf, sizeof(buf), "%.*s, %s", (int)xff.len, xff.base, f->client_ip);
     else
         n = snprintf(buf, sizeof(buf), "%s", f->client_ip);
-    h = add_header(h, UM_STR("X-Forwarded-For"), (um_str){buf, (size_t)n});
-    h = add_header(h, UM_STR("X-Forwarded-Proto"), (um_str){f->scheme, strlen(f->scheme)});
+    hl_add(&hl, UM_STR("X-Forwarded-For"), (um_str){buf, (size_t)n}, false);
+    hl_add(&hl, UM_STR("X-Forwarded-Proto"), (um_str){f->scheme, strlen(f->scheme)}, false);
     if (req->authority.len > 0)
-        h = add_header(h, UM_STR("X-Forwarded-Host"), req->authority);
-    const um_str *via = um_http1_find_header(req, "via");
-    if (via && via->len < 400) {
+        hl_add(&hl, UM_STR("X-Forwarded-Host"), req->authority, false);
+    if (via && via->len < 900)
         n = snprintf(buf, sizeof(buf), "%.*s, 1.%d umbra", (int)via->len, via->base,
                      req->minor_version);
-        h = add_header(h, UM_STR("Via"), (um_str){buf, (size_t)n});
-    } else {
+    else
         n = snprintf(buf, sizeof(buf), "1.%d umbra", req->minor_version);
-        h = add_header(h, UM_STR("Via"), (um_str){buf, (size_t)n});
-    }
-    /* Keep libcurl from adding headers the client did not send. */
+    hl_add(&hl, UM_STR("Via"), (um_str){buf, (size_t)n}, false);
+    /* Keep libcurl from adding fields the client did not send. */
     if (um_http1_find_header(req, "accept") == NULL)
-        h = curl_slist_append(h, "Accept:");
-    h = curl_slist_append(h, "Expect:");
-    UM_ASSERT(h != NULL);
-    return h;
+        hl_add(&hl, UM_STR("Accept"), (um_str){"", 0}, true);
+    hl_add(&hl, UM_STR("Expect"), (um_str){"", 0}, true);
+    UM_ASSERT(hl.n > 0 && (void *)hl.nodes == (void *)mem);
+    return hl.nodes;
 }
 
 /* ---------------------------------------------------------------- response */
@@ -563,13 +582,14 @@ static void xfer_free(struct xfer *x)
     um_loop_timer_stop(wc->loop, &x->ttfb);
     if (x->easy) {
         if (wc->num_easy < EASY_POOL_MAX) {
-            curl_easy_reset(x->easy);
+            /* Kept with its options: the next fetch sets what varies (see start_attempt),
+             * which costs far less than curl_easy_reset and setting all again. */
             wc->easy_pool[wc->num_easy++] = x->easy;
         } else {
             curl_easy_cleanup(x->easy);
         }
     }
-    curl_slist_free_all(x->headers);
+    free(x->headers); /* build_headers' single allocation */
     free(x->target);
     free(x->method);
     free(x->hbuf);
@@ -615,28 +635,37 @@ static void start_attempt(struct xfer *x)
     curl_easy_setopt(e, CURLOPT_URL, url);
     if (url != stack)
         free(url);
+    if (!x->easy_ready) {
+        /* Options that never change: set once per handle (handles are pooled with them). */
+        curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header_line);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read_body);
+        curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+        curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 64L * 1024);
+        curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 64L * 1024);
+        curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        x->easy_ready = true;
+    }
+    /* What varies per fetch; HTTPGET first resets the method, upload and nobody. */
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, (char *)NULL);
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
-    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
-    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header_line);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_READDATA, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
-    curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(conf->connect_timeout * 1000));
     /* A body that stalls for `timeout` seconds ends the transfer (the first byte has
      * its own timer below). */
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)(conf->timeout < 1 ? 1 : conf->timeout));
-    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 64L * 1024);
     if (srv->https) {
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, conf->tls_verify ? 1L : 0L);
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, conf->tls_verify ? 2L : 0L);
-        if (conf->tls_ca)
-            curl_easy_setopt(e, CURLOPT_CAINFO, conf->tls_ca);
+        curl_easy_setopt(e, CURLOPT_CAINFO, conf->tls_ca);
     }
     if (x->is_head)
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
@@ -644,9 +673,6 @@ static void start_attempt(struct xfer *x)
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, x->method);
     if (x->has_body) {
         curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read_body);
-        curl_easy_setopt(e, CURLOPT_READDATA, x);
-        curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 64L * 1024);
         curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, x->body_size);
     }
     x->ttfb.cb = on_ttfb_timeout;
@@ -824,6 +850,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
         return;
     }
     struct worker_curl *wc = x->wc;
+    x->easy_ready = wc->num_easy > 0;
     x->easy = wc->num_easy > 0 ? wc->easy_pool[--wc->num_easy] : curl_easy_init();
     UM_ASSERT(x->easy != NULL);
     start_attempt(x);
