@@ -560,7 +560,11 @@ static bool load_listen(struct load *ld, lua_State *L)
         if (!load_listen_entry(ld, L, lua_gettop(L), sub, &c->listen[i]))
             return false;
         lua_pop(L, 1);
-        for (size_t j = 0; j < i; j++)
+        /* Port 0 asks for any free port: never a duplicate. */
+        const struct sockaddr_storage *a = &c->listen[i].addr;
+        in_port_t port = a->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)a)->sin6_port
+                                                  : ((const struct sockaddr_in *)a)->sin_port;
+        for (size_t j = 0; j < i && port != 0; j++)
             if (c->listen[j].addrlen == c->listen[i].addrlen &&
                 memcmp(&c->listen[j].addr, &c->listen[i].addr, c->listen[i].addrlen) == 0)
                 return fail(ld, L, sub, "%s: '%s' is listed twice", sub, c->listen[i].text);

@@ -1097,6 +1097,12 @@ void um__conn_on_timeout(struct um__conn *c)
 {
     if (c->closed)
         return;
+    if (c->state == S_HANDSHAKE) {
+        um_log_info("tls: handshake with %s:%d failed: timed out after %gs", c->peer_ip,
+                    c->peer_port, c->config->timeouts.header);
+        um__conn_close(c);
+        return;
+    }
     if (c->state == S_HEAD && c->rpos < c->rlen && !has_output(c)) {
         /* A request head that did not arrive in time (slowloris): say so, then close. */
         c->req.minor_version = 1;
