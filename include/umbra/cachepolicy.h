@@ -249,8 +249,8 @@ enum um_fresh_source {
 };
 
 /* The freshness lifetime of resp for a shared cache, first match of: s-maxage, max-age,
- * Expires - Date, the Last-Modified heuristic, the route default (the last two only for
- * heuristically cacheable statuses or public responses). src may be NULL. */
+ * Expires - Date, the route default when set, the Last-Modified heuristic (the last two
+ * only for heuristically cacheable statuses or public responses). src may be NULL. */
 int64_t um_freshness_lifetime(const struct um_resp_meta *resp, const struct um_cache_policy *pol,
                               time_t response_time, enum um_fresh_source *src);
 
@@ -435,8 +435,9 @@ size_t um_cache_status_format(char *out, size_t n, const struct um_cache_status 
  * - Age: a list uses its first member (RFC 9111 5.1); anything else malformed makes the
  *   response stale (rather than ignoring it, which would make it look younger).
  * - Heuristic freshness (Last-Modified) and default TTLs only for heuristically cacheable
- *   statuses or public responses, never with explicit expiry (RFC 9111 4.2.2); a 0 heuristic
- *   (just modified) is not replaced by default_ttl.
+ *   statuses or public responses, never with explicit expiry (RFC 9111 4.2.2). A configured
+ *   default_ttl/negative_ttl comes before the heuristic: both are guesses, and the
+ *   configured one is the operator's decision (as nginx's proxy_cache_valid is).
  * - A response that could never be sent without asking the origin (zero lifetime, or
  *   no-cache) and has no validator and no stale window is not stored: it is only a miss.
  * - immutable: while fresh, a request max-age (a browser reload) does not force validation;

@@ -630,17 +630,20 @@ int64_t um_freshness_lifetime(const struct um_resp_meta *resp, const struct um_c
         *src = UM_FRESH_NONE;
         return 0;
     }
+    /* The operator's default for this route, when set, comes before the Last-Modified
+     * heuristic: both are guesses, and the configured one is the operator's decision (as
+     * nginx's proxy_cache_valid is). */
+    int64_t ttl = resp->status >= 400 ? pol->negative_ttl : pol->default_ttl;
+    if (ttl > 0) {
+        *src = UM_FRESH_DEFAULT;
+        return clamp_delta(ttl);
+    }
     if (resp->has_last_modified && pol->heuristic_max > 0) {
         /* "no more than some fraction of the interval since that time ... 10%". A
          * Last-Modified after Date says nothing useful: no heuristic lifetime. */
         *src = UM_FRESH_HEURISTIC;
         int64_t since = sat_sub(date, resp->last_modified);
         return since <= 0 ? 0 : min64(clamp_delta(since / 10), pol->heuristic_max);
-    }
-    int64_t ttl = resp->status >= 400 ? pol->negative_ttl : pol->default_ttl;
-    if (ttl > 0) {
-        *src = UM_FRESH_DEFAULT;
-        return clamp_delta(ttl);
     }
     *src = UM_FRESH_NONE;
     return 0;

@@ -652,8 +652,16 @@ class BundledConfigTest(unittest.TestCase):
         src = source_dir()
         with open(os.path.join(src, "config.lua")) as f:
             text = f.read()
-        text, n = re.subn(r"(?m)^listen\s*=.*$", 'listen = { "127.0.0.1:0" }', text)
-        self.assertEqual(n, 1, "no listen line in config.lua")
+        # The bundled config names its two ports on one line; give it two free ones.
+        ports = []
+        for _ in range(2):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+            s.close()
+        text, n = re.subn(r"(?m)^local proxy_port, origin_port = \d+, \d+$",
+                          "local proxy_port, origin_port = %d, %d" % tuple(ports), text)
+        self.assertEqual(n, 1, "no port line in config.lua")
         files = {}
         www = os.path.join(src, "config", "www")
         for root, _, names in os.walk(www):
@@ -668,6 +676,14 @@ class BundledConfigTest(unittest.TestCase):
             self.assertEqual([r.status for r in rs], [200])
             self.assertIn(b"Umbra", rs[0].body)
             self.assertEqual(rs[0].header("Content-Type"), "text/html; charset=utf-8")
+            self.assertIn("fwd=uri-miss", rs[0].header("Cache-Status"))
+            # The second time it comes from the cache.
+            data, _ = exchange(u.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n"
+                                       b"Connection: close\r\n\r\n")
+            rs = parse_responses(data)
+            self.assertEqual([r.status for r in rs], [200])
+            self.assertIn(b"Umbra", rs[0].body)
+            self.assertIn("hit", rs[0].header("Cache-Status"))
             # The check mode accepts it too.
             r = run_umbra(["-t", u.config_path], cwd="/")
             self.assertEqual(r.returncode, 0, r.stderr.decode())

@@ -721,9 +721,11 @@ static void test_lifetime_precedence(void **state)
                  D, &src),
         300);
     assert_int_equal(src, UM_FRESH_EXPIRES);
+    /* A configured default comes before the Last-Modified heuristic (both are guesses;
+     * the configured one is the operator's). */
     assert_int_equal(
-        lifetime(&p, 200, KV("Date", DATE_D, "Last-Modified", DATE_D_MINUS_1000), D, &src), 100);
-    assert_int_equal(src, UM_FRESH_HEURISTIC);
+        lifetime(&p, 200, KV("Date", DATE_D, "Last-Modified", DATE_D_MINUS_1000), D, &src), 999);
+    assert_int_equal(src, UM_FRESH_DEFAULT);
     assert_int_equal(lifetime(&p, 200, KV("Date", DATE_D), D, &src), 999);
     assert_int_equal(src, UM_FRESH_DEFAULT);
     p.default_ttl = 0;
@@ -810,7 +812,6 @@ static void test_lifetime_heuristic(void **state)
         lifetime(&p, 200, KV("Date", DATE_D, "Last-Modified", DATE_D_MINUS_10D), D, NULL), 3600);
     /* Last-Modified after Date, or equal: nothing to go on. */
     p = pol_default();
-    p.default_ttl = 500;
     assert_int_equal(
         lifetime(&p, 200, KV("Date", DATE_D, "Last-Modified", DATE_D_PLUS_300), D, &src), 0);
     assert_int_equal(src, UM_FRESH_HEURISTIC);
@@ -818,7 +819,11 @@ static void test_lifetime_heuristic(void **state)
     /* No Date: from the time of receipt. */
     assert_int_equal(lifetime(&p, 200, KV("Last-Modified", DATE_D_MINUS_1000), D + 1000, NULL),
                      200);
-    /* Heuristic off: the default applies. */
+    /* With a default set, or the heuristic off: the default applies. */
+    p.default_ttl = 500;
+    assert_int_equal(
+        lifetime(&p, 200, KV("Date", DATE_D, "Last-Modified", DATE_D_MINUS_1000), D, &src), 500);
+    assert_int_equal(src, UM_FRESH_DEFAULT);
     p.heuristic_max = 0;
     assert_int_equal(
         lifetime(&p, 200, KV("Date", DATE_D, "Last-Modified", DATE_D_MINUS_1000), D, &src), 500);
@@ -835,13 +840,21 @@ static void test_lifetime_heuristic_only_when_allowed(void **state)
         lifetime(&p, 302, KV("Date", DATE_D, "Last-Modified", DATE_D_MINUS_1000), D, &src), 0);
     assert_int_equal(src, UM_FRESH_NONE);
     assert_int_equal(lifetime(&p, 500, KV("Date", DATE_D), D, &src), 0);
-    /* ...unless public. */
+    /* ...unless public (where the configured default, then the heuristic, applies). */
+    assert_int_equal(
+        lifetime(&p, 302,
+                 KV("Date", DATE_D, "Last-Modified", DATE_D_MINUS_1000, "Cache-Control", "public"),
+                 D, &src),
+        500);
+    assert_int_equal(src, UM_FRESH_DEFAULT);
+    p.default_ttl = 0;
     assert_int_equal(
         lifetime(&p, 302,
                  KV("Date", DATE_D, "Last-Modified", DATE_D_MINUS_1000, "Cache-Control", "public"),
                  D, &src),
         100);
     assert_int_equal(src, UM_FRESH_HEURISTIC);
+    p.default_ttl = 500;
     /* Heuristically cacheable errors use negative_ttl, not default_ttl. */
     assert_int_equal(lifetime(&p, 404, KV("Date", DATE_D), D, &src), 0);
     p.negative_ttl = 20;
