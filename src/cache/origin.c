@@ -73,6 +73,7 @@ struct reader {
     struct um_fetch fetch;        /* for falling back to the inner origin */
     bool head_sent, head_only, done, waiting;
     bool ranged;
+    uint64_t range_skip; /* body bytes before the range, still to pass over */
     uint64_t range_left;
     struct um_cache_status cs;
 };
@@ -96,6 +97,7 @@ struct fill {
     bool revalidating;
     bool ended;
     bool discard; /* the rest of the inner answer is not wanted */
+    bool handoff; /* the object ran out of room: the own client gets the rest directly */
     int status;
 };
 
@@ -308,6 +310,7 @@ static struct worker_fills *worker_fills(struct um_loop *loop)
 /* ---------------------------------------------------------------- readers */
 
 static void reader_pump(struct reader *r);
+static const struct um_sink_ops pass_ops;
 static void pass_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
                        enum um_cache_fwd fwd, const char *detail);
 
@@ -419,8 +422,8 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
                              (unsigned long long)last, (long long)length);
             out[no++] = (struct um_header){UM_STR("Content-Range"), {cr, (size_t)k}};
             r->ranged = true;
+            r->range_skip = first;
             r->range_left = last - first + 1;
-            um_cache_cursor_advance(&r->cur, first);
             length = (int64_t)(last - first + 1);
         } else if (c == 416) {
             status = 416;
@@ -483,12 +486,22 @@ static void reader_pump(struct reader *r)
         bool complete = false;
         size_t n = um_cache_obj_read(r->obj, &r->cur, iov, 8, &complete);
         for (size_t i = 0; i < n; i++) {
+            const char *base = iov[i].iov_base;
             size_t len = iov[i].iov_len;
+            if (r->range_skip > 0) {
+                /* The bytes before a range are passed over as they are read (the cursor
+                 * only moves over what a read returned). */
+                size_t skip = len < r->range_skip ? len : (size_t)r->range_skip;
+                um_cache_cursor_advance(&r->cur, skip);
+                r->range_skip -= skip;
+                base += skip;
+                len -= skip;
+            }
             if (r->ranged && len > r->range_left)
                 len = (size_t)r->range_left;
             if (len == 0)
-                break;
-            size_t taken = r->client->ops->on_data(r->client, iov[i].iov_base, len);
+                continue;
+            size_t taken = r->client->ops->on_data(r->client, base, len);
             if (taken == 0)
                 return; /* the client is behind: resume comes */
             um_cache_cursor_advance(&r->cur, taken);
@@ -499,6 +512,8 @@ static void reader_pump(struct reader *r)
                     return;
                 }
             }
+            if (taken < len)
+                break;
         }
         if (n > 0)
             continue;
@@ -508,6 +523,28 @@ static void reader_pump(struct reader *r)
             return;
         }
         if (st == UM_CACHE_ABORTED) {
+            struct fill *fl = wfills ? wfills->active : NULL;
+            while (fl && fl->own != r)
+                fl = fl->next_active;
+            if (fl && fl->handoff) {
+                /* Caught up with what was stored: the rest comes from the fetch. */
+                struct pass *p = um_calloc(1, sizeof(*p));
+                p->kind = K_PASS;
+                p->co = r->co;
+                p->sink.ops = &pass_ops;
+                p->client = r->client;
+                p->req = r->req;
+                p->scheme = r->fetch.scheme;
+                p->fill = fl;
+                fl->own = NULL;
+                fl->handoff = false;
+                fl->fwd = p;
+                r->client->origin_data = p;
+                reader_release(r);
+                free(r);
+                fl->co->inner->ops->resume(fl->co->inner, &fl->sink);
+                return;
+            }
             reader_finish(r, UM_ERR); /* the body was cut short */
             return;
         }
@@ -783,7 +820,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         return;
     }
 
-    if (fl->revalidating && fl->old && h->status >= 500) {
+    if (fl->old && h->status >= 500) {
         /* The origin fails: a stale answer may stand in (stale-if-error, RFC 5861). */
         um_str ometa, ohead;
         um_cache_obj_head(fl->old, &ometa, &ohead);
@@ -797,6 +834,12 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
                                    true};
         if (um_cache_stale_if_error_ok(&v, &qm, &co->pol, h->status)) {
             fl->revalidating = false;
+            if (fl->obj) {
+                /* The refetch that was to replace it: given up (its waiters ask again). */
+                um_cache_obj_finish(fl->obj, false);
+                um_cache_obj_unref(fl->obj);
+                fl->obj = NULL;
+            }
             if (fl->own)
                 fl->own->cs.detail = "stale-if-error";
             own_switch(fl, fl->old, h->status);
@@ -882,7 +925,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
             p->scheme = f.scheme;
             p->cs.cache_name = CACHE_NAME;
             p->cs.fwd = fl->revalidating ? UM_FWD_STALE : UM_FWD_URI_MISS;
-            p->cs.detail = um_cache_nostore_str(why);
+            p->cs.detail = why == UM_STORABLE ? "too-large" : um_cache_nostore_str(why);
             client->origin_data = p;
             p->fill = fl;
             fl->fwd = p;
@@ -907,10 +950,21 @@ static size_t fill_on_data(struct um_sink *s, const char *data, size_t len)
         return pass_on_data(&p->sink, data, len);
     if (fl->discard)
         return len;
+    if (fl->handoff)
+        return 0; /* the own client is still reading what was stored */
     if (fl->obj && um_cache_obj_state(fl->obj) == UM_CACHE_FILLING &&
         um_cache_obj_append(fl->obj, data, len) != UM_OK) {
-        um_log_warn("cache: object too large or no room; readers of %.*s are cut short",
-                    (int)fl->key_len, fl->key);
+        /* Too large (or no room) after all: the object is dropped. The client that caused
+         * the fill reads what was stored, then gets the rest straight from this fetch
+         * (paused until it catches up); clients that joined are cut short. */
+        um_log_warn("cache: %.*s is larger than the cache takes; not stored", (int)fl->key_len,
+                    fl->key);
+        if (fl->own == NULL) {
+            fl->discard = true;
+            return len;
+        }
+        fl->handoff = true;
+        return 0;
     }
     return len;
 }
@@ -1006,18 +1060,21 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
         wf->active->prev_active = fl;
     wf->active = fl;
 
-    /* The client reads from the object (or from the old one until the revalidation says). */
-    struct reader *r = reader_new(co, f, client, um_cache_obj_ref(obj ? obj : old));
-    r->cs.fwd = old ? UM_FWD_STALE : UM_FWD_URI_MISS;
-    r->waiting = old != NULL; /* a revalidation decides what the client reads */
-    fl->own = r;
+    /* The client reads from the object (or, for a revalidation, waits for its answer). A
+     * background refresh has no client. */
+    if (client) {
+        struct reader *r = reader_new(co, f, client, um_cache_obj_ref(obj ? obj : old));
+        r->cs.fwd = old ? UM_FWD_STALE : UM_FWD_URI_MISS;
+        r->waiting = obj == NULL;
+        fl->own = r;
+    }
 
     struct um_fetch ff = *f;
     ff.req = &fl->req;
     struct um_header extra[2];
     size_t nextra = 0;
     char etag_buf[256], lm_buf[64];
-    if (old) {
+    if (old && obj == NULL) {
         /* Conditional request with the stored validators (RFC 9111 4.3.1). */
         fl->revalidating = true;
         um_str ometa, ohead;
@@ -1053,7 +1110,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     co->inner->ops->fetch(co->inner, &ff, &fl->sink);
     /* The fetch may have ended at once (an error answered synchronously): the reader
      * starts if it still exists. */
-    if (client->origin_data && ((struct reader *)client->origin_data)->kind == K_READER)
+    if (client && client->origin_data && ((struct reader *)client->origin_data)->kind == K_READER)
         reader_pump(client->origin_data);
 }
 
@@ -1075,9 +1132,17 @@ static bool purge_allowed(const struct cache_origin *co, const struct um_fetch *
 
 static void respond_small(struct um_sink *client, int status, const char *body)
 {
-    static const struct um_header ct = {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
+    /* Our own answers (PURGE, only-if-cached) carry a Cache-Status too. */
+    struct um_cache_status cs = {.cache_name = CACHE_NAME, .fwd = UM_FWD_MISS};
+    if (status == 504)
+        cs.detail = "only-if-cached";
+    char csbuf[128];
+    size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &cs);
+    struct um_header hs[2] = {{UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")},
+                              {UM_STR("Cache-Status"), {csbuf, cl < sizeof(csbuf) ? cl : 0}}};
     size_t len = strlen(body);
-    struct um_response_head h = {status, &ct, 1, (int64_t)len, {NULL, 0}};
+    struct um_response_head h = {status, hs, cl < sizeof(csbuf) ? 2 : 1, (int64_t)len, {NULL, 0}};
+    client->origin_data = NULL;
     client->ops->on_head(client, &h);
     client->ops->on_data(client, body, len);
     client->ops->on_end(client, UM_OK);
@@ -1145,8 +1210,15 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
                                    rm.etag.len > 0 || rm.has_last_modified};
         enum um_cache_use use = um_cache_decide(&v, &qm);
         if (use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE) {
-            /* (stale-while-revalidate: served stale; the refresh happens on the next miss
-             * once the window closes.) */
+            if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET) {
+                /* Served stale; one refresh in the background. Requests arriving meanwhile
+                 * find the refreshing object first and stream from it. */
+                static const char pend = TAG_PENDING;
+                struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
+                if (nobj)
+                    fill_start(co, f, NULL, nobj, um_cache_obj_ref(obj), um_strndup(key, klen),
+                               klen);
+            }
             free(key);
             struct reader *r = reader_new(co, f, client, obj);
             r->cs.hit = true;
@@ -1163,7 +1235,22 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             fill_start(co, f, client, NULL, obj, key, klen);
             return;
         }
+        if (req->method_id == UM_METHOD_GET) {
+            /* Unusable as it is and nothing to validate with: fetch it again into a new
+             * object ahead of this one (which may still stand in if the origin fails). */
+            static const char pend = TAG_PENDING;
+            struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
+            if (nobj) {
+                fill_start(co, f, client, nobj, obj, key, klen);
+                return;
+            }
+        }
         um_cache_obj_unref(obj);
+        if (req->method_id == UM_METHOD_GET) {
+            free(key);
+            pass_start(co, f, client, UM_FWD_MISS, "no-room");
+            return;
+        }
     } else if (qm.cc.only_if_cached) {
         free(key);
         respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
@@ -1219,9 +1306,17 @@ static void cache_body_ready(struct um_origin *o, struct um_sink *client)
 /* The fill whose own client is r, if any: it must stop pointing at r. */
 static void forget_own(struct reader *r)
 {
-    for (struct fill *fl = wfills ? wfills->active : NULL; fl; fl = fl->next_active)
-        if (fl->own == r)
-            fl->own = NULL;
+    for (struct fill *fl = wfills ? wfills->active : NULL; fl; fl = fl->next_active) {
+        if (fl->own != r)
+            continue;
+        fl->own = NULL;
+        if (fl->handoff) {
+            /* Nobody left to hand the rest to: let the paused fetch run out. */
+            fl->handoff = false;
+            fl->discard = true;
+            fl->co->inner->ops->resume(fl->co->inner, &fl->sink);
+        }
+    }
 }
 
 static void cache_cancel(struct um_origin *o, struct um_sink *client)

@@ -593,8 +593,17 @@ static void xfer_free(struct xfer *x)
     free(x->target);
     free(x->method);
     free(x->hbuf);
-    x->sink->origin_data = NULL;
     free(x);
+}
+
+/* The last call to the sink: after it the sink may be gone (a layer frees its state in
+ * on_end), so it is forgotten first. */
+static void end_sink(struct xfer *x, int err)
+{
+    struct um_sink *sink = x->sink;
+    x->sink = NULL;
+    sink->origin_data = NULL;
+    sink->ops->on_end(sink, err);
 }
 
 static void respond_error(struct xfer *x, int status)
@@ -608,7 +617,7 @@ static void respond_error(struct xfer *x, int status)
     struct um_sink *sink = x->sink;
     sink->ops->on_head(sink, &h);
     sink->ops->on_data(sink, body, len);
-    sink->ops->on_end(sink, UM_OK);
+    end_sink(x, UM_OK);
 }
 
 static void on_ttfb_timeout(struct um_timer *t);
@@ -704,7 +713,6 @@ static void finish(struct xfer *x, CURLcode res)
 {
     struct upstream *up = x->up;
     const struct um_upstream_conf *conf = up->conf;
-    struct um_sink *sink = x->sink;
     const char *url = conf->servers[x->server].url;
     if (x->in_multi) {
         curl_multi_remove_handle(x->wc->multi, x->easy);
@@ -717,7 +725,7 @@ static void finish(struct xfer *x, CURLcode res)
             um_log_err("upstream %s: server %s: no response head", conf->name, url);
             respond_error(x, 502);
         } else {
-            sink->ops->on_end(sink, UM_OK);
+            end_sink(x, UM_OK);
         }
         xfer_free(x);
         return;
@@ -725,13 +733,13 @@ static void finish(struct xfer *x, CURLcode res)
     if (x->head_sent) {
         um_log_err("upstream %s: server %s: response body cut short: %s", conf->name, url,
                    x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
-        sink->ops->on_end(sink, UM_ERR);
+        end_sink(x, UM_ERR);
         xfer_free(x);
         return;
     }
     if (x->body_failed) {
         /* The client's body was bad: the connection answers 400/413 itself. */
-        sink->ops->on_end(sink, UM_ERR);
+        end_sink(x, UM_ERR);
         xfer_free(x);
         return;
     }
