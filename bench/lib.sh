@@ -14,10 +14,15 @@ BENCH_RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results}
 : "${WRK_THREADS:=2}"
 : "${WRK_CONNECTIONS:=100}"
 : "${SERVERS:=nginx umbra}"
+# The servers SERVERS may name (the cache scenario adds varnish).
+: "${BENCH_KNOWN_SERVERS:=nginx umbra}"
 : "${UMBRA_BUILD:=$BENCH_ROOT/build-bench}"
 
 BENCH_PIDS=()
 BENCH_TMP=
+# Dirs outside BENCH_TMP that the scenario made (e.g. nginx's cache on /dev/shm): removed
+# with it by bench_cleanup.
+BENCH_EXTRA_DIRS=()
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 warn() { printf '[bench] WARNING: %s\n' "$*" >&2; }
@@ -41,7 +46,8 @@ check_knobs() {
     [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a positive number of seconds (got '$DURATION')"
     local s
     for s in $SERVERS; do
-        [[ $s == nginx || $s == umbra ]] || die "SERVERS: unknown server '$s' (nginx, umbra)"
+        [[ " $BENCH_KNOWN_SERVERS " == *" $s "* ]] ||
+            die "SERVERS: unknown server '$s' (${BENCH_KNOWN_SERVERS// /, })"
     done
     [[ -n ${SERVERS// /} ]] || die "SERVERS is empty"
 }
@@ -94,7 +100,7 @@ stop_pid() {
 }
 
 bench_cleanup() {
-    local rc=$? pid
+    local rc=$? pid d
     trap - EXIT INT TERM
     [[ -n ${BENCH_WRK_PID:-} ]] && stop_pid "$BENCH_WRK_PID"
     for pid in "${BENCH_PIDS[@]}"; do
@@ -108,6 +114,13 @@ bench_cleanup() {
             rm -rf "$BENCH_TMP"
         fi
     fi
+    for d in "${BENCH_EXTRA_DIRS[@]}"; do
+        if ((rc != 0)) && [[ -n ${BENCH_KEEP_TMP:-} ]]; then
+            log "keeping $d (BENCH_KEEP_TMP)"
+        else
+            rm -rf "$d"
+        fi
+    done
     exit "$rc"
 }
 
@@ -333,6 +346,31 @@ EOF
     wait_port umbra "$UMBRA_PID" "$UMBRA_PORT" "$dir/umbra.log"
 }
 
+# start_varnish BACKEND_PORT [VCL]: Varnish in the foreground (-F: its manager process is
+# the PID recorded; the cache process is its child) in front of 127.0.0.1:BACKEND_PORT,
+# with 256 MB of malloc storage and its working dir in the temp dir; no management port
+# (-T none). Without VCL (text), the built-in VCL (-b): it caches GET/HEAD responses
+# without Set-Cookie for their max-age and passes requests with Cookie or Authorization.
+# Sets VARNISH_PORT and VARNISH_PID.
+start_varnish() {
+    local backend=$1 vcl=${2:-} dir=$BENCH_TMP/varnish
+    need varnishd
+    mkdir -p "$dir"
+    chmod 755 "$dir"
+    VARNISH_PORT=$(free_port)
+    local args=(-F -a "127.0.0.1:$VARNISH_PORT" -T none -s "malloc,256m" -n "$dir/work")
+    if [[ -n $vcl ]]; then
+        printf '%s\n' "$vcl" >"$dir/bench.vcl"
+        chmod 644 "$dir/bench.vcl"
+        args+=(-f "$dir/bench.vcl")
+    else
+        args+=(-b "127.0.0.1:$backend")
+    fi
+    bench_start varnish "$dir/varnishd.log" varnishd "${args[@]}"
+    VARNISH_PID=$BENCH_LAST_PID
+    wait_port varnish "$VARNISH_PID" "$VARNISH_PORT" "$dir/varnishd.log"
+}
+
 # check_get NAME URL BYTES: the URL answers 200 with exactly BYTES of body, or die.
 check_get() {
     local name=$1 url=$2 want=$3 out code size
@@ -491,6 +529,7 @@ bench_env_md() {
     echo "- machine: $(nproc) CPUs, $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')"
     echo "- umbra: ${UMBRA_BIN:-not run}, commit $rev"
     echo "- nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
+    if bench_uses varnish; then echo "- varnish: $(varnishd -V 2>&1 | head -n1)"; fi
     echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
     echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
     echo "- servers: $SERVERS"

@@ -1,0 +1,645 @@
+#!/usr/bin/env bash
+# Scenario "cache": Umbra against nginx (proxy_cache) and Varnish as caching reverse proxies
+# in front of one origin (the test origin, tests/origin/origin.c): hits of a small and a
+# large object, a thundering herd on one cold URL, an uncacheable URL behind a slow origin,
+# and the hit ratio of the store's SIEVE against LRU on a Zipf trace. See bench/README.md.
+set -euo pipefail
+# Every server of this scenario by default, unless SERVERS says otherwise.
+: "${SERVERS:=nginx varnish umbra}"
+BENCH_KNOWN_SERVERS="nginx varnish umbra"
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# The herd: that many simultaneous requests for one cold URL.
+: "${HERD_REQUESTS:=200}"
+# ab's run on the large object.
+: "${AB_REQUESTS:=300}"
+: "${AB_CONCURRENCY:=100}"
+# 1: also send the herd to the origin directly, once (what the client and the machine give).
+: "${BACKEND_DIRECT:=1}"
+DELAY_MS=50
+SMALL=1024
+LARGE=$((5 * 1024 * 1024))
+CC_LONG="cc=max-age%3D3600"
+URL_1K="/hit1k?size=$SMALL&$CC_LONG"
+URL_5M="/hit5m?size=$LARGE&$CC_LONG"
+URL_NS="/nostore?size=$SMALL&delay=$DELAY_MS&cc=no-store"
+# Each client connection has one request in flight, and each takes DELAY_MS at least.
+NS_BOUND=$((WRK_CONNECTIONS * 1000 / DELAY_MS))
+
+need wrk ab curl python3 awk timeout pgrep getconf cmp
+for v in HERD_REQUESTS AB_REQUESTS AB_CONCURRENCY; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
+done
+bench_init
+if bench_uses umbra; then ensure_umbra; fi
+ensure_origin
+
+# The store's library (build dir's libumbra_core.a) for the hit-ratio program: beside
+# UMBRA_BIN when it is a build dir, else built into UMBRA_BUILD. Sets CORE_LIB.
+ensure_core_lib() {
+    CORE_LIB=$(dirname "$UMBRA_BIN")/libumbra_core.a
+    [[ -f $CORE_LIB ]] && return 0
+    need cmake
+    mkdir -p "$UMBRA_BUILD"
+    local blog=$UMBRA_BUILD/bench-build-core.log
+    log "building umbra_core (Release) into $UMBRA_BUILD for bench/sieve_vs_lru.c"
+    if ! { cmake -S "$BENCH_ROOT" -B "$UMBRA_BUILD" -DCMAKE_BUILD_TYPE=Release &&
+        cmake --build "$UMBRA_BUILD" -j2 --target umbra_core; } >"$blog" 2>&1; then
+        tail -n 40 "$blog" >&2
+        die "build of umbra_core failed (full log: $blog)"
+    fi
+    CORE_LIB=$UMBRA_BUILD/libumbra_core.a
+    [[ -f $CORE_LIB ]] || die "build produced no $CORE_LIB"
+}
+
+# The hit-ratio program, built now so that a compile error stops the run before the long
+# part. It measures Umbra's store: only when Umbra is among the servers.
+SIM_BIN=
+if bench_uses umbra; then
+    need cc pkg-config
+    ensure_core_lib
+    SIM_BIN=$BENCH_TMP/sieve_vs_lru
+    # shellcheck disable=SC2046
+    cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$BENCH_ROOT/include" \
+        -o "$SIM_BIN" "$BENCH_DIR/sieve_vs_lru.c" "$CORE_LIB" \
+        $(pkg-config --libs luajit libcurl openssl) -lpthread -lm >"$BENCH_TMP/sim-build.log" 2>&1 || {
+        cat "$BENCH_TMP/sim-build.log" >&2
+        die "cc bench/sieve_vs_lru.c failed (against $CORE_LIB)"
+    }
+fi
+
+# wrk's and the herd's connections, the servers' client and origin sockets.
+raise_nofile $((2 * (HERD_REQUESTS > WRK_CONNECTIONS ? HERD_REQUESTS : WRK_CONNECTIONS) + 512))
+log "ulimit -n: $NOFILE"
+
+start_origin
+declare -A PORT PID
+if bench_uses nginx; then
+    # The cache on tmpfs, so that nginx's hits don't wait on a disk (Umbra's and Varnish's
+    # are in memory).
+    NGINX_CACHE=/dev/shm/$(basename "$BENCH_TMP")-nginx-cache
+    BENCH_EXTRA_DIRS+=("$NGINX_CACHE")
+    mkdir -p "$NGINX_CACHE"
+    # Its workers run as nobody.
+    chmod 777 "$NGINX_CACHE"
+    start_nginx_with "worker_rlimit_nofile $NOFILE;" "
+    proxy_cache_path $NGINX_CACHE levels=1:2 keys_zone=bench:16m max_size=256m inactive=1h use_temp_path=off;
+    upstream app {
+        server 127.0.0.1:$ORIGIN_PORT;
+        keepalive 256;
+    }" "
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_cache bench;
+            proxy_cache_lock on;
+            add_header X-Cache-Status \$upstream_cache_status always;
+        }"
+    PORT[nginx]=$NGINX_PORT
+    PID[nginx]=$NGINX_PID
+fi
+if bench_uses varnish; then
+    start_varnish "$ORIGIN_PORT"
+    PORT[varnish]=$VARNISH_PORT
+    PID[varnish]=$VARNISH_PID
+fi
+if bench_uses umbra; then
+    start_umbra_with "upstreams = { app = { servers = { \"http://127.0.0.1:$ORIGIN_PORT\" } } }
+routes = { { path = \"/\", upstream = \"app\" } }
+cache = { memory = \"256MB\", max_object = \"64MB\" }"
+    PORT[umbra]=$UMBRA_PORT
+    PID[umbra]=$UMBRA_PID
+fi
+PORT[origin]=$ORIGIN_PORT
+PID[origin]=$ORIGIN_PID
+read -r -a SRV <<<"$SERVERS"
+
+# origin_count: requests the origin has received so far.
+origin_count() {
+    local n
+    n=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__count") || die "origin: /__count failed"
+    [[ $n =~ ^[0-9]+$ ]] || die "origin: /__count answered '$n'"
+    echo "$n"
+}
+
+# alive NAME...: each is still running, or die (a crashed server must not be reported slow).
+alive() {
+    local p
+    for p in "$@"; do
+        kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (logs in $BENCH_TMP/)"
+    done
+}
+
+# is_hit SERVER HEADERS-FILE: the response whose head is in the file came from the cache.
+is_hit() {
+    case $1 in
+    umbra) grep -qiE '^Cache-Status:.*;[[:space:]]*hit([;,[:space:]]|$)' "$2" ;;
+    nginx) grep -qiE '^X-Cache-Status:[[:space:]]*HIT' "$2" ;;
+    varnish) grep -qiE '^X-Varnish:[[:space:]]*[0-9]+[[:space:]]+[0-9]+' "$2" ;;
+    *) return 1 ;;
+    esac
+}
+
+# fetch SERVER PATH BODY HEAD: one GET; the body and head to files; prints "CODE SIZE".
+fetch() {
+    curl -s --max-time 20 -o "$3" -D "$4" -w '%{http_code} %{size_download}' \
+        "http://127.0.0.1:${PORT[$1]}$2" || die "$1: curl $2 failed (exit $?)"
+}
+
+# check_cacheable SERVER PATH BYTES: the first GET (a miss, which warms the cache) and the
+# second (a hit) answer 200 with the origin's BYTES bytes, the second from the cache, and
+# the two together cost the origin one request.
+check_cacheable() {
+    local s=$1 path=$2 want=$3 c0 c1 code size i
+    c0=$(origin_count)
+    for i in 1 2; do
+        read -r code size <<<"$(fetch "$s" "$path" "$BENCH_TMP/check.body" "$BENCH_TMP/check.head")"
+        [[ $code == 200 ]] || die "$s: GET $path (#$i) answered $code, expected 200"
+        [[ $size == "$want" ]] || die "$s: GET $path (#$i) gave $size bytes, expected $want"
+        cmp -s "$BENCH_TMP/check.body" "$BENCH_TMP/ref-$want.body" ||
+            die "$s: GET $path (#$i): the body differs from the origin's"
+    done
+    is_hit "$s" "$BENCH_TMP/check.head" || {
+        cat "$BENCH_TMP/check.head" >&2
+        die "$s: the second GET $path was not a cache hit (head above)"
+    }
+    c1=$(origin_count)
+    (((c1 - c0) == 1)) || die "$s: two GET $path cost the origin $((c1 - c0)) requests, expected 1"
+    log "$s: GET $path -> 200, $size bytes, second one a hit ($(grep -iE '^(Cache-Status|X-Cache-Status|X-Varnish|Age):' "$BENCH_TMP/check.head" | tr -d '\r' | paste -sd' ' -))"
+}
+
+# check_uncacheable SERVER PATH BYTES: two GETs answer 200 with BYTES bytes, and both
+# reach the origin.
+check_uncacheable() {
+    local s=$1 path=$2 want=$3 c0 c1 code size i
+    c0=$(origin_count)
+    for i in 1 2; do
+        read -r code size <<<"$(fetch "$s" "$path" "$BENCH_TMP/check.body" "$BENCH_TMP/check.head")"
+        [[ $code == 200 ]] || die "$s: GET $path (#$i) answered $code, expected 200"
+        [[ $size == "$want" ]] || die "$s: GET $path (#$i) gave $size bytes, expected $want"
+    done
+    c1=$(origin_count)
+    (((c1 - c0) == 2)) || die "$s: two GET $path (no-store) cost the origin $((c1 - c0)) requests, expected 2"
+    log "$s: GET $path -> 200, $size bytes, both from the origin"
+}
+
+# The origin's own bodies, to compare with.
+for n in $SMALL $LARGE; do
+    curl -s --max-time 10 -o "$BENCH_TMP/ref-$n.body" "http://127.0.0.1:$ORIGIN_PORT/ref?size=$n" ||
+        die "origin: curl failed"
+    [[ $(stat -c %s "$BENCH_TMP/ref-$n.body") == "$n" ]] || die "origin: /ref?size=$n is not $n bytes"
+done
+for s in "${SRV[@]}"; do
+    check_cacheable "$s" "$URL_1K" $SMALL
+    check_cacheable "$s" "$URL_5M" $LARGE
+    check_uncacheable "$s" "$URL_NS" $SMALL
+done
+
+# round_order R: sets ORDER to SRV rotated by R-1, so that each server goes first in turn.
+round_order() {
+    local r=$1 n=${#SRV[@]} i
+    ORDER=()
+    for ((i = 0; i < n; i++)); do ORDER+=("${SRV[$(((i + r - 1) % n))]}"); done
+}
+
+# ---- wrk measurements: hit1k (req/s), hit5m (MB/s), nostore (req/s, of bound) ----------
+
+WRK_CASES=(hit1k hit5m nostore)
+declare -A WPATH=([hit1k]=$URL_1K [hit5m]=$URL_5M [nostore]=$URL_NS)
+declare -A RPS MBPS P50 P99 CPU_S CPU_B CPU_W CPU_O OREQ ERRS
+# Rounds during which the rest of the machine was busier than this (% of one CPU).
+BUSY_OTHER_PCT=50
+BUSY=()
+
+# measure_wrk CASE SERVER ROUND
+measure_wrk() {
+    local k=$1 s=$2 r=$3 out o0 o1 b0 b1 s0 s1 m0 m1 t0 t1 secs rps mbps reqs errs p50 p99 cs cb cm cw co
+    alive "$s" origin
+    out=$BENCH_TMP/wrk-$k-$s-$r.txt
+    o0=$(origin_count)
+    b0=$(cpu_ticks "$ORIGIN_PID")
+    s0=$(cpu_ticks "${PID[$s]}")
+    m0=$(machine_busy_ticks)
+    t0=$(now_s)
+    run_wrk "http://127.0.0.1:${PORT[$s]}${WPATH[$k]}" "$out"
+    t1=$(now_s)
+    m1=$(machine_busy_ticks)
+    s1=$(cpu_ticks "${PID[$s]}")
+    b1=$(cpu_ticks "$ORIGIN_PID")
+    o1=$(origin_count)
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+    read -r rps mbps reqs errs <<<"$(parse_wrk "$out")" || {
+        cat "$out" >&2
+        die "could not parse wrk's output"
+    }
+    read -r p50 p99 <<<"$(parse_wrk_latency "$out")"
+    cs=$(cpu_pct $((s1 - s0)) "$secs")
+    cb=$(cpu_pct $((b1 - b0)) "$secs")
+    cm=$(cpu_pct $((m1 - m0)) "$secs")
+    cw=$(awk -v c="$WRK_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
+    co=$(awk -v m="$cm" -v a="$cs" -v b="$cb" -v w="$cw" 'BEGIN { if (w == "-") print "-"; else printf "%.0f\n", m - a - b - w }')
+    RPS[$k,$s]+="$rps "
+    MBPS[$k,$s]+="$mbps "
+    P50[$k,$s]+="$p50 "
+    P99[$k,$s]+="$p99 "
+    CPU_S[$k,$s]+="$cs "
+    CPU_B[$k,$s]+="$cb "
+    CPU_W[$k,$s]+="$cw "
+    CPU_O[$k,$s]+="$co "
+    OREQ[$k,$s]+="$((o1 - o0)) "
+    if [[ $errs != none ]]; then
+        warn "$s $k round $r: wrk reported $errs"
+        ERRS[$k,$s]+="r$r: $errs. "
+    fi
+    # Other processes took a large share of the CPUs: the round measures them too.
+    if [[ $co != - ]] && ((co > BUSY_OTHER_PCT)); then
+        warn "$s $k round $r: the rest of the machine used $co% of a CPU during the round"
+        BUSY+=("$k $s round $r: other $co%")
+    fi
+    printf '[bench] %-8s %-7s round %d/%d: %10.2f req/s %9.2f MB/s  p50 %s ms p99 %s ms  CPU %% server %s origin %s wrk %s other %s  origin reqs %d  %s requests, errors: %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$rps" "$mbps" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" $((o1 - o0)) "$reqs" "$errs" >&2
+}
+
+# ---- ab on the large object ---------------------------------------------------------------
+
+# parse_ab FILE: prints "MBPS RPS COMPLETE KEEPALIVE ERRORS" (MB = 2^20 bytes; ab's
+# Kbytes are 1024 bytes).
+parse_ab() {
+    awk -v want="$AB_REQUESTS" '
+    /^Complete requests:/ { done = $3 }
+    /^Failed requests:/ { if ($3 + 0 > 0) err = err (err ? "; " : "") "failed: " $3 }
+    /^   \(Connect:/ { if (fail) err = err " " $0 }
+    /^Non-2xx responses:/ { err = err (err ? "; " : "") "non-2xx: " $3 }
+    /^Keep-Alive requests:/ { ka = $3 }
+    /^Requests per second:/ { rps = $4 }
+    /^Transfer rate:/ { mbps = $3 / 1024 }
+    END {
+        if (rps == "" || mbps == "") { print "parse-error"; exit 1 }
+        if (done != want) err = err (err ? "; " : "") "complete: " done " of " want
+        printf "%.2f %s %s %s %s\n", mbps, rps, done, (ka == "" ? 0 : ka), (err ? err : "none")
+    }' "$1"
+}
+
+declare -A AB_MBPS AB_RPS AB_KA AB_ERRS
+# measure_ab SERVER ROUND
+measure_ab() {
+    local s=$1 r=$2 out rc=0 mbps rps ndone ka errs
+    alive "$s" origin
+    out=$BENCH_TMP/ab-$s-$r.txt
+    timeout -k 5 120 ab -k -c "$AB_CONCURRENCY" -n "$AB_REQUESTS" \
+        "http://127.0.0.1:${PORT[$s]}$URL_5M" >"$out" 2>&1 </dev/null || rc=$?
+    if ((rc != 0)); then
+        cat "$out" >&2
+        die "ab exited with $rc against $s"
+    fi
+    read -r mbps rps ndone ka errs <<<"$(parse_ab "$out")" || {
+        cat "$out" >&2
+        die "could not parse ab's output"
+    }
+    AB_MBPS[$s]+="$mbps "
+    AB_RPS[$s]+="$rps "
+    AB_KA[$s]+="$ka "
+    if [[ $errs != none ]]; then
+        warn "$s ab round $r: $errs"
+        AB_ERRS[$s]+="r$r: $errs. "
+    fi
+    printf '[bench] hit5m-ab %-7s round %d/%d: %10.2f MB/s %8.2f req/s  %s complete, %s keep-alive, errors: %s\n' \
+        "$s" "$r" "$ROUNDS" "$mbps" "$rps" "$ndone" "$ka" "$errs" >&2
+}
+
+# ---- the herd -------------------------------------------------------------------------------
+
+declare -A H_OREQ H_MED H_P90 H_MAX H_ERRS
+# measure_herd SERVER ROUND: HERD_REQUESTS simultaneous GETs of a URL nobody asked for yet.
+measure_herd() {
+    local s=$1 r=$2 path cfg out o0 o1 rc=0 i stats med p90 max bad
+    alive "$s" origin
+    path="/herd/$s-$r-$RANDOM$RANDOM?size=$SMALL&delay=$DELAY_MS&$CC_LONG"
+    cfg=$BENCH_TMP/herd-$s-$r.cfg
+    out=$BENCH_TMP/herd-$s-$r.txt
+    : >"$cfg"
+    for ((i = 0; i < HERD_REQUESTS; i++)); do
+        printf 'url = "http://127.0.0.1:%s%s"\noutput = "/dev/null"\n' "${PORT[$s]}" "$path" >>"$cfg"
+    done
+    o0=$(origin_count)
+    timeout -k 5 60 curl -s --parallel --parallel-immediate --parallel-max "$HERD_REQUESTS" \
+        --max-time 20 -w '%{http_code} %{size_download} %{time_total}\n' -K "$cfg" \
+        >"$out" 2>"$out.err" </dev/null || rc=$?
+    o1=$(origin_count)
+    # curl's exit status is the last failure's; the per-transfer codes below tell more.
+    stats=$(awk -v want="$SMALL" -v n="$HERD_REQUESTS" '
+        { t[NR] = $3 * 1000; if ($1 != 200 || $2 != want) bad++ }
+        END {
+            if (NR != n) bad += n - NR
+            m = NR; if (m == 0) { print "- - - " bad + 0; exit }
+            # Sort the times (insertion sort: 200 values).
+            for (i = 2; i <= m; i++) { v = t[i]; j = i - 1; while (j > 0 && t[j] > v) { t[j + 1] = t[j]; j-- } t[j + 1] = v }
+            med = (m % 2) ? t[(m + 1) / 2] : (t[m / 2] + t[m / 2 + 1]) / 2
+            p90 = t[int(0.9 * m + 0.999999)]
+            printf "%.1f %.1f %.1f %d\n", med, p90, t[m], bad + 0
+        }' "$out")
+    read -r med p90 max bad <<<"$stats"
+    H_OREQ[$s]+="$((o1 - o0)) "
+    H_MED[$s]+="$med "
+    H_P90[$s]+="$p90 "
+    H_MAX[$s]+="$max "
+    if ((bad > 0 || rc != 0)); then
+        warn "$s herd round $r: $bad of $HERD_REQUESTS responses not 200 with $SMALL bytes (curl exit $rc)"
+        H_ERRS[$s]+="r$r: $bad bad, curl exit $rc. "
+    fi
+    printf '[bench] herd     %-7s round %s: origin requests %d, latency median %s ms p90 %s ms max %s ms, bad %d\n' \
+        "$s" "$([[ $s == origin ]] && echo direct || echo "$r/$ROUNDS")" $((o1 - o0)) "$med" "$p90" "$max" "$bad" >&2
+}
+
+# ---- run --------------------------------------------------------------------------------------
+
+check_idle
+nw=$((${#WRK_CASES[@]} * ROUNDS * ${#SRV[@]}))
+log "measuring: ${#WRK_CASES[@]} wrk cases (${WRK_CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers x ${DURATION}s" \
+    "(~$((nw * (DURATION + 2)))s), then ab, the herd and the hit-ratio trace"
+for k in "${WRK_CASES[@]}"; do
+    for ((r = 1; r <= ROUNDS; r++)); do
+        round_order "$r"
+        for s in "${ORDER[@]}"; do
+            measure_wrk "$k" "$s" "$r"
+            sleep 1
+        done
+    done
+done
+for ((r = 1; r <= ROUNDS; r++)); do
+    round_order "$r"
+    for s in "${ORDER[@]}"; do
+        measure_ab "$s" "$r"
+        sleep 1
+    done
+done
+HERD_SRV=("${SRV[@]}")
+for ((r = 1; r <= ROUNDS; r++)); do
+    round_order "$r"
+    for s in "${ORDER[@]}"; do
+        measure_herd "$s" "$r"
+        sleep 1
+    done
+done
+if [[ $BACKEND_DIRECT == 1 ]]; then
+    measure_herd origin 1
+    HERD_SRV+=(origin)
+fi
+declare -A SIM_HITS SIM_RATIO SIM_OBJS
+SIM_POLICIES=()
+SIM_TRACE=
+if [[ -n $SIM_BIN ]]; then
+    log "hit ratio: $SIM_BIN (Zipf trace through um_cache_sim and an LRU)"
+    "$SIM_BIN" >"$BENCH_TMP/sim.txt" 2>&1 || {
+        cat "$BENCH_TMP/sim.txt" >&2
+        die "sieve_vs_lru failed"
+    }
+    cat "$BENCH_TMP/sim.txt" >&2
+    SIM_TRACE=$(sed -n 's/^trace: //p' "$BENCH_TMP/sim.txt")
+    while read -r _ p _ hits _ ratio _ objs _; do
+        SIM_POLICIES+=("$p")
+        SIM_HITS[$p]=$hits
+        SIM_RATIO[$p]=$ratio
+        SIM_OBJS[$p]=$objs
+    done < <(grep '^policy ' "$BENCH_TMP/sim.txt")
+fi
+
+# ---- report -----------------------------------------------------------------------------------
+
+# medianx VALUES...: the median, or "-" when any value is missing.
+medianx() {
+    local v
+    for v in "$@"; do
+        if [[ $v == - ]]; then
+            echo -
+            return
+        fi
+    done
+    median "$@"
+}
+# atleast A B: "meets" when A >= B, else "below" ("-" for a missing A).
+atleast() {
+    if [[ $1 == - ]]; then
+        echo -
+        return
+    fi
+    awk -v a="$1" -v b="$2" 'BEGIN { print (a >= b ? "meets" : "below") }'
+}
+# maxof VALUES...: the largest, ignoring "-" ("-" when none is left).
+maxof() { printf '%s\n' "$@" | awk '$1 != "-" && (m == "" || $1 + 0 > m + 0) { m = $1 } END { print (m == "" ? "-" : m) }'; }
+
+mkdir -p "$BENCH_RESULTS"
+md=$BENCH_RESULTS/cache-$(date '+%Y-%m-%d-%H%M%S').md
+{
+    echo "# cache: Umbra vs nginx (proxy_cache) and Varnish in front of one origin"
+    echo
+    bench_env_md
+    echo "- ab: $(ab -V 2>&1 | head -n1 | sed 's/^This is //; s/ *<.*//'), -k -c $AB_CONCURRENCY -n $AB_REQUESTS"
+    echo "- curl: $(curl --version | head -n1 | awk '{print $2}'), the herd: --parallel --parallel-max $HERD_REQUESTS, $HERD_REQUESTS GETs of one cold URL per round"
+    echo "- origin: $ORIGIN_BIN -t ${ORIGIN_THREADS:-1} (test origin)"
+    echo "- umbra: cache = { memory = \"256MB\", max_object = \"64MB\" } (a route to the origin; caching is on by default)"
+    echo "- nginx: proxy_cache on tmpfs (/dev/shm), keys_zone 16m, max_size 256m, proxy_cache_lock on, upstream keepalive 256, 2 workers"
+    echo "- varnish: varnishd -F -s malloc,256m -b (built-in VCL), default thread pools"
+    echo "- URLs: hit1k $URL_1K; hit5m $URL_5M; nostore $URL_NS; herd /herd/UNIQUE?size=$SMALL&delay=$DELAY_MS&$CC_LONG"
+    echo
+    echo "## wrk (-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s --latency, keep-alive)"
+    echo
+    echo "| case | server | median req/s | median MB/s | compared | Umbra/nginx | Umbra/Varnish | of bound | p50 ms | p99 ms | CPU server % | CPU origin % | CPU wrk % | CPU other % | origin reqs/round | req/s per round | errors |"
+    echo "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+} >"$md"
+
+declare -A VERDICT=()
+fmt='%-12s %-8s %12s %10s %8s %12s %14s %9s %8s %8s %s\n'
+echo
+# shellcheck disable=SC2059
+printf "$fmt" case server "median req/s" "med MB/s" compared "Umbra/nginx" "Umbra/Varnish" "of bound" "p50 ms" "p99 ms" "CPU% srv/orig/wrk/other, origin reqs/round"
+printf '%s\n' "------------------------------------------------------------------------------------------------------------------------------------------"
+for k in "${WRK_CASES[@]}"; do
+    cmp_by=rps
+    [[ $k == hit5m ]] && cmp_by=mbps
+    declare -A MR=() MM=()
+    for s in "${SRV[@]}"; do
+        # shellcheck disable=SC2086
+        MR[$s]=$(median ${RPS[$k,$s]})
+        # shellcheck disable=SC2086
+        MM[$s]=$(median ${MBPS[$k,$s]})
+    done
+    for s in "${SRV[@]}"; do
+        rn=- rv=- fb=-
+        if [[ $s == umbra ]]; then
+            if [[ $cmp_by == rps ]]; then
+                bench_uses nginx && rn=$(ratio "${MR[umbra]}" "${MR[nginx]}")
+                bench_uses varnish && rv=$(ratio "${MR[umbra]}" "${MR[varnish]}")
+            else
+                bench_uses nginx && rn=$(ratio "${MM[umbra]}" "${MM[nginx]}")
+                bench_uses varnish && rv=$(ratio "${MM[umbra]}" "${MM[varnish]}")
+            fi
+        fi
+        [[ $k == nostore ]] && fb=$(ratio "${MR[$s]}" "$NS_BOUND")
+        # shellcheck disable=SC2086
+        {
+            p50=$(medianx ${P50[$k,$s]})
+            p99=$(medianx ${P99[$k,$s]})
+            cs=$(medianx ${CPU_S[$k,$s]})
+            cb=$(medianx ${CPU_B[$k,$s]})
+            cw=$(medianx ${CPU_W[$k,$s]})
+            co=$(medianx ${CPU_O[$k,$s]})
+            orq=$(medianx ${OREQ[$k,$s]})
+        }
+        for v in cs cb cw co orq; do
+            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
+        done
+        cmpname=req/s
+        [[ $cmp_by == mbps ]] && cmpname=MB/s
+        # shellcheck disable=SC2059
+        printf "$fmt" "cache/$k" "$s" "${MR[$s]}" "${MM[$s]}" "$cmpname" "$rn" "$rv" "$fb" "$p50" "$p99" "$cs/$cb/$cw/$co, $orq"
+        per=${RPS[$k,$s]% }
+        [[ $cmp_by == mbps ]] && per="${MBPS[$k,$s]% } (MB/s)"
+        echo "| cache/$k | $s | ${MR[$s]} | ${MM[$s]} | $cmpname | $rn | $rv | $fb | $p50 | $p99 | $cs | $cb | $cw | $co | $orq | $per | ${ERRS[$k,$s]:-none} |" >>"$md"
+        if [[ $s == umbra ]]; then
+            case $k in
+            hit1k)
+                v=
+                bench_uses nginx && v="x nginx $rn ($(atleast "$rn" 1.5) >= 1.5)"
+                bench_uses varnish && v="${v:+$v, }x Varnish $rv ($(atleast "$rv" 1.5) >= 1.5)"
+                VERDICT[$k]=${v:-"no reference server measured"}
+                ;;
+            hit5m)
+                best=$(maxof "${MM[nginx]:--}" "${MM[varnish]:--}")
+                rb=$(ratio "${MM[umbra]}" "$best")
+                VERDICT[$k]="wrk: x the better of nginx and Varnish $rb ($(atleast "$rb" 1.0) >= 1.0)"
+                [[ $best == - ]] && VERDICT[$k]="wrk: no reference server measured"
+                ;;
+            nostore)
+                VERDICT[$k]="of bound $fb ($(atleast "$fb" 0.95) >= 0.95), ${MR[$s]} req/s of $NS_BOUND"
+                ;;
+            esac
+        fi
+    done
+done
+
+{
+    echo
+    echo "## ab on the 5 MiB hit (ab -k -c $AB_CONCURRENCY -n $AB_REQUESTS)"
+    echo
+    echo "| case | server | median MB/s | median req/s | Umbra/nginx | Umbra/Varnish | keep-alive requests | MB/s per round | errors |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"
+} >>"$md"
+declare -A AM=()
+for s in "${SRV[@]}"; do
+    # shellcheck disable=SC2086
+    AM[$s]=$(median ${AB_MBPS[$s]})
+done
+for s in "${SRV[@]}"; do
+    rn=- rv=-
+    if [[ $s == umbra ]]; then
+        bench_uses nginx && rn=$(ratio "${AM[umbra]}" "${AM[nginx]}")
+        bench_uses varnish && rv=$(ratio "${AM[umbra]}" "${AM[varnish]}")
+        best=$(maxof "${AM[nginx]:--}" "${AM[varnish]:--}")
+        rb=$(ratio "${AM[umbra]}" "$best")
+        if [[ $best == - ]]; then
+            VERDICT[hit5m]+="; ab: no reference server measured"
+        else
+            VERDICT[hit5m]+="; ab: x the better $rb ($(atleast "$rb" 1.0) >= 1.0)"
+        fi
+    fi
+    # shellcheck disable=SC2086
+    ar=$(median ${AB_RPS[$s]})
+    # shellcheck disable=SC2059
+    printf "$fmt" "cache/5m-ab" "$s" "$ar" "${AM[$s]}" "MB/s" "$rn" "$rv" - - - "keep-alive reqs/round: ${AB_KA[$s]% }"
+    echo "| cache/hit5m-ab | $s | ${AM[$s]} | $ar | $rn | $rv | ${AB_KA[$s]% } | ${AB_MBPS[$s]% } | ${AB_ERRS[$s]:-none} |" >>"$md"
+done
+
+{
+    echo
+    echo "## herd: $HERD_REQUESTS simultaneous GETs of one cold URL (origin: ${DELAY_MS} ms, max-age=3600), a new URL each round"
+    echo
+    echo "| case | server | origin requests per round | median latency ms | p90 ms | max ms | median ms per round | errors |"
+    echo "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"
+} >>"$md"
+echo
+printf '%-12s %-8s %-26s %18s %8s %8s\n' case server "origin reqs per round" "median latency ms" "p90 ms" "max ms"
+for s in "${HERD_SRV[@]}"; do
+    # shellcheck disable=SC2086
+    {
+        hm=$(medianx ${H_MED[$s]})
+        hp=$(medianx ${H_P90[$s]})
+        hx=$(medianx ${H_MAX[$s]})
+    }
+    printf '%-12s %-8s %-26s %18s %8s %8s\n' cache/herd "$s" "${H_OREQ[$s]% }" "$hm" "$hp" "$hx"
+    echo "| cache/herd | $s | ${H_OREQ[$s]% } | $hm | $hp | $hx | ${H_MED[$s]% } | ${H_ERRS[$s]:-none} |" >>"$md"
+    if [[ $s == umbra ]]; then
+        # shellcheck disable=SC2086
+        omax=$(maxof ${H_OREQ[$s]})
+        ok=below
+        ((omax == 1)) && ok=meets
+        VERDICT[herd]="origin requests per round ${H_OREQ[$s]% } ($ok: 1), median latency $hm ms ($(awk -v a="$hm" 'BEGIN { print (a != "-" && a <= 70 ? "meets" : "below") }') <= 70)"
+    fi
+done
+
+if ((${#SIM_POLICIES[@]})); then
+    {
+        echo
+        echo "## hit ratio: the store's SIEVE (um_cache_sim) vs LRU on one trace (bench/sieve_vs_lru.c)"
+        echo
+        echo "Trace: $SIM_TRACE."
+        echo
+        echo "| policy | hits | hit ratio | / LRU | objects held at the end |"
+        echo "| --- | ---: | ---: | ---: | ---: |"
+    } >>"$md"
+    echo
+    printf '%-12s %10s %10s %8s %10s\n' policy hits "hit ratio" "/ LRU" objects
+    for p in "${SIM_POLICIES[@]}"; do
+        rl=$(ratio "${SIM_RATIO[$p]}" "${SIM_RATIO[lru]:--}")
+        printf '%-12s %10s %10s %8s %10s\n' "$p" "${SIM_HITS[$p]}" "${SIM_RATIO[$p]}" "$rl" "${SIM_OBJS[$p]}"
+        echo "| $p | ${SIM_HITS[$p]} | ${SIM_RATIO[$p]} | $rl | ${SIM_OBJS[$p]} |" >>"$md"
+    done
+    if [[ -n ${SIM_RATIO[sieve]:-} && -n ${SIM_RATIO[lru]:-} ]]; then
+        VERDICT[sieve]="SIEVE ${SIM_RATIO[sieve]} vs LRU ${SIM_RATIO[lru]} ($(atleast "${SIM_RATIO[sieve]}" "${SIM_RATIO[lru]}") >= LRU)"
+    fi
+fi
+
+{
+    echo
+    echo "MB = 2^20 bytes (wrk's Transfer/sec; ab's Kbytes/sec / 1024). compared: the figure the"
+    echo "ratios are of. of bound: req/s / ($WRK_CONNECTIONS connections / ${DELAY_MS} ms = $NS_BOUND req/s)."
+    echo "CPU: % of one CPU during the wrk run (200% = both CPUs of a 2-CPU machine), medians of"
+    echo "the rounds: the server (all its processes and threads), the origin, wrk, and the rest of"
+    echo "the machine's busy time (approximate; may come out a little below 0). origin reqs/round:"
+    echo "requests the origin received during a round (0 for hits). Herd latency: curl's"
+    echo "time_total of each of the $HERD_REQUESTS transfers (connect included), median over the"
+    echo "transfers, then median over the rounds. The \"origin\" row sends the herd to the origin"
+    echo "directly, once: every request waits its own ${DELAY_MS} ms from when it arrives, so it shows"
+    echo "how spread out curl's requests arrive (a cache that coalesces answers the late ones"
+    echo "when the first one's response comes, sooner). wrk, ab, curl, the servers and the origin share the"
+    echo "machine's CPUs: compare the ratios, not the absolute figures, and only within one run;"
+    echo "ratios within about 5-7% of each other mean \"the same\"."
+    if ((${#BUSY[@]})); then
+        echo
+        echo "Rounds during which the rest of the machine (other processes) used more than"
+        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers"
+        echo "(a server with many threads, such as Varnish, seems to lose less to other load):"
+        echo
+        for b in "${BUSY[@]}"; do echo "- $b"; done
+    fi
+    if ((${#VERDICT[@]})); then
+        echo
+        echo "Targets (Umbra): hit1k >= 1.5 x nginx and >= 1.5 x Varnish (req/s); hit5m >= 1.0 x the"
+        echo "better of the two (MB/s, wrk and ab); herd: 1 origin request, median <= 70 ms; nostore"
+        echo ">= 0.95 of the bound; hit ratio: SIEVE >= LRU."
+        echo
+        for k in hit1k hit5m herd nostore sieve; do
+            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- cache/$k: ${VERDICT[$k]}"; fi
+        done
+    fi
+} >>"$md"
+echo
+for k in hit1k hit5m herd nostore sieve; do
+    if [[ -n ${VERDICT[$k]:-} ]]; then log "target cache/$k: ${VERDICT[$k]}"; fi
+done
+if ((${#BUSY[@]})); then
+    warn "${#BUSY[@]} wrk rounds ran while other processes used more than $BUSY_OTHER_PCT% of a CPU (listed in the results file)"
+fi
+log "results written to $md"
