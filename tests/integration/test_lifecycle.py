@@ -556,7 +556,9 @@ class ShutdownTest(unittest.TestCase):
             s.close()
             self.assertIsNotNone(rc, "still running 10 s after SIGTERM")
             self.assertGreater(elapsed, 0.7, "in-flight download not given its shutdown time")
-            self.assertLess(elapsed, 3.0)
+            # Bounded by shutdown = 1 (not by send = 60); slack for sanitizer builds and a
+            # loaded machine.
+            self.assertLess(elapsed, 6.0)
 
     def test_sigquit_exits_immediately(self):
         with Umbra('routes = { { path = "/", root = "www" } }\ntimeouts = { shutdown = 10 }\n',
