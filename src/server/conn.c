@@ -289,6 +289,17 @@ static void on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
         close(fd);
         return;
     }
+    if (c->ssl && len <= 16 * 1024) {
+        /* Over TLS a small body joins the head in one record and one write. */
+        wreserve(c, (size_t)len);
+        ssize_t r = pread(fd, c->wbuf + c->wlen, (size_t)len, (off_t)off);
+        if (r == (ssize_t)len) {
+            c->wlen += (size_t)len;
+            close(fd);
+            wake(c);
+            return;
+        }
+    }
     c->file_fd = fd;
     c->file_off = off;
     c->file_left = len;
@@ -405,17 +416,29 @@ static const struct um_route *find_route(const struct um_config *cfg, um_str aut
 static void redirect_https(struct um__conn *c)
 {
     const struct um_request *req = &c->req;
-    size_t n = 8 + req->authority.len + req->target.len;
+    /* The host without the plain listener's port, as nginx's "https://$host$request_uri":
+     * HTTPS is on its own (default) port. */
+    um_str host = req->authority;
+    if (host.len > 0 && host.base[0] == '[') {
+        const char *end = memchr(host.base, ']', host.len);
+        if (end)
+            host.len = (size_t)(end - host.base) + 1;
+    } else {
+        const char *colon = memchr(host.base, ':', host.len);
+        if (colon)
+            host.len = (size_t)(colon - host.base);
+    }
+    size_t n = 8 + host.len + req->target.len;
     char *loc = um_malloc(n + 1);
     memcpy(loc, "https://", 8);
-    memcpy(loc + 8, req->authority.base, req->authority.len);
+    memcpy(loc + 8, host.base, host.len);
     if (req->flags & UM_REQ_F_ABSOLUTE_FORM) {
         /* The path and query of an absolute-form target. */
         size_t tail = req->path.len + ((req->flags & UM_REQ_F_HAS_QUERY) ? req->query.len + 1 : 0);
-        memcpy(loc + 8 + req->authority.len, req->path.base, tail);
-        n = 8 + req->authority.len + tail;
+        memcpy(loc + 8 + host.len, req->path.base, tail);
+        n = 8 + host.len + tail;
     } else {
-        memcpy(loc + 8 + req->authority.len, req->target.base, req->target.len);
+        memcpy(loc + 8 + host.len, req->target.base, req->target.len);
     }
     struct um_header h = {UM_STR("Location"), {loc, n}};
     respond_simple(c, 308, &h, 1);

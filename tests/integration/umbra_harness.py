@@ -677,3 +677,229 @@ def vm_rss_kb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise UmbraError("no VmRSS for pid %d" % pid)
+
+
+# -- TLS: a test PKI and TLS clients -------------------------------------------------------
+
+class CertAuthority:
+    """A small PKI made with the openssl command under dirpath (ECDSA P-256 throughout): a
+    root CA, an intermediate CA signed by the root, and leaf certificates signed by the
+    intermediate. .root is the root's PEM file, the only thing clients should trust, so a
+    server that does not send the intermediate fails verification.
+
+        ca = CertAuthority(d)
+        crt, key = ca.leaf("example", ["example.com", "*.example.com"])
+        ctx = tls_context(ca.root)
+    """
+
+    def __init__(self, dirpath, days=2):
+        self.dir = dirpath
+        self.days = days
+        self._serial = 1000
+        os.makedirs(dirpath, exist_ok=True)
+        self.root = os.path.join(dirpath, "root.crt")
+        self.root_key = self._key("root")
+        self._run(["req", "-x509", "-new", "-key", self.root_key, "-subj", "/CN=Umbra Test Root",
+                   "-days", str(days), "-addext", "basicConstraints=critical,CA:TRUE",
+                   "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", self.root])
+        self.intermediate_key = self._key("intermediate")
+        self.intermediate = self._sign("intermediate", "/CN=Umbra Test Intermediate",
+                                       self.intermediate_key, self.root, self.root_key,
+                                       "basicConstraints=critical,CA:TRUE,pathlen:0\n"
+                                       "keyUsage=critical,keyCertSign,cRLSign\n")
+
+    def _run(self, args):
+        subprocess.run(["openssl"] + args, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=30)
+
+    def _key(self, name):
+        path = os.path.join(self.dir, name + ".key")
+        self._run(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                   "-out", path])
+        return path
+
+    def _sign(self, name, subj, key, ca_crt, ca_key, ext):
+        csr = os.path.join(self.dir, name + ".csr")
+        extfile = os.path.join(self.dir, name + ".ext")
+        out = os.path.join(self.dir, name + ".pem")
+        with open(extfile, "w") as f:
+            f.write(ext)
+        self._serial += 1
+        self._run(["req", "-new", "-key", key, "-subj", subj, "-out", csr])
+        self._run(["x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
+                   "-set_serial", str(self._serial), "-days", str(self.days),
+                   "-extfile", extfile, "-out", out])
+        return out
+
+    def leaf(self, name, hosts, org=None, chain=True):
+        """A server certificate for hosts (DNS names; the first is also the CN), with O=org
+        if given (to tell two certificates for the same names apart). Writes NAME.crt (the
+        leaf, then the intermediate when chain) and NAME.key under the CA's folder; returns
+        (crt path, key path), and .serial(NAME) gives its serial number."""
+        key = self._key(name)
+        subj = "/CN=%s" % hosts[0] + ("/O=%s" % org if org else "")
+        ext = ("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+               "extendedKeyUsage=serverAuth\nsubjectAltName=%s\n"
+               % ",".join("DNS:" + h for h in hosts))
+        pem = self._sign(name + "-leaf", subj, key, self.intermediate, self.intermediate_key, ext)
+        crt = os.path.join(self.dir, name + ".crt")
+        with open(crt, "wb") as out:
+            for part in ([pem, self.intermediate] if chain else [pem]):
+                with open(part, "rb") as f:
+                    out.write(f.read())
+        return crt, key
+
+    def read(self, name):
+        """{"NAME.crt": bytes, "NAME.key": bytes}: the pair as Umbra's files= takes it."""
+        out = {}
+        for ext in ("crt", "key"):
+            with open(os.path.join(self.dir, "%s.%s" % (name, ext)), "rb") as f:
+                out["%s.%s" % (name, ext)] = f.read()
+        return out
+
+
+def tls_context(cafile=None, minimum=None, maximum=None, alpn=None, tickets=True):
+    """A client SSLContext that verifies the chain against cafile (or, without cafile,
+    verifies nothing). Host names are not checked by the context: tests look at the
+    certificate with peer_cert_names. minimum/maximum: ssl.TLSVersion; alpn: a list of
+    protocol names to offer; tickets=False asks for no session tickets."""
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    if cafile:
+        ctx.load_verify_locations(cafile)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    else:
+        ctx.verify_mode = ssl.CERT_NONE
+    if minimum is not None:
+        ctx.minimum_version = minimum
+    if maximum is not None:
+        ctx.maximum_version = maximum
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    if not tickets:
+        ctx.options |= ssl.OP_NO_TICKET
+    return ctx
+
+
+def tls_connect(port, ctx, server_name=None, session=None, timeout=5):
+    """A TLS connection to 127.0.0.1:port with the handshake done; server_name is sent as
+    SNI (None: no SNI), session is offered for resumption. Every operation has a timeout."""
+    raw = connect(port, timeout)
+    try:
+        return ctx.wrap_socket(raw, server_hostname=server_name, session=session)
+    except BaseException:
+        raw.close()
+        raise
+
+
+def peer_cert_names(sock):
+    """(CN, [DNS names of the SAN], O or None, serial number as a hex string) of the
+    certificate the server sent; the connection must verify (tls_context with a cafile)."""
+    cert = sock.getpeercert()
+    subject = dict(kv for rdn in cert["subject"] for kv in rdn)
+    sans = [v for k, v in cert.get("subjectAltName", ()) if k == "DNS"]
+    return subject.get("commonName"), sans, subject.get("organizationName"), cert["serialNumber"]
+
+
+def tls_recv_all(sock, timeout=5, limit=64 << 20):
+    """Reads a TLS socket until the peer closes, timeout seconds pass, or limit bytes
+    arrive. Returns (bytes, how) where how is "close_notify" (a clean TLS close), "eof" (the
+    TCP connection ended without close_notify), "reset", "timeout" or "limit"."""
+    import ssl
+    deadline = time.monotonic() + timeout
+    chunks = []
+    total = 0
+    while total < limit:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return b"".join(chunks), "timeout"
+        sock.settimeout(left)
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            return b"".join(chunks), "timeout"
+        except ssl.SSLEOFError:
+            return b"".join(chunks), "eof"
+        except (ConnectionResetError, BrokenPipeError):
+            return b"".join(chunks), "reset"
+        if not data:
+            return b"".join(chunks), "close_notify"
+        chunks.append(data)
+        total += len(data)
+    return b"".join(chunks), "limit"
+
+
+class TlsClient:
+    """A keep-alive TLS connection that keeps bytes read past one response for the next
+    (like Client). .sock is the SSLSocket (for .version(), .session, getpeercert())."""
+
+    def __init__(self, port, ctx, server_name=None, session=None, timeout=5):
+        self.sock = tls_connect(port, ctx, server_name, session, timeout)
+        self.buf = b""
+
+    def send(self, raw):
+        self.sock.sendall(raw.encode() if isinstance(raw, str) else raw)
+
+    def read_response(self, head=False, timeout=5):
+        """One final response (Content-Length framing, 1xx skipped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end >= 0:
+                r = parse_responses(self.buf[:end + 4], head_methods=[True])[0]
+                if 100 <= r.status < 200:
+                    self.buf = self.buf[end + 4:]
+                    continue
+                n = 0 if head or r.status in (204, 304) else int(r.header("content-length", "0"))
+                while len(self.buf) < end + 4 + n:
+                    self._recv(deadline)
+                r.body = self.buf[end + 4:end + 4 + n]
+                self.buf = self.buf[end + 4 + n:]
+                return r
+            self._recv(deadline)
+
+    def get(self, path, host="example.com", headers=(), timeout=5):
+        """Sends one GET (keep-alive) and reads its response."""
+        lines = ["GET %s HTTP/1.1" % path, "Host: %s" % host] + ["%s: %s" % h for h in headers]
+        self.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        return self.read_response(timeout=timeout)
+
+    def _recv(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("no complete response before the deadline")
+        self.sock.settimeout(left)
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("connection closed before the response was complete")
+        self.buf += data
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def client_hello(server_name=None, ctx=None):
+    """The bytes of a TLS ClientHello (as the ssl module would send it), for tests that send
+    part of one by hand."""
+    import ssl
+    ctx = ctx or tls_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname=server_name)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def log_lines_with(umbra, needle):
+    """The lines of umbra's log that contain needle."""
+    return [line for line in umbra.log().splitlines() if needle in line]
