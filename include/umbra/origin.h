@@ -40,6 +40,12 @@ struct um_sink_ops {
     /* Called once, last. err is UM_OK when the body is complete, UM_ERR when it is not
      * (the client must then not be told the body was whole). */
     void (*on_end)(struct um_sink *s, int err);
+    /* Body bytes in memory that stay valid until release(ctx): like on_data, but the sink
+     * may send them without copying. Returns len when taken (release is then called once,
+     * when the sink is done with them: maybe at once, maybe later on this thread), or 0
+     * when the client is behind (nothing kept; the caller still owns ctx). */
+    size_t (*on_data_ref)(struct um_sink *s, const char *data, size_t len,
+                          void (*release)(void *ctx), void *ctx);
     /* The request body, for origins with UM_ORIGIN_F_STREAM_BODY: copies up to len bytes
      * into buf. Returns the count (> 0), 0 at the end of the body, or UM_AGAIN when nothing
      * is buffered yet (the connection calls the origin's body_ready when there is). */

@@ -454,6 +454,11 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     return true;
 }
 
+static void release_obj(void *obj)
+{
+    um_cache_obj_unref(obj);
+}
+
 static void reader_pump(struct reader *r)
 {
     if (r->done || r->waiting)
@@ -501,9 +506,14 @@ static void reader_pump(struct reader *r)
                 len = (size_t)r->range_left;
             if (len == 0)
                 continue;
-            size_t taken = r->client->ops->on_data(r->client, base, len);
-            if (taken == 0)
+            /* The bytes go out without a copy: the segment holds a reference to the
+             * object, whose chunks live as long as it does. */
+            um_cache_obj_ref(r->obj);
+            size_t taken = r->client->ops->on_data_ref(r->client, base, len, release_obj, r->obj);
+            if (taken == 0) {
+                um_cache_obj_unref(r->obj);
                 return; /* the client is behind: resume comes */
+            }
             um_cache_cursor_advance(&r->cur, taken);
             if (r->ranged) {
                 r->range_left -= taken;
@@ -643,8 +653,11 @@ static ssize_t pass_read_body(struct um_sink *s, char *buf, size_t len)
     return p->client->ops->read_body(p->client, buf, len);
 }
 
-static const struct um_sink_ops pass_ops = {pass_on_head, pass_on_data, pass_on_file, pass_on_end,
-                                            pass_read_body};
+static const struct um_sink_ops pass_ops = {.on_head = pass_on_head,
+                                            .on_data = pass_on_data,
+                                            .on_file = pass_on_file,
+                                            .on_end = pass_on_end,
+                                            .read_body = pass_read_body};
 
 static void pass_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
                        enum um_cache_fwd fwd, const char *detail)
@@ -1017,8 +1030,11 @@ static ssize_t fill_read_body(struct um_sink *s, char *buf, size_t len)
     return 0; /* fills are for GET without a body */
 }
 
-static const struct um_sink_ops fill_ops = {fill_on_head, fill_on_data, fill_on_file, fill_on_end,
-                                            fill_read_body};
+static const struct um_sink_ops fill_ops = {.on_head = fill_on_head,
+                                            .on_data = fill_on_data,
+                                            .on_file = fill_on_file,
+                                            .on_end = fill_on_end,
+                                            .read_body = fill_read_body};
 
 static void fills_stop(struct um_task *t)
 {

@@ -7,6 +7,8 @@
  * worker's ready list, so that one busy client cannot starve the others. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
+#include <sys/uio.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -34,6 +36,15 @@ enum conn_state {
     S_ORIGIN, /* the origin is answering (and maybe reading the body) */
     S_DONE,   /* no more requests: write what is queued, then close */
     S_LINGER, /* write side shut, discarding input until EOF or the linger timeout */
+};
+
+#define MAX_REFS 64
+
+struct ref_seg {
+    const char *p;
+    size_t len;
+    void (*release)(void *ctx);
+    void *ctx;
 };
 
 enum input_result {
@@ -72,9 +83,15 @@ struct um__conn {
     bool body_wanted;   /* the origin asked for body bytes that had not arrived */
     int body_error;     /* 400 or 413 when the body turned out bad */
 
-    /* Output: wbuf[wpos..wlen) then file_left bytes of file_fd at file_off. */
+    /* Output: wbuf[wpos..wlen), then the borrowed segments refs[ref_head..num_refs) (body
+     * bytes sent without copying, e.g. from the cache), then file_left bytes of file_fd
+     * at file_off. Segments and a file never follow each other in one response, and no
+     * next request is parsed while either is pending, so this order is the send order. */
     char *wbuf;
     size_t wcap, wlen, wpos;
+    struct ref_seg *refs; /* MAX_REFS, allocated on first use */
+    unsigned ref_head, num_refs;
+    size_t ref_bytes; /* unsent bytes in refs */
     int file_fd;
     uint64_t file_off, file_left;
 
@@ -139,7 +156,20 @@ static void wappend_u64(struct um__conn *c, uint64_t v)
 
 static bool has_output(const struct um__conn *c)
 {
-    return c->wpos < c->wlen || c->file_left > 0 || c->fpos < c->flen;
+    return c->wpos < c->wlen || c->file_left > 0 || c->fpos < c->flen ||
+           c->ref_head < c->num_refs;
+}
+
+/* Releases borrowed segments from the front: n of them, or all when n is UINT_MAX. */
+static void refs_release(struct um__conn *c, unsigned n)
+{
+    while (n-- > 0 && c->ref_head < c->num_refs) {
+        struct ref_seg *r = &c->refs[c->ref_head++];
+        c->ref_bytes -= r->len;
+        r->release(r->ctx);
+    }
+    if (c->ref_head == c->num_refs)
+        c->ref_head = c->num_refs = 0;
 }
 
 static void drop_file(struct um__conn *c)
@@ -203,6 +233,9 @@ static size_t backlog(const struct um__conn *c)
 {
     return c->wlen - c->wpos + (size_t)c->file_left;
 }
+
+static size_t on_data_ref(struct um_sink *s, const char *data, size_t len,
+                          void (*release)(void *ctx), void *ctx);
 
 static void on_head(struct um_sink *s, const struct um_response_head *h)
 {
@@ -331,7 +364,41 @@ static void on_end(struct um_sink *s, int err)
 
 static ssize_t read_body(struct um_sink *s, char *buf, size_t len);
 
-static const struct um_sink_ops sink_ops = {on_head, on_data, on_file, on_end, read_body};
+static const struct um_sink_ops sink_ops = {
+    .on_head = on_head,
+    .on_data = on_data,
+    .on_data_ref = on_data_ref,
+    .on_file = on_file,
+    .on_end = on_end,
+    .read_body = read_body,
+};
+
+static size_t on_data_ref(struct um_sink *s, const char *data, size_t len,
+                          void (*release)(void *ctx), void *ctx)
+{
+    struct um__conn *c = sink_conn(s);
+    if (c->resp_head_only || len == 0) {
+        release(ctx);
+        return len;
+    }
+    if (c->resp_chunked) {
+        /* Framed bytes go through the buffer. */
+        size_t taken = on_data(s, data, len);
+        if (taken)
+            release(ctx);
+        return taken;
+    }
+    if (c->num_refs == MAX_REFS) {
+        c->origin_paused = true;
+        return 0;
+    }
+    if (c->refs == NULL)
+        c->refs = um_malloc(MAX_REFS * sizeof(*c->refs));
+    c->refs[c->num_refs++] = (struct ref_seg){data, len, release, ctx};
+    c->ref_bytes += len;
+    wake(c);
+    return len;
+}
 
 /* Prepares the response state for the parsed request (or for an error before one). */
 static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
@@ -633,7 +700,7 @@ static void begin_request(struct um__conn *c)
 static enum input_result process_input(struct um__conn *c)
 {
     for (;;) {
-        if (c->file_left > 0 || c->wlen - c->wpos > OUTPUT_BACKLOG) {
+        if (c->file_left > 0 || c->ref_head < c->num_refs || c->wlen - c->wpos > OUTPUT_BACKLOG) {
             if (c->state != S_ORIGIN || c->resp_ended)
                 return IN_BACKLOG;
         }
@@ -795,10 +862,14 @@ static int flush_tls(struct um__conn *c)
     for (;;) {
         const char *p;
         size_t len;
-        bool from_file = false;
+        bool from_file = false, from_ref = false;
         if (c->wpos < c->wlen) {
             p = c->wbuf + c->wpos;
             len = c->wlen - c->wpos;
+        } else if (c->ref_head < c->num_refs) {
+            p = c->refs[c->ref_head].p;
+            len = c->refs[c->ref_head].len;
+            from_ref = true;
         } else if (c->fpos < c->flen || c->file_left > 0) {
             if (c->fpos == c->flen) {
                 if (c->fbuf == NULL)
@@ -832,10 +903,20 @@ static int flush_tls(struct um__conn *c)
         }
         if (n < 0)
             return UM_ERR;
-        if (from_file)
+        if (from_file) {
             c->fpos += (size_t)n;
-        else
+        } else if (from_ref) {
+            struct ref_seg *r = &c->refs[c->ref_head];
+            if ((size_t)n >= r->len) {
+                refs_release(c, 1);
+            } else {
+                r->p += n;
+                r->len -= (size_t)n;
+                c->ref_bytes -= (size_t)n;
+            }
+        } else {
             c->wpos += (size_t)n;
+        }
         if ((size_t)n >= budget)
             return has_output(c) ? UM_DONE : (c->wpos = c->wlen = 0, UM_OK);
         budget -= (size_t)n;
@@ -851,9 +932,31 @@ static int flush(struct um__conn *c)
         ssize_t n;
         if (c->wpos < c->wlen) {
             n = send(c->fd, c->wbuf + c->wpos, c->wlen - c->wpos,
-                     MSG_NOSIGNAL | (c->file_left ? MSG_MORE : 0));
+                     MSG_NOSIGNAL | (c->file_left || c->num_refs ? MSG_MORE : 0));
             if (n > 0)
                 c->wpos += (size_t)n;
+        } else if (c->ref_head < c->num_refs) {
+            /* Borrowed segments, gathered into one writev. */
+            struct iovec iov[MAX_REFS];
+            int k = 0;
+            for (unsigned i = c->ref_head; i < c->num_refs; i++, k++)
+                iov[k] = (struct iovec){(void *)c->refs[i].p, c->refs[i].len};
+            n = writev(c->fd, iov, k);
+            if (n > 0) {
+                size_t left = (size_t)n;
+                while (left > 0) {
+                    struct ref_seg *r = &c->refs[c->ref_head];
+                    if (left >= r->len) {
+                        left -= r->len;
+                        refs_release(c, 1);
+                    } else {
+                        r->p += left;
+                        r->len -= left;
+                        c->ref_bytes -= left;
+                        left = 0;
+                    }
+                }
+            }
         } else if (c->file_left > 0) {
             size_t chunk = c->file_left < budget ? (size_t)c->file_left : budget;
             off_t off = (off_t)c->file_off;
@@ -1178,6 +1281,7 @@ void um__conn_close(struct um__conn *c)
     }
     close(c->fd);
     drop_file(c);
+    refs_release(c, UINT_MAX);
     w->num_conns--;
     atomic_fetch_sub(&w->server->num_conns, 1);
     c->links.all_prev = NULL;
@@ -1190,6 +1294,7 @@ void um__conn_free(struct um__conn *c)
     rbuf_put(c);
     free(c->wbuf);
     free(c->fbuf);
+    free(c->refs);
     um_config_unref(c->config);
     free(c);
 }
