@@ -208,6 +208,13 @@ static bool match_cb(const struct um_cache_obj *obj, void *arg)
     return tag_matches(um_cache_obj_tag(obj), arg);
 }
 
+static bool match_any(const struct um_cache_obj *obj, void *arg)
+{
+    (void)arg;
+    um_str tag = um_cache_obj_tag(obj);
+    return tag.len == 0 || !(tag.base[0] & TAG_PASS);
+}
+
 /* Builds the tag for a response's Vary from the request that filled it. */
 static size_t tag_build(const struct um_vary *vary, const struct um_request *req, char *out,
                         size_t outsz)
@@ -1057,7 +1064,7 @@ static void fills_stop(struct um_task *t)
  * becomes a reader of obj. */
 static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
                        struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
-                       size_t key_len)
+                       size_t key_len, enum um_cache_fwd fwd)
 {
     struct fill *fl = um_calloc(1, sizeof(*fl));
     fl->kind = K_FILL;
@@ -1080,7 +1087,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
      * background refresh has no client. */
     if (client) {
         struct reader *r = reader_new(co, f, client, um_cache_obj_ref(obj ? obj : old));
-        r->cs.fwd = old ? UM_FWD_STALE : UM_FWD_URI_MISS;
+        r->cs.fwd = fwd;
         r->waiting = obj == NULL;
         fl->own = r;
     }
@@ -1233,7 +1240,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
                 struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
                 if (nobj)
                     fill_start(co, f, NULL, nobj, um_cache_obj_ref(obj), um_strndup(key, klen),
-                               klen);
+                               klen, UM_FWD_STALE);
             }
             free(key);
             struct reader *r = reader_new(co, f, client, obj);
@@ -1247,8 +1254,13 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
             return;
         }
+        /* Stored and fresh, yet forwarded: the request asked for it (no-cache, max-age). */
+        bool asked = qm.cc.no_cache || qm.cc.max_age >= 0 || qm.cc.min_fresh >= 0;
+        enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !rm.cc.no_cache && asked
+                                    ? UM_FWD_REQUEST
+                                    : UM_FWD_STALE;
         if (use == UM_USE_REVALIDATE && req->method_id == UM_METHOD_GET) {
-            fill_start(co, f, client, NULL, obj, key, klen);
+            fill_start(co, f, client, NULL, obj, key, klen, why);
             return;
         }
         if (req->method_id == UM_METHOD_GET) {
@@ -1257,7 +1269,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             static const char pend = TAG_PENDING;
             struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
             if (nobj) {
-                fill_start(co, f, client, nobj, obj, key, klen);
+                fill_start(co, f, client, nobj, obj, key, klen, why);
                 return;
             }
         }
@@ -1271,6 +1283,15 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         free(key);
         respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
         return;
+    }
+    /* Nothing for these request headers: is something stored for other ones (vary-miss)? */
+    enum um_cache_fwd miss = UM_FWD_URI_MISS;
+    if (obj == NULL) {
+        struct um_cache_obj *any = um_cache_lookup(co->cache, k, match_any, NULL);
+        if (any) {
+            miss = UM_FWD_VARY_MISS;
+            um_cache_obj_unref(any);
+        }
     }
     if (req->method_id == UM_METHOD_HEAD) {
         free(key);
@@ -1294,7 +1315,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         reader_pump(r);
         return;
     }
-    fill_start(co, f, client, nobj, NULL, key, klen);
+    fill_start(co, f, client, nobj, NULL, key, klen, miss);
 }
 
 static void cache_resume(struct um_origin *o, struct um_sink *client)

@@ -490,6 +490,7 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
         self.assertIn(b"Accept-Language: en", r_en.body)
         r_fr = self.get(t, headers=fr)
         self.assertNotHit(r_fr)
+        self.assertEqual(cs_param(r_fr, "fwd"), "vary-miss")  # stored, but for "en"
         self.assertIn(b"Accept-Language: fr", r_fr.body)
         r = self.get(t, headers=en)
         self.assertHit(r)
@@ -501,6 +502,14 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
         self.assertNotHit(r)
         self.assertNotIn(b"\r\nAccept-Language:", r.body)
         self.assertEqual(self.seen(t), 3)
+
+    def test_fresh_object_forwarded_by_request_says_request(self):
+        # RFC 9211 fwd=request: stored and fresh, forwarded only because the client asked.
+        t = "/fwd/request?cc=max-age%3D60&header=ETag:%22r1%22"
+        self.assertEqual(cs_param(self.get(t), "fwd"), "uri-miss")
+        r = self.get(t, headers=[("Cache-Control", "no-cache")])
+        self.assertEqual(cs_param(r, "fwd"), "request")
+        self.assertEqual(self.seen(t), 2)
 
     def test_vary_star_never_reused(self):
         t = "/vary/star?cc=max-age%3D60&header=Vary:*"
