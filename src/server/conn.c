@@ -939,8 +939,16 @@ static int flush(struct um__conn *c)
             /* Borrowed segments, gathered into one writev. */
             struct iovec iov[MAX_REFS];
             int k = 0;
-            for (unsigned i = c->ref_head; i < c->num_refs; i++, k++)
-                iov[k] = (struct iovec){(void *)c->refs[i].p, c->refs[i].len};
+            size_t total = 0;
+            /* No more than this turn's budget, so that one large response cannot hold the
+             * loop while other connections wait. */
+            for (unsigned i = c->ref_head; i < c->num_refs && total < budget; i++, k++) {
+                size_t len = c->refs[i].len;
+                if (len > budget - total)
+                    len = budget - total;
+                iov[k] = (struct iovec){(void *)c->refs[i].p, len};
+                total += len;
+            }
             n = writev(c->fd, iov, k);
             if (n > 0) {
                 size_t left = (size_t)n;
