@@ -690,8 +690,23 @@ static void pass_start(struct cache_origin *co, struct um_fetch *f, struct um_si
 /* Copies the request head so that the fill can outlive the client's buffer. */
 static void copy_request(struct fill *fl, const struct um_request *req)
 {
-    const char *base = req->method.base;
-    size_t len = req->head_len;
+    /* Everything the request's slices point at lies in [method, end of the last slice). */
+    const char *base = req->method.base, *end = base + req->method.len;
+#define END_OF(s)                                                                                  \
+    do {                                                                                           \
+        if ((s).base >= base && (s).base + (s).len > end && (s).base < base + req->head_len)       \
+            end = (s).base + (s).len;                                                              \
+    } while (0)
+    END_OF(req->target);
+    END_OF(req->path);
+    END_OF(req->query);
+    END_OF(req->authority);
+    for (size_t i = 0; i < req->num_headers; i++) {
+        END_OF(req->headers[i].name);
+        END_OF(req->headers[i].value);
+    }
+#undef END_OF
+    size_t len = (size_t)(end - base);
     fl->head_copy = um_malloc(len + 1);
     memcpy(fl->head_copy, base, len);
     fl->req = *req;
