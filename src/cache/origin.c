@@ -54,7 +54,6 @@ struct cache_origin {
     struct um_origin *inner;
     struct um_cache *cache;
     const struct um_config *config;
-    const struct um_route *route;
     struct um_cache_policy pol;
 };
 
@@ -95,7 +94,6 @@ struct fill {
     struct reader *own; /* the reader of the client that caused the fill, or NULL */
     struct pass *fwd;   /* the fill stopped storing and forwards to its client's pass */
     bool revalidating;
-    bool ended;
     bool discard; /* the rest of the inner answer is not wanted */
     bool handoff; /* the object ran out of room: the own client gets the rest directly */
     int status;
@@ -1016,7 +1014,6 @@ static void fill_on_end(struct um_sink *s, int err)
 {
     struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
     struct pass *p = fill_forward(fl);
-    fl->ended = true;
     if (p) {
         fl->fwd = NULL;
         pass_on_end(&p->sink, err);
@@ -1424,7 +1421,7 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
     co->inner = inner;
     co->cache = cache;
     co->config = config;
-    co->route = route;
+    (void)route; /* the route's settings live in config today */
     um_cache_policy_init(&co->pol);
     co->pol.default_ttl = (int64_t)config->cache.default_ttl;
     co->pol.stale_if_error = (int64_t)config->cache.stale_if_error;
