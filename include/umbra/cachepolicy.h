@@ -214,6 +214,7 @@ enum um_nostore {
     UM_NOSTORE_UNCACHEABLE,      /* no explicit freshness, status not heuristically cacheable */
     UM_NOSTORE_USELESS,          /* never reusable as is (zero lifetime or no-cache), no
                                     validator, no stale window */
+    UM_NOSTORE_HOOK,             /* a Lua hook said so (res.cacheable = false, ttl 0) */
 };
 
 /* A short token for logs and the Cache-Status detail ("no-store", "private", ...). */

@@ -54,6 +54,9 @@ struct um_route {
     /* redirect_https = true: a request that came without TLS is answered with a redirect
      * to https (at least one listener has tls = true). */
     bool redirect_https;
+    char *name;       /* name = "api": what an on_request hook sets req.route to; or NULL */
+    bool on_request;  /* the route has its own on_request / on_response function */
+    bool on_response;
     /* Set by the server before the snapshot is published (um_config_set_origin); destroyed
      * with the snapshot. */
     struct um_origin *origin;
@@ -136,6 +139,23 @@ struct um_config {
     int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
     struct um_tls_conf tls;
     struct um_cache_conf cache;
+    /* Request-time Lua (umbra/hooks.h). */
+    struct {
+        bool on_request, on_response; /* global functions of those names */
+        bool yunying;        /* a Yunying-style file (port = ..., origin_type = ...) */
+        bool upstream_set;   /* ...with an upstream_set function */
+        char *yy_protocol;   /* Yunying's upstream_protocol, upstream_domain, upstream_port: */
+        char *yy_domain;     /* the server set_upstream_* start from */
+        char *yy_host;       /* upstream_host, else yy_domain: the Host set_host replaces */
+        int yy_port;
+        char *source;        /* the file as loaded: each worker's state runs it again */
+        size_t source_len;
+        char *chunkname;     /* "@FILE" */
+        void **states;       /* one lua_State per worker, made on first use */
+        size_t num_states;
+    } lua;
+    /* One origin per upstream (set by the server): what req.upstream picks. */
+    struct um_origin **upstream_origins;
     int _refcnt;
 };
 
@@ -152,6 +172,13 @@ void um_config_unref(struct um_config *c);
 /* Gives route i its origin (taking ownership) before the snapshot is published; an origin
  * it had already is destroyed. The last um_config_unref destroys the routes' origins. */
 void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origin);
+
+/* Gives upstream i's origin (taking ownership) to the snapshot; req.upstream uses them. */
+void um_config_set_upstream_origin(struct um_config *c, size_t i, struct um_origin *origin);
+
+/* Listen addresses that replace the config file's in every later um_config_load (the
+ * command line's -a), or n 0 for the file's own. The strings must stay valid. */
+void um_config_listen_override(const char *const *addrs, size_t n);
 
 /* Parses a size such as 1024, "512KB", "16MB", "1GB" (units of 1024). */
 bool um_config_parse_size(const char *s, uint64_t *out);

@@ -71,6 +71,9 @@ int um_http1_parse_request(struct um_http1_parser *p, const char *buf, size_t le
                            size_t max_line, size_t max_head, struct um_request *req,
                            int *status);
 
+/* The method a token names (case-sensitive); UM_METHOD_OTHER for any other token. */
+enum um_method um_http1_method_id(const char *m, size_t n);
+
 /* Returns the value of the first header named name (case-insensitive), or NULL. */
 const um_str *um_http1_find_header(const struct um_request *req, const char *name);
 

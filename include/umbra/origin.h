@@ -23,6 +23,11 @@ struct um_response_head {
     size_t num_headers;
     int64_t content_length; /* bytes of body that will follow; -1: unknown until on_end */
     um_str reason;          /* reason phrase; empty: the standard one */
+    /* Set by an on_response hook for the cache: has_ttl: store with this freshness
+     * lifetime (seconds) instead of the one the fields give; no_store: do not store. */
+    bool has_ttl;
+    bool no_store;
+    int64_t ttl;
 };
 
 /* The client side of a fetch. The connection implements it; an origin calls it, always on
@@ -68,6 +73,18 @@ struct um_fetch {
     const char *client_ip; /* the client's address, text ("127.0.0.1", "::1") */
     int client_port;
     const char *scheme;    /* "http" or "https": how the client reached us */
+    /* What an on_request hook decided (all zero without hooks). */
+    struct um_origin *backend; /* answer from this origin instead of the route's own (the
+                                  cache layer, when the route has one, stays in front) */
+    um_str cache_key;          /* base != NULL: the cache key instead of the URL's */
+    bool no_cache;             /* pass the cache by */
+    bool has_ttl;              /* store the response with this lifetime (seconds) */
+    int64_t ttl;
+    const char *upstream_url;  /* upstream: send to "scheme://host:port" instead of a
+                                  server of the upstream (Yunying's set_upstream_*) */
+    bool has_body;             /* upstream: send body instead of the client's */
+    um_str body;
+    const char *server_name;   /* TLS SNI the client sent, or NULL */
 };
 
 /* The origin reads the request body itself through um_sink_ops.read_body (it is not

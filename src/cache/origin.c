@@ -94,6 +94,8 @@ struct fill {
     struct reader *own; /* the reader of the client that caused the fill, or NULL */
     struct pass *fwd;   /* the fill stopped storing and forwards to its client's pass */
     bool revalidating;
+    bool has_ttl; /* an on_request hook's ttl (a hook's on the head wins) */
+    int64_t ttl;
     bool discard; /* the rest of the inner answer is not wanted */
     bool handoff; /* the object ran out of room: the own client gets the rest directly */
     int status;
@@ -150,6 +152,16 @@ static char *make_key(const struct um_request *req, size_t *len)
     k[n] = '\0';
     *len = n;
     return k;
+}
+
+/* The key of fetch f: a hook's (f->cache_key), else the URL's. */
+static char *fetch_key(const struct um_fetch *f, size_t *len)
+{
+    if (f->cache_key.base) {
+        *len = f->cache_key.len;
+        return um_strndup(f->cache_key.base, f->cache_key.len);
+    }
+    return make_key(f->req, len);
 }
 
 /* Tag: [u8 flags] then per Vary field [u16 name len][name][u8 present][u16 value len][value].
@@ -448,7 +460,7 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &r->cs);
     if (cl < sizeof(csbuf))
         out[no++] = (struct um_header){UM_STR("Cache-Status"), {csbuf, cl}};
-    struct um_response_head h = {status, out, no, length, {NULL, 0}};
+    struct um_response_head h = {.status = status, .headers = out, .num_headers = no, .content_length = length, .reason = {NULL, 0}};
     r->head_sent = true;
     r->client->ops->on_head(r->client, &h);
     if (r->head_only || status == 304 || status == 412 || status == 416 || status == 204 ||
@@ -790,6 +802,13 @@ static void own_switch(struct fill *fl, struct um_cache_obj *obj, int fwd_status
     reader_pump(r);
 }
 
+/* A hook's freshness lifetime for this response, or -1: the head's (on_response) wins
+ * over the request's (on_request). */
+static int64_t hook_ttl(const struct fill *fl, const struct um_response_head *h)
+{
+    return h->has_ttl ? h->ttl : fl->has_ttl ? fl->ttl : -1;
+}
+
 static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
@@ -827,6 +846,8 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         um_age_times_init(&m.times, &mm, fl->request_time, response_time);
         enum um_fresh_source src;
         m.lifetime = um_freshness_lifetime(&mm, &co->pol, response_time, &src);
+        if (hook_ttl(fl, h) >= 0)
+            m.lifetime = hook_ttl(fl, h);
         size_t blen;
         char *block = head_block(merged, mn, &mm, &blen);
         um_str otag = um_cache_obj_tag(fl->old);
@@ -882,6 +903,13 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
     }
 
     enum um_nostore why = um_cache_storable(&qm, &rm, &co->pol, response_time);
+    int64_t ttl = hook_ttl(fl, h);
+    /* A hook's lifetime stands in for missing freshness information; it does not make
+     * shareable what the response or the request keep private. */
+    if (ttl > 0 && (why == UM_NOSTORE_UNCACHEABLE || why == UM_NOSTORE_USELESS))
+        why = UM_STORABLE;
+    if (why == UM_STORABLE && (h->no_store || ttl == 0))
+        why = UM_NOSTORE_HOOK;
     size_t taglen = 0;
     char tag[2048];
     if (why == UM_STORABLE) {
@@ -901,7 +929,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         m.status = h->status;
         um_age_times_init(&m.times, &rm, fl->request_time, response_time);
         enum um_fresh_source src;
-        m.lifetime = um_freshness_lifetime(&rm, &co->pol, response_time, &src);
+        m.lifetime = ttl >= 0 ? ttl : um_freshness_lifetime(&rm, &co->pol, response_time, &src);
         m.content_length = h->content_length;
         size_t blen;
         char *block = head_block(h->headers, h->num_headers, &rm, &blen);
@@ -1088,6 +1116,8 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->key = key;
     fl->key_len = key_len;
     fl->request_time = now_sec();
+    fl->has_ttl = f->has_ttl;
+    fl->ttl = f->ttl;
     copy_request(fl, f->req);
     struct worker_fills *wf = worker_fills(fl->loop);
     fl->next_active = wf->active;
@@ -1176,7 +1206,7 @@ static void respond_small(struct um_sink *client, int status, const char *body)
     struct um_header hs[2] = {{UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")},
                               {UM_STR("Cache-Status"), {csbuf, cl < sizeof(csbuf) ? cl : 0}}};
     size_t len = strlen(body);
-    struct um_response_head h = {status, hs, cl < sizeof(csbuf) ? 2 : 1, (int64_t)len, {NULL, 0}};
+    struct um_response_head h = {.status = status, .headers = hs, .num_headers = cl < sizeof(csbuf) ? 2 : 1, .content_length = (int64_t)len, .reason = {NULL, 0}};
     client->origin_data = NULL;
     client->ops->on_head(client, &h);
     client->ops->on_data(client, body, len);
@@ -1194,7 +1224,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             return;
         }
         size_t klen;
-        char *key = make_key(req, &klen);
+        char *key = fetch_key(f, &klen);
         size_t n = um_cache_purge(co->cache, (um_str){key, klen});
         free(key);
         respond_small(client, n ? 200 : 404, n ? "200 Purged\n" : "404 Not in the cache\n");
@@ -1206,6 +1236,10 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         pass_start(co, f, client, UM_FWD_METHOD, NULL);
         return;
     }
+    if (f->no_cache) {
+        pass_start(co, f, client, UM_FWD_BYPASS, "hook");
+        return;
+    }
     struct um_req_meta qm;
     um_req_meta_scan(&qm, req->method_id, req->headers, req->num_headers);
     if (qm.cc.no_store) {
@@ -1213,7 +1247,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         return;
     }
     size_t klen;
-    char *key = make_key(req, &klen);
+    char *key = fetch_key(f, &klen);
     um_str k = {key, klen};
     struct um_cache_obj *obj = um_cache_lookup(co->cache, k, match_cb, (void *)req);
     if (obj) {

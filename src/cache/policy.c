@@ -507,6 +507,8 @@ const char *um_cache_nostore_str(enum um_nostore r)
         return "vary";
     case UM_NOSTORE_UNCACHEABLE:
         return "uncacheable";
+    case UM_NOSTORE_HOOK:
+        return "hook";
     case UM_NOSTORE_USELESS:
         return "no-validator";
     }

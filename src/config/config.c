@@ -33,6 +33,7 @@
 #include <lualib.h>
 
 #include "lualines.h"
+#include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/origin.h"
 #include "umbra/tls.h"
@@ -54,7 +55,17 @@ static const char *const SETTINGS[] = {"listen",   "workers", "upstreams", "rout
                                        "limits",   "timeouts", "mime",     "log_level",
                                        "tls",      "cache",   NULL};
 static const char *const ROUTE_KEYS[] = {"host",  "path",           "root",  "upstream",
-                                         "index", "redirect_https", "cache", NULL};
+                                         "index", "redirect_https", "cache", "name",
+                                         "on_request", "on_response", NULL};
+/* Request hooks: functions, global or per route. */
+static const char *const HOOKS[] = {"on_request", "on_response", NULL};
+/* Yunying's settings (https://github.com/chenyuheng/Yunying-HTTP-Server, docs/config.md);
+ * upstream_ip is what its examples write for upstream_domain. */
+static const char *const YUNYING[] = {"port",          "working_thread_num", "cache_size_bytes",
+                                      "cache_default_max_age", "cache_clean_interval",
+                                      "origin_type",   "root_dir",           "upstream_host",
+                                      "upstream_domain", "upstream_ip",      "upstream_port",
+                                      "upstream_protocol", "upstream_set",   NULL};
 static const char *const UPSTREAM_KEYS[] = {"servers", "balance",   "connect_timeout",
                                             "timeout", "retries",   "host",
                                             "tls",     "max_fails", "fail_timeout", NULL};
@@ -95,6 +106,16 @@ struct load {
     struct um_config *c;
     bool failed;
 };
+
+/* The command line's -a: listen addresses that replace the file's. */
+static const char *const *listen_override;
+static size_t num_listen_override;
+
+void um_config_listen_override(const char *const *addrs, size_t n)
+{
+    listen_override = addrs;
+    num_listen_override = n;
+}
 
 /* Writes "FILE:LINE: message" (or "FILE: message" when line <= 0) into err, always
  * NUL-terminated and truncated to errlen. */
@@ -530,6 +551,14 @@ static bool load_listen(struct load *ld, lua_State *L)
     struct um_config *c = ld->c;
     char sub[PATH_LEN];
     const char *s;
+    if (num_listen_override > 0) {
+        c->listen = um_calloc(num_listen_override, sizeof *c->listen);
+        c->num_listen = num_listen_override;
+        for (size_t i = 0; i < num_listen_override; i++)
+            if (!parse_listen(ld, L, "-a", listen_override[i], &c->listen[i]))
+                return false;
+        return true;
+    }
     int t = get_global(L, "listen");
     if (t == LUA_TNIL || t == LUA_TSTRING) {
         c->listen = um_calloc(1, sizeof *c->listen);
@@ -1073,15 +1102,46 @@ static bool load_route(struct load *ld, lua_State *L, int idx, const char *rpath
     }
     lua_pop(L, 1);
 
+    subpath(sub, sizeof sub, rpath, "name");
+    if (get_field(L, idx, "name") != LUA_TNIL) {
+        if (!get_string(ld, L, -1, sub, "a route name such as \"api\"", &s))
+            return false;
+        for (struct um_route *o = ld->c->routes; o < r; o++)
+            if (o->name && strcmp(o->name, s) == 0)
+                return fail(ld, L, sub, "%s: another route is named '%s' already", sub, s);
+        r->name = um_strndup(s, strlen(s));
+    }
+    lua_pop(L, 1);
+    for (const char *const *h = HOOKS; *h; h++) {
+        subpath(sub, sizeof sub, rpath, *h);
+        int ht = get_field(L, idx, *h);
+        if (ht != LUA_TNIL && ht != LUA_TFUNCTION)
+            return fail(ld, L, sub, "%s: expected a function, got %s", sub,
+                        lua_typename(L, ht));
+        if (ht == LUA_TFUNCTION)
+            *(h == HOOKS ? &r->on_request : &r->on_response) = true;
+        lua_pop(L, 1);
+    }
+
     bool has_root = get_field(L, idx, "root") != LUA_TNIL;
     bool has_upstream = get_field(L, idx, "upstream") != LUA_TNIL;
     lua_pop(L, 2);
     if (has_root && has_upstream)
         return fail(ld, L, rpath, "%s: has both root and upstream (a route serves files from "
                     "a root or proxies to an upstream, not both)", rpath);
-    if (!has_root && !has_upstream)
+    if (!has_root && !has_upstream) {
+        /* A route that only a hook answers (or sends to an upstream of its choice). */
+        if (r->on_request || ld->c->lua.on_request) {
+            int ct = get_field(L, idx, "cache"), it = get_field(L, idx, "index");
+            lua_pop(L, 2);
+            if (ct != LUA_TNIL || it != LUA_TNIL)
+                return fail(ld, L, rpath, "%s: cache and index need root or upstream", rpath);
+            return true;
+        }
         return fail(ld, L, rpath, "%s: route needs root or upstream (root = \"www\" serves "
-                    "files, upstream = \"NAME\" proxies to an upstream)", rpath);
+                    "files, upstream = \"NAME\" proxies to an upstream), or an on_request "
+                    "hook that answers", rpath);
+    }
 
     /* cache: on by default for an upstream route; a static route never goes through the
      * cache (cache = false on one is allowed, and changes nothing). */
@@ -1914,7 +1974,8 @@ static bool check_globals(struct load *ld, lua_State *L)
     while (lua_next(L, idx)) {
         int line = (int)lua_tointeger(L, -1);
         lua_pop(L, 1);
-        if (lua_type(L, -1) != LUA_TSTRING || in_list(SETTINGS, lua_tostring(L, -1)))
+        if (lua_type(L, -1) != LUA_TSTRING || in_list(SETTINGS, lua_tostring(L, -1)) ||
+            in_list(HOOKS, lua_tostring(L, -1)) || in_list(YUNYING, lua_tostring(L, -1)))
             continue;
         lua_pushvalue(L, -1);
         lua_rawget(L, LUA_GLOBALSINDEX);
@@ -1940,14 +2001,213 @@ static bool check_globals(struct load *ld, lua_State *L)
     return fail_at(ld, line, "%s", msg);
 }
 
+/* on_request = function(req) ... end, on_response = function(req, res) ... end */
+static bool load_hooks(struct load *ld, lua_State *L)
+{
+    for (const char *const *h = HOOKS; *h; h++) {
+        int t = get_global(L, *h);
+        if (t != LUA_TNIL && t != LUA_TFUNCTION)
+            return fail(ld, L, *h, "%s: expected a function, got %s", *h, lua_typename(L, t));
+        if (t == LUA_TFUNCTION)
+            *(h == HOOKS ? &ld->c->lua.on_request : &ld->c->lua.on_response) = true;
+        lua_pop(L, 1);
+    }
+    return true;
+}
+
+/* The first (lowest line) of the globals in names that the file set, or NULL. */
+static const char *first_set(struct load *ld, lua_State *L, const char *const *names, int *line)
+{
+    const char *first = NULL;
+    *line = INT_MAX;
+    for (const char *const *n = names; *n; n++) {
+        int t = get_global(L, *n);
+        lua_pop(L, 1);
+        if (t == LUA_TNIL)
+            continue;
+        int l = line_of(ld, L, *n);
+        if (first == NULL || (l > 0 && l < *line)) {
+            first = *n;
+            *line = l > 0 ? l : INT_MAX;
+        }
+    }
+    return first;
+}
+
+/* Sets global name to the value on top of the stack (raw: no line is recorded). */
+static void set_global(lua_State *L, const char *name)
+{
+    lua_pushstring(L, name);
+    lua_insert(L, -2);
+    lua_rawset(L, LUA_GLOBALSINDEX);
+}
+
+/* A Yunying-style file: checks its settings and writes the Umbra settings that mean the
+ * same (listen, workers, cache, upstreams, routes), which the other steps then read. */
+static bool load_yunying(struct load *ld, lua_State *L)
+{
+    int yl, ul, hl;
+    const char *yy = first_set(ld, L, YUNYING, &yl);
+    if (yy == NULL)
+        return true;
+    const char *um = first_set(ld, L, SETTINGS, &ul);
+    const char *hook = first_set(ld, L, HOOKS, &hl);
+    if (um == NULL || (hook && hl < ul)) {
+        um = hook;
+        ul = hl;
+    }
+    if (um != NULL) {
+        bool um_later = ul != INT_MAX && (yl == INT_MAX || ul > yl);
+        int line = um_later ? ul : yl;
+        return fail_at(ld, line == INT_MAX ? 0 : line, "'%s' is an Umbra setting and '%s' a Yunying one: "
+                       "a config file uses one style or the other, not both",
+                       um, yy);
+    }
+    struct um_config *c = ld->c;
+    c->lua.yunying = true;
+    long long n;
+    char buf[PATH_LEN];
+
+    int t = get_global(L, "port");
+    n = 8080;
+    if (t != LUA_TNIL && !get_integer(L, -1, 0, 65535, &n))
+        return fail(ld, L, "port", "port: expected a port number from 0 to 65535");
+    lua_pop(L, 1);
+    snprintf(buf, sizeof buf, "*:%lld", n);
+    lua_pushstring(L, buf);
+    set_global(L, "listen");
+
+    t = get_global(L, "working_thread_num");
+    n = 4;
+    if (t != LUA_TNIL && !get_integer(L, -1, 1, MAX_WORKERS, &n))
+        return fail(ld, L, "working_thread_num", "working_thread_num: expected an integer from "
+                    "1 to %d", MAX_WORKERS);
+    lua_pop(L, 1);
+    lua_pushinteger(L, (lua_Integer)n);
+    set_global(L, "workers");
+
+    lua_newtable(L);
+    int cache = lua_gettop(L);
+    t = get_global(L, "cache_size_bytes");
+    n = 1 << 25;
+    if (t != LUA_TNIL && !get_integer(L, -1, (double)CACHE_MIN_MEMORY, 9007199254740992.0, &n))
+        return fail(ld, L, "cache_size_bytes", "cache_size_bytes: expected a number of bytes, "
+                    "at least %llu", (unsigned long long)CACHE_MIN_MEMORY);
+    lua_pop(L, 1);
+    lua_pushnumber(L, (lua_Number)n);
+    lua_setfield(L, cache, "memory");
+    static const struct { const char *yy, *um; double def; } secs[] = {
+        {"cache_default_max_age", "default_ttl", 300},
+        {"cache_clean_interval", "clean_interval", 10},
+    };
+    for (size_t i = 0; i < UM_NELEMS(secs); i++) {
+        double d = secs[i].def;
+        if (get_global(L, secs[i].yy) != LUA_TNIL &&
+            !(i == 0 ? get_seconds0 : get_seconds)(ld, L, -1, secs[i].yy, &d))
+            return false;
+        lua_pop(L, 1);
+        lua_pushnumber(L, d);
+        lua_setfield(L, cache, secs[i].um);
+    }
+    set_global(L, "cache");
+
+    const char *origin = "static_file";
+    if (get_global(L, "origin_type") != LUA_TNIL &&
+        !get_string(ld, L, -1, "origin_type", "\"static_file\" or \"upstream\"", &origin))
+        return false;
+    bool upstream = strcmp(origin, "upstream") == 0;
+    if (!upstream && strcmp(origin, "static_file") != 0)
+        return fail(ld, L, "origin_type", "origin_type: expected \"static_file\" or "
+                    "\"upstream\", got '%s'", origin);
+    lua_pop(L, 1);
+    lua_newtable(L); /* routes */
+    lua_newtable(L); /* routes[1] */
+    lua_pushliteral(L, "/");
+    lua_setfield(L, -2, "path");
+    if (!upstream) {
+        const char *root = ".";
+        if (get_global(L, "root_dir") != LUA_TNIL &&
+            !get_string(ld, L, -1, "root_dir", "a directory", &root))
+            return false;
+        char *abs;
+        if (!resolve_path(ld, L, "root_dir", root, true, &abs))
+            return false;
+        lua_pop(L, 1);
+        lua_pushstring(L, abs);
+        free(abs);
+        lua_setfield(L, -2, "root");
+        lua_rawseti(L, -2, 1);
+        set_global(L, "routes");
+        return true;
+    }
+
+    const char *proto = "http", *domain = NULL, *host = NULL;
+    if (get_global(L, "upstream_protocol") != LUA_TNIL &&
+        !get_string(ld, L, -1, "upstream_protocol", "\"http\" or \"https\"", &proto))
+        return false;
+    if (strcmp(proto, "http") != 0 && strcmp(proto, "https") != 0)
+        return fail(ld, L, "upstream_protocol", "upstream_protocol: expected \"http\" or "
+                    "\"https\", got '%s'", proto);
+    const char *dname = get_global(L, "upstream_domain") != LUA_TNIL ? "upstream_domain"
+                        : (lua_pop(L, 1), get_global(L, "upstream_ip")) != LUA_TNIL
+                            ? "upstream_ip"
+                            : NULL;
+    if (dname == NULL)
+        return fail_at(ld, line_of(ld, L, "origin_type"), "origin_type = \"upstream\" needs "
+                       "upstream_domain, the name or address of the upstream server");
+    if (!get_string(ld, L, -1, dname, "a host name or address", &domain))
+        return false;
+    if (!is_host_name(domain, strlen(domain)) && inet_pton(AF_INET, domain, buf) != 1)
+        return fail(ld, L, dname, "%s: bad host name '%s'", dname, domain);
+    n = strcmp(proto, "https") == 0 ? 443 : 80;
+    if (get_global(L, "upstream_port") != LUA_TNIL && !get_integer(L, -1, 1, 65535, &n))
+        return fail(ld, L, "upstream_port", "upstream_port: expected a port number from 1 to "
+                    "65535");
+    if (get_global(L, "upstream_host") != LUA_TNIL &&
+        !get_string(ld, L, -1, "upstream_host", "a host name", &host))
+        return false;
+    int ft = get_global(L, "upstream_set");
+    if (ft != LUA_TNIL && ft != LUA_TFUNCTION)
+        return fail(ld, L, "upstream_set", "upstream_set: expected a function, got %s",
+                    lua_typename(L, ft));
+    c->lua.upstream_set = ft == LUA_TFUNCTION;
+    c->lua.yy_protocol = um_strndup(proto, strlen(proto));
+    c->lua.yy_domain = um_strndup(domain, strlen(domain));
+    c->lua.yy_port = (int)n;
+
+    lua_newtable(L); /* upstreams */
+    lua_newtable(L); /* upstreams.yunying */
+    lua_newtable(L);
+    snprintf(buf, sizeof buf, "%s://%s:%lld", proto, domain, n);
+    lua_pushstring(L, buf);
+    lua_rawseti(L, -2, 1);
+    lua_setfield(L, -2, "servers");
+    /* The Host sent: upstream_host, else the server's name (upstream_set may change it). */
+    c->lua.yy_host = um_strndup(host ? host : domain, strlen(host ? host : domain));
+    if (!c->lua.upstream_set) {
+        lua_pushstring(L, c->lua.yy_host);
+        lua_setfield(L, -2, "host");
+    }
+    lua_setfield(L, -2, "yunying");
+    set_global(L, "upstreams");
+    /* The stack: routes, routes[1], then the values read above. */
+    lua_pushvalue(L, 2);
+    lua_pushliteral(L, "yunying");
+    lua_setfield(L, -2, "upstream");
+    lua_rawseti(L, 1, 1);
+    lua_settop(L, 1);
+    set_global(L, "routes");
+    return true;
+}
+
 /* Reads and validates the globals, under lua_cpcall. */
 static int extract(lua_State *L)
 {
     struct load *ld = lua_touserdata(L, 1);
     lua_settop(L, 0);
     static bool (*const steps[])(struct load *, lua_State *) = {
-        check_globals, load_listen,   load_tls,  load_workers,   load_upstreams,
-        load_routes,   load_limits,   load_timeouts, load_mime, load_log_level,
+        check_globals, load_yunying, load_hooks,  load_listen,   load_tls,  load_workers,
+        load_upstreams, load_routes, load_limits, load_timeouts, load_mime, load_log_level,
         load_cache,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
@@ -2058,8 +2318,21 @@ static void config_free(struct um_config *c)
         free(r->path);
         free(r->root);
         free(r->index);
+        free(r->name);
     }
     free(c->routes);
+    um_hooks_free_states(c);
+    free(c->lua.source);
+    free(c->lua.chunkname);
+    free(c->lua.yy_protocol);
+    free(c->lua.yy_domain);
+    free(c->lua.yy_host);
+    if (c->upstream_origins) {
+        for (size_t i = 0; i < c->num_upstreams; i++)
+            if (c->upstream_origins[i])
+                c->upstream_origins[i]->ops->destroy(c->upstream_origins[i]);
+        free(c->upstream_origins);
+    }
     for (size_t i = 0; i < c->num_upstreams; i++) {
         struct um_upstream_conf *u = &c->upstreams[i];
         for (size_t j = 0; j < u->num_servers; j++)
@@ -2182,6 +2455,17 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
 out:
     if (L != NULL)
         lua_close(L);
+    if (!ld.failed) {
+        /* Each worker runs the same text again for its request hooks. */
+        c->lua.source = src;
+        c->lua.source_len = ld.srclen;
+        c->lua.chunkname = chunkname;
+        src = chunkname = NULL;
+        if (um_hooks_enabled(c)) {
+            c->lua.num_states = (size_t)c->workers;
+            c->lua.states = um_calloc(c->lua.num_states, sizeof(*c->lua.states));
+        }
+    }
     free(chunkname);
     free(src);
     free(ld.dir);
@@ -2207,6 +2491,16 @@ void um_config_unref(struct um_config *c)
     UM_ASSERT(n >= 0);
     if (n == 0)
         config_free(c);
+}
+
+void um_config_set_upstream_origin(struct um_config *c, size_t i, struct um_origin *origin)
+{
+    UM_ASSERT(i < c->num_upstreams);
+    if (c->upstream_origins == NULL)
+        c->upstream_origins = um_calloc(c->num_upstreams, sizeof(*c->upstream_origins));
+    if (c->upstream_origins[i] != NULL && c->upstream_origins[i] != origin)
+        c->upstream_origins[i]->ops->destroy(c->upstream_origins[i]);
+    c->upstream_origins[i] = origin;
 }
 
 void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origin)

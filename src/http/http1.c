@@ -80,7 +80,7 @@ static const struct {
 };
 
 /* Methods are case-sensitive (RFC 9110 9.1): "get" is some other method. */
-static enum um_method method_id(const char *m, size_t n)
+enum um_method um_http1_method_id(const char *m, size_t n)
 {
     for (size_t i = 0; i < UM_NELEMS(methods); i++)
         if (methods[i].len == n && memcmp(methods[i].name, m, n) == 0) return methods[i].id;
@@ -181,7 +181,7 @@ static int parse_request_line(const char *s, const char *e, struct um_request *r
         q++;
     if (q == s || *q != ' ') return 400;
     req->method = (um_str){s, (size_t)(q - s)};
-    req->method_id = method_id(s, (size_t)(q - s));
+    req->method_id = um_http1_method_id(s, (size_t)(q - s));
 
     const char *t = ++q;
     while (IS(*q, C_TARGET))

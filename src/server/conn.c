@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/hooks.h"
 #include "umbra/log.h"
 #include <openssl/ssl.h>
 
@@ -111,6 +112,14 @@ struct um__conn {
     SSL *ssl;       /* NULL: plain TCP */
     char *fbuf;     /* TLS: file bytes read for encryption, fbuf[fpos..flen) unsent */
     size_t fpos, flen;
+
+    /* Strings the request's hooks made (a rewritten path, header values...); freed when
+     * the request is complete. */
+    struct um_arena arena;
+    /* A routed request waiting in S_BODY for its body to be read: its fetch (the path in
+     * the arena) and origin. */
+    struct um_fetch pending;
+    struct um_origin *pending_origin;
 };
 
 /* ---------------------------------------------------------------- output buffer */
@@ -421,7 +430,7 @@ static void respond_simple(struct um__conn *c, int status, const struct um_heade
         headers[n++] = extra[i];
     char body[96];
     int len = snprintf(body, sizeof(body), "%d %s\n", status, reason_phrase(status));
-    struct um_response_head h = {status, headers, n, len, {NULL, 0}};
+    struct um_response_head h = {.status = status, .headers = headers, .num_headers = n, .content_length = len, .reason = {NULL, 0}};
     c->origin = NULL; /* our own answer: never paused */
     on_head(&c->sink, &h);
     on_data(&c->sink, body, (size_t)len);
@@ -512,6 +521,84 @@ static void redirect_https(struct um__conn *c)
     free(loc);
 }
 
+/* Answers with what an on_request hook gave umbra.respond / umbra.redirect. */
+static void respond_hook(struct um__conn *c, const struct um_hook_request *hr)
+{
+    struct um_header headers[66];
+    size_t n = 0;
+    bool has_type = false;
+    for (size_t i = 0; i < hr->num_headers && n < UM_NELEMS(headers) - 1; i++) {
+        has_type = has_type || um_str_eq_ci(hr->headers[i].name, "content-type");
+        headers[n++] = hr->headers[i];
+    }
+    if (!has_type && hr->resp_body.len > 0)
+        headers[n++] = (struct um_header){UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
+    struct um_response_head h = {.status = hr->status, .headers = headers, .num_headers = n, .content_length = (int64_t)hr->resp_body.len, .reason = {NULL, 0}};
+    c->origin = NULL;
+    on_head(&c->sink, &h);
+    if (hr->resp_body.len > 0)
+        on_data(&c->sink, hr->resp_body.base, hr->resp_body.len);
+    on_end(&c->sink, UM_OK);
+}
+
+/* The canonical form of path into the worker's path buffer, and the part of it below the
+ * route's prefix (all of it when a hook's path is outside the prefix). */
+static bool route_rest(struct um__conn *c, const struct um_route *route, um_str path,
+                       um_str *rest)
+{
+    char *cpath = c->w->path_buf;
+    size_t clen;
+    if (path.len >= sizeof(c->w->path_buf) ||
+        !um_url_path_canon(path, cpath, sizeof(c->w->path_buf), &clen))
+        return false;
+    *rest = (um_str){cpath, clen};
+    if (route == NULL)
+        return true;
+    size_t plen = strlen(route->path);
+    if (clen >= plen && memcmp(cpath, route->path, plen) == 0)
+        *rest = (um_str){cpath + plen, clen - plen};
+    else if (plen > 1 && route->path[plen - 1] == '/' && clen == plen - 1 &&
+             memcmp(cpath, route->path, plen - 1) == 0)
+        *rest = (um_str){cpath + clen, 0};
+    return true;
+}
+
+/* Runs the request hooks that apply. Returns the origin to use, or NULL after answering. */
+static struct um_origin *hook_request(struct um__conn *c, const struct um_route **route,
+                                      um_str *rest, struct um_hook_request *hr)
+{
+    *hr = (struct um_hook_request){.req = &c->req, .route = *route, .client_ip = c->peer_ip,
+                                   .client_port = c->peer_port,
+                                   .scheme = c->ssl ? "https" : "http",
+                                   .server_name = c->ssl ? SSL_get_servername(c->ssl, TLSEXT_NAMETYPE_host_name)
+                                                         : NULL,
+                                   .arena = &c->arena, .upstream = -1};
+    switch (um_hooks_on_request(c->config, hr)) {
+    case UM_HOOK_FAIL:
+        respond_simple(c, 500, NULL, 0);
+        return NULL;
+    case UM_HOOK_ANSWER:
+        respond_hook(c, hr);
+        return NULL;
+    case UM_HOOK_CONTINUE:
+        break;
+    }
+    if ((hr->path_changed || hr->route != *route) && !route_rest(c, hr->route, c->req.path, rest)) {
+        um_log_warn("lua: on_request made a path that cannot be normalised: %.*s",
+                    (int)c->req.path.len, c->req.path.base);
+        respond_simple(c, 500, NULL, 0);
+        return NULL;
+    }
+    *route = hr->route;
+    if (*route == NULL) {
+        if (hr->upstream >= 0)
+            return c->config->upstream_origins[hr->upstream];
+        respond_simple(c, 404, NULL, 0);
+        return NULL;
+    }
+    return (*route)->origin;
+}
+
 /* Picks the route and origin of the parsed request. Returns NULL after answering it
  * (bad path, no route). */
 static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
@@ -521,7 +608,7 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         /* asterisk-form (OPTIONS *): the server itself */
         if (req->method_id == UM_METHOD_OPTIONS) {
             struct um_header allow = {UM_STR("Allow"), UM_STR("GET, HEAD, OPTIONS")};
-            struct um_response_head h = {200, &allow, 1, 0, {NULL, 0}};
+            struct um_response_head h = {.status = 200, .headers = &allow, .num_headers = 1, .content_length = 0, .reason = {NULL, 0}};
             on_head(&c->sink, &h);
             on_end(&c->sink, UM_OK);
         } else {
@@ -540,17 +627,37 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
     }
     um_str rest;
     const struct um_route *route = find_route(c->config, req->authority, (um_str){cpath, clen}, &rest);
-    if (route == NULL || route->origin == NULL) {
-        respond_simple(c, 404, NULL, 0);
-        return NULL;
-    }
-    if (route->redirect_https && c->ssl == NULL) {
+    if (route && route->redirect_https && c->ssl == NULL) {
         redirect_https(c);
         return NULL;
     }
-    *f = (struct um_fetch){req, route, c->config, rest, c->peer_ip, c->peer_port,
-                           c->ssl ? "https" : "http"};
-    return route->origin;
+    struct um_origin *origin = route ? route->origin : NULL;
+    struct um_hook_request hr;
+    bool hooked = um_hooks_want_request(c->config, route);
+    if (hooked) {
+        origin = hook_request(c, &route, &rest, &hr);
+        if (origin == NULL)
+            return NULL;
+    } else if (origin == NULL) {
+        respond_simple(c, 404, NULL, 0);
+        return NULL;
+    }
+    *f = (struct um_fetch){.req = req, .route = route, .config = c->config, .path = rest,
+                           .client_ip = c->peer_ip, .client_port = c->peer_port,
+                           .scheme = c->ssl ? "https" : "http"};
+    if (hooked) {
+        if (hr.upstream >= 0 && route)
+            f->backend = c->config->upstream_origins[hr.upstream];
+        f->cache_key = hr.cache_key;
+        f->no_cache = hr.no_cache;
+        f->has_ttl = hr.has_ttl;
+        f->ttl = hr.ttl;
+        f->upstream_url = hr.upstream_url;
+        f->has_body = hr.has_body;
+        f->body = hr.body;
+        f->server_name = hr.server_name;
+    }
+    return origin;
 }
 
 /* The request is answered (its response may still be draining): get ready for the next. */
@@ -569,6 +676,8 @@ static void complete_request(struct um__conn *c)
     if (c->rpos == c->rlen)
         c->rpos = c->rlen = 0;
     um_http1_parser_init(&c->parser);
+    um_arena_reset(&c->arena);
+    c->pending_origin = NULL;
     if (!c->resp_keepalive) {
         c->state = S_DONE;
         c->closing = true;
@@ -688,9 +797,12 @@ static void begin_request(struct um__conn *c)
         c->state = S_ORIGIN; /* answered; the body, if any, is left unread */
         return;
     }
-    if (has_body && !(origin->ops->flags & UM_ORIGIN_F_STREAM_BODY)) {
-        /* The origin takes no body: read it to the end first, then dispatch (the route
-         * is looked up again then, from the same head). */
+    if (has_body && !(origin->ops->flags & UM_ORIGIN_F_STREAM_BODY) && f.backend == NULL) {
+        /* The origin takes no body: read it to the end first, then dispatch. The path
+         * (in the worker's buffer) is kept in the arena until then. */
+        c->pending = f;
+        c->pending.path = (um_str){um_arena_strdup(&c->arena, f.path.base, f.path.len), f.path.len};
+        c->pending_origin = origin;
         c->state = S_BODY;
         return;
     }
@@ -740,12 +852,8 @@ static enum input_result process_input(struct um__conn *c)
             body_drop(c, c->bdec); /* nobody wants it */
             if (!c->body_done)
                 return IN_NEED_INPUT;
-            struct um_fetch f;
-            struct um_origin *origin = route_request(c, &f);
-            if (origin)
-                dispatch(c, origin, &f);
-            else
-                c->state = S_ORIGIN;
+            struct um_fetch f = c->pending;
+            dispatch(c, c->pending_origin, &f);
             continue;
         }
         case S_ORIGIN:
@@ -1303,6 +1411,7 @@ void um__conn_free(struct um__conn *c)
     free(c->wbuf);
     free(c->fbuf);
     free(c->refs);
+    um_arena_reset(&c->arena);
     um_config_unref(c->config);
     free(c);
 }

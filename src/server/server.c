@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
 #include "umbra/static.h"
@@ -84,11 +85,14 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     struct um_origin **upstreams = um_calloc(config->num_upstreams + 1, sizeof(*upstreams));
     for (size_t i = 0; i < config->num_upstreams; i++)
         upstreams[i] = um_upstream_origin_create(&config->upstreams[i]);
+    bool hooks = um_hooks_enabled(config);
     for (size_t i = 0; i < config->num_routes; i++) {
         struct um_route *r = &config->routes[i];
         char msg[512];
         if (r->upstream >= 0) {
             r->origin = um_upstream_origin_ref(upstreams[r->upstream]);
+            if (hooks)
+                r->origin = um_hooks_origin_create(r->origin, config, r);
             if (r->cache) {
                 if (s->cache == NULL)
                     s->cache = create_cache(config);
@@ -96,11 +100,17 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
             }
             continue;
         }
-        r->origin = um_static_origin_create(r, config, msg, sizeof(msg));
-        if (r->origin == NULL) {
-            snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
-            goto fail;
+        if (r->root) {
+            r->origin = um_static_origin_create(r, config, msg, sizeof(msg));
+            if (r->origin == NULL) {
+                snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
+                goto fail;
+            }
         }
+        /* A route without root or upstream is answered by its hooks (or the upstream
+         * they pick). */
+        if (hooks)
+            r->origin = um_hooks_origin_create(r->origin, config, r);
     }
     for (size_t i = 0; i < config->num_listen; i++) {
         int fd = bind_one(&config->listen[i], err, errlen);
@@ -115,8 +125,9 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     }
     s->listener_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(s->listener_efd >= 0);
+    /* The snapshot keeps them for hooks that pick an upstream (req.upstream). */
     for (size_t i = 0; i < config->num_upstreams; i++)
-        upstreams[i]->ops->destroy(upstreams[i]);
+        um_config_set_upstream_origin(config, i, upstreams[i]);
     free(upstreams);
     return s;
 fail:

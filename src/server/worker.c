@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/hooks.h"
 #include "umbra/log.h"
 
 #define MAX_EVENTS 256
@@ -452,6 +453,7 @@ void *um__worker_main(void *arg)
     struct um__worker *w = arg;
     struct epoll_event evs[MAX_EVENTS];
     current_worker = w;
+    um_hooks_thread_init(w->id);
     for (;;) {
         int n = epoll_wait(w->epfd, evs, MAX_EVENTS, next_timeout(w));
         if (n < 0 && errno != EINTR) {

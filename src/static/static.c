@@ -55,7 +55,7 @@ static void respond(struct um_sink *sink, int status, const struct um_header *he
                     const char *body)
 {
     size_t len = body ? strlen(body) : 0;
-    struct um_response_head h = {status, headers, n, (int64_t)len, {NULL, 0}};
+    struct um_response_head h = {.status = status, .headers = headers, .num_headers = n, .content_length = (int64_t)len, .reason = {NULL, 0}};
     sink->ops->on_head(sink, &h);
     /* Error pages are small and come first: the sink always has room for them. */
     if (len)
@@ -209,7 +209,7 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
 
     if (not_modified(req, etag, st.st_mtime)) {
         close(fd);
-        struct um_response_head head = {304, h + 1, 3, -1, {NULL, 0}};
+        struct um_response_head head = {.status = 304, .headers = h + 1, .num_headers = 3, .content_length = -1, .reason = {NULL, 0}};
         sink->ops->on_head(sink, &head);
         sink->ops->on_end(sink, UM_OK);
         return;
@@ -235,7 +235,7 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
         }
     }
     uint64_t len = size ? last - first + 1 : 0;
-    struct um_response_head head = {status, h, n, (int64_t)len, {NULL, 0}};
+    struct um_response_head head = {.status = status, .headers = h, .num_headers = n, .content_length = (int64_t)len, .reason = {NULL, 0}};
     sink->ops->on_head(sink, &head);
     if (len > 0)
         sink->ops->on_file(sink, fd, first, len);

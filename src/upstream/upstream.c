@@ -72,6 +72,9 @@ struct xfer {
     struct curl_slist *headers;
     char *target; /* path and query as the client sent them */
     char *method; /* NULL: GET */
+    char *url;    /* a hook's server ("scheme://host:port") instead of the upstream's */
+    char *body;   /* a hook's body instead of the client's; body_pos bytes of it sent */
+    size_t body_pos;
     curl_off_t body_size; /* -1: chunked */
     char errbuf[CURL_ERROR_SIZE];
     int server;
@@ -255,6 +258,8 @@ static int pick_server(struct upstream *up, struct xfer *x)
 
 static void server_failed(struct upstream *up, struct xfer *x, int i)
 {
+    if (x->url)
+        return; /* a hook's server, not one of the upstream's */
     int fails = atomic_fetch_add_explicit(&up->servers[i].fails, 1, memory_order_relaxed) + 1;
     if (fails >= up->conf->max_fails) {
         uint64_t until = now_ms(x->wc) + (uint64_t)(up->conf->fail_timeout * 1000);
@@ -478,7 +483,7 @@ static bool deliver_head(struct xfer *x)
     } else if (content_length < 0) {
         /* Chunked or close-delimited from the origin: re-framed by the connection. */
     }
-    struct um_response_head head = {x->status, fields, n, content_length, reason};
+    struct um_response_head head = {.status = x->status, .headers = fields, .num_headers = n, .content_length = content_length, .reason = reason};
     x->head_sent = true;
     x->sink->ops->on_head(x->sink, &head);
     return true;
@@ -556,6 +561,15 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *userp)
 static size_t on_read_body(char *buf, size_t size, size_t nitems, void *userp)
 {
     struct xfer *x = userp;
+    if (x->body) {
+        size_t n = (size_t)x->body_size - x->body_pos;
+        if (n > size * nitems)
+            n = size * nitems;
+        memcpy(buf, x->body + x->body_pos, n);
+        x->body_pos += n;
+        x->body_started = true;
+        return n;
+    }
     ssize_t n = x->sink->ops->read_body(x->sink, buf, size * nitems);
     if (n == UM_AGAIN) {
         x->paused_send = true;
@@ -592,6 +606,8 @@ static void xfer_free(struct xfer *x)
     free(x->headers); /* build_headers' single allocation */
     free(x->target);
     free(x->method);
+    free(x->url);
+    free(x->body);
     free(x->hbuf);
     free(x);
 }
@@ -613,7 +629,7 @@ static void respond_error(struct xfer *x, int status)
                        : status == 501 ? "501 Not Implemented\n"
                                        : "502 Bad Gateway\n";
     size_t len = strlen(body);
-    struct um_response_head h = {status, &ct, 1, (int64_t)len, {NULL, 0}};
+    struct um_response_head h = {.status = status, .headers = &ct, .num_headers = 1, .content_length = (int64_t)len, .reason = {NULL, 0}};
     struct um_sink *sink = x->sink;
     sink->ops->on_head(sink, &h);
     sink->ops->on_data(sink, body, len);
@@ -629,6 +645,8 @@ static void start_attempt(struct xfer *x)
     const struct um_upstream_conf *conf = up->conf;
     struct worker_curl *wc = x->wc;
     const struct um_upstream_server *srv = &conf->servers[x->server];
+    const char *base = x->url ? x->url : srv->url;
+    bool https = x->url ? strncmp(x->url, "https:", 6) == 0 : srv->https;
     if (x->server < 64)
         x->tried |= (uint64_t)1 << x->server;
     x->attempts++;
@@ -636,10 +654,10 @@ static void start_attempt(struct xfer *x)
     x->num_lines = 0;
 
     CURL *e = x->easy;
-    size_t blen = strlen(srv->url), tlen = strlen(x->target), ulen = blen + tlen + 1;
+    size_t blen = strlen(base), tlen = strlen(x->target), ulen = blen + tlen + 1;
     char stack[2048];
     char *url = ulen <= sizeof(stack) ? stack : um_malloc(ulen);
-    memcpy(url, srv->url, blen);
+    memcpy(url, base, blen);
     memcpy(url + blen, x->target, tlen + 1);
     curl_easy_setopt(e, CURLOPT_URL, url);
     if (url != stack)
@@ -671,7 +689,7 @@ static void start_attempt(struct xfer *x)
     /* A body that stalls for `timeout` seconds ends the transfer (the first byte has
      * its own timer below). */
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)(conf->timeout < 1 ? 1 : conf->timeout));
-    if (srv->https) {
+    if (https) {
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, conf->tls_verify ? 1L : 0L);
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, conf->tls_verify ? 2L : 0L);
         curl_easy_setopt(e, CURLOPT_CAINFO, conf->tls_ca);
@@ -713,7 +731,7 @@ static void finish(struct xfer *x, CURLcode res)
 {
     struct upstream *up = x->up;
     const struct um_upstream_conf *conf = up->conf;
-    const char *url = conf->servers[x->server].url;
+    const char *url = x->url ? x->url : conf->servers[x->server].url;
     if (x->in_multi) {
         curl_multi_remove_handle(x->wc->multi, x->easy);
         x->in_multi = false;
@@ -810,7 +828,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
     if (um_http1_find_header(req, "upgrade")) {
         static const struct um_header ct = {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
         static const char body[] = "501 Not Implemented: protocol upgrades are not supported\n";
-        struct um_response_head h = {501, &ct, 1, (int64_t)sizeof(body) - 1, {NULL, 0}};
+        struct um_response_head h = {.status = 501, .headers = &ct, .num_headers = 1, .content_length = (int64_t)sizeof(body) - 1, .reason = {NULL, 0}};
         sink->ops->on_head(sink, &h);
         sink->ops->on_data(sink, body, sizeof(body) - 1);
         sink->ops->on_end(sink, UM_OK);
@@ -848,6 +866,16 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
     if (!x->is_head && (req->method_id != UM_METHOD_GET || x->has_body))
         x->method = um_strndup(req->method.base, req->method.len);
     x->body_size = (req->flags & UM_REQ_F_CHUNKED) ? -1 : (curl_off_t)req->content_length;
+    if (f->upstream_url)
+        x->url = um_strndup(f->upstream_url, strlen(f->upstream_url));
+    if (f->has_body) {
+        x->has_body = true;
+        x->body = um_malloc(f->body.len + 1);
+        memcpy(x->body, f->body.base, f->body.len);
+        x->body_size = (curl_off_t)f->body.len;
+        if (x->method == NULL && !x->is_head)
+            x->method = um_strndup(req->method.base, req->method.len);
+    }
     x->headers = build_headers(up, f);
     x->server = pick_server(up, x);
     if (x->server < 0) {
