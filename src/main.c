@@ -1,4 +1,4 @@
-/* umbra [-t] [-h] [-v] [config.lua] */
+/* umbra [-t] [-h] [-v] [-a HOST:PORT]... [config.lua] */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,10 +9,13 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: umbra [-t] [-h] [-v] [config.lua]\n"
+    fprintf(out, "usage: umbra [-t] [-h] [-v] [-a HOST:PORT]... [config.lua]\n"
                  "  -t  check the configuration and exit\n"
                  "  -h  show this help\n"
                  "  -v  show the version\n"
+                 "  -a  listen on HOST:PORT instead of the addresses the file gives\n"
+                 "      (repeatable; for instance to run a Yunying-style file, whose port\n"
+                 "      setting listens on every interface, on 127.0.0.1 only)\n"
                  "The configuration defaults to ./config.lua.\n");
 }
 
@@ -21,9 +24,17 @@ int main(int argc, char **argv)
     const char *file = "config.lua";
     bool test_only = false;
     bool have_file = false;
+    const char *addrs[16];
+    size_t num_addrs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-t") == 0) {
+        if (strcmp(a, "-a") == 0) {
+            if (i + 1 >= argc || num_addrs == sizeof(addrs) / sizeof(addrs[0])) {
+                fprintf(stderr, "umbra: -a needs HOST:PORT (at most 16 times)\n");
+                return 2;
+            }
+            addrs[num_addrs++] = argv[++i];
+        } else if (strcmp(a, "-t") == 0) {
             test_only = true;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
@@ -41,6 +52,7 @@ int main(int argc, char **argv)
         }
     }
 
+    um_config_listen_override(addrs, num_addrs);
     char err[1024];
     struct um_config *cfg = um_config_load(file, err, sizeof(err));
     if (cfg == NULL) {

@@ -2385,6 +2385,13 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
         fail_at(&ld, 0, "cannot read the file: %s", strerror(e));
         goto out;
     }
+    size_t folded_len;
+    char *folded = um__lua_fold_shifts(src, ld.srclen, &folded_len);
+    if (folded) {
+        free(src);
+        src = folded;
+        ld.srclen = folded_len;
+    }
     ld.src = src;
     ld.dir = dir_of(file);
 

@@ -493,3 +493,63 @@ void um__lualines_dispose(struct um__lualines *ll)
     free(ll->entries);
     memset(ll, 0, sizeof *ll);
 }
+
+/* Decimal integer literal -> value; false for anything else (hex, fractions, too big). */
+static bool small_int(const struct tok *t, unsigned long long *v)
+{
+    if (t->type != T_NUMBER || t->len == 0 || t->len > 18)
+        return false;
+    *v = 0;
+    for (size_t i = 0; i < t->len; i++) {
+        if (!is_digit(t->s[i]))
+            return false;
+        *v = *v * 10 + (unsigned long long)(t->s[i] - '0');
+    }
+    return true;
+}
+
+char *um__lua_fold_shifts(const char *src, size_t len, size_t *out_len)
+{
+    struct lexer lx = {src, src + len, 1};
+    struct tok w[4] = {lex(&lx), lex(&lx), lex(&lx), lex(&lx)};
+    char *out = NULL;
+    size_t n = 0, cap = 0, copied = 0; /* src[0..copied) is in out */
+    while (w[0].type != T_EOF) {
+        unsigned long long a, b;
+        bool shl = punct(&w[1], "<") && punct(&w[2], "<");
+        bool shr = punct(&w[1], ">") && punct(&w[2], ">");
+        if ((shl || shr) && w[2].s == w[1].s + 1 && small_int(&w[0], &a) &&
+            small_int(&w[3], &b) && w[0].line == w[3].line && b < 63 &&
+            (shr || a <= (~0ull >> 1) >> b)) {
+            if (out == NULL) {
+                cap = len + 64;
+                out = um_malloc(cap);
+            }
+            size_t head = (size_t)(w[0].s - src) - copied;
+            if (n + head + 24 > cap) {
+                cap = (n + head + 24) * 2;
+                out = um_realloc(out, cap);
+            }
+            memcpy(out + n, src + copied, head);
+            n += head;
+            n += (size_t)sprintf(out + n, "%llu", shl ? a << b : a >> b);
+            copied = (size_t)(w[3].s + w[3].len - src);
+            w[0] = lex(&lx);
+            w[1] = lex(&lx);
+            w[2] = lex(&lx);
+            w[3] = lex(&lx);
+            continue;
+        }
+        w[0] = w[1];
+        w[1] = w[2];
+        w[2] = w[3];
+        w[3] = lex(&lx);
+    }
+    if (out == NULL)
+        return NULL;
+    if (n + (len - copied) > cap)
+        out = um_realloc(out, n + (len - copied));
+    memcpy(out + n, src + copied, len - copied);
+    *out_len = n + (len - copied);
+    return out;
+}

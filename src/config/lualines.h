@@ -37,6 +37,12 @@ void um__lualines_scan(struct um__lualines *ll, const char *src, size_t len);
  * top-level name was assigned several times, the last assignment wins, as it does in Lua. */
 int um__lualines_find(const struct um__lualines *ll, const char *path);
 
+/* Lua 5.3's integer shifts of two decimal literals on one line ("1 << 25", as Yunying's
+ * sample config writes its cache size), which LuaJIT cannot parse, folded into their value;
+ * lines are kept. Returns a new buffer (its length in *out_len), or NULL when there is
+ * nothing to fold. */
+char *um__lua_fold_shifts(const char *src, size_t len, size_t *out_len);
+
 /* Frees what ll holds and zeroes it. */
 void um__lualines_dispose(struct um__lualines *ll);
 

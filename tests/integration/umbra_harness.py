@@ -65,8 +65,9 @@ class Umbra:
     """
 
     def __init__(self, config_body, files=None, workers=1, expect_fail=False,
-                 start_timeout=10.0, args=(), setup=None):
+                 start_timeout=10.0, args=(), setup=None, raw=False):
         self.config_body = config_body
+        self.raw = raw  # config_body is the whole file (no listen/workers prepended)
         self.setup = setup
         self.files = files or {}
         self.workers = workers
@@ -92,7 +93,8 @@ class Umbra:
                 self.setup(self.dir)
             self.config_path = os.path.join(self.dir, "config.lua")
             with open(self.config_path, "w") as f:
-                f.write('listen = { "127.0.0.1:0" }\nworkers = %d\n' % self.workers)
+                if not self.raw:
+                    f.write('listen = { "127.0.0.1:0" }\nworkers = %d\n' % self.workers)
                 f.write(self.config_body)
                 f.write("\n")
             self._start()

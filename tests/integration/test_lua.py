@@ -1,0 +1,534 @@
+"""Request-time Lua hooks (issue #5) against the real binary.
+
+Each example in config/ runs as shipped (its listen address replaced with -a, its
+upstream addresses with a test origin's), then the hooks' bindings, errors, the Yunying
+style and concurrency on several workers.
+"""
+
+import os
+import re
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from umbra_harness import (Client, Origin, Umbra, exchange, parse_response,  # noqa: E402
+                           source_dir, wait_until)
+
+
+def req(target, method="GET", headers=(), body=None, host="umbra.test", close=True):
+    lines = ["%s %s HTTP/1.1" % (method, target)]
+    if host is not None:
+        lines.append("Host: %s" % host)
+    lines += ["%s: %s" % h for h in headers]
+    if body is not None:
+        lines.append("Content-Length: %d" % len(body))
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+
+
+def fetch(port, target, method="GET", headers=(), body=None, host="umbra.test"):
+    data, closed = exchange(port, req(target, method, headers, body, host), timeout=10)
+    if not closed:
+        raise AssertionError("connection still open: %r" % data[:300])
+    return parse_response(data, head=method == "HEAD")
+
+
+def echoed(resp):
+    """What the origin's /echo saw: (request line, {lower name: [values]})."""
+    n = int(resp.header("X-Echo-Head-Length"))
+    lines = resp.body[:n].decode("latin-1").split("\r\n")
+    fields = {}
+    for line in lines[1:]:
+        if line:
+            k, v = line.split(":", 1)
+            fields.setdefault(k.lower(), []).append(v.strip())
+    return lines[0], fields
+
+
+def example(name, *servers):
+    """The text of config/NAME with its 127.0.0.1:900N servers replaced by servers."""
+    with open(os.path.join(source_dir(), "config", name)) as f:
+        text = f.read()
+    for i, url in enumerate(servers):
+        text = text.replace("http://127.0.0.1:%d" % (9001 + i), url)
+    return text
+
+
+def run_example(name, *servers, workers=None):
+    text = example(name, *servers)
+    if workers is not None:
+        text += "\nworkers = %d\n" % workers
+    return Umbra(text, raw=True, args=["-a", "127.0.0.1:0"])
+
+
+def cache_status(resp):
+    return resp.header("Cache-Status") or ""
+
+
+def is_hit(resp):
+    return re.search(r";\s*hit\b", cache_status(resp)) is not None
+
+
+def log_since(u, mark, needle, timeout=5):
+    """Waits until needle is in what umbra logged since mark; returns that text."""
+    wait_until(lambda: needle in u.log()[mark:], timeout)
+    return u.log()[mark:]
+
+
+class ExampleTest(unittest.TestCase):
+    def test_ip_echo(self):
+        with run_example("ip.lua", workers=1) as u:
+            r = fetch(u.port, "/ip")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, b"127.0.0.1")
+            self.assertTrue(r.header("Content-Type").startswith("text/plain"))
+            self.assertEqual(fetch(u.port, "/ip", method="HEAD").status, 200)
+            self.assertEqual(fetch(u.port, "/ipx").status, 404)
+            self.assertEqual(fetch(u.port, "/").status, 404)
+            r = fetch(u.port, "/ip", method="POST", body=b"x")
+            self.assertEqual(r.status, 405)
+            self.assertEqual(r.header("Allow"), "GET, HEAD")
+
+    def test_hello_world(self):
+        with run_example("hello.lua", workers=2) as u:
+            for target in ("/", "/anything?x=1"):
+                r = fetch(u.port, target)
+                self.assertEqual((r.status, r.body), (200, b"Hello, World!"))
+            # keep-alive: several answers on one connection
+            with Client(u.port) as c:
+                for _ in range(3):
+                    c.send(req("/", close=False))
+                    r = c.read_response()
+                    self.assertEqual((r.status, r.body), (200, b"Hello, World!"))
+
+    def test_host_routing_and_rewrite(self):
+        with Origin() as blog, Origin() as shop, \
+                run_example("host-routing.lua", blog.url, shop.url, workers=1) as u:
+            r = fetch(u.port, "/echo/a", host="www.example.com")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("X-Origin-Port"), str(blog.port))
+            r = fetch(u.port, "/echo/b", host="Shop.Example.com:8080")
+            self.assertEqual(r.header("X-Origin-Port"), str(shop.port))
+            line, fields = echoed(r)
+            self.assertEqual(line, "GET /echo/b HTTP/1.1")
+            self.assertEqual(fields["host"], ["Shop.Example.com:8080"])
+            r = fetch(u.port, "/docs/echo/c?q=1", host="www.example.com")
+            self.assertEqual(r.header("X-Origin-Port"), str(blog.port))
+            line, fields = echoed(r)
+            self.assertEqual(line, "GET /echo/c?q=1 HTTP/1.1")
+            self.assertEqual(fields["host"], ["docs.example.com"])
+            self.assertEqual([t for _, t, _ in shop.records()], ["/echo/b"])
+            self.assertEqual([t for _, t, _ in blog.records()], ["/echo/a", "/echo/c?q=1"])
+
+    def test_cache_key_and_ttl(self):
+        with Origin() as o, run_example("cache-key.lua", o.url, workers=1) as u:
+            # No freshness information from the origin: the hook's ttl makes it cacheable.
+            en = fetch(u.port, "/page", headers=[("Accept-Language", "en-US,en;q=0.8")])
+            self.assertEqual(en.status, 200)
+            self.assertFalse(is_hit(en))
+            en2 = fetch(u.port, "/page", headers=[("Accept-Language", "en-GB")])
+            self.assertTrue(is_hit(en2))
+            self.assertLessEqual(int(re.search(r"ttl=(\d+)", cache_status(en2)).group(1)), 60)
+            fr = fetch(u.port, "/page", headers=[("Accept-Language", "fr")])
+            self.assertFalse(is_hit(fr))
+            fr2 = fetch(u.port, "/page", headers=[("Accept-Language", "fr-CA")])
+            self.assertTrue(is_hit(fr2))
+            self.assertEqual(o.count(), 2)
+
+    def test_api_key(self):
+        with Origin() as o, run_example("api-key.lua", o.url, workers=1) as u:
+            r = fetch(u.port, "/echo/x")
+            self.assertEqual(r.status, 401)
+            self.assertIn("ApiKey", r.header("WWW-Authenticate"))
+            r = fetch(u.port, "/echo/x", headers=[("X-Api-Key", "wrong")])
+            self.assertEqual(r.status, 401)
+            self.assertEqual(o.count(), 0)
+            r = fetch(u.port, "/echo/x", headers=[("X-Api-Key", "k-93be4410")])
+            self.assertEqual(r.status, 200)
+            _, fields = echoed(r)
+            self.assertEqual(fields["x-api-user"], ["bob"])
+            self.assertNotIn("x-api-key", fields)
+            self.assertEqual(o.count(), 1)
+
+
+def umbra_hooks(body, origin=None, workers=1, cache=True):
+    """A config with an upstream "app" at origin (and "other" at the same origin) and
+    body appended."""
+    head = ""
+    if origin is not None:
+        head = ('upstreams = { app = { servers = { "%s" } }, other = { servers = { "%s" } } }\n'
+                % (origin.url, origin.url))
+    return Umbra(head + body, workers=workers)
+
+
+class BindingTest(unittest.TestCase):
+    def test_request_fields(self):
+        body = r'''
+routes = { { path = "/", on_request = function(req)
+  local h = req.headers
+  return umbra.respond(200, table.concat({ req.method, req.path, tostring(req.query),
+    req.host, req.scheme, req.client_ip, tostring(req.client_port > 0), tostring(h["x-a"]),
+    tostring(req:header("X-A")), tostring(req:header("missing")), req.target }, "|"))
+end } }
+'''
+        with umbra_hooks(body) as u:
+            r = fetch(u.port, "/p%20q?x=1&y", headers=[("X-A", "1"), ("x-a", "2")],
+                      host="Example.com:81")
+            self.assertEqual(r.body.decode(), "GET|/p%20q|x=1&y|Example.com:81|http|127.0.0.1|"
+                             "true|1, 2|1|nil|/p%20q?x=1&y")
+            r = fetch(u.port, "/nq")
+            self.assertTrue(r.body.decode().startswith("GET|/nq|nil|"))
+
+    def test_rewrite_headers_and_query(self):
+        body = r'''
+routes = { { path = "/", upstream = "app", cache = false } }
+function on_request(req)
+  req:set_header("X-Added", "yes")
+  req:set_header("X-Replaced", "new")
+  req:remove_header("X-Removed")
+  req.query = "rewritten=1"
+  req.path = "/echo/" .. req.path:sub(2)
+end
+'''
+        with Origin() as o, umbra_hooks(body, o) as u:
+            r = fetch(u.port, "/p?orig=1", headers=[("X-Replaced", "old"), ("X-Replaced", "old2"),
+                                                  ("X-Removed", "gone"), ("X-Kept", "k")])
+            self.assertEqual(r.status, 200)
+            line, fields = echoed(r)
+            self.assertEqual(line, "GET /echo/p?rewritten=1 HTTP/1.1")
+            self.assertEqual(fields["x-added"], ["yes"])
+            self.assertEqual(fields["x-replaced"], ["new"])
+            self.assertNotIn("x-removed", fields)
+            self.assertEqual(fields["x-kept"], ["k"])
+
+    def test_choose_upstream_route_and_bypass(self):
+        body = r'''
+routes = {
+  { path = "/", upstream = "app" },
+  { path = "/never/", name = "files", root = "www" },
+}
+function on_request(req)
+  if req:header("X-Files") then req.route = "files"; req.path = "/never/f.txt" end
+  if req:header("X-Bypass") then req.no_cache = true end
+end
+'''
+        with Origin() as o, Umbra(
+                'upstreams = { app = { servers = { "%s" } } }\n' % o.url + body,
+                files={"www/f.txt": "file body"}) as u:
+            r = fetch(u.port, "/x", headers=[("X-Files", "1")])
+            self.assertEqual((r.status, r.body), (200, b"file body"))
+            self.assertEqual(o.count(), 0)
+            a = fetch(u.port, "/c?cc=max-age%3D60")
+            b = fetch(u.port, "/c?cc=max-age%3D60")
+            self.assertTrue(is_hit(b))
+            c = fetch(u.port, "/c?cc=max-age%3D60", headers=[("X-Bypass", "1")])
+            self.assertIn("fwd=bypass", cache_status(c))
+            self.assertEqual(o.count(), 2)
+            self.assertEqual(a.status, 200)
+
+    def test_pick_upstream(self):
+        body = r'''
+routes = { { path = "/", upstream = "app", cache = false } }
+function on_request(req)
+  if req.path == "/second" then req.upstream = "second" end
+  if req.path == "/unknown" then req.upstream = "nope" end
+end
+'''
+        with Origin() as a, Origin() as b, Umbra(
+                'upstreams = { app = { servers = { "%s" } }, second = { servers = { "%s" } } }\n'
+                % (a.url, b.url) + body) as u:
+            self.assertEqual(fetch(u.port, "/first").header("X-Origin-Port"), str(a.port))
+            self.assertEqual(fetch(u.port, "/second").header("X-Origin-Port"), str(b.port))
+            mark = len(u.log())
+            self.assertEqual(fetch(u.port, "/unknown").status, 500)
+            self.assertIn("no upstream is named 'nope'", log_since(u, mark, "'nope'"))
+
+    def test_header_injection_refused(self):
+        body = r'''
+routes = { { path = "/", upstream = "app", cache = false } }
+function on_request(req)
+  local v = req:header("X-Value")
+  if req.path == "/h" then req:set_header("X-Injected", v) end
+  if req.path == "/p" then req.path = "/echo\r\nX-Evil: 1" end
+  if req.path == "/host" then req.host = "a\r\nX-Evil: 1" end
+  if req.path == "/r" then return umbra.respond(200, "x", { ["X-Out"] = v }) end
+  if req.path == "/name" then req:set_header("Bad\nName", "v") end
+  if req.path == "/cl" then req:set_header("Content-Length", "5") end
+end
+'''
+        with Origin() as o, umbra_hooks(body, o) as u:
+            for target in ("/p", "/host", "/name", "/cl"):
+                mark = len(u.log())
+                r = fetch(u.port, target)
+                self.assertEqual(r.status, 500, target)
+                self.assertIn("lua:", log_since(u, mark, "lua:"))
+            self.assertEqual(o.count(), 0)
+        # Values with CR/LF can only come from Lua code: build them there.
+        body2 = r'''
+routes = { { path = "/", upstream = "app", cache = false } }
+function on_request(req)
+  if req.path == "/h" then req:set_header("X-Injected", "v\r\nX-Evil: 1") end
+  if req.path == "/r" then return umbra.respond(200, "x", { ["X-Out"] = "v\nSet-Cookie: a=1" }) end
+  if req.path == "/redirect" then return umbra.redirect("/x\r\nSet-Cookie: a=1") end
+end
+'''
+        with Origin() as o, umbra_hooks(body2, o) as u:
+            for target in ("/h", "/r", "/redirect"):
+                r = fetch(u.port, target)
+                self.assertEqual(r.status, 500, target)
+                self.assertIsNone(r.header("Set-Cookie"))
+                self.assertIsNone(r.header("X-Evil"))
+            self.assertEqual(o.count(), 0)
+
+    def test_on_response(self):
+        body = r'''
+routes = { { path = "/", upstream = "app", on_response = function(req, res)
+  res:set_header("X-Route-Hook", tostring(res.status))
+end } }
+function on_response(req, res)
+  res:remove_header("X-Secret")
+  res:set_header("X-Path", req.path)
+  if req.path == "/ttl" then res.ttl = 30 end
+  if req.path == "/nocache" then res.cacheable = false end
+  if req.path == "/fail" then error("on_response failed on purpose") end
+end
+'''
+        with Origin() as o, umbra_hooks(body, o) as u:
+            r = fetch(u.port, "/plain?header=X-Secret:s&header=X-Other:o")
+            self.assertEqual(r.status, 200)
+            self.assertIsNone(r.header("X-Secret"))
+            self.assertEqual(r.header("X-Other"), "o")
+            self.assertEqual(r.header("X-Path"), "/plain")
+            self.assertEqual(r.header("X-Route-Hook"), "200")
+            # ttl from the hook: stored although the origin gave no freshness
+            fetch(u.port, "/ttl")
+            r = fetch(u.port, "/ttl")
+            self.assertTrue(is_hit(r))
+            self.assertEqual(r.header("X-Path"), "/ttl")  # stored with the hook's fields
+            # cacheable = false wins over the origin's max-age
+            fetch(u.port, "/nocache?cc=max-age%3D60")
+            r = fetch(u.port, "/nocache?cc=max-age%3D60")
+            self.assertFalse(is_hit(r))
+            self.assertEqual(o.count(), 4)
+            mark = len(u.log())
+            r = fetch(u.port, "/fail?cc=max-age%3D60")
+            self.assertEqual(r.status, 500)
+            log = log_since(u, mark, "on_response failed on purpose")
+            self.assertIn("stack traceback", log)
+            r = fetch(u.port, "/after")
+            self.assertEqual(r.status, 200)
+            # the failed answer was not stored: the next request goes to the origin again
+            n = o.count()
+            fetch(u.port, "/fail?cc=max-age%3D60")
+            self.assertEqual(o.count(), n + 1)
+
+    def test_on_response_static(self):
+        body = r'''
+routes = { { path = "/", root = "www", on_response = function(req, res)
+  res:set_header("X-Static", "1")
+end } }
+'''
+        with Umbra(body, files={"www/a.txt": "aaa"}) as u:
+            r = fetch(u.port, "/a.txt")
+            self.assertEqual((r.status, r.body, r.header("X-Static")), (200, b"aaa", "1"))
+            r = fetch(u.port, "/missing")
+            self.assertEqual((r.status, r.header("X-Static")), (404, "1"))
+
+
+class FailureTest(unittest.TestCase):
+    def test_error_and_endless_loop_answer_500_and_the_worker_goes_on(self):
+        body = r'''
+routes = { { path = "/", on_request = function(req)
+  if req.path == "/error" then error("hook failed on purpose") end
+  if req.path == "/loop" then while true do end end
+  if req.path == "/pcall-loop" then
+    for i = 1, 100 do pcall(function() while true do end end) end
+    return umbra.respond(200, "escaped the budget")
+  end
+  if req.path == "/io" then return umbra.respond(200, tostring(io.open("/etc/passwd"))) end
+  if req.path == "/os" then os.execute("true") end
+  if req.path == "/bad-status" then return umbra.respond(99, "x") end
+  return umbra.respond(200, "ok " .. os.time())
+end } }
+'''
+        with Umbra(body, workers=1) as u, Client(u.port) as c:
+            for target, needle in (("/error", "hook failed on purpose"),
+                                   ("/loop", "instruction budget"),
+                                   ("/pcall-loop", "instruction budget"),
+                                   ("/io", "attempt to index global 'io'"),
+                                   ("/os", "attempt to call field 'execute'"),
+                                   ("/bad-status", "status 99")):
+                mark = len(u.log())
+                c.send(req(target, close=False))
+                r = c.read_response(timeout=10)
+                self.assertEqual(r.status, 500, target)
+                log = log_since(u, mark, needle)
+                self.assertIn("GET %s" % target, log)
+                # the same connection, the same worker: served normally
+                c.send(req("/fine", close=False))
+                r = c.read_response()
+                self.assertEqual(r.status, 200)
+                self.assertTrue(r.body.startswith(b"ok "))
+
+    def test_config_errors_name_file_and_line(self):
+        cases = [  # the harness writes listen and workers on lines 1 and 2
+            ("local x = 1\non_request = 5\nroutes = { { path = \"/\", root = \".\" } }\n",
+             r"config\.lua:4: on_request: expected a function"),
+            ("routes = {\n  { path = \"/\", root = \".\",\n    on_response = \"no\" } }\n",
+             r"config\.lua:5: routes\.1\.on_response: expected a function"),
+            ("routes = {\n  { path = \"/a\", name = \"x\", root = \".\" },\n"
+             "  { path = \"/b\", name = \"x\", root = \".\" } }\n",
+             r"config\.lua:5: .*named 'x' already"),
+            ("routes = {\n  { path = \"/\" } }\n",
+             r"config\.lua:4: .*needs root or upstream"),
+        ]
+        for text, pattern in cases:
+            with Umbra(text, expect_fail=True) as u:
+                self.assertNotEqual(u.returncode, 0)
+                self.assertRegex(u.log(), pattern)
+
+
+YUNYING_UPSTREAM = r'''-- a config written for Yunying
+port = 8080
+working_thread_num = 2
+cache_size_bytes = 1 << 25
+cache_default_max_age = 300
+cache_clean_interval = 10
+origin_type = "upstream"            -- static_file or upstream
+root_dir = "."                      -- static_file only
+upstream_host = "upstream.host"     -- upstream only
+upstream_ip = "127.0.0.1"           -- upstream only
+upstream_port = %d                  -- upstream only
+
+function upstream_set(req_path, req_method, req_host)
+    if (req_path:find("^/chenyuheng") ~= nil) then
+        set_host("chenyuheng.github.io")
+        set_path(req_path.sub(req_path, 12))
+    end
+    if (req_path:find("^/post") ~= nil) then
+        set_method("POST")
+        set_body("posted by upstream_set")
+        set_path("/echo/post")
+    end
+    if (req_path:find("^/other") ~= nil) then
+        set_upstream_port(%d)
+        set_path("/echo/other")
+    end
+end
+'''
+
+
+class YunyingTest(unittest.TestCase):
+    def test_static_file_style(self):
+        text = 'port = 8080\nworking_thread_num = 1\norigin_type = "static_file"\n' \
+               'root_dir = "site"\n'
+        with Umbra(text, raw=True, args=["-a", "127.0.0.1:0"],
+                   files={"site/index.html": "<p>yunying</p>"}) as u:
+            r = fetch(u.port, "/")
+            self.assertEqual((r.status, r.body), (200, b"<p>yunying</p>"))
+            self.assertIn("with 1 workers", u.log())
+
+    def test_upstream_style_with_upstream_set(self):
+        with Origin() as o, Origin() as other:
+            text = YUNYING_UPSTREAM % (o.port, other.port)
+            with Umbra(text, raw=True, args=["-a", "127.0.0.1:0"]) as u:
+                self.assertIn("with 2 workers", u.log())
+                r = fetch(u.port, "/echo/plain")
+                line, fields = echoed(r)
+                self.assertEqual(line, "GET /echo/plain HTTP/1.1")
+                self.assertEqual(fields["host"], ["upstream.host"])
+                r = fetch(u.port, "/chenyuheng/echo/x")
+                line, fields = echoed(r)
+                self.assertEqual(line, "GET /echo/x HTTP/1.1")
+                self.assertEqual(fields["host"], ["chenyuheng.github.io"])
+                r = fetch(u.port, "/post")
+                line, fields = echoed(r)
+                self.assertEqual(line, "POST /echo/post HTTP/1.1")
+                self.assertTrue(r.body.endswith(b"posted by upstream_set"))
+                r = fetch(u.port, "/other")
+                self.assertEqual(r.header("X-Origin-Port"), str(other.port))
+                # cached by the client's URL, for cache_default_max_age
+                a = fetch(u.port, "/chenyuheng/x")
+                b = fetch(u.port, "/chenyuheng/x")
+                self.assertTrue(is_hit(b))
+                self.assertEqual(a.body, b.body)
+
+    def test_example_file(self):
+        with Origin() as o:
+            text = example("yunying.lua").replace("upstream_port = 9001",
+                                                   "upstream_port = %d" % o.port)
+            with Umbra(text, raw=True, args=["-a", "127.0.0.1:0"]) as u:
+                line, fields = echoed(fetch(u.port, "/blog/echo/post-1"))
+                self.assertEqual(line, "GET /echo/post-1 HTTP/1.1")
+                self.assertEqual(fields["host"], ["blog.example"])
+
+    def test_mixing_styles_is_an_error(self):
+        text = 'port = 8080\norigin_type = "static_file"\nroutes = { { path = "/", root = "." } }\n'
+        with Umbra(text, raw=True, expect_fail=True) as u:
+            self.assertRegex(u.log(), r"config\.lua:3: 'routes' is an Umbra setting and "
+                                      r"'port' a Yunying one")
+        text = 'function on_request(req) end\nworking_thread_num = 2\n'
+        with Umbra(text, raw=True, expect_fail=True) as u:
+            self.assertRegex(u.log(), r"config\.lua:2: 'on_request' is an Umbra setting and "
+                                      r"'working_thread_num' a Yunying one")
+
+    def test_bad_yunying_values(self):
+        for text, pattern in (
+                ('origin_type = "ftp"\n', r"config\.lua:1: origin_type: expected"),
+                ('origin_type = "upstream"\n', r"config\.lua:1: .*needs upstream_domain"),
+                ('port = 70000\n', r"config\.lua:1: port: expected a port"),
+                ('origin_type = "upstream"\nupstream_domain = "x"\nupstream_protocol = "ftp"\n',
+                 r"config\.lua:3: upstream_protocol")):
+            with Umbra(text, raw=True, expect_fail=True) as u:
+                self.assertRegex(u.log(), pattern)
+
+
+class ConcurrencyTest(unittest.TestCase):
+    def test_hooks_on_several_workers(self):
+        body = r'''
+local counter = 0
+routes = {
+  { path = "/", upstream = "app", on_request = function(req)
+      counter = counter + 1
+      req:set_header("X-Seq", tostring(counter))
+      if req.path:find("^/direct/") then
+        return umbra.respond(200, req.path .. " " .. umbra.worker)
+      end
+      req.cache_key = req.path
+    end },
+}
+'''
+        with Origin(threads=2) as o, umbra_hooks(body, o, workers=3) as u:
+            errors = []
+            workers = set()
+
+            def client(n):
+                try:
+                    for i in range(40):
+                        target = "/direct/%d/%d" % (n, i) if i % 2 else "/echo/%d?cc=max-age%%3D60" % (i % 5)
+                        r = fetch(u.port, target)
+                        if r.status != 200:
+                            errors.append((target, r.status))
+                        elif i % 2:
+                            path, w = r.body.decode().rsplit(" ", 1)
+                            if path != target:
+                                errors.append((target, r.body))
+                            workers.add(w)
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(repr(e))
+
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertEqual(errors, [])
+            self.assertGreater(len(workers), 1)
+            self.assertLessEqual(o.count(), 5 * 3 + 5)  # mostly hits: 5 keys
+            self.assertNotIn("ThreadSanitizer", u.log())
+
+
+if __name__ == "__main__":
+    unittest.main()

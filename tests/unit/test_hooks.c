@@ -1,0 +1,316 @@
+/* Unit tests of the request/response bindings of the Lua hooks (src/lua/hooks.c), the
+ * Yunying translation of the loader and the folding of Lua 5.3 shifts. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/lualines.h"
+#include "umbra/config.h"
+#include "umbra/hooks.h"
+#include "umbra/http1.h"
+#include "umbra/log.h"
+
+static char path[] = "/tmp/umbra-test-hooks-XXXXXX";
+
+static struct um_config *load(const char *text)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    char err[512];
+    struct um_config *c = um_config_load(path, err, sizeof err);
+    unlink(path);
+    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+    if (c == NULL)
+        fail_msg("load failed: %s", err);
+    return c;
+}
+
+static char *load_error(const char *text)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    static char err[512];
+    struct um_config *c = um_config_load(path, err, sizeof err);
+    unlink(path);
+    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+    assert_null(c);
+    char *colon = strchr(err, ':'); /* skip the temp file's name */
+    return colon ? colon + 1 : err;
+}
+
+struct parsed {
+    char buf[2048];
+    struct um_request req;
+    struct um_arena arena;
+    struct um_hook_request hr;
+};
+
+static void parse(struct parsed *p, const char *raw, const struct um_config *c)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->buf, sizeof p->buf, "%s", raw);
+    struct um_http1_parser ps;
+    um_http1_parser_init(&ps);
+    int status;
+    assert_int_equal(um_http1_parse_request(&ps, p->buf, strlen(p->buf), 8192, 16384, &p->req,
+                                            &status),
+                     UM_OK);
+    p->hr = (struct um_hook_request){.req = &p->req, .route = &c->routes[0],
+                                     .client_ip = "192.0.2.7", .client_port = 4242,
+                                     .scheme = "http", .arena = &p->arena, .upstream = -1};
+}
+
+static bool str_is(um_str s, const char *want)
+{
+    return s.len == strlen(want) && memcmp(s.base, want, s.len) == 0;
+}
+
+static const um_str *field(const struct um_request *req, const char *name)
+{
+    return um_http1_find_header(req, name);
+}
+
+static void test_rewrites(void **state)
+{
+    (void)state;
+    struct um_config *c = load(
+        "upstreams = { a = { servers = { \"http://127.0.0.1:1\" } },\n"
+        "              b = { servers = { \"http://127.0.0.1:2\" } } }\n"
+        "routes = { { path = \"/\", upstream = \"a\", name = \"main\" },\n"
+        "           { path = \"/other/\", upstream = \"a\", name = \"other\" } }\n"
+        "function on_request(req)\n"
+        "  req.path = '/new' .. req.path\n"
+        "  req.query = 'q=' .. req.client_ip\n"
+        "  req.host = 'backend.example'\n"
+        "  req.method = 'POST'\n"
+        "  req:set_header('X-Port', req.client_port)\n"
+        "  req:set_header('X-Dup', 'one')\n"
+        "  req:remove_header('X-Gone')\n"
+        "  req.upstream = 'b'\n"
+        "  req.route = 'other'\n"
+        "  req.cache_key = 'k:' .. req.path\n"
+        "  req.ttl = 42\n"
+        "  req.no_cache = true\n"
+        "end\n");
+    struct parsed p;
+    parse(&p, "GET /x?old=1 HTTP/1.1\r\nHost: h\r\nX-Dup: a\r\nX-Gone: 1\r\nX-Dup: b\r\n\r\n", c);
+    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_CONTINUE);
+    assert_true(str_is(p.req.path, "/new/x"));
+    assert_true(str_is(p.req.query, "q=192.0.2.7"));
+    assert_true(str_is(p.req.target, "/new/x?q=192.0.2.7"));
+    assert_true(p.hr.path_changed);
+    assert_true(str_is(p.req.authority, "backend.example"));
+    assert_true(str_is(p.req.method, "POST"));
+    assert_int_equal(p.req.method_id, UM_METHOD_POST);
+    assert_true(str_is(*field(&p.req, "x-port"), "4242"));
+    assert_true(str_is(*field(&p.req, "x-dup"), "one"));
+    size_t dups = 0;
+    for (size_t i = 0; i < p.req.num_headers; i++)
+        dups += str_is(p.req.headers[i].name, "X-Dup");
+    assert_int_equal(dups, 1);
+    assert_null(field(&p.req, "x-gone"));
+    assert_int_equal(p.hr.upstream, 1);
+    assert_ptr_equal(p.hr.route, &c->routes[1]);
+    assert_true(str_is(p.hr.cache_key, "k:/new/x"));
+    assert_true(p.hr.has_ttl);
+    assert_int_equal(p.hr.ttl, 42);
+    assert_true(p.hr.no_cache);
+    um_arena_reset(&p.arena);
+    um_config_unref(c);
+}
+
+static void test_respond_and_redirect(void **state)
+{
+    (void)state;
+    struct um_config *c = load(
+        "routes = { { path = '/', on_request = function(req)\n"
+        "  if req.path == '/r' then return umbra.redirect('https://e.example/', 301) end\n"
+        "  return umbra.respond(201, 'made', { ['X-A'] = '1', ['Set-Cookie'] = { 'a=1', 'b=2' } })\n"
+        "end } }\n");
+    struct parsed p;
+    parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
+    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+    assert_int_equal(p.hr.status, 201);
+    assert_true(str_is(p.hr.resp_body, "made"));
+    assert_int_equal(p.hr.num_headers, 3);
+    int cookies = 0;
+    for (size_t i = 0; i < p.hr.num_headers; i++)
+        cookies += str_is(p.hr.headers[i].name, "Set-Cookie");
+    assert_int_equal(cookies, 2);
+    um_arena_reset(&p.arena);
+
+    parse(&p, "GET /r HTTP/1.1\r\nHost: h\r\n\r\n", c);
+    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+    assert_int_equal(p.hr.status, 301);
+    assert_int_equal(p.hr.num_headers, 1);
+    assert_true(str_is(p.hr.headers[0].name, "Location"));
+    assert_true(str_is(p.hr.headers[0].value, "https://e.example/"));
+    um_arena_reset(&p.arena);
+    um_config_unref(c);
+}
+
+/* Each of these fails the call (a 500), and the state keeps working afterwards. */
+static void test_refusals(void **state)
+{
+    (void)state;
+    struct um_config *c = load(
+        "routes = { { path = '/', on_request = function(req)\n"
+        "  local p = req.path\n"
+        "  if p == '/crlf' then req:set_header('X-A', 'a\\r\\nX-B: b') end\n"
+        "  if p == '/lf-name' then req:set_header('X\\nA', 'a') end\n"
+        "  if p == '/host' then req:set_header('Host', 'x') end\n"
+        "  if p == '/te' then req:set_header('Transfer-Encoding', 'chunked') end\n"
+        "  if p == '/path' then req.path = 'no-slash' end\n"
+        "  if p == '/path-crlf' then req.path = '/a\\r\\nb' end\n"
+        "  if p == '/query' then req.query = 'a b' end\n"
+        "  if p == '/hostval' then req.host = 'a/b' end\n"
+        "  if p == '/unknown' then req.nothing = 1 end\n"
+        "  if p == '/respond-cl' then return umbra.respond(200, 'x', { ['Content-Length'] = '9' }) end\n"
+        "  if p == '/respond-val' then return umbra.respond(200, 'x', { ['X'] = 'a\\0b' }) end\n"
+        "  if p == '/redirect' then return umbra.redirect('/a b') end\n"
+        "  if p == '/budget' then local i = 0 while true do i = i + 1 end end\n"
+        "  return umbra.respond(200, 'fine')\n"
+        "end } }\n");
+    static const char *const bad[] = {"/crlf", "/lf-name", "/host", "/te", "/path",
+                                      "/path-crlf", "/query", "/hostval", "/unknown",
+                                      "/respond-cl", "/respond-val", "/redirect", "/budget"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char raw[256];
+        snprintf(raw, sizeof raw, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", bad[i]);
+        struct parsed p;
+        parse(&p, raw, c);
+        if (um_hooks_on_request(c, &p.hr) != UM_HOOK_FAIL)
+            fail_msg("%s did not fail", bad[i]);
+        assert_null(field(&p.req, "x-b"));
+        um_arena_reset(&p.arena);
+        parse(&p, "GET /ok HTTP/1.1\r\nHost: h\r\n\r\n", c);
+        assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+        assert_true(str_is(p.hr.resp_body, "fine"));
+        um_arena_reset(&p.arena);
+    }
+    um_config_unref(c);
+}
+
+static void test_on_response(void **state)
+{
+    (void)state;
+    struct um_config *c = load(
+        "routes = { { path = '/', root = '/tmp', on_response = function(req, res)\n"
+        "  res:set_header('X-Route', req.path)\n"
+        "end } }\n"
+        "function on_response(req, res)\n"
+        "  assert(res.status == 200 and res:header('x-a') == '1')\n"
+        "  res:remove_header('X-A')\n"
+        "  res:set_header('X-B', 'new')\n"
+        "  res.ttl = 5\n"
+        "  res.cacheable = res.headers['x-c'] ~= 'private'\n"
+        "end\n");
+    struct parsed p;
+    parse(&p, "GET /f HTTP/1.1\r\nHost: h\r\n\r\n", c);
+    struct um_header in_fields[] = {{UM_STR("X-A"), UM_STR("1")},
+                                    {UM_STR("X-B"), UM_STR("old")},
+                                    {UM_STR("X-C"), UM_STR("private")}};
+    struct um_response_head in = {.status = 200, .headers = in_fields, .num_headers = 3,
+                                  .content_length = 0};
+    struct um_arena arena = {0};
+    struct um_hook_response out = {.arena = &arena};
+    assert_true(um_hooks_on_response(c, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
+    assert_int_equal(out.head.num_headers, 3);
+    assert_true(str_is(out.head.headers[0].name, "X-B"));
+    assert_true(str_is(out.head.headers[0].value, "new"));
+    assert_true(str_is(out.head.headers[1].name, "X-C"));
+    assert_true(str_is(out.head.headers[2].name, "X-Route"));
+    assert_true(str_is(out.head.headers[2].value, "/f"));
+    assert_true(out.head.has_ttl);
+    assert_int_equal(out.head.ttl, 5);
+    assert_true(out.head.no_store);
+    /* the origin's fields are untouched */
+    assert_true(str_is(in_fields[0].name, "X-A"));
+    um_arena_reset(&arena);
+    /* the request is read-only there */
+    um_config_unref(c);
+    c = load("routes = { { path = '/', root = '/tmp' } }\n"
+             "function on_response(req, res) req.path = '/x' end\n");
+    out = (struct um_hook_response){.arena = &arena};
+    assert_false(um_hooks_on_response(c, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
+    um_arena_reset(&arena);
+    um_arena_reset(&p.arena);
+    um_config_unref(c);
+}
+
+static void test_yunying(void **state)
+{
+    (void)state;
+    struct um_config *c = load(
+        "port = 0\nworking_thread_num = 3\ncache_size_bytes = 1 << 22\n"
+        "cache_default_max_age = 7\norigin_type = 'upstream'\n"
+        "upstream_domain = '127.0.0.1'\nupstream_port = 9\n"
+        "function upstream_set(p, m, h)\n"
+        "  assert(p == '/a?b' and m == 'GET' and h == 'client.example')\n"
+        "  set_path('/z?y=1'); set_method('PUT'); set_body('B'); set_host('up.example')\n"
+        "  set_upstream_protocol('https'); set_upstream_port(8443)\n"
+        "end\n");
+    assert_true(c->lua.yunying);
+    assert_int_equal(c->workers, 3);
+    assert_int_equal(c->cache.memory, 4u << 20);
+    assert_true(c->cache.default_ttl == 7);
+    assert_int_equal(c->num_upstreams, 1);
+    assert_string_equal(c->upstreams[0].servers[0].url, "http://127.0.0.1:9");
+    assert_null(c->upstreams[0].host); /* upstream_set sets the Host */
+    assert_int_equal(c->num_routes, 1);
+    assert_true(c->routes[0].cache);
+    struct parsed p;
+    parse(&p, "GET /a?b HTTP/1.1\r\nHost: client.example\r\n\r\n", c);
+    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_CONTINUE);
+    assert_true(str_is(p.req.target, "/z?y=1"));
+    assert_true(str_is(p.req.method, "PUT"));
+    assert_true(str_is(p.req.authority, "up.example"));
+    assert_true(p.hr.has_body);
+    assert_true(str_is(p.hr.body, "B"));
+    assert_string_equal(p.hr.upstream_url, "https://127.0.0.1:8443");
+    assert_true(str_is(p.hr.cache_key, "client.example /a?b"));
+    um_arena_reset(&p.arena);
+    um_config_unref(c);
+
+    assert_string_equal(load_error("port = 1\nlisten = '127.0.0.1:1'\n"),
+                        "2: 'listen' is an Umbra setting and 'port' a Yunying one: a config "
+                        "file uses one style or the other, not both");
+}
+
+static void test_fold_shifts(void **state)
+{
+    (void)state;
+    const char *src = "a = 1 << 25 -- 1 << 2\nb = '2 << 3'\nc = 256 >> 4\nd = x << 2\n";
+    size_t n;
+    char *out = um__lua_fold_shifts(src, strlen(src), &n);
+    assert_non_null(out);
+    assert_int_equal(n, strlen("a = 33554432 -- 1 << 2\nb = '2 << 3'\nc = 16\nd = x << 2\n"));
+    assert_memory_equal(out, "a = 33554432 -- 1 << 2\nb = '2 << 3'\nc = 16\nd = x << 2\n", n);
+    free(out);
+    assert_null(um__lua_fold_shifts("a = 1 < 2\n", 10, &n));
+}
+
+int main(void)
+{
+    um_hooks_thread_init(0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rewrites),
+        cmocka_unit_test(test_respond_and_redirect),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_on_response),
+        cmocka_unit_test(test_yunying),
+        cmocka_unit_test(test_fold_shifts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
