@@ -24,7 +24,7 @@ int main(int argc, char **argv)
     const char *file = "config.lua";
     bool test_only = false;
     bool have_file = false;
-    const char *addrs[16];
+    const char *addrs[16] = {NULL};
     size_t num_addrs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

@@ -697,44 +697,34 @@ static void pass_start(struct cache_origin *co, struct um_fetch *f, struct um_si
 
 /* ---------------------------------------------------------------- fills */
 
-/* Copies the request head so that the fill can outlive the client's buffer. */
+/* Copies the request head so that the fill can outlive the client's buffer. The slices
+ * may point anywhere (a hook's rewrites live in the connection's arena): each is copied. */
 static void copy_request(struct fill *fl, const struct um_request *req)
 {
-    /* Everything the request's slices point at lies in [method, end of the last slice). */
-    const char *base = req->method.base, *end = base + req->method.len;
-#define END_OF(s)                                                                                  \
-    do {                                                                                           \
-        if ((s).base >= base && (s).base + (s).len > end && (s).base < base + req->head_len)       \
-            end = (s).base + (s).len;                                                              \
-    } while (0)
-    END_OF(req->target);
-    END_OF(req->path);
-    END_OF(req->query);
-    END_OF(req->authority);
-    for (size_t i = 0; i < req->num_headers; i++) {
-        END_OF(req->headers[i].name);
-        END_OF(req->headers[i].value);
-    }
-#undef END_OF
-    size_t len = (size_t)(end - base);
+    size_t len = req->method.len + req->target.len + req->path.len + req->query.len +
+                 req->authority.len;
+    for (size_t i = 0; i < req->num_headers; i++)
+        len += req->headers[i].name.len + req->headers[i].value.len;
     fl->head_copy = um_malloc(len + 1);
-    memcpy(fl->head_copy, base, len);
+    char *p = fl->head_copy;
     fl->req = *req;
-#define REBASE(s)                                                                                  \
+#define COPY(s)                                                                                    \
     do {                                                                                           \
-        if ((s).base >= base && (s).base <= base + len)                                            \
-            (s).base = fl->head_copy + ((s).base - base);                                          \
+        if ((s).len > 0)                                                                           \
+            memcpy(p, (s).base, (s).len);                                                          \
+        (s).base = p;                                                                              \
+        p += (s).len;                                                                              \
     } while (0)
-    REBASE(fl->req.method);
-    REBASE(fl->req.target);
-    REBASE(fl->req.path);
-    REBASE(fl->req.query);
-    REBASE(fl->req.authority);
+    COPY(fl->req.method);
+    COPY(fl->req.target);
+    COPY(fl->req.path);
+    COPY(fl->req.query);
+    COPY(fl->req.authority);
     for (size_t i = 0; i < fl->req.num_headers; i++) {
-        REBASE(fl->req.headers[i].name);
-        REBASE(fl->req.headers[i].value);
+        COPY(fl->req.headers[i].name);
+        COPY(fl->req.headers[i].value);
     }
-#undef REBASE
+#undef COPY
 }
 
 static void fill_free(struct fill *fl)

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -323,6 +324,32 @@ end
             n = o.count()
             fetch(u.port, "/fail?cc=max-age%3D60")
             self.assertEqual(o.count(), n + 1)
+
+    def test_rewritten_request_outlives_the_client_in_a_background_refresh(self):
+        # The refresh (stale-while-revalidate) runs after the client's request is over: it
+        # must own a copy of the rewritten request, not the connection's (regression: the
+        # copy kept pointers into the hook's arena, a use after free under ASan).
+        body = r'''
+routes = { { path = "/", upstream = "app", on_request = function(req)
+  req.path = "/echo" .. req.path
+  req:set_header("X-Rewritten", string.rep("r", 64))
+end } }
+'''
+        with Origin() as o, umbra_hooks(body, o) as u:
+            # Vary makes the refresh read the rewritten field from its copy.
+            target = "/swr?cc=max-age%3D1,stale-while-revalidate%3D30&header=Vary:X-Rewritten"
+            self.assertEqual(fetch(u.port, target).status, 200)
+            time.sleep(1.5)
+            r = fetch(u.port, target)  # stale, served at once; the refresh runs behind
+            self.assertEqual(r.status, 200)
+            wait_until(lambda: o.count() == 2, 5)
+            time.sleep(0.2)
+            r = fetch(u.port, target)
+            self.assertTrue(is_hit(r))
+            _, fields = echoed(r)
+            self.assertEqual(fields["x-rewritten"], ["r" * 64])
+            self.assertEqual([t for _, t, _ in o.records()], ["/echo" + target] * 2)
+            self.assertTrue(u.alive())
 
     def test_on_response_static(self):
         body = r'''
