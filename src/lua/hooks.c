@@ -80,6 +80,7 @@ struct hstate {
     int *route_req, *route_resp;               /* per route */
     int req_ud, res_ud;
     unsigned ticks, max_ticks;
+    bool hook_every; /* the count hook fires at every instruction (a budget ran out) */
 };
 
 /* The call in progress on this thread. */
@@ -149,6 +150,7 @@ static void on_count(lua_State *L, lua_Debug *ar)
         return;
     /* From now on at every instruction, so that a pcall in the script cannot carry on. */
     lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
+    h->hook_every = true;
     luaL_error(L, "instruction budget of %d exceeded (endless loop?)", h->max_ticks * TICK);
 }
 
@@ -171,9 +173,13 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
     h->ticks = 0;
     h->max_ticks = budget / TICK;
     tl_state = h;
-    lua_sethook(L, on_count, LUA_MASKCOUNT, TICK);
+    /* The count hook stays set between calls (setting it is not free in LuaJIT: the
+     * dispatch table is rebuilt); between calls it finds no state and returns. */
+    if (h->hook_every) {
+        lua_sethook(L, on_count, LUA_MASKCOUNT, TICK);
+        h->hook_every = false;
+    }
     int r = lua_pcall(L, nargs, 1, base);
-    lua_sethook(L, NULL, 0, 0);
     tl_state = NULL;
     if (r == 0) {
         lua_remove(L, base);
@@ -457,7 +463,7 @@ static int req_index(lua_State *L)
         return 1;
     case 'h':
         if (strcmp(k, "host") == 0) {
-            /* Without the port, lower case: what routes match. */
+            /* The Host field as sent (with its port, if any). */
             push_str(L, req->authority);
             return 1;
         }
@@ -1063,6 +1069,7 @@ static struct hstate *state_new(const struct um_config *c, int worker)
     }
     luaL_openlibs(L);
     luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+    lua_sethook(L, on_count, LUA_MASKCOUNT, TICK);
 
     static const luaL_Reg umbra[] = {{"respond", l_respond}, {"redirect", l_redirect},
                                      {"log", l_log},         {"now", l_now},

@@ -292,6 +292,10 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
             c->resp_keepalive = false; /* close-delimited */
         }
     }
+    /* Answered by us (an error, a hook) before the request's body was read: the rest of
+     * it cannot be told from a next request, so the connection ends with this answer. */
+    if (c->origin == NULL && !c->body_done)
+        c->resp_keepalive = false;
     if (!c->resp_keepalive)
         wappend_str(c, "Connection: close\r\n");
     else if (c->req.minor_version == 0)

@@ -351,6 +351,23 @@ end } }
             self.assertEqual([t for _, t, _ in o.records()], ["/echo" + target] * 2)
             self.assertTrue(u.alive())
 
+    def test_answer_before_the_body_says_connection_close(self):
+        # A hook answers a POST whose body it did not read: the body cannot be told from a
+        # next request, so the answer says the connection ends (it did end silently).
+        body = r'''
+routes = { { path = "/", on_request = function(req) return umbra.respond(403, "no") end } }
+'''
+        with Umbra(body) as u, Client(u.port) as c:
+            c.send(req("/up", method="POST", body=b"x" * 10, close=False)[:-10])
+            r = c.read_response()
+            self.assertEqual(r.status, 403)
+            self.assertEqual(r.header("Connection"), "close")
+        with Umbra(body) as u, Client(u.port) as c:
+            c.send(req("/get", close=False))
+            r = c.read_response()
+            self.assertEqual(r.status, 403)
+            self.assertIsNone(r.header("Connection"))
+
     def test_on_response_static(self):
         body = r'''
 routes = { { path = "/", root = "www", on_response = function(req, res)
