@@ -1,0 +1,411 @@
+#!/usr/bin/env bash
+# Scenario "lua": request-time Lua hooks (on_request). Umbra answering from a hook against
+# nginx answering with "return": the client address echo (GET /ip) and a hello world; and
+# a 1 KiB cache hit through an upstream route with a host-routing hook against the same
+# hit through a route without one (the hook's cost). See bench/README.md.
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SMALL=1024
+CC_LONG="cc=max-age%3D3600"
+HELLO="Hello, World!"
+# What the echo answers: the client's address, wrk's and curl's (127.0.0.1).
+CLIENT_ADDR=127.0.0.1
+# The hook-hit URLs: the same object (1 KiB, max-age=3600) through a route without a hook
+# and through one with a host-routing on_request hook.
+URL_NOHOOK="/nohook/hit1k?size=$SMALL&$CC_LONG"
+URL_HOOK="/hook/hit1k?size=$SMALL&$CC_LONG"
+# Targets (issue 5): echo and hello >= 1.2 x nginx; the hook costs <= 10% on the hit.
+TARGET_X_NGINX=1.2
+TARGET_HOOK_COST_PCT=10
+
+need wrk curl python3 awk timeout pgrep getconf cmp
+bench_init
+if bench_uses umbra; then
+    ensure_umbra
+    ensure_origin
+fi
+read -r -a SRV <<<"$SERVERS"
+
+# The measurements: echo and hello compare the servers of SERVERS; hook-hit compares one
+# Umbra with itself (two routes), so it runs only when Umbra is among SERVERS.
+CASES=(echo hello)
+declare -A CSRV WPATH
+CSRV[echo]="${SRV[*]}"
+CSRV[hello]="${SRV[*]}"
+if bench_uses umbra; then
+    CASES+=(hook-hit)
+    CSRV[hook-hit]="umbra umbra+hook"
+else
+    log "no umbra in SERVERS: skipping hook-hit (it measures Umbra against itself)"
+fi
+declare -A PORT PID
+# The path each (case, server) requests.
+WPATH[echo,nginx]=/ip
+WPATH[echo,umbra]=/ip
+WPATH[hello,nginx]=/hello
+WPATH[hello,umbra]=/hello
+WPATH[hook-hit,umbra]=$URL_NOHOOK
+WPATH[hook-hit,umbra+hook]=$URL_HOOK
+
+if bench_uses umbra; then
+    start_origin
+    PID[origin]=$ORIGIN_PID
+fi
+if bench_uses nginx; then
+    start_nginx_with "" "" "
+        location = /ip {
+            default_type text/plain;
+            return 200 \"\$remote_addr\";
+        }
+        location = /hello {
+            default_type text/plain;
+            return 200 \"$HELLO\";
+        }
+        location / {
+            return 404;
+        }"
+    PORT[nginx]=$NGINX_PORT
+    PID[nginx]=$NGINX_PID
+fi
+if bench_uses umbra; then
+    # /ip is config/ip.lua's hook and /hello config/hello.lua's (there a global on_request:
+    # here each is its route's, so that the other routes run no hook). /nohook/ and /hook/
+    # are the same upstream route, cached (the default), the second with a host-routing
+    # hook in the style of config/host-routing.lua: wrk's Host (127.0.0.1:PORT) is none
+    # of the names, so each request makes every comparison and takes the last branch. The
+    # three upstreams are the one origin. The hook runs on every request, hits included
+    # (on_request comes before the cache lookup); the hooks' origin wrapper is below the
+    # cache, so a hit through /nohook/ does what it does in a config without hooks.
+    o="http://127.0.0.1:$ORIGIN_PORT"
+    start_umbra_with "upstreams = {
+  app = { servers = { \"$o\" } },
+  blog = { servers = { \"$o\" } },
+  shop = { servers = { \"$o\" } },
+  api = { servers = { \"$o\" } },
+}
+routes = {
+  { path = \"/ip\", on_request = function(req)
+      if req.path ~= \"/ip\" then
+        return umbra.respond(404, \"not found\\n\")
+      end
+      if req.method ~= \"GET\" and req.method ~= \"HEAD\" then
+        return umbra.respond(405, \"use GET\\n\", { Allow = \"GET, HEAD\" })
+      end
+      return umbra.respond(200, req.client_ip)
+    end },
+  { path = \"/hello\", on_request = function(req)
+      return umbra.respond(200, \"$HELLO\")
+    end },
+  { path = \"/nohook/\", upstream = \"app\" },
+  { path = \"/hook/\", upstream = \"app\", on_request = function(req)
+      local host = req.host:lower():gsub(\":%d+\$\", \"\")
+      if host == \"blog.example.com\" then
+        req.upstream = \"blog\"
+      elseif host == \"shop.example.com\" then
+        req.upstream = \"shop\"
+      elseif host == \"api.example.com\" then
+        req.upstream = \"api\"
+      else
+        req.upstream = \"app\"
+      end
+    end },
+}
+cache = { memory = \"256MB\", max_object = \"64MB\" }"
+    PORT[umbra]=$UMBRA_PORT
+    PID[umbra]=$UMBRA_PID
+    PORT[umbra+hook]=$UMBRA_PORT
+    PID[umbra+hook]=$UMBRA_PID
+fi
+
+# alive NAME...: each is still running, or die (a crashed server must not be reported slow).
+alive() {
+    local p
+    for p in "$@"; do
+        kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (logs in $BENCH_TMP/)"
+    done
+}
+
+# origin_count: requests the origin has received so far.
+origin_count() {
+    local n
+    n=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__count") || die "origin: /__count failed"
+    [[ $n =~ ^[0-9]+$ ]] || die "origin: /__count answered '$n'"
+    echo "$n"
+}
+
+# fetch SERVER PATH BODY HEAD: one GET; the body and head to files; prints "CODE SIZE".
+fetch() {
+    curl -s --max-time 10 -o "$3" -D "$4" -w '%{http_code} %{size_download}' \
+        "http://127.0.0.1:${PORT[$1]}$2" || die "$1: curl $2 failed (exit $?)"
+}
+
+# check_text SERVER PATH TEXT: GET PATH answers 200 with exactly TEXT as its body.
+check_text() {
+    local s=$1 path=$2 want=$3 code size
+    printf '%s' "$want" >"$BENCH_TMP/want.body"
+    read -r code size <<<"$(fetch "$s" "$path" "$BENCH_TMP/check.body" "$BENCH_TMP/check.head")"
+    [[ $code == 200 ]] || die "$s: GET $path answered $code, expected 200"
+    cmp -s "$BENCH_TMP/check.body" "$BENCH_TMP/want.body" ||
+        die "$s: GET $path answered '$(head -c 100 "$BENCH_TMP/check.body")', expected '$want'"
+    log "$s: GET $path -> 200, '$want' ($(grep -i '^Content-Type:' "$BENCH_TMP/check.head" | tr -d '\r'))"
+}
+
+# check_hit SERVER PATH: the first GET (a miss, which warms the cache) and the second (a hit:
+# Cache-Status with "hit") answer 200 with the origin's SMALL bytes, at the cost of one
+# origin request.
+check_hit() {
+    local s=$1 path=$2 c0 c1 code size i
+    c0=$(origin_count)
+    for i in 1 2; do
+        read -r code size <<<"$(fetch "$s" "$path" "$BENCH_TMP/check.body" "$BENCH_TMP/check.head")"
+        [[ $code == 200 ]] || die "$s: GET $path (#$i) answered $code, expected 200"
+        cmp -s "$BENCH_TMP/check.body" "$BENCH_TMP/ref.body" ||
+            die "$s: GET $path (#$i): $size bytes that differ from the origin's $SMALL"
+    done
+    grep -qiE '^Cache-Status:.*;[[:space:]]*hit([;,[:space:]]|$)' "$BENCH_TMP/check.head" || {
+        cat "$BENCH_TMP/check.head" >&2
+        die "$s: the second GET $path was not a cache hit (head above)"
+    }
+    c1=$(origin_count)
+    (((c1 - c0) == 1)) || die "$s: two GET $path cost the origin $((c1 - c0)) requests, expected 1"
+    log "$s: GET $path -> 200, $size bytes, second one a hit ($(grep -i '^Cache-Status:' "$BENCH_TMP/check.head" | tr -d '\r'))"
+}
+
+for s in "${SRV[@]}"; do
+    check_text "$s" /ip "$CLIENT_ADDR"
+    check_text "$s" /hello "$HELLO"
+done
+if bench_uses umbra; then
+    curl -s --max-time 10 -o "$BENCH_TMP/ref.body" "http://127.0.0.1:$ORIGIN_PORT/ref?size=$SMALL" ||
+        die "origin: curl failed"
+    [[ $(stat -c %s "$BENCH_TMP/ref.body") == "$SMALL" ]] || die "origin: /ref?size=$SMALL is not $SMALL bytes"
+    check_hit umbra "$URL_NOHOOK"
+    check_hit umbra+hook "$URL_HOOK"
+    # The hook really routes: a name it knows reaches the origin through the hook's pick.
+    code=$(curl -s -o /dev/null --max-time 10 -w '%{http_code}' -H "Host: shop.example.com" \
+        "http://127.0.0.1:$UMBRA_PORT/hook/routed?size=16") || die "umbra+hook: curl failed"
+    [[ $code == 200 ]] || die "umbra+hook: GET /hook/routed with Host: shop.example.com answered $code"
+fi
+
+declare -A RPS P50 P99 CPU_S US CPU_W CPU_O OREQ ERRS
+# Rounds during which the rest of the machine was busier than this (% of one CPU).
+BUSY_OTHER_PCT=50
+BUSY=()
+
+# measure CASE SERVER ROUND
+measure() {
+    local k=$1 s=$2 r=$3 out o0=0 o1=0 s0 s1 m0 m1 t0 t1 secs rps reqs errs p50 p99 cs cm cw co us orq=-
+    alive "$s"
+    if [[ $k == hook-hit ]]; then
+        alive origin
+        o0=$(origin_count)
+    fi
+    out=$BENCH_TMP/wrk-$k-$s-$r.txt
+    s0=$(cpu_ticks "${PID[$s]}")
+    m0=$(machine_busy_ticks)
+    t0=$(now_s)
+    run_wrk "http://127.0.0.1:${PORT[$s]}${WPATH[$k,$s]}" "$out"
+    t1=$(now_s)
+    m1=$(machine_busy_ticks)
+    s1=$(cpu_ticks "${PID[$s]}")
+    if [[ $k == hook-hit ]]; then
+        o1=$(origin_count)
+        orq=$((o1 - o0))
+    fi
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+    read -r rps _ reqs errs <<<"$(parse_wrk "$out")" || {
+        cat "$out" >&2
+        die "could not parse wrk's output"
+    }
+    read -r p50 p99 <<<"$(parse_wrk_latency "$out")"
+    cs=$(cpu_pct $((s1 - s0)) "$secs")
+    cm=$(cpu_pct $((m1 - m0)) "$secs")
+    cw=$(awk -v c="$WRK_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
+    co=$(awk -v m="$cm" -v a="$cs" -v w="$cw" 'BEGIN { if (w == "-") print "-"; else printf "%.0f\n", m - a - w }')
+    # The server's CPU time per request, in microseconds.
+    us=$(awk -v t=$((s1 - s0)) -v n="$reqs" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (n <= 0) print "-"; else printf "%.2f\n", t / hz / n * 1e6 }')
+    RPS[$k,$s]+="$rps "
+    P50[$k,$s]+="$p50 "
+    P99[$k,$s]+="$p99 "
+    CPU_S[$k,$s]+="$cs "
+    US[$k,$s]+="$us "
+    CPU_W[$k,$s]+="$cw "
+    CPU_O[$k,$s]+="$co "
+    OREQ[$k,$s]+="$orq "
+    if [[ $errs != none ]]; then
+        warn "$s $k round $r: wrk reported $errs"
+        ERRS[$k,$s]+="r$r: $errs. "
+    fi
+    # A hit that reached the origin is not a hit: the round does not measure the hook's cost.
+    if [[ $orq != - ]] && ((orq > 0)); then
+        warn "$s $k round $r: the origin got $orq requests during the round (expected 0: hits)"
+        ERRS[$k,$s]+="r$r: $orq origin requests. "
+    fi
+    # Other processes took a large share of the CPUs: the round measures them too.
+    if [[ $co != - ]] && ((co > BUSY_OTHER_PCT)); then
+        warn "$s $k round $r: the rest of the machine used $co% of a CPU during the round"
+        BUSY+=("$k $s round $r: other $co%")
+    fi
+    printf '[bench] %-8s %-10s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  CPU %% server %s (%s us/req) wrk %s other %s  origin reqs %s  %s requests, errors: %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$rps" "$p50" "$p99" "$cs" "$us" "$cw" "$co" "$orq" "$reqs" "$errs" >&2
+}
+
+check_idle
+nw=0
+for k in "${CASES[@]}"; do
+    read -r -a csrv <<<"${CSRV[$k]}"
+    nw=$((nw + ROUNDS * ${#csrv[@]}))
+done
+log "measuring: ${#CASES[@]} cases (${CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers$(bench_uses umbra && echo " (hook-hit: Umbra without and with the hook)")" \
+    "x ${DURATION}s (~$((nw * (DURATION + 2)))s)"
+for k in "${CASES[@]}"; do
+    read -r -a csrv <<<"${CSRV[$k]}"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        order=("${csrv[@]}")
+        if ((r % 2 == 0 && ${#csrv[@]} == 2)); then order=("${csrv[1]}" "${csrv[0]}"); fi
+        for s in "${order[@]}"; do
+            measure "$k" "$s" "$r"
+            sleep 1
+        done
+    done
+done
+
+# medianx VALUES...: the median, or "-" when any value is missing.
+medianx() {
+    local v
+    for v in "$@"; do
+        if [[ $v == - ]]; then
+            echo -
+            return
+        fi
+    done
+    median "$@"
+}
+# atleast A B: "met" when A >= B, else "not met" ("-" for a missing A).
+atleast() {
+    if [[ $1 == - ]]; then
+        echo -
+        return
+    fi
+    awk -v a="$1" -v b="$2" 'BEGIN { print (a >= b ? "met" : "not met") }'
+}
+# atmost A B: "met" when A <= B, else "not met" ("-" for a missing A).
+atmost() {
+    if [[ $1 == - ]]; then
+        echo -
+        return
+    fi
+    awk -v a="$1" -v b="$2" 'BEGIN { print (a <= b ? "met" : "not met") }'
+}
+# cost_pct BASE WITH: how much more WITH costs than BASE, in %: BASE/WITH - 1 for rates.
+cost_pct() {
+    if [[ -z $1 || -z $2 || $1 == - || $2 == - ]]; then
+        echo -
+        return
+    fi
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%+.1f\n", (a / b - 1) * 100 }'
+}
+
+mkdir -p "$BENCH_RESULTS"
+md=$BENCH_RESULTS/lua-$(date '+%Y-%m-%d-%H%M%S').md
+{
+    echo "# lua: request-time Lua hooks (Umbra vs nginx; Umbra with and without a hook)"
+    echo
+    bench_env_md "-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s --latency"
+    if bench_uses umbra; then echo "- origin (hook-hit): $ORIGIN_BIN -t ${ORIGIN_THREADS:-1} (test origin)"; fi
+    echo "- echo: GET /ip; nginx: location = /ip { default_type text/plain; return 200 \"\$remote_addr\"; }; Umbra: config/ip.lua's on_request on the route /ip"
+    echo "- hello: GET /hello; nginx: location = /hello { default_type text/plain; return 200 \"$HELLO\"; }; Umbra: on_request returning umbra.respond(200, \"$HELLO\") on the route /hello"
+    echo "- hook-hit: one Umbra, cache = { memory = \"256MB\" }; umbra: GET $URL_NOHOOK (route /nohook/, upstream app, no hook); umbra+hook: GET $URL_HOOK (route /hook/, upstream app, on_request: host lower-cased, port dropped, compared with 3 names, req.upstream set); both hits"
+    echo
+    echo "| case | server | median req/s | compared | ratio | target | met | p50 ms | p99 ms | CPU server % | server us/req | CPU wrk % | CPU other % | origin reqs/round | req/s per round | errors |"
+    echo "| --- | --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+} >"$md"
+
+declare -A VERDICT=()
+fmt='%-13s %-10s %12s %-16s %6s %-12s %-8s %7s %7s %6s %8s %5s %6s\n'
+# shellcheck disable=SC2059
+printf "\n$fmt" case server "median req/s" compared ratio target met "p50 ms" "p99 ms" "CPU%" "us/req" wrk other
+printf '%s\n' "----------------------------------------------------------------------------------------------------------------------"
+for k in "${CASES[@]}"; do
+    read -r -a csrv <<<"${CSRV[$k]}"
+    declare -A MR=() MU=()
+    for s in "${csrv[@]}"; do
+        # shellcheck disable=SC2086
+        MR[$s]=$(median ${RPS[$k,$s]})
+        # shellcheck disable=SC2086
+        MU[$s]=$(medianx ${US[$k,$s]})
+    done
+    for s in "${csrv[@]}"; do
+        cmpd=- rr=- tg=- met=-
+        if [[ $k == hook-hit && $s == umbra+hook ]]; then
+            # The hook's cost: req/s without / req/s with - 1.
+            cmpd="cost vs umbra"
+            rr="$(cost_pct "${MR[umbra]}" "${MR[umbra+hook]}")%"
+            tg="<= $TARGET_HOOK_COST_PCT%"
+            met=$(atmost "${rr%\%}" "$TARGET_HOOK_COST_PCT")
+            ucost=$(cost_pct "${MU[umbra+hook]}" "${MU[umbra]}")
+            VERDICT[$k]="the hook costs ${rr} in req/s ($met: $tg); server CPU per request $ucost% (${MU[umbra]} -> ${MU[umbra+hook]} us)"
+        elif [[ $k != hook-hit && $s == umbra ]] && bench_uses nginx; then
+            cmpd="x nginx"
+            rr=$(ratio "${MR[umbra]}" "${MR[nginx]}")
+            tg=">= $TARGET_X_NGINX"
+            met=$(atleast "$rr" "$TARGET_X_NGINX")
+            VERDICT[$k]="x nginx $rr ($met: $tg); server CPU per request ${MU[umbra]} us vs nginx ${MU[nginx]} us"
+        fi
+        # shellcheck disable=SC2086
+        {
+            p50=$(medianx ${P50[$k,$s]})
+            p99=$(medianx ${P99[$k,$s]})
+            c=$(medianx ${CPU_S[$k,$s]})
+            cw=$(medianx ${CPU_W[$k,$s]})
+            co=$(medianx ${CPU_O[$k,$s]})
+            orq=$(medianx ${OREQ[$k,$s]})
+        }
+        for v in c cw co orq; do
+            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
+        done
+        # shellcheck disable=SC2059
+        printf "$fmt" "lua/$k" "$s" "${MR[$s]}" "$cmpd" "$rr" "$tg" "$met" "$p50" "$p99" "$c" "${MU[$s]}" "$cw" "$co"
+        echo "| lua/$k | $s | ${MR[$s]} | $cmpd | $rr | $tg | $met | $p50 | $p99 | $c | ${MU[$s]} | $cw | $co | $orq | ${RPS[$k,$s]% } | ${ERRS[$k,$s]:-none} |" >>"$md"
+    done
+done
+{
+    echo
+    echo "compared, ratio: echo and hello, Umbra's median req/s / nginx's; hook-hit, the hook's"
+    echo "cost: umbra's median req/s (no hook) / umbra+hook's - 1, in %. CPU: % of one CPU during"
+    echo "the wrk run (200% = both CPUs of a 2-CPU machine), medians of the rounds: the server"
+    echo "(all its processes and threads; for hook-hit the same Umbra), wrk, and the rest of the"
+    echo "machine's busy time (approximate; may come out a little below 0). server us/req: the"
+    echo "server's CPU time per request, median of the rounds. origin reqs/round: requests the"
+    echo "origin got during a hook-hit round (0: every request was a hit). wrk and the server"
+    echo "share the machine's CPUs: compare the ratios, not the absolute figures, and only within"
+    echo "one run; ratios within about 5-7% of each other mean \"the same\" (so a hook cost below"
+    echo "about 5% is within the noise; the CPU per request tells it better)."
+    if ((${#BUSY[@]})); then
+        echo
+        echo "Rounds during which the rest of the machine (other processes) used more than"
+        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers:"
+        echo
+        for b in "${BUSY[@]}"; do echo "- $b"; done
+    fi
+    if ((${#VERDICT[@]})); then
+        echo
+        echo "Targets (issue 5): echo and hello >= $TARGET_X_NGINX x nginx (req/s); a 1 KiB cache hit"
+        echo "through a route with a host-routing hook costs <= $TARGET_HOOK_COST_PCT% more than without it."
+        echo
+        for k in "${CASES[@]}"; do
+            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- lua/$k: ${VERDICT[$k]}"; fi
+        done
+    fi
+} >>"$md"
+echo
+for k in "${CASES[@]}"; do
+    if [[ -n ${VERDICT[$k]:-} ]]; then log "target lua/$k: ${VERDICT[$k]}"; fi
+done
+if ((${#BUSY[@]})); then
+    warn "${#BUSY[@]} wrk rounds ran while other processes used more than $BUSY_OTHER_PCT% of a CPU (listed in the results file)"
+fi
+log "results written to $md"
