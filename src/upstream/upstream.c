@@ -283,6 +283,24 @@ static bool is_hop_by_hop(um_str name)
     return false;
 }
 
+/* Fields that tell an application which host, scheme, port or URL a request was for. Umbra
+ * sets X-Forwarded-For/-Proto/-Host itself; the others are dropped from client requests.
+ * The cache key has none of them, so an origin that believes one (IIS and Symfony route by
+ * X-Original-URL, Rails builds links from X-Forwarded-Scheme) would let one client choose
+ * what the cache then gives everybody (cache poisoning). */
+static bool is_forwarding_field(um_str name)
+{
+    static const char *const fwd[] = {
+        "x-forwarded-proto", "x-forwarded-host",   "x-forwarded-for",    "x-forwarded-scheme",
+        "x-forwarded-port",  "x-forwarded-prefix", "x-forwarded-server", "x-original-url",
+        "x-rewrite-url",     "x-original-host",    "x-host",
+    };
+    for (size_t i = 0; i < UM_NELEMS(fwd); i++)
+        if (um_str_eq_ci(name, fwd[i]))
+            return true;
+    return false;
+}
+
 /* True when the comma-separated Connection values of the fields[] name this field. */
 static bool named_in_connection(const struct um_header *fields, size_t n, um_str name)
 {
@@ -368,9 +386,7 @@ static struct curl_slist *build_headers(struct upstream *up, const struct um_fet
         const struct um_header *fld = &req->headers[i];
         if (is_hop_by_hop(fld->name) || um_str_eq_ci(fld->name, "host") ||
             um_str_eq_ci(fld->name, "content-length") || um_str_eq_ci(fld->name, "expect") ||
-            um_str_eq_ci(fld->name, "x-forwarded-proto") ||
-            um_str_eq_ci(fld->name, "x-forwarded-host") ||
-            um_str_eq_ci(fld->name, "x-forwarded-for") ||
+            is_forwarding_field(fld->name) ||
             named_in_connection(req->headers, req->num_headers, fld->name))
             continue;
         hl_add(&hl, fld->name, fld->value, false);
