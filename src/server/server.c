@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -144,8 +145,8 @@ static void set_accepting(struct um_server *s, int epfd, bool on)
 }
 
 /* Accepts until EAGAIN and hands the sockets to the workers in turn. Returns false when
- * accepting must pause (connection limit, or out of descriptors). */
-static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_worker)
+ * accepting must pause (connection limit, or out of descriptors: then *no_fds is set). */
+static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_worker, bool *no_fds)
 {
     size_t max = s->config->limits.max_connections;
     for (;;) {
@@ -164,6 +165,7 @@ static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_w
                 if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                     um_log_warn("accept: %s; pausing for %d ms", strerror(errno), PAUSE_MS);
                     pause = true;
+                    *no_fds = true;
                 } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
                     um_log_err("accept: %s", strerror(errno));
                 }
@@ -191,6 +193,13 @@ static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_w
     }
 }
 
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void *listener_main(void *arg)
 {
     struct um_server *s = arg;
@@ -200,6 +209,9 @@ static void *listener_main(void *arg)
     UM_ASSERT(epoll_ctl(epfd, EPOLL_CTL_ADD, s->listener_efd, &ev) == 0);
     set_accepting(s, epfd, true);
     bool paused = false;
+    /* Out of descriptors, accepting resumes only after PAUSE_MS: resuming at once (the
+     * connection count is low) would spin on EMFILE with the backlog still full. */
+    int64_t resume_ms = 0;
     unsigned next_worker = 0;
     for (;;) {
         struct epoll_event evs[16];
@@ -213,14 +225,19 @@ static void *listener_main(void *arg)
                 break;
             }
             size_t li = evs[i].data.u64;
-            if (!paused && !accept_some(s, s->listen_fds[li], s->config->listen[li].tls, &next_worker)) {
+            bool no_fds = false;
+            if (!paused &&
+                !accept_some(s, s->listen_fds[li], s->config->listen[li].tls, &next_worker, &no_fds)) {
                 paused = true;
                 set_accepting(s, epfd, false);
+                if (no_fds)
+                    resume_ms = monotonic_ms() + PAUSE_MS;
             }
         }
         if (stop)
             break;
-        if (paused && atomic_load(&s->num_conns) < s->config->limits.max_connections) {
+        if (paused && atomic_load(&s->num_conns) < s->config->limits.max_connections &&
+            monotonic_ms() >= resume_ms) {
             paused = false;
             set_accepting(s, epfd, true);
         }
