@@ -99,13 +99,16 @@ class Umbra:
     report, so that a report fails the test even when the server kept running.
     """
 
-    def __init__(self, config_body, files=None, workers=1, expect_fail=False,
+    def __init__(self, config_body, files=None, workers=None, expect_fail=False,
                  start_timeout=10.0, args=(), setup=None, preexec_fn=None):
         self.config_body = config_body
         self.preexec_fn = preexec_fn
         self.setup = setup
         self.files = files or {}
-        self.workers = workers
+        # Tests that do not choose take $UMBRA_TEST_WORKERS (default 1): CI runs the cache
+        # tests under ThreadSanitizer with 2, so that objects cross workers.
+        self.workers = workers if workers is not None else int(
+            os.environ.get("UMBRA_TEST_WORKERS") or 1)
         self.expect_fail = expect_fail
         self.start_timeout = start_timeout
         self.args = list(args)
