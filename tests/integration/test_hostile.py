@@ -684,6 +684,34 @@ timeouts = { header = 30, idle = 30 }
             self.assertTrue(u.alive(), u.log())
 
 
+    def test_bug_out_of_descriptors_took_the_upstream_out(self):
+        # Connections to the origin that fail for want of a descriptor here used to count
+        # as the server's failures: after max_fails the server was skipped for fail_timeout,
+        # and every request got 502 for 10 s after the shortage had ended.
+        raise_nofile(1024)
+        with Origin(record=False) as o, Umbra("""
+timeouts = { header = 30, idle = 30 }
+upstreams = { app = { servers = { "%s" }, max_fails = 2, fail_timeout = 30 } }
+routes = { { path = "/", upstream = "app", cache = false } }
+""" % o.url, workers=2, preexec_fn=low_nofile(64)) as u:
+            socks = []
+            try:
+                for i in range(120):
+                    s = connect(u.port)
+                    s.sendall(b"GET /x%d?delay=300 HTTP/1.1\r\nHost: x\r\n\r\n" % i)
+                    socks.append(s)
+                wait_until(lambda: "Too many open files" in u.log(), timeout=3)
+                time.sleep(1)
+                self.assertTrue(u.alive(), u.log())
+            finally:
+                for s in socks:
+                    s.close()
+            self.assertNotIn("skipped for", u.log())
+            ok = wait_until(lambda: timed_get(u.port, "/after")[1][0].status == 200, timeout=3)
+            self.assertTrue(ok, "still failing after the descriptors came back:\n" +
+                            u.log()[-2000:])
+
+
 class SlowReaderTest(unittest.TestCase):
     """Readers that stop reading, and origins that never stop sending."""
 
