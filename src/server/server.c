@@ -145,8 +145,8 @@ static void set_accepting(struct um_server *s, int epfd, bool on)
 }
 
 /* Accepts until EAGAIN and hands the sockets to the workers in turn. Returns false when
- * accepting must pause (connection limit, or out of descriptors: then *no_fds is set). */
-static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_worker, bool *no_fds)
+ * accepting must pause (connection limit, or out of descriptors: then *no_fds is the errno). */
+static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_worker, int *no_fds)
 {
     size_t max = s->config->limits.max_connections;
     for (;;) {
@@ -163,9 +163,8 @@ static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_w
                 if (errno == EINTR || errno == ECONNABORTED)
                     continue;
                 if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                    um_log_warn("accept: %s; pausing for %d ms", strerror(errno), PAUSE_MS);
                     pause = true;
-                    *no_fds = true;
+                    *no_fds = errno;
                 } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
                     um_log_err("accept: %s", strerror(errno));
                 }
@@ -211,7 +210,7 @@ static void *listener_main(void *arg)
     bool paused = false;
     /* Out of descriptors, accepting resumes only after PAUSE_MS: resuming at once (the
      * connection count is low) would spin on EMFILE with the backlog still full. */
-    int64_t resume_ms = 0;
+    int64_t resume_ms = 0, quiet_until = 0;
     unsigned next_worker = 0;
     for (;;) {
         struct epoll_event evs[16];
@@ -225,13 +224,22 @@ static void *listener_main(void *arg)
                 break;
             }
             size_t li = evs[i].data.u64;
-            bool no_fds = false;
+            int no_fds = 0;
             if (!paused &&
                 !accept_some(s, s->listen_fds[li], s->config->listen[li].tls, &next_worker, &no_fds)) {
                 paused = true;
                 set_accepting(s, epfd, false);
-                if (no_fds)
-                    resume_ms = monotonic_ms() + PAUSE_MS;
+                if (no_fds) {
+                    int64_t now = monotonic_ms();
+                    resume_ms = now + PAUSE_MS;
+                    if (now >= quiet_until) {
+                        /* Once per 10 s: an attack that keeps us out of descriptors must not
+                         * also fill the log at 10 lines a second. */
+                        um_log_warn("accept: %s; pausing accepts (for %d ms at a time; logged "
+                                    "at most every 10 s)", strerror(no_fds), PAUSE_MS);
+                        quiet_until = now + 10000;
+                    }
+                }
             }
         }
         if (stop)
