@@ -97,6 +97,8 @@ struct fill {
     bool has_ttl; /* an on_request hook's ttl (a hook's on the head wins) */
     int64_t ttl;
     bool discard; /* the rest of the inner answer is not wanted */
+    bool drop_posted; /* drop (below) is queued */
+    struct um_task drop; /* cancels the inner fetch outside its callbacks (see fill_on_data) */
     bool handoff; /* the object ran out of room: the own client gets the rest directly */
     int status;
 };
@@ -729,6 +731,8 @@ static void copy_request(struct fill *fl, const struct um_request *req)
 
 static void fill_free(struct fill *fl)
 {
+    if (fl->drop_posted)
+        um_loop_unpost(fl->loop, &fl->drop);
     if (fl->prev_active)
         fl->prev_active->next_active = fl->next_active;
     else if (wfills && wfills->active == fl)
@@ -987,6 +991,23 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
     }
 }
 
+static void on_fill_drop(struct um_task *t)
+{
+    struct fill *fl = (struct fill *)((char *)t - offsetof(struct fill, drop));
+    fl->drop_posted = false;
+    fl->co->inner->ops->cancel(fl->co->inner, &fl->sink);
+    fill_free(fl);
+}
+
+static void fill_post_drop(struct fill *fl)
+{
+    if (fl->drop_posted)
+        return;
+    fl->drop_posted = true;
+    fl->drop.cb = on_fill_drop;
+    um_loop_post(fl->loop, &fl->drop);
+}
+
 /* A fill that stopped storing forwards to its client's pass, if any. */
 static struct pass *fill_forward(struct fill *fl)
 {
@@ -999,8 +1020,13 @@ static size_t fill_on_data(struct um_sink *s, const char *data, size_t len)
     struct pass *p = fill_forward(fl);
     if (p)
         return pass_on_data(&p->sink, data, len);
-    if (fl->discard)
-        return len;
+    if (fl->discard) {
+        /* Nobody wants the rest: the fetch is stopped rather than drained, since an
+         * origin's body may be huge or endless (one that never ends would be read for
+         * ever). Paused until the drop runs, outside the inner origin's callback. */
+        fill_post_drop(fl);
+        return 0;
+    }
     if (fl->handoff)
         return 0; /* the own client is still reading what was stored */
     if (fl->obj && um_cache_obj_state(fl->obj) == UM_CACHE_FILLING &&
@@ -1012,7 +1038,8 @@ static size_t fill_on_data(struct um_sink *s, const char *data, size_t len)
                     fl->key);
         if (fl->own == NULL) {
             fl->discard = true;
-            return len;
+            fill_post_drop(fl);
+            return 0;
         }
         fl->handoff = true;
         return 0;
@@ -1384,10 +1411,10 @@ static void forget_own(struct reader *r)
             continue;
         fl->own = NULL;
         if (fl->handoff) {
-            /* Nobody left to hand the rest to: let the paused fetch run out. */
+            /* Nobody left to hand the rest to: the paused fetch is stopped. */
             fl->handoff = false;
             fl->discard = true;
-            fl->co->inner->ops->resume(fl->co->inner, &fl->sink);
+            fill_post_drop(fl);
         }
     }
 }

@@ -56,6 +56,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -922,7 +923,14 @@ void um_cache_start_cleaner(struct um_cache *c)
     c->clean_kick = true; /* look at memory once right away */
     c->clean_running = true;
     pthread_mutex_unlock(&c->clean_lock);
+    /* The cleaner takes no signals: it starts before the main thread blocks SIGTERM and
+     * friends for its signalfd, and a process-directed signal goes to any thread that does
+     * not block it (SIGTERM used to kill the process here instead of stopping it). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&c->clean_thread, NULL, cleaner_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     UM_ASSERT(rc == 0);
 }
 

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -155,8 +156,8 @@ static void set_accepting(struct um_server *s, int epfd, bool on)
 }
 
 /* Accepts until EAGAIN and hands the sockets to the workers in turn. Returns false when
- * accepting must pause (connection limit, or out of descriptors). */
-static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_worker)
+ * accepting must pause (connection limit, or out of descriptors: then *no_fds is the errno). */
+static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_worker, int *no_fds)
 {
     size_t max = s->config->limits.max_connections;
     for (;;) {
@@ -173,8 +174,8 @@ static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_w
                 if (errno == EINTR || errno == ECONNABORTED)
                     continue;
                 if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                    um_log_warn("accept: %s; pausing for %d ms", strerror(errno), PAUSE_MS);
                     pause = true;
+                    *no_fds = errno;
                 } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
                     um_log_err("accept: %s", strerror(errno));
                 }
@@ -202,6 +203,13 @@ static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_w
     }
 }
 
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void *listener_main(void *arg)
 {
     struct um_server *s = arg;
@@ -211,6 +219,9 @@ static void *listener_main(void *arg)
     UM_ASSERT(epoll_ctl(epfd, EPOLL_CTL_ADD, s->listener_efd, &ev) == 0);
     set_accepting(s, epfd, true);
     bool paused = false;
+    /* Out of descriptors, accepting resumes only after PAUSE_MS: resuming at once (the
+     * connection count is low) would spin on EMFILE with the backlog still full. */
+    int64_t resume_ms = 0, quiet_until = 0;
     unsigned next_worker = 0;
     for (;;) {
         struct epoll_event evs[16];
@@ -224,14 +235,28 @@ static void *listener_main(void *arg)
                 break;
             }
             size_t li = evs[i].data.u64;
-            if (!paused && !accept_some(s, s->listen_fds[li], s->config->listen[li].tls, &next_worker)) {
+            int no_fds = 0;
+            if (!paused &&
+                !accept_some(s, s->listen_fds[li], s->config->listen[li].tls, &next_worker, &no_fds)) {
                 paused = true;
                 set_accepting(s, epfd, false);
+                if (no_fds) {
+                    int64_t now = monotonic_ms();
+                    resume_ms = now + PAUSE_MS;
+                    if (now >= quiet_until) {
+                        /* Once per 10 s: an attack that keeps us out of descriptors must not
+                         * also fill the log at 10 lines a second. */
+                        um_log_warn("accept: %s; pausing accepts (for %d ms at a time; logged "
+                                    "at most every 10 s)", strerror(no_fds), PAUSE_MS);
+                        quiet_until = now + 10000;
+                    }
+                }
             }
         }
         if (stop)
             break;
-        if (paused && atomic_load(&s->num_conns) < s->config->limits.max_connections) {
+        if (paused && atomic_load(&s->num_conns) < s->config->limits.max_connections &&
+            monotonic_ms() >= resume_ms) {
             paused = false;
             set_accepting(s, epfd, true);
         }

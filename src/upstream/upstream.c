@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "umbra/http1.h"
 #include "umbra/log.h"
@@ -85,6 +86,7 @@ struct xfer {
     bool logged;     /* the failure has been logged already */
     bool easy_ready; /* the handle has the options that never change */
     bool paused_recv, paused_send;
+    int socket_errno; /* errno of a failed socket() for this attempt (EMFILE...), or 0 */
     uint64_t key_hash;
     struct um_timer ttfb;
     /* the response head being collected */
@@ -288,6 +290,24 @@ static bool is_hop_by_hop(um_str name)
     return false;
 }
 
+/* Fields that tell an application which host, scheme, port or URL a request was for. Umbra
+ * sets X-Forwarded-For/-Proto/-Host itself; the others are dropped from client requests.
+ * The cache key has none of them, so an origin that believes one (IIS and Symfony route by
+ * X-Original-URL, Rails builds links from X-Forwarded-Scheme) would let one client choose
+ * what the cache then gives everybody (cache poisoning). */
+static bool is_forwarding_field(um_str name)
+{
+    static const char *const fwd[] = {
+        "x-forwarded-proto", "x-forwarded-host",   "x-forwarded-for",    "x-forwarded-scheme",
+        "x-forwarded-port",  "x-forwarded-prefix", "x-forwarded-server", "x-original-url",
+        "x-rewrite-url",     "x-original-host",    "x-host",
+    };
+    for (size_t i = 0; i < UM_NELEMS(fwd); i++)
+        if (um_str_eq_ci(name, fwd[i]))
+            return true;
+    return false;
+}
+
 /* True when the comma-separated Connection values of the fields[] name this field. */
 static bool named_in_connection(const struct um_header *fields, size_t n, um_str name)
 {
@@ -373,9 +393,7 @@ static struct curl_slist *build_headers(struct upstream *up, const struct um_fet
         const struct um_header *fld = &req->headers[i];
         if (is_hop_by_hop(fld->name) || um_str_eq_ci(fld->name, "host") ||
             um_str_eq_ci(fld->name, "content-length") || um_str_eq_ci(fld->name, "expect") ||
-            um_str_eq_ci(fld->name, "x-forwarded-proto") ||
-            um_str_eq_ci(fld->name, "x-forwarded-host") ||
-            um_str_eq_ci(fld->name, "x-forwarded-for") ||
+            is_forwarding_field(fld->name) ||
             named_in_connection(req->headers, req->num_headers, fld->name))
             continue;
         hl_add(&hl, fld->name, fld->value, false);
@@ -638,6 +656,18 @@ static void respond_error(struct xfer *x, int status)
 
 static void on_ttfb_timeout(struct um_timer *t);
 
+/* Opens the sockets libcurl connects with, to learn why one could not be made (curl keeps
+ * no errno for a failed socket()). */
+static curl_socket_t on_open_socket(void *userp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    struct xfer *x = userp;
+    (void)purpose;
+    curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (fd == CURL_SOCKET_BAD)
+        x->socket_errno = errno;
+    return fd;
+}
+
 /* Sets up x->easy for one attempt on x->server and adds it to the multi handle. */
 static void start_attempt(struct xfer *x)
 {
@@ -652,6 +682,7 @@ static void start_attempt(struct xfer *x)
     x->attempts++;
     x->hlen = 0;
     x->num_lines = 0;
+    x->socket_errno = 0;
 
     CURL *e = x->easy;
     size_t blen = strlen(base), tlen = strlen(x->target), ulen = blen + tlen + 1;
@@ -674,6 +705,7 @@ static void start_attempt(struct xfer *x)
         curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 64L * 1024);
         curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 64L * 1024);
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
         x->easy_ready = true;
     }
     /* What varies per fetch; HTTPGET first resets the method, upload and nobody. */
@@ -684,6 +716,7 @@ static void start_attempt(struct xfer *x)
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(e, CURLOPT_READDATA, x);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(conf->connect_timeout * 1000));
     /* A body that stalls for `timeout` seconds ends the transfer (the first byte has
@@ -768,15 +801,21 @@ static void finish(struct xfer *x, CURLcode res)
         xfer_free(x);
         return;
     }
-    bool server_fault = retryable(res) || res == CURLE_WEIRD_SERVER_REPLY ||
-                        res == CURLE_PEER_FAILED_VERIFICATION || x->logged;
+    /* Out of descriptors or memory here is not the server's fault: counting it would take
+     * every server out for fail_timeout, well after the shortage ended (nginx does not
+     * count it either). Nor is another server worth a try. */
+    int se = x->socket_errno;
+    bool local = se == EMFILE || se == ENFILE || se == ENOBUFS || se == ENOMEM;
+    bool server_fault = !local && (retryable(res) || res == CURLE_WEIRD_SERVER_REPLY ||
+                                   res == CURLE_PEER_FAILED_VERIFICATION || x->logged);
     if (!x->logged)
         um_log_err("upstream %s: server %s: %s", conf->name, url,
-                   x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
+                   local ? strerror(se) : x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
     x->logged = false;
     if (server_fault)
         server_failed(up, x, x->server);
-    if (retryable(res) && x->idempotent && !x->body_started && x->attempts <= conf->retries) {
+    if (!local && retryable(res) && x->idempotent && !x->body_started &&
+        x->attempts <= conf->retries) {
         int next = pick_server(up, x);
         if (next >= 0) {
             x->server = next;

@@ -280,3 +280,107 @@ routes = {
 }
 for name, src in config.items():
     write("config", name + ".lua", src)
+
+# Upstreams, the cache and TLS (settings added after the first seeds).
+config_more = {
+    "upstreams_cache": """upstreams = {
+  app = { servers = { "http://127.0.0.1:9000", "https://[::1]:9443/" }, balance = "hash",
+          connect_timeout = 0.5, timeout = 3, retries = 2, host = "backend.test",
+          tls = { verify = false }, max_fails = 5, fail_timeout = 2.5 },
+  b_2 = { servers = "http://localhost" },
+}
+cache = { memory = "64MB", max_object = "1MB", clean_interval = 1, default_ttl = 30,
+          stale_if_error = 60, purge = { allow = { "127.0.0.1", "10.0.0.0/8", "::1" } } }
+routes = {
+  { path = "/api/", upstream = "app", cache = false },
+  { host = "b.test", path = "/", upstream = "b_2", redirect_https = true },
+}
+""",
+    "upstream_bad_url": 'upstreams = { a = { servers = { "ftp://x/y" } } }\n'
+    'routes = {{ path = "/", upstream = "a" }}\n',
+    "upstream_unknown": 'routes = {{ path = "/", upstream = "nope" }}\n',
+    "cache_on_static": 'routes = {{ path = "/", root = "/", cache = true }}\n',
+    "cache_tiny": 'cache = { memory = "1KB", max_object = "2MB" }\n'
+    'upstreams = { a = { servers = "http://h" } }\nroutes = {{ path = "/", upstream = "a" }}\n',
+    "purge_bad_cidr": 'cache = { purge = { allow = { "10.0.0.0/33", "::1/129" } } }\n'
+    'routes = {{ path = "/", root = "/" }}\n',
+    "tls": """listen = { "127.0.0.1:0", { "127.0.0.1:0", tls = true } }
+tls = { { hosts = { "a.test", "*.b.test" }, cert = "/nonexistent.crt", key = "/nonexistent.key" },
+        protocols = { "TLSv1.3" }, ciphers = "ECDHE+AESGCM", default = "a.test" }
+routes = {{ path = "/", root = "/" }}
+""",
+}
+for name, src in config_more.items():
+    write("config", name + ".lua", src)
+
+# --- fuzz_upstream_head -------------------------------------------------------------------
+# Byte 0: flags (bit 0: the request was a HEAD); then the response as the origin sent it.
+GET, HEAD = "\x00", "\x01"
+upstream_head = {
+    "ok": GET + "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+    "chunked": GET + "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    "head": HEAD + "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n",
+    "interim": GET + "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+    "HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n",
+    "connection_named": GET + "HTTP/1.1 200 OK\r\nConnection: x-secret, close\r\nX-Secret: 1\r\n"
+    "Keep-Alive: timeout=5\r\nServer: origin\r\nX-Kept: 2\r\nContent-Length: 0\r\n\r\n",
+    "two_cl_same": GET + "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+    "two_cl_differ": GET + "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabc",
+    "cl_plus": GET + "HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\nabc",
+    "cl_huge": GET + "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+    "bare_lf": GET + "HTTP/1.1 200 OK\nX-A: b\nContent-Length: 1\n\nx",
+    "obs_fold": GET + "HTTP/1.1 200 OK\r\nX-A: b\r\n c\r\n\r\n",
+    "space_before_colon": GET + "HTTP/1.1 200 OK\r\nX-A : b\r\n\r\n",
+    "nul_value": GET + "HTTP/1.1 200 OK\r\nX-A: a\x00b\r\n\r\n",
+    "cr_value": GET + "HTTP/1.1 200 OK\r\nX-A: a\rb\r\n\r\n",
+    "reason_ctl": GET + "HTTP/1.1 404 Not\x01Found\r\n\r\n",
+    "no_reason": GET + "HTTP/1.1 503\r\nRetry-After: 1\r\n\r\n",
+    "status_600": GET + "HTTP/1.1 600 Odd\r\n\r\n",
+    "status_short": GET + "HTTP/1.1 20 OK\r\n\r\n",
+    "http10": GET + "HTTP/1.0 200 OK\r\nX-A: 1\r\n\r\nbody",
+    "http2_line": GET + "HTTP/2 200\r\nx-a: 1\r\n\r\n",
+    "trailers": GET + "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n"
+    "X-T: 1\r\n\r\n",
+    "many_fields": GET + "HTTP/1.1 200 OK\r\n" + "".join("X-%d: v\r\n" % i for i in range(140))
+    + "\r\n",
+    "big_value": GET + "HTTP/1.1 200 OK\r\nX-Big: " + "a" * 70000 + "\r\n\r\n",
+    "empty_value": GET + "HTTP/1.1 200 OK\r\nX-Empty:\r\nX-Ws: \t \r\n\r\n",
+    "garbage": GET + "\x16\x03\x01\x02\x00garbage\r\n\r\n",
+}
+for name, v in upstream_head.items():
+    write("upstream_head", name, v)
+
+# --- fuzz_cachepolicy ---------------------------------------------------------------------
+# Byte 0: status = 100 + 2 * byte ('2' = 0x32 -> 200, 'v' = 0x76 -> 336, 0x96 -> 400); then
+# "Name: value" lines separated by LF, used as the response and as the request.
+S200, S404 = "2", "\x96"
+cachepolicy = {
+    "max_age": S200 + "Cache-Control: public, max-age=60\nDate: Sun, 06 Nov 1994 08:49:37 GMT",
+    "s_maxage": S200 + "Cache-Control: s-maxage=10, max-age=60, must-revalidate",
+    "quoted": S200 + 'Cache-Control: private="Set-Cookie, X-A", no-cache="X-B", max-age="30"',
+    "repeat": S200 + "Cache-Control: max-age=10\nCache-Control: max-age=20, max-age=5",
+    "bad_args": S200 + "Cache-Control: max-age=-1, s-maxage=1e3, max-stale, min-fresh=\"\"",
+    "overflow": S200 + "Cache-Control: max-age=99999999999999999999999, stale-if-error=4294967296",
+    "swr": S200 + "Cache-Control: max-age=1, stale-while-revalidate=30, stale-if-error=60",
+    "no_store": S200 + "Cache-Control: no-store, no-cache\nPragma: no-cache",
+    "expires": S200 + "Date: Sun, 06 Nov 1994 08:49:37 GMT\nExpires: Sun, 06 Nov 1994 09:49:37 GMT",
+    "expires_zero": S200 + "Expires: 0\nAge: 10",
+    "heuristic": S200 + "Last-Modified: Sat, 01 Jan 1994 00:00:00 GMT\n"
+    "Date: Sun, 06 Nov 1994 08:49:37 GMT\nETag: W/\"x\"",
+    "age_bad": S200 + "Age: -5\nAge: 99999999999\nCache-Control: max-age=100",
+    "vary": S200 + "Vary: Accept-Encoding, accept-language\nAccept-Encoding: GZIP , br;q=0.5,,\n"
+    "Accept-Language: en-US, fr;q=0.8\nCache-Control: max-age=60",
+    "vary_accept": S200 + "Vary: Accept\nAccept: Text/HTML; Q=0.9 ;charset=\"UTF-8\" , */*",
+    "vary_cookie": S200 + "Vary: Cookie\nCookie: a=1;  ; b=2\nCookie: c=3",
+    "vary_star": S200 + "Vary: *\nCache-Control: max-age=60",
+    "vary_many": S200 + "Vary: " + ", ".join("X-%d" % i for i in range(20)),
+    "vary_missing": S200 + "Vary: X-Absent\nCache-Control: max-age=60",
+    "vary_quoted": S200 + "Vary: X-A\nX-A:  a   \"b   c\"  d ",
+    "set_cookie": S200 + "Set-Cookie: a=1\nCache-Control: max-age=60",
+    "auth": S200 + "Authorization: Basic eA==\nCache-Control: public, max-age=60",
+    "negative": S404 + "Cache-Control: max-age=5",
+    "only_if_cached": S200 + "Cache-Control: only-if-cached, max-stale=100, min-fresh=5",
+    "garbage": S200 + "Cache-Control: ,,;=\"\\\n:\n:::\nVary: ,,\n\x00",
+}
+for name, v in cachepolicy.items():
+    write("cachepolicy", name, v)

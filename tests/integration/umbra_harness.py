@@ -42,6 +42,36 @@ class UmbraError(Exception):
     """The server did not start (or did not fail) as the test expected."""
 
 
+class SanitizerReport(AssertionError):
+    """The server's stderr holds an AddressSanitizer, LeakSanitizer, ThreadSanitizer or
+    UndefinedBehaviorSanitizer report."""
+
+
+_SANITIZER_RE = re.compile(r"(ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|"
+                           r"ThreadSanitizer: |runtime error: |SUMMARY: \w+Sanitizer)")
+
+
+def sanitizer_check_enabled():
+    """True when $UMBRA_SANITIZER_CHECK asks the harness to fail on sanitizer reports."""
+    return os.environ.get("UMBRA_SANITIZER_CHECK", "") not in ("", "0")
+
+
+def sanitizer_build():
+    """"asan", "tsan" or None: what $UMBRA_SANITIZE says the binary under test was built
+    with (CMake passes it to the integration tests)."""
+    v = os.environ.get("UMBRA_SANITIZE", "")
+    return v if v in ("asan", "tsan") else None
+
+
+def sanitizer_report(log):
+    """The lines of log from the first sanitizer report on (at most 60), or "" if none."""
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if _SANITIZER_RE.search(line):
+            return "\n".join(lines[max(0, i - 2):i + 60])
+    return ""
+
+
 def write_files(base, files):
     """Writes files (relative path -> bytes or str) under base, creating folders."""
     for rel, content in (files or {}).items():
@@ -61,16 +91,25 @@ class Umbra:
     also the process's cwd; then setup(dir), if given, may add what files cannot express
     (symlinks, modes, mtimes) before the process starts. With expect_fail=True, the process is expected to exit before
     it logs its start-up line; __enter__ then waits for it and keeps its return code in
-    .returncode and its stderr in .log().
+    .returncode and its stderr in .log(). preexec_fn runs in the child before exec (e.g.
+    to lower its RLIMIT_NOFILE with resource.setrlimit).
+
+    With UMBRA_SANITIZER_CHECK=1 in the environment (CMake sets it for sanitizer builds),
+    leaving the context raises SanitizerReport when the process's stderr holds a sanitizer
+    report, so that a report fails the test even when the server kept running.
     """
 
-    def __init__(self, config_body, files=None, workers=1, expect_fail=False,
-                 start_timeout=10.0, args=(), setup=None, raw=False):
+    def __init__(self, config_body, files=None, workers=None, expect_fail=False,
+                 start_timeout=10.0, args=(), setup=None, preexec_fn=None, raw=False):
         self.config_body = config_body
         self.raw = raw  # config_body is the whole file (no listen/workers prepended)
+        self.preexec_fn = preexec_fn
         self.setup = setup
         self.files = files or {}
-        self.workers = workers
+        # Tests that do not choose take $UMBRA_TEST_WORKERS (default 1): CI runs the cache
+        # tests under ThreadSanitizer with 2, so that objects cross workers.
+        self.workers = workers if workers is not None else int(
+            os.environ.get("UMBRA_TEST_WORKERS") or 1)
         self.expect_fail = expect_fail
         self.start_timeout = start_timeout
         self.args = list(args)
@@ -105,12 +144,17 @@ class Umbra:
 
     def __exit__(self, *exc):
         self._cleanup()
+        if sanitizer_check_enabled():
+            report = sanitizer_report(self.log())
+            if report and exc[0] is None:
+                raise SanitizerReport(report)
         return False
 
     def _start(self):
         self.proc = subprocess.Popen(
             [umbra_bin()] + self.args + [self.config_path], cwd=self.dir,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=self.preexec_fn)
         started = threading.Event()
 
         def drain():

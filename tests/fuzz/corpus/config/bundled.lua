@@ -1,12 +1,28 @@
--- Umbra's bundled configuration: serves the small site in config/www on 127.0.0.1:8080.
+-- Umbra's bundled configuration: a caching reverse proxy in front of a small site, all on
+-- this machine, with no network needed.
+--
+--   127.0.0.1:8080  the proxy: caches what the origin below answers
+--   127.0.0.1:8081  the origin: serves the files in config/www
+--
+-- Try: curl -i http://127.0.0.1:8080/   (twice: Cache-Status says a miss, then a hit)
 -- Every setting is described in README.md ("Configuration reference").
 
-listen  = { "127.0.0.1:8080" }
+local proxy_port, origin_port = 8080, 8081
+
+listen = { "127.0.0.1:" .. proxy_port, "127.0.0.1:" .. origin_port }
 -- workers = 2                -- default: one per CPU
 
-routes = {                    -- first match wins
-  { path = "/", root = "config/www", index = "index.html" },
+upstreams = {
+  site = { servers = { "http://127.0.0.1:" .. origin_port }, host = "origin.local" },
 }
 
+routes = {                    -- first match wins
+  -- the origin: requests the proxy sends (with Host: origin.local)
+  { host = "origin.local", path = "/", root = "config/www", index = "index.html" },
+  -- everything else goes through the cache to the origin
+  { path = "/", upstream = "site" },
+}
+
+cache    = { memory = "64MB", default_ttl = 60 }
 limits   = { max_connections = 10000, max_header_bytes = 16384, max_body_bytes = "16MB" }
 timeouts = { header = 10, idle = 60, send = 30 }   -- seconds

@@ -1,0 +1,1 @@
+routes = {{ path = "/", root = "/", cache = true }}

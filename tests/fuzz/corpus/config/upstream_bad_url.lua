@@ -1,0 +1,2 @@
+upstreams = { a = { servers = { "ftp://x/y" } } }
+routes = {{ path = "/", upstream = "a" }}
