@@ -25,6 +25,7 @@
 #include "umbra/http1.h"
 #include "umbra/log.h"
 #include "umbra/loop.h"
+#include "umbra/metrics.h"
 
 #define MAX_RESPONSE_HEAD (64 * 1024)
 #define MAX_RESPONSE_FIELDS 128
@@ -41,6 +42,7 @@ struct upstream {
     atomic_int refcnt;
     const struct um_upstream_conf *conf;
     struct server_state *servers;
+    int *slots; /* metrics slot per server */
     atomic_uint rr;
 };
 
@@ -83,6 +85,7 @@ struct xfer {
     bool easy_ready; /* the handle has the options that never change */
     bool paused_recv, paused_send;
     uint64_t key_hash;
+    uint64_t t_attempt; /* loop ms: start of the current attempt (metrics) */
     struct um_timer ttfb;
     /* the response head being collected */
     int status;
@@ -259,6 +262,7 @@ static void server_failed(struct upstream *up, struct xfer *x, int i)
     if (fails >= up->conf->max_fails) {
         uint64_t until = now_ms(x->wc) + (uint64_t)(up->conf->fail_timeout * 1000);
         atomic_store_explicit(&up->servers[i].down_until, until, memory_order_relaxed);
+        um_metrics_server_down_until(up->slots[i], until);
         um_log_warn("upstream %s: server %s failed %d times in a row; skipped for %gs",
                     up->conf->name, up->conf->servers[i].url, fails, up->conf->fail_timeout);
     }
@@ -514,6 +518,7 @@ static size_t on_header_line(char *data, size_t size, size_t nitems, void *userp
         }
         um_loop_timer_stop(x->wc->loop, &x->ttfb);
         server_ok(x->up, x->server);
+        um_metrics_upstream_done(x->up->slots[x->server], now_ms(x->wc) - x->t_attempt, false);
         if (deliver_head(x))
             return len;
         um_log_err("upstream %s: server %s: malformed response head", x->up->conf->name,
@@ -634,6 +639,7 @@ static void start_attempt(struct xfer *x)
     x->attempts++;
     x->hlen = 0;
     x->num_lines = 0;
+    x->t_attempt = now_ms(wc);
 
     CURL *e = x->easy;
     size_t blen = strlen(srv->url), tlen = strlen(x->target), ulen = blen + tlen + 1;
@@ -714,6 +720,8 @@ static void finish(struct xfer *x, CURLcode res)
     struct upstream *up = x->up;
     const struct um_upstream_conf *conf = up->conf;
     const char *url = conf->servers[x->server].url;
+    if (!x->head_sent && !x->body_failed)
+        um_metrics_upstream_done(up->slots[x->server], now_ms(x->wc) - x->t_attempt, true);
     if (x->in_multi) {
         curl_multi_remove_handle(x->wc->multi, x->easy);
         x->in_multi = false;
@@ -905,6 +913,7 @@ static void upstream_destroy(struct um_origin *o)
     if (atomic_fetch_sub(&up->refcnt, 1) != 1)
         return;
     free(up->servers);
+    free(up->slots);
     free(up);
 }
 
@@ -924,6 +933,12 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
     atomic_init(&up->refcnt, 1);
     up->conf = conf;
     up->servers = um_calloc(conf->num_servers, sizeof(*up->servers));
+    up->slots = um_calloc(conf->num_servers, sizeof(*up->slots));
+    for (size_t i = 0; i < conf->num_servers; i++) {
+        up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
+        /* A server taken out stays out across a reload. */
+        atomic_init(&up->servers[i].down_until, um_metrics_server_down_until_get(up->slots[i]));
+    }
     return &up->base;
 }
 
