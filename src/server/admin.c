@@ -26,7 +26,7 @@
 #define MAX_CLIENTS 16
 #define CLIENT_TIMEOUT_MS 5000
 #define RING 601 /* one sample a second: ten minutes and one */
-#define SERIES_STEP 5
+#define SERIES_STEP 2
 
 extern const char um__status_page[];
 

@@ -112,8 +112,25 @@ bool um__server_build_origins(struct um_server *s, struct um_config *config, cha
     return ok;
 }
 
+/* The signals the main thread takes through its signalfd. */
+static void signal_set(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+    sigaddset(set, SIGQUIT);
+    sigaddset(set, SIGUSR1);
+}
+
 struct um_server *um_server_create(struct um_config *config, char *err, size_t errlen)
 {
+    /* Blocked before any thread starts (the cache's cleaner starts below), so that every
+     * thread inherits the mask and the signals reach the main thread's signalfd only, not
+     * a thread where their default action would end the process. */
+    sigset_t set;
+    signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
     struct um_server *s = um_calloc(1, sizeof(*s));
     s->config = config;
     s->admin_fd = -1;
@@ -311,12 +328,7 @@ static void log_start(struct um_server *s)
 int um_server_run(struct um_server *s)
 {
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGQUIT);
-    sigaddset(&set, SIGUSR1);
+    signal_set(&set);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads inherit the mask */
     signal(SIGPIPE, SIG_IGN);
 
