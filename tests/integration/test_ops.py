@@ -414,6 +414,32 @@ class SignalsTest(unittest.TestCase):
             s.close()
             self.assertIn("SIGQUIT: stopping now", u.log())
 
+    def test_sd_notify(self):
+        # What systemd's Type=notify sees: a datagram socket named by $NOTIFY_SOCKET.
+        with tempfile.TemporaryDirectory(prefix="umbra-notify-") as d:
+            path = os.path.join(d, "notify")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(path)
+            sock.settimeout(5)
+            old = os.environ.get("NOTIFY_SOCKET")
+            os.environ["NOTIFY_SOCKET"] = path
+            try:
+                with Umbra('routes = { { path = "/", root = "www" } }', files=FILES) as u:
+                    del os.environ["NOTIFY_SOCKET"]
+                    msg = sock.recv(4096).decode()
+                    self.assertEqual(msg, "READY=1\nMAINPID=%d" % u.proc.pid)
+                    u.proc.send_signal(signal.SIGHUP)
+                    self.assertRegex(sock.recv(4096).decode(), r"^RELOADING=1\nMONOTONIC_USEC=\d+$")
+                    self.assertTrue(sock.recv(4096).decode().startswith("READY=1"))
+                    self.assertEqual(u.stop(signal.SIGTERM, 10), 0)
+                    self.assertEqual(sock.recv(4096).decode(), "STOPPING=1")
+            finally:
+                if old is None:
+                    os.environ.pop("NOTIFY_SOCKET", None)
+                else:
+                    os.environ["NOTIFY_SOCKET"] = old
+                sock.close()
+
 
 if __name__ == "__main__":
     unittest.main()
