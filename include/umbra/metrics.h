@@ -42,8 +42,10 @@ struct um_metrics_worker {
     um_counter upstream_errors[UM_METRICS_MAX_SERVERS];   /* connect errors, resets, timeouts */
     um_counter upstream_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
     um_counter upstream_latency_ms_sum[UM_METRICS_MAX_SERVERS];
-    /* Lua hook errors (runtime errors, instruction budget): bump with
-     * um_counter_add(&um_metrics_worker()->lua_errors, 1) from the worker thread. */
+    /* Lua hook errors (runtime errors, instruction budget): bump from the worker thread
+     * with um_counter_add(&um_metrics_worker()->lua_errors, 1). (um_metrics_worker()->
+     * lua_errors++ is correct too, being an atomic increment, only dearer: it takes a
+     * locked instruction; fine on an error path.) */
     um_counter lua_errors;
     um_counter tls_handshakes, tls_failures;
 };
