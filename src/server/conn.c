@@ -1318,8 +1318,10 @@ void um__conn_on_timeout(struct um__conn *c)
         return;
     if (c->state == S_HANDSHAKE) {
         um_counter_add(&um_metrics_worker()->tls_failures, 1);
+        uint64_t log_conn = um_log_set_conn(c->id);
         um_log_info("tls: handshake with %s:%d failed: timed out after %gs", c->peer_ip,
                     c->peer_port, c->config->timeouts.header);
+        um_log_set_conn(log_conn);
         um__conn_close(c);
         return;
     }
