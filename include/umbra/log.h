@@ -17,8 +17,10 @@ void um_log(enum um_log_level level, const char *fmt, ...) __attribute__((format
 
 /* The calling thread's context for its lines: worker (-1: none), connection (0: none). */
 void um_log_context(int worker, uint64_t conn);
-/* The connection of the calling thread's context; returns the previous one. */
+/* Sets the connection of the calling thread's context; returns the previous one. */
 uint64_t um_log_set_conn(uint64_t conn);
+/* The connection of the calling thread's context (0: none). */
+uint64_t um_log_conn(void);
 
 static inline enum um_log_level um_log_level_get(void)
 {

@@ -25,6 +25,11 @@ uint64_t um_log_set_conn(uint64_t conn)
     return old;
 }
 
+uint64_t um_log_conn(void)
+{
+    return ctx_conn;
+}
+
 void um_log(enum um_log_level level, const char *fmt, ...)
 {
     if (level > um_log_level_get())

@@ -86,6 +86,7 @@ struct xfer {
     bool paused_recv, paused_send;
     uint64_t key_hash;
     uint64_t t_attempt; /* loop ms: start of the current attempt (metrics) */
+    uint64_t log_conn;  /* the connection that started the fetch, for log lines */
     struct um_timer ttfb;
     /* the response head being collected */
     int status;
@@ -714,8 +715,18 @@ static bool retryable(CURLcode res)
     }
 }
 
-/* A transfer ended (res) or timed out before its head (x->timed_out). */
+static void finish_attempt(struct xfer *x, CURLcode res);
+
+/* A transfer ended (res) or timed out before its head (x->timed_out). Its log lines name
+ * the connection that started it. */
 static void finish(struct xfer *x, CURLcode res)
+{
+    uint64_t prev = um_log_set_conn(x->log_conn);
+    finish_attempt(x, res);
+    um_log_set_conn(prev);
+}
+
+static void finish_attempt(struct xfer *x, CURLcode res)
 {
     struct upstream *up = x->up;
     const struct um_upstream_conf *conf = up->conf;
@@ -827,6 +838,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
     struct xfer *x = um_calloc(1, sizeof(*x));
     x->up = up;
     x->wc = worker_curl();
+    x->log_conn = um_log_conn();
     x->sink = sink;
     sink->origin_data = x;
     x->is_head = req->method_id == UM_METHOD_HEAD;

@@ -177,7 +177,7 @@ routes = { { path = "/", upstream = "gone", cache = false } }
             lines = log_lines_with(u, "upstream gone: server")
             self.assertTrue(lines, u.log())
             for line in lines:
-                self.assertRegex(line, r"\[(error|warn)\] \[w0( c\d+)?\] upstream gone")
+                self.assertRegex(line, r"\[(error|warn)\] \[w0 c\d+\] upstream gone")
 
     def test_admin_refuses_other_clients(self):
         cfg = config(self.origin.url).replace(
