@@ -455,12 +455,14 @@ static void log_request(struct um__conn *c, int status)
         r.target = req->target;
         r.minor_version = req->minor_version;
         r.host = req->authority;
-        const um_str *v = um_http1_find_header(req, "referer");
-        if (v)
-            r.referer = *v;
-        v = um_http1_find_header(req, "user-agent");
-        if (v)
-            r.user_agent = *v;
+        if (c->config->access_log.enabled) { /* only the log line needs them */
+            const um_str *v = um_http1_find_header(req, "referer");
+            if (v)
+                r.referer = *v;
+            v = um_http1_find_header(req, "user-agent");
+            if (v)
+                r.user_agent = *v;
+        }
     }
     r.status = status ? status : c->resp_status;
     r.body_bytes = c->resp_body_bytes;
