@@ -10,8 +10,12 @@
  *      before it handles the next accepted socket; open connections finish on theirs.
  * The old snapshot is retired, not released: the main thread keeps its reference until
  * every other one is gone (workers, connections, cache fills that outlive their client),
- * then frees it here. So the origins of a snapshot (and what they keep per worker) are
- * always destroyed on the main thread, after the last request that used them.
+ * then frees it here. So the origins of a snapshot are always destroyed on the main
+ * thread, after the last request that used them. (What the upstream origin keeps per
+ * worker, its CURLM and pooled handles, belongs to the worker thread, not to an origin: it
+ * outlives every snapshot and goes with the worker. A transfer in flight points at its
+ * origin, but only lives as long as the connection or cache fill it serves, and those
+ * hold the snapshot.)
  *
  * The shared cache is the server's, not a snapshot's: it keeps its contents. Settings that
  * cannot change while running (workers, cache memory) keep their old value, with a
