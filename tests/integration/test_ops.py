@@ -20,7 +20,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, closed_port, http_get, log_lines_with,  # noqa: E402
-                           parse_response, request, umbra_bin, wait_until)
+                           make_cert, parse_response, request, tls_connect, tls_context,
+                           umbra_bin, wait_until)
 
 _ADMIN_RE = re.compile(r"admin: serving /metrics and /status on 127\.0\.0\.1:(\d+)")
 _SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
@@ -178,6 +179,34 @@ routes = { { path = "/", upstream = "gone", cache = false } }
             self.assertTrue(lines, u.log())
             for line in lines:
                 self.assertRegex(line, r"\[(error|warn)\] \[w0 c\d+\] upstream gone")
+
+    def test_tls_handshakes(self):
+        def certs(d):
+            make_cert(d, cn="localhost", san="DNS:localhost")
+        cfg = """
+listen = { "127.0.0.1:0", { "127.0.0.1:0", tls = true } }
+admin = { listen = "127.0.0.1:0" }
+tls = { { hosts = { "localhost" }, cert = "cert.pem", key = "key.pem" } }
+routes = { { path = "/", root = "www" } }
+"""
+        with Umbra(cfg, files=FILES, setup=certs) as u:
+            tls_port = u.ports[1]
+            for _ in range(2):
+                with tls_connect(tls_port, tls_context(), "localhost") as s:
+                    s.sendall(b"GET /a.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    data = b""
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    self.assertEqual(parse_response(data).body, b"static a\n")
+            request(tls_port, b"\x16\x03\x01\x00\x05hello")  # not a ClientHello
+            s = parse_metrics(scrape(u))
+            self.assertEqual(metric(s, "umbra_tls_handshakes_total"), 2)
+            self.assertTrue(wait_until(lambda: metric(parse_metrics(scrape(u)),
+                                                      "umbra_tls_handshake_failures_total") == 1, 3))
+            self.assertEqual(metric(s, "umbra_requests_total", route="/", code="2xx"), 2)
 
     def test_admin_refuses_other_clients(self):
         cfg = config(self.origin.url).replace(
