@@ -143,6 +143,8 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(metric(s, "umbra_workers"), 2)
             self.assertEqual(metric(s, "umbra_lua_errors_total"), 0)
             self.assertEqual(metric(s, "umbra_config_reloads_total"), 0)
+            self.assertEqual(u.stop(signal.SIGTERM, 20), 0, u.log())
+            self.assertNotIn("Sanitizer", u.log())
 
     def test_promtool_accepts_the_output(self):
         promtool = shutil.which("promtool")

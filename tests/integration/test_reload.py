@@ -96,6 +96,9 @@ class ReloadTest(ReloadBase):
             self.assertEqual({s for s, _ in results}, {200})
             self.assertEqual({b for _, b in results}, {b"one\n", b"two\n"})
             self.assertFalse(log_lines_with(u, "[error]"), u.log())
+            # A clean stop (under the sanitizer builds: no report, no leak).
+            self.assertEqual(u.stop(signal.SIGTERM, 20), 0, u.log())
+            self.assertNotIn("Sanitizer", u.log())
 
     def test_open_connection_finishes_on_old_config(self):
         route = 'routes = { { path = "/", root = "%s" } }'
