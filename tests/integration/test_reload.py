@@ -8,14 +8,16 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Client, Origin, Umbra, http_get, log_lines_with,  # noqa: E402
-                           parse_response, port_is_free, request, wait_until)
+from umbra_harness import (Client, Origin, TlsClient, Umbra, http_get,  # noqa: E402
+                           log_lines_with, make_cert, parse_response,
+                           port_is_free, request, tls_context, wait_until)
 
 FILES = {"v1/a.txt": "one\n", "v2/a.txt": "two\n", "v1/big.bin": b"x" * (4 << 20)}
 RELOADED = "SIGHUP: configuration reloaded"
@@ -174,6 +176,41 @@ class ReloadTest(ReloadBase):
             line = self.reload(u)
             self.assertIn("127.0.0.1:%d" % u.port, line)
             self.assertEqual(get(u.port).body, b"two\n")
+
+    def test_tls_added_then_certificate_changed(self):
+        def certs(d):
+            for name in ("one", "two"):
+                os.makedirs(os.path.join(d, name))
+                make_cert(os.path.join(d, name), cn="localhost", san="DNS:localhost")
+                os.rename(os.path.join(d, name, "cert.pem"), os.path.join(d, name + ".crt"))
+                os.rename(os.path.join(d, name, "key.pem"), os.path.join(d, name + ".key"))
+        route = 'routes = { { path = "/", root = "v1" } }\n'
+        tls = 'tls = { { hosts = { "localhost" }, cert = "%s.crt", key = "%s.key" } }\n'
+        with Umbra(route, files=FILES, setup=certs, workers=2) as u:
+            listen = '{ "127.0.0.1:%d", { "127.0.0.1:0", tls = true } }' % u.port
+
+            def served_cert(port):
+                with TlsClient(port, tls_context(), "localhost") as c:
+                    self.assertEqual(c.get("/a.txt", host="localhost").body, b"one\n")
+                    return c.sock.getpeercert(binary_form=True)
+
+            def cert_der(name):
+                with open(u.path(name + ".crt")) as f:
+                    return ssl.PEM_cert_to_DER_cert(f.read())
+
+            self.write_config(u, route + tls % ("one", "one"), listen=listen)
+            line = self.reload(u)
+            tls_port = int(re.findall(r"127\.0\.0\.1:(\d+)", line)[1])
+            self.assertEqual(served_cert(tls_port), cert_der("one"))
+            with TlsClient(tls_port, tls_context(), "localhost") as old:
+                self.assertEqual(old.get("/a.txt", host="localhost").body, b"one\n")
+                listen2 = '{ "127.0.0.1:%d", { "127.0.0.1:%d", tls = true } }' % (u.port, tls_port)
+                self.write_config(u, route + tls % ("two", "two"), listen=listen2)
+                self.reload(u)
+                for _ in range(4):  # both workers
+                    self.assertEqual(served_cert(tls_port), cert_der("two"))
+                self.assertEqual(old.get("/a.txt", host="localhost").body, b"one\n")
+            self.assertEqual(get(u.port).body, b"one\n")
 
 
 class ReloadUpstreamTest(ReloadBase):
