@@ -3,7 +3,7 @@
 # Usage: third_party/install.sh [--bench]
 set -eu
 pkgs="build-essential cmake pkg-config libluajit-5.1-dev libcurl4-openssl-dev libssl-dev
-libcmocka-dev python3 curl openssl clang"
+libcmocka-dev python3 curl openssl clang prometheus chromium"
 if [ "${1:-}" = "--bench" ]; then
     pkgs="$pkgs wrk apache2-utils nginx-light varnish"
 fi

@@ -60,6 +60,7 @@ struct um_route {
     /* Set by the server before the snapshot is published (um_config_set_origin); destroyed
      * with the snapshot. */
     struct um_origin *origin;
+    int metrics_slot; /* set by the server: the route's slot in the metrics (metrics.h) */
 };
 
 struct um_mime_type {
@@ -113,6 +114,25 @@ struct um_cache_conf {
     int line;
 };
 
+/* admin = { listen = "127.0.0.1:9145", allow = { "127.0.0.1", ... } } */
+struct um_admin_conf {
+    bool enabled;
+    struct um_listen listen;
+    struct um_netmask *allow; /* default 127.0.0.1 and ::1; others get 403 */
+    size_t num_allow;
+    int line;
+};
+
+enum um_access_format { UM_ACCESS_COMBINED, UM_ACCESS_JSON };
+
+/* access_log = { path = "FILE" or "stderr", format = "combined" or "json" }, or false */
+struct um_access_log_conf {
+    bool enabled;
+    char *path; /* absolute; NULL: stderr */
+    enum um_access_format format;
+    int line;
+};
+
 struct um_config {
     char *file; /* path of the config file as given */
     struct um_listen *listen;
@@ -156,6 +176,8 @@ struct um_config {
     } lua;
     /* One origin per upstream (set by the server): what req.upstream picks. */
     struct um_origin **upstream_origins;
+    struct um_admin_conf admin;
+    struct um_access_log_conf access_log;
     int _refcnt;
 };
 
@@ -168,6 +190,11 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen);
 void um_config_ref(struct um_config *c);
 /* Drops a reference; the last one frees. Thread-safe. */
 void um_config_unref(struct um_config *c);
+/* The number of references (acquire): 1 means the caller's is the only one left. */
+static inline int um_config_refs(struct um_config *c)
+{
+    return __atomic_load_n(&c->_refcnt, __ATOMIC_ACQUIRE);
+}
 
 /* Gives route i its origin (taking ownership) before the snapshot is published; an origin
  * it had already is destroyed. The last um_config_unref destroys the routes' origins. */

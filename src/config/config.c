@@ -53,7 +53,8 @@
 
 static const char *const SETTINGS[] = {"listen",   "workers", "upstreams", "routes",
                                        "limits",   "timeouts", "mime",     "log_level",
-                                       "tls",      "cache",   NULL};
+                                       "tls",      "cache",   "admin",    "access_log",
+                                       NULL};
 static const char *const ROUTE_KEYS[] = {"host",  "path",           "root",  "upstream",
                                          "index", "redirect_https", "cache", "name",
                                          "on_request", "on_response", NULL};
@@ -85,6 +86,10 @@ static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug", NULL}
 static const char *const CACHE_KEYS[] = {"memory",      "max_object",     "clean_interval",
                                          "default_ttl", "stale_if_error", "purge", NULL};
 static const char *const PURGE_KEYS[] = {"allow", NULL};
+static const char *const ADMIN_KEYS[] = {"listen", "allow", NULL};
+static const char *const ACCESS_LOG_KEYS[] = {"path", "format", NULL};
+/* In the order of enum um_access_format. */
+static const char *const ACCESS_FORMATS[] = {"combined", "json", NULL};
 
 #define CACHE_MIN_MEMORY (1ull << 20)
 #define CACHE_DEFAULT_MEMORY (256ull << 20)
@@ -1960,6 +1965,146 @@ static bool load_cache(struct load *ld, lua_State *L)
     return load_cache_purge(ld, L, idx);
 }
 
+/* --- admin and access_log ---------------------------------------------------------------- */
+
+/* The list of addresses or networks at idx (a string is a list of one), at path. */
+static bool load_netmask_list(struct load *ld, lua_State *L, int idx, const char *path,
+                              struct um_netmask **out, size_t *num)
+{
+    char el[PATH_LEN];
+    const char *s;
+    size_t n = 1;
+    int t = lua_type(L, idx);
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        return fail(ld, L, path, "%s: expected a list of addresses or networks such as "
+                    "{ \"127.0.0.1\", \"10.0.0.0/8\" }, got %s", path, lua_typename(L, t));
+    if (t == LUA_TTABLE && !check_list(ld, L, idx, path, &n))
+        return false;
+    free(*out);
+    *out = n > 0 ? um_calloc(n, sizeof **out) : NULL;
+    *num = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t == LUA_TTABLE) {
+            subpath_i(el, sizeof el, path, i + 1);
+            lua_rawgeti(L, idx, (int)i + 1);
+        } else {
+            snprintf(el, sizeof el, "%s", path);
+            lua_pushvalue(L, idx);
+        }
+        struct um_netmask *m = &(*out)[i];
+        if (!get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"", &s) ||
+            !parse_netmask(ld, L, el, s, m))
+            return false;
+        (*num)++;
+        lua_pop(L, 1);
+    }
+    return true;
+}
+
+/* admin = { listen = "HOST:PORT", allow = { ... } } */
+static bool load_admin(struct load *ld, lua_State *L)
+{
+    struct um_admin_conf *ac = &ld->c->admin;
+    const char *s;
+    ac->allow = um_calloc(2, sizeof *ac->allow);
+    ac->num_allow = 2;
+    ac->allow[0] = (struct um_netmask){.family = AF_INET, .addr = {127, 0, 0, 1}, .prefix = 32};
+    ac->allow[1] = (struct um_netmask){.family = AF_INET6, .addr = {[15] = 1}, .prefix = 128};
+    int t = get_global(L, "admin");
+    if (t == LUA_TNIL || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)))
+        return true;
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "admin", "admin: expected a table such as { listen = "
+                    "\"127.0.0.1:9145\" }, got %s", lua_typename(L, t));
+    int idx = lua_gettop(L);
+    ac->line = line_of(ld, L, "admin");
+    if (!check_keys(ld, L, idx, "admin", ADMIN_KEYS))
+        return false;
+    if (get_field(L, idx, "listen") == LUA_TNIL)
+        return fail(ld, L, "admin", "admin: missing listen (e.g. listen = \"127.0.0.1:9145\")");
+    if (!get_string(ld, L, -1, "admin.listen", "a \"HOST:PORT\" string", &s) ||
+        !parse_listen(ld, L, "admin.listen", s, &ac->listen))
+        return false;
+    ac->enabled = true;
+    lua_pop(L, 1);
+    const struct sockaddr_storage *a = &ac->listen.addr;
+    in_port_t port = a->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)a)->sin6_port
+                                              : ((const struct sockaddr_in *)a)->sin_port;
+    for (size_t i = 0; i < ld->c->num_listen && port != 0; i++)
+        if (ld->c->listen[i].addrlen == ac->listen.addrlen &&
+            memcmp(&ld->c->listen[i].addr, a, ac->listen.addrlen) == 0)
+            return fail(ld, L, "admin.listen", "admin.listen: '%s' is also in listen",
+                        ac->listen.text);
+    if (get_field(L, idx, "allow") != LUA_TNIL &&
+        !load_netmask_list(ld, L, lua_gettop(L), "admin.allow", &ac->allow, &ac->num_allow))
+        return false;
+    lua_pop(L, 1);
+    return true;
+}
+
+/* access_log = { path = "FILE" or "stderr", format = "combined" or "json" }, or false. The
+ * file's folder must exist; the file is opened (created) by the server. */
+static bool load_access_log(struct load *ld, lua_State *L)
+{
+    struct um_access_log_conf *al = &ld->c->access_log;
+    char names[64];
+    const char *s;
+    int t = get_global(L, "access_log");
+    if (t == LUA_TNIL || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)))
+        return true;
+    if (t != LUA_TTABLE)
+        return fail(ld, L, "access_log", "access_log: expected a table such as { path = "
+                    "\"logs/access.log\", format = \"combined\" } or false, got %s",
+                    lua_typename(L, t));
+    int idx = lua_gettop(L);
+    al->line = line_of(ld, L, "access_log");
+    if (!check_keys(ld, L, idx, "access_log", ACCESS_LOG_KEYS))
+        return false;
+    if (get_field(L, idx, "path") == LUA_TNIL)
+        return fail(ld, L, "access_log", "access_log: missing path (a file, or \"stderr\")");
+    if (!get_string(ld, L, -1, "access_log.path", "a file name or \"stderr\"", &s))
+        return false;
+    if (strcmp(s, "stderr") != 0) {
+        /* The folder must exist (the file need not): resolve it, keep the name. */
+        const char *slash = strrchr(s, '/');
+        const char *base = slash ? slash + 1 : s;
+        if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+            return fail(ld, L, "access_log.path", "access_log.path: '%s' names a folder, "
+                        "not a file", s);
+        char *dir = NULL;
+        char *folder = slash == NULL ? um_strndup(".", 1)
+                       : slash == s  ? um_strndup("/", 1)
+                                     : um_strndup(s, (size_t)(slash - s));
+        bool ok = resolve_path(ld, L, "access_log.path", folder, true, &dir);
+        free(folder);
+        if (!ok)
+            return false;
+        size_t dl = strlen(dir), bl = strlen(base);
+        al->path = um_malloc(dl + 1 + bl + 1);
+        memcpy(al->path, dir, dl);
+        al->path[dl] = '/';
+        memcpy(al->path + dl + 1, base, bl + 1);
+        free(dir);
+    }
+    lua_pop(L, 1);
+    t = get_field(L, idx, "format");
+    if (t != LUA_TNIL) {
+        bool found = false;
+        if (t == LUA_TSTRING)
+            for (size_t i = 0; ACCESS_FORMATS[i] != NULL && !found; i++)
+                if (strcmp(lua_tostring(L, -1), ACCESS_FORMATS[i]) == 0) {
+                    al->format = (enum um_access_format)i;
+                    found = true;
+                }
+        if (!found)
+            return fail(ld, L, "access_log.format", "access_log.format: expected one of: %s",
+                        join(ACCESS_FORMATS, names, sizeof names));
+    }
+    lua_pop(L, 1);
+    al->enabled = true;
+    return true;
+}
+
 /* Fails on the first (lowest line) global the file assigned that is neither a setting
  * nor a function (request hooks such as on_request are functions). */
 static bool check_globals(struct load *ld, lua_State *L)
@@ -2206,9 +2351,9 @@ static int extract(lua_State *L)
     struct load *ld = lua_touserdata(L, 1);
     lua_settop(L, 0);
     static bool (*const steps[])(struct load *, lua_State *) = {
-        check_globals, load_yunying, load_hooks,  load_listen,   load_tls,  load_workers,
-        load_upstreams, load_routes, load_limits, load_timeouts, load_mime, load_log_level,
-        load_cache,
+        check_globals,  load_yunying, load_hooks,    load_listen, load_tls,
+        load_workers,   load_upstreams, load_routes, load_limits, load_timeouts,
+        load_mime,      load_log_level, load_cache,  load_admin,  load_access_log,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -2360,6 +2505,9 @@ static void config_free(struct um_config *c)
     free(c->tls.ciphers);
     free(c->tls.ciphersuites);
     free(c->cache.purge_allow);
+    free(c->admin.listen.text);
+    free(c->admin.allow);
+    free(c->access_log.path);
     free(c->file);
     free(c);
 }
@@ -2469,7 +2617,8 @@ out:
         c->lua.chunkname = chunkname;
         src = chunkname = NULL;
         if (um_hooks_enabled(c)) {
-            c->lua.num_states = (size_t)c->workers;
+            /* Room for any worker: a reload keeps the running number of workers. */
+            c->lua.num_states = MAX_WORKERS;
             c->lua.states = um_calloc(c->lua.num_states, sizeof(*c->lua.states));
         }
     }

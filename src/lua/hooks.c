@@ -22,6 +22,7 @@
 
 #include "umbra/config.h"
 #include "umbra/log.h"
+#include "umbra/metrics.h"
 
 #define TICK 1000 /* instructions between count-hook calls */
 #define LOAD_BUDGET 10000000
@@ -185,6 +186,7 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
         lua_remove(L, base);
         return true;
     }
+    um_counter_add(&um_metrics_worker()->lua_errors, 1);
     const char *msg = lua_tostring(L, -1);
     char line[2048];
     size_t n = 0;

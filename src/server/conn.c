@@ -21,7 +21,9 @@
 
 #include "internal.h"
 #include "umbra/hooks.h"
+#include "umbra/accesslog.h"
 #include "umbra/log.h"
+#include "umbra/metrics.h"
 #include <openssl/ssl.h>
 
 #define TURN_BUDGET 32                  /* drive() iterations before yielding */
@@ -120,6 +122,15 @@ struct um__conn {
      * the arena) and origin. */
     struct um_fetch pending;
     struct um_origin *pending_origin;
+    /* For the access log and the metrics (accesslog.h). */
+    uint64_t id;
+    bool req_parsed; /* c->req holds the current request's head */
+    bool via_upstream;
+    int route_slot;
+    uint64_t t_start, t_dispatch, t_head; /* loop ms */
+    uint64_t resp_bytes, resp_body_bytes;
+    char cache_status[128];
+    size_t cache_status_len;
 };
 
 /* ---------------------------------------------------------------- output buffer */
@@ -252,6 +263,8 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
     UM_ASSERT(!c->resp_head_sent);
     c->resp_head_sent = true;
     c->resp_status = h->status;
+    c->t_head = c->w->now_ms;
+    size_t head_start = c->wlen;
     wreserve(c, 256);
     wappend_str(c, "HTTP/1.1 ");
     wappend_u64(c, (uint64_t)h->status);
@@ -278,6 +291,11 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         wappend(c, ": ", 2);
         wappend(c, f->value.base, f->value.len);
         wappend(c, "\r\n", 2);
+        if (f->name.len == 12 && um_str_eq_ci(f->name, "cache-status") &&
+            f->value.len < sizeof(c->cache_status)) {
+            memcpy(c->cache_status, f->value.base, f->value.len);
+            c->cache_status_len = f->value.len;
+        }
     }
     bool bodiless = h->status == 304 || h->status == 204 || h->status < 200;
     if (!bodiless) {
@@ -301,6 +319,7 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
     else if (c->req.minor_version == 0)
         wappend_str(c, "Connection: keep-alive\r\n");
     wappend(c, "\r\n", 2);
+    c->resp_bytes += c->wlen - head_start;
     wake(c);
 }
 
@@ -313,6 +332,8 @@ static size_t on_data(struct um_sink *s, const char *data, size_t len)
         c->origin_paused = true;
         return 0;
     }
+    c->resp_bytes += len;
+    c->resp_body_bytes += len;
     if (c->resp_chunked) {
         char size[24];
         int n = snprintf(size, sizeof(size), "%zx\r\n", len);
@@ -335,6 +356,8 @@ static void on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
         close(fd);
         return;
     }
+    c->resp_bytes += len;
+    c->resp_body_bytes += len;
     if (c->ssl && len <= 16 * 1024) {
         /* Over TLS a small body joins the head in one record and one write. */
         wreserve(c, (size_t)len);
@@ -405,6 +428,8 @@ static size_t on_data_ref(struct um_sink *s, const char *data, size_t len,
         c->origin_paused = true;
         return 0;
     }
+    c->resp_bytes += len;
+    c->resp_body_bytes += len;
     if (c->refs == NULL)
         c->refs = um_malloc(MAX_REFS * sizeof(*c->refs));
     c->refs[c->num_refs++] = (struct ref_seg){data, len, release, ctx};
@@ -421,6 +446,53 @@ static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
     c->resp_head_sent = c->resp_chunked = c->resp_ended = c->origin_paused = false;
     c->origin = NULL;
     c->sink.origin_data = NULL;
+    c->t_start = c->w->now_ms;
+    c->t_dispatch = c->t_head = 0;
+    c->resp_bytes = c->resp_body_bytes = 0;
+    c->cache_status_len = 0;
+    c->route_slot = 0;
+    c->via_upstream = false;
+}
+
+/* The request is answered (or given up with status): one access log record. */
+static void log_request(struct um__conn *c, int status)
+{
+    struct um_access_rec r;
+    memset(&r, 0, sizeof(r));
+    r.client_ip = c->peer_ip;
+    r.minor_version = -1;
+    if (c->req_parsed) {
+        const struct um_request *req = &c->req;
+        r.method = req->method;
+        r.target = req->target;
+        r.minor_version = req->minor_version;
+        r.host = req->authority;
+        if (c->config->access_log.enabled) { /* only the log line needs them */
+            const um_str *v = um_http1_find_header(req, "referer");
+            if (v)
+                r.referer = *v;
+            v = um_http1_find_header(req, "user-agent");
+            if (v)
+                r.user_agent = *v;
+        }
+    }
+    r.status = status ? status : c->resp_status;
+    r.body_bytes = c->resp_body_bytes;
+    r.bytes_out = c->resp_bytes;
+    r.cache_status = (um_str){c->cache_status, c->cache_status_len};
+    r.upstream_ms = -1;
+    /* The upstream's time: from hand-over to the response head, when the answer came
+     * from the upstream (not from the cache). */
+    bool hit = c->cache_status_len > 0 &&
+               memmem(c->cache_status, c->cache_status_len, "; hit", 5) != NULL;
+    if (c->via_upstream && c->t_head >= c->t_dispatch && c->t_dispatch > 0 && !hit)
+        r.upstream_ms = (int64_t)(c->t_head - c->t_dispatch);
+    r.duration_ms = c->w->now_ms - c->t_start;
+    r.route_slot = c->route_slot;
+    r.worker = c->w->id;
+    r.conn_id = c->id;
+    um_access_log_request(c->config, &r);
+    c->req_parsed = false;
 }
 
 /* A small complete response with a plain-text body; used for errors. */
@@ -446,6 +518,7 @@ static void fail(struct um__conn *c, int status)
 {
     begin_response(c, false, false);
     respond_simple(c, status, NULL, 0);
+    log_request(c, 0);
     c->state = S_DONE;
     c->closing = true;
     c->linger = true;
@@ -661,12 +734,17 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         f->body = hr.body;
         f->server_name = hr.server_name;
     }
+    if (route) {
+        c->route_slot = route->metrics_slot;
+        c->via_upstream = route->upstream >= 0 || f->backend != NULL;
+    }
     return origin;
 }
 
 /* The request is answered (its response may still be draining): get ready for the next. */
 static void complete_request(struct um__conn *c)
 {
+    log_request(c, 0);
     c->requests++;
     c->head_started = false;
     c->origin = NULL;
@@ -696,6 +774,7 @@ static void dispatch(struct um__conn *c, struct um_origin *origin, struct um_fet
 {
     c->origin = origin;
     c->state = S_ORIGIN;
+    c->t_dispatch = c->w->now_ms;
     origin->ops->fetch(origin, f, &c->sink);
     /* Synchronous origins (static files) are done already. */
 }
@@ -764,6 +843,7 @@ static ssize_t read_body(struct um_sink *s, char *buf, size_t len)
 static void begin_request(struct um__conn *c)
 {
     struct um_request *req = &c->req;
+    c->req_parsed = true;
     bool has_body = (req->flags & UM_REQ_F_CHUNKED) ||
                     ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > 0);
     if (has_body && c->rpos > 0) {
@@ -926,6 +1006,7 @@ static int read_some(struct um__conn *c)
         ssize_t n = um_tls_read(c->ssl, c->rbuf + c->rlen, space, &want);
         if (n > 0) {
             c->rlen += (size_t)n;
+            um_counter_add(&um_metrics_worker()->bytes_in, (uint64_t)n);
             return UM_OK;
         }
         if (n == 0) {
@@ -945,6 +1026,7 @@ static int read_some(struct um__conn *c)
     ssize_t n = recv(c->fd, c->rbuf + c->rlen, space, 0);
     if (n > 0) {
         c->rlen += (size_t)n;
+        um_counter_add(&um_metrics_worker()->bytes_in, (uint64_t)n);
         if ((size_t)n < space)
             c->can_read = false; /* drained: the next arrival raises a new edge */
         return UM_OK;
@@ -1153,6 +1235,7 @@ static void start_linger(struct um__conn *c)
 
 static void drive(struct um__conn *c)
 {
+    uint64_t log_conn = um_log_set_conn(c->id);
     c->in_drive = true;
     for (int turn = 0; turn < TURN_BUDGET; turn++) {
         if (c->closed)
@@ -1161,6 +1244,7 @@ static void drive(struct um__conn *c)
             int want = 0;
             int r = um_tls_handshake(c->ssl, &want);
             if (r == UM_OK) {
+                um_counter_add(&um_metrics_worker()->tls_handshakes, 1);
                 c->state = S_HEAD;
                 c->can_read = true; /* the request may sit decrypted-ready in OpenSSL */
                 continue;
@@ -1174,6 +1258,7 @@ static void drive(struct um__conn *c)
                     um__tq_arm(c->w, c, UM__TQ_HEADER);
                 goto out;
             }
+            um_counter_add(&um_metrics_worker()->tls_failures, 1);
             um_log_info("tls: handshake with %s:%d failed: %s", c->peer_ip, c->peer_port,
                         um_tls_last_error());
             um__conn_close(c);
@@ -1260,6 +1345,7 @@ static void drive(struct um__conn *c)
     um__worker_ready(c->w, c);
 out:
     c->in_drive = false;
+    um_log_set_conn(log_conn);
 }
 
 void um__conn_accept(struct um__worker *w, int fd, bool tls)
@@ -1270,6 +1356,8 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
     c->w = w;
     c->config = w->config;
     um_config_ref(c->config);
+    c->id = ++w->next_conn_id;
+    um_counter_add(&um_metrics_worker()->conns_total, 1);
     c->fd = fd;
     c->file_fd = -1;
     c->sink.ops = &sink_ops;
@@ -1298,8 +1386,8 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
         um__links(w->all)->all_prev = c;
     w->all = c;
     w->num_conns++;
-    if (tls && w->server->tls) {
-        c->ssl = um_tls_accept_new(w->server->tls, fd);
+    if (tls && w->tls) {
+        c->ssl = um_tls_accept_new(w->tls, fd);
         if (c->ssl == NULL) {
             um_log_err("tls: cannot set up a session for %s:%d", c->peer_ip, c->peer_port);
             um__conn_close(c);
@@ -1344,8 +1432,11 @@ void um__conn_on_timeout(struct um__conn *c)
     if (c->closed)
         return;
     if (c->state == S_HANDSHAKE) {
+        um_counter_add(&um_metrics_worker()->tls_failures, 1);
+        uint64_t log_conn = um_log_set_conn(c->id);
         um_log_info("tls: handshake with %s:%d failed: timed out after %gs", c->peer_ip,
                     c->peer_port, c->config->timeouts.header);
+        um_log_set_conn(log_conn);
         um__conn_close(c);
         return;
     }
@@ -1376,6 +1467,9 @@ void um__conn_close(struct um__conn *c)
     c->closed = true;
     if (c->state == S_ORIGIN && !c->resp_ended && c->origin && c->origin->ops->cancel)
         c->origin->ops->cancel(c->origin, &c->sink);
+    if (c->state == S_ORIGIN && c->req_parsed)
+        log_request(c, c->resp_head_sent ? 0 : 499); /* the client left first */
+    um_counter_add(&um_metrics_worker()->conns_closed, 1);
     um__tq_disarm(w, c);
     if (c->links.in_ready) {
         for (struct um__conn **p = &w->ready; *p; p = &um__links(*p)->ready_next) {

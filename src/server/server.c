@@ -22,6 +22,8 @@
 #include "umbra/static.h"
 #include "umbra/upstream.h"
 #include "umbra/cacheorigin.h"
+#include "umbra/accesslog.h"
+#include "umbra/metrics.h"
 
 #define ACCEPT_BATCH 64
 #define PAUSE_MS 100
@@ -43,7 +45,7 @@ static void format_addr(const struct sockaddr_storage *ss, char *out, size_t len
     }
 }
 
-static int bind_one(const struct um_listen *l, char *err, size_t errlen)
+int um__bind_listen(const struct um_listen *l, char *err, size_t errlen)
 {
     int fd = socket(l->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -76,11 +78,10 @@ static struct um_cache *create_cache(const struct um_config *config)
     return c;
 }
 
-struct um_server *um_server_create(struct um_config *config, char *err, size_t errlen)
+bool um__server_build_origins(struct um_server *s, struct um_config *config, char *err,
+                              size_t errlen)
 {
-    struct um_server *s = um_calloc(1, sizeof(*s));
-    s->config = config;
-    s->listen_fds = um_calloc(config->num_listen, sizeof(int));
+    bool ok = true;
     /* One origin per upstream, shared by the routes that name it (and its health with
      * them); the routes hold the references. */
     struct um_origin **upstreams = um_calloc(config->num_upstreams + 1, sizeof(*upstreams));
@@ -90,13 +91,15 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     for (size_t i = 0; i < config->num_routes; i++) {
         struct um_route *r = &config->routes[i];
         char msg[512];
+        snprintf(msg, sizeof(msg), "%s%s", r->host ? r->host : "", r->path);
+        r->metrics_slot = um_metrics_route_slot(msg);
         if (r->upstream >= 0) {
             r->origin = um_upstream_origin_ref(upstreams[r->upstream]);
             if (hooks)
                 r->origin = um_hooks_origin_create(r->origin, config, r);
             if (r->cache) {
                 if (s->cache == NULL)
-                    s->cache = create_cache(config);
+                    __atomic_store_n(&s->cache, create_cache(config), __ATOMIC_RELEASE);
                 r->origin = um_cache_origin_create(s->cache, r->origin, r, config);
             }
             continue;
@@ -105,7 +108,8 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
             r->origin = um_static_origin_create(r, config, msg, sizeof(msg));
             if (r->origin == NULL) {
                 snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
-                goto fail;
+                ok = false;
+                break;
             }
         }
         /* A route without root or upstream is answered by its hooks (or the upstream
@@ -113,31 +117,69 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
         if (hooks)
             r->origin = um_hooks_origin_create(r->origin, config, r);
     }
+    /* The snapshot keeps them for hooks that pick an upstream (req.upstream). */
+    for (size_t i = 0; i < config->num_upstreams; i++)
+        um_config_set_upstream_origin(config, i, upstreams[i]);
+    free(upstreams);
+    return ok;
+}
+
+/* The signals the main thread takes through its signalfd. */
+static void signal_set(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+    sigaddset(set, SIGQUIT);
+    sigaddset(set, SIGUSR1);
+}
+
+struct um_server *um_server_create(struct um_config *config, char *err, size_t errlen)
+{
+    /* Blocked before any thread starts (the cache's cleaner starts below), so that every
+     * thread inherits the mask and the signals reach the main thread's signalfd only, not
+     * a thread where their default action would end the process. */
+    sigset_t set;
+    signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    struct um_server *s = um_calloc(1, sizeof(*s));
+    s->config = config;
+    s->admin_fd = -1;
+    pthread_mutex_init(&s->config_lock, NULL);
+    s->listen_fds = um_calloc(config->num_listen, sizeof(int));
+    if (!um__server_build_origins(s, config, err, errlen))
+        goto fail;
     for (size_t i = 0; i < config->num_listen; i++) {
-        int fd = bind_one(&config->listen[i], err, errlen);
+        int fd = um__bind_listen(&config->listen[i], err, errlen);
         if (fd < 0)
             goto fail;
         s->listen_fds[s->num_listen++] = fd;
+    }
+    if (config->admin.enabled) {
+        s->admin_fd = um__bind_listen(&config->admin.listen, err, errlen);
+        if (s->admin_fd < 0)
+            goto fail;
     }
     if (config->tls.num_certs > 0) {
         s->tls = um_tls_create(config, err, errlen);
         if (s->tls == NULL)
             goto fail;
     }
+    if (!um_access_log_configure(config, err, errlen))
+        goto fail;
     s->listener_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(s->listener_efd >= 0);
-    /* The snapshot keeps them for hooks that pick an upstream (req.upstream). */
-    for (size_t i = 0; i < config->num_upstreams; i++)
-        um_config_set_upstream_origin(config, i, upstreams[i]);
-    free(upstreams);
     return s;
 fail:
-    for (size_t i = 0; i < config->num_upstreams; i++)
-        upstreams[i]->ops->destroy(upstreams[i]);
-    free(upstreams);
     for (size_t i = 0; i < s->num_listen; i++)
         close(s->listen_fds[i]);
+    if (s->admin_fd >= 0)
+        close(s->admin_fd);
+    if (s->tls)
+        um_tls_destroy(s->tls);
     free(s->listen_fds);
+    pthread_mutex_destroy(&s->config_lock);
     um_config_unref(config); /* the routes' origins go with it, then the cache they use */
     if (s->cache) {
         um_cache_stop_cleaner(s->cache);
@@ -265,8 +307,46 @@ static void *listener_main(void *arg)
     return NULL;
 }
 
+void um__listener_start(struct um_server *s)
+{
+    UM_ASSERT(pthread_create(&s->listener, NULL, listener_main, s) == 0);
+}
+
+void um__listener_stop(struct um_server *s)
+{
+    uint64_t v = 1;
+    ssize_t w = write(s->listener_efd, &v, sizeof(v));
+    (void)w;
+    pthread_join(s->listener, NULL);
+    w = read(s->listener_efd, &v, sizeof(v)); /* ready for the next start */
+    (void)w;
+}
+
+void um__log_listening(struct um_server *s, const char *what)
+{
+    char line[1024];
+    size_t off = 0;
+    for (size_t i = 0; i < s->num_listen && off < sizeof(line) - 100; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        char addr[80];
+        getsockname(s->listen_fds[i], (struct sockaddr *)&ss, &len);
+        format_addr(&ss, addr, sizeof(addr));
+        off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%s", i ? ", " : "", addr);
+    }
+    um_log_info("%s: now listening on %s", what, line);
+}
+
 static void log_start(struct um_server *s)
 {
+    if (s->admin_fd >= 0) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        char addr[80];
+        getsockname(s->admin_fd, (struct sockaddr *)&ss, &len);
+        format_addr(&ss, addr, sizeof(addr));
+        um_log_info("admin: serving /metrics and /status on %s", addr);
+    }
     char line[1024];
     size_t off = 0;
     for (size_t i = 0; i < s->num_listen && off < sizeof(line) - 100; i++) {
@@ -284,23 +364,23 @@ static void log_start(struct um_server *s)
 int um_server_run(struct um_server *s)
 {
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGQUIT);
-    sigaddset(&set, SIGUSR1);
+    signal_set(&set);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads inherit the mask */
     signal(SIGPIPE, SIG_IGN);
 
     s->num_workers = s->config->workers;
+    s->started = time(NULL);
+    um_metrics_init(s->num_workers);
     s->workers = um_calloc((size_t)s->num_workers, sizeof(*s->workers));
     for (int i = 0; i < s->num_workers; i++) {
         um__worker_init(&s->workers[i], s, i);
         UM_ASSERT(pthread_create(&s->workers[i].thread, NULL, um__worker_main, &s->workers[i]) == 0);
     }
-    UM_ASSERT(pthread_create(&s->listener, NULL, listener_main, s) == 0);
+    um__listener_start(s);
     log_start(s);
+    s->admin = um__admin_start(s, s->admin_fd);
+    s->admin_fd = -1; /* the admin thread's now */
+    um__notify("READY=1");
 
     /* Signals arrive through a signalfd, beside the certificate watch, in one poll loop. */
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
@@ -310,7 +390,12 @@ int um_server_run(struct um_server *s)
         struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
         if (s->tls)
             pfd[1].fd = um_tls_watch_fd(s->tls);
-        if (poll(pfd, 2, -1) < 0)
+        /* Snapshots a reload replaced are freed once unused: look every second. */
+        int wait_ms = s->retired ? 1000 : -1;
+        int pr = poll(pfd, 2, wait_ms);
+        if (s->retired)
+            um__server_free_retired(s, false);
+        if (pr <= 0)
             continue;
         if (pfd[1].revents & POLLIN)
             um_tls_on_watch(s->tls);
@@ -330,23 +415,29 @@ int um_server_run(struct um_server *s)
             break;
         }
         if (sig == SIGHUP) {
+            um__notify("RELOADING=1");
             if (s->tls) {
                 char msg[512] = "";
                 int n = um_tls_reload(s->tls, msg, sizeof(msg));
                 um_log_info("SIGHUP: reloaded %d certificate%s%s%s", n, n == 1 ? "" : "s",
                             msg[0] ? "; " : "", msg);
             }
-            um_log_warn("SIGHUP: configuration reload is not available yet; still running on %s",
-                        s->config->file);
+            um__server_reload(s);
+            um__notify("READY=1");
+        }
+        if (sig == SIGUSR1) {
+            char msg[512];
+            if (um_access_log_reopen(msg, sizeof(msg)))
+                um_log_info("SIGUSR1: log files reopened");
+            else
+                um_log_err("SIGUSR1: %s", msg);
         }
     }
     close(sfd);
+    um__notify("STOPPING=1");
 
     /* Stop accepting first, so that no socket arrives at a worker that is draining. */
-    uint64_t one = 1;
-    ssize_t w = write(s->listener_efd, &one, sizeof(one));
-    (void)w;
-    pthread_join(s->listener, NULL);
+    um__listener_stop(s);
     for (size_t i = 0; i < s->num_listen; i++)
         close(s->listen_fds[i]);
     s->num_listen = 0;
@@ -373,6 +464,8 @@ int um_server_run(struct um_server *s)
             }
         }
     }
+    um__admin_stop(s->admin);
+    s->admin = NULL;
     um_log_info("stopped");
     return 0;
 }
@@ -388,7 +481,11 @@ void um_server_destroy(struct um_server *s)
     close(s->listener_efd);
     if (s->tls)
         um_tls_destroy(s->tls);
+    if (s->admin_fd >= 0)
+        close(s->admin_fd);
+    um__server_free_retired(s, true);
     um_config_unref(s->config); /* the routes' origins go with it */
+    pthread_mutex_destroy(&s->config_lock);
     if (s->cache) {
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);

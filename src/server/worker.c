@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
+#include "umbra/metrics.h"
 
 #define MAX_EVENTS 256
 #define MAX_WAIT_MS 1000
@@ -319,6 +320,22 @@ void um__mailbox_signal(struct um__mailbox *mb, bool drain, bool quit)
     (void)r;
 }
 
+void um__mailbox_set_config(struct um__mailbox *mb, struct um_config *c, struct um_tls *tls)
+{
+    um_config_ref(c);
+    pthread_mutex_lock(&mb->lock);
+    struct um_config *stale = mb->has_next ? mb->next_config : NULL;
+    mb->next_config = c;
+    mb->next_tls = tls;
+    mb->has_next = true;
+    pthread_mutex_unlock(&mb->lock);
+    if (stale)
+        um_config_unref(stale); /* a reload the worker had not taken yet */
+    uint64_t one = 1;
+    ssize_t r = write(mb->efd, &one, sizeof(one));
+    (void)r;
+}
+
 void um__worker_init(struct um__worker *w, struct um_server *s, int id)
 {
     memset(w, 0, sizeof(*w));
@@ -326,6 +343,7 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
     w->server = s;
     w->config = s->config;
     um_config_ref(w->config);
+    w->tls = s->tls;
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
     UM_ASSERT(w->epfd >= 0);
     w->mailbox.kind = UM__EV_MAILBOX;
@@ -349,6 +367,8 @@ void um__worker_dispose(struct um__worker *w)
         free(w->free_bufs[i]);
     free(w->timers);
     free(w->free_bufs);
+    if (w->mailbox.has_next)
+        um_config_unref(w->mailbox.next_config);
     um_config_unref(w->config);
 }
 
@@ -369,7 +389,25 @@ static void on_mailbox(struct um__worker *w)
     bool drain = w->mailbox.drain, quit = w->mailbox.quit;
     w->mailbox.fds = NULL;
     w->mailbox.len = w->mailbox.cap = 0;
+    struct um_config *next_cfg = NULL;
+    if (w->mailbox.has_next) {
+        /* A reload: sockets accepted from now on (these included) take the new snapshot;
+         * open connections keep theirs. The main thread keeps the old one referenced, so
+         * this is never the last reference. */
+        next_cfg = w->mailbox.next_config;
+        w->tls = w->mailbox.next_tls;
+        w->mailbox.has_next = false;
+        w->mailbox.next_config = NULL;
+    }
     pthread_mutex_unlock(&w->mailbox.lock);
+    if (next_cfg) {
+        um_config_unref(w->config);
+        w->config = next_cfg;
+        /* Read buffers are sized by the limits of the snapshot: the new one's may differ. */
+        for (size_t i = 0; i < w->num_free_bufs; i++)
+            free(w->free_bufs[i]);
+        w->num_free_bufs = 0;
+    }
     for (size_t i = 0; i < n; i++)
         um__conn_accept(w, fds[i] >> 1, fds[i] & 1);
     free(fds);
@@ -454,6 +492,8 @@ void *um__worker_main(void *arg)
     struct epoll_event evs[MAX_EVENTS];
     current_worker = w;
     um_hooks_thread_init(w->id);
+    um_metrics_attach(w->id);
+    um_log_context(w->id, 0);
     for (;;) {
         int n = epoll_wait(w->epfd, evs, MAX_EVENTS, next_timeout(w));
         if (n < 0 && errno != EINTR) {
@@ -498,5 +538,6 @@ void *um__worker_main(void *arg)
         t->cb(t);
     }
     current_worker = NULL;
+    um_log_context(-1, 0);
     return NULL;
 }

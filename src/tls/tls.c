@@ -841,7 +841,7 @@ static size_t pick_entry(const struct um_tls *t, const char *sni)
             return h->entry;
     }
 unknown:
-    if (um_log_level >= UM_LOG_DEBUG) {
+    if (um_log_level_get() >= UM_LOG_DEBUG) {
         char shown[64];
         size_t i = 0;
         for (; sni[i] != '\0' && i < sizeof shown - 1; i++)

@@ -26,6 +26,7 @@
 #include "umbra/http1.h"
 #include "umbra/log.h"
 #include "umbra/loop.h"
+#include "umbra/metrics.h"
 
 #define MAX_RESPONSE_HEAD (64 * 1024)
 #define MAX_RESPONSE_FIELDS 128
@@ -42,6 +43,7 @@ struct upstream {
     atomic_int refcnt;
     const struct um_upstream_conf *conf;
     struct server_state *servers;
+    int *slots; /* metrics slot per server */
     atomic_uint rr;
 };
 
@@ -88,6 +90,8 @@ struct xfer {
     bool paused_recv, paused_send;
     int socket_errno; /* errno of a failed socket() for this attempt (EMFILE...), or 0 */
     uint64_t key_hash;
+    uint64_t t_attempt; /* loop ms: start of the current attempt (metrics) */
+    uint64_t log_conn;  /* the connection that started the fetch, for log lines */
     struct um_timer ttfb;
     /* the response head being collected */
     int status;
@@ -266,6 +270,7 @@ static void server_failed(struct upstream *up, struct xfer *x, int i)
     if (fails >= up->conf->max_fails) {
         uint64_t until = now_ms(x->wc) + (uint64_t)(up->conf->fail_timeout * 1000);
         atomic_store_explicit(&up->servers[i].down_until, until, memory_order_relaxed);
+        um_metrics_server_down_until(up->slots[i], until);
         um_log_warn("upstream %s: server %s failed %d times in a row; skipped for %gs",
                     up->conf->name, up->conf->servers[i].url, fails, up->conf->fail_timeout);
     }
@@ -537,6 +542,7 @@ static size_t on_header_line(char *data, size_t size, size_t nitems, void *userp
         }
         um_loop_timer_stop(x->wc->loop, &x->ttfb);
         server_ok(x->up, x->server);
+        um_metrics_upstream_done(x->up->slots[x->server], now_ms(x->wc) - x->t_attempt, false);
         if (deliver_head(x))
             return len;
         um_log_err("upstream %s: server %s: malformed response head", x->up->conf->name,
@@ -683,6 +689,7 @@ static void start_attempt(struct xfer *x)
     x->hlen = 0;
     x->num_lines = 0;
     x->socket_errno = 0;
+    x->t_attempt = now_ms(wc);
 
     CURL *e = x->easy;
     size_t blen = strlen(base), tlen = strlen(x->target), ulen = blen + tlen + 1;
@@ -759,12 +766,24 @@ static bool retryable(CURLcode res)
     }
 }
 
-/* A transfer ended (res) or timed out before its head (x->timed_out). */
+static void finish_attempt(struct xfer *x, CURLcode res);
+
+/* A transfer ended (res) or timed out before its head (x->timed_out). Its log lines name
+ * the connection that started it. */
 static void finish(struct xfer *x, CURLcode res)
+{
+    uint64_t prev = um_log_set_conn(x->log_conn);
+    finish_attempt(x, res);
+    um_log_set_conn(prev);
+}
+
+static void finish_attempt(struct xfer *x, CURLcode res)
 {
     struct upstream *up = x->up;
     const struct um_upstream_conf *conf = up->conf;
     const char *url = x->url ? x->url : conf->servers[x->server].url;
+    if (!x->head_sent && !x->body_failed)
+        um_metrics_upstream_done(up->slots[x->server], now_ms(x->wc) - x->t_attempt, true);
     if (x->in_multi) {
         curl_multi_remove_handle(x->wc->multi, x->easy);
         x->in_multi = false;
@@ -876,6 +895,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
     struct xfer *x = um_calloc(1, sizeof(*x));
     x->up = up;
     x->wc = worker_curl();
+    x->log_conn = um_log_conn();
     x->sink = sink;
     sink->origin_data = x;
     x->is_head = req->method_id == UM_METHOD_HEAD;
@@ -972,6 +992,7 @@ static void upstream_destroy(struct um_origin *o)
     if (atomic_fetch_sub(&up->refcnt, 1) != 1)
         return;
     free(up->servers);
+    free(up->slots);
     free(up);
 }
 
@@ -991,6 +1012,12 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
     atomic_init(&up->refcnt, 1);
     up->conf = conf;
     up->servers = um_calloc(conf->num_servers, sizeof(*up->servers));
+    up->slots = um_calloc(conf->num_servers, sizeof(*up->slots));
+    for (size_t i = 0; i < conf->num_servers; i++) {
+        up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
+        /* A server taken out stays out across a reload. */
+        atomic_init(&up->servers[i].down_until, um_metrics_server_down_until_get(up->slots[i]));
+    }
     return &up->base;
 }
 

@@ -1,0 +1,60 @@
+/* The access log and the per-request counters.
+ *
+ * Every answered request becomes one record, handed over on the worker thread that
+ * answered it: the record is counted in the worker's metrics, and, when the connection's
+ * configuration has access_log, formatted (combined or JSON lines) into the worker's
+ * buffer. A buffer is written when it passes 32 KiB, and at the latest a second after its
+ * first line (a loop timer), and when the worker stops. All workers write to one
+ * descriptor, whole lines per write(2) with O_APPEND, so lines never interleave.
+ *
+ * Files: um_access_log_configure opens the configured file (main thread, at start and at
+ * each reload); um_access_log_reopen opens it again under the same name (SIGUSR1, after
+ * logrotate renamed it). Both put the new file in place with dup2 onto the descriptor the
+ * workers write to, so a worker writing at that moment writes whole lines to either the
+ * old or the new file, never to a closed or reused descriptor. */
+#ifndef UMBRA_ACCESSLOG_H
+#define UMBRA_ACCESSLOG_H
+
+#include "umbra/common.h"
+#include "umbra/config.h"
+
+struct um_access_rec {
+    const char *client_ip;
+    um_str method, target;   /* empty when no request line could be parsed */
+    int minor_version;       /* HTTP/1.x; -1 when no request line could be parsed */
+    um_str host, referer, user_agent; /* empty when absent */
+    int status;
+    uint64_t body_bytes;     /* response body bytes */
+    uint64_t bytes_out;      /* response bytes with the head */
+    um_str cache_status;     /* the Cache-Status value sent; empty when none */
+    int64_t upstream_ms;     /* request handed over -> response head; -1: no upstream */
+    uint64_t duration_ms;    /* first byte of the request -> response complete */
+    int route_slot;          /* metrics slot of the route; 0: none */
+    int worker;
+    uint64_t conn_id;
+};
+
+/* Opens conf's file (or selects stderr) for the workers; conf may be disabled. Returns
+ * false with "FILE:LINE: access_log.path: ..." in err when the file cannot be opened (the
+ * previous file stays). Main thread. */
+bool um_access_log_configure(const struct um_config *cfg, char *err, size_t errlen);
+
+/* Opens the current file again by name (SIGUSR1). Returns false with a message in err.
+ * Main thread. */
+bool um_access_log_reopen(char *err, size_t errlen);
+
+/* Counts r in the calling worker's metrics and, when cfg->access_log.enabled, appends its
+ * line to the worker's buffer. Worker thread (on other threads the line is written at
+ * once). */
+void um_access_log_request(const struct um_config *cfg, const struct um_access_rec *r);
+
+/* Formats r into out (at most n bytes, NUL-terminated when n > 0) as a line with its
+ * '\n'; returns the full length (a result >= n means out was too small). now is the time
+ * of the line (seconds and milliseconds since the epoch). */
+size_t um_access_log_format(char *out, size_t n, enum um_access_format format,
+                            const struct um_access_rec *r, int64_t now_sec, int now_ms);
+
+/* Writes the calling thread's buffer out now. */
+void um_access_log_flush(void);
+
+#endif

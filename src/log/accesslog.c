@@ -1,0 +1,373 @@
+/* The access log (see accesslog.h). */
+#include "umbra/accesslog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "umbra/log.h"
+#include "umbra/loop.h"
+#include "umbra/metrics.h"
+
+#define FLUSH_AT (32 * 1024)
+#define FLUSH_MS 1000
+#define LINE_MAX_BYTES 8192
+
+/* The descriptor workers write to: -1 until a file or stderr is configured. It keeps its
+ * number for the life of the process; new files are dup2'ed onto it. */
+static atomic_int out_fd = -1;
+static char *cur_path; /* main thread only; NULL: stderr */
+
+struct worker_log {
+    struct um_loop *loop;
+    char *buf;
+    size_t len;
+    struct um_timer timer;
+    struct um_task stop;
+};
+
+static _Thread_local struct worker_log *wlog;
+
+/* ---------------------------------------------------------------- formatting */
+
+struct out {
+    char *p;
+    size_t n, len; /* len may pass n: then only the length is counted */
+};
+
+static void put(struct out *o, const char *s, size_t len)
+{
+    if (o->len < o->n) {
+        size_t room = o->n - o->len;
+        memcpy(o->p + o->len, s, len < room ? len : room);
+    }
+    o->len += len;
+}
+
+static void puts_(struct out *o, const char *s)
+{
+    put(o, s, strlen(s));
+}
+
+static void putf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(struct out *o, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        put(o, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+/* A field of the combined format: '"', '\' and bytes outside printable ASCII as \xHH. */
+static void put_escaped(struct out *o, um_str s)
+{
+    if (s.len == 0) {
+        put(o, "-", 1);
+        return;
+    }
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.base[i];
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
+            putf(o, "\\x%02X", c);
+        else
+            put(o, (const char *)&s.base[i], 1);
+    }
+}
+
+/* A JSON string; bytes >= 0x80 are written as the code points U+0080..U+00FF, so that a
+ * line is valid JSON whatever a client sent. */
+static void put_json(struct out *o, um_str s)
+{
+    put(o, "\"", 1);
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.base[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            put(o, e, 2);
+        } else if (c < 0x20 || c >= 0x7f) {
+            putf(o, "\\u%04x", c);
+        } else {
+            put(o, (const char *)&s.base[i], 1);
+        }
+    }
+    put(o, "\"", 1);
+}
+
+static um_str cstr(const char *s)
+{
+    return (um_str){s ? s : "", s ? strlen(s) : 0};
+}
+
+size_t um_access_log_format(char *out, size_t n, enum um_access_format format,
+                            const struct um_access_rec *r, int64_t now_sec, int now_ms)
+{
+    static const char *const months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    struct out o = {out, n > 0 ? n - 1 : 0, 0};
+    struct tm tm;
+    time_t t = (time_t)now_sec;
+    gmtime_r(&t, &tm);
+    bool has_req = r->minor_version >= 0 && r->method.len > 0;
+    if (format == UM_ACCESS_JSON) {
+        putf(&o, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\",\"client\":",
+             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             now_ms);
+        put_json(&o, cstr(r->client_ip));
+        puts_(&o, ",\"method\":");
+        put_json(&o, has_req ? r->method : (um_str){NULL, 0});
+        puts_(&o, ",\"target\":");
+        put_json(&o, has_req ? r->target : (um_str){NULL, 0});
+        puts_(&o, ",\"protocol\":");
+        if (has_req)
+            putf(&o, "\"HTTP/1.%d\"", r->minor_version);
+        else
+            puts_(&o, "\"\"");
+        puts_(&o, ",\"host\":");
+        put_json(&o, r->host);
+        putf(&o, ",\"status\":%d,\"bytes\":%llu,\"referer\":", r->status,
+             (unsigned long long)r->body_bytes);
+        put_json(&o, r->referer);
+        puts_(&o, ",\"user_agent\":");
+        put_json(&o, r->user_agent);
+        puts_(&o, ",\"cache_status\":");
+        put_json(&o, r->cache_status);
+        if (r->upstream_ms >= 0)
+            putf(&o, ",\"upstream_time\":%.3f", (double)r->upstream_ms / 1000);
+        else
+            puts_(&o, ",\"upstream_time\":null");
+        putf(&o, ",\"duration\":%.3f,\"worker\":%d,\"connection\":%llu}\n",
+             (double)r->duration_ms / 1000, r->worker, (unsigned long long)r->conn_id);
+    } else {
+        /* Combined, then the cache status and the upstream time in seconds:
+         * ip - - [10/Oct/2026:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "ref" "ua" "cache" 0.012 */
+        put_escaped(&o, cstr(r->client_ip));
+        putf(&o, " - - [%02d/%s/%04d:%02d:%02d:%02d +0000] \"", tm.tm_mday, months[tm.tm_mon],
+             tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (has_req) {
+            put_escaped(&o, r->method);
+            put(&o, " ", 1);
+            put_escaped(&o, r->target);
+            putf(&o, " HTTP/1.%d", r->minor_version);
+        } else {
+            put(&o, "-", 1);
+        }
+        putf(&o, "\" %d %llu \"", r->status, (unsigned long long)r->body_bytes);
+        put_escaped(&o, r->referer);
+        puts_(&o, "\" \"");
+        put_escaped(&o, r->user_agent);
+        puts_(&o, "\" \"");
+        put_escaped(&o, r->cache_status);
+        puts_(&o, "\" ");
+        if (r->upstream_ms >= 0)
+            putf(&o, "%.3f\n", (double)r->upstream_ms / 1000);
+        else
+            puts_(&o, "-\n");
+    }
+    if (n > 0)
+        out[o.len < n ? o.len : n - 1] = '\0';
+    return o.len;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void write_all(const char *p, size_t len)
+{
+    int fd = atomic_load_explicit(&out_fd, memory_order_acquire);
+    if (fd < 0)
+        return;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* a full disk loses lines; the server goes on */
+        p += w;
+        len -= (size_t)w;
+    }
+}
+
+static void flush_worker(struct worker_log *wl)
+{
+    if (wl->len == 0)
+        return;
+    write_all(wl->buf, wl->len);
+    wl->len = 0;
+}
+
+void um_access_log_flush(void)
+{
+    if (wlog)
+        flush_worker(wlog);
+}
+
+static void on_flush_timer(struct um_timer *t)
+{
+    struct worker_log *wl = (struct worker_log *)((char *)t - offsetof(struct worker_log, timer));
+    flush_worker(wl);
+}
+
+static void on_worker_stop(struct um_task *t)
+{
+    struct worker_log *wl = (struct worker_log *)((char *)t - offsetof(struct worker_log, stop));
+    flush_worker(wl);
+    um_loop_timer_stop(wl->loop, &wl->timer);
+    free(wl->buf);
+    free(wl);
+    wlog = NULL;
+}
+
+static struct worker_log *worker_log(void)
+{
+    if (wlog)
+        return wlog;
+    struct um_loop *loop = um_loop_current();
+    if (loop == NULL)
+        return NULL;
+    struct worker_log *wl = um_calloc(1, sizeof(*wl));
+    wl->loop = loop;
+    wl->buf = um_malloc(FLUSH_AT + LINE_MAX_BYTES);
+    wl->timer.cb = on_flush_timer;
+    wl->stop.cb = on_worker_stop;
+    um_loop_on_stop(loop, &wl->stop);
+    wlog = wl;
+    return wl;
+}
+
+static bool contains(um_str s, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (size_t i = 0; i + n <= s.len; i++)
+        if (memcmp(s.base + i, needle, n) == 0)
+            return true;
+    return false;
+}
+
+static void count(const struct um_access_rec *r)
+{
+    struct um_metrics_worker *m = um_metrics_worker();
+    int slot = r->route_slot >= 0 && r->route_slot < UM_METRICS_MAX_ROUTES ? r->route_slot : 0;
+    um_counter_add(&m->requests[slot][um_metrics_status_class(r->status)], 1);
+    um_counter_add(&m->bytes_out, r->bytes_out);
+    um_str cs = r->cache_status;
+    if (cs.len == 0)
+        return;
+    /* Cache-Status (RFC 9211) as the cache layer wrote it: "umbra; hit; ttl=5",
+     * "umbra; fwd=uri-miss; collapsed", "umbra; fwd=stale; fwd-status=304", ... */
+    if (contains(cs, "; hit")) {
+        um_counter_add(&m->cache_hits, 1);
+    } else if (contains(cs, "fwd=stale")) {
+        um_counter_add(&m->cache_stale, 1);
+        if (contains(cs, "fwd-status=304"))
+            um_counter_add(&m->cache_revalidated, 1);
+    } else if (contains(cs, "collapsed")) {
+        um_counter_add(&m->cache_coalesced, 1);
+    } else if (contains(cs, "fwd=uri-miss") || contains(cs, "fwd=vary-miss") ||
+               contains(cs, "fwd=miss")) {
+        um_counter_add(&m->cache_misses, 1);
+    }
+}
+
+void um_access_log_request(const struct um_config *cfg, const struct um_access_rec *r)
+{
+    count(r);
+    if (cfg == NULL || !cfg->access_log.enabled)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct worker_log *wl = worker_log();
+    if (wl == NULL) {
+        char line[LINE_MAX_BYTES];
+        size_t n = um_access_log_format(line, sizeof line, cfg->access_log.format, r,
+                                        ts.tv_sec, (int)(ts.tv_nsec / 1000000));
+        if (n >= sizeof line) {
+            n = sizeof line - 1;
+            line[n - 1] = '\n';
+        }
+        write_all(line, n);
+        return;
+    }
+    size_t n = um_access_log_format(wl->buf + wl->len, LINE_MAX_BYTES, cfg->access_log.format,
+                                    r, ts.tv_sec, (int)(ts.tv_nsec / 1000000));
+    if (n >= LINE_MAX_BYTES) {
+        /* Cut to the buffer, still one line. */
+        n = LINE_MAX_BYTES - 1;
+        wl->buf[wl->len + n - 1] = '\n';
+    }
+    wl->len += n;
+    if (wl->len >= FLUSH_AT)
+        flush_worker(wl);
+    else if (!um_loop_timer_armed(&wl->timer))
+        um_loop_timer_start(wl->loop, &wl->timer, FLUSH_MS);
+}
+
+/* ---------------------------------------------------------------- files */
+
+static int open_log(const char *path, char *err, size_t errlen, const struct um_config *cfg)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (cfg)
+            snprintf(err, errlen, "%s:%d: access_log.path: cannot open '%s': %s", cfg->file,
+                     cfg->access_log.line, path, strerror(errno));
+        else
+            snprintf(err, errlen, "access log: cannot open '%s': %s", path, strerror(errno));
+    }
+    return fd;
+}
+
+/* Puts fd (or stderr when fd < 0) in place as the workers' descriptor. */
+static void install(int fd)
+{
+    int src = fd >= 0 ? fd : STDERR_FILENO;
+    int cur = atomic_load_explicit(&out_fd, memory_order_relaxed);
+    if (cur < 0) {
+        int d = fcntl(src, F_DUPFD_CLOEXEC, 3);
+        if (d >= 0)
+            atomic_store_explicit(&out_fd, d, memory_order_release);
+    } else {
+        dup3(src, cur, O_CLOEXEC);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+bool um_access_log_configure(const struct um_config *cfg, char *err, size_t errlen)
+{
+    const struct um_access_log_conf *al = &cfg->access_log;
+    if (!al->enabled)
+        return true; /* the descriptor stays; the configuration says not to write */
+    if (al->path == NULL) {
+        if (cur_path != NULL || atomic_load(&out_fd) < 0)
+            install(-1);
+        free(cur_path);
+        cur_path = NULL;
+        return true;
+    }
+    int fd = open_log(al->path, err, errlen, cfg);
+    if (fd < 0)
+        return false;
+    install(fd);
+    free(cur_path);
+    cur_path = um_strndup(al->path, strlen(al->path));
+    return true;
+}
+
+bool um_access_log_reopen(char *err, size_t errlen)
+{
+    if (cur_path == NULL)
+        return true;
+    int fd = open_log(cur_path, err, errlen, NULL);
+    if (fd < 0)
+        return false;
+    install(fd);
+    return true;
+}

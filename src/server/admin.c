@@ -1,0 +1,705 @@
+/* The admin listener: GET /metrics (Prometheus text format), /status (an HTML page) and
+ * /status.json, on a thread of its own so that nothing here touches a worker's loop.
+ *
+ * The thread polls its listening socket, its clients (at most MAX_CLIENTS, each with a
+ * deadline) and an eventfd for control, and once a second it samples the request and
+ * cache counters into a ring, which the status page's charts are drawn from. Each answer
+ * is built whole in memory and sent with Connection: close. The counters are read with
+ * relaxed loads while the workers run (metrics.h); s->config is read under its lock, with
+ * a reference held while an answer is built. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "umbra/log.h"
+#include "umbra/metrics.h"
+
+#define MAX_CLIENTS 16
+#define CLIENT_TIMEOUT_MS 5000
+#define RING 601 /* one sample a second: ten minutes and one */
+#define SERIES_STEP 2
+
+extern const char um__status_page[];
+
+struct sample {
+    uint64_t t; /* seconds since the start */
+    uint64_t requests, hits, lookups;
+};
+
+struct client {
+    int fd;
+    uint64_t deadline;
+    char in[4096];
+    size_t inlen;
+    char *out;
+    size_t outlen, outpos;
+};
+
+struct um__admin {
+    struct um_server *s;
+    pthread_t thread;
+    int efd;
+    pthread_mutex_t lock;
+    int next_fd;  /* -2: no change pending */
+    bool stop;
+    int lfd;      /* admin thread only */
+    struct client clients[MAX_CLIENTS];
+    struct sample ring[RING];
+    size_t ring_len, ring_head; /* ring_head: index of the next write */
+    uint64_t start_ms;
+};
+
+/* ---------------------------------------------------------------- text */
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+};
+
+static void sb_reserve(struct sbuf *b, size_t n)
+{
+    if (b->len + n + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    b->p = um_realloc(b->p, cap);
+    b->cap = cap;
+}
+
+static void sb_add(struct sbuf *b, const char *s, size_t n)
+{
+    sb_reserve(b, n);
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n <= 0)
+        return;
+    sb_reserve(b, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* A label value (Prometheus) or a JSON string body: \, " and newlines escaped; other
+ * control bytes dropped (labels here are paths and URLs from the config). */
+static void sb_escaped(struct sbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            sb_printf(b, "\\%c", *s);
+        else if (*s == '\n')
+            sb_add(b, "\\n", 2);
+        else if ((unsigned char)*s >= 0x20)
+            sb_add(b, s, 1);
+    }
+}
+
+/* ---------------------------------------------------------------- reading the counters */
+
+struct totals {
+    uint64_t requests[UM_METRICS_MAX_ROUTES][6];
+    uint64_t all_requests;
+    uint64_t bytes_in, bytes_out, conns_total, conns_closed;
+    uint64_t hits, misses, stale, revalidated, coalesced;
+    uint64_t up_requests[UM_METRICS_MAX_SERVERS], up_errors[UM_METRICS_MAX_SERVERS];
+    uint64_t up_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
+    uint64_t up_latency_sum[UM_METRICS_MAX_SERVERS];
+    uint64_t lua_errors, tls_handshakes, tls_failures;
+};
+
+static void sum(struct totals *t, int nroutes, int nservers)
+{
+    memset(t, 0, sizeof(*t));
+    int nw = um_metrics_num_workers();
+    for (int i = 0; i <= nw; i++) {
+        const struct um_metrics_worker *m = um_metrics_get(i);
+        for (int r = 0; r < nroutes; r++)
+            for (int k = 0; k < 6; k++) {
+                uint64_t v = um_counter_get(&m->requests[r][k]);
+                t->requests[r][k] += v;
+                t->all_requests += v;
+            }
+        t->bytes_in += um_counter_get(&m->bytes_in);
+        t->bytes_out += um_counter_get(&m->bytes_out);
+        t->conns_total += um_counter_get(&m->conns_total);
+        t->conns_closed += um_counter_get(&m->conns_closed);
+        t->hits += um_counter_get(&m->cache_hits);
+        t->misses += um_counter_get(&m->cache_misses);
+        t->stale += um_counter_get(&m->cache_stale);
+        t->revalidated += um_counter_get(&m->cache_revalidated);
+        t->coalesced += um_counter_get(&m->cache_coalesced);
+        for (int sv = 0; sv < nservers; sv++) {
+            t->up_requests[sv] += um_counter_get(&m->upstream_requests[sv]);
+            t->up_errors[sv] += um_counter_get(&m->upstream_errors[sv]);
+            t->up_latency_sum[sv] += um_counter_get(&m->upstream_latency_ms_sum[sv]);
+            for (int k = 0; k <= UM_METRICS_LATENCY_BUCKETS; k++)
+                t->up_latency[sv][k] += um_counter_get(&m->upstream_latency[sv][k]);
+        }
+        t->lua_errors += um_counter_get(&m->lua_errors);
+        t->tls_handshakes += um_counter_get(&m->tls_handshakes);
+        t->tls_failures += um_counter_get(&m->tls_failures);
+    }
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static struct um_config *config_ref(struct um_server *s)
+{
+    pthread_mutex_lock(&s->config_lock);
+    struct um_config *c = s->config;
+    um_config_ref(c);
+    pthread_mutex_unlock(&s->config_lock);
+    return c;
+}
+
+static struct um_cache *cache_of(struct um_server *s)
+{
+    return __atomic_load_n(&s->cache, __ATOMIC_ACQUIRE);
+}
+
+/* ---------------------------------------------------------------- /metrics */
+
+static void help(struct sbuf *b, const char *name, const char *type, const char *text)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
+}
+
+static void one(struct sbuf *b, const char *name, const char *type, const char *text,
+                uint64_t v)
+{
+    help(b, name, type, text);
+    sb_printf(b, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void server_labels(struct sbuf *b, int slot)
+{
+    const char *up, *url;
+    um_metrics_server_label(slot, &up, &url);
+    sb_add(b, "upstream=\"", 10);
+    sb_escaped(b, up);
+    sb_add(b, "\",server=\"", 10);
+    sb_escaped(b, url);
+    sb_add(b, "\"", 1);
+}
+
+static void render_metrics(struct um__admin *a, struct sbuf *b)
+{
+    static const char *const classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
+    struct um_server *s = a->s;
+    int nroutes = um_metrics_num_routes(), nservers = um_metrics_num_servers();
+    struct totals *t = um_malloc(sizeof(*t));
+    sum(t, nroutes, nservers);
+
+    help(b, "umbra_requests_total", "counter", "Requests answered, by route and status class.");
+    for (int r = 0; r < nroutes; r++)
+        for (int k = 0; k < 6; k++) {
+            if (k == 5 && t->requests[r][k] == 0)
+                continue;
+            sb_add(b, "umbra_requests_total{route=\"", 28);
+            sb_escaped(b, um_metrics_route_label(r));
+            sb_printf(b, "\",code=\"%s\"} %llu\n", classes[k],
+                      (unsigned long long)t->requests[r][k]);
+        }
+    one(b, "umbra_received_bytes_total", "counter", "Bytes read from clients.", t->bytes_in);
+    one(b, "umbra_sent_bytes_total", "counter", "Response bytes (heads and bodies) sent to clients.",
+        t->bytes_out);
+    one(b, "umbra_connections_total", "counter", "Client connections accepted.", t->conns_total);
+    one(b, "umbra_connections_active", "gauge", "Client connections open.",
+        t->conns_total - t->conns_closed);
+    one(b, "umbra_cache_hits_total", "counter", "Responses served from the cache.", t->hits);
+    one(b, "umbra_cache_misses_total", "counter", "Cacheable requests not in the cache (fetched).",
+        t->misses);
+    one(b, "umbra_cache_stale_total", "counter", "Requests for stored but stale objects, forwarded.",
+        t->stale);
+    one(b, "umbra_cache_revalidated_total", "counter",
+        "Stale objects the origin confirmed (304 Not Modified).", t->revalidated);
+    one(b, "umbra_cache_coalesced_total", "counter",
+        "Requests that joined a fill already running for their object.", t->coalesced);
+    struct um_cache *cache = cache_of(s);
+    struct um_cache_stats st;
+    memset(&st, 0, sizeof(st));
+    if (cache)
+        um_cache_stats(cache, &st);
+    one(b, "umbra_cache_objects", "gauge", "Objects in the cache index.", st.objects);
+    one(b, "umbra_cache_memory_bytes", "gauge", "Memory the cache uses (bodies, heads, metadata).",
+        st.memory_used);
+    one(b, "umbra_cache_memory_limit_bytes", "gauge", "The cache's hard memory cap.", st.memory_cap);
+    one(b, "umbra_cache_evictions_total", "counter", "Objects evicted to make room.", st.evictions);
+
+    help(b, "umbra_upstream_requests_total", "counter", "Requests sent to upstream servers (attempts).");
+    for (int i = 0; i < nservers; i++) {
+        sb_add(b, "umbra_upstream_requests_total{", 30);
+        server_labels(b, i);
+        sb_printf(b, "} %llu\n", (unsigned long long)t->up_requests[i]);
+    }
+    help(b, "umbra_upstream_errors_total", "counter",
+         "Upstream attempts without a usable response (connect errors, resets, timeouts).");
+    for (int i = 0; i < nservers; i++) {
+        sb_add(b, "umbra_upstream_errors_total{", 28);
+        server_labels(b, i);
+        sb_printf(b, "} %llu\n", (unsigned long long)t->up_errors[i]);
+    }
+    help(b, "umbra_upstream_response_seconds", "histogram",
+         "Time from sending a request upstream to its response head (or error).");
+    for (int i = 0; i < nservers; i++) {
+        uint64_t cum = 0;
+        for (int k = 0; k <= UM_METRICS_LATENCY_BUCKETS; k++) {
+            cum += t->up_latency[i][k];
+            sb_add(b, "umbra_upstream_response_seconds_bucket{", 39);
+            server_labels(b, i);
+            if (k < UM_METRICS_LATENCY_BUCKETS)
+                sb_printf(b, ",le=\"%g\"} %llu\n",
+                          (double)um_metrics_latency_bounds_ms[k] / 1000, (unsigned long long)cum);
+            else
+                sb_printf(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        }
+        sb_add(b, "umbra_upstream_response_seconds_sum{", 36);
+        server_labels(b, i);
+        sb_printf(b, "} %.3f\n", (double)t->up_latency_sum[i] / 1000);
+        sb_add(b, "umbra_upstream_response_seconds_count{", 38);
+        server_labels(b, i);
+        sb_printf(b, "} %llu\n", (unsigned long long)cum);
+    }
+    help(b, "umbra_upstream_server_up", "gauge",
+         "1 when the server is in use, 0 while passive health checks keep it out.");
+    uint64_t now = mono_ms();
+    for (int i = 0; i < nservers; i++) {
+        sb_add(b, "umbra_upstream_server_up{", 25);
+        server_labels(b, i);
+        sb_printf(b, "} %d\n", um_metrics_server_down_until_get(i) <= now ? 1 : 0);
+    }
+    one(b, "umbra_lua_errors_total", "counter", "Errors in Lua request hooks.", t->lua_errors);
+    one(b, "umbra_tls_handshakes_total", "counter", "TLS handshakes completed.", t->tls_handshakes);
+    one(b, "umbra_tls_handshake_failures_total", "counter", "TLS handshakes that failed or timed out.",
+        t->tls_failures);
+    one(b, "umbra_config_reloads_total", "counter", "Configuration reloads attempted (SIGHUP).",
+        atomic_load(&um_metrics_reloads));
+    one(b, "umbra_config_reload_failures_total", "counter",
+        "Reloads refused (invalid configuration); the previous one kept running.",
+        atomic_load(&um_metrics_reload_failures));
+    one(b, "umbra_workers", "gauge", "Worker threads.", (uint64_t)s->num_workers);
+    help(b, "umbra_start_time_seconds", "gauge", "Start time of the process, Unix seconds.");
+    sb_printf(b, "umbra_start_time_seconds %lld\n", (long long)s->started);
+    free(t);
+}
+
+/* ---------------------------------------------------------------- /status.json */
+
+static void render_json(struct um__admin *a, struct sbuf *b)
+{
+    struct um_server *s = a->s;
+    struct um_config *cfg = config_ref(s);
+    int nroutes = um_metrics_num_routes(), nservers = um_metrics_num_servers();
+    struct totals *t = um_malloc(sizeof(*t));
+    sum(t, nroutes, nservers);
+    struct um_cache *cache = cache_of(s);
+    struct um_cache_stats st;
+    memset(&st, 0, sizeof(st));
+    if (cache)
+        um_cache_stats(cache, &st);
+    sb_printf(b, "{\"version\":\"%s\",\"uptime\":%lld,\"config\":\"", UMBRA_VERSION,
+              (long long)(time(NULL) - s->started));
+    sb_escaped(b, cfg->file);
+    sb_printf(b, "\",\"reloads\":%llu,\"reload_failures\":%llu,\"requests\":%llu,",
+              (unsigned long long)atomic_load(&um_metrics_reloads),
+              (unsigned long long)atomic_load(&um_metrics_reload_failures),
+              (unsigned long long)t->all_requests);
+    sb_printf(b, "\"connections\":{\"active\":%llu,\"total\":%llu},",
+              (unsigned long long)(t->conns_total - t->conns_closed),
+              (unsigned long long)t->conns_total);
+    sb_printf(b, "\"bytes\":{\"in\":%llu,\"out\":%llu},", (unsigned long long)t->bytes_in,
+              (unsigned long long)t->bytes_out);
+    sb_printf(b, "\"cache\":{\"enabled\":%s,\"hits\":%llu,\"misses\":%llu,\"stale\":%llu,"
+              "\"revalidated\":%llu,\"coalesced\":%llu,\"objects\":%zu,\"memory\":%zu,"
+              "\"cap\":%zu,\"evictions\":%llu},",
+              cache ? "true" : "false", (unsigned long long)t->hits,
+              (unsigned long long)t->misses, (unsigned long long)t->stale,
+              (unsigned long long)t->revalidated, (unsigned long long)t->coalesced, st.objects,
+              st.memory_used, st.memory_cap, (unsigned long long)st.evictions);
+    sb_add(b, "\"workers\":[", 11);
+    for (int i = 0; i < s->num_workers; i++) {
+        const struct um_metrics_worker *m = um_metrics_get(i);
+        uint64_t total = um_counter_get(&m->conns_total);
+        uint64_t reqs = 0;
+        for (int r = 0; r < nroutes; r++)
+            for (int k = 0; k < 6; k++)
+                reqs += um_counter_get(&m->requests[r][k]);
+        sb_printf(b, "%s{\"id\":%d,\"connections\":%llu,\"accepted\":%llu,\"requests\":%llu}",
+                  i ? "," : "", i,
+                  (unsigned long long)(total - um_counter_get(&m->conns_closed)),
+                  (unsigned long long)total, (unsigned long long)reqs);
+    }
+    sb_add(b, "],\"routes\":[", 12);
+    bool first = true;
+    for (int r = 0; r < nroutes; r++) {
+        uint64_t total = 0;
+        for (int k = 0; k < 6; k++)
+            total += t->requests[r][k];
+        if (r == 0 && total == 0)
+            continue;
+        sb_printf(b, "%s{\"route\":\"", first ? "" : ",");
+        first = false;
+        sb_escaped(b, um_metrics_route_label(r));
+        sb_printf(b, "\",\"total\":%llu,\"status\":[%llu,%llu,%llu,%llu,%llu]}",
+                  (unsigned long long)total, (unsigned long long)t->requests[r][0],
+                  (unsigned long long)t->requests[r][1], (unsigned long long)t->requests[r][2],
+                  (unsigned long long)t->requests[r][3], (unsigned long long)t->requests[r][4]);
+    }
+    sb_add(b, "],\"upstreams\":[", 15);
+    uint64_t now = mono_ms();
+    for (int i = 0; i < nservers; i++) {
+        const char *up, *url;
+        um_metrics_server_label(i, &up, &url);
+        sb_printf(b, "%s{\"upstream\":\"", i ? "," : "");
+        sb_escaped(b, up);
+        sb_add(b, "\",\"server\":\"", 12);
+        sb_escaped(b, url);
+        uint64_t n = 0;
+        for (int k = 0; k <= UM_METRICS_LATENCY_BUCKETS; k++)
+            n += t->up_latency[i][k];
+        sb_printf(b, "\",\"up\":%s,\"requests\":%llu,\"errors\":%llu,\"avg_ms\":%.1f}",
+                  um_metrics_server_down_until_get(i) <= now ? "true" : "false",
+                  (unsigned long long)t->up_requests[i], (unsigned long long)t->up_errors[i],
+                  n ? (double)t->up_latency_sum[i] / (double)n : 0.0);
+    }
+    /* Rates over SERIES_STEP-second steps, oldest first, from the one-second samples. */
+    sb_printf(b, "],\"series\":{\"step\":%d,\"rps\":[", SERIES_STEP);
+    size_t steps = a->ring_len > 1 ? (a->ring_len - 1) / SERIES_STEP : 0;
+    struct sbuf hr = {0};
+    for (size_t k = steps; k >= 1; k--) {
+        size_t newer = (a->ring_head + RING - 1 - (k - 1) * SERIES_STEP) % RING;
+        size_t older = (a->ring_head + RING - 1 - k * SERIES_STEP) % RING;
+        const struct sample *x = &a->ring[older], *y = &a->ring[newer];
+        double dt = y->t > x->t ? (double)(y->t - x->t) : 1;
+        uint64_t dl = y->lookups - x->lookups;
+        sb_printf(b, "%s%.2f", k == steps ? "" : ",", (double)(y->requests - x->requests) / dt);
+        if (dl)
+            sb_printf(&hr, "%s%.4f", k == steps ? "" : ",", (double)(y->hits - x->hits) / (double)dl);
+        else
+            sb_printf(&hr, "%snull", k == steps ? "" : ",");
+    }
+    sb_add(b, "],\"hit_ratio\":[", 15);
+    if (hr.len)
+        sb_add(b, hr.p, hr.len);
+    free(hr.p);
+    sb_add(b, "]}}\n", 4);
+    free(t);
+    um_config_unref(cfg);
+}
+
+static void take_sample(struct um__admin *a)
+{
+    int nroutes = um_metrics_num_routes();
+    struct sample sm = {(mono_ms() - a->start_ms + 500) / 1000, 0, 0, 0};
+    int nw = um_metrics_num_workers();
+    for (int i = 0; i <= nw; i++) {
+        const struct um_metrics_worker *m = um_metrics_get(i);
+        for (int r = 0; r < nroutes; r++)
+            for (int k = 0; k < 6; k++)
+                sm.requests += um_counter_get(&m->requests[r][k]);
+        uint64_t h = um_counter_get(&m->cache_hits);
+        sm.hits += h;
+        sm.lookups += h + um_counter_get(&m->cache_misses) + um_counter_get(&m->cache_stale) +
+                      um_counter_get(&m->cache_coalesced);
+    }
+    a->ring[a->ring_head] = sm;
+    a->ring_head = (a->ring_head + 1) % RING;
+    if (a->ring_len < RING)
+        a->ring_len++;
+}
+
+/* ---------------------------------------------------------------- HTTP */
+
+static void respond(struct client *cl, int status, const char *reason, const char *type,
+                    const char *body, size_t len, bool head_only)
+{
+    struct sbuf b = {0};
+    sb_printf(&b, "HTTP/1.1 %d %s\r\nServer: umbra/%s\r\nContent-Type: %s\r\n"
+              "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+              status, reason, UMBRA_VERSION, type, len);
+    if (!head_only)
+        sb_add(&b, body, len);
+    cl->out = b.p;
+    cl->outlen = b.len;
+    cl->outpos = 0;
+}
+
+static void handle_request(struct um__admin *a, struct client *cl)
+{
+    char *sp1 = memchr(cl->in, ' ', cl->inlen);
+    char *eol = memchr(cl->in, '\r', cl->inlen);
+    if (sp1 == NULL || eol == NULL || sp1 > eol) {
+        static const char msg[] = "400 Bad Request\n";
+        respond(cl, 400, "Bad Request", "text/plain", msg, sizeof(msg) - 1, false);
+        return;
+    }
+    size_t mlen = (size_t)(sp1 - cl->in);
+    char *path = sp1 + 1;
+    char *sp2 = memchr(path, ' ', (size_t)(eol - path));
+    size_t plen = sp2 ? (size_t)(sp2 - path) : (size_t)(eol - path);
+    char *q = memchr(path, '?', plen);
+    if (q)
+        plen = (size_t)(q - path);
+    bool head = mlen == 4 && memcmp(cl->in, "HEAD", 4) == 0;
+    if (!head && !(mlen == 3 && memcmp(cl->in, "GET", 3) == 0)) {
+        static const char msg[] = "405 Method Not Allowed\n";
+        respond(cl, 405, "Method Not Allowed", "text/plain", msg, sizeof(msg) - 1, false);
+        return;
+    }
+    struct sbuf b = {0};
+    if (plen == 8 && memcmp(path, "/metrics", 8) == 0) {
+        render_metrics(a, &b);
+        respond(cl, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, head);
+    } else if (plen == 12 && memcmp(path, "/status.json", 12) == 0) {
+        render_json(a, &b);
+        respond(cl, 200, "OK", "application/json", b.p, b.len, head);
+    } else if ((plen == 7 && memcmp(path, "/status", 7) == 0) || (plen == 1 && path[0] == '/')) {
+        respond(cl, 200, "OK", "text/html; charset=utf-8", um__status_page,
+                strlen(um__status_page), head);
+    } else {
+        static const char msg[] = "404 Not Found: try /metrics, /status or /status.json\n";
+        respond(cl, 404, "Not Found", "text/plain", msg, sizeof(msg) - 1, head);
+    }
+    free(b.p);
+}
+
+static void client_close(struct client *cl)
+{
+    close(cl->fd);
+    free(cl->out);
+    memset(cl, 0, sizeof(*cl));
+    cl->fd = -1;
+}
+
+static void on_accept(struct um__admin *a)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(a->lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        struct client *cl = NULL;
+        for (int i = 0; i < MAX_CLIENTS && cl == NULL; i++)
+            if (a->clients[i].fd < 0)
+                cl = &a->clients[i];
+        if (cl == NULL) {
+            close(fd); /* busy: a scraper retries */
+            continue;
+        }
+        cl->fd = fd;
+        cl->deadline = mono_ms() + CLIENT_TIMEOUT_MS;
+        struct um_config *cfg = config_ref(a->s);
+        bool allowed = um_netmask_match(cfg->admin.allow, cfg->admin.num_allow,
+                                        (struct sockaddr *)&ss);
+        um_config_unref(cfg);
+        if (!allowed) {
+            static const char msg[] = "403 Forbidden: not in admin.allow\n";
+            respond(cl, 403, "Forbidden", "text/plain", msg, sizeof(msg) - 1, false);
+        }
+    }
+}
+
+static void on_client(struct um__admin *a, struct client *cl, short revents)
+{
+    if (cl->out == NULL && (revents & (POLLIN | POLLHUP | POLLERR))) {
+        ssize_t n = recv(cl->fd, cl->in + cl->inlen, sizeof(cl->in) - 1 - cl->inlen, 0);
+        if (n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return;
+            client_close(cl);
+            return;
+        }
+        cl->inlen += (size_t)n;
+        cl->in[cl->inlen] = '\0';
+        if (strstr(cl->in, "\r\n\r\n") != NULL)
+            handle_request(a, cl);
+        else if (cl->inlen == sizeof(cl->in) - 1) {
+            static const char msg[] = "431 Request Header Fields Too Large\n";
+            respond(cl, 431, "Request Header Fields Too Large", "text/plain", msg,
+                    sizeof(msg) - 1, false);
+        }
+    }
+    while (cl->out && cl->outpos < cl->outlen) {
+        ssize_t n = send(cl->fd, cl->out + cl->outpos, cl->outlen - cl->outpos, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                return;
+            client_close(cl);
+            return;
+        }
+        cl->outpos += (size_t)n;
+    }
+    if (cl->out && cl->outpos == cl->outlen) {
+        shutdown(cl->fd, SHUT_WR);
+        client_close(cl);
+    }
+}
+
+static void *admin_main(void *arg)
+{
+    struct um__admin *a = arg;
+    um_log_context(-1, 0);
+    uint64_t next_sample = mono_ms();
+    for (;;) {
+        pthread_mutex_lock(&a->lock);
+        bool stop = a->stop;
+        int next = a->next_fd;
+        a->next_fd = -2;
+        pthread_mutex_unlock(&a->lock);
+        if (stop)
+            break;
+        if (next != -2) {
+            if (a->lfd >= 0)
+                close(a->lfd);
+            a->lfd = next;
+        }
+        uint64_t now = mono_ms();
+        if (now >= next_sample) {
+            take_sample(a);
+            next_sample += 1000;
+            if (next_sample <= now)
+                next_sample = now + 1000;
+        }
+        struct pollfd pfd[MAX_CLIENTS + 2];
+        int map[MAX_CLIENTS + 2];
+        int n = 0;
+        pfd[n] = (struct pollfd){.fd = a->efd, .events = POLLIN};
+        map[n++] = -1;
+        if (a->lfd >= 0) {
+            pfd[n] = (struct pollfd){.fd = a->lfd, .events = POLLIN};
+            map[n++] = -2;
+        }
+        uint64_t wake = next_sample;
+        for (int i = 0; i < MAX_CLIENTS; i++) {
+            struct client *cl = &a->clients[i];
+            if (cl->fd < 0)
+                continue;
+            if (cl->deadline <= now) {
+                client_close(cl);
+                continue;
+            }
+            if (cl->deadline < wake)
+                wake = cl->deadline;
+            pfd[n] = (struct pollfd){.fd = cl->fd, .events = cl->out ? POLLOUT : POLLIN};
+            map[n++] = i;
+        }
+        int r = poll(pfd, (nfds_t)n, (int)(wake > now ? wake - now : 0));
+        if (r <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (pfd[k].revents == 0)
+                continue;
+            if (map[k] == -1) {
+                uint64_t v;
+                ssize_t rr = read(a->efd, &v, sizeof(v));
+                (void)rr;
+            } else if (map[k] == -2) {
+                on_accept(a);
+            } else {
+                on_client(a, &a->clients[map[k]], pfd[k].revents);
+            }
+        }
+    }
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        if (a->clients[i].fd >= 0)
+            client_close(&a->clients[i]);
+    if (a->lfd >= 0)
+        close(a->lfd);
+    return NULL;
+}
+
+struct um__admin *um__admin_start(struct um_server *s, int fd)
+{
+    struct um__admin *a = um_calloc(1, sizeof(*a));
+    a->s = s;
+    a->lfd = fd;
+    a->next_fd = -2;
+    a->start_ms = mono_ms();
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        a->clients[i].fd = -1;
+    a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    UM_ASSERT(a->efd >= 0);
+    pthread_mutex_init(&a->lock, NULL);
+    UM_ASSERT(pthread_create(&a->thread, NULL, admin_main, a) == 0);
+    return a;
+}
+
+static void wake(struct um__admin *a)
+{
+    uint64_t one = 1;
+    ssize_t r = write(a->efd, &one, sizeof(one));
+    (void)r;
+}
+
+void um__admin_set_listener(struct um__admin *a, int fd)
+{
+    pthread_mutex_lock(&a->lock);
+    if (a->next_fd >= 0)
+        close(a->next_fd);
+    a->next_fd = fd;
+    pthread_mutex_unlock(&a->lock);
+    wake(a);
+    if (fd >= 0) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        char host[INET6_ADDRSTRLEN] = "?";
+        unsigned port = 0;
+        if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+            if (ss.ss_family == AF_INET6) {
+                inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof(host));
+                port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+            } else {
+                inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof(host));
+                port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            }
+        }
+        um_log_info("admin: serving /metrics and /status on %s%s%s:%u",
+                    ss.ss_family == AF_INET6 ? "[" : "", host,
+                    ss.ss_family == AF_INET6 ? "]" : "", port);
+    } else {
+        um_log_info("admin: listener closed");
+    }
+}
+
+void um__admin_stop(struct um__admin *a)
+{
+    if (a == NULL)
+        return;
+    pthread_mutex_lock(&a->lock);
+    a->stop = true;
+    if (a->next_fd >= 0)
+        close(a->next_fd);
+    a->next_fd = -2;
+    pthread_mutex_unlock(&a->lock);
+    wake(a);
+    pthread_join(a->thread, NULL);
+    close(a->efd);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}

@@ -1,0 +1,227 @@
+/* Configuration reload (SIGHUP), on the main thread.
+ *
+ * Everything that can fail happens before anything changes: load and validate the file,
+ * create the new snapshot's origins, bind the listen addresses that are new, build a TLS
+ * store when the tls table changed, open the access log. Then the switch:
+ *   1. the listener thread stops (sockets keep queueing in the kernel's backlog: nothing
+ *      is refused), the listening sockets are swapped (unchanged addresses keep theirs),
+ *      s->config becomes the new snapshot, and the listener starts again;
+ *   2. each worker gets the new snapshot and TLS store through its mailbox, and takes it
+ *      before it handles the next accepted socket; open connections finish on theirs.
+ * The old snapshot is retired, not released: the main thread keeps its reference until
+ * every other one is gone (workers, connections, cache fills that outlive their client),
+ * then frees it here. So the origins of a snapshot are always destroyed on the main
+ * thread, after the last request that used them. (What the upstream origin keeps per
+ * worker, its CURLM and pooled handles, belongs to the worker thread, not to an origin: it
+ * outlives every snapshot and goes with the worker. A transfer in flight points at its
+ * origin, but only lives as long as the connection or cache fill it serves, and those
+ * hold the snapshot.)
+ *
+ * The shared cache is the server's, not a snapshot's: it keeps its contents. Settings that
+ * cannot change while running (workers, cache memory) keep their old value, with a
+ * warning. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "umbra/accesslog.h"
+#include "umbra/log.h"
+#include "umbra/metrics.h"
+
+static bool same_addr(const struct um_listen *a, const struct um_listen *b)
+{
+    return a->addrlen == b->addrlen && memcmp(&a->addr, &b->addr, a->addrlen) == 0;
+}
+
+/* True when fd is bound to l's address (an old "HOST:0" entry now written with the port
+ * it got keeps its socket). */
+static bool bound_to(int fd, const struct um_listen *l)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    memset(&ss, 0, sizeof(ss));
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || len != l->addrlen)
+        return false;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        const struct sockaddr_in *b = (const struct sockaddr_in *)&l->addr;
+        return b->sin_family == AF_INET && a->sin_port == b->sin_port &&
+               a->sin_addr.s_addr == b->sin_addr.s_addr;
+    }
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+    const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)&l->addr;
+    return b->sin6_family == AF_INET6 && a->sin6_port == b->sin6_port &&
+           memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0;
+}
+
+static bool same_str(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+}
+
+/* True when both tls tables describe the same certificates and options. */
+static bool same_tls(const struct um_tls_conf *a, const struct um_tls_conf *b)
+{
+    if (a->num_certs != b->num_certs || a->protocols != b->protocols ||
+        a->default_cert != b->default_cert || !same_str(a->ciphers, b->ciphers) ||
+        !same_str(a->ciphersuites, b->ciphersuites))
+        return false;
+    for (size_t i = 0; i < a->num_certs; i++) {
+        const struct um_tls_cert_conf *x = &a->certs[i], *y = &b->certs[i];
+        if (x->num_hosts != y->num_hosts || !same_str(x->cert, y->cert) ||
+            !same_str(x->key, y->key))
+            return false;
+        for (size_t j = 0; j < x->num_hosts; j++)
+            if (!same_str(x->hosts[j], y->hosts[j]))
+                return false;
+    }
+    return true;
+}
+
+static void failed(struct um_server *s, const char *msg)
+{
+    atomic_fetch_add(&um_metrics_reload_failures, 1);
+    um_log_err("SIGHUP: %s", msg);
+    um_log_err("SIGHUP: configuration not reloaded; still running on the previous one of %s",
+               s->config->file);
+}
+
+void um__server_reload(struct um_server *s)
+{
+    char err[1024];
+    struct um_config *old = s->config;
+    atomic_fetch_add(&um_metrics_reloads, 1);
+    struct um_config *nc = um_config_load(old->file, err, sizeof(err));
+    if (nc == NULL) {
+        failed(s, err);
+        return;
+    }
+    if (nc->workers != s->num_workers)
+        um_log_warn("SIGHUP: workers = %d takes a restart; keeping %d", nc->workers,
+                    s->num_workers);
+    if (s->cache && (nc->cache.memory != old->cache.memory ||
+                     nc->cache.max_object != old->cache.max_object))
+        um_log_warn("SIGHUP: cache.memory and cache.max_object take a restart; keeping the "
+                    "running cache");
+
+    int *fds = um_calloc(nc->num_listen + 1, sizeof(int));
+    bool *kept = um_calloc(s->num_listen + 1, sizeof(bool));
+    size_t bound = 0;
+    struct um_tls *tls = s->tls;
+    int admin_fd = -2; /* -2: unchanged */
+    for (size_t i = 0; i < nc->num_listen; i++)
+        fds[i] = -1;
+    if (!um__server_build_origins(s, nc, err, sizeof(err)))
+        goto fail;
+    for (size_t i = 0; i < nc->num_listen; i++) {
+        for (size_t j = 0; j < s->num_listen && j < old->num_listen; j++)
+            if (!kept[j] && (same_addr(&nc->listen[i], &old->listen[j]) ||
+                             bound_to(s->listen_fds[j], &nc->listen[i]))) {
+                kept[j] = true;
+                fds[i] = s->listen_fds[j];
+                break;
+            }
+        if (fds[i] >= 0)
+            continue;
+        fds[i] = um__bind_listen(&nc->listen[i], err, sizeof(err));
+        if (fds[i] < 0)
+            goto fail;
+        bound++;
+    }
+    if (nc->admin.enabled != old->admin.enabled ||
+        (nc->admin.enabled && !same_addr(&nc->admin.listen, &old->admin.listen))) {
+        admin_fd = -1;
+        if (nc->admin.enabled) {
+            admin_fd = um__bind_listen(&nc->admin.listen, err, sizeof(err));
+            if (admin_fd < 0)
+                goto fail;
+        }
+    }
+    if (!same_tls(&nc->tls, &old->tls)) {
+        tls = NULL;
+        if (nc->tls.num_certs > 0) {
+            tls = um_tls_create(nc, err, sizeof(err));
+            if (tls == NULL)
+                goto fail;
+            if (s->tls)
+                um_tls_inherit_tickets(tls, s->tls);
+        }
+    }
+    if (!um_access_log_configure(nc, err, sizeof(err)))
+        goto fail;
+
+    /* The switch: nothing fails from here on. */
+    um__listener_stop(s);
+    for (size_t j = 0; j < s->num_listen; j++)
+        if (!kept[j])
+            close(s->listen_fds[j]);
+    free(s->listen_fds);
+    s->listen_fds = fds;
+    s->num_listen = nc->num_listen;
+    struct um_tls *old_tls = s->tls;
+    pthread_mutex_lock(&s->config_lock);
+    s->config = nc;
+    s->tls = tls;
+    pthread_mutex_unlock(&s->config_lock);
+    for (int i = 0; i < s->num_workers; i++)
+        um__mailbox_set_config(&s->workers[i].mailbox, nc, tls);
+    um__listener_start(s);
+    if (admin_fd != -2)
+        um__admin_set_listener(s->admin, admin_fd);
+    um_log_level_set((enum um_log_level)nc->log_level);
+
+    struct um__retired *r = um_calloc(1, sizeof(*r));
+    r->config = old;
+    r->tls = old_tls != tls ? old_tls : NULL;
+    r->next = s->retired;
+    s->retired = r;
+    free(kept);
+    um__log_listening(s, "SIGHUP: configuration reloaded");
+    return;
+
+fail:
+    for (size_t i = 0; i < nc->num_listen && bound > 0; i++) {
+        bool ours = fds[i] >= 0;
+        for (size_t j = 0; j < s->num_listen && ours; j++)
+            if (s->listen_fds[j] == fds[i])
+                ours = false;
+        if (ours) {
+            close(fds[i]);
+            bound--;
+        }
+    }
+    if (admin_fd >= 0)
+        close(admin_fd);
+    if (tls != s->tls)
+        um_tls_destroy(tls);
+    free(fds);
+    free(kept);
+    um_config_unref(nc); /* its origins go with it */
+    failed(s, err);
+}
+
+size_t um__server_free_retired(struct um_server *s, bool all)
+{
+    size_t left = 0;
+    for (struct um__retired **p = &s->retired; *p;) {
+        struct um__retired *r = *p;
+        if (!all && um_config_refs(r->config) > 1) {
+            left++;
+            p = &r->next;
+            continue;
+        }
+        *p = r->next;
+        /* Every worker has moved on (each held a reference until it did), so none will
+         * make a connection from this TLS store any more. */
+        if (r->tls)
+            um_tls_destroy(r->tls);
+        um_config_unref(r->config);
+        free(r);
+    }
+    return left;
+}

@@ -1,0 +1,475 @@
+"""Operations against the real binary: the admin listener (/metrics checked by promtool and
+against the requests sent, /status in headless Chromium), the access log in both formats
+and across SIGUSR1, worker and connection context in the error log, SIGQUIT.
+
+promtool (Debian's prometheus) and chromium come from third_party/install.sh; a test that
+needs one is skipped only when it is not installed.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from umbra_harness import (Origin, Umbra, closed_port, http_get, log_lines_with,  # noqa: E402
+                           make_cert, parse_response, request, tls_connect, tls_context,
+                           umbra_bin, wait_until)
+
+_ADMIN_RE = re.compile(r"admin: serving /metrics and /status on 127\.0\.0\.1:(\d+)")
+_SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+FILES = {"www/a.txt": "static a\n", "www/b.txt": "static b, a little longer\n"}
+
+
+def admin_port(u):
+    m = _ADMIN_RE.findall(u.log())
+    if not m:
+        raise AssertionError("no admin line in the log:\n" + u.log())
+    return int(m[-1])
+
+
+def scrape(u, path="/metrics"):
+    status, headers, body = http_get(admin_port(u), path)
+    if status != 200:
+        raise AssertionError("%s: %d %r" % (path, status, body))
+    return body.decode()
+
+
+def parse_metrics(text):
+    """{(name, frozenset of (label, value)): float} from the Prometheus text format."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE_RE.match(line)
+        if not m:
+            raise AssertionError("not a sample line: %r" % line)
+        labels = frozenset(_LABEL_RE.findall(m.group(3) or ""))
+        out[(m.group(1), labels)] = float(m.group(4))
+    return out
+
+
+def metric(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())))
+
+
+def raw_get(port, target, headers=()):
+    """One request on its own connection (Connection: close); returns (request bytes,
+    response bytes)."""
+    lines = ["GET %s HTTP/1.1" % target, "Host: ops.test", "Connection: close"]
+    lines += ["%s: %s" % h for h in headers]
+    raw = ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return raw, request(port, raw)
+
+
+def config(origin_url, extra=""):
+    return """
+admin = { listen = "127.0.0.1:0" }
+upstreams = { app = { servers = { "%s" } } }
+routes = {
+  { path = "/static/", root = "www" },
+  { path = "/", upstream = "app" },
+}
+%s
+""" % (origin_url, extra)
+
+
+class MetricsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = Origin()
+        cls.origin.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.origin.__exit__(None, None, None)
+
+    def test_counters_match_requests(self):
+        with Umbra(config(self.origin.url), files=FILES, workers=2) as u:
+            sent = received = 0
+            cache_statuses = []
+            plan = ([("/static/a.txt", 200)] * 4 + [("/static/b.txt", 200)] +
+                    [("/static/missing", 404)] * 2 +
+                    [("/m/c?cc=max-age%3D60", 200)] * 3 +
+                    [("/m/e?status=503&cc=no-store", 503)] +
+                    [("/m/u?cc=no-store", 200)] * 2)
+            for target, want in plan:
+                raw, resp = raw_get(u.port, target)
+                r = parse_response(resp)
+                self.assertEqual(r.status, want, target)
+                sent += len(raw)
+                received += len(resp)
+                if target.startswith("/m/"):
+                    cache_statuses.append(r.header("Cache-Status"))
+
+            def settled():
+                s = parse_metrics(scrape(u))
+                return s if metric(s, "umbra_connections_active") == 0 else None
+            s = wait_until(settled, 5)
+            self.assertTrue(s, scrape(u))
+            self.assertEqual(metric(s, "umbra_requests_total", route="/static/", code="2xx"), 5)
+            self.assertEqual(metric(s, "umbra_requests_total", route="/static/", code="4xx"), 2)
+            self.assertEqual(metric(s, "umbra_requests_total", route="/", code="2xx"), 5)
+            self.assertEqual(metric(s, "umbra_requests_total", route="/", code="5xx"), 1)
+            self.assertEqual(metric(s, "umbra_requests_total", route="none", code="2xx"), 0)
+            self.assertEqual(metric(s, "umbra_connections_total"), len(plan))
+            self.assertEqual(metric(s, "umbra_received_bytes_total"), sent)
+            self.assertEqual(metric(s, "umbra_sent_bytes_total"), received)
+            hits = sum(1 for c in cache_statuses if "; hit" in c)
+            misses = sum(1 for c in cache_statuses if "fwd=uri-miss" in c and "collapsed" not in c)
+            self.assertEqual(hits, 2, cache_statuses)
+            self.assertEqual(metric(s, "umbra_cache_hits_total"), hits)
+            self.assertEqual(metric(s, "umbra_cache_misses_total"), misses)
+            self.assertGreaterEqual(metric(s, "umbra_cache_objects"), 1)
+            self.assertGreater(metric(s, "umbra_cache_memory_bytes"), 0)
+            self.assertEqual(metric(s, "umbra_cache_memory_limit_bytes"), 256 << 20)
+            srv = dict(upstream="app", server=self.origin.url)
+            reached = len([r for r in self.origin.records() if r[1].startswith("/m/")])
+            self.assertEqual(metric(s, "umbra_upstream_requests_total", **srv), reached)
+            self.assertEqual(metric(s, "umbra_upstream_errors_total", **srv), 0)
+            self.assertEqual(metric(s, "umbra_upstream_response_seconds_count", **srv), reached)
+            self.assertEqual(metric(s, "umbra_upstream_response_seconds_bucket", le="+Inf", **srv),
+                             reached)
+            self.assertEqual(metric(s, "umbra_upstream_server_up", **srv), 1)
+            self.assertEqual(metric(s, "umbra_workers"), 2)
+            self.assertEqual(metric(s, "umbra_lua_errors_total"), 0)
+            self.assertEqual(metric(s, "umbra_config_reloads_total"), 0)
+            self.assertEqual(u.stop(signal.SIGTERM, 20), 0, u.log())
+            self.assertNotIn("Sanitizer", u.log())
+
+    def test_promtool_accepts_the_output(self):
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            self.skipTest("promtool is not installed (third_party/install.sh installs prometheus)")
+        with Umbra(config(self.origin.url), files=FILES, workers=2) as u:
+            http_get(u.port, "/static/a.txt")
+            http_get(u.port, "/m/p?cc=max-age%3D60")
+            http_get(u.port, "/m/p?cc=max-age%3D60")
+            text = scrape(u)
+            p = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stdout.decode() + "\n" + text)
+            self.assertEqual(p.stdout.decode().strip(), "")
+
+    def test_upstream_errors_and_health(self):
+        dead = "http://127.0.0.1:%d" % closed_port()
+        cfg = """
+admin = { listen = "127.0.0.1:0" }
+upstreams = { gone = { servers = { "%s" }, retries = 0, max_fails = 2, fail_timeout = 30 } }
+routes = { { path = "/", upstream = "gone", cache = false } }
+""" % dead
+        with Umbra(cfg) as u:
+            for _ in range(2):
+                self.assertEqual(http_get(u.port, "/x")[0], 502)
+            s = parse_metrics(scrape(u))
+            srv = dict(upstream="gone", server=dead)
+            self.assertEqual(metric(s, "umbra_upstream_requests_total", **srv), 2)
+            self.assertEqual(metric(s, "umbra_upstream_errors_total", **srv), 2)
+            self.assertEqual(metric(s, "umbra_upstream_server_up", **srv), 0)
+            self.assertEqual(metric(s, "umbra_requests_total", route="/", code="5xx"), 2)
+            # Error log lines say which worker (and connection, where one is at work).
+            lines = log_lines_with(u, "upstream gone: server")
+            self.assertTrue(lines, u.log())
+            for line in lines:
+                self.assertRegex(line, r"\[(error|warn)\] \[w0 c\d+\] upstream gone")
+
+    def test_tls_handshakes(self):
+        def certs(d):
+            make_cert(d, cn="localhost", san="DNS:localhost")
+        cfg = """
+listen = { "127.0.0.1:0", { "127.0.0.1:0", tls = true } }
+admin = { listen = "127.0.0.1:0" }
+tls = { { hosts = { "localhost" }, cert = "cert.pem", key = "key.pem" } }
+routes = { { path = "/", root = "www" } }
+"""
+        with Umbra(cfg, files=FILES, setup=certs) as u:
+            tls_port = u.ports[1]
+            for _ in range(2):
+                with tls_connect(tls_port, tls_context(), "localhost") as s:
+                    s.sendall(b"GET /a.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    data = b""
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    self.assertEqual(parse_response(data).body, b"static a\n")
+            request(tls_port, b"\x16\x03\x01\x00\x05hello")  # not a ClientHello
+            s = parse_metrics(scrape(u))
+            self.assertEqual(metric(s, "umbra_tls_handshakes_total"), 2)
+            self.assertTrue(wait_until(lambda: metric(parse_metrics(scrape(u)),
+                                                      "umbra_tls_handshake_failures_total") == 1, 3))
+            self.assertEqual(metric(s, "umbra_requests_total", route="/", code="2xx"), 2)
+
+    def test_admin_refuses_other_clients(self):
+        cfg = config(self.origin.url).replace(
+            'admin = { listen = "127.0.0.1:0" }',
+            'admin = { listen = "127.0.0.1:0", allow = { "10.9.8.7", "fd00::/8" } }')
+        with Umbra(cfg, files=FILES) as u:
+            for path in ("/metrics", "/status", "/status.json"):
+                status, _, body = http_get(admin_port(u), path)
+                self.assertEqual(status, 403, path)
+                self.assertNotIn(b"umbra_", body)
+
+    def test_admin_paths(self):
+        with Umbra(config(self.origin.url), files=FILES) as u:
+            port = admin_port(u)
+            self.assertEqual(http_get(port, "/nope")[0], 404)
+            self.assertEqual(http_get(port, "/metrics", method="POST", body=b"")[0], 405)
+            status, headers, body = http_get(port, "/status.json")
+            self.assertEqual(status, 200)
+            self.assertEqual(headers["Content-Type"], "application/json")
+            js = json.loads(body)
+            self.assertEqual(len(js["workers"]), 1)
+            self.assertTrue(js["cache"]["enabled"])
+            status, headers, body = http_get(port, "/status")
+            self.assertEqual(status, 200)
+            self.assertTrue(headers["Content-Type"].startswith("text/html"))
+            # Self-contained: nothing loaded from elsewhere.
+            self.assertNotRegex(body.decode(), r"(src|href)=['\"]?(https?:)?//")
+            self.assertNotIn(b"<link", body)
+            # The admin port is not the site, and the site has no /metrics.
+            self.assertNotIn(b"umbra_requests_total", http_get(u.port, "/metrics")[2])
+
+    def test_config_errors_name_the_line(self):
+        cases = [
+            ('admin = { listen = "127.0.0.1" }\n', 4, "admin.listen"),
+            ('admin = { listen = "127.0.0.1:0", allow = { "10.0.0.1/8" } }\n', 4, "admin.allow.1"),
+            ('admin = { port = 9 }\n', 4, "unknown key 'port'"),
+            ('access_log = { path = "nodir/access.log" }\n', 4, "access_log.path"),
+            ('access_log = { path = "a.log", format = "xml" }\n', 4, "access_log.format"),
+            ('access_log = "yes"\n', 4, "access_log"),
+        ]
+        for body, line, needle in cases:
+            with Umbra('routes = { { path = "/", root = "www" } }\n' + body, files=FILES,
+                       expect_fail=True) as u:
+                self.assertEqual(u.returncode, 1, body)
+                self.assertIn("config.lua:%d: " % line, u.log(), body)
+                self.assertIn(needle, u.log(), body)
+
+
+class AccessLogTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = Origin()
+        cls.origin.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.origin.__exit__(None, None, None)
+
+    def lines(self, u, name="logs/access.log", n=1, timeout=4):
+        """The lines of the log file once it has at least n (flushed within a second)."""
+        def read():
+            try:
+                with open(u.path(name)) as f:
+                    got = f.read().splitlines()
+            except FileNotFoundError:
+                return None
+            return got if len(got) >= n else None
+        got = wait_until(read, timeout, 0.05)
+        self.assertTrue(got, "fewer than %d lines in %s" % (n, name))
+        return got
+
+    def test_combined(self):
+        cfg = config(self.origin.url, 'access_log = { path = "logs/access.log" }')
+        files = dict(FILES, **{"logs/.keep": ""})
+        with Umbra(cfg, files=files, workers=2) as u:
+            hdrs = [("User-Agent", "ops-test/1.0"), ("Referer", "http://ref.test/\"q\"")]
+            for _ in range(2):
+                raw_get(u.port, "/log/c?cc=max-age%3D60&delay=30", hdrs)
+            raw_get(u.port, "/static/a.txt")
+            # Buffered per worker, written within a second (lines() waits up to 4 s).
+            lines = self.lines(u, n=3)
+        rx = re.compile(r'^127\.0\.0\.1 - - \[\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} \+0000\] '
+                        r'"([^"]*)" (\d{3}) (\d+) "([^"]*)" "([^"]*)" "([^"]*)" (\S+)$')
+        parsed = [rx.match(l) for l in lines]
+        self.assertTrue(all(parsed), lines)
+        by_target = {}
+        for m in parsed:
+            by_target.setdefault(m.group(1), []).append(m)
+        # Workers flush their own buffers: lines of two workers need not be in order.
+        miss, hit = sorted(by_target["GET /log/c?cc=max-age%3D60&delay=30 HTTP/1.1"],
+                           key=lambda m: "hit" in m.group(6))
+        self.assertEqual(miss.group(2), "200")
+        self.assertEqual(miss.group(4), r"http://ref.test/\x22q\x22")
+        self.assertEqual(miss.group(5), "ops-test/1.0")
+        self.assertIn("fwd=uri-miss", miss.group(6))
+        self.assertGreaterEqual(float(miss.group(7)), 0.025)  # the origin's 30 ms
+        self.assertIn("hit", hit.group(6))
+        self.assertEqual(hit.group(7), "-")
+        static, = by_target["GET /static/a.txt HTTP/1.1"]
+        self.assertEqual(static.group(3), str(len(FILES["www/a.txt"])))
+        self.assertEqual(static.group(4), "-")
+        self.assertEqual(static.group(6), "-")
+        self.assertEqual(static.group(7), "-")
+
+    def test_json_lines_and_reopen(self):
+        cfg = config(self.origin.url,
+                     'access_log = { path = "logs/access.log", format = "json" }')
+        files = dict(FILES, **{"logs/.keep": ""})
+        with Umbra(cfg, files=files) as u:
+            raw_get(u.port, "/j/one?cc=max-age%3D60", [("User-Agent", "caf\xe9 \"x\"")])
+            raw_get(u.port, "/static/missing")
+            before = self.lines(u, n=2)
+            recs = [json.loads(l) for l in before]
+            self.assertEqual(recs[0]["method"], "GET")
+            self.assertEqual(recs[0]["target"], "/j/one?cc=max-age%3D60")
+            self.assertEqual(recs[0]["protocol"], "HTTP/1.1")
+            self.assertEqual(recs[0]["status"], 200)
+            # Bytes past ASCII are written as code points U+0080..U+00FF (valid JSON
+            # whatever a client sends): UTF-8 "\xc3\xa9" comes back as two of them.
+            self.assertEqual(recs[0]["user_agent"], "caf\xc3\xa9 \"x\"")
+            self.assertIn("fwd=uri-miss", recs[0]["cache_status"])
+            self.assertIsInstance(recs[0]["upstream_time"], float)
+            self.assertEqual(recs[0]["host"], "ops.test")
+            self.assertEqual(recs[1]["status"], 404)
+            self.assertIsNone(recs[1]["upstream_time"])
+            self.assertEqual(recs[1]["cache_status"], "")
+            # logrotate: rename, then SIGUSR1; new lines go to a new file of the old name.
+            os.rename(u.path("logs/access.log"), u.path("logs/access.log.1"))
+            u.proc.send_signal(signal.SIGUSR1)
+            self.assertTrue(wait_until(lambda: log_lines_with(u, "SIGUSR1: log files reopened"), 5))
+            raw_get(u.port, "/static/a.txt")
+            after = self.lines(u, n=1)
+            self.assertEqual(len(after), 1)
+            self.assertEqual(json.loads(after[0])["target"], "/static/a.txt")
+            with open(u.path("logs/access.log.1")) as f:
+                self.assertEqual(f.read().splitlines(), before)
+
+    def test_stderr_and_bad_request(self):
+        cfg = config(self.origin.url, 'access_log = { path = "stderr" }')
+        with Umbra(cfg, files=FILES) as u:
+            raw_get(u.port, "/static/b.txt")
+            request(u.port, b"BLAH\r\n\r\n")
+            self.assertTrue(wait_until(lambda: len(log_lines_with(u, '" 400 ')) == 1, 4), u.log())
+            self.assertTrue(log_lines_with(u, '"GET /static/b.txt HTTP/1.1" 200 '), u.log())
+            self.assertTrue(log_lines_with(u, '"-" 400 '), u.log())
+
+    def test_off_by_default(self):
+        with Umbra(config(self.origin.url), files=FILES) as u:
+            raw_get(u.port, "/static/a.txt")
+            time.sleep(1.3)
+            self.assertFalse(log_lines_with(u, "GET /static/a.txt"), u.log())
+
+
+class StatusPageTest(unittest.TestCase):
+    """The status page in a real browser: Chromium loads it from a running Umbra, runs its
+    script (which fetches /status.json), and the rendered DOM holds the live numbers."""
+
+    def chromium(self):
+        for name in ("chromium", "chromium-browser", "google-chrome"):
+            path = shutil.which(name)
+            if path:
+                return path
+        self.skipTest("chromium is not installed (third_party/install.sh installs it)")
+
+    def run_chromium(self, args, url, profile):
+        cmd = [self.chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+               "--disable-dev-shm-usage", "--no-first-run", "--user-data-dir=" + profile,
+               "--virtual-time-budget=4000"] + args + [url]
+        return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=90, env=dict(os.environ, HOME=profile))
+
+    def test_status_page_renders_live_numbers(self):
+        with Origin() as o, Umbra(config(o.url), files=FILES, workers=2) as u, \
+                tempfile.TemporaryDirectory(prefix="umbra-chromium-") as profile:
+            # Spread over a few seconds of one-second samples: the charts have points.
+            for i in range(7):
+                http_get(u.port, "/static/a.txt")
+                if i < 3:
+                    http_get(u.port, "/s/x?cc=max-age%3D60")
+                time.sleep(0.6)
+            time.sleep(1.2)
+            url = "http://127.0.0.1:%d/status" % admin_port(u)
+            p = self.run_chromium(["--dump-dom"], url, profile)
+            dom = p.stdout.decode("utf-8", "replace")
+            self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
+            self.assertRegex(dom, r'<body data-loaded="[1-9]')
+            self.assertRegex(dom, r'<tr data-route="/static/"><td>/static/</td><td>0</td>'
+                                  r'<td>7</td><td>0</td><td>0</td><td>0</td>'
+                                  r'<td class="total">7</td></tr>')
+            self.assertRegex(dom, r'<tr data-route="/"><td>/</td>.*?<td class="total">3</td>')
+            self.assertRegex(dom, r'<tr data-server="%s"><td>app</td><td>%s</td>'
+                                  r'<td class="up">up</td><td class="requests">1</td>'
+                                  r'<td class="errors">0</td>' % (re.escape(o.url),
+                                                                   re.escape(o.url)))
+            self.assertIn('<b id="requests">10</b>', dom)
+            self.assertIn('<b id="hits">2</b>', dom)
+            self.assertIn('<b id="hit-ratio">66.7%</b>', dom)
+            self.assertIn('<b id="mem-cap">256.0 MiB</b>', dom)
+            self.assertIn('<b id="workers-count">2</b>', dom)
+            self.assertEqual(len(re.findall(r"<td>worker \d</td>", dom)), 2)
+            self.assertRegex(dom, r'<svg id="chart-rps"[^>]*data-points="([2-9]|\d\d+)"')
+            pts = re.search(r'<svg id="chart-rps".*?<polyline points="([^"]*)"', dom).group(1)
+            ys = [float(p.split(",")[1]) for p in pts.split()]
+            self.assertGreaterEqual(len(ys), 2)
+            self.assertLess(min(ys), 110, pts)  # some second had requests: above the baseline
+            self.assertRegex(dom, r'<svg id="chart-hit"[^>]*data-points="\d+"')
+            self.assertIn('<span id="error"></span>', dom)
+            # A screenshot, kept as an artifact of the test run.
+            outdir = os.path.join(os.path.dirname(os.path.abspath(umbra_bin())), "test-artifacts")
+            os.makedirs(outdir, exist_ok=True)
+            shot = os.path.join(outdir, "status-page.png")
+            if os.path.exists(shot):
+                os.unlink(shot)
+            p = self.run_chromium(["--screenshot=" + shot, "--window-size=1280,1100",
+                                   "--hide-scrollbars"], url, profile)
+            self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
+            with open(shot, "rb") as f:
+                png = f.read()
+            self.assertEqual(png[:8], b"\x89PNG\r\n\x1a\n")
+            self.assertGreater(len(png), 20000)
+
+
+class SignalsTest(unittest.TestCase):
+    def test_sigquit_stops_with_a_request_in_flight(self):
+        with Origin() as o, Umbra(config(o.url), files=FILES) as u:
+            s = socket.create_connection(("127.0.0.1", u.port), timeout=5)
+            s.sendall(b"GET /slow?delay=8000&cc=no-store HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertTrue(wait_until(lambda: o.stats()["active"] == 1, 3))
+            t0 = time.monotonic()
+            rc = u.stop(signal.SIGQUIT, timeout=10)
+            self.assertEqual(rc, 0)
+            self.assertLess(time.monotonic() - t0, 2.0)
+            s.close()
+            self.assertIn("SIGQUIT: stopping now", u.log())
+
+    def test_sd_notify(self):
+        # What systemd's Type=notify sees: a datagram socket named by $NOTIFY_SOCKET.
+        with tempfile.TemporaryDirectory(prefix="umbra-notify-") as d:
+            path = os.path.join(d, "notify")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(path)
+            sock.settimeout(5)
+            old = os.environ.get("NOTIFY_SOCKET")
+            os.environ["NOTIFY_SOCKET"] = path
+            try:
+                with Umbra('routes = { { path = "/", root = "www" } }', files=FILES) as u:
+                    del os.environ["NOTIFY_SOCKET"]
+                    msg = sock.recv(4096).decode()
+                    self.assertEqual(msg, "READY=1\nMAINPID=%d" % u.proc.pid)
+                    u.proc.send_signal(signal.SIGHUP)
+                    self.assertRegex(sock.recv(4096).decode(), r"^RELOADING=1\nMONOTONIC_USEC=\d+$")
+                    self.assertTrue(sock.recv(4096).decode().startswith("READY=1"))
+                    self.assertEqual(u.stop(signal.SIGTERM, 10), 0)
+                    self.assertEqual(sock.recv(4096).decode(), "STOPPING=1")
+            finally:
+                if old is None:
+                    os.environ.pop("NOTIFY_SOCKET", None)
+                else:
+                    os.environ["NOTIFY_SOCKET"] = old
+                sock.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
