@@ -7,6 +7,7 @@ style and concurrency on several workers.
 
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -527,6 +528,31 @@ class YunyingTest(unittest.TestCase):
                  r"config\.lua:3: upstream_protocol")):
             with Umbra(text, raw=True, expect_fail=True) as u:
                 self.assertRegex(u.log(), pattern)
+
+
+class ReloadTest(unittest.TestCase):
+    def test_reload_runs_the_new_hooks(self):
+        text = 'routes = { { path = "/", on_request = function(req) return umbra.respond(200, "%s") end } }\n'
+        with Umbra(text % "v1", workers=2) as u:
+            self.assertEqual(fetch(u.port, "/").body, b"v1")
+            with open(u.config_path, "w") as f:
+                f.write('listen = { "127.0.0.1:%d" }\nworkers = 2\n' % u.port + text % "v2")
+            mark = len(u.log())
+            u.proc.send_signal(signal.SIGHUP)
+            log_since(u, mark, "reload")
+            wait_until(lambda: fetch(u.port, "/").body == b"v2", 5)
+            for _ in range(6):  # every worker runs the new file
+                self.assertEqual(fetch(u.port, "/").body, b"v2")
+            # a file whose hooks fail to load at request time: 500, the server goes on
+            with open(u.config_path, "w") as f:
+                f.write('listen = { "127.0.0.1:%d" }\nworkers = 2\n' % u.port +
+                        'if umbra then error("fails in the workers only") end\n' + text % "v3")
+            mark = len(u.log())
+            u.proc.send_signal(signal.SIGHUP)
+            log_since(u, mark, "reload")
+            wait_until(lambda: fetch(u.port, "/").status == 500, 5)
+            self.assertIn("fails in the workers only", log_since(u, mark, "fails in the workers"))
+            self.assertTrue(u.alive())
 
 
 class ConcurrencyTest(unittest.TestCase):
