@@ -100,7 +100,7 @@ routes = {
     end },
   { path = \"/nohook/\", upstream = \"app\" },
   { path = \"/hook/\", upstream = \"app\", on_request = function(req)
-      local host = req.host:lower():gsub(\":%d+\$\", \"\")
+      local host = req.hostname
       if host == \"blog.example.com\" then
         req.upstream = \"blog\"
       elseif host == \"shop.example.com\" then

@@ -15,9 +15,8 @@ routes = {
 }
 
 function on_request(req)
-  -- req.host is the Host header as sent; drop a port before comparing.
-  local host = req.host:lower():gsub(":%d+$", "")
-  if host == "shop.example.com" then
+  -- req.hostname: the Host header's name, lower case, without a port.
+  if req.hostname == "shop.example.com" then
     req.upstream = "shop"
   end
   -- /docs/... is served by the blog's docs site, without the /docs prefix.

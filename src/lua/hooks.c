@@ -168,9 +168,7 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
                          const struct call *cl)
 {
     lua_State *L = h->L;
-    int base = lua_gettop(L) - nargs;
-    lua_pushcfunction(L, traceback);
-    lua_insert(L, base);
+    /* The stack holds the message handler at 1 (always), the function, its arguments. */
     h->ticks = 0;
     h->max_ticks = budget / TICK;
     tl_state = h;
@@ -180,12 +178,10 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
         lua_sethook(L, on_count, LUA_MASKCOUNT, TICK);
         h->hook_every = false;
     }
-    int r = lua_pcall(L, nargs, 1, base);
+    int r = lua_pcall(L, nargs, 1, 1);
     tl_state = NULL;
-    if (r == 0) {
-        lua_remove(L, base);
+    if (r == 0)
         return true;
-    }
     um_counter_add(&um_metrics_worker()->lua_errors, 1);
     const char *msg = lua_tostring(L, -1);
     char line[2048];
@@ -205,7 +201,7 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
                    cl->client_ip ? cl->client_ip : "-", line);
     else
         um_log_err("lua: %s failed: %s", what, line);
-    lua_settop(L, base - 1);
+    lua_settop(L, 1);
     return false;
 }
 
@@ -446,11 +442,6 @@ static int req_index(lua_State *L)
     const char *k = lua_tolstring(L, 2, &n);
     if (k == NULL)
         return 0;
-    lua_pushvalue(L, 2);
-    lua_rawget(L, lua_upvalueindex(1)); /* methods */
-    if (!lua_isnil(L, -1))
-        return 1;
-    lua_pop(L, 1);
     const struct um_hook_request *hr = cl->hr;
     switch (k[0]) {
     case 'c':
@@ -471,6 +462,25 @@ static int req_index(lua_State *L)
         }
         if (strcmp(k, "headers") == 0)
             return push_headers(L, req->headers, req->num_headers);
+        if (strcmp(k, "hostname") == 0) {
+            /* Lower case, without the port: what host-based routing compares. */
+            char name[256];
+            um_str a = req->authority;
+            size_t len;
+            if (a.len > 0 && a.base[0] == '[') {
+                const char *end = memchr(a.base, ']', a.len);
+                len = end ? (size_t)(end - a.base) + 1 : a.len;
+            } else {
+                const char *colon = memchr(a.base, ':', a.len);
+                len = colon ? (size_t)(colon - a.base) : a.len;
+            }
+            if (len > sizeof(name))
+                len = sizeof(name);
+            for (size_t i = 0; i < len; i++)
+                name[i] = a.base[i] >= 'A' && a.base[i] <= 'Z' ? (char)(a.base[i] + 32) : a.base[i];
+            lua_pushlstring(L, name, len);
+            return 1;
+        }
         break;
     case 'm':
         if (strcmp(k, "method") == 0) {
@@ -547,7 +557,8 @@ static int req_index(lua_State *L)
         }
         break;
     }
-    lua_pushnil(L);
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(1)); /* the methods: header, set_header... */
     return 1;
 }
 
@@ -1114,15 +1125,17 @@ static struct hstate *state_new(const struct um_config *c, int worker)
     new_proxy(L, "umbra.req", req_index, req_newindex, req_methods, &h->req_ud);
     new_proxy(L, "umbra.res", res_index, res_newindex, res_methods, &h->res_ud);
 
-    if (luaL_loadbuffer(L, c->lua.source, c->lua.source_len, c->lua.chunkname) != 0 ||
-        !pcall_budget(h, 0, LOAD_BUDGET, "loading the config for request hooks", NULL)) {
-        if (lua_gettop(L) > 0)
-            um_log_err("lua: worker %d: %s", worker, lua_tostring(L, -1));
+    lua_pushcfunction(L, traceback); /* stays at 1: every call's message handler */
+    if (luaL_loadbuffer(L, c->lua.source, c->lua.source_len, c->lua.chunkname) != 0) {
+        um_log_err("lua: worker %d: %s", worker, lua_tostring(L, -1));
         h->broken = true;
-        lua_settop(L, 0);
         return h;
     }
-    lua_settop(L, 0);
+    if (!pcall_budget(h, 0, LOAD_BUDGET, "loading the config for request hooks", NULL)) {
+        h->broken = true;
+        return h;
+    }
+    lua_settop(L, 1);
     h->on_request = ref_global_function(L, "on_request");
     h->on_response = ref_global_function(L, "on_response");
     h->upstream_set = ref_global_function(L, "upstream_set");
@@ -1141,7 +1154,7 @@ static struct hstate *state_new(const struct um_config *c, int worker)
             lua_pop(L, 1);
         }
     }
-    lua_settop(L, 0);
+    lua_settop(L, 1);
     restrict_globals(L);
     return h;
 }
@@ -1188,7 +1201,7 @@ static bool run(struct hstate *h, int ref, bool with_res, const char *what, stru
     bool ok = pcall_budget(h, with_res ? 2 : 1, UM_HOOK_BUDGET, what, cl);
     tl_call = NULL;
     if (ok)
-        lua_settop(L, 0);
+        lua_settop(L, 1);
     return ok;
 }
 
@@ -1235,7 +1248,7 @@ static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr,
     tl_call = NULL;
     if (!ok)
         return UM_HOOK_FAIL;
-    lua_settop(L, 0);
+    lua_settop(L, 1);
     hr->cache_key = key;
     if (cl->yy_server_changed) {
         char *u = um_arena_alloc(hr->arena, strlen(cl->yy_domain) + 32);

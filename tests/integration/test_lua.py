@@ -338,9 +338,9 @@ end } }
 '''
         with Origin() as o, umbra_hooks(body, o) as u:
             # Vary makes the refresh read the rewritten field from its copy.
-            target = "/swr?cc=max-age%3D1,stale-while-revalidate%3D30&header=Vary:X-Rewritten"
+            target = "/swr?cc=max-age%3D2,stale-while-revalidate%3D30&header=Vary:X-Rewritten"
             self.assertEqual(fetch(u.port, target).status, 200)
-            time.sleep(1.5)
+            time.sleep(3.1)  # stale (ages count in whole seconds)
             r = fetch(u.port, target)  # stale, served at once; the refresh runs behind
             self.assertEqual(r.status, 200)
             wait_until(lambda: o.count() == 2, 5)

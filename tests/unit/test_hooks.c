@@ -90,6 +90,7 @@ static void test_rewrites(void **state)
         "routes = { { path = \"/\", upstream = \"a\", name = \"main\" },\n"
         "           { path = \"/other/\", upstream = \"a\", name = \"other\" } }\n"
         "function on_request(req)\n"
+        "  assert(req.hostname == 'h.example', req.hostname)\n"
         "  req.path = '/new' .. req.path\n"
         "  req.query = 'q=' .. req.client_ip\n"
         "  req.host = 'backend.example'\n"
@@ -104,7 +105,7 @@ static void test_rewrites(void **state)
         "  req.no_cache = true\n"
         "end\n");
     struct parsed p;
-    parse(&p, "GET /x?old=1 HTTP/1.1\r\nHost: h\r\nX-Dup: a\r\nX-Gone: 1\r\nX-Dup: b\r\n\r\n", c);
+    parse(&p, "GET /x?old=1 HTTP/1.1\r\nHost: H.Example:8080\r\nX-Dup: a\r\nX-Gone: 1\r\nX-Dup: b\r\n\r\n", c);
     assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_CONTINUE);
     assert_true(str_is(p.req.path, "/new/x"));
     assert_true(str_is(p.req.query, "q=192.0.2.7"));
