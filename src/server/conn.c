@@ -709,6 +709,10 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         return NULL;
     }
     struct um_origin *origin = route ? route->origin : NULL;
+    if (route) {
+        c->route_slot = route->metrics_slot;
+        c->via_upstream = route->upstream >= 0;
+    }
     struct um_hook_request hr;
     bool hooked = um_hooks_want_request(c->config, route);
     if (hooked) {

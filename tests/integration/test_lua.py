@@ -14,8 +14,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Client, Origin, Umbra, exchange, parse_response,  # noqa: E402
-                           source_dir, wait_until)
+from umbra_harness import (Client, Origin, Umbra, exchange, http_get,  # noqa: E402
+                           parse_response, source_dir, wait_until)
 
 
 def req(target, method="GET", headers=(), body=None, host="umbra.test", close=True):
@@ -528,6 +528,31 @@ class YunyingTest(unittest.TestCase):
                  r"config\.lua:3: upstream_protocol")):
             with Umbra(text, raw=True, expect_fail=True) as u:
                 self.assertRegex(u.log(), pattern)
+
+
+class MetricsTest(unittest.TestCase):
+    def test_hook_answers_and_errors_are_counted(self):
+        body = r'''
+admin = { listen = "127.0.0.1:0" }
+routes = { { path = "/hooked/", on_request = function(req)
+  if req.path == "/hooked/boom" then error("counted") end
+  return umbra.respond(200, "ok")
+end } }
+'''
+        with Umbra(body) as u:
+            for target in ("/hooked/a", "/hooked/b", "/hooked/boom"):
+                fetch(u.port, target)
+            m = re.search(r"admin: serving /metrics and /status on 127\.0\.0\.1:(\d+)", u.log())
+            self.assertIsNotNone(m, u.log())
+
+            def metrics():
+                status, _, text = http_get(int(m.group(1)), "/metrics")
+                self.assertEqual(status, 200)
+                return text.decode()
+            wait_until(lambda: 'umbra_requests_total{route="/hooked/",code="5xx"} 1' in metrics(), 5)
+            text = metrics()
+            self.assertIn('umbra_requests_total{route="/hooked/",code="2xx"} 2', text)
+            self.assertIn("umbra_lua_errors_total 1", text)
 
 
 class ReloadTest(unittest.TestCase):
