@@ -454,6 +454,9 @@ static void test_expect_fits_one_chunk(void **state)
 
 /* ---- Memory ------------------------------------------------------------------------- */
 
+/* A free chunk glibc hands out whole because the rest would be under MINSIZE (32). */
+#define GLIBC_REUSE_SLACK 31
+
 static void test_memory_accounting(void **state)
 {
     struct um_cache *c = mk_opts(1 << 20, 1, 1 << 20, false);
@@ -467,8 +470,9 @@ static void test_memory_accounting(void **state)
     size_t obj_acct = um_cache_alloc_size(sizeof(struct um_cache_obj) + 4);
     size_t expect = base + obj_acct + um_cache_alloc_size(3);
     assert_int_equal(um_cache_memory_used(c), expect);
-    /* The charge is never below what malloc really gave (glibc: equal). */
-    assert_true(malloc_usable_size(o) + 8 <= obj_acct);
+    /* The charge is what malloc gives (glibc's chunk rounding); when glibc reuses a free
+     * chunk it does not split, the chunk may be up to MINSIZE - 1 (31) bytes larger. */
+    assert_true(malloc_usable_size(o) + 8 <= obj_acct + GLIBC_REUSE_SLACK);
 
     struct meta m = {0};
     assert_int_equal(um_cache_obj_set_head(o, &m, sizeof(m), HEAD, sizeof(HEAD) - 1), UM_OK);
@@ -493,7 +497,7 @@ static void test_memory_accounting(void **state)
     size_t body_acct = 0, cap = 0;
     for (const struct um_cache_chunk *ch = o->first; ch != NULL; ch = ch->next) {
         assert_int_equal(ch->acct, um_cache_alloc_size(CHUNK_HDR + ch->cap));
-        assert_true(malloc_usable_size((void *)ch) + 8 <= ch->acct);
+        assert_true(malloc_usable_size((void *)ch) + 8 <= ch->acct + GLIBC_REUSE_SLACK);
         body_acct += ch->acct;
         cap += ch->cap;
     }
