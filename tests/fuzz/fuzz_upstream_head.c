@@ -6,8 +6,8 @@
  * to on_header_line until it refuses one (returns 0) or the head has gone to the sink;
  * later lines are then trailers, which must be taken and ignored.
  *
- * The file is included, so the statics are reachable; the loop timer it stops and the log
- * are stubs.
+ * The file is included, so the statics are reachable; the loop timer it stops, the loop's
+ * clock and the log are stubs.
  *
  * Properties:
  * - on_header_line returns 0 or the length it was given, never more than one head reaches
@@ -19,9 +19,11 @@
  *   last; content_length -1 or a value that appeared in a
  *   Content-Length line. */
 #define um_loop_timer_stop fuzz_loop_timer_stop
+#define um_loop_now fuzz_loop_now /* no worker loop here: the time is 0 */
 #define um_log fuzz_log /* malformed heads are logged: millions of lines otherwise */
 #include "../../src/upstream/upstream.c"
 #undef um_loop_timer_stop
+#undef um_loop_now
 #undef um_log
 
 #include "fuzz_common.h"
@@ -30,6 +32,12 @@ void fuzz_log(enum um_log_level level, const char *fmt, ...)
 {
     (void)level;
     (void)fmt;
+}
+
+uint64_t fuzz_loop_now(const struct um_loop *l)
+{
+    (void)l;
+    return 0;
 }
 
 void fuzz_loop_timer_stop(struct um_loop *l, struct um_timer *t)
@@ -125,6 +133,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&up, 0, sizeof up);
     up.conf = &conf;
     up.servers = &state;
+    int slot = -1; /* no metrics series (um_metrics_upstream_done ignores it) */
+    up.slots = &slot;
     struct worker_curl wc;
     memset(&wc, 0, sizeof wc);
     struct um_sink sink = {&fuzz_sink_ops, NULL};
