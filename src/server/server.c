@@ -376,15 +376,17 @@ int um_server_run(struct um_server *s)
         um__worker_init(&s->workers[i], s, i);
         UM_ASSERT(pthread_create(&s->workers[i].thread, NULL, um__worker_main, &s->workers[i]) == 0);
     }
-    um__listener_start(s);
-    log_start(s);
-    s->admin = um__admin_start(s, s->admin_fd);
-    s->admin_fd = -1; /* the admin thread's now */
-    um__notify("READY=1");
-
+    /* Every descriptor the process needs for itself is made before the listener accepts:
+     * clients may use up the rest at once (a test that starts under a low RLIMIT_NOFILE
+     * crashed here when the admin's eventfd came after them). */
+    s->admin = um__admin_start(s, s->admin_fd); /* the admin thread's now (logged below) */
     /* Signals arrive through a signalfd, beside the certificate watch, in one poll loop. */
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
     UM_ASSERT(sfd >= 0);
+    um__listener_start(s);
+    log_start(s);
+    s->admin_fd = -1;
+    um__notify("READY=1");
     bool quit = false;
     for (;;) {
         struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
