@@ -18,4 +18,9 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
                                          const struct um_route *route,
                                          const struct um_config *config);
 
+/* The key the cache gives req without a hook's cache_key: "host target", the Host in lower
+ * case and the path and query as sent. um_cache_url_key_len bytes, written without a NUL. */
+size_t um_cache_url_key_len(const struct um_request *req);
+void um_cache_url_key_write(const struct um_request *req, char *out);
+
 #endif

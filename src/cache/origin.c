@@ -134,12 +134,14 @@ static time_t now_sec(void)
 
 /* ---------------------------------------------------------------- keys and tags */
 
-/* "host target": the Host (lower case, as the request said it) and the target as sent. */
-static char *make_key(const struct um_request *req, size_t *len)
+size_t um_cache_url_key_len(const struct um_request *req)
 {
-    size_t tlen = req->path.len + ((req->flags & UM_REQ_F_HAS_QUERY) ? req->query.len + 1 : 0);
-    size_t n = req->authority.len + 1 + tlen;
-    char *k = um_malloc(n + 1);
+    return req->authority.len + 1 + req->path.len +
+           ((req->flags & UM_REQ_F_HAS_QUERY) ? req->query.len + 1 : 0);
+}
+
+void um_cache_url_key_write(const struct um_request *req, char *k)
+{
     for (size_t i = 0; i < req->authority.len; i++) {
         char ch = req->authority.base[i];
         k[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
@@ -151,6 +153,14 @@ static char *make_key(const struct um_request *req, size_t *len)
         t[req->path.len] = '?';
         memcpy(t + req->path.len + 1, req->query.base, req->query.len);
     }
+}
+
+/* "host target": the Host (lower case, as the request said it) and the target as sent. */
+static char *make_key(const struct um_request *req, size_t *len)
+{
+    size_t n = um_cache_url_key_len(req);
+    char *k = um_malloc(n + 1);
+    um_cache_url_key_write(req, k);
     k[n] = '\0';
     *len = n;
     return k;

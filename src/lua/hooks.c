@@ -20,6 +20,7 @@
 #include <luajit.h>
 #include <lualib.h>
 
+#include "umbra/cacheorigin.h"
 #include "umbra/config.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
@@ -1205,25 +1206,14 @@ static bool run(struct hstate *h, int ref, bool with_res, const char *what, stru
     return ok;
 }
 
-/* "host target" as the cache makes it, of the request before a hook changed it. */
+/* The cache's key of the request before a hook changed it. */
 static um_str url_key(struct um_arena *a, const struct um_request *req)
 {
-    size_t n = req->authority.len + 1 + req->target.len;
+    size_t n = um_cache_url_key_len(req);
     char *k = um_arena_alloc(a, n + 1);
-    for (size_t i = 0; i < req->authority.len; i++) {
-        char ch = req->authority.base[i];
-        k[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
-    }
-    k[req->authority.len] = ' ';
-    memcpy(k + req->authority.len + 1, req->path.base, req->path.len);
-    size_t o = req->authority.len + 1 + req->path.len;
-    if (req->flags & UM_REQ_F_HAS_QUERY) {
-        k[o++] = '?';
-        memcpy(k + o, req->query.base, req->query.len);
-        o += req->query.len;
-    }
-    k[o] = '\0';
-    return (um_str){k, o};
+    um_cache_url_key_write(req, k);
+    k[n] = '\0';
+    return (um_str){k, n};
 }
 
 static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr, struct call *cl)
