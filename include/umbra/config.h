@@ -39,6 +39,9 @@ struct um_upstream_conf {
     char *tls_ca;               /* tls.ca: CA file (absolute after loading); NULL: system */
     int max_fails;              /* failures in a row that take a server out; default 3 */
     double fail_timeout;        /* seconds a failed server is skipped; default 10 */
+    bool curl_only;             /* client = "curl": libcurl for every server; "auto"
+                                   (default): Umbra's own HTTP/1.1 client for http://
+                                   servers at an IP address, libcurl for the others */
     int line;                   /* line of the upstream in the config file */
 };
 

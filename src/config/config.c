@@ -69,7 +69,8 @@ static const char *const YUNYING[] = {"port",          "working_thread_num", "ca
                                       "upstream_protocol", "upstream_set",   NULL};
 static const char *const UPSTREAM_KEYS[] = {"servers", "balance",   "connect_timeout",
                                             "timeout", "retries",   "host",
-                                            "tls",     "max_fails", "fail_timeout", NULL};
+                                            "tls",     "max_fails", "fail_timeout",
+                                            "client",  NULL};
 static const char *const TLS_KEYS[] = {"verify", "ca", NULL};
 /* The server's tls = { ENTRY, ..., protocols = ..., ... }: the named keys, and an entry's. */
 static const char *const SERVER_TLS_KEYS[] = {"protocols", "ciphers", "ciphersuites", "default",
@@ -919,6 +920,18 @@ static bool load_upstream(struct load *ld, lua_State *L, int idx, const char *up
             return fail(ld, L, sub, "%s: expected one of: %s", sub,
                         join(BALANCE_NAMES, names, sizeof names));
         u->balance = (enum um_balance)i;
+    }
+    lua_pop(L, 1);
+
+    subpath(sub, sizeof sub, upath, "client");
+    if ((t = get_field(L, idx, "client")) != LUA_TNIL) {
+        const char *v = t == LUA_TSTRING ? lua_tostring(L, -1) : "";
+        if (strcmp(v, "auto") == 0)
+            u->curl_only = false;
+        else if (strcmp(v, "curl") == 0)
+            u->curl_only = true;
+        else
+            return fail(ld, L, sub, "%s: expected \"auto\" or \"curl\"", sub);
     }
     lua_pop(L, 1);
 

@@ -14,6 +14,7 @@
  * (relaxed atomics): failures in a row take a server out for fail_timeout. */
 #include "umbra/upstream.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -27,25 +28,9 @@
 #include "umbra/log.h"
 #include "umbra/loop.h"
 #include "umbra/metrics.h"
+#include "internal.h"
 
-#define MAX_RESPONSE_HEAD (64 * 1024)
-#define MAX_RESPONSE_FIELDS 128
 #define EASY_POOL_MAX 256
-
-struct server_state {
-    atomic_int fails;           /* failures in a row */
-    atomic_uint_fast64_t down_until; /* loop ms; 0: up */
-    atomic_int active;          /* fetches in flight (least_conn) */
-};
-
-struct upstream {
-    struct um_origin base;
-    atomic_int refcnt;
-    const struct um_upstream_conf *conf;
-    struct server_state *servers;
-    int *slots; /* metrics slot per server */
-    atomic_uint rr;
-};
 
 /* ---------------------------------------------------------------- per-worker state */
 
@@ -66,41 +51,6 @@ struct worker_curl {
 };
 
 static _Thread_local struct worker_curl *wcurl;
-
-struct xfer {
-    struct upstream *up;
-    struct worker_curl *wc;
-    struct um_sink *sink;
-    CURL *easy;
-    struct curl_slist *headers;
-    char *target; /* path and query as the client sent them */
-    char *method; /* NULL: GET */
-    char *url;    /* a hook's server ("scheme://host:port") instead of the upstream's */
-    char *body;   /* a hook's body instead of the client's; body_pos bytes of it sent */
-    size_t body_pos;
-    curl_off_t body_size; /* -1: chunked */
-    char errbuf[CURL_ERROR_SIZE];
-    int server;
-    uint64_t tried; /* bit per server already tried (first 64) */
-    int attempts;
-    bool idempotent, is_head, has_body, body_started, body_failed;
-    bool head_sent, timed_out, in_multi;
-    bool logged;     /* the failure has been logged already */
-    bool easy_ready; /* the handle has the options that never change */
-    bool paused_recv, paused_send;
-    int socket_errno; /* errno of a failed socket() for this attempt (EMFILE...), or 0 */
-    uint64_t key_hash;
-    uint64_t t_attempt; /* loop ms: start of the current attempt (metrics) */
-    uint64_t log_conn;  /* the connection that started the fetch, for log lines */
-    struct um_timer ttfb;
-    /* the response head being collected */
-    int status;
-    char *hbuf;
-    size_t hlen, hcap;
-    size_t line_starts[MAX_RESPONSE_FIELDS + 1];
-    size_t num_lines;
-    bool head_bad;
-};
 
 static void check_done(struct worker_curl *wc);
 
@@ -222,11 +172,6 @@ static struct worker_curl *worker_curl(void)
 
 /* ---------------------------------------------------------------- servers */
 
-static uint64_t now_ms(struct worker_curl *wc)
-{
-    return um_loop_now(wc->loop);
-}
-
 static bool server_usable(struct upstream *up, int i, uint64_t now)
 {
     return atomic_load_explicit(&up->servers[i].down_until, memory_order_relaxed) <= now;
@@ -236,7 +181,7 @@ static bool server_usable(struct upstream *up, int i, uint64_t now)
 static int pick_server(struct upstream *up, struct xfer *x)
 {
     int n = (int)up->conf->num_servers;
-    uint64_t now = now_ms(x->wc);
+    uint64_t now = um_loop_now(x->loop);
     unsigned start;
     switch (up->conf->balance) {
     case UM_BALANCE_HASH:
@@ -268,7 +213,7 @@ static void server_failed(struct upstream *up, struct xfer *x, int i)
         return; /* a hook's server, not one of the upstream's */
     int fails = atomic_fetch_add_explicit(&up->servers[i].fails, 1, memory_order_relaxed) + 1;
     if (fails >= up->conf->max_fails) {
-        uint64_t until = now_ms(x->wc) + (uint64_t)(up->conf->fail_timeout * 1000);
+        uint64_t until = um_loop_now(x->loop) + (uint64_t)(up->conf->fail_timeout * 1000);
         atomic_store_explicit(&up->servers[i].down_until, until, memory_order_relaxed);
         um_metrics_server_down_until(up->slots[i], until);
         um_log_warn("upstream %s: server %s failed %d times in a row; skipped for %gs",
@@ -341,59 +286,37 @@ static bool named_in_connection(const struct um_header *fields, size_t n, um_str
     return false;
 }
 
-/* The request's header list for libcurl, in one allocation: the nodes, then the lines.
- * (struct curl_slist is public; libcurl only reads a list it is given.) */
-struct header_list {
-    struct curl_slist *nodes;
-    size_t n, cap;
-    char *text;
-    size_t len, size;
-};
-
-static void hl_add(struct header_list *hl, um_str name, um_str value, bool empty_means_remove)
+/* Appends "Name: value\r\n" to buf (sized in advance by the caller). */
+static size_t put_field(char *buf, size_t o, um_str name, um_str value)
 {
-    size_t need = name.len + value.len + 3;
-    if (hl->n == hl->cap || hl->len + need > hl->size)
-        return; /* sized in advance; cannot happen */
-    char *line = hl->text + hl->len;
-    size_t o = 0;
-    memcpy(line, name.base, name.len);
+    memcpy(buf + o, name.base, name.len);
     o += name.len;
-    if (value.len == 0) {
-        /* libcurl: "Name;" sends an empty field, "Name:" removes one of its own. */
-        line[o++] = empty_means_remove ? ':' : ';';
-    } else {
-        line[o++] = ':';
-        line[o++] = ' ';
-        memcpy(line + o, value.base, value.len);
-        o += value.len;
-    }
-    line[o++] = '\0';
-    hl->len += o;
-    hl->nodes[hl->n] = (struct curl_slist){line, NULL};
-    if (hl->n > 0)
-        hl->nodes[hl->n - 1].next = &hl->nodes[hl->n];
-    hl->n++;
+    buf[o++] = ':';
+    buf[o++] = ' ';
+    memcpy(buf + o, value.base, value.len);
+    o += value.len;
+    buf[o++] = '\r';
+    buf[o++] = '\n';
+    return o;
 }
 
-static struct curl_slist *build_headers(struct upstream *up, const struct um_fetch *f)
+/* The fields sent to the server, as text, into x->fields: the client's end-to-end fields
+ * in order, Host, and the forwarding fields. */
+static void build_fields(struct upstream *up, const struct um_fetch *f, struct xfer *x)
 {
     const struct um_request *req = f->req;
-    size_t cap = req->num_headers + 8, size = 1024;
+    size_t size = 2048;
     for (size_t i = 0; i < req->num_headers; i++)
-        size += req->headers[i].name.len + req->headers[i].value.len + 3;
+        size += req->headers[i].name.len + req->headers[i].value.len + 4;
     size += 2 * req->authority.len + (up->conf->host ? strlen(up->conf->host) : 0);
-    size_t xff_extra = 0;
     um_str xff = {NULL, 0};
     for (size_t i = 0; i < req->num_headers; i++)
         if (um_str_eq_ci(req->headers[i].name, "x-forwarded-for") && xff.base == NULL)
             xff = req->headers[i].value;
-    xff_extra = xff.len;
     const um_str *via = um_http1_find_header(req, "via");
-    size += xff_extra + (via ? via->len : 0);
-    char *mem = um_malloc(cap * sizeof(struct curl_slist) + size);
-    struct header_list hl = {(struct curl_slist *)(void *)mem, 0, cap,
-                             mem + cap * sizeof(struct curl_slist), 0, size};
+    size += xff.len + (via ? via->len : 0);
+    char *out = um_malloc(size);
+    size_t o = 0;
     for (size_t i = 0; i < req->num_headers; i++) {
         const struct um_header *fld = &req->headers[i];
         if (is_hop_by_hop(fld->name) || um_str_eq_ci(fld->name, "host") ||
@@ -401,34 +324,80 @@ static struct curl_slist *build_headers(struct upstream *up, const struct um_fet
             is_forwarding_field(fld->name) ||
             named_in_connection(req->headers, req->num_headers, fld->name))
             continue;
-        hl_add(&hl, fld->name, fld->value, false);
+        o = put_field(out, o, fld->name, fld->value);
     }
+    x->has_host = true;
     if (up->conf->host)
-        hl_add(&hl, UM_STR("Host"), (um_str){up->conf->host, strlen(up->conf->host)}, false);
+        o = put_field(out, o, UM_STR("Host"), (um_str){up->conf->host, strlen(up->conf->host)});
     else if (req->authority.len > 0)
-        hl_add(&hl, UM_STR("Host"), req->authority, false);
+        o = put_field(out, o, UM_STR("Host"), req->authority);
+    else
+        x->has_host = false;
     char buf[1024];
     int n;
     if (xff.len > 0 && xff.len < 900)
         n = snprintf(buf, sizeof(buf), "%.*s, %s", (int)xff.len, xff.base, f->client_ip);
     else
         n = snprintf(buf, sizeof(buf), "%s", f->client_ip);
-    hl_add(&hl, UM_STR("X-Forwarded-For"), (um_str){buf, (size_t)n}, false);
-    hl_add(&hl, UM_STR("X-Forwarded-Proto"), (um_str){f->scheme, strlen(f->scheme)}, false);
+    o = put_field(out, o, UM_STR("X-Forwarded-For"), (um_str){buf, (size_t)n});
+    o = put_field(out, o, UM_STR("X-Forwarded-Proto"), (um_str){f->scheme, strlen(f->scheme)});
     if (req->authority.len > 0)
-        hl_add(&hl, UM_STR("X-Forwarded-Host"), req->authority, false);
+        o = put_field(out, o, UM_STR("X-Forwarded-Host"), req->authority);
     if (via && via->len < 900)
         n = snprintf(buf, sizeof(buf), "%.*s, 1.%d umbra", (int)via->len, via->base,
                      req->minor_version);
     else
         n = snprintf(buf, sizeof(buf), "1.%d umbra", req->minor_version);
-    hl_add(&hl, UM_STR("Via"), (um_str){buf, (size_t)n}, false);
+    o = put_field(out, o, UM_STR("Via"), (um_str){buf, (size_t)n});
+    UM_ASSERT(o <= size);
+    x->fields = out;
+    x->fields_len = o;
+}
+
+/* x->fields as libcurl's header list, in one allocation: the nodes, then the lines.
+ * (struct curl_slist is public; libcurl only reads a list it is given.) */
+static struct curl_slist *fields_to_slist(const struct xfer *x)
+{
+    size_t cap = 2;
+    for (size_t i = 0; i < x->fields_len; i++)
+        cap += x->fields[i] == '\n';
+    size_t size = x->fields_len + 32;
+    char *mem = um_malloc(cap * sizeof(struct curl_slist) + size);
+    struct curl_slist *nodes = (struct curl_slist *)(void *)mem;
+    char *text = mem + cap * sizeof(struct curl_slist);
+    size_t n = 0, o = 0;
+    bool accept = false;
+    for (size_t p = 0; p < x->fields_len;) {
+        const char *line = x->fields + p;
+        size_t len = (size_t)((const char *)memchr(line, '\n', x->fields_len - p) - line) - 1;
+        p += len + 2;
+        if (len >= 7 && strncasecmp(line, "accept:", 7) == 0)
+            accept = true;
+        char *dst = text + o;
+        memcpy(dst, line, len);
+        /* libcurl: "Name;" sends an empty field, "Name:" would remove one of its own. */
+        if (len >= 2 && dst[len - 2] == ':' && dst[len - 1] == ' ')
+            dst[--len - 1] = ';';
+        dst[len] = '\0';
+        o += len + 1;
+        nodes[n] = (struct curl_slist){dst, NULL};
+        if (n > 0)
+            nodes[n - 1].next = &nodes[n];
+        n++;
+    }
     /* Keep libcurl from adding fields the client did not send. */
-    if (um_http1_find_header(req, "accept") == NULL)
-        hl_add(&hl, UM_STR("Accept"), (um_str){"", 0}, true);
-    hl_add(&hl, UM_STR("Expect"), (um_str){"", 0}, true);
-    UM_ASSERT(hl.n > 0 && (void *)hl.nodes == (void *)mem);
-    return hl.nodes;
+    static const char *const remove[] = {"Accept:", "Expect:"};
+    for (size_t i = accept ? 1 : 0; i < UM_NELEMS(remove); i++) {
+        char *dst = text + o;
+        memcpy(dst, remove[i], 8);
+        o += 8;
+        nodes[n] = (struct curl_slist){dst, NULL};
+        if (n > 0)
+            nodes[n - 1].next = &nodes[n];
+        n++;
+    }
+    UM_ASSERT(n <= cap && o <= size);
+    return nodes;
 }
 
 /* ---------------------------------------------------------------- response */
@@ -512,7 +481,7 @@ static bool deliver_head(struct xfer *x)
     return true;
 }
 
-static size_t on_header_line(char *data, size_t size, size_t nitems, void *userp)
+size_t um__up_head_line(char *data, size_t size, size_t nitems, void *userp)
 {
     struct xfer *x = userp;
     size_t len = size * nitems;
@@ -540,9 +509,9 @@ static size_t on_header_line(char *data, size_t size, size_t nitems, void *userp
             x->num_lines = 0;
             return len;
         }
-        um_loop_timer_stop(x->wc->loop, &x->ttfb);
+        um_loop_timer_stop(x->loop, &x->ttfb);
         server_ok(x->up, x->server);
-        um_metrics_upstream_done(x->up->slots[x->server], now_ms(x->wc) - x->t_attempt, false);
+        um_metrics_upstream_done(x->up->slots[x->server], um_loop_now(x->loop) - x->t_attempt, false);
         if (deliver_head(x))
             return len;
         um_log_err("upstream %s: server %s: malformed response head", x->up->conf->name,
@@ -609,15 +578,26 @@ static size_t on_read_body(char *buf, size_t size, size_t nitems, void *userp)
 
 /* ---------------------------------------------------------------- life of a fetch */
 
+/* Takes the current attempt off its transport (closing its connection if it has one). */
+static void release_attempt(struct xfer *x)
+{
+    if (x->in_multi) {
+        curl_multi_remove_handle(x->wc->multi, x->easy);
+        x->in_multi = false;
+    }
+    if (x->hc)
+        um__h1_release(x);
+    if (x->counted) {
+        x->counted = false;
+        atomic_fetch_sub_explicit(&x->up->servers[x->server].active, 1, memory_order_relaxed);
+    }
+}
+
 static void xfer_free(struct xfer *x)
 {
     struct worker_curl *wc = x->wc;
-    if (x->in_multi) {
-        curl_multi_remove_handle(wc->multi, x->easy);
-        x->in_multi = false;
-        atomic_fetch_sub_explicit(&x->up->servers[x->server].active, 1, memory_order_relaxed);
-    }
-    um_loop_timer_stop(wc->loop, &x->ttfb);
+    release_attempt(x);
+    um_loop_timer_stop(x->loop, &x->ttfb);
     if (x->easy) {
         if (wc->num_easy < EASY_POOL_MAX) {
             /* Kept with its options: the next fetch sets what varies (see start_attempt),
@@ -627,7 +607,8 @@ static void xfer_free(struct xfer *x)
             curl_easy_cleanup(x->easy);
         }
     }
-    free(x->headers); /* build_headers' single allocation */
+    free(x->headers); /* fields_to_slist's single allocation */
+    free(x->fields);
     free(x->target);
     free(x->method);
     free(x->url);
@@ -679,7 +660,6 @@ static void start_attempt(struct xfer *x)
 {
     struct upstream *up = x->up;
     const struct um_upstream_conf *conf = up->conf;
-    struct worker_curl *wc = x->wc;
     const struct um_upstream_server *srv = &conf->servers[x->server];
     const char *base = x->url ? x->url : srv->url;
     bool https = x->url ? strncmp(x->url, "https:", 6) == 0 : srv->https;
@@ -689,8 +669,26 @@ static void start_attempt(struct xfer *x)
     x->hlen = 0;
     x->num_lines = 0;
     x->socket_errno = 0;
-    x->t_attempt = now_ms(wc);
+    x->t_attempt = um_loop_now(x->loop);
+    x->ttfb.cb = on_ttfb_timeout;
+    um_loop_timer_start(x->loop, &x->ttfb, (uint64_t)(conf->timeout * 1000));
+    atomic_fetch_add_explicit(&up->servers[x->server].active, 1, memory_order_relaxed);
+    x->counted = true;
+    if (x->url == NULL && up->addrs[x->server].native) {
+        um__h1_start(x);
+        return;
+    }
 
+    if (x->wc == NULL)
+        x->wc = worker_curl();
+    struct worker_curl *wc = x->wc;
+    if (x->easy == NULL) {
+        x->easy_ready = wc->num_easy > 0;
+        x->easy = wc->num_easy > 0 ? wc->easy_pool[--wc->num_easy] : curl_easy_init();
+        UM_ASSERT(x->easy != NULL);
+    }
+    if (x->headers == NULL)
+        x->headers = fields_to_slist(x);
     CURL *e = x->easy;
     size_t blen = strlen(base), tlen = strlen(x->target), ulen = blen + tlen + 1;
     char stack[2048];
@@ -705,7 +703,7 @@ static void start_attempt(struct xfer *x)
         curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header_line);
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, um__up_head_line);
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read_body);
         curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
@@ -742,9 +740,6 @@ static void start_attempt(struct xfer *x)
         curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, x->body_size);
     }
-    x->ttfb.cb = on_ttfb_timeout;
-    um_loop_timer_start(wc->loop, &x->ttfb, (uint64_t)(conf->timeout * 1000));
-    atomic_fetch_add_explicit(&up->servers[x->server].active, 1, memory_order_relaxed);
     x->in_multi = true;
     CURLMcode mc = curl_multi_add_handle(wc->multi, e);
     UM_ASSERT(mc == CURLM_OK);
@@ -770,7 +765,7 @@ static void finish_attempt(struct xfer *x, CURLcode res);
 
 /* A transfer ended (res) or timed out before its head (x->timed_out). Its log lines name
  * the connection that started it. */
-static void finish(struct xfer *x, CURLcode res)
+void um__up_finish(struct xfer *x, CURLcode res)
 {
     uint64_t prev = um_log_set_conn(x->log_conn);
     finish_attempt(x, res);
@@ -783,13 +778,9 @@ static void finish_attempt(struct xfer *x, CURLcode res)
     const struct um_upstream_conf *conf = up->conf;
     const char *url = x->url ? x->url : conf->servers[x->server].url;
     if (!x->head_sent && !x->body_failed)
-        um_metrics_upstream_done(up->slots[x->server], now_ms(x->wc) - x->t_attempt, true);
-    if (x->in_multi) {
-        curl_multi_remove_handle(x->wc->multi, x->easy);
-        x->in_multi = false;
-        atomic_fetch_sub_explicit(&up->servers[x->server].active, 1, memory_order_relaxed);
-    }
-    um_loop_timer_stop(x->wc->loop, &x->ttfb);
+        um_metrics_upstream_done(up->slots[x->server], um_loop_now(x->loop) - x->t_attempt, true);
+    release_attempt(x);
+    um_loop_timer_stop(x->loop, &x->ttfb);
     if (res == CURLE_OK && !x->timed_out) {
         if (!x->head_sent) {
             um_log_err("upstream %s: server %s: no response head", conf->name, url);
@@ -851,7 +842,7 @@ static void on_ttfb_timeout(struct um_timer *t)
 {
     struct xfer *x = (struct xfer *)((char *)t - offsetof(struct xfer, ttfb));
     x->timed_out = true;
-    finish(x, CURLE_OPERATION_TIMEDOUT);
+    um__up_finish(x, CURLE_OPERATION_TIMEDOUT);
 }
 
 static void check_done(struct worker_curl *wc)
@@ -863,7 +854,7 @@ static void check_done(struct worker_curl *wc)
             continue;
         struct xfer *x = NULL;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-        finish(x, msg->data.result);
+        um__up_finish(x, msg->data.result);
     }
 }
 
@@ -894,7 +885,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
     }
     struct xfer *x = um_calloc(1, sizeof(*x));
     x->up = up;
-    x->wc = worker_curl();
+    x->loop = um_loop_current();
     x->log_conn = um_log_conn();
     x->sink = sink;
     sink->origin_data = x;
@@ -935,7 +926,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
         if (x->method == NULL && !x->is_head)
             x->method = um_strndup(req->method.base, req->method.len);
     }
-    x->headers = build_headers(up, f);
+    build_fields(up, f, x);
     x->server = pick_server(up, x);
     if (x->server < 0) {
         um_log_err("upstream %s: every server is out (failing); answering 502", up->conf->name);
@@ -944,10 +935,6 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
         xfer_free(x);
         return;
     }
-    struct worker_curl *wc = x->wc;
-    x->easy_ready = wc->num_easy > 0;
-    x->easy = wc->num_easy > 0 ? wc->easy_pool[--wc->num_easy] : curl_easy_init();
-    UM_ASSERT(x->easy != NULL);
     start_attempt(x);
 }
 
@@ -964,7 +951,10 @@ static void upstream_resume(struct um_origin *o, struct um_sink *sink)
     if (x == NULL || !x->paused_recv)
         return;
     x->paused_recv = false;
-    unpause(x);
+    if (x->hc)
+        um__h1_resume(x);
+    else
+        unpause(x);
 }
 
 static void upstream_body_ready(struct um_origin *o, struct um_sink *sink)
@@ -974,7 +964,10 @@ static void upstream_body_ready(struct um_origin *o, struct um_sink *sink)
     if (x == NULL || !x->paused_send)
         return;
     x->paused_send = false;
-    unpause(x);
+    if (x->hc)
+        um__h1_body_ready(x);
+    else
+        unpause(x);
 }
 
 static void upstream_cancel(struct um_origin *o, struct um_sink *sink)
@@ -993,6 +986,7 @@ static void upstream_destroy(struct um_origin *o)
         return;
     free(up->servers);
     free(up->slots);
+    free(up->addrs);
     free(up);
 }
 
@@ -1013,11 +1007,23 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
     up->conf = conf;
     up->servers = um_calloc(conf->num_servers, sizeof(*up->servers));
     up->slots = um_calloc(conf->num_servers, sizeof(*up->slots));
+    up->addrs = um_calloc(conf->num_servers, sizeof(*up->addrs));
     for (size_t i = 0; i < conf->num_servers; i++) {
+        if (!conf->curl_only)
+            um__h1_parse_server(conf->servers[i].url, &up->addrs[i]);
+        if (up->addrs[i].native)
+            up->any_native = true;
+        else
+            up->any_curl = true;
         up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
         /* A server taken out stays out across a reload. */
         atomic_init(&up->servers[i].down_until, um_metrics_server_down_until_get(up->slots[i]));
     }
+    size_t native = 0;
+    for (size_t i = 0; i < conf->num_servers; i++)
+        native += up->addrs[i].native;
+    um_log_info("upstream %s: %zu server(s) through Umbra's HTTP/1.1 client, %zu through "
+                "libcurl", conf->name, native, conf->num_servers - native);
     return &up->base;
 }
 

@@ -611,6 +611,147 @@ routes = {
 
 # -- balancing ---------------------------------------------------------------------------
 
+# -- the two clients ---------------------------------------------------------------------
+
+class OneAnswerServer:
+    """A keep-alive HTTP/1.1 server that answers the first request of each connection and
+    closes the connection on the second without answering: what a server does when its
+    keep-alive timeout ends just as the proxy reuses the connection."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.accepted = 0
+        self.answered = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _serve(self, c):
+        with c:
+            c.settimeout(5)
+            data = b""
+            requests = 0
+            while True:
+                while b"\r\n\r\n" not in data:
+                    try:
+                        more = c.recv(65536)
+                    except OSError:
+                        return
+                    if not more:
+                        return
+                    data += more
+                data = data.split(b"\r\n\r\n", 1)[1]
+                requests += 1
+                if requests > 1:
+                    return  # closed without an answer
+                self.answered += 1
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+
+    def _run(self):
+        while not self._stop:
+            r, _, _ = select.select([self.sock], [], [], 0.1)
+            if not r:
+                continue
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def close(self):
+        self._stop = True
+        self._thread.join(2)
+        self.sock.close()
+
+
+class ClientTest(unittest.TestCase, UpstreamAssertions):
+    """http:// servers at an IP address go through Umbra's own HTTP/1.1 client, others
+    (https://, host names, client = "curl") through libcurl. CTest runs this file twice:
+    as it is, and with UMBRA_UPSTREAM_CLIENT=curl, which makes every upstream "curl"."""
+
+    def native_expected(self):
+        return os.environ.get("UMBRA_UPSTREAM_CLIENT") != "curl"
+
+    def test_log_names_the_client_of_each_server(self):
+        with Origin() as o:
+            host_url = o.url.replace("127.0.0.1", "localhost")
+            with Umbra("""
+upstreams = {
+  ip = { servers = { "%(ip)s", "%(host)s" } },
+  forced = { servers = { "%(ip)s" }, client = "curl" },
+}
+routes = { { path = "/", upstream = "ip" } }
+""" % {"ip": o.url, "host": host_url}) as u:
+                n = 1 if self.native_expected() else 0
+                self.assertIn("upstream ip: %d server(s) through Umbra's HTTP/1.1 client, %d "
+                              "through libcurl" % (n, 2 - n), u.log())
+                self.assertIn("upstream forced: 0 server(s) through Umbra's HTTP/1.1 client, "
+                              "1 through libcurl", u.log())
+                # Both servers of "ip" answer the same (round robin: both get used).
+                for i in range(4):
+                    r = fetch(u.port, req("/both%d?size=100" % i))
+                    self.assertEqual((r.status, r.body), (200, origin_body(100)))
+                self.assertEqual(len([r for r in o.records() if r[1].startswith("/both")]), 4)
+
+    def test_bad_client_value_names_file_and_line(self):
+        if not self.native_expected():
+            self.skipTest("UMBRA_UPSTREAM_CLIENT replaces the value under test")
+        with Umbra('upstreams = {\n  app = {\n    servers = { "http://127.0.0.1:1" },\n'
+                   '    client = "fast",\n  },\n}\nroutes = { { path = "/", upstream = "app" } }\n',
+                   expect_fail=True) as u:
+            self.assertRegex(u.log(), r'config\.lua:\d+: .*client.*"auto" or "curl"')
+
+    def test_connections_are_reused(self):
+        with Origin() as o, Umbra('upstreams = { app = { servers = { "%s" } } }\n'
+                                  'routes = { { path = "/", upstream = "app", cache = false } }'
+                                  % o.url, workers=1) as u:
+            before = o.stats()["accepted"]
+            for i in range(30):
+                r = fetch(u.port, req("/reuse%d?size=2000" % i))
+                self.assertEqual((r.status, r.body), (200, origin_body(2000)))
+            # One connection to the origin for 30 requests from 30 client connections (and
+            # one for the second /__stats query).
+            self.assertEqual(o.stats()["accepted"] - before, 1 + 1)
+
+    def test_reused_connection_closed_by_server_is_retried_unseen(self):
+        s = OneAnswerServer()
+        try:
+            with Umbra('upstreams = { app = { servers = { "%s" }, retries = 0, max_fails = 1 } }\n'
+                       'routes = { { path = "/", upstream = "app", cache = false } }'
+                       % s.url, workers=1) as u:
+                mark = len(u.log())
+                for i in range(5):
+                    r = fetch(u.port, req("/again%d" % i))
+                    self.assertEqual((r.status, r.body), (200, b"ok\n"))
+                # Each request after the first found its kept connection closed, and was
+                # sent again on a new one: no error, no server taken out.
+                self.assertEqual(s.answered, 5)
+                self.assertEqual(s.accepted, 5)
+                self.assertNotRegex("\n".join(new_lines(u, mark)), r"\[(error|warn)")
+        finally:
+            s.close()
+
+    def test_response_closed_by_server_is_not_reused(self):
+        with Origin() as o, Umbra('upstreams = { app = { servers = { "%s" } } }\n'
+                                  'routes = { { path = "/", upstream = "app", cache = false } }'
+                                  % o.url, workers=1) as u:
+            before = o.stats()["accepted"]
+            for i in range(3):
+                r = fetch(u.port, req("/cl%d?size=10&close=1" % i))
+                self.assertEqual((r.status, r.body), (200, origin_body(10)))
+            for i in range(3):
+                r = fetch(u.port, req("/nl%d?size=10&nolength=1" % i))
+                self.assertEqual((r.status, r.body), (200, origin_body(10)))
+            # Connection: close and a close-delimited body end their connections (and one
+            # more for the second /__stats query).
+            self.assertEqual(o.stats()["accepted"] - before, 6 + 1)
+
+
 class BalanceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -136,6 +136,11 @@ class Umbra:
                     f.write('listen = { "127.0.0.1:0" }\nworkers = %d\n' % self.workers)
                 f.write(self.config_body)
                 f.write("\n")
+                if os.environ.get("UMBRA_UPSTREAM_CLIENT"):
+                    # Every upstream through the named client (CTest runs test_upstream
+                    # once with each: Umbra's own HTTP/1.1 client and libcurl).
+                    f.write('for _, u in pairs(type(upstreams) == "table" and upstreams or {}) '
+                            'do u.client = "%s" end\n' % os.environ["UMBRA_UPSTREAM_CLIENT"])
             self._start()
         except BaseException:
             self._cleanup()

@@ -672,7 +672,7 @@ static void test_upstream_full(void **state)
         "    retries = 0,\n"                                                 /* 6 */
         "    host = \"app.internal:8443\",\n"                                /* 7 */
         "    tls = { verify = false, ca = \"ca.pem\" },\n"                   /* 8 */
-        "    max_fails = 5, fail_timeout = 2.5,\n"                           /* 9 */
+        "    max_fails = 5, fail_timeout = 2.5, client = \"curl\",\n"        /* 9 */
         "  },\n"                                                             /* 10 */
         "  api = { servers = { \"https://api.example.com\" }, balance = \"hash\",\n" /* 11 */
         "          retries = 10, max_fails = 1 },\n"                         /* 12 */
@@ -702,6 +702,7 @@ static void test_upstream_full(void **state)
     assert_string_equal(app->tls_ca, in_tmp("ca.pem"));
     assert_int_equal(app->max_fails, 5);
     assert_true(app->fail_timeout == 2.5);
+    assert_true(app->curl_only);
 
     assert_int_equal(api->line, 11);
     assert_int_equal(api->num_servers, 1);
@@ -713,6 +714,7 @@ static void test_upstream_full(void **state)
     assert_true(api->tls_verify);
     assert_null(api->tls_ca);
     assert_null(api->host);
+    assert_false(api->curl_only);
 
     assert_int_equal(c->num_routes, 3);
     assert_int_equal(c->routes[0].upstream, 0);
@@ -750,6 +752,7 @@ static void test_upstream_defaults(void **state)
     assert_null(u->tls_ca);
     assert_int_equal(u->max_fails, 3);
     assert_true(u->fail_timeout == 10);
+    assert_false(u->curl_only); /* client = "auto" */
     assert_int_equal(c->routes[0].upstream, 0);
     um_config_unref(c);
 
@@ -1069,7 +1072,8 @@ static void test_err_upstream_unknown_key(void **state)
                  "  },\n"
                  "}\n" ROUTE_APP,
                  4, "upstreams.app: unknown key 'retry' (expected one of: servers, balance, "
-                    "connect_timeout, timeout, retries, host, tls, max_fails, fail_timeout)");
+                    "connect_timeout, timeout, retries, host, tls, max_fails, fail_timeout, "
+                    "client)");
     expect_error("upstreams = {\n"
                  "  app = {\n"
                  "    servers = 'https://a',\n"

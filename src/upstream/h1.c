@@ -1,0 +1,836 @@
+/* Umbra's own HTTP/1.1 client: the upstream's transport for http:// servers at an IP
+ * address (libcurl's multi interface carries the others: https://, host names, and every
+ * server of an upstream with client = "curl").
+ *
+ * Why a second transport: a proxied request through libcurl costs about twice the CPU of
+ * nginx's (two poll() calls per request inside libcurl, a socket callback and an
+ * epoll_ctl each time a connection goes back to its pool, and its own bookkeeping), and
+ * on a small machine that CPU is the throughput. Here a kept-alive connection stays
+ * registered in the worker's epoll set while idle, so a request costs a send and a recv
+ * on each side and nothing else.
+ *
+ * Each worker keeps, per server address, a pool of idle connections (newest first). An
+ * attempt takes one, or connects a new one:
+ *
+ *   connect (non-blocking, connect_timeout) -> send the head, then the body as the sink
+ *   gives it (Content-Length, or chunked when the client's was) -> read the head, line by
+ *   line into upstream.c's parser -> body by Content-Length, chunked, or to the close ->
+ *   the sink -> back to the pool when the exchange was complete and both sides allow it
+ *
+ * A kept-alive connection that fails before a byte of the answer (the server closed it
+ * while we reused it) is retried once on a new connection, which is not counted as a
+ * failure of the server. Every other error goes to um__up_finish as the libcurl code
+ * it corresponds to, so errors, retries and logs are the same for both transports. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "umbra/http1.h"
+#include "umbra/log.h"
+
+#define IN_SIZE (32 * 1024)                /* read buffer; grows for a long head */
+#define OUT_BODY (64 * 1024)               /* request body read from the sink at a time */
+#define CHUNK_HEAD 18                      /* room for "%zx\r\n" before a chunk */
+#define IDLE_MS (60 * 1000)                /* an idle connection is closed after this */
+#define POOL_MAX 1024                      /* idle connections per server and worker */
+
+enum h1_state { H1_CONNECTING, H1_ACTIVE, H1_IDLE };
+enum h1_framing { F_NONE, F_LENGTH, F_CHUNKED, F_CLOSE };
+
+struct h1pool {
+    struct h1pool *next;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    struct h1conn *idle; /* newest first */
+    size_t num_idle;
+};
+
+struct h1worker {
+    struct um_loop *loop;
+    struct h1pool *pools;
+    struct h1conn *all;  /* every open connection, for the loop's stop */
+    struct h1conn *dead; /* closed in this loop turn: freed at its end */
+    struct um_task stop, reap;
+};
+
+struct h1conn {
+    struct um_io io;
+    struct h1worker *hw;
+    struct h1pool *pool;
+    struct h1conn *next_idle, *prev_all, *next_all;
+    struct xfer *x; /* NULL while idle */
+    struct um_timer timer; /* connect timeout, then idle expiry */
+    enum h1_state state;
+    bool reused;     /* taken from the pool for this attempt */
+    bool got_data;   /* a byte of the answer arrived in this attempt */
+    bool keep;       /* the answer allows another request after it */
+    bool req_done;   /* the whole request has been sent */
+    bool body_eof;   /* the request body has been read to its end */
+    bool chunked_out;
+    bool head_done;
+    bool dead;       /* closed: events still pending in this turn are ignored */
+    uint32_t want;   /* the events the connection is registered for */
+    /* request bytes to send: out[out_pos..out_len) */
+    char *out;
+    size_t out_pos, out_len, out_cap;
+    /* response bytes read: in[in_pos..in_pos + in_len) */
+    char *in;
+    size_t in_pos, in_len, in_cap;
+    /* decoded body bytes the sink has not taken yet (inside in, before in_pos) */
+    const char *pend;
+    size_t pend_len;
+    enum h1_framing framing;
+    uint64_t remaining; /* F_LENGTH */
+    struct um_chunked chunk;
+};
+
+static _Thread_local struct h1worker *hworker;
+
+/* ---------------------------------------------------------------- connections */
+
+static void conn_close(struct h1conn *c)
+{
+    struct h1worker *hw = c->hw;
+    if (c->state == H1_IDLE) {
+        struct h1conn **p = &c->pool->idle;
+        while (*p != c)
+            p = &(*p)->next_idle;
+        *p = c->next_idle;
+        c->pool->num_idle--;
+    }
+    um_loop_timer_stop(hw->loop, &c->timer);
+    /* close() takes the descriptor out of the epoll set. */
+    close(c->io.fd);
+    c->io.fd = -1;
+    if (c->prev_all)
+        c->prev_all->next_all = c->next_all;
+    else
+        hw->all = c->next_all;
+    if (c->next_all)
+        c->next_all->prev_all = c->prev_all;
+    /* An event for it may still be waiting in this turn's batch: freed after the turn. */
+    c->dead = true;
+    c->next_all = hw->dead;
+    hw->dead = c;
+    um_loop_defer(hw->loop, &hw->reap);
+}
+
+static void reap(struct h1worker *hw)
+{
+    while (hw->dead) {
+        struct h1conn *c = hw->dead;
+        hw->dead = c->next_all;
+        free(c->out);
+        free(c->in);
+        free(c);
+    }
+}
+
+static void on_reap(struct um_task *t)
+{
+    reap((struct h1worker *)((char *)t - offsetof(struct h1worker, reap)));
+}
+
+/* Registers the connection for events (only when they change: a connection that goes
+ * from request to request stays registered for EPOLLIN and costs no epoll_ctl). */
+static bool conn_want(struct h1conn *c, uint32_t events)
+{
+    if (c->want == events)
+        return true;
+    if (um_loop_io_set(c->hw->loop, &c->io, c->io.fd, events) != UM_OK)
+        return false;
+    c->want = events;
+    return true;
+}
+
+static void on_worker_stop(struct um_task *t)
+{
+    struct h1worker *hw = (struct h1worker *)((char *)t - offsetof(struct h1worker, stop));
+    while (hw->all) {
+        struct h1conn *c = hw->all;
+        if (c->x)
+            c->x->hc = NULL;
+        conn_close(c);
+    }
+    reap(hw);
+    while (hw->pools) {
+        struct h1pool *p = hw->pools;
+        hw->pools = p->next;
+        free(p);
+    }
+    free(hw);
+    hworker = NULL;
+}
+
+static struct h1worker *h1worker(struct um_loop *loop)
+{
+    if (hworker)
+        return hworker;
+    struct h1worker *hw = um_calloc(1, sizeof(*hw));
+    hw->loop = loop;
+    hw->stop.cb = on_worker_stop;
+    hw->reap.cb = on_reap;
+    um_loop_on_stop(loop, &hw->stop);
+    hworker = hw;
+    return hw;
+}
+
+static struct h1pool *pool_for(struct h1worker *hw, const struct server_addr *a)
+{
+    for (struct h1pool *p = hw->pools; p; p = p->next)
+        if (p->addrlen == a->addrlen && memcmp(&p->addr, &a->addr, a->addrlen) == 0)
+            return p;
+    struct h1pool *p = um_calloc(1, sizeof(*p));
+    memcpy(&p->addr, &a->addr, a->addrlen);
+    p->addrlen = a->addrlen;
+    p->next = hw->pools;
+    hw->pools = p;
+    return p;
+}
+
+/* ---------------------------------------------------------------- ending an attempt */
+
+static void on_io(struct um_io *io, uint32_t events);
+static void on_timer(struct um_timer *t);
+static void attempt(struct xfer *x, bool new_conn);
+
+static void detach(struct h1conn *c)
+{
+    struct xfer *x = c->x;
+    x->hc = NULL;
+    c->x = NULL;
+}
+
+/* The attempt failed with res (why: a few words for the log). Closes the connection.
+ * A reused connection that failed before any answer is replaced by a new one once. */
+static void fail(struct h1conn *c, CURLcode res, const char *why)
+{
+    struct xfer *x = c->x;
+    bool again = c->reused && !c->got_data && !x->head_sent && (!x->body_started || x->body);
+    detach(c);
+    conn_close(c);
+    if (again) {
+        x->body_pos = 0;
+        attempt(x, true);
+        return;
+    }
+    if (x->errbuf[0] == '\0')
+        snprintf(x->errbuf, sizeof(x->errbuf), "%s", why);
+    um__up_finish(x, res);
+}
+
+static void fail_errno(struct h1conn *c, CURLcode res, const char *what, int err)
+{
+    char why[128];
+    snprintf(why, sizeof(why), "%s: %s", what, strerror(err));
+    fail(c, res, why);
+}
+
+/* The answer is complete: the connection goes back to its pool when it can. */
+static void complete(struct h1conn *c)
+{
+    struct xfer *x = c->x;
+    struct h1worker *hw = c->hw;
+    detach(c);
+    if (c->keep && c->req_done && c->in_len == 0 && c->framing != F_CLOSE &&
+        c->pool->num_idle < POOL_MAX && conn_want(c, EPOLLIN)) {
+        c->state = H1_IDLE;
+        c->next_idle = c->pool->idle;
+        c->pool->idle = c;
+        c->pool->num_idle++;
+        um_loop_timer_start(hw->loop, &c->timer, IDLE_MS);
+    } else {
+        conn_close(c);
+    }
+    um__up_finish(x, CURLE_OK);
+}
+
+/* ---------------------------------------------------------------- sending */
+
+static void out_reserve(struct h1conn *c, size_t n)
+{
+    if (c->out_cap >= n)
+        return;
+    c->out = um_realloc(c->out, n);
+    c->out_cap = n;
+}
+
+/* Writes the request head into c->out. */
+static void put_head(struct h1conn *c, struct xfer *x)
+{
+    const char *method = x->is_head ? "HEAD" : x->method ? x->method : "GET";
+    const char *authority = x->up->addrs[x->server].authority;
+    size_t need = strlen(method) + strlen(x->target) + x->fields_len + strlen(authority) + 128;
+    out_reserve(c, need);
+    size_t o = (size_t)snprintf(c->out, need, "%s %s HTTP/1.1\r\n", method, x->target);
+    memcpy(c->out + o, x->fields, x->fields_len);
+    o += x->fields_len;
+    if (!x->has_host)
+        o += (size_t)snprintf(c->out + o, need - o, "Host: %s\r\n", authority);
+    c->chunked_out = false;
+    if (x->has_body) {
+        if (x->body_size >= 0)
+            o += (size_t)snprintf(c->out + o, need - o, "Content-Length: %lld\r\n",
+                                  (long long)x->body_size);
+        else {
+            memcpy(c->out + o, "Transfer-Encoding: chunked\r\n", 28);
+            o += 28;
+            c->chunked_out = true;
+        }
+    }
+    memcpy(c->out + o, "\r\n", 2);
+    c->out_len = o + 2;
+    c->out_pos = 0;
+    c->body_eof = !x->has_body;
+}
+
+/* Reads the next piece of the request body into c->out. Returns false when the
+ * connection is gone (the body failed). */
+static bool next_body(struct h1conn *c, struct xfer *x)
+{
+    out_reserve(c, CHUNK_HEAD + OUT_BODY + 2);
+    char *dst = c->out + CHUNK_HEAD;
+    ssize_t n;
+    if (x->body) {
+        n = (ssize_t)((size_t)x->body_size - x->body_pos);
+        if (n > OUT_BODY)
+            n = OUT_BODY;
+        memcpy(dst, x->body + x->body_pos, (size_t)n);
+        x->body_pos += (size_t)n;
+    } else {
+        n = x->sink->ops->read_body(x->sink, dst, OUT_BODY);
+        if (n == UM_AGAIN) {
+            x->paused_send = true;
+            c->out_pos = c->out_len = 0;
+            return true;
+        }
+        if (n < 0) {
+            x->body_failed = true;
+            fail(c, CURLE_ABORTED_BY_CALLBACK, "request body failed");
+            return false;
+        }
+    }
+    if (n > 0)
+        x->body_started = true;
+    if (n == 0)
+        c->body_eof = true;
+    if (!c->chunked_out) {
+        c->out_pos = CHUNK_HEAD;
+        c->out_len = CHUNK_HEAD + (size_t)n;
+        return true;
+    }
+    if (n == 0) {
+        memcpy(c->out, "0\r\n\r\n", 5);
+        c->out_pos = 0;
+        c->out_len = 5;
+        return true;
+    }
+    char hex[CHUNK_HEAD];
+    int hl = snprintf(hex, sizeof(hex), "%zx\r\n", (size_t)n);
+    c->out_pos = CHUNK_HEAD - (size_t)hl;
+    memcpy(c->out + c->out_pos, hex, (size_t)hl);
+    memcpy(dst + n, "\r\n", 2);
+    c->out_len = CHUNK_HEAD + (size_t)n + 2;
+    return true;
+}
+
+/* Sends what it can of the request. Returns false when the connection is gone. */
+static bool send_request(struct h1conn *c)
+{
+    struct xfer *x = c->x;
+    while (!c->req_done) {
+        if (c->out_pos == c->out_len) {
+            if (c->body_eof) {
+                c->req_done = true;
+                break;
+            }
+            if (!next_body(c, x))
+                return false;
+            if (c->out_pos == c->out_len && !c->body_eof)
+                break; /* nothing buffered: body_ready comes when there is */
+            continue;
+        }
+        ssize_t n = send(c->io.fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR) {
+                if (errno == EINTR)
+                    continue;
+                if (!conn_want(c, EPOLLIN | EPOLLOUT)) {
+                    fail_errno(c, CURLE_SEND_ERROR, "epoll_ctl", errno);
+                    return false;
+                }
+                return true;
+            }
+            if (c->got_data) {
+                /* The server answered already and stopped reading: its answer counts. */
+                c->keep = false;
+                c->req_done = true;
+                break;
+            }
+            fail_errno(c, CURLE_SEND_ERROR, "send", errno);
+            return false;
+        }
+        c->out_pos += (size_t)n;
+    }
+    if (!conn_want(c, EPOLLIN)) {
+        fail_errno(c, CURLE_SEND_ERROR, "epoll_ctl", errno);
+        return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+/* The head has been handed to the sink: how the body is framed, and whether the
+ * connection may carry another request after it (RFC 9112 sections 6.3 and 9.3). */
+static void head_done(struct h1conn *c, struct xfer *x)
+{
+    bool te = false, chunked = false, close_ = false, keep_alive = false, http10 = false;
+    int64_t cl = -1;
+    for (size_t l = 0; l < x->num_lines; l++) {
+        const char *p = x->hbuf + x->line_starts[l];
+        size_t len = (l + 1 < x->num_lines ? x->line_starts[l + 1] : x->hlen) - x->line_starts[l];
+        while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == '\r'))
+            len--;
+        if (l == 0) {
+            http10 = len >= 8 && memcmp(p, "HTTP/1.0", 8) == 0;
+            continue;
+        }
+        const char *colon = memchr(p, ':', len);
+        if (colon == NULL)
+            continue;
+        um_str name = {p, (size_t)(colon - p)};
+        um_str value = um_str_trim((um_str){colon + 1, len - (size_t)(colon + 1 - p)});
+        if (um_str_eq_ci(name, "transfer-encoding")) {
+            te = true;
+            /* chunked must be the last coding */
+            size_t e = value.len;
+            while (e > 0 && (value.base[e - 1] == ' ' || value.base[e - 1] == '\t'))
+                e--;
+            chunked = e >= 7 && strncasecmp(value.base + e - 7, "chunked", 7) == 0 &&
+                      (e == 7 || value.base[e - 8] == ',' || value.base[e - 8] == ' ');
+        } else if (um_str_eq_ci(name, "content-length")) {
+            cl = 0;
+            for (size_t i = 0; i < value.len; i++)
+                cl = cl * 10 + (value.base[i] - '0'); /* checked by deliver_head */
+        } else if (um_str_eq_ci(name, "connection")) {
+            for (size_t i = 0; i + 5 <= value.len; i++) {
+                if (strncasecmp(value.base + i, "close", 5) == 0)
+                    close_ = true;
+                if (i + 10 <= value.len && strncasecmp(value.base + i, "keep-alive", 10) == 0)
+                    keep_alive = true;
+            }
+        }
+    }
+    c->keep = !close_ && (!http10 || keep_alive);
+    if (x->is_head || x->status == 204 || x->status == 304) {
+        c->framing = F_NONE;
+    } else if (te) {
+        c->framing = chunked ? F_CHUNKED : F_CLOSE;
+        um_chunked_init(&c->chunk);
+    } else if (cl >= 0) {
+        c->framing = cl == 0 ? F_NONE : F_LENGTH;
+        c->remaining = (uint64_t)cl;
+    } else {
+        c->framing = F_CLOSE;
+    }
+    c->head_done = true;
+    /* The first byte arrived: from now on the timeout is for a stalled body. */
+    um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
+}
+
+/* Feeds whole head lines from the buffer to upstream.c's parser. Returns false when the
+ * connection is gone. */
+static bool parse_head(struct h1conn *c, struct xfer *x)
+{
+    while (!c->head_done && c->in_len > 0) {
+        char *p = c->in + c->in_pos;
+        char *nl = memchr(p, '\n', c->in_len);
+        if (nl == NULL) {
+            if (c->in_len >= MAX_RESPONSE_HEAD) {
+                um_log_err("upstream %s: server %s: response head too large", x->up->conf->name,
+                           x->up->conf->servers[x->server].url);
+                x->logged = true;
+                fail(c, CURLE_WEIRD_SERVER_REPLY, "response head too large");
+                return false;
+            }
+            return true;
+        }
+        size_t len = (size_t)(nl - p) + 1;
+        c->in_pos += len;
+        c->in_len -= len;
+        if (um__up_head_line(p, 1, len, x) != len) {
+            fail(c, CURLE_WEIRD_SERVER_REPLY, "malformed response head");
+            return false;
+        }
+        if (x->head_sent)
+            head_done(c, x);
+    }
+    return true;
+}
+
+/* Offers c->pend to the sink. Returns false when the sink is behind (reading stops). */
+static bool offer(struct h1conn *c, struct xfer *x)
+{
+    if (c->pend_len == 0)
+        return true;
+    if (x->sink->ops->on_data(x->sink, c->pend, c->pend_len) == 0) {
+        x->paused_recv = true;
+        um_loop_timer_stop(c->hw->loop, &x->ttfb); /* a slow client is not the server's fault */
+        return false;
+    }
+    c->pend_len = 0;
+    return true;
+}
+
+enum { BODY_MORE, BODY_DONE, BODY_PAUSED, BODY_GONE };
+
+/* Moves buffered body bytes to the sink. */
+static int take_body(struct h1conn *c, struct xfer *x)
+{
+    if (!offer(c, x))
+        return BODY_PAUSED;
+    switch (c->framing) {
+    case F_NONE:
+        if (c->in_len > 0)
+            c->keep = false;
+        return BODY_DONE;
+    case F_LENGTH: {
+        if (c->remaining == 0)
+            return BODY_DONE;
+        size_t n = c->in_len < c->remaining ? c->in_len : (size_t)c->remaining;
+        c->pend = c->in + c->in_pos;
+        c->pend_len = n;
+        c->in_pos += n;
+        c->in_len -= n;
+        c->remaining -= n;
+        if (!offer(c, x))
+            return BODY_PAUSED;
+        if (c->remaining > 0)
+            return BODY_MORE;
+        if (c->in_len > 0)
+            c->keep = false; /* bytes after the answer: not a connection to reuse */
+        return BODY_DONE;
+    }
+    case F_CHUNKED: {
+        while (c->in_len > 0) {
+            size_t consumed = 0, out = 0;
+            char *p = c->in + c->in_pos;
+            int r = um_chunked_decode(&c->chunk, p, c->in_len, &consumed, &out);
+            if (r == UM_ERR) {
+                snprintf(x->errbuf, sizeof(x->errbuf), "malformed chunked body");
+                fail(c, CURLE_RECV_ERROR, "malformed chunked body");
+                return BODY_GONE;
+            }
+            c->pend = p;
+            c->pend_len = out;
+            c->in_pos += consumed;
+            c->in_len -= consumed;
+            if (r == UM_DONE) {
+                if (c->in_len > 0)
+                    c->keep = false;
+                c->framing = F_NONE; /* what is left to offer is all */
+                c->in_len = 0;
+                if (!offer(c, x))
+                    return BODY_PAUSED;
+                return BODY_DONE;
+            }
+            if (!offer(c, x))
+                return BODY_PAUSED;
+        }
+        return BODY_MORE;
+    }
+    case F_CLOSE:
+        c->pend = c->in + c->in_pos;
+        c->pend_len = c->in_len;
+        c->in_pos += c->in_len;
+        c->in_len = 0;
+        return offer(c, x) ? BODY_MORE : BODY_PAUSED;
+    }
+    return BODY_MORE;
+}
+
+/* Reads and handles what the server sent, until it would block, the client is behind, or
+ * the answer is complete. */
+static void receive(struct h1conn *c)
+{
+    struct xfer *x = c->x;
+    for (;;) {
+        if (!c->head_done && !parse_head(c, x))
+            return;
+        if (c->head_done) {
+            int r = take_body(c, x);
+            if (r == BODY_GONE)
+                return;
+            if (r == BODY_PAUSED) {
+                if (!conn_want(c, c->want & ~(uint32_t)EPOLLIN))
+                    fail_errno(c, CURLE_RECV_ERROR, "epoll_ctl", errno);
+                return;
+            }
+            if (r == BODY_DONE) {
+                if (!c->req_done)
+                    c->keep = false; /* answered before the request ended */
+                complete(c);
+                return;
+            }
+        }
+        /* Need more: make room, then read. */
+        if (c->pend_len == 0 && c->in_pos > 0) {
+            memmove(c->in, c->in + c->in_pos, c->in_len);
+            c->in_pos = 0;
+        }
+        if (c->in_pos + c->in_len == c->in_cap) {
+            size_t cap = c->in_cap * 2;
+            if (cap > MAX_RESPONSE_HEAD + IN_SIZE)
+                cap = MAX_RESPONSE_HEAD + IN_SIZE; /* parse_head refuses before this fills */
+            if (c->pend_len > 0 || cap == c->in_cap)
+                return; /* cannot happen: pend is only left when the sink is behind */
+            c->in = um_realloc(c->in, cap);
+            c->in_cap = cap;
+        }
+        ssize_t n = recv(c->io.fd, c->in + c->in_pos + c->in_len,
+                         c->in_cap - c->in_pos - c->in_len, 0);
+        if (n > 0) {
+            c->got_data = true;
+            c->in_len += (size_t)n;
+            if (c->head_done)
+                um_loop_timer_start(c->hw->loop, &x->ttfb,
+                                    (uint64_t)(x->up->conf->timeout * 1000));
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n == 0 && c->head_done && c->framing == F_CLOSE) {
+            c->keep = false;
+            complete(c);
+            return;
+        }
+        int err = n < 0 ? errno : 0;
+        if (!c->got_data) {
+            if (err)
+                fail_errno(c, CURLE_RECV_ERROR, "recv", err);
+            else
+                fail(c, CURLE_GOT_NOTHING, "the server closed the connection without an answer");
+        } else if (err) {
+            fail_errno(c, CURLE_RECV_ERROR, "recv", err);
+        } else if (!c->head_done) {
+            fail(c, CURLE_WEIRD_SERVER_REPLY, "the server closed the connection in the "
+                                              "middle of the response head");
+        } else {
+            fail(c, CURLE_PARTIAL_FILE, "the server closed the connection before the end of "
+                                        "the answer");
+        }
+        return;
+    }
+}
+
+/* ---------------------------------------------------------------- events */
+
+static void connected(struct h1conn *c)
+{
+    um_loop_timer_stop(c->hw->loop, &c->timer);
+    c->state = H1_ACTIVE;
+    /* The answer cannot be there yet: reading now would only cost a recv (EAGAIN). */
+    send_request(c);
+}
+
+static void on_io(struct um_io *io, uint32_t events)
+{
+    struct h1conn *c = (struct h1conn *)io;
+    if (c->dead)
+        return;
+    if (c->state == H1_IDLE) {
+        /* The server closed it, or sent what nobody asked for. */
+        conn_close(c);
+        return;
+    }
+    if (c->state == H1_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            err = errno;
+        if (err == 0 && (events & (EPOLLERR | EPOLLHUP)))
+            err = ECONNREFUSED;
+        if (err != 0) {
+            fail_errno(c, CURLE_COULDNT_CONNECT, "connect", err);
+            return;
+        }
+        connected(c);
+        return;
+    }
+    if ((events & EPOLLOUT) && !c->req_done && !send_request(c))
+        return;
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+        receive(c);
+}
+
+static void on_timer(struct um_timer *t)
+{
+    struct h1conn *c = (struct h1conn *)((char *)t - offsetof(struct h1conn, timer));
+    if (c->state == H1_IDLE) {
+        conn_close(c);
+        return;
+    }
+    fail(c, CURLE_OPERATION_TIMEDOUT, "connection timed out");
+}
+
+/* ---------------------------------------------------------------- attempts */
+
+static struct h1conn *conn_new(struct h1worker *hw, struct h1pool *pool, struct xfer *x)
+{
+    int fd = socket(pool->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        x->socket_errno = errno;
+        return NULL;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    struct h1conn *c = um_calloc(1, sizeof(*c));
+    c->io.cb = on_io;
+    c->io.fd = fd;
+    c->hw = hw;
+    c->pool = pool;
+    c->timer.cb = on_timer;
+    c->in_cap = IN_SIZE;
+    c->in = um_malloc(c->in_cap);
+    c->next_all = hw->all;
+    if (hw->all)
+        hw->all->prev_all = c;
+    hw->all = c;
+    c->state = H1_CONNECTING;
+    return c;
+}
+
+/* Runs x's attempt on a connection from the pool (unless new_conn) or a new one. */
+static void attempt(struct xfer *x, bool new_conn)
+{
+    struct h1worker *hw = h1worker(x->loop);
+    const struct server_addr *a = &x->up->addrs[x->server];
+    struct h1pool *pool = pool_for(hw, a);
+    struct h1conn *c = NULL;
+    bool reused = false;
+    if (!new_conn && pool->idle) {
+        c = pool->idle;
+        pool->idle = c->next_idle;
+        pool->num_idle--;
+        um_loop_timer_stop(hw->loop, &c->timer);
+        c->state = H1_ACTIVE;
+        reused = true;
+    }
+    bool fresh = c == NULL;
+    if (fresh) {
+        c = conn_new(hw, pool, x);
+        if (c == NULL) {
+            snprintf(x->errbuf, sizeof(x->errbuf), "socket: %s", strerror(x->socket_errno));
+            um__up_finish(x, CURLE_COULDNT_CONNECT);
+            return;
+        }
+    }
+    c->x = x;
+    x->hc = c;
+    c->reused = reused;
+    c->got_data = c->req_done = c->head_done = false;
+    c->keep = true;
+    c->in_pos = c->in_len = c->pend_len = 0;
+    x->hlen = 0;
+    x->num_lines = 0;
+    put_head(c, x);
+    if (!fresh) {
+        send_request(c); /* the answer comes with EPOLLIN (see connected) */
+        return;
+    }
+    if (connect(c->io.fd, (const struct sockaddr *)&pool->addr, pool->addrlen) == 0) {
+        if (!conn_want(c, EPOLLIN)) {
+            fail_errno(c, CURLE_COULDNT_CONNECT, "epoll_ctl", errno);
+            return;
+        }
+        connected(c);
+        return;
+    }
+    if (errno != EINPROGRESS) {
+        fail_errno(c, CURLE_COULDNT_CONNECT, "connect", errno);
+        return;
+    }
+    if (!conn_want(c, EPOLLOUT)) {
+        fail_errno(c, CURLE_COULDNT_CONNECT, "epoll_ctl", errno);
+        return;
+    }
+    um_loop_timer_start(hw->loop, &c->timer, (uint64_t)(x->up->conf->connect_timeout * 1000));
+}
+
+void um__h1_start(struct xfer *x)
+{
+    attempt(x, false);
+}
+
+void um__h1_release(struct xfer *x)
+{
+    struct h1conn *c = x->hc;
+    detach(c);
+    conn_close(c);
+}
+
+void um__h1_resume(struct xfer *x)
+{
+    struct h1conn *c = x->hc;
+    um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
+    if (!conn_want(c, c->want | EPOLLIN)) {
+        fail_errno(c, CURLE_RECV_ERROR, "epoll_ctl", errno);
+        return;
+    }
+    receive(c);
+}
+
+void um__h1_body_ready(struct xfer *x)
+{
+    struct h1conn *c = x->hc;
+    if (c->state == H1_ACTIVE && !c->req_done)
+        send_request(c);
+}
+
+void um__h1_parse_server(const char *url, struct server_addr *a)
+{
+    a->native = false;
+    if (strncmp(url, "http://", 7) != 0)
+        return;
+    const char *host = url + 7;
+    const char *colon = strrchr(host, ':');
+    if (colon == NULL)
+        return;
+    a->authority = host;
+    int port = atoi(colon + 1);
+    char h[64];
+    size_t hl = (size_t)(colon - host);
+    if (hl >= sizeof(h))
+        return;
+    memcpy(h, host, hl);
+    h[hl] = '\0';
+    memset(&a->addr, 0, sizeof(a->addr));
+    if (h[0] == '[' && hl > 2 && h[hl - 1] == ']') {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&a->addr;
+        h[hl - 1] = '\0';
+        if (inet_pton(AF_INET6, h + 1, &s6->sin6_addr) != 1)
+            return;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        a->addrlen = sizeof(*s6);
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&a->addr;
+        if (inet_pton(AF_INET, h, &s4->sin_addr) != 1)
+            return;
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        a->addrlen = sizeof(*s4);
+    }
+    a->native = true;
+}
