@@ -742,6 +742,7 @@ static void attempt(struct xfer *x, bool new_conn)
     c->got_data = c->req_done = c->head_done = false;
     c->keep = true;
     c->in_pos = c->in_len = c->pend_len = 0;
+    x->paused_send = x->paused_recv = false; /* this attempt asks the sink afresh */
     x->hlen = 0;
     x->num_lines = 0;
     put_head(c, x);

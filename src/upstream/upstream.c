@@ -953,7 +953,7 @@ static void upstream_resume(struct um_origin *o, struct um_sink *sink)
     x->paused_recv = false;
     if (x->hc)
         um__h1_resume(x);
-    else
+    else if (x->in_multi)
         unpause(x);
 }
 
@@ -966,7 +966,7 @@ static void upstream_body_ready(struct um_origin *o, struct um_sink *sink)
     x->paused_send = false;
     if (x->hc)
         um__h1_body_ready(x);
-    else
+    else if (x->in_multi)
         unpause(x);
 }
 
