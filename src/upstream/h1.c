@@ -430,7 +430,8 @@ static void head_done(struct h1conn *c, struct xfer *x)
             }
         }
     }
-    c->keep = !close_ && (!http10 || keep_alive);
+    /* Both framings at once may be an attempt at response splitting: not reused. */
+    c->keep = !close_ && (!http10 || keep_alive) && !(te && cl >= 0);
     if (x->is_head || x->status == 204 || x->status == 304) {
         c->framing = F_NONE;
     } else if (te) {

@@ -413,6 +413,7 @@ static bool deliver_head(struct xfer *x)
     struct um_header fields[MAX_RESPONSE_FIELDS + 2];
     size_t n = 0;
     int64_t content_length = -1;
+    bool te = false;
     /* Line 0 is the status line: "HTTP/1.x SSS reason". */
     const char *sl = x->hbuf + x->line_starts[0];
     size_t sl_len = (x->num_lines > 1 ? x->line_starts[1] : x->hlen) - x->line_starts[0];
@@ -449,6 +450,8 @@ static bool deliver_head(struct xfer *x)
     }
     for (size_t i = 0; i < nraw; i++) {
         um_str name = raw[i].name;
+        if (um_str_eq_ci(name, "transfer-encoding"))
+            te = true;
         if (um_str_eq_ci(name, "content-length")) {
             um_str v = raw[i].value;
             uint64_t cl = 0;
@@ -470,6 +473,10 @@ static bool deliver_head(struct xfer *x)
         fields[n++] = raw[i];
     }
     fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
+    /* Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3): the body is as
+     * long as its coding says, and a length passed on would misframe it to the client. */
+    if (te)
+        content_length = -1;
     if (x->is_head || x->status == 204 || x->status == 304) {
         /* No body follows; a HEAD answer keeps the length the origin announced. */
     } else if (content_length < 0) {

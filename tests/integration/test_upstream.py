@@ -288,6 +288,18 @@ routes = {
                 self.assertEqual(r.status, 200)
                 self.assertEqual(r.body, origin_body(size))
 
+    def test_chunked_with_content_length_is_framed_by_chunks(self):
+        # Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3): the client gets
+        # the whole decoded body, not a Content-Length: 3 that would cut it and leave the
+        # rest on the connection as the start of a next response.
+        data, closed = exchange(self.port, req("/tecl?size=20&chunked=1&header=Content-Length:3",
+                                               close=False) + req("/after?size=5"), timeout=10)
+        self.assertTrue(closed)
+        first, second = parse_responses(data)
+        self.assertEqual((first.status, first.body), (200, origin_body(20)))
+        self.assertNotEqual(first.header("Content-Length"), "3")
+        self.assertEqual((second.status, second.body), (200, origin_body(5)))
+
     def test_close_delimited_origin_body_complete(self):
         r = fetch(self.port, req("/nolen?nolength=1&size=200000"))
         self.assertEqual(r.status, 200)
