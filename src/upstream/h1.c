@@ -687,15 +687,9 @@ static void on_timer(struct um_timer *t)
 
 /* ---------------------------------------------------------------- attempts */
 
-static struct h1conn *conn_new(struct h1worker *hw, struct h1pool *pool, struct xfer *x)
+/* A connection on socket fd to the pool's server (the fuzz harness makes its own). */
+static struct h1conn *conn_add(struct h1worker *hw, struct h1pool *pool, int fd)
 {
-    int fd = socket(pool->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        x->socket_errno = errno;
-        return NULL;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct h1conn *c = um_calloc(1, sizeof(*c));
     c->io.cb = on_io;
     c->io.fd = fd;
@@ -710,6 +704,18 @@ static struct h1conn *conn_new(struct h1worker *hw, struct h1pool *pool, struct 
     hw->all = c;
     c->state = H1_CONNECTING;
     return c;
+}
+
+static struct h1conn *conn_new(struct h1worker *hw, struct h1pool *pool, struct xfer *x)
+{
+    int fd = socket(pool->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        x->socket_errno = errno;
+        return NULL;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return conn_add(hw, pool, fd);
 }
 
 /* Runs x's attempt on a connection from the pool (unless new_conn) or a new one. */

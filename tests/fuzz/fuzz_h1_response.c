@@ -40,24 +40,8 @@
 #include <fcntl.h>
 
 #include "fuzz_common.h"
+#include "fuzz_loop_stubs.h"
 
-void fuzz_log(enum um_log_level level, const char *fmt, ...)
-{
-    (void)level;
-    (void)fmt;
-}
-
-uint64_t fuzz_loop_now(const struct um_loop *l)
-{
-    (void)l;
-    return 0;
-}
-
-void fuzz_loop_timer_stop(struct um_loop *l, struct um_timer *t)
-{
-    (void)l;
-    t->_index = 0;
-}
 
 void fuzz_loop_timer_start(struct um_loop *l, struct um_timer *t, uint64_t ms)
 {
@@ -209,18 +193,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* A connection in the middle of an attempt whose request has been sent. */
     struct h1worker *hw = h1worker(x->loop);
-    struct h1conn *c = um_calloc(1, sizeof *c);
-    c->io.cb = on_io;
-    c->io.fd = sv[0];
-    c->hw = hw;
-    c->pool = pool_for(hw, &addr);
-    c->timer.cb = on_timer;
-    c->in_cap = IN_SIZE;
-    c->in = um_malloc(c->in_cap);
-    c->next_all = hw->all;
-    if (hw->all)
-        hw->all->prev_all = c;
-    hw->all = c;
+    struct h1conn *c = conn_add(hw, pool_for(hw, &addr), sv[0]);
     c->state = H1_ACTIVE;
     c->want = EPOLLIN;
     c->x = x;

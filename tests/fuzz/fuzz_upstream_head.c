@@ -27,6 +27,7 @@
 #undef um_log
 
 #include "fuzz_common.h"
+#include "fuzz_loop_stubs.h"
 
 /* The transports are not exercised here (stubs keep src/upstream/h1.c, and the worker
  * loop it uses, out of the binary). */
@@ -56,23 +57,6 @@ void um__h1_parse_server(const char *url, struct server_addr *a)
     a->native = false;
 }
 
-void fuzz_log(enum um_log_level level, const char *fmt, ...)
-{
-    (void)level;
-    (void)fmt;
-}
-
-uint64_t fuzz_loop_now(const struct um_loop *l)
-{
-    (void)l;
-    return 0;
-}
-
-void fuzz_loop_timer_stop(struct um_loop *l, struct um_timer *t)
-{
-    (void)l;
-    (void)t;
-}
 
 static int heads;
 static const char *input;

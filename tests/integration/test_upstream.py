@@ -495,8 +495,9 @@ class ConcurrencyTest(unittest.TestCase):
 
 # -- retries and failing servers ---------------------------------------------------------
 
-class ResetServer:
-    """A listener that accepts and resets every connection, counting them."""
+class Listener:
+    """A listener on 127.0.0.1 whose accepted connections go to handle(conn) on its
+    thread, counting them; subclasses say what a connection gets."""
 
     def __init__(self):
         self.sock = socket.socket()
@@ -510,7 +511,6 @@ class ResetServer:
         self._thread.start()
 
     def _run(self):
-        import struct
         while not self._stop:
             r, _, _ = select.select([self.sock], [], [], 0.1)
             if not r:
@@ -520,13 +520,24 @@ class ResetServer:
             except OSError:
                 return
             self.accepted += 1
-            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            c.close()
+            self.handle(c)
+
+    def handle(self, conn):
+        raise NotImplementedError
 
     def close(self):
         self._stop = True
         self._thread.join(2)
         self.sock.close()
+
+
+class ResetServer(Listener):
+    """Accepts and resets every connection."""
+
+    def handle(self, conn):
+        import struct
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
 
 
 class RetryTest(unittest.TestCase):
@@ -625,22 +636,17 @@ routes = {
 
 # -- the two clients ---------------------------------------------------------------------
 
-class OneAnswerServer:
+class OneAnswerServer(Listener):
     """A keep-alive HTTP/1.1 server that answers the first request of each connection and
     closes the connection on the second without answering: what a server does when its
     keep-alive timeout ends just as the proxy reuses the connection."""
 
     def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.accepted = 0
         self.answered = 0
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__()
+
+    def handle(self, conn):
+        threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, c):
         with c:
@@ -662,23 +668,6 @@ class OneAnswerServer:
                     return  # closed without an answer
                 self.answered += 1
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
-
-    def _run(self):
-        while not self._stop:
-            r, _, _ = select.select([self.sock], [], [], 0.1)
-            if not r:
-                continue
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def close(self):
-        self._stop = True
-        self._thread.join(2)
-        self.sock.close()
 
 
 class ClientTest(unittest.TestCase, UpstreamAssertions):
