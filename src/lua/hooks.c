@@ -151,14 +151,21 @@ static struct call *current(lua_State *L)
 
 static void on_count(lua_State *L, lua_Debug *ar)
 {
-    (void)ar;
     struct hstate *h = tl_state;
     if (h == NULL || ++h->ticks <= h->max_ticks)
         return;
     /* From now on at every instruction, so that a pcall in the script cannot carry on. */
     lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
     h->hook_every = true;
-    luaL_error(L, "instruction budget of %d exceeded (endless loop?)", h->max_ticks * TICK);
+    /* The line the script is at (luaL_error would name its caller's: none for the file's
+     * top level), so that a load-time error reads FILE:LINE, as the loader's does. */
+    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+        lua_pushfstring(L, "%s:%d: ", ar->short_src, ar->currentline);
+    else
+        lua_pushliteral(L, "");
+    lua_pushfstring(L, "instruction budget of %d exceeded (endless loop?)", h->max_ticks * TICK);
+    lua_concat(L, 2);
+    lua_error(L);
 }
 
 static int traceback(lua_State *L)

@@ -353,6 +353,24 @@ static void test_states_made_at_load(void **state)
     assert_null(c->lua.states);
     assert_int_equal(c->lua.num_states, 0);
     um_config_unref(c);
+
+    /* A top level that runs out of budget there is named by its line too. */
+    const char *loop = "listen = { '127.0.0.1:1' }\n"
+                       "routes = { { path = '/', root = '.', on_request = function() end } }\n"
+                       "if umbra then\n"
+                       "  while true do end\n"
+                       "end\n";
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, loop, strlen(loop)), (ssize_t)strlen(loop));
+    close(fd);
+    c = um_config_load(path, err, sizeof err);
+    assert_non_null(c);
+    assert_false(um_hooks_create_states(c, 1, err, sizeof err));
+    snprintf(want, sizeof want, "%s:4: instruction budget of 10000000 exceeded (endless loop?) "
+             "(in worker 0's request hooks)", path);
+    assert_string_equal(err, want);
+    um_config_unref(c);
     unlink(path);
     memcpy(path + strlen(path) - 6, "XXXXXX", 6);
 }
