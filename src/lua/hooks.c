@@ -867,7 +867,7 @@ static int l_log(lua_State *L)
     static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
     static const enum um_log_level ids[] = {UM_LOG_ERR, UM_LOG_WARN, UM_LOG_INFO, UM_LOG_DEBUG};
     int lv = luaL_checkoption(L, 1, NULL, levels);
-    if (um_log_level < ids[lv])
+    if (um_log_level_get() < ids[lv])
         return 0;
     luaL_Buffer b;
     luaL_buffinit(L, &b);
