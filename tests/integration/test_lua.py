@@ -641,6 +641,20 @@ end } }
             self.serve_on_every_worker(u, "v2")
             self.assertEqual(len(log_lines_with(u, "top level ran")), 4, u.log())
 
+            # Worker 0's state made, worker 1's failing: the reload fails, the state made
+            # is closed (the sanitizer builds check that none leaks), v2 goes on.
+            with open(u.config_path, "w") as f:
+                f.write('listen = { "127.0.0.1:%d" }\nworkers = 2\n' % u.port +
+                        'if umbra and umbra.worker == 1 then error("not on 1") end\n' +
+                        self.TEXT % "v3")
+            mark = len(u.log())
+            u.proc.send_signal(signal.SIGHUP)
+            self.assertRegex(log_since(u, mark, "configuration not reloaded"),
+                             r"config\.lua:3: not on 1 \(in worker 1's request hooks\)")
+            self.serve_on_every_worker(u, "v2")
+            # A clean stop closes every state: the running snapshot's and the retired one's.
+            self.assertEqual(u.stop(), 0, u.log())
+
 
 class ConcurrencyTest(unittest.TestCase):
     def test_hooks_on_several_workers(self):
