@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "umbra/config.h"
+#include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
 #include "umbra/upstream.h"
@@ -60,6 +61,13 @@ int main(int argc, char **argv)
         return 1;
     }
     if (test_only) {
+        /* The check goes as far as the start does: the file also runs in each worker's
+         * request state, where it sees the umbra table. */
+        if (!um_hooks_create_states(cfg, cfg->workers, err, sizeof(err))) {
+            fprintf(stderr, "%s\n", err);
+            um_config_unref(cfg);
+            return 1;
+        }
         printf("%s: configuration ok\n", file);
         um_config_unref(cfg);
         return 0;

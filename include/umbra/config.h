@@ -174,7 +174,7 @@ struct um_config {
         char *source;        /* the file as loaded: each worker's state runs it again */
         size_t source_len;
         char *chunkname;     /* "@FILE" */
-        void **states;       /* one lua_State per worker, made on first use */
+        void **states;       /* one request state per worker (um_hooks_create_states) */
         size_t num_states;
     } lua;
     /* One origin per upstream (set by the server): what req.upstream picks. */
@@ -186,7 +186,9 @@ struct um_config {
 
 /* Loads and validates a config file in a fresh Lua state (main thread only).
  * Returns a snapshot with one reference, or NULL with a message of the form
- * "FILE:LINE: message" (or "FILE: message" when no line applies) written into err. */
+ * "FILE:LINE: message" (or "FILE: message" when no line applies) written into err. The
+ * snapshot has no request states yet: the caller makes them (um_hooks_create_states) for
+ * the number of workers that will run it. */
 struct um_config *um_config_load(const char *file, char *err, size_t errlen);
 
 /* Takes a reference. Thread-safe. */

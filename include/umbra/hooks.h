@@ -2,10 +2,10 @@
  * upstream_set.
  *
  * Each worker runs the hooks of a configuration snapshot in its own lua_State, made on the
- * worker's first request under that snapshot and closed with the snapshot; a state is never
- * used by two threads. Every call is a protected call under an instruction budget: an
- * error, or a script that runs too long, makes the call fail (the request gets a 500) and
- * the state stays usable. */
+ * main thread when the snapshot loads (um_hooks_create_states) and closed with the
+ * snapshot; once the snapshot is published, a state is used by its worker's thread only.
+ * Every call is a protected call under an instruction budget: an error, or a script that
+ * runs too long, makes the call fail (the request gets a 500) and the state stays usable. */
 #ifndef UMBRA_HOOKS_H
 #define UMBRA_HOOKS_H
 
@@ -91,10 +91,20 @@ bool um_hooks_on_response(const struct um_config *c, const struct um_route *rout
 struct um_origin *um_hooks_origin_create(struct um_origin *inner, const struct um_config *c,
                                          const struct um_route *route);
 
-/* The worker thread's index into a snapshot's per-worker states (set once per thread). */
+/* Makes the request states of workers 0 to num_workers - 1 for c, each running the file's
+ * text once (its top level included), when c has hooks; nothing otherwise. Call on the
+ * main thread while c is loaded and not yet handed to any worker: the hand-over (thread
+ * start, or a reload's mailbox) makes the states visible to the workers. Returns false,
+ * with "FILE:LINE: message" in err and no state left, when the file fails in a state (it
+ * sees an umbra table, which the loader does not give it). The states are c's: they go
+ * with it (um_hooks_destroy_states). */
+bool um_hooks_create_states(struct um_config *c, int num_workers, char *err, size_t errlen);
+
+/* The worker thread's index into a snapshot's per-worker states (set once per thread, on
+ * that thread). */
 void um_hooks_thread_init(int worker_id);
 
 /* Closes the states of a snapshot (any thread, once nothing uses it). */
-void um_hooks_free_states(struct um_config *c);
+void um_hooks_destroy_states(struct um_config *c);
 
 #endif

@@ -2479,7 +2479,7 @@ static void config_free(struct um_config *c)
         free(r->name);
     }
     free(c->routes);
-    um_hooks_free_states(c);
+    um_hooks_destroy_states(c);
     free(c->lua.source);
     free(c->lua.chunkname);
     free(c->lua.yy_protocol);
@@ -2624,16 +2624,13 @@ out:
     if (L != NULL)
         lua_close(L);
     if (!ld.failed) {
-        /* Each worker runs the same text again for its request hooks. */
+        /* Each worker's request state runs the same text again. They are made by the
+         * server (um_hooks_create_states), which knows how many workers run: a reload
+         * keeps the running number, whatever the file says. */
         c->lua.source = src;
         c->lua.source_len = ld.srclen;
         c->lua.chunkname = chunkname;
         src = chunkname = NULL;
-        if (um_hooks_enabled(c)) {
-            /* Room for any worker: a reload keeps the running number of workers. */
-            c->lua.num_states = MAX_WORKERS;
-            c->lua.states = um_calloc(c->lua.num_states, sizeof(*c->lua.states));
-        }
     }
     free(chunkname);
     free(src);

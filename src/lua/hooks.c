@@ -2,11 +2,17 @@
  * Yunying's set_* functions).
  *
  * A state runs the config file's text again, then keeps references to the hook functions
- * it defined. JIT compilation is off in it, as in the loader: compiled traces do not run
- * count hooks, and the instruction budget must stop any loop. The req and res objects are
- * one userdata each per state; they read and change the call in progress (a thread-local),
- * so nothing is allocated per request for them and one kept past its call cannot reach
- * freed memory. */
+ * it defined. The states of a snapshot are all made when it loads, on the main thread, so
+ * that the file's top level (its start-up work, maybe file I/O) never runs in a worker's
+ * loop turn; from then on each is used by its worker's thread only. The snapshot's
+ * publication (the start of the worker threads, or a reload's mailbox, under its lock)
+ * orders the making before the first use.
+ *
+ * JIT compilation is off in a state, as in the loader: compiled traces do not run count
+ * hooks, and the instruction budget must stop any loop. The req and res objects are one
+ * userdata each per state; they read and change the call in progress (a thread-local), so
+ * nothing is allocated per request for them and one kept past its call cannot reach freed
+ * memory. */
 #include "umbra/hooks.h"
 
 #include <stdio.h>
@@ -77,7 +83,6 @@ void um_arena_reset(struct um_arena *a)
 
 struct hstate {
     lua_State *L;
-    bool broken; /* the file failed in this state: every call fails */
     int on_request, on_response, upstream_set; /* registry refs, or LUA_NOREF */
     int *route_req, *route_resp;               /* per route */
     int req_ud, res_ud;
@@ -146,14 +151,21 @@ static struct call *current(lua_State *L)
 
 static void on_count(lua_State *L, lua_Debug *ar)
 {
-    (void)ar;
     struct hstate *h = tl_state;
     if (h == NULL || ++h->ticks <= h->max_ticks)
         return;
     /* From now on at every instruction, so that a pcall in the script cannot carry on. */
     lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
     h->hook_every = true;
-    luaL_error(L, "instruction budget of %d exceeded (endless loop?)", h->max_ticks * TICK);
+    /* The line the script is at (luaL_error would name its caller's: none for the file's
+     * top level), so that a load-time error reads FILE:LINE, as the loader's does. */
+    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+        lua_pushfstring(L, "%s:%d: ", ar->short_src, ar->currentline);
+    else
+        lua_pushliteral(L, "");
+    lua_pushfstring(L, "instruction budget of %d exceeded (endless loop?)", h->max_ticks * TICK);
+    lua_concat(L, 2);
+    lua_error(L);
 }
 
 static int traceback(lua_State *L)
@@ -855,7 +867,7 @@ static int l_log(lua_State *L)
     static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
     static const enum um_log_level ids[] = {UM_LOG_ERR, UM_LOG_WARN, UM_LOG_INFO, UM_LOG_DEBUG};
     int lv = luaL_checkoption(L, 1, NULL, levels);
-    if (um_log_level < ids[lv])
+    if (um_log_level_get() < ids[lv])
         return 0;
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -1067,7 +1079,57 @@ static void state_free(struct hstate *h)
     free(h);
 }
 
-static struct hstate *state_new(const struct um_config *c, int worker)
+/* Writes the error value on top of L as "FILE:LINE: message (...)", as the loader reports
+ * its errors: LuaJIT names the chunk by its short source (long paths abbreviated to
+ * "...tail"), which short_src is; the file's own name goes back in its place. */
+static void format_load_error(lua_State *L, const struct um_config *c, const char *short_src,
+                              int worker, char *err, size_t errlen)
+{
+    int t = lua_type(L, -1);
+    char other[64];
+    const char *msg = other;
+    if (t == LUA_TSTRING || t == LUA_TNUMBER)
+        msg = lua_tostring(L, -1);
+    else
+        snprintf(other, sizeof other, "error (error object is a %s value)", lua_typename(L, t));
+    size_t n = strlen(short_src);
+    if (n > 0 && strncmp(msg, short_src, n) == 0 && msg[n] == ':')
+        snprintf(err, errlen, "%s%s (in worker %d's request hooks)", c->file, msg + n, worker);
+    else
+        snprintf(err, errlen, "%s: %s (in worker %d's request hooks)", c->file, msg, worker);
+}
+
+/* Runs the config file's text in h's fresh state under the loader's budget. Returns false
+ * with the error in err. */
+static bool run_file(struct hstate *h, const struct um_config *c, int worker, char *err,
+                     size_t errlen)
+{
+    lua_State *L = h->L;
+    lua_Debug ar;
+    char short_src[LUA_IDSIZE] = "";
+    if (luaL_loadbuffer(L, "", 0, c->lua.chunkname) == 0 && lua_getinfo(L, ">S", &ar))
+        snprintf(short_src, sizeof short_src, "%s", ar.short_src);
+    lua_settop(L, 1);
+    if (luaL_loadbuffer(L, c->lua.source, c->lua.source_len, c->lua.chunkname) != 0) {
+        format_load_error(L, c, short_src, worker, err, errlen);
+        return false;
+    }
+    h->ticks = 0;
+    h->max_ticks = LOAD_BUDGET / TICK;
+    tl_state = h;
+    int r = lua_pcall(L, 0, 0, 0);
+    tl_state = NULL;
+    if (r != 0) {
+        format_load_error(L, c, short_src, worker, err, errlen);
+        return false;
+    }
+    return true;
+}
+
+/* Makes worker's state of c: the bindings, then the file's text, then references to the
+ * hooks it defined. Returns NULL with "FILE:LINE: message" in err. */
+static struct hstate *state_new(const struct um_config *c, int worker, char *err,
+                                size_t errlen)
 {
     struct hstate *h = um_calloc(1, sizeof(*h));
     h->on_request = h->on_response = h->upstream_set = LUA_NOREF;
@@ -1077,9 +1139,10 @@ static struct hstate *state_new(const struct um_config *c, int worker)
         h->route_req[i] = h->route_resp[i] = LUA_NOREF;
     lua_State *L = h->L = luaL_newstate();
     if (L == NULL) {
-        um_log_err("lua: worker %d: cannot create a Lua state (out of memory)", worker);
-        h->broken = true;
-        return h;
+        snprintf(err, errlen, "%s: cannot create worker %d's Lua state (out of memory)",
+                 c->file, worker);
+        state_free(h);
+        return NULL;
     }
     luaL_openlibs(L);
     luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
@@ -1127,14 +1190,9 @@ static struct hstate *state_new(const struct um_config *c, int worker)
     new_proxy(L, "umbra.res", res_index, res_newindex, res_methods, &h->res_ud);
 
     lua_pushcfunction(L, traceback); /* stays at 1: every call's message handler */
-    if (luaL_loadbuffer(L, c->lua.source, c->lua.source_len, c->lua.chunkname) != 0) {
-        um_log_err("lua: worker %d: %s", worker, lua_tostring(L, -1));
-        h->broken = true;
-        return h;
-    }
-    if (!pcall_budget(h, 0, LOAD_BUDGET, "loading the config for request hooks", NULL)) {
-        h->broken = true;
-        return h;
+    if (!run_file(h, c, worker, err, errlen)) {
+        state_free(h);
+        return NULL;
     }
     lua_settop(L, 1);
     h->on_request = ref_global_function(L, "on_request");
@@ -1160,26 +1218,36 @@ static struct hstate *state_new(const struct um_config *c, int worker)
     return h;
 }
 
+bool um_hooks_create_states(struct um_config *c, int num_workers, char *err, size_t errlen)
+{
+    UM_ASSERT(c->lua.states == NULL && num_workers >= 1);
+    if (!um_hooks_enabled(c))
+        return true;
+    c->lua.states = um_calloc((size_t)num_workers, sizeof(*c->lua.states));
+    c->lua.num_states = (size_t)num_workers;
+    for (int w = 0; w < num_workers; w++) {
+        c->lua.states[w] = state_new(c, w, err, errlen);
+        if (c->lua.states[w] == NULL) {
+            um_hooks_destroy_states(c);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The calling worker's state of c, made when c loaded. */
 static struct hstate *state_get(const struct um_config *c)
 {
     int w = tl_worker;
-    if (w < 0 || (size_t)w >= c->lua.num_states) {
+    if (w < 0 || (size_t)w >= c->lua.num_states || c->lua.states[w] == NULL) {
         um_log_err("lua: no request state for this thread (worker %d of %zu)", w,
                    c->lua.num_states);
         return NULL;
     }
-    struct hstate *h = c->lua.states[w];
-    if (h == NULL)
-        c->lua.states[w] = h = state_new(c, w);
-    if (h->broken) {
-        um_log_err("lua: worker %d: the request hooks are unavailable (the config failed "
-                   "to load in the worker's state, see above)", w);
-        return NULL;
-    }
-    return h;
+    return c->lua.states[w];
 }
 
-void um_hooks_free_states(struct um_config *c)
+void um_hooks_destroy_states(struct um_config *c)
 {
     for (size_t i = 0; i < c->lua.num_states; i++)
         state_free(c->lua.states[i]);

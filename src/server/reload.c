@@ -1,7 +1,8 @@
 /* Configuration reload (SIGHUP), on the main thread.
  *
  * Everything that can fail happens before anything changes: load and validate the file,
- * create the new snapshot's origins, bind the listen addresses that are new, build a TLS
+ * make the workers' request states (running the file once more for each), create the new
+ * snapshot's origins, bind the listen addresses that are new, build a TLS
  * store when the tls table changed, open the access log. Then the switch:
  *   1. the listener thread stops (sockets keep queueing in the kernel's backlog: nothing
  *      is refused), the listening sockets are swapped (unchanged addresses keep theirs),
@@ -30,6 +31,7 @@
 
 #include "internal.h"
 #include "umbra/accesslog.h"
+#include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
 
@@ -104,6 +106,13 @@ void um__server_reload(struct um_server *s)
     if (nc->workers != s->num_workers)
         um_log_warn("SIGHUP: workers = %d takes a restart; keeping %d", nc->workers,
                     s->num_workers);
+    /* One request state per running worker, made here: the workers see them only once
+     * their mailbox hands them the snapshot, below. */
+    if (!um_hooks_create_states(nc, s->num_workers, err, sizeof(err))) {
+        um_config_unref(nc);
+        failed(s, err);
+        return;
+    }
     if (s->cache && (nc->cache.memory != old->cache.memory ||
                      nc->cache.max_object != old->cache.max_object))
         um_log_warn("SIGHUP: cache.memory and cache.max_object take a restart; keeping the "

@@ -148,6 +148,11 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     s->admin_fd = -1;
     pthread_mutex_init(&s->config_lock, NULL);
     s->listen_fds = um_calloc(config->num_listen, sizeof(int));
+    /* The workers' request states, here rather than on each worker's first request: the
+     * file's top level must not run inside a worker's loop turn. The threads that use
+     * them start later (um_server_run). */
+    if (!um_hooks_create_states(config, config->workers, err, errlen))
+        goto fail;
     if (!um__server_build_origins(s, config, err, errlen))
         goto fail;
     for (size_t i = 0; i < config->num_listen; i++) {

@@ -15,7 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Client, Origin, Umbra, exchange, http_get,  # noqa: E402
-                           parse_response, source_dir, wait_until)
+                           log_lines_with, parse_response, source_dir, wait_until)
 
 
 def req(target, method="GET", headers=(), body=None, host="umbra.test", close=True):
@@ -428,11 +428,17 @@ end } }
              r"config\.lua:5: .*named 'x' already"),
             ("routes = {\n  { path = \"/\" } }\n",
              r"config\.lua:4: .*needs root or upstream"),
+            # the loader has no umbra table; the workers' request states, made at load
+            # time, do
+            ("local x = 1\nif umbra then error(\"fails in the workers only\") end\n"
+             "on_request = function(req) end\nroutes = { { path = \"/\", root = \".\" } }\n",
+             r"config\.lua:4: fails in the workers only"),
         ]
         for text, pattern in cases:
-            with Umbra(text, expect_fail=True) as u:
-                self.assertNotEqual(u.returncode, 0)
-                self.assertRegex(u.log(), pattern)
+            for args in ([], ["-t"]):  # the check reports what the start would
+                with Umbra(text, expect_fail=True, args=args) as u:
+                    self.assertNotEqual(u.returncode, 0)
+                    self.assertRegex(u.log(), pattern)
 
 
 YUNYING_UPSTREAM = r'''-- a config written for Yunying
@@ -568,16 +574,86 @@ class ReloadTest(unittest.TestCase):
             wait_until(lambda: fetch(u.port, "/").body == b"v2", 5)
             for _ in range(6):  # every worker runs the new file
                 self.assertEqual(fetch(u.port, "/").body, b"v2")
-            # a file whose hooks fail to load at request time: 500, the server goes on
+            # a file that fails only in the workers' request states fails the reload (their
+            # states are made at load time): FILE:LINE, and the running config goes on
             with open(u.config_path, "w") as f:
                 f.write('listen = { "127.0.0.1:%d" }\nworkers = 2\n' % u.port +
                         'if umbra then error("fails in the workers only") end\n' + text % "v3")
             mark = len(u.log())
             u.proc.send_signal(signal.SIGHUP)
-            log_since(u, mark, "reload")
-            wait_until(lambda: fetch(u.port, "/").status == 500, 5)
-            self.assertIn("fails in the workers only", log_since(u, mark, "fails in the workers"))
+            log = log_since(u, mark, "configuration not reloaded")
+            self.assertRegex(log, r"SIGHUP: \S*config\.lua:3: fails in the workers only")
+            for _ in range(6):
+                self.assertEqual(fetch(u.port, "/").body, b"v2")
             self.assertTrue(u.alive())
+
+
+class LoadTimeStatesTest(unittest.TestCase):
+    """Each worker's request state is made when its snapshot loads, on the main thread: the
+    file's top level runs once per worker at start and on each reload, before the snapshot
+    serves, and never again in a worker's loop turn, on its first request."""
+
+    TEXT = r'''
+if umbra then umbra.log("info", "top level ran for worker " .. umbra.worker) end
+routes = { { path = "/", on_request = function(req)
+  umbra.log("info", "request " .. req.path .. " on worker " .. umbra.worker)
+  return umbra.respond(200, "%s " .. umbra.worker)
+end } }
+'''
+
+    def serve_on_every_worker(self, u, version, n=8):
+        """n requests on new connections (the listener deals them out in turn), then waits
+        for their log lines: every line a worker wrote before answering is in u.log()."""
+        seen = set()
+        before = len(log_lines_with(u, "lua: request /"))
+        for i in range(n):
+            r = fetch(u.port, "/%s/%d" % (version, i))
+            self.assertEqual(r.status, 200)
+            v, w = r.body.decode().split()
+            self.assertEqual(v, version)
+            seen.add(w)
+        self.assertEqual(seen, {"0", "1"})
+        self.assertTrue(wait_until(
+            lambda: len(log_lines_with(u, "lua: request /")) == before + n, 5), u.log())
+
+    def assert_ran_once_per_worker(self, log, before):
+        """The top level ran once for each worker in log, each time before the line
+        before."""
+        lines = log.splitlines()
+        end = next(i for i, line in enumerate(lines) if before in line)
+        ran = [i for i, line in enumerate(lines) if "top level ran for worker" in line]
+        self.assertEqual(sorted(lines[i].rsplit(" ", 1)[1] for i in ran), ["0", "1"], log)
+        self.assertTrue(all(i < end for i in ran), log)
+
+    def test_worker_states_are_made_at_load_not_on_first_request(self):
+        with Umbra(self.TEXT % "v1", workers=2) as u:
+            self.assert_ran_once_per_worker(u.log(), " listening on ")
+            self.serve_on_every_worker(u, "v1")
+            self.assertEqual(len(log_lines_with(u, "top level ran")), 2, u.log())
+
+            with open(u.config_path, "w") as f:
+                f.write('listen = { "127.0.0.1:%d" }\nworkers = 2\n' % u.port +
+                        self.TEXT % "v2")
+            mark = len(u.log())
+            u.proc.send_signal(signal.SIGHUP)
+            self.assert_ran_once_per_worker(
+                log_since(u, mark, "SIGHUP: configuration reloaded"), "configuration reloaded")
+            self.serve_on_every_worker(u, "v2")
+            self.assertEqual(len(log_lines_with(u, "top level ran")), 4, u.log())
+
+            # Worker 0's state made, worker 1's failing: the reload fails, the state made
+            # is closed (the sanitizer builds check that none leaks), v2 goes on.
+            with open(u.config_path, "w") as f:
+                f.write('listen = { "127.0.0.1:%d" }\nworkers = 2\n' % u.port +
+                        'if umbra and umbra.worker == 1 then error("not on 1") end\n' +
+                        self.TEXT % "v3")
+            mark = len(u.log())
+            u.proc.send_signal(signal.SIGHUP)
+            self.assertRegex(log_since(u, mark, "configuration not reloaded"),
+                             r"config\.lua:3: not on 1 \(in worker 1's request hooks\)")
+            self.serve_on_every_worker(u, "v2")
+            # A clean stop closes every state: the running snapshot's and the retired one's.
+            self.assertEqual(u.stop(), 0, u.log())
 
 
 class ConcurrencyTest(unittest.TestCase):

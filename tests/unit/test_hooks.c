@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "config/lualines.h"
@@ -27,6 +28,10 @@ static struct um_config *load(const char *text)
     close(fd);
     char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
+    if (c != NULL && !um_hooks_create_states(c, 1, err, sizeof err)) {
+        um_config_unref(c);
+        c = NULL;
+    }
     unlink(path);
     memcpy(path + strlen(path) - 6, "XXXXXX", 6);
     if (c == NULL)
@@ -289,6 +294,87 @@ static void test_yunying(void **state)
                         "file uses one style or the other, not both");
 }
 
+/* The workers' states are made at load time, each running the file's top level once and
+ * seeing its own umbra.worker; a file that fails only there fails the load with FILE:LINE. */
+static void test_states_made_at_load(void **state)
+{
+    (void)state;
+    const char *text = "listen = { '127.0.0.1:1' }\n"
+                       "local w = umbra and umbra.worker\n"
+                       "routes = { { path = '/', root = '.', on_request = function(req)\n"
+                       "  return umbra.respond(200, 'made for ' .. tostring(w) .. ', on ' ..\n"
+                       "                        umbra.worker)\n"
+                       "end } }\n";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    char err[512];
+    struct um_config *c = um_config_load(path, err, sizeof err);
+    assert_non_null(c);
+    assert_null(c->lua.states); /* none before the server asks */
+    assert_true(um_hooks_create_states(c, 3, err, sizeof err));
+    assert_int_equal(c->lua.num_states, 3);
+    for (int w = 0; w < 3; w++)
+        assert_non_null(c->lua.states[w]);
+    for (int w = 0; w < 3; w++) {
+        um_hooks_thread_init(w);
+        struct parsed p;
+        parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
+        assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+        char want[64];
+        snprintf(want, sizeof want, "made for %d, on %d", w, w);
+        assert_true(str_is(p.hr.resp_body, want));
+        um_arena_reset(&p.arena);
+    }
+    /* A worker the snapshot has no state for gets a failure, not a state made now. */
+    um_hooks_thread_init(3);
+    struct parsed p;
+    parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
+    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_FAIL);
+    um_arena_reset(&p.arena);
+    um_hooks_thread_init(0);
+    um_config_unref(c);
+
+    /* The loader has no umbra table; the states do. */
+    const char *bad = "listen = { '127.0.0.1:1' }\n"
+                      "routes = { { path = '/', root = '.', on_request = function() end } }\n"
+                      "if umbra and umbra.worker == 1 then error('no worker 1') end\n";
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, bad, strlen(bad)), (ssize_t)strlen(bad));
+    close(fd);
+    c = um_config_load(path, err, sizeof err);
+    assert_non_null(c);
+    assert_false(um_hooks_create_states(c, 2, err, sizeof err));
+    char want[600];
+    snprintf(want, sizeof want, "%s:3: no worker 1 (in worker 1's request hooks)", path);
+    assert_string_equal(err, want);
+    assert_null(c->lua.states);
+    assert_int_equal(c->lua.num_states, 0);
+    um_config_unref(c);
+
+    /* A top level that runs out of budget there is named by its line too. */
+    const char *loop = "listen = { '127.0.0.1:1' }\n"
+                       "routes = { { path = '/', root = '.', on_request = function() end } }\n"
+                       "if umbra then\n"
+                       "  while true do end\n"
+                       "end\n";
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, loop, strlen(loop)), (ssize_t)strlen(loop));
+    close(fd);
+    c = um_config_load(path, err, sizeof err);
+    assert_non_null(c);
+    assert_false(um_hooks_create_states(c, 1, err, sizeof err));
+    snprintf(want, sizeof want, "%s:4: instruction budget of 10000000 exceeded (endless loop?) "
+             "(in worker 0's request hooks)", path);
+    assert_string_equal(err, want);
+    um_config_unref(c);
+    unlink(path);
+    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+}
+
 static void test_fold_shifts(void **state)
 {
     (void)state;
@@ -311,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_on_response),
         cmocka_unit_test(test_yunying),
+        cmocka_unit_test(test_states_made_at_load),
         cmocka_unit_test(test_fold_shifts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
