@@ -23,8 +23,23 @@ typedef struct um_str {
 #define UM_STR(lit) ((um_str){(lit), sizeof(lit) - 1})
 #define UM_NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Case-insensitive comparison of s with the NUL-terminated ASCII string lit. */
-bool um_str_eq_ci(um_str s, const char *lit);
+/* Case-insensitive comparison of s with the NUL-terminated ASCII string lit. Inline: it
+ * runs for every field against lists of names, and most differ in the first byte. */
+static inline bool um_str_eq_ci(um_str s, const char *lit)
+{
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char a = (unsigned char)s.base[i], b = (unsigned char)lit[i];
+        if (b == '\0')
+            return false;
+        if (a >= 'A' && a <= 'Z')
+            a = (unsigned char)(a + 32);
+        if (b >= 'A' && b <= 'Z')
+            b = (unsigned char)(b + 32);
+        if (a != b)
+            return false;
+    }
+    return lit[s.len] == '\0';
+}
 /* Exact comparison of s with lit. */
 bool um_str_eq(um_str s, const char *lit);
 /* Returns s without leading and trailing spaces and tabs. */

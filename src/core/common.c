@@ -4,22 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int lower(int c)
-{
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
-
-bool um_str_eq_ci(um_str s, const char *lit)
-{
-    size_t n = strlen(lit);
-    if (s.len != n)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (lower((unsigned char)s.base[i]) != lower((unsigned char)lit[i]))
-            return false;
-    return true;
-}
-
 bool um_str_eq(um_str s, const char *lit)
 {
     size_t n = strlen(lit);

@@ -270,7 +270,14 @@ static void put_head(struct h1conn *c, struct xfer *x)
     const char *authority = x->up->addrs[x->server].authority;
     size_t need = strlen(method) + strlen(x->target) + x->fields_len + strlen(authority) + 128;
     out_reserve(c, need);
-    size_t o = (size_t)snprintf(c->out, need, "%s %s HTTP/1.1\r\n", method, x->target);
+    size_t o = 0, ml = strlen(method), tl = strlen(x->target);
+    memcpy(c->out, method, ml);
+    o += ml;
+    c->out[o++] = ' ';
+    memcpy(c->out + o, x->target, tl);
+    o += tl;
+    memcpy(c->out + o, " HTTP/1.1\r\n", 11);
+    o += 11;
     memcpy(c->out + o, x->fields, x->fields_len);
     o += x->fields_len;
     if (!x->has_host)

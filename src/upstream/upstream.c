@@ -404,7 +404,9 @@ static struct curl_slist *fields_to_slist(const struct xfer *x)
 
 static bool token_char(unsigned char c)
 {
-    return c > 0x20 && c < 0x7f && !strchr("\"(),/:;<=>?@[\\]{}", c);
+    /* tchar (RFC 9110 section 5.6.2): a bit per byte of 0x00-0x7f */
+    static const uint32_t bits[4] = {0x00000000, 0x03ff6cfa, 0xc7fffffe, 0x57ffffff};
+    return c < 0x80 && (bits[c >> 5] >> (c & 31)) & 1;
 }
 
 /* Parses the collected head and hands it to the sink. Returns false when it is malformed. */
