@@ -17,9 +17,9 @@
  *   line into upstream.c's parser -> body by Content-Length, chunked, or to the close ->
  *   the sink -> back to the pool when the exchange was complete and both sides allow it
  *
- * A kept-alive connection that fails before a byte of the answer (the server closed it
- * while we reused it) is retried once on a new connection, which is not counted as a
- * failure of the server. Every other error goes to um__up_finish as the libcurl code
+ * An idempotent request on a kept-alive connection that fails before a byte of the answer
+ * (the server closed it as we reused it) is sent again on a new connection, which is not
+ * counted as a failure of the server. Every other error goes to um__up_finish as the libcurl code
  * it corresponds to, so errors, retries and logs are the same for both transports. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -210,11 +210,14 @@ static void detach(struct h1conn *c)
 }
 
 /* The attempt failed with res (why: a few words for the log). Closes the connection.
- * A reused connection that failed before any answer is replaced by a new one once. */
+ * An idempotent request whose kept-alive connection failed before any answer is sent again
+ * on a new connection: the server most likely closed it just before the request arrived.
+ * Others are not (RFC 9110 section 9.2.2: the server may have acted on them). */
 static void fail(struct h1conn *c, CURLcode res, const char *why)
 {
     struct xfer *x = c->x;
-    bool again = c->reused && !c->got_data && !x->head_sent && (!x->body_started || x->body);
+    bool again = c->reused && !c->got_data && !x->head_sent && x->idempotent &&
+                 (!x->body_started || x->body);
     detach(c);
     conn_close(c);
     if (again) {

@@ -737,6 +737,26 @@ routes = { { path = "/", upstream = "ip" } }
         finally:
             s.close()
 
+    def test_post_on_reused_connection_closed_by_server_is_not_resent(self):
+        # RFC 9110 section 9.2.2: the server may have acted on it. (libcurl resends any
+        # request in this case, by its own rule: this is Umbra's client only.)
+        if not self.native_expected():
+            self.skipTest("libcurl resends it")
+        s = OneAnswerServer()
+        try:
+            with Umbra('upstreams = { app = { servers = { "%s" }, retries = 0, max_fails = 5 } }\n'
+                       'routes = { { path = "/", upstream = "app", cache = false } }'
+                       % s.url, workers=1) as u:
+                r = fetch(u.port, req("/first"))
+                self.assertEqual((r.status, r.body), (200, b"ok\n"))
+                r = fetch(u.port, req("/form", method="POST", body=b"a=1"))
+                self.assertEqual(r.status, 502)
+                self.assertEqual((s.accepted, s.answered), (1, 1))
+                r = fetch(u.port, req("/third"))
+                self.assertEqual((r.status, r.body), (200, b"ok\n"))
+        finally:
+            s.close()
+
     def test_response_closed_by_server_is_not_reused(self):
         with Origin() as o, Umbra('upstreams = { app = { servers = { "%s" } } }\n'
                                   'routes = { { path = "/", upstream = "app", cache = false } }'
