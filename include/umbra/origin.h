@@ -61,6 +61,14 @@ struct um_sink {
     const struct um_sink_ops *ops;
     void *origin_data; /* the origin's state for this fetch; set by fetch */
 };
+/* A small answer an origin makes itself (an error page, a redirect, a purge result): the
+ * head h, with its content_length set to body's length, then body, then the end. (No
+ * resume: a client takes such a body whole, right after its head; a layer that refuses it
+ * is discarding the answer.) */
+void um_sink_answer(struct um_sink *s, struct um_response_head *h, const char *body);
+/* The same with status, Content-Type text/plain and no other field. */
+void um_sink_answer_text(struct um_sink *s, int status, const char *body);
+
 /* One request handed to an origin. Borrowed for the duration of the fetch call: an
  * origin that answers later copies what it keeps. */
 struct um_fetch {

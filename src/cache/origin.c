@@ -1236,12 +1236,9 @@ static void respond_small(struct um_sink *client, int status, const char *body)
     size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &cs);
     struct um_header hs[2] = {{UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")},
                               {UM_STR("Cache-Status"), {csbuf, cl < sizeof(csbuf) ? cl : 0}}};
-    size_t len = strlen(body);
-    struct um_response_head h = {.status = status, .headers = hs, .num_headers = cl < sizeof(csbuf) ? 2 : 1, .content_length = (int64_t)len, .reason = {NULL, 0}};
+    struct um_response_head h = {.status = status, .headers = hs, .num_headers = cl < sizeof(csbuf) ? 2 : 1};
     client->origin_data = NULL;
-    client->ops->on_head(client, &h);
-    client->ops->on_data(client, body, len);
-    client->ops->on_end(client, UM_OK);
+    um_sink_answer(client, &h, body);
 }
 
 static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *client)

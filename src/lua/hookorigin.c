@@ -50,12 +50,9 @@ static void hf_free(struct hook_fetch *hf)
 static void respond(struct um_sink *client, int status, const char *body)
 {
     static const struct um_header ct = {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
-    size_t len = strlen(body);
-    struct um_response_head h = {.status = status, .headers = &ct, .num_headers = 1, .content_length = (int64_t)len, .reason = {NULL, 0}, .has_ttl = false, .no_store = true, .ttl = 0};
+    struct um_response_head h = {.status = status, .headers = &ct, .num_headers = 1, .no_store = true};
     client->origin_data = NULL;
-    client->ops->on_head(client, &h);
-    client->ops->on_data(client, body, len);
-    client->ops->on_end(client, UM_OK);
+    um_sink_answer(client, &h, body);
 }
 
 static void on_cancel_task(struct um_task *t)

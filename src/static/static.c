@@ -54,23 +54,17 @@ static int errno_status(int err)
 static void respond(struct um_sink *sink, int status, const struct um_header *headers, size_t n,
                     const char *body)
 {
-    size_t len = body ? strlen(body) : 0;
-    struct um_response_head h = {.status = status, .headers = headers, .num_headers = n, .content_length = (int64_t)len, .reason = {NULL, 0}};
-    sink->ops->on_head(sink, &h);
-    /* Error pages are small and come first: the sink always has room for them. */
-    if (len)
-        UM_ASSERT(sink->ops->on_data(sink, body, len) == len);
-    sink->ops->on_end(sink, UM_OK);
+    struct um_response_head h = {.status = status, .headers = headers, .num_headers = n};
+    um_sink_answer(sink, &h, body);
 }
 
 static void respond_error(struct um_sink *sink, int status)
 {
-    struct um_header ct = {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
     const char *body = status == 404   ? "404 Not Found\n"
                        : status == 403 ? "403 Forbidden\n"
                        : status == 400 ? "400 Bad Request\n"
                                        : "500 Internal Server Error\n";
-    respond(sink, status, &ct, 1, body);
+    um_sink_answer_text(sink, status, body);
 }
 
 static void redirect_to_dir(struct um_fetch *f, struct um_sink *sink)

@@ -638,16 +638,14 @@ static void end_sink(struct xfer *x, int err)
 
 static void respond_error(struct xfer *x, int status)
 {
-    static const struct um_header ct = {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
     const char *body = status == 504 ? "504 Gateway Timeout\n"
                        : status == 501 ? "501 Not Implemented\n"
                                        : "502 Bad Gateway\n";
-    size_t len = strlen(body);
-    struct um_response_head h = {.status = status, .headers = &ct, .num_headers = 1, .content_length = (int64_t)len, .reason = {NULL, 0}};
+    /* The last call to the sink, as in end_sink. */
     struct um_sink *sink = x->sink;
-    sink->ops->on_head(sink, &h);
-    sink->ops->on_data(sink, body, len);
-    end_sink(x, UM_OK);
+    x->sink = NULL;
+    sink->origin_data = NULL;
+    um_sink_answer_text(sink, status, body);
 }
 
 static void on_ttfb_timeout(struct um_timer *t);
@@ -884,12 +882,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
     struct upstream *up = (struct upstream *)o;
     const struct um_request *req = f->req;
     if (um_http1_find_header(req, "upgrade")) {
-        static const struct um_header ct = {UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
-        static const char body[] = "501 Not Implemented: protocol upgrades are not supported\n";
-        struct um_response_head h = {.status = 501, .headers = &ct, .num_headers = 1, .content_length = (int64_t)sizeof(body) - 1, .reason = {NULL, 0}};
-        sink->ops->on_head(sink, &h);
-        sink->ops->on_data(sink, body, sizeof(body) - 1);
-        sink->ops->on_end(sink, UM_OK);
+        um_sink_answer_text(sink, 501, "501 Not Implemented: protocol upgrades are not supported\n");
         return;
     }
     struct xfer *x = um_calloc(1, sizeof(*x));
