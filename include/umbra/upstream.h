@@ -1,5 +1,6 @@
-/* The upstream origin: a reverse proxy to HTTP/HTTPS servers through libcurl's multi
- * interface, one CURLM per worker, driven from the worker's epoll loop. */
+/* The upstream origin: a reverse proxy to HTTP/HTTPS servers, driven from each worker's
+ * epoll loop: Umbra's own HTTP/1.1 client for http:// servers at an IP address, libcurl's
+ * multi interface (one CURLM per worker) for the others (src/upstream/internal.h). */
 #ifndef UMBRA_UPSTREAM_H
 #define UMBRA_UPSTREAM_H
 

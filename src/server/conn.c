@@ -242,7 +242,7 @@ static struct um__conn *sink_conn(struct um_sink *s)
     return (struct um__conn *)(void *)((char *)s - offsetof(struct um__conn, sink));
 }
 
-/* An origin answering from outside drive() (a libcurl callback) wakes the connection. */
+/* An origin answering from outside drive() (an upstream socket's event) wakes the connection. */
 static void wake(struct um__conn *c)
 {
     if (!c->in_drive)

@@ -1,12 +1,15 @@
 /* The upstream origin.
  *
- * Every worker has one CURLM (created on its first upstream fetch), whose sockets and
- * timer live in the worker's epoll loop (CURLMOPT_SOCKETFUNCTION/TIMERFUNCTION), so a
- * slow backend only ever costs a registered socket. A fetch is one easy handle:
+ *   fetch -> the request's fields -> pick a server -> an attempt on its transport ->
+ *         head lines collected (um__up_head_line) -> on_head -> body -> on_data (0 =
+ *         client behind: the transport stops reading until the connection resumes it)
+ *         -> the transport reports the end (um__up_finish) -> on_end
  *
- *   fetch -> pick a server -> easy handle added -> header lines collected -> on_head
- *         -> body chunks -> on_data (0 = client behind: CURL_WRITEFUNC_PAUSE, resumed by
- *            the connection) -> curl reports done -> on_end
+ * Two transports carry attempts: Umbra's own HTTP/1.1 client (h1.c) for http:// servers
+ * at an IP address, and libcurl's multi interface (here) for the others. Every worker has
+ * one CURLM (created on its first such fetch), whose sockets and timer live in the
+ * worker's epoll loop (CURLMOPT_SOCKETFUNCTION/TIMERFUNCTION), so a slow backend only ever
+ * costs a registered socket; an attempt through it is one easy handle.
  *
  * Errors before the response head may be retried on another server (idempotent methods,
  * connect errors and resets); otherwise they become 502/504 answers. After the head, an
