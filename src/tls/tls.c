@@ -22,7 +22,9 @@
  * contexts, and so all workers, share the store's keys. A key is used to encrypt for
  * UM_TLS_TICKET_ROTATE_SECONDS, then kept one more period to decrypt (returning 2 so that
  * OpenSSL renews the ticket). The server-side session cache is off: tickets carry the
- * session, and the cache would take a lock on every handshake.
+ * session, and the cache would take a lock on every handshake. Since one key opens every
+ * entry's tickets, a decrypted ticket is used only when the ClientHello names the host the
+ * session was made for (on_ticket; RFC 6066 section 3).
  *
  * Watching. An inotify descriptor watches the directories of the cert and key files, as
  * written and as their symlinks resolve, for anything that can replace a file's content.
@@ -40,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -286,10 +289,61 @@ static enum um_tls_fault load_pair(SSL_CTX *ctx, const char *cert, const char *k
 }
 
 static int on_servername(SSL *ssl, int *alert, void *arg);
+/* The host name of the ClientHello's server_name extension into out ("" when it has none
+ * or it does not fit). Read from the raw extension: OpenSSL decrypts a ticket before it
+ * parses server_name. Returns false when the ClientHello is not at hand. */
+static bool hello_server_name(SSL *ssl, char *out, size_t n)
+{
+    const unsigned char *p;
+    size_t len;
+    out[0] = '\0';
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &len) != 1)
+        return SSL_client_hello_get0_ciphers(ssl, &p) > 0; /* no extension, or no hello */
+    if (len < 5 || ((size_t)p[0] << 8 | p[1]) + 2 != len || p[2] != TLSEXT_NAMETYPE_host_name)
+        return true;
+    size_t nl = (size_t)p[3] << 8 | p[4];
+    if (nl + 5 > len || nl >= n)
+        return true;
+    memcpy(out, p + 5, nl);
+    out[nl] = '\0';
+    return true;
+}
+
+/* RFC 6066 section 3: a session is resumed only under the name it was made for; offered
+ * under another, the client gets a full handshake (and that name's certificate). */
+static SSL_TICKET_RETURN on_ticket(SSL *ssl, SSL_SESSION *ss, const unsigned char *keyname,
+                                   size_t keyname_len, SSL_TICKET_STATUS status, void *arg)
+{
+    (void)keyname;
+    (void)keyname_len;
+    (void)arg;
+    switch (status) {
+    case SSL_TICKET_SUCCESS:
+    case SSL_TICKET_SUCCESS_RENEW: {
+        char now[256];
+        if (!hello_server_name(ssl, now, sizeof(now))) {
+            const char *sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+            snprintf(now, sizeof(now), "%s", sni ? sni : "");
+        }
+        const char *was = SSL_SESSION_get0_hostname(ss);
+        if (strcasecmp(was ? was : "", now) != 0)
+            return SSL_TICKET_RETURN_IGNORE_RENEW;
+        return status == SSL_TICKET_SUCCESS ? SSL_TICKET_RETURN_USE : SSL_TICKET_RETURN_USE_RENEW;
+    }
+    case SSL_TICKET_FATAL_ERR_MALLOC:
+    case SSL_TICKET_FATAL_ERR_OTHER:
+        return SSL_TICKET_RETURN_ABORT;
+    default: /* none, or one we cannot decrypt: a full handshake and a new ticket */
+        return SSL_TICKET_RETURN_IGNORE_RENEW;
+    }
+}
+
 static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned int inlen, void *arg);
 static int on_ticket_key(SSL *ssl, unsigned char key_name[16], unsigned char *iv,
                          EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc);
+static SSL_TICKET_RETURN on_ticket(SSL *ssl, SSL_SESSION *ss, const unsigned char *keyname,
+                                   size_t keyname_len, SSL_TICKET_STATUS status, void *arg);
 
 /* A server context with the store's settings and no certificate yet. */
 static SSL_CTX *new_ctx(unsigned protocols, const char *ciphers, const char *ciphersuites,
@@ -329,6 +383,7 @@ static SSL_CTX *new_ctx(unsigned protocols, const char *ciphers, const char *cip
     SSL_CTX_set_tlsext_servername_callback(ctx, on_servername);
     SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
     SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, on_ticket_key);
+    SSL_CTX_set_session_ticket_cb(ctx, NULL, on_ticket, NULL);
     return ctx;
 }
 

@@ -290,23 +290,32 @@ class TlsServerTest(TlsBase):
             # No ticket and no server-side cache: a full handshake, which must work.
             self.assertEqual(again.get("/a.txt").status, 200)
 
-    # Known, open: TLS 1.2 tickets are shared by every certificate's context and nothing
-    # compares the session's name with the new SNI (RFC 6066 section 3). Expected to fail
-    # until fixed; an unexpected pass fails the suite, so the fix will be noticed.
-    @unittest.expectedFailure
-    def test_bug_tls12_resumption_ignores_sni_change(self):
+    def check_resumption_refused_for_other_name(self, version):
         # RFC 6066 section 3: "A server that implements this extension MUST NOT accept the
         # request to resume the session if the server_name extension contains a different
-        # name. Instead, it proceeds with a full handshake." A TLS 1.2 session made for
+        # name. Instead, it proceeds with a full handshake." A session made for
         # example.com, offered with SNI other.test, must give other.test's certificate.
-        c = ctx(minimum=TLS12, maximum=TLS12)
+        # (Regression: tickets are shared by every certificate's context, and nothing
+        # compared the session's name with the new SNI, so TLS 1.2 resumed it.)
+        c = ctx(minimum=version, maximum=version)
         with TlsClient(self.tls, c, "example.com") as first:
-            first.get("/a.txt")
+            self.assertEqual(first.get("/a.txt").status, 200)
             session = first.sock.session
+        self.assertTrue(session.has_ticket)
         with TlsClient(self.tls, c, "other.test", session=session) as again:
             self.assertFalse(again.sock.session_reused,
                              "resumed an example.com session for SNI other.test")
             self.assertEqual(peer_cert_names(again.sock)[0], "other.test")
+            self.assertEqual(again.get("/a.txt", host="other.test").body, b"other a\n")
+        # The same session is still good for its own name.
+        with TlsClient(self.tls, c, "example.com", session=session) as same:
+            self.assertTrue(same.sock.session_reused)
+
+    def test_tls12_resumption_refused_for_other_name(self):
+        self.check_resumption_refused_for_other_name(TLS12)
+
+    def test_tls13_resumption_refused_for_other_name(self):
+        self.check_resumption_refused_for_other_name(TLS13)
 
     # -- HTTP over TLS -----------------------------------------------------------------
 
