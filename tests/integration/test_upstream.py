@@ -21,47 +21,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Client, Origin, ParseError, Umbra, closed_port,  # noqa: E402
-                           connect, exchange, make_cert, origin_body, parse_response,
-                           parse_responses, vm_rss_kb, wait_until)
-
-def req(target, method="GET", headers=(), body=None, host="umbra.test", close=True):
-    """A raw HTTP/1.1 request; body (bytes) gets a Content-Length unless headers frame it."""
-    lines = ["%s %s HTTP/1.1" % (method, target)]
-    if host is not None:
-        lines.append("Host: %s" % host)
-    lines += ["%s: %s" % h for h in headers]
-    names = {h[0].lower() for h in headers}
-    if body is not None and "content-length" not in names and "transfer-encoding" not in names:
-        lines.append("Content-Length: %d" % len(body))
-    if close:
-        lines.append("Connection: close")
-    raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return raw + (body or b"")
-
-
-def fetch(port, raw, timeout=10, head=False):
-    """Sends raw on a new connection, reads until the server closes; one parsed response."""
-    data, closed = exchange(port, raw, timeout=timeout)
-    if not closed:
-        raise AssertionError("connection still open after %ss: %r" % (timeout, data[:300]))
-    return parse_response(data, head=head)
-
-
-def echoed(resp):
-    """What the origin's /echo saw: (request line, [(name, value)], body bytes)."""
-    n = int(resp.header("X-Echo-Head-Length"))
-    head, body = resp.body[:n], resp.body[n:]
-    lines = head.decode("latin-1").split("\r\n")
-    fields = []
-    for line in lines[1:]:
-        if line:
-            k, v = line.split(":", 1)
-            fields.append((k, v.strip()))
-    return lines[0], fields, body
-
-
-def values(fields, name):
-    return [v for k, v in fields if k.lower() == name.lower()]
+                           connect, echoed, exchange, fetch, make_cert, origin_body,
+                           parse_response, parse_responses, req, values, vm_rss_kb, wait_until)
 
 
 def new_lines(u, mark):

@@ -346,6 +346,38 @@ def http_get(port, path, headers=None, method="GET", body=None, timeout=5):
         c.close()
 
 
+def req(target, method="GET", headers=(), body=None, host="umbra.test", close=True):
+    """A raw HTTP/1.1 request: the request line, Host (none when host is None), headers (a
+    sequence of (name, value)), a Content-Length for body (bytes) unless headers carry
+    Content-Length or Transfer-Encoding, Connection: close when close, then body."""
+    lines = ["%s %s HTTP/1.1" % (method, target)]
+    if host is not None:
+        lines.append("Host: %s" % host)
+    lines += ["%s: %s" % h for h in headers]
+    names = {h[0].lower() for h in headers}
+    if body is not None and "content-length" not in names and "transfer-encoding" not in names:
+        lines.append("Content-Length: %d" % len(body))
+    if close:
+        lines.append("Connection: close")
+    raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return raw + (body or b"")
+
+
+def fetch(port, raw, timeout=10, head=False):
+    """Sends raw on a new connection and reads until the server closes (AssertionError if it
+    has not closed within timeout seconds); the one parsed response (head: it answers a
+    HEAD, so has no body)."""
+    data, closed = exchange(port, raw, timeout=timeout)
+    if not closed:
+        raise AssertionError("connection still open after %ss: %r" % (timeout, data[:300]))
+    return parse_response(data, head=head)
+
+
+def fetch_req(port, target, method="GET", headers=(), body=None, host="umbra.test", timeout=10):
+    """fetch() of req(target, ...) with Connection: close; a HEAD's response has no body."""
+    return fetch(port, req(target, method, headers, body, host), timeout, head=method == "HEAD")
+
+
 # -- raw response parsing ---------------------------------------------------------------
 
 class Response:
@@ -582,6 +614,25 @@ def origin_body(size, offset=0):
     start = offset % 16
     reps = (start + size) // 16 + 1
     return (ORIGIN_PATTERN * reps)[start:start + size]
+
+
+def echoed(resp):
+    """What the origin's /echo saw, from its response: (request line, [(name, value)] in
+    the order received, body bytes)."""
+    n = int(resp.header("X-Echo-Head-Length"))
+    head, body = resp.body[:n], resp.body[n:]
+    lines = head.decode("latin-1").split("\r\n")
+    fields = []
+    for line in lines[1:]:
+        if line:
+            k, v = line.split(":", 1)
+            fields.append((k, v.strip()))
+    return lines[0], fields, body
+
+
+def values(fields, name):
+    """The values of the fields named name (in any case), in order, from [(name, value)]."""
+    return [v for k, v in fields if k.lower() == name.lower()]
 
 
 class Origin:
