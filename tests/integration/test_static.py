@@ -11,7 +11,7 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (HttpAssertions, Umbra, connect, exchange, parse_responses,  # noqa: E402
-                           read_response)
+                           read_response, req)
 
 HELLO = b"0123456789abcdefghijklmnop"  # 26 bytes: ranges are easy to check
 SECRET = b"TOPSECRET-do-not-serve-3f1c\n"
@@ -60,14 +60,6 @@ def make_links(d):
     os.symlink("dir", os.path.join(d, "www/dirlink_in"))
 
 
-def req(path, method="GET", headers=(), host="localhost"):
-    """A raw HTTP/1.1 request with Connection: close."""
-    lines = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % host]
-    lines += ["%s: %s" % h for h in headers]
-    lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
 class StaticTest(unittest.TestCase, HttpAssertions):
     @classmethod
     def setUpClass(cls):
@@ -85,7 +77,7 @@ class StaticTest(unittest.TestCase, HttpAssertions):
     def get(self, path, method="GET", headers=(), host="localhost", timeout=5):
         """One request on its own connection; returns the parsed response after checking
         the headers every response must carry."""
-        data, closed = exchange(self.port, req(path, method, headers, host), timeout=timeout)
+        data, closed = exchange(self.port, req(path, method, headers, host=host), timeout=timeout)
         self.assertTrue(closed, "server did not close after Connection: close (%r)" % path)
         rs = parse_responses(data, head_methods=[method == "HEAD"])
         self.assertEqual(len(rs), 1, "one response for %s %r, got %r" % (method, path, data[:300]))

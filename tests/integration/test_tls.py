@@ -24,6 +24,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import umbra_harness  # noqa: E402
 from umbra_harness import (CertAuthority, Origin, TlsClient, Umbra, client_hello,  # noqa: E402
                            connect, exchange, log_lines_with, origin_body, parse_response,
                            parse_responses, peer_cert_names, peer_closed, tls_connect,
@@ -85,11 +86,8 @@ def site_files():
 
 
 def req(path, host="example.com", method="GET", headers=(), close=False):
-    lines = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % host]
-    lines += ["%s: %s" % h for h in headers]
-    if close:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    """umbra_harness.req for example.com, kept alive unless close."""
+    return umbra_harness.req(path, method, headers, host=host, close=close)
 
 
 def ctx(**kw):
