@@ -25,8 +25,9 @@ import unittest
 from urllib.parse import quote
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, closed_port, connect, exchange,  # noqa: E402
-                           fetch_req, origin_body, parse_response, req, vm_rss_kb, wait_until)
+from umbra_harness import (Origin, Umbra, class_context, closed_port, connect,  # noqa: E402
+                           exchange, fetch_req, origin_body, parse_response, req, vm_rss_kb,
+                           wait_until)
 
 EXPIRE = 2.2  # seconds after which a max-age=1 response is surely stale
 HOST = "umbra.test"
@@ -193,19 +194,10 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
 
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin().__enter__()
-        try:
-            cls.umbra = Umbra(config(cls.origin.url, extra_routes=(
-                '{ path = "/nocache/", upstream = "app", cache = false },'))).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url, extra_routes=(
+            '{ path = "/nocache/", upstream = "app", cache = false },'))))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
 
     def get(self, target, **kw):
         return fetch_req(self.port, target, **kw)
@@ -766,17 +758,8 @@ class MaxObjectTest(unittest.TestCase, CacheAssertions):
 
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin().__enter__()
-        try:
-            cls.umbra = Umbra(config(cls.origin.url, max_object='"1MB"')).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url, max_object='"1MB"')))
 
     def test_over_max_object_with_content_length_passes_through(self):
         t = "/max/cl?size=2000000&cc=max-age%3D60"

@@ -15,9 +15,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (HttpAssertions, Umbra, connect, exchange, parse_responses,  # noqa: E402
-                           peer_closed, read_response, source_dir, umbra_bin, wait_until,
-                           write_files)
+from umbra_harness import (HttpAssertions, Umbra, class_context, connect, exchange,  # noqa: E402
+                           parse_responses, peer_closed, read_response, source_dir, umbra_bin,
+                           wait_until, write_files)
 
 GOOD_CONFIG = """\
 -- a complete configuration
@@ -181,13 +181,8 @@ timeouts = { header = 1, idle = 1 }
 
     @classmethod
     def setUpClass(cls):
-        cls.umbra = Umbra(cls.CONFIG, files={"www/a.txt": "aaa\n"})
-        cls.umbra.__enter__()
+        cls.umbra = class_context(cls, Umbra(cls.CONFIG, files={"www/a.txt": "aaa\n"}))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
 
     def tearDown(self):
         self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())
@@ -365,13 +360,9 @@ class HeaderVersusIdleTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.umbra = Umbra('routes = { { path = "/", root = "www" } }\n'
-                          'timeouts = { header = 1, idle = 2.5 }\n', files={"www/a.txt": "aaa\n"})
-        cls.umbra.__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
+        cls.umbra = class_context(cls, Umbra('routes = { { path = "/", root = "www" } }\n'
+                                             'timeouts = { header = 1, idle = 2.5 }\n',
+                                             files={"www/a.txt": "aaa\n"}))
 
     def test_partial_second_request_gets_header_timeout(self):
         with connect(self.umbra.port) as s:

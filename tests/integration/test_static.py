@@ -10,8 +10,8 @@ import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (HttpAssertions, Umbra, connect, exchange, parse_responses,  # noqa: E402
-                           read_response, req)
+from umbra_harness import (HttpAssertions, Umbra, class_context, connect, exchange,  # noqa: E402
+                           parse_responses, read_response, req)
 
 HELLO = b"0123456789abcdefghijklmnop"  # 26 bytes: ranges are easy to check
 SECRET = b"TOPSECRET-do-not-serve-3f1c\n"
@@ -63,13 +63,8 @@ def make_links(d):
 class StaticTest(unittest.TestCase, HttpAssertions):
     @classmethod
     def setUpClass(cls):
-        cls.umbra = Umbra(CONFIG, files=FILES, setup=make_links)
-        cls.umbra.__enter__()
+        cls.umbra = class_context(cls, Umbra(CONFIG, files=FILES, setup=make_links))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
 
     def tearDown(self):
         self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())

@@ -555,6 +555,16 @@ def _recv_some(sock, deadline):
     return data
 
 
+def class_context(cls, cm):
+    """Enters the context manager cm (an Umbra, an Origin) for the unittest.TestCase class
+    cls and returns what it gives; unittest exits it after tearDownClass, or as soon as
+    setUpClass fails later, in the reverse order of entry. (TestCase.enterClassContext
+    from Python 3.11.)"""
+    entered = cm.__enter__()
+    cls.addClassCleanup(cm.__exit__, None, None, None)
+    return entered
+
+
 def wait_until(pred, timeout=5, interval=0.02):
     """Polls pred() until it is true or timeout seconds pass; returns its last value."""
     deadline = time.monotonic() + timeout
