@@ -25,8 +25,9 @@ import unittest
 from urllib.parse import quote
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, closed_port, connect, exchange,  # noqa: E402
-                           origin_body, parse_response, vm_rss_kb, wait_until)
+from umbra_harness import (Origin, Umbra, class_context, closed_port, connect,  # noqa: E402
+                           exchange, fetch_req, origin_body, parse_response, req, vm_rss_kb,
+                           wait_until)
 
 EXPIRE = 2.2  # seconds after which a max-age=1 response is surely stale
 HOST = "umbra.test"
@@ -55,24 +56,6 @@ def q(value):
 
 def http_date(t):
     return email.utils.formatdate(t, usegmt=True)
-
-
-def req(target, method="GET", headers=(), body=None, host=HOST):
-    """A raw HTTP/1.1 request with Connection: close."""
-    lines = ["%s %s HTTP/1.1" % (method, target), "Host: %s" % host]
-    lines += ["%s: %s" % h for h in headers]
-    if body is not None:
-        lines.append("Content-Length: %d" % len(body))
-    lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
-
-
-def fetch(port, target, method="GET", headers=(), body=None, host=HOST, timeout=10):
-    """One request on a new connection; the parsed response (read until the server closes)."""
-    data, closed = exchange(port, req(target, method, headers, body, host), timeout=timeout)
-    if not closed:
-        raise AssertionError("connection still open after %ss: %r" % (timeout, data[:300]))
-    return parse_response(data, head=method == "HEAD")
 
 
 def cache_status(resp):
@@ -211,22 +194,13 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
 
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin().__enter__()
-        try:
-            cls.umbra = Umbra(config(cls.origin.url, extra_routes=(
-                '{ path = "/nocache/", upstream = "app", cache = false },'))).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url, extra_routes=(
+            '{ path = "/nocache/", upstream = "app", cache = false },'))))
         cls.port = cls.umbra.port
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
-
     def get(self, target, **kw):
-        return fetch(self.port, target, **kw)
+        return fetch_req(self.port, target, **kw)
 
     def seen(self, target, method=None):
         return seen(self.origin, target, method)
@@ -763,12 +737,12 @@ class RangeCrashTest(unittest.TestCase, CacheAssertions):
         # trips an assertion and aborts the whole process.
         with Origin() as o, Umbra(config(o.url)) as u:
             t = "/range/a?cc=max-age%3D60&size=100"
-            fetch(u.port, t)
+            fetch_req(u.port, t)
             for rng, first, last in (("bytes=90-", 90, 99), ("bytes=10-19", 10, 19),
                                      ("bytes=-5", 95, 99)):
                 with self.subTest(rng):
                     try:
-                        r = fetch(u.port, t, headers=[("Range", rng)])
+                        r = fetch_req(u.port, t, headers=[("Range", rng)])
                     except Exception as e:
                         self.fail("no response to Range: %s (%s); umbra alive: %s\n%s"
                                   % (rng, e, u.alive(), u.log()[-500:]))
@@ -784,22 +758,13 @@ class MaxObjectTest(unittest.TestCase, CacheAssertions):
 
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin().__enter__()
-        try:
-            cls.umbra = Umbra(config(cls.origin.url, max_object='"1MB"')).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url, max_object='"1MB"')))
 
     def test_over_max_object_with_content_length_passes_through(self):
         t = "/max/cl?size=2000000&cc=max-age%3D60"
         for _ in range(2):
-            r = fetch(self.umbra.port, t)
+            r = fetch_req(self.umbra.port, t)
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body, origin_body(2000000))
             self.assertNotHit(r)
@@ -809,7 +774,7 @@ class MaxObjectTest(unittest.TestCase, CacheAssertions):
         # BUGS-cache.txt 6: the response was not stored (too large), yet Cache-Status says
         # "detail=storable" (um_cache_nostore_str(UM_STORABLE)).
         t = "/max/detail?size=1500000&cc=max-age%3D60"
-        r = fetch(self.umbra.port, t)
+        r = fetch_req(self.umbra.port, t)
         self.assertEqual(len(r.body), 1500000)
         self.assertNotIn("stored", cache_status(r))
         self.assertNotEqual(cs_param(r, "detail"), "storable", r.raw_head)
@@ -836,7 +801,7 @@ class SinkLifetimeTest(unittest.TestCase, CacheAssertions):
         with Origin() as o, Umbra(config(o.url)) as u:
             for t in ("/uaf/fill?cc=max-age%3D60", "/uaf/pass?cc=no-store"):
                 try:
-                    r = fetch(u.port, t)
+                    r = fetch_req(u.port, t)
                     self.assertEqual(r.status, 200)
                 except Exception as e:
                     self.fail("%s: %s\n%s" % (t, e, u.log()[-1500:]))
@@ -849,8 +814,8 @@ class DefaultTtlTest(unittest.TestCase, CacheAssertions):
     def test_default_ttl_stores_responses_without_freshness(self):
         with Origin() as o, Umbra(config(o.url, default_ttl="30")) as u:
             t = "/dttl/plain"
-            fetch(u.port, t)
-            r = fetch(u.port, t)
+            fetch_req(u.port, t)
+            r = fetch_req(u.port, t)
             self.assertHit(r)
             self.assertIn(int(cs_param(r, "ttl")), range(28, 31))
             self.assertEqual(seen(o, t), 1)
@@ -858,8 +823,8 @@ class DefaultTtlTest(unittest.TestCase, CacheAssertions):
             for t in ("/dttl/500?status=500", "/dttl/302?status=302&header=Location:/x",
                       "/dttl/ns?cc=no-store"):
                 with self.subTest(t):
-                    fetch(u.port, t)
-                    self.assertNotHit(fetch(u.port, t))
+                    fetch_req(u.port, t)
+                    self.assertNotHit(fetch_req(u.port, t))
                     self.assertEqual(seen(o, t), 2)
 
 
@@ -887,11 +852,11 @@ class PyOriginTest(unittest.TestCase, CacheAssertions):
 
     def test_304_updates_stored_headers_and_keeps_body(self):
         with PyOrigin(self.app) as o, Umbra(config(o.url)) as u:
-            r1 = fetch(u.port, "/r304")
+            r1 = fetch_req(u.port, "/r304")
             self.assertEqual((r1.status, r1.body, r1.header("X-Version")),
                              (200, b"stored body\n", "1"))
             time.sleep(EXPIRE)
-            r2 = fetch(u.port, "/r304")
+            r2 = fetch_req(u.port, "/r304")
             self.assertEqual(r2.status, 200)
             self.assertEqual(r2.body, b"stored body\n")
             self.assertEqual(r2.header("X-Version"), "2", r2.raw_head)
@@ -902,21 +867,21 @@ class PyOriginTest(unittest.TestCase, CacheAssertions):
             self.assertEqual(len(seen_), 2)
             self.assertEqual(seen_[1][2].get("if-none-match"), '"v1"')
             # Freshened for 60 s by the 304's Cache-Control.
-            r3 = fetch(u.port, "/r304")
+            r3 = fetch_req(u.port, "/r304")
             self.assertHit(r3)
             self.assertEqual((r3.body, r3.header("X-Version")), (b"stored body\n", "2"))
             self.assertGreater(int(cs_param(r3, "ttl")), 50)
             self.assertEqual(len(o.requests("/r304")), 2)
             # A client's own conditional against the freshened response: 304 from the cache.
-            r4 = fetch(u.port, "/r304", headers=[("If-None-Match", '"v1"')])
+            r4 = fetch_req(u.port, "/r304", headers=[("If-None-Match", '"v1"')])
             self.assertEqual(r4.status, 304)
             self.assertEqual(len(o.requests("/r304")), 2)
 
     def test_stale_if_error_on_origin_500(self):
         with PyOrigin(self.app) as o, Umbra(config(o.url)) as u:
-            fetch(u.port, "/sie500")
+            fetch_req(u.port, "/sie500")
             time.sleep(EXPIRE)
-            r = fetch(u.port, "/sie500")
+            r = fetch_req(u.port, "/sie500")
             self.assertEqual((r.status, r.body), (200, b"good\n"), r.raw_head)
             self.assertEqual(cs_param(r, "fwd-status"), "500", r.raw_head)
             self.assertEqual(cs_param(r, "detail"), "stale-if-error", r.raw_head)
@@ -925,13 +890,13 @@ class PyOriginTest(unittest.TestCase, CacheAssertions):
 
     def test_failed_unsafe_request_does_not_invalidate(self):
         with PyOrigin(self.app) as o, Umbra(config(o.url)) as u:
-            fetch(u.port, "/fail/a")
-            self.assertHit(fetch(u.port, "/fail/a"))
+            fetch_req(u.port, "/fail/a")
+            self.assertHit(fetch_req(u.port, "/fail/a"))
             for method in ("POST", "PUT", "DELETE"):
                 with self.subTest(method=method):
-                    r = fetch(u.port, "/fail/a", method=method, body=b"x")
+                    r = fetch_req(u.port, "/fail/a", method=method, body=b"x")
                     self.assertEqual(r.status, 500)
-                    r = fetch(u.port, "/fail/a")
+                    r = fetch_req(u.port, "/fail/a")
                     self.assertHit(r)
                     self.assertEqual(r.body, b"representation\n")
             self.assertEqual(len(o.requests("/fail/a", "GET")), 1)
@@ -943,10 +908,10 @@ class OriginDownTest(unittest.TestCase, CacheAssertions):
     def test_stale_if_error_from_config(self):
         with Origin() as o, Umbra(config(o.url, stale_if_error="60")) as u:
             t = "/sie/conf?cc=max-age%3D1&header=ETag:%22e%22&size=300"
-            fetch(u.port, t)
+            fetch_req(u.port, t)
             time.sleep(EXPIRE)
             o.stop()
-            r = fetch(u.port, t)
+            r = fetch_req(u.port, t)
             self.assertEqual(r.status, 200, r.raw_head)
             self.assertEqual(r.body, origin_body(300))
             self.assertIsNotNone(r.header("Age"))
@@ -959,16 +924,16 @@ class OriginDownTest(unittest.TestCase, CacheAssertions):
             must = "/sie/must?cc=max-age%3D1%2C+must-revalidate%2C+stale-if-error%3D60" \
                    "&header=ETag:%22m%22"
             for t in (sie, plain, must):
-                fetch(u.port, t)
+                fetch_req(u.port, t)
             time.sleep(EXPIRE)
             o.stop()
-            r = fetch(u.port, sie)
+            r = fetch_req(u.port, sie)
             self.assertEqual(r.status, 200, r.raw_head)
             self.assertEqual(r.body, (sie + "\n").encode())
             # Without a stale-if-error window, or with must-revalidate: the error.
             for t in (plain, must):
                 with self.subTest(t):
-                    r = fetch(u.port, t)
+                    r = fetch_req(u.port, t)
                     self.assertGreaterEqual(r.status, 500, r.raw_head)
                     self.assertIsNotNone(r.header("Cache-Status"), r.raw_head)
 
@@ -978,17 +943,17 @@ class OriginDownTest(unittest.TestCase, CacheAssertions):
         # the origin does; only a revalidating fill consults stale-if-error.)
         with Origin() as o, Umbra(config(o.url)) as u:
             t = "/sie/noval?cc=max-age%3D1%2C+stale-if-error%3D60"
-            fetch(u.port, t)
+            fetch_req(u.port, t)
             time.sleep(EXPIRE)
             o.stop()
-            r = fetch(u.port, t)
+            r = fetch_req(u.port, t)
             self.assertEqual(r.status, 200, r.raw_head)
             self.assertEqual(r.body, (t + "\n").encode())
 
     def test_dead_origin_502_has_cache_status(self):
         with Umbra(config("http://127.0.0.1:%d" % closed_port())) as u:
             for t in ("/dead/a", "/dead/a", "/dead/b?x=1"):
-                r = fetch(u.port, t)
+                r = fetch_req(u.port, t)
                 self.assertEqual(r.status, 502)
                 cs = cache_status(r)
                 self.assertIsNotNone(cs, r.raw_head)
@@ -1001,10 +966,10 @@ class StaleWhileRevalidateTest(unittest.TestCase, CacheAssertions):
         with Origin() as o, Umbra(config(o.url)) as u:
             t = "/swr/a?cc=max-age%3D1%2C+stale-while-revalidate%3D30" \
                 "&header=ETag:%22s%22&delay=800"
-            fetch(u.port, t)
+            fetch_req(u.port, t)
             time.sleep(EXPIRE)
             t0 = time.monotonic()
-            r = fetch(u.port, t)
+            r = fetch_req(u.port, t)
             took = time.monotonic() - t0
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body, (t + "\n").encode())
@@ -1018,9 +983,9 @@ class StaleWhileRevalidateTest(unittest.TestCase, CacheAssertions):
         # the window, so the object stays stale for all of it.
         with Origin() as o, Umbra(config(o.url)) as u:
             t = "/swr/b?cc=max-age%3D1%2C+stale-while-revalidate%3D30&header=ETag:%22s%22"
-            fetch(u.port, t)
+            fetch_req(u.port, t)
             time.sleep(EXPIRE)
-            fetch(u.port, t)
+            fetch_req(u.port, t)
             self.assertTrue(wait_until(lambda: seen(o, t) >= 2, timeout=2),
                             "no background revalidation within 2 s")
 
@@ -1080,11 +1045,11 @@ class MemoryCapTest(unittest.TestCase, CacheAssertions):
                 maps = f.read()
             if "libasan" in maps or "libtsan" in maps:
                 self.skipTest("RSS means nothing under a sanitizer")
-            fetch(u.port, "/mem/warmup")
+            fetch_req(u.port, "/mem/warmup")
             baseline = vm_rss_kb(u.proc.pid)
             targets = ["/mem/%d?cc=max-age%%3D600&size=%d" % (i, size) for i in range(n)]
             for t in targets:
-                r = fetch(u.port, t)
+                r = fetch_req(u.port, t)
                 self.assertEqual(r.status, 200)
                 self.assertEqual(len(r.body), size)
             rss = vm_rss_kb(u.proc.pid)
@@ -1094,12 +1059,12 @@ class MemoryCapTest(unittest.TestCase, CacheAssertions):
                             "VmRSS %d kB after %d x 200 KB (baseline %d kB)" % (rss, n, baseline))
             # The cache still works.
             last = targets[-1]
-            self.assertHit(fetch(u.port, last))
+            self.assertHit(fetch_req(u.port, last))
             fresh = "/mem/after?cc=max-age%3D600&size=1000"
-            fetch(u.port, fresh)
-            self.assertHit(fetch(u.port, fresh))
+            fetch_req(u.port, fresh)
+            self.assertHit(fetch_req(u.port, fresh))
             # The first objects were evicted: misses again.
-            c = fetch(u.port, targets[0])
+            c = fetch_req(u.port, targets[0])
             self.assertNotHit(c)
             self.assertEqual(seen(o, targets[0]), 2)
             self.assertEqual(c.body, origin_body(size))
@@ -1112,10 +1077,10 @@ class PurgeAccessTest(unittest.TestCase, CacheAssertions):
             with self.subTest(allow=allow):
                 with Origin() as o, Umbra(config(o.url, purge=allow)) as u:
                     t = "/purge/403?cc=max-age%3D60"
-                    fetch(u.port, t)
-                    r = fetch(u.port, t, method="PURGE")
+                    fetch_req(u.port, t)
+                    r = fetch_req(u.port, t, method="PURGE")
                     self.assertEqual(r.status, 403)
-                    self.assertHit(fetch(u.port, t))
+                    self.assertHit(fetch_req(u.port, t))
                     self.assertEqual(seen(o, t), 1)
                     self.assertEqual(seen(o, t, "PURGE"), 0)
 

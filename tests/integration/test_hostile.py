@@ -17,8 +17,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, connect, exchange, parse_response,  # noqa: E402
-                           parse_responses, recv_all, sanitizer_build, vm_rss_kb, wait_until)
+from umbra_harness import (Origin, Umbra, class_context, connect, exchange,  # noqa: E402
+                           parse_response, parse_responses, recv_all, sanitizer_build,
+                           vm_rss_kb, wait_until)
 
 PROXY_CONFIG = """
 timeouts = { header = 5 }
@@ -45,18 +46,9 @@ class ProxyBase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin().__enter__()
-        try:
-            cls.umbra = Umbra(PROXY_CONFIG % cls.origin.url, workers=cls.workers).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(PROXY_CONFIG % cls.origin.url, workers=cls.workers))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
 
     def tearDown(self):
         self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())
@@ -448,19 +440,15 @@ def traversal_setup(d):
 class PathTraversalTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.umbra = Umbra("""
+        cls.umbra = class_context(cls, Umbra("""
 routes = {
   { path = "/s/", root = "www" },
   { path = "/", root = "pub" },
 }
 """, files={"secret.txt": SECRET, "www/a.txt": "in root\n", "www/sub/b.txt": "b\n",
             "pub/index.html": "pub\n", "pub/p.txt": "p\n"},
-            setup=traversal_setup, workers=1).__enter__()
+            setup=traversal_setup, workers=1))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
 
     def tearDown(self):
         self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())
@@ -722,9 +710,8 @@ class SlowReaderTest(unittest.TestCase):
         cls.asan_options = os.environ.get("ASAN_OPTIONS")
         if sanitizer_build() == "asan":
             os.environ["ASAN_OPTIONS"] = (cls.asan_options or "") + ":quarantine_size_mb=4"
-        cls.origin = Origin(record=False).__enter__()
-        try:
-            cls.umbra = Umbra("""
+        cls.origin = class_context(cls, Origin(record=False))
+        cls.umbra = class_context(cls, Umbra("""
 timeouts = { send = 1 }
 cache = { memory = "32MB", max_object = "1MB" }
 -- max_fails: the bad answers of one test must not take the server out for the next.
@@ -733,16 +720,11 @@ routes = {
   { path = "/c/", upstream = "app", cache = true },
   { path = "/n/", upstream = "app", cache = false },
 }
-""" % cls.origin.url, workers=2).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
+""" % cls.origin.url, workers=2))
         cls.port = cls.umbra.port
 
     @classmethod
     def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
         if cls.asan_options is None:
             os.environ.pop("ASAN_OPTIONS", None)
         else:

@@ -9,8 +9,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Client, HttpAssertions, Umbra, connect, exchange, parse_responses,  # noqa: E402
-                           peer_closed, read_response)
+from umbra_harness import (Client, HttpAssertions, Umbra, class_context, connect,  # noqa: E402
+                           exchange, parse_responses, peer_closed, read_response)
 
 MAX_LINE = 1024
 MAX_HEAD = 4096
@@ -53,13 +53,8 @@ def read_head(client, timeout=3):
 class Http1Test(unittest.TestCase, HttpAssertions):
     @classmethod
     def setUpClass(cls):
-        cls.umbra = Umbra(CONFIG, files=FILES)
-        cls.umbra.__enter__()
+        cls.umbra = class_context(cls, Umbra(CONFIG, files=FILES))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
 
     def tearDown(self):
         self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())

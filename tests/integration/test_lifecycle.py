@@ -15,9 +15,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (HttpAssertions, Umbra, connect, exchange, parse_responses,  # noqa: E402
-                           peer_closed, read_response, source_dir, umbra_bin, wait_until,
-                           write_files)
+from umbra_harness import (HttpAssertions, Umbra, class_context, connect, exchange,  # noqa: E402
+                           parse_responses, peer_closed, read_response, source_dir, umbra_bin,
+                           wait_until, write_files)
 
 GOOD_CONFIG = """\
 -- a complete configuration
@@ -181,13 +181,8 @@ timeouts = { header = 1, idle = 1 }
 
     @classmethod
     def setUpClass(cls):
-        cls.umbra = Umbra(cls.CONFIG, files={"www/a.txt": "aaa\n"})
-        cls.umbra.__enter__()
+        cls.umbra = class_context(cls, Umbra(cls.CONFIG, files={"www/a.txt": "aaa\n"}))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
 
     def tearDown(self):
         self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())
@@ -306,6 +301,23 @@ def read_slowly(s, buf, seconds_per_mb=0.1, limit_s=30, until=None):
     return buf
 
 
+def read_to_close(s, buf, seconds):
+    """Reads s into buf until the peer closes (EOF or reset: True), a recv times out or
+    seconds pass (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            chunk = s.recv(1 << 20)
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+        if not chunk:
+            return True
+        buf += chunk
+    return False
+
+
 def split_download(buf):
     head_end = buf.find(b"\r\n\r\n")
     head = parse_responses(bytes(buf[:head_end + 4]), head_methods=[True])[0]
@@ -337,20 +349,7 @@ class SlowClientTest(unittest.TestCase):
             cpu = u.cpu_seconds() - cpu0
             # Whatever was buffered arrives, then the end: well short of the whole file.
             buf = bytearray()
-            deadline = time.monotonic() + 10
-            closed = False
-            while time.monotonic() < deadline:
-                try:
-                    chunk = s.recv(1 << 20)
-                except ConnectionResetError:
-                    closed = True
-                    break
-                except socket.timeout:
-                    break
-                if not chunk:
-                    closed = True
-                    break
-                buf += chunk
+            closed = read_to_close(s, buf, 10)
             s.close()
             self.assertTrue(closed, "stalled download still open")
             self.assertLess(len(buf), len(BIG), "whole file sent to a client that never read")
@@ -365,13 +364,9 @@ class HeaderVersusIdleTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.umbra = Umbra('routes = { { path = "/", root = "www" } }\n'
-                          'timeouts = { header = 1, idle = 2.5 }\n', files={"www/a.txt": "aaa\n"})
-        cls.umbra.__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
+        cls.umbra = class_context(cls, Umbra('routes = { { path = "/", root = "www" } }\n'
+                                             'timeouts = { header = 1, idle = 2.5 }\n',
+                                             files={"www/a.txt": "aaa\n"}))
 
     def test_partial_second_request_gets_header_timeout(self):
         with connect(self.umbra.port) as s:
@@ -418,21 +413,8 @@ class RobustnessTest(unittest.TestCase):
             buf = bytearray(s.recv(65536))
             cpu0 = u.cpu_seconds()
             os.truncate(u.path("www/big.bin"), 1 << 20)
-            t0 = time.monotonic()
             s.settimeout(5)
-            closed = False
-            while time.monotonic() - t0 < 5:
-                try:
-                    chunk = s.recv(1 << 20)
-                except ConnectionResetError:
-                    closed = True
-                    break
-                except socket.timeout:
-                    break
-                if not chunk:
-                    closed = True
-                    break
-                buf += chunk
+            closed = read_to_close(s, buf, 5)
             s.close()
             # The response cannot be completed: the connection must end, promptly, so the
             # client sees a short body instead of hanging.

@@ -14,39 +14,17 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Client, Origin, Umbra, exchange, http_get,  # noqa: E402
-                           log_lines_with, parse_response, source_dir, wait_until)
+from umbra_harness import (Client, Origin, Umbra, echoed, fetch_req, http_get,  # noqa: E402
+                           log_lines_with, req, source_dir, wait_until)
 
 
-def req(target, method="GET", headers=(), body=None, host="umbra.test", close=True):
-    lines = ["%s %s HTTP/1.1" % (method, target)]
-    if host is not None:
-        lines.append("Host: %s" % host)
-    lines += ["%s: %s" % h for h in headers]
-    if body is not None:
-        lines.append("Content-Length: %d" % len(body))
-    if close:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
-
-
-def fetch(port, target, method="GET", headers=(), body=None, host="umbra.test"):
-    data, closed = exchange(port, req(target, method, headers, body, host), timeout=10)
-    if not closed:
-        raise AssertionError("connection still open: %r" % data[:300])
-    return parse_response(data, head=method == "HEAD")
-
-
-def echoed(resp):
+def echoed_fields(resp):
     """What the origin's /echo saw: (request line, {lower name: [values]})."""
-    n = int(resp.header("X-Echo-Head-Length"))
-    lines = resp.body[:n].decode("latin-1").split("\r\n")
-    fields = {}
-    for line in lines[1:]:
-        if line:
-            k, v = line.split(":", 1)
-            fields.setdefault(k.lower(), []).append(v.strip())
-    return lines[0], fields
+    line, fields, _ = echoed(resp)
+    by_name = {}
+    for k, v in fields:
+        by_name.setdefault(k.lower(), []).append(v)
+    return line, by_name
 
 
 def example(name, *servers):
@@ -82,21 +60,21 @@ def log_since(u, mark, needle, timeout=5):
 class ExampleTest(unittest.TestCase):
     def test_ip_echo(self):
         with run_example("ip.lua", workers=1) as u:
-            r = fetch(u.port, "/ip")
+            r = fetch_req(u.port, "/ip")
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body, b"127.0.0.1")
             self.assertTrue(r.header("Content-Type").startswith("text/plain"))
-            self.assertEqual(fetch(u.port, "/ip", method="HEAD").status, 200)
-            self.assertEqual(fetch(u.port, "/ipx").status, 404)
-            self.assertEqual(fetch(u.port, "/").status, 404)
-            r = fetch(u.port, "/ip", method="POST", body=b"x")
+            self.assertEqual(fetch_req(u.port, "/ip", method="HEAD").status, 200)
+            self.assertEqual(fetch_req(u.port, "/ipx").status, 404)
+            self.assertEqual(fetch_req(u.port, "/").status, 404)
+            r = fetch_req(u.port, "/ip", method="POST", body=b"x")
             self.assertEqual(r.status, 405)
             self.assertEqual(r.header("Allow"), "GET, HEAD")
 
     def test_hello_world(self):
         with run_example("hello.lua", workers=2) as u:
             for target in ("/", "/anything?x=1"):
-                r = fetch(u.port, target)
+                r = fetch_req(u.port, target)
                 self.assertEqual((r.status, r.body), (200, b"Hello, World!"))
             # keep-alive: several answers on one connection
             with Client(u.port) as c:
@@ -108,17 +86,17 @@ class ExampleTest(unittest.TestCase):
     def test_host_routing_and_rewrite(self):
         with Origin() as blog, Origin() as shop, \
                 run_example("host-routing.lua", blog.url, shop.url, workers=1) as u:
-            r = fetch(u.port, "/echo/a", host="www.example.com")
+            r = fetch_req(u.port, "/echo/a", host="www.example.com")
             self.assertEqual(r.status, 200)
             self.assertEqual(r.header("X-Origin-Port"), str(blog.port))
-            r = fetch(u.port, "/echo/b", host="Shop.Example.com:8080")
+            r = fetch_req(u.port, "/echo/b", host="Shop.Example.com:8080")
             self.assertEqual(r.header("X-Origin-Port"), str(shop.port))
-            line, fields = echoed(r)
+            line, fields = echoed_fields(r)
             self.assertEqual(line, "GET /echo/b HTTP/1.1")
             self.assertEqual(fields["host"], ["Shop.Example.com:8080"])
-            r = fetch(u.port, "/docs/echo/c?q=1", host="www.example.com")
+            r = fetch_req(u.port, "/docs/echo/c?q=1", host="www.example.com")
             self.assertEqual(r.header("X-Origin-Port"), str(blog.port))
-            line, fields = echoed(r)
+            line, fields = echoed_fields(r)
             self.assertEqual(line, "GET /echo/c?q=1 HTTP/1.1")
             self.assertEqual(fields["host"], ["docs.example.com"])
             self.assertEqual([t for _, t, _ in shop.records()], ["/echo/b"])
@@ -127,29 +105,29 @@ class ExampleTest(unittest.TestCase):
     def test_cache_key_and_ttl(self):
         with Origin() as o, run_example("cache-key.lua", o.url, workers=1) as u:
             # No freshness information from the origin: the hook's ttl makes it cacheable.
-            en = fetch(u.port, "/page", headers=[("Accept-Language", "en-US,en;q=0.8")])
+            en = fetch_req(u.port, "/page", headers=[("Accept-Language", "en-US,en;q=0.8")])
             self.assertEqual(en.status, 200)
             self.assertFalse(is_hit(en))
-            en2 = fetch(u.port, "/page", headers=[("Accept-Language", "en-GB")])
+            en2 = fetch_req(u.port, "/page", headers=[("Accept-Language", "en-GB")])
             self.assertTrue(is_hit(en2))
             self.assertLessEqual(int(re.search(r"ttl=(\d+)", cache_status(en2)).group(1)), 60)
-            fr = fetch(u.port, "/page", headers=[("Accept-Language", "fr")])
+            fr = fetch_req(u.port, "/page", headers=[("Accept-Language", "fr")])
             self.assertFalse(is_hit(fr))
-            fr2 = fetch(u.port, "/page", headers=[("Accept-Language", "fr-CA")])
+            fr2 = fetch_req(u.port, "/page", headers=[("Accept-Language", "fr-CA")])
             self.assertTrue(is_hit(fr2))
             self.assertEqual(o.count(), 2)
 
     def test_api_key(self):
         with Origin() as o, run_example("api-key.lua", o.url, workers=1) as u:
-            r = fetch(u.port, "/echo/x")
+            r = fetch_req(u.port, "/echo/x")
             self.assertEqual(r.status, 401)
             self.assertIn("ApiKey", r.header("WWW-Authenticate"))
-            r = fetch(u.port, "/echo/x", headers=[("X-Api-Key", "wrong")])
+            r = fetch_req(u.port, "/echo/x", headers=[("X-Api-Key", "wrong")])
             self.assertEqual(r.status, 401)
             self.assertEqual(o.count(), 0)
-            r = fetch(u.port, "/echo/x", headers=[("X-Api-Key", "k-93be4410")])
+            r = fetch_req(u.port, "/echo/x", headers=[("X-Api-Key", "k-93be4410")])
             self.assertEqual(r.status, 200)
-            _, fields = echoed(r)
+            _, fields = echoed_fields(r)
             self.assertEqual(fields["x-api-user"], ["bob"])
             self.assertNotIn("x-api-key", fields)
             self.assertEqual(o.count(), 1)
@@ -176,11 +154,11 @@ routes = { { path = "/", on_request = function(req)
 end } }
 '''
         with umbra_hooks(body) as u:
-            r = fetch(u.port, "/p%20q?x=1&y", headers=[("X-A", "1"), ("x-a", "2")],
-                      host="Example.com:81")
+            r = fetch_req(u.port, "/p%20q?x=1&y", headers=[("X-A", "1"), ("x-a", "2")],
+                          host="Example.com:81")
             self.assertEqual(r.body.decode(), "GET|/p%20q|x=1&y|Example.com:81|http|127.0.0.1|"
                              "true|1, 2|1|nil|/p%20q?x=1&y")
-            r = fetch(u.port, "/nq")
+            r = fetch_req(u.port, "/nq")
             self.assertTrue(r.body.decode().startswith("GET|/nq|nil|"))
 
     def test_rewrite_headers_and_query(self):
@@ -195,10 +173,11 @@ function on_request(req)
 end
 '''
         with Origin() as o, umbra_hooks(body, o) as u:
-            r = fetch(u.port, "/p?orig=1", headers=[("X-Replaced", "old"), ("X-Replaced", "old2"),
-                                                  ("X-Removed", "gone"), ("X-Kept", "k")])
+            r = fetch_req(u.port, "/p?orig=1",
+                          headers=[("X-Replaced", "old"), ("X-Replaced", "old2"),
+                                   ("X-Removed", "gone"), ("X-Kept", "k")])
             self.assertEqual(r.status, 200)
-            line, fields = echoed(r)
+            line, fields = echoed_fields(r)
             self.assertEqual(line, "GET /echo/p?rewritten=1 HTTP/1.1")
             self.assertEqual(fields["x-added"], ["yes"])
             self.assertEqual(fields["x-replaced"], ["new"])
@@ -219,13 +198,13 @@ end
         with Origin() as o, Umbra(
                 'upstreams = { app = { servers = { "%s" } } }\n' % o.url + body,
                 files={"www/f.txt": "file body"}) as u:
-            r = fetch(u.port, "/x", headers=[("X-Files", "1")])
+            r = fetch_req(u.port, "/x", headers=[("X-Files", "1")])
             self.assertEqual((r.status, r.body), (200, b"file body"))
             self.assertEqual(o.count(), 0)
-            a = fetch(u.port, "/c?cc=max-age%3D60")
-            b = fetch(u.port, "/c?cc=max-age%3D60")
+            a = fetch_req(u.port, "/c?cc=max-age%3D60")
+            b = fetch_req(u.port, "/c?cc=max-age%3D60")
             self.assertTrue(is_hit(b))
-            c = fetch(u.port, "/c?cc=max-age%3D60", headers=[("X-Bypass", "1")])
+            c = fetch_req(u.port, "/c?cc=max-age%3D60", headers=[("X-Bypass", "1")])
             self.assertIn("fwd=bypass", cache_status(c))
             self.assertEqual(o.count(), 2)
             self.assertEqual(a.status, 200)
@@ -241,10 +220,10 @@ end
         with Origin() as a, Origin() as b, Umbra(
                 'upstreams = { app = { servers = { "%s" } }, second = { servers = { "%s" } } }\n'
                 % (a.url, b.url) + body) as u:
-            self.assertEqual(fetch(u.port, "/first").header("X-Origin-Port"), str(a.port))
-            self.assertEqual(fetch(u.port, "/second").header("X-Origin-Port"), str(b.port))
+            self.assertEqual(fetch_req(u.port, "/first").header("X-Origin-Port"), str(a.port))
+            self.assertEqual(fetch_req(u.port, "/second").header("X-Origin-Port"), str(b.port))
             mark = len(u.log())
-            self.assertEqual(fetch(u.port, "/unknown").status, 500)
+            self.assertEqual(fetch_req(u.port, "/unknown").status, 500)
             self.assertIn("no upstream is named 'nope'", log_since(u, mark, "'nope'"))
 
     def test_header_injection_refused(self):
@@ -263,7 +242,7 @@ end
         with Origin() as o, umbra_hooks(body, o) as u:
             for target in ("/p", "/host", "/name", "/cl"):
                 mark = len(u.log())
-                r = fetch(u.port, target)
+                r = fetch_req(u.port, target)
                 self.assertEqual(r.status, 500, target)
                 self.assertIn("lua:", log_since(u, mark, "lua:"))
             self.assertEqual(o.count(), 0)
@@ -278,7 +257,7 @@ end
 '''
         with Origin() as o, umbra_hooks(body2, o) as u:
             for target in ("/h", "/r", "/redirect"):
-                r = fetch(u.port, target)
+                r = fetch_req(u.port, target)
                 self.assertEqual(r.status, 500, target)
                 self.assertIsNone(r.header("Set-Cookie"))
                 self.assertIsNone(r.header("X-Evil"))
@@ -298,32 +277,32 @@ function on_response(req, res)
 end
 '''
         with Origin() as o, umbra_hooks(body, o) as u:
-            r = fetch(u.port, "/plain?header=X-Secret:s&header=X-Other:o")
+            r = fetch_req(u.port, "/plain?header=X-Secret:s&header=X-Other:o")
             self.assertEqual(r.status, 200)
             self.assertIsNone(r.header("X-Secret"))
             self.assertEqual(r.header("X-Other"), "o")
             self.assertEqual(r.header("X-Path"), "/plain")
             self.assertEqual(r.header("X-Route-Hook"), "200")
             # ttl from the hook: stored although the origin gave no freshness
-            fetch(u.port, "/ttl")
-            r = fetch(u.port, "/ttl")
+            fetch_req(u.port, "/ttl")
+            r = fetch_req(u.port, "/ttl")
             self.assertTrue(is_hit(r))
             self.assertEqual(r.header("X-Path"), "/ttl")  # stored with the hook's fields
             # cacheable = false wins over the origin's max-age
-            fetch(u.port, "/nocache?cc=max-age%3D60")
-            r = fetch(u.port, "/nocache?cc=max-age%3D60")
+            fetch_req(u.port, "/nocache?cc=max-age%3D60")
+            r = fetch_req(u.port, "/nocache?cc=max-age%3D60")
             self.assertFalse(is_hit(r))
             self.assertEqual(o.count(), 4)
             mark = len(u.log())
-            r = fetch(u.port, "/fail?cc=max-age%3D60")
+            r = fetch_req(u.port, "/fail?cc=max-age%3D60")
             self.assertEqual(r.status, 500)
             log = log_since(u, mark, "on_response failed on purpose")
             self.assertIn("stack traceback", log)
-            r = fetch(u.port, "/after")
+            r = fetch_req(u.port, "/after")
             self.assertEqual(r.status, 200)
             # the failed answer was not stored: the next request goes to the origin again
             n = o.count()
-            fetch(u.port, "/fail?cc=max-age%3D60")
+            fetch_req(u.port, "/fail?cc=max-age%3D60")
             self.assertEqual(o.count(), n + 1)
 
     def test_rewritten_request_outlives_the_client_in_a_background_refresh(self):
@@ -339,15 +318,15 @@ end } }
         with Origin() as o, umbra_hooks(body, o) as u:
             # Vary makes the refresh read the rewritten field from its copy.
             target = "/swr?cc=max-age%3D2,stale-while-revalidate%3D30&header=Vary:X-Rewritten"
-            self.assertEqual(fetch(u.port, target).status, 200)
+            self.assertEqual(fetch_req(u.port, target).status, 200)
             time.sleep(3.1)  # stale (ages count in whole seconds)
-            r = fetch(u.port, target)  # stale, served at once; the refresh runs behind
+            r = fetch_req(u.port, target)  # stale, served at once; the refresh runs behind
             self.assertEqual(r.status, 200)
             wait_until(lambda: o.count() == 2, 5)
             time.sleep(0.2)
-            r = fetch(u.port, target)
+            r = fetch_req(u.port, target)
             self.assertTrue(is_hit(r))
-            _, fields = echoed(r)
+            _, fields = echoed_fields(r)
             self.assertEqual(fields["x-rewritten"], ["r" * 64])
             self.assertEqual([t for _, t, _ in o.records()], ["/echo" + target] * 2)
             self.assertTrue(u.alive())
@@ -376,9 +355,9 @@ routes = { { path = "/", root = "www", on_response = function(req, res)
 end } }
 '''
         with Umbra(body, files={"www/a.txt": "aaa"}) as u:
-            r = fetch(u.port, "/a.txt")
+            r = fetch_req(u.port, "/a.txt")
             self.assertEqual((r.status, r.body, r.header("X-Static")), (200, b"aaa", "1"))
-            r = fetch(u.port, "/missing")
+            r = fetch_req(u.port, "/missing")
             self.assertEqual((r.status, r.header("X-Static")), (404, "1"))
 
 
@@ -477,7 +456,7 @@ class YunyingTest(unittest.TestCase):
                'root_dir = "site"\n'
         with Umbra(text, raw=True, args=["-a", "127.0.0.1:0"],
                    files={"site/index.html": "<p>yunying</p>"}) as u:
-            r = fetch(u.port, "/")
+            r = fetch_req(u.port, "/")
             self.assertEqual((r.status, r.body), (200, b"<p>yunying</p>"))
             self.assertIn("with 1 workers", u.log())
 
@@ -486,23 +465,23 @@ class YunyingTest(unittest.TestCase):
             text = YUNYING_UPSTREAM % (o.port, other.port)
             with Umbra(text, raw=True, args=["-a", "127.0.0.1:0"]) as u:
                 self.assertIn("with 2 workers", u.log())
-                r = fetch(u.port, "/echo/plain")
-                line, fields = echoed(r)
+                r = fetch_req(u.port, "/echo/plain")
+                line, fields = echoed_fields(r)
                 self.assertEqual(line, "GET /echo/plain HTTP/1.1")
                 self.assertEqual(fields["host"], ["upstream.host"])
-                r = fetch(u.port, "/chenyuheng/echo/x")
-                line, fields = echoed(r)
+                r = fetch_req(u.port, "/chenyuheng/echo/x")
+                line, fields = echoed_fields(r)
                 self.assertEqual(line, "GET /echo/x HTTP/1.1")
                 self.assertEqual(fields["host"], ["chenyuheng.github.io"])
-                r = fetch(u.port, "/post")
-                line, fields = echoed(r)
+                r = fetch_req(u.port, "/post")
+                line, fields = echoed_fields(r)
                 self.assertEqual(line, "POST /echo/post HTTP/1.1")
                 self.assertTrue(r.body.endswith(b"posted by upstream_set"))
-                r = fetch(u.port, "/other")
+                r = fetch_req(u.port, "/other")
                 self.assertEqual(r.header("X-Origin-Port"), str(other.port))
                 # cached by the client's URL, for cache_default_max_age
-                a = fetch(u.port, "/chenyuheng/x")
-                b = fetch(u.port, "/chenyuheng/x")
+                a = fetch_req(u.port, "/chenyuheng/x")
+                b = fetch_req(u.port, "/chenyuheng/x")
                 self.assertTrue(is_hit(b))
                 self.assertEqual(a.body, b.body)
 
@@ -511,7 +490,7 @@ class YunyingTest(unittest.TestCase):
             text = example("yunying.lua").replace("upstream_port = 9001",
                                                    "upstream_port = %d" % o.port)
             with Umbra(text, raw=True, args=["-a", "127.0.0.1:0"]) as u:
-                line, fields = echoed(fetch(u.port, "/blog/echo/post-1"))
+                line, fields = echoed_fields(fetch_req(u.port, "/blog/echo/post-1"))
                 self.assertEqual(line, "GET /echo/post-1 HTTP/1.1")
                 self.assertEqual(fields["host"], ["blog.example"])
 
@@ -547,7 +526,7 @@ end } }
 '''
         with Umbra(body) as u:
             for target in ("/hooked/a", "/hooked/b", "/hooked/boom"):
-                fetch(u.port, target)
+                fetch_req(u.port, target)
             m = re.search(r"admin: serving /metrics and /status on 127\.0\.0\.1:(\d+)", u.log())
             self.assertIsNotNone(m, u.log())
 
@@ -565,15 +544,15 @@ class ReloadTest(unittest.TestCase):
     def test_reload_runs_the_new_hooks(self):
         text = 'routes = { { path = "/", on_request = function(req) return umbra.respond(200, "%s") end } }\n'
         with Umbra(text % "v1", workers=2) as u:
-            self.assertEqual(fetch(u.port, "/").body, b"v1")
+            self.assertEqual(fetch_req(u.port, "/").body, b"v1")
             with open(u.config_path, "w") as f:
                 f.write('listen = { "127.0.0.1:%d" }\nworkers = 2\n' % u.port + text % "v2")
             mark = len(u.log())
             u.proc.send_signal(signal.SIGHUP)
             log_since(u, mark, "reload")
-            wait_until(lambda: fetch(u.port, "/").body == b"v2", 5)
+            wait_until(lambda: fetch_req(u.port, "/").body == b"v2", 5)
             for _ in range(6):  # every worker runs the new file
-                self.assertEqual(fetch(u.port, "/").body, b"v2")
+                self.assertEqual(fetch_req(u.port, "/").body, b"v2")
             # a file that fails only in the workers' request states fails the reload (their
             # states are made at load time): FILE:LINE, and the running config goes on
             with open(u.config_path, "w") as f:
@@ -584,7 +563,7 @@ class ReloadTest(unittest.TestCase):
             log = log_since(u, mark, "configuration not reloaded")
             self.assertRegex(log, r"SIGHUP: \S*config\.lua:3: fails in the workers only")
             for _ in range(6):
-                self.assertEqual(fetch(u.port, "/").body, b"v2")
+                self.assertEqual(fetch_req(u.port, "/").body, b"v2")
             self.assertTrue(u.alive())
 
 
@@ -607,7 +586,7 @@ end } }
         seen = set()
         before = len(log_lines_with(u, "lua: request /"))
         for i in range(n):
-            r = fetch(u.port, "/%s/%d" % (version, i))
+            r = fetch_req(u.port, "/%s/%d" % (version, i))
             self.assertEqual(r.status, 200)
             v, w = r.body.decode().split()
             self.assertEqual(v, version)
@@ -679,7 +658,7 @@ routes = {
                 try:
                     for i in range(40):
                         target = "/direct/%d/%d" % (n, i) if i % 2 else "/echo/%d?cc=max-age%%3D60" % (i % 5)
-                        r = fetch(u.port, target)
+                        r = fetch_req(u.port, target)
                         if r.status != 200:
                             errors.append((target, r.status))
                         elif i % 2:

@@ -19,9 +19,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, closed_port, http_get, log_lines_with,  # noqa: E402
-                           make_cert, parse_response, request, tls_connect, tls_context,
-                           umbra_bin, wait_until)
+from umbra_harness import (Origin, Umbra, class_context, closed_port, http_get,  # noqa: E402
+                           log_lines_with, make_cert, parse_response, request, tls_connect,
+                           tls_context, umbra_bin, wait_until)
 
 _ADMIN_RE = re.compile(r"admin: serving /metrics and /status on 127\.0\.0\.1:(\d+)")
 _SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
@@ -86,12 +86,7 @@ routes = {
 class MetricsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin()
-        cls.origin.__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.origin.__exit__(None, None, None)
+        cls.origin = class_context(cls, Origin())
 
     def test_counters_match_requests(self):
         with Umbra(config(self.origin.url), files=FILES, workers=2) as u:
@@ -260,12 +255,7 @@ routes = { { path = "/", root = "www" } }
 class AccessLogTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin()
-        cls.origin.__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.origin.__exit__(None, None, None)
+        cls.origin = class_context(cls, Origin())
 
     def lines(self, u, name="logs/access.log", n=1, timeout=4):
         """The lines of the log file once it has at least n (flushed within a second)."""

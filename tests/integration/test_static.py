@@ -10,8 +10,8 @@ import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (HttpAssertions, Umbra, connect, exchange, parse_responses,  # noqa: E402
-                           read_response)
+from umbra_harness import (HttpAssertions, Umbra, class_context, connect, exchange,  # noqa: E402
+                           parse_responses, read_response, req)
 
 HELLO = b"0123456789abcdefghijklmnop"  # 26 bytes: ranges are easy to check
 SECRET = b"TOPSECRET-do-not-serve-3f1c\n"
@@ -60,24 +60,11 @@ def make_links(d):
     os.symlink("dir", os.path.join(d, "www/dirlink_in"))
 
 
-def req(path, method="GET", headers=(), host="localhost"):
-    """A raw HTTP/1.1 request with Connection: close."""
-    lines = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % host]
-    lines += ["%s: %s" % h for h in headers]
-    lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
 class StaticTest(unittest.TestCase, HttpAssertions):
     @classmethod
     def setUpClass(cls):
-        cls.umbra = Umbra(CONFIG, files=FILES, setup=make_links)
-        cls.umbra.__enter__()
+        cls.umbra = class_context(cls, Umbra(CONFIG, files=FILES, setup=make_links))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
 
     def tearDown(self):
         self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())
@@ -85,7 +72,7 @@ class StaticTest(unittest.TestCase, HttpAssertions):
     def get(self, path, method="GET", headers=(), host="localhost", timeout=5):
         """One request on its own connection; returns the parsed response after checking
         the headers every response must carry."""
-        data, closed = exchange(self.port, req(path, method, headers, host), timeout=timeout)
+        data, closed = exchange(self.port, req(path, method, headers, host=host), timeout=timeout)
         self.assertTrue(closed, "server did not close after Connection: close (%r)" % path)
         rs = parse_responses(data, head_methods=[method == "HEAD"])
         self.assertEqual(len(rs), 1, "one response for %s %r, got %r" % (method, path, data[:300]))

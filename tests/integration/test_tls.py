@@ -24,10 +24,11 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (CertAuthority, Origin, TlsClient, Umbra, client_hello,  # noqa: E402
-                           connect, exchange, log_lines_with, origin_body, parse_response,
-                           parse_responses, peer_cert_names, peer_closed, tls_connect,
-                           tls_context, tls_recv_all, wait_until)
+import umbra_harness  # noqa: E402
+from umbra_harness import (CertAuthority, Origin, TlsClient, Umbra, class_context,  # noqa: E402
+                           client_hello, connect, exchange, log_lines_with, origin_body,
+                           parse_response, parse_responses, peer_cert_names, peer_closed,
+                           tls_connect, tls_context, tls_recv_all, wait_until)
 
 TLS12 = ssl.TLSVersion.TLSv1_2
 TLS13 = ssl.TLSVersion.TLSv1_3
@@ -85,11 +86,8 @@ def site_files():
 
 
 def req(path, host="example.com", method="GET", headers=(), close=False):
-    lines = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % host]
-    lines += ["%s: %s" % h for h in headers]
-    if close:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    """umbra_harness.req for example.com, kept alive unless close."""
+    return umbra_harness.req(path, method, headers, host=host, close=close)
 
 
 def ctx(**kw):
@@ -165,16 +163,12 @@ class TlsServerTest(TlsBase):
 
     @classmethod
     def setUpClass(cls):
-        cls.u = Umbra(tls_config(), files=site_files(), workers=2)
-        cls.u.__enter__()
+        cls.u = class_context(cls, Umbra(tls_config(), files=site_files(), workers=2))
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            rc = cls.u.stop(signal.SIGTERM, 10)
-            assert rc == 0, "exit status %r on SIGTERM:\n%s" % (rc, cls.u.log())
-        finally:
-            cls.u.__exit__(None, None, None)
+        rc = cls.u.stop(signal.SIGTERM, 10)
+        assert rc == 0, "exit status %r on SIGTERM:\n%s" % (rc, cls.u.log())
 
     # -- certificates -------------------------------------------------------------------
 
@@ -527,12 +521,8 @@ class DefaultSettingTest(TlsBase):
 
     @classmethod
     def setUpClass(cls):
-        cls.u = Umbra(tls_config('  default = "other.test",\n'), files=site_files())
-        cls.u.__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.u.__exit__(None, None, None)
+        cls.u = class_context(cls, Umbra(tls_config('  default = "other.test",\n'),
+                                         files=site_files()))
 
     def test_default(self):
         for name, want in ((None, "other.test"), ("unknown.test", "other.test"),
@@ -608,17 +598,13 @@ class BadInputTest(TlsBase):
 
     @classmethod
     def setUpClass(cls):
-        cls.u = Umbra(tls_config(), files=site_files(), workers=2)
-        cls.u.__enter__()
+        cls.u = class_context(cls, Umbra(tls_config(), files=site_files(), workers=2))
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            assert cls.u.alive(), "umbra exited:\n" + cls.u.log()
-            rc = cls.u.stop(signal.SIGTERM, 10)
-            assert rc == 0, "exit status %r on SIGTERM:\n%s" % (rc, cls.u.log())
-        finally:
-            cls.u.__exit__(None, None, None)
+        assert cls.u.alive(), "umbra exited:\n" + cls.u.log()
+        rc = cls.u.stop(signal.SIGTERM, 10)
+        assert rc == 0, "exit status %r on SIGTERM:\n%s" % (rc, cls.u.log())
 
     def send_bad(self, raw, timeout=HEADER_TIMEOUT + SLACK + 2):
         """Sends raw on a new connection; returns (bytes read, seconds until closed, local
@@ -999,23 +985,10 @@ class ProxyOverTlsTest(TlsBase):
 
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin()
-        cls.origin.__enter__()
+        cls.origin = class_context(cls, Origin())
         routes = ('upstreams = { app = { servers = { "%s" } } }\n'
                   'routes = { { path = "/", upstream = "app" } }\n' % cls.origin.url)
-        try:
-            cls.u = Umbra(tls_config(routes=routes), files=site_files(), workers=2)
-            cls.u.__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.u.__exit__(None, None, None)
-        finally:
-            cls.origin.__exit__(None, None, None)
+        cls.u = class_context(cls, Umbra(tls_config(routes=routes), files=site_files(), workers=2))
 
     def test_large_response(self):
         with TlsClient(self.tls, ctx(), "example.com") as c:

@@ -20,48 +20,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Client, Origin, ParseError, Umbra, closed_port,  # noqa: E402
-                           connect, exchange, make_cert, origin_body, parse_response,
-                           parse_responses, vm_rss_kb, wait_until)
-
-def req(target, method="GET", headers=(), body=None, host="umbra.test", close=True):
-    """A raw HTTP/1.1 request; body (bytes) gets a Content-Length unless headers frame it."""
-    lines = ["%s %s HTTP/1.1" % (method, target)]
-    if host is not None:
-        lines.append("Host: %s" % host)
-    lines += ["%s: %s" % h for h in headers]
-    names = {h[0].lower() for h in headers}
-    if body is not None and "content-length" not in names and "transfer-encoding" not in names:
-        lines.append("Content-Length: %d" % len(body))
-    if close:
-        lines.append("Connection: close")
-    raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return raw + (body or b"")
-
-
-def fetch(port, raw, timeout=10, head=False):
-    """Sends raw on a new connection, reads until the server closes; one parsed response."""
-    data, closed = exchange(port, raw, timeout=timeout)
-    if not closed:
-        raise AssertionError("connection still open after %ss: %r" % (timeout, data[:300]))
-    return parse_response(data, head=head)
-
-
-def echoed(resp):
-    """What the origin's /echo saw: (request line, [(name, value)], body bytes)."""
-    n = int(resp.header("X-Echo-Head-Length"))
-    head, body = resp.body[:n], resp.body[n:]
-    lines = head.decode("latin-1").split("\r\n")
-    fields = []
-    for line in lines[1:]:
-        if line:
-            k, v = line.split(":", 1)
-            fields.append((k, v.strip()))
-    return lines[0], fields, body
-
-
-def values(fields, name):
-    return [v for k, v in fields if k.lower() == name.lower()]
+from umbra_harness import (Client, Origin, ParseError, Umbra, class_context,  # noqa: E402
+                           closed_port, connect, echoed, exchange, fetch, make_cert, origin_body,
+                           parse_response, parse_responses, req, values, vm_rss_kb, wait_until)
 
 
 def new_lines(u, mark):
@@ -85,10 +46,9 @@ class UpstreamAssertions:
 class ForwardTest(unittest.TestCase, UpstreamAssertions):
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin().__enter__()
-        try:
-            # A 20 MB upload is over the default limits.max_body_bytes (16 MB).
-            cls.umbra = Umbra("""
+        cls.origin = class_context(cls, Origin())
+        # A 20 MB upload is over the default limits.max_body_bytes (16 MB).
+        cls.umbra = class_context(cls, Umbra("""
 limits = { max_body_bytes = "64MB" }
 upstreams = {
   app = { servers = { "%(url)s" }, timeout = 10 },
@@ -98,16 +58,8 @@ routes = {
   { path = "/hosted/", upstream = "hosted" },
   { path = "/", upstream = "app" },
 }
-""" % {"url": cls.origin.url}).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
+""" % {"url": cls.origin.url}))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
 
     def seen(self, target):
         """The origin's records of requests for exactly this target."""
@@ -356,12 +308,11 @@ routes = {
 class ErrorTest(unittest.TestCase, UpstreamAssertions):
     @classmethod
     def setUpClass(cls):
-        cls.origin = Origin().__enter__()
+        cls.origin = class_context(cls, Origin())
         cls.dead_url = "http://127.0.0.1:%d" % closed_port()
-        try:
-            # max_fails is high so that one test's failures do not take the server out for
-            # the next; retries = 0 so that every error is answered, not retried.
-            cls.umbra = Umbra("""
+        # max_fails is high so that one test's failures do not take the server out for the
+        # next; retries = 0 so that every error is answered, not retried.
+        cls.umbra = class_context(cls, Umbra("""
 upstreams = {
   app = { servers = { "%s" }, timeout = 1, retries = 0, max_fails = 100 },
   dead = { servers = { "%s" }, connect_timeout = 1, retries = 0, max_fails = 100 },
@@ -370,16 +321,8 @@ routes = {
   { path = "/dead/", upstream = "dead" },
   { path = "/", upstream = "app" },
 }
-""" % (cls.origin.url, cls.dead_url)).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
+""" % (cls.origin.url, cls.dead_url)))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
 
     def error(self, target, status, upstream="app", url=None, max_time=3.0):
         mark = len(self.umbra.log())
@@ -543,12 +486,12 @@ class ResetServer(Listener):
 class RetryTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.a = Origin().__enter__()
-        cls.b = Origin().__enter__()
+        cls.a = class_context(cls, Origin())
+        cls.b = class_context(cls, Origin())
         cls.resetter = ResetServer()
+        cls.addClassCleanup(cls.resetter.close)
         cls.dead_url = "http://127.0.0.1:%d" % closed_port()
-        try:
-            cls.umbra = Umbra("""
+        cls.umbra = class_context(cls, Umbra("""
 upstreams = {
   withdead = { servers = { "%(a)s", "%(dead)s" }, retries = 1, max_fails = 3, fail_timeout = 30 },
   withreset = { servers = { "%(a)s", "%(reset)s" }, retries = 1, max_fails = 3, fail_timeout = 30 },
@@ -561,20 +504,8 @@ routes = {
   { path = "/postdead/", upstream = "postdead" },
   { path = "/", upstream = "twolive" },
 }
-""" % {"a": cls.a.url, "b": cls.b.url, "dead": cls.dead_url,
-                "reset": cls.resetter.url}).__enter__()
-        except BaseException:
-            cls.tearDownClass()
-            raise
+""" % {"a": cls.a.url, "b": cls.b.url, "dead": cls.dead_url, "reset": cls.resetter.url}))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        if getattr(cls, "umbra", None):
-            cls.umbra.__exit__(None, None, None)
-        cls.resetter.close()
-        cls.a.__exit__(None, None, None)
-        cls.b.__exit__(None, None, None)
 
     def seen(self, target):
         return [r for o in (self.a, self.b) for r in o.records() if r[1] == target]
@@ -776,10 +707,9 @@ routes = { { path = "/", upstream = "ip" } }
 class BalanceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.a = Origin().__enter__()
-        cls.b = Origin().__enter__()
-        try:
-            cls.umbra = Umbra("""
+        cls.a = class_context(cls, Origin())
+        cls.b = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra("""
 upstreams = {
   rr = { servers = { "%(a)s", "%(b)s" }, balance = "round_robin" },
   hashed = { servers = { "%(a)s", "%(b)s" }, balance = "hash" },
@@ -790,18 +720,8 @@ routes = {
   { path = "/hash/", upstream = "hashed" },
   { path = "/lc/", upstream = "lc" },
 }
-""" % {"a": cls.a.url, "b": cls.b.url}).__enter__()
-        except BaseException:
-            cls.a.__exit__(None, None, None)
-            cls.b.__exit__(None, None, None)
-            raise
+""" % {"a": cls.a.url, "b": cls.b.url}))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.a.__exit__(None, None, None)
-        cls.b.__exit__(None, None, None)
 
     def port_of(self, target, **kw):
         r = fetch(self.port, req(target, **kw))
@@ -849,10 +769,10 @@ class TlsTest(unittest.TestCase, UpstreamAssertions):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="umbra-tls-")
+        cls.addClassCleanup(shutil.rmtree, cls.dir, ignore_errors=True)
         cls.cert, cls.key = make_cert(cls.dir)
-        cls.origin = Origin(tls=(cls.cert, cls.key)).__enter__()
-        try:
-            cls.umbra = Umbra("""
+        cls.origin = class_context(cls, Origin(tls=(cls.cert, cls.key)))
+        cls.umbra = class_context(cls, Umbra("""
 upstreams = {
   withca = { servers = { "%(url)s" }, tls = { ca = "%(ca)s" } },
   strict = { servers = { "%(url)s" }, tls = { verify = true }, retries = 0 },
@@ -863,17 +783,8 @@ routes = {
   { path = "/strict/", upstream = "strict" },
   { path = "/loose/", upstream = "loose" },
 }
-""" % {"url": cls.origin.url, "ca": cls.cert}).__enter__()
-        except BaseException:
-            cls.origin.__exit__(None, None, None)
-            raise
+""" % {"url": cls.origin.url, "ca": cls.cert}))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.umbra.__exit__(None, None, None)
-        cls.origin.__exit__(None, None, None)
-        shutil.rmtree(cls.dir, ignore_errors=True)
 
     def test_ca_verifies(self):
         r = fetch(self.port, req("/withca/x?size=300000"))

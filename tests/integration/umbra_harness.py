@@ -346,6 +346,38 @@ def http_get(port, path, headers=None, method="GET", body=None, timeout=5):
         c.close()
 
 
+def req(target, method="GET", headers=(), body=None, host="umbra.test", close=True):
+    """A raw HTTP/1.1 request: the request line, Host (none when host is None), headers (a
+    sequence of (name, value)), a Content-Length for body (bytes) unless headers carry
+    Content-Length or Transfer-Encoding, Connection: close when close, then body."""
+    lines = ["%s %s HTTP/1.1" % (method, target)]
+    if host is not None:
+        lines.append("Host: %s" % host)
+    lines += ["%s: %s" % h for h in headers]
+    names = {h[0].lower() for h in headers}
+    if body is not None and "content-length" not in names and "transfer-encoding" not in names:
+        lines.append("Content-Length: %d" % len(body))
+    if close:
+        lines.append("Connection: close")
+    raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return raw + (body or b"")
+
+
+def fetch(port, raw, timeout=10, head=False):
+    """Sends raw on a new connection and reads until the server closes (AssertionError if it
+    has not closed within timeout seconds); the one parsed response (head: it answers a
+    HEAD, so has no body)."""
+    data, closed = exchange(port, raw, timeout=timeout)
+    if not closed:
+        raise AssertionError("connection still open after %ss: %r" % (timeout, data[:300]))
+    return parse_response(data, head=head)
+
+
+def fetch_req(port, target, method="GET", headers=(), body=None, host="umbra.test", timeout=10):
+    """fetch() of req(target, ...) with Connection: close; a HEAD's response has no body."""
+    return fetch(port, req(target, method, headers, body, host), timeout, head=method == "HEAD")
+
+
 # -- raw response parsing ---------------------------------------------------------------
 
 class Response:
@@ -462,25 +494,45 @@ def read_response(sock, head=False, timeout=5):
     """Reads one final response from a keep-alive socket, exactly as far as it goes
     (Content-Length framing only, interim 1xx skipped; the socket stays usable). Bytes
     past the response are an error: use Client when responses are pipelined."""
-    r, rest = _read_one(sock, b"", head, timeout)
-    if rest:
-        raise ParseError("unexpected bytes after response: %r" % rest[:200])
+    c = Client(None, sock=sock)
+    r = c.read_response(head, timeout)
+    if c.buf:
+        raise ParseError("unexpected bytes after response: %r" % c.buf[:200])
     return r
 
 
 class Client:
-    """A keep-alive connection that keeps bytes read past one response for the next."""
+    """A keep-alive connection to 127.0.0.1:port (or the open socket sock) that keeps bytes
+    read past one response in .buf for the next."""
 
-    def __init__(self, port, timeout=5):
-        self.sock = connect(port, timeout)
+    def __init__(self, port, timeout=5, sock=None):
+        self.sock = sock if sock is not None else connect(port, timeout)
         self.buf = b""
 
     def send(self, raw):
         self.sock.sendall(raw.encode() if isinstance(raw, str) else raw)
 
     def read_response(self, head=False, timeout=5):
-        r, self.buf = _read_one(self.sock, self.buf, head, timeout)
-        return r
+        """One final response (Content-Length framing, 1xx skipped). What a read that
+        times out got stays in .buf."""
+        deadline = time.monotonic() + timeout
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end >= 0:
+                r = parse_responses(self.buf[:end + 4], head_methods=[True])[0]
+                if 100 <= r.status < 200:
+                    self.buf = self.buf[end + 4:]
+                    continue
+                n = 0 if head or r.status in (204, 304) else int(r.header("content-length", "0"))
+                while len(self.buf) < end + 4 + n:
+                    self._recv(deadline)
+                r.body = self.buf[end + 4:end + 4 + n]
+                self.buf = self.buf[end + 4 + n:]
+                return r
+            self._recv(deadline)
+
+    def _recv(self, deadline):
+        self.buf += _recv_some(self.sock, deadline)
 
     def close(self):
         self.sock.close()
@@ -491,23 +543,6 @@ class Client:
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-def _read_one(sock, buf, head, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            r = parse_responses(buf[:end + 4], head_methods=[True])[0]
-            if 100 <= r.status < 200:
-                buf = buf[end + 4:]
-                continue
-            n = 0 if head or r.status in (204, 304) else int(r.header("content-length", "0"))
-            while len(buf) < end + 4 + n:
-                buf += _recv_some(sock, deadline)
-            r.body = buf[end + 4:end + 4 + n]
-            return r, buf[end + 4 + n:]
-        buf += _recv_some(sock, deadline)
 
 
 def _recv_some(sock, deadline):
@@ -521,6 +556,16 @@ def _recv_some(sock, deadline):
     if not data:
         raise ConnectionError("connection closed before the response was complete")
     return data
+
+
+def class_context(cls, cm):
+    """Enters the context manager cm (an Umbra, an Origin) for the unittest.TestCase class
+    cls and returns what it gives; unittest exits it after tearDownClass, or as soon as
+    setUpClass fails later, in the reverse order of entry. (TestCase.enterClassContext
+    from Python 3.11.)"""
+    entered = cm.__enter__()
+    cls.addClassCleanup(cm.__exit__, None, None, None)
+    return entered
 
 
 def wait_until(pred, timeout=5, interval=0.02):
@@ -582,6 +627,25 @@ def origin_body(size, offset=0):
     start = offset % 16
     reps = (start + size) // 16 + 1
     return (ORIGIN_PATTERN * reps)[start:start + size]
+
+
+def echoed(resp):
+    """What the origin's /echo saw, from its response: (request line, [(name, value)] in
+    the order received, body bytes)."""
+    n = int(resp.header("X-Echo-Head-Length"))
+    head, body = resp.body[:n], resp.body[n:]
+    lines = head.decode("latin-1").split("\r\n")
+    fields = []
+    for line in lines[1:]:
+        if line:
+            k, v = line.split(":", 1)
+            fields.append((k, v.strip()))
+    return lines[0], fields, body
+
+
+def values(fields, name):
+    """The values of the fields named name (in any case), in order, from [(name, value)]."""
+    return [v for k, v in fields if k.lower() == name.lower()]
 
 
 class Origin:
@@ -881,34 +945,12 @@ def tls_recv_all(sock, timeout=5, limit=64 << 20):
     return b"".join(chunks), "limit"
 
 
-class TlsClient:
+class TlsClient(Client):
     """A keep-alive TLS connection that keeps bytes read past one response for the next
-    (like Client). .sock is the SSLSocket (for .version(), .session, getpeercert())."""
+    (a Client). .sock is the SSLSocket (for .version(), .session, getpeercert())."""
 
     def __init__(self, port, ctx, server_name=None, session=None, timeout=5):
-        self.sock = tls_connect(port, ctx, server_name, session, timeout)
-        self.buf = b""
-
-    def send(self, raw):
-        self.sock.sendall(raw.encode() if isinstance(raw, str) else raw)
-
-    def read_response(self, head=False, timeout=5):
-        """One final response (Content-Length framing, 1xx skipped)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end >= 0:
-                r = parse_responses(self.buf[:end + 4], head_methods=[True])[0]
-                if 100 <= r.status < 200:
-                    self.buf = self.buf[end + 4:]
-                    continue
-                n = 0 if head or r.status in (204, 304) else int(r.header("content-length", "0"))
-                while len(self.buf) < end + 4 + n:
-                    self._recv(deadline)
-                r.body = self.buf[end + 4:end + 4 + n]
-                self.buf = self.buf[end + 4 + n:]
-                return r
-            self._recv(deadline)
+        super().__init__(port, sock=tls_connect(port, ctx, server_name, session, timeout))
 
     def get(self, path, host="example.com", headers=(), timeout=5):
         """Sends one GET (keep-alive) and reads its response."""
@@ -917,6 +959,7 @@ class TlsClient:
         return self.read_response(timeout=timeout)
 
     def _recv(self, deadline):
+        # A timeout on the socket, not select(): the SSL object may already hold the bytes.
         left = deadline - time.monotonic()
         if left <= 0:
             raise socket.timeout("no complete response before the deadline")
@@ -925,16 +968,6 @@ class TlsClient:
         if not data:
             raise ConnectionError("connection closed before the response was complete")
         self.buf += data
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
 
 def client_hello(server_name=None, ctx=None):
