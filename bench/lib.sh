@@ -432,21 +432,21 @@ parse_wrk_latency() {
     }' "$1"
 }
 
-# run_wrk URL OUTFILE [CONNECTIONS [SCRIPT]]: one bounded wrk run (WRK_CONNECTIONS
-# connections unless given; SCRIPT is a wrk Lua script); its raw output goes to OUTFILE.
-# Sets WRK_CPU to the CPU time (user + system, seconds) that wrk used.
-run_wrk() {
-    local url=$1 out=$2 conns=${3:-$WRK_CONNECTIONS} script=${4:-} rc=0
-    local args=(-t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --latency)
-    [[ -n $script ]] && args+=(-s "$script")
+# run_timed OUT LIMIT CMD...: one client run, bounded by timeout LIMIT s, its output to OUT.
+# Sets TIMED_RC to its exit status and, when that is 0, TIMED_CPU to the CPU time (user +
+# system, seconds) it used ("-" otherwise).
+run_timed() {
+    local out=$1 limit=$2
+    shift 2
     rm -f "$out.cpu"
     # In the background so that a signal's trap runs at once (and stops it) instead of
-    # after wrk's run. The subshell passes a SIGTERM on to timeout (which passes it on to
-    # wrk), and reports the CPU time of its children (timeout and wrk) with `times`.
+    # after the client's run. The subshell passes a SIGTERM on to timeout (which passes it
+    # on to the client), and reports the CPU time of its children (timeout and the client)
+    # with `times`.
     (
         p=
         trap '[[ -n $p ]] && kill -TERM "$p" 2>/dev/null; wait; exit 143' TERM
-        timeout -k 5 $((DURATION + 30)) wrk "${args[@]}" "$url" >"$out" 2>&1 </dev/null &
+        timeout -k 5 "$limit" "$@" >"$out" 2>&1 </dev/null &
         p=$!
         c=0
         wait "$p" || c=$?
@@ -454,16 +454,31 @@ run_wrk() {
         exit "$c"
     ) &
     BENCH_WRK_PID=$!
-    wait "$BENCH_WRK_PID" || rc=$?
+    TIMED_RC=0
+    wait "$BENCH_WRK_PID" || TIMED_RC=$?
     BENCH_WRK_PID=
-    if ((rc != 0)); then
-        cat "$out" >&2
-        die "wrk exited with $rc against $url"
-    fi
+    TIMED_CPU=-
+    ((TIMED_RC == 0)) || return 0
     # The second line of `times`: the children's user and system time, as 1m2.345s.
-    WRK_CPU=$(awk 'function s(v,   m) { m = v; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", v); sub(/s$/, "", v); return m * 60 + v }
+    TIMED_CPU=$(awk 'function s(v,   m) { m = v; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", v); sub(/s$/, "", v); return m * 60 + v }
         NR == 2 { printf "%.3f\n", s($1) + s($2) }' "$out.cpu" 2>/dev/null)
-    [[ -n $WRK_CPU ]] || WRK_CPU=-
+    [[ -n $TIMED_CPU ]] || TIMED_CPU=-
+}
+
+# run_wrk URL OUTFILE [CONNECTIONS [SCRIPT]]: one bounded wrk run (WRK_CONNECTIONS
+# connections unless given; SCRIPT is a wrk Lua script); its raw output goes to OUTFILE.
+# Sets WRK_CPU to the CPU time (user + system, seconds) that wrk used.
+run_wrk() {
+    local url=$1 out=$2 conns=${3:-$WRK_CONNECTIONS} script=${4:-}
+    local args=(-t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --latency)
+    [[ -n $script ]] && args+=(-s "$script")
+    run_timed "$out" $((DURATION + 30)) wrk "${args[@]}" "$url"
+    if ((TIMED_RC != 0)); then
+        cat "$out" >&2
+        die "wrk exited with $TIMED_RC against $url"
+    fi
+    # shellcheck disable=SC2034 # read by the scenarios
+    WRK_CPU=$TIMED_CPU
 }
 
 # cpu_ticks PID...: CPU time (user + system, in clock ticks) used so far by the PIDs and

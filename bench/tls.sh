@@ -129,33 +129,15 @@ reuse_counts() {
 }
 
 # run_client OUT LIMIT CMD...: one bounded client run (timeout LIMIT s), output to OUT.
-# Sets CLIENT_CPU to the CPU time (user + system, seconds) the client used. In the
-# background so that a signal's trap runs at once (as run_wrk in lib.sh).
+# Sets CLIENT_CPU to the CPU time (user + system, seconds) the client used.
 run_client() {
-    local out=$1 limit=$2 rc=0 what
-    shift 2
-    what=$*
-    rm -f "$out.cpu"
-    (
-        p=
-        trap '[[ -n $p ]] && kill -TERM "$p" 2>/dev/null; wait; exit 143' TERM
-        timeout -k 5 "$limit" "$@" >"$out" 2>&1 </dev/null &
-        p=$!
-        c=0
-        wait "$p" || c=$?
-        times >"$out.cpu"
-        exit "$c"
-    ) &
-    BENCH_WRK_PID=$!
-    wait "$BENCH_WRK_PID" || rc=$?
-    BENCH_WRK_PID=
-    if ((rc != 0)); then
+    local out=$1
+    run_timed "$@"
+    if ((TIMED_RC != 0)); then
         tail -n 30 "$out" >&2
-        die "client exited with $rc: $what"
+        die "client exited with $TIMED_RC: ${*:3}"
     fi
-    CLIENT_CPU=$(awk 'function s(v,   m) { m = v; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", v); sub(/s$/, "", v); return m * 60 + v }
-        NR == 2 { printf "%.3f\n", s($1) + s($2) }' "$out.cpu" 2>/dev/null)
-    [[ -n $CLIENT_CPU ]] || CLIENT_CPU=-
+    CLIENT_CPU=$TIMED_CPU
 }
 
 # parse_ab FILE: "CONN_PER_S COMPLETE ERRORS".
