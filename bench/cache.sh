@@ -116,22 +116,6 @@ PORT[origin]=$ORIGIN_PORT
 PID[origin]=$ORIGIN_PID
 read -r -a SRV <<<"$SERVERS"
 
-# origin_count: requests the origin has received so far.
-origin_count() {
-    local n
-    n=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__count") || die "origin: /__count failed"
-    [[ $n =~ ^[0-9]+$ ]] || die "origin: /__count answered '$n'"
-    echo "$n"
-}
-
-# alive NAME...: each is still running, or die (a crashed server must not be reported slow).
-alive() {
-    local p
-    for p in "$@"; do
-        kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (logs in $BENCH_TMP/)"
-    done
-}
-
 # is_hit SERVER HEADERS-FILE: the response whose head is in the file came from the cache.
 is_hit() {
     case $1 in
@@ -197,69 +181,30 @@ for s in "${SRV[@]}"; do
     check_uncacheable "$s" "$URL_NS" $SMALL
 done
 
-# round_order R: sets ORDER to SRV rotated by R-1, so that each server goes first in turn.
-round_order() {
-    local r=$1 n=${#SRV[@]} i
-    ORDER=()
-    for ((i = 0; i < n; i++)); do ORDER+=("${SRV[$(((i + r - 1) % n))]}"); done
-}
-
 # ---- wrk measurements: hit1k (req/s), hit5m (MB/s), nostore (req/s, of bound) ----------
 
 WRK_CASES=(hit1k hit5m nostore)
 declare -A WPATH=([hit1k]=$URL_1K [hit5m]=$URL_5M [nostore]=$URL_NS)
 declare -A RPS MBPS P50 P99 CPU_S CPU_B CPU_W CPU_O OREQ ERRS
-# Rounds during which the rest of the machine was busier than this (% of one CPU).
-BUSY_OTHER_PCT=50
-BUSY=()
 
 # measure_wrk CASE SERVER ROUND
 measure_wrk() {
-    local k=$1 s=$2 r=$3 out o0 o1 b0 b1 s0 s1 m0 m1 t0 t1 secs rps mbps reqs errs p50 p99 cs cb cm cw co
+    local k=$1 s=$2 r=$3 out o0 o1 cs cb cw co
     alive "$s" origin
     out=$BENCH_TMP/wrk-$k-$s-$r.txt
     o0=$(origin_count)
-    b0=$(cpu_ticks "$ORIGIN_PID")
-    s0=$(cpu_ticks "${PID[$s]}")
-    m0=$(machine_busy_ticks)
-    t0=$(now_s)
+    round_cpu_start "$ORIGIN_PID" "${PID[$s]}"
     run_wrk "http://127.0.0.1:${PORT[$s]}${WPATH[$k]}" "$out"
-    t1=$(now_s)
-    m1=$(machine_busy_ticks)
-    s1=$(cpu_ticks "${PID[$s]}")
-    b1=$(cpu_ticks "$ORIGIN_PID")
+    round_cpu_end "$WRK_CPU" "$ORIGIN_PID" "${PID[$s]}"
     o1=$(origin_count)
-    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-    read -r rps mbps reqs errs <<<"$(parse_wrk "$out")" || {
-        cat "$out" >&2
-        die "could not parse wrk's output"
-    }
-    read -r p50 p99 <<<"$(parse_wrk_latency "$out")"
-    cs=$(cpu_pct $((s1 - s0)) "$secs")
-    cb=$(cpu_pct $((b1 - b0)) "$secs")
-    cm=$(cpu_pct $((m1 - m0)) "$secs")
-    cw=$(awk -v c="$WRK_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
-    co=$(awk -v m="$cm" -v a="$cs" -v b="$cb" -v w="$cw" 'BEGIN { if (w == "-") print "-"; else printf "%.0f\n", m - a - b - w }')
-    RPS[$k,$s]+="$rps "
-    MBPS[$k,$s]+="$mbps "
-    P50[$k,$s]+="$p50 "
-    P99[$k,$s]+="$p99 "
-    CPU_S[$k,$s]+="$cs "
-    CPU_B[$k,$s]+="$cb "
-    CPU_W[$k,$s]+="$cw "
-    CPU_O[$k,$s]+="$co "
-    OREQ[$k,$s]+="$((o1 - o0)) "
-    if [[ $errs != none ]]; then
-        warn "$s $k round $r: wrk reported $errs"
-        ERRS[$k,$s]+="r$r: $errs. "
-    fi
-    # Other processes took a large share of the CPUs: the round measures them too.
-    if [[ $co != - ]] && ((co > BUSY_OTHER_PCT)); then
-        warn "$s $k round $r: the rest of the machine used $co% of a CPU during the round"
-        BUSY+=("$k $s round $r: other $co%")
-    fi
+    read_wrk "$out"
+    cb=${ROUND_PCT[0]} cs=${ROUND_PCT[1]} cw=$ROUND_CLIENT_PCT co=$ROUND_OTHER_PCT
+    add_figures "$k,$s" RPS="$WRK_RPS" MBPS="$WRK_MBPS" P50="$WRK_P50" P99="$WRK_P99" CPU_S="$cs" \
+        CPU_B="$cb" CPU_W="$cw" CPU_O="$co" OREQ="$((o1 - o0))"
+    note_errors ERRS "$k,$s" "$r" "$WRK_ERRS" "$s $k round $r: wrk reported $WRK_ERRS"
+    note_busy "$co" "$k" "$s" "$r"
     printf '[bench] %-8s %-7s round %d/%d: %10.2f req/s %9.2f MB/s  p50 %s ms p99 %s ms  CPU %% server %s origin %s wrk %s other %s  origin reqs %d  %s requests, errors: %s\n' \
-        "$k" "$s" "$r" "$ROUNDS" "$rps" "$mbps" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" $((o1 - o0)) "$reqs" "$errs" >&2
+        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_MBPS" "$WRK_P50" "$WRK_P99" "$cs" "$cb" "$cw" "$co" $((o1 - o0)) "$WRK_REQS" "$WRK_ERRS" >&2
 }
 
 # ---- ab on the large object ---------------------------------------------------------------
@@ -298,13 +243,8 @@ measure_ab() {
         cat "$out" >&2
         die "could not parse ab's output"
     }
-    AB_MBPS[$s]+="$mbps "
-    AB_RPS[$s]+="$rps "
-    AB_KA[$s]+="$ka "
-    if [[ $errs != none ]]; then
-        warn "$s ab round $r: $errs"
-        AB_ERRS[$s]+="r$r: $errs. "
-    fi
+    add_figures "$s" AB_MBPS="$mbps" AB_RPS="$rps" AB_KA="$ka"
+    note_errors AB_ERRS "$s" "$r" "$errs" "$s ab round $r: $errs"
     printf '[bench] hit5m-ab %-7s round %d/%d: %10.2f MB/s %8.2f req/s  %s complete, %s keep-alive, errors: %s\n' \
         "$s" "$r" "$ROUNDS" "$mbps" "$rps" "$ndone" "$ka" "$errs" >&2
 }
@@ -341,10 +281,7 @@ measure_herd() {
             printf "%.1f %.1f %.1f %d\n", med, p90, t[m], bad + 0
         }' "$out")
     read -r med p90 max bad <<<"$stats"
-    H_OREQ[$s]+="$((o1 - o0)) "
-    H_MED[$s]+="$med "
-    H_P90[$s]+="$p90 "
-    H_MAX[$s]+="$max "
+    add_figures "$s" H_OREQ="$((o1 - o0))" H_MED="$med" H_P90="$p90" H_MAX="$max"
     if ((bad > 0 || rc != 0)); then
         warn "$s herd round $r: $bad of $HERD_REQUESTS responses not 200 with $SMALL bytes (curl exit $rc)"
         H_ERRS[$s]+="r$r: $bad bad, curl exit $rc. "
@@ -359,30 +296,10 @@ check_idle
 nw=$((${#WRK_CASES[@]} * ROUNDS * ${#SRV[@]}))
 log "measuring: ${#WRK_CASES[@]} wrk cases (${WRK_CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers x ${DURATION}s" \
     "(~$((nw * (DURATION + 2)))s), then ab, the herd and the hit-ratio trace"
-for k in "${WRK_CASES[@]}"; do
-    for ((r = 1; r <= ROUNDS; r++)); do
-        round_order "$r"
-        for s in "${ORDER[@]}"; do
-            measure_wrk "$k" "$s" "$r"
-            sleep 1
-        done
-    done
-done
-for ((r = 1; r <= ROUNDS; r++)); do
-    round_order "$r"
-    for s in "${ORDER[@]}"; do
-        measure_ab "$s" "$r"
-        sleep 1
-    done
-done
+for k in "${WRK_CASES[@]}"; do each_round SRV measure_wrk "$k"; done
+each_round SRV measure_ab
 HERD_SRV=("${SRV[@]}")
-for ((r = 1; r <= ROUNDS; r++)); do
-    round_order "$r"
-    for s in "${ORDER[@]}"; do
-        measure_herd "$s" "$r"
-        sleep 1
-    done
-done
+each_round SRV measure_herd
 if [[ $BACKEND_DIRECT == 1 ]]; then
     measure_herd origin 1
     HERD_SRV+=(origin)
@@ -639,7 +556,5 @@ echo
 for k in hit1k hit5m herd nostore sieve; do
     if [[ -n ${VERDICT[$k]:-} ]]; then log "target cache/$k: ${VERDICT[$k]}"; fi
 done
-if ((${#BUSY[@]})); then
-    warn "${#BUSY[@]} wrk rounds ran while other processes used more than $BUSY_OTHER_PCT% of a CPU (listed in the results file)"
-fi
+warn_busy
 log "results written to $md"

@@ -252,6 +252,23 @@ start_origin() {
     log "origin listening on 127.0.0.1:$ORIGIN_PORT"
 }
 
+# alive NAME...: each (its PID in the scenario's PID array) is still running, or die (a
+# crashed server must not be reported slow).
+alive() {
+    local p
+    for p in "$@"; do
+        kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (logs in $BENCH_TMP/)"
+    done
+}
+
+# origin_count: requests the test origin has received so far.
+origin_count() {
+    local n
+    n=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__count") || die "origin: /__count failed"
+    [[ $n =~ ^[0-9]+$ ]] || die "origin: /__count answered '$n'"
+    echo "$n"
+}
+
 # raise_nofile NEED: raises the soft open-files limit of this shell (inherited by wrk and
 # the servers it starts) to the hard limit, at most 65536; fails if that is below NEED.
 # Sets NOFILE to the new limit.
@@ -481,6 +498,18 @@ run_wrk() {
     WRK_CPU=$TIMED_CPU
 }
 
+# read_wrk FILE: wrk's figures (parse_wrk, parse_wrk_latency) into WRK_RPS, WRK_MBPS,
+# WRK_REQS, WRK_ERRS, WRK_P50 and WRK_P99.
+read_wrk() {
+    # shellcheck disable=SC2034 # read by the scenarios
+    read -r WRK_RPS WRK_MBPS WRK_REQS WRK_ERRS <<<"$(parse_wrk "$1")" || {
+        cat "$1" >&2
+        die "could not parse wrk's output"
+    }
+    # shellcheck disable=SC2034
+    read -r WRK_P50 WRK_P99 <<<"$(parse_wrk_latency "$1")"
+}
+
 # cpu_ticks PID...: CPU time (user + system, in clock ticks) used so far by the PIDs and
 # their children (all threads of each: e.g. nginx's master and workers).
 cpu_ticks() {
@@ -516,6 +545,112 @@ cpu_pct() {
 
 # now_s: wall-clock time in seconds with decimals.
 now_s() { date '+%s.%N'; }
+
+# each_round NAMES CMD [ARG...]: ROUNDS rounds of CMD ARG... NAME ROUND for each name of
+# the array NAMES, a second's pause after each; the order rotates by one each round, so that
+# each name goes first in turn (with two, the first in odd rounds).
+each_round() {
+    local -n _er_names=$1
+    local _er_n=${#_er_names[@]} _er_r _er_i
+    shift
+    for ((_er_r = 1; _er_r <= ROUNDS; _er_r++)); do
+        for ((_er_i = 0; _er_i < _er_n; _er_i++)); do
+            "$@" "${_er_names[$(((_er_i + _er_r - 1) % _er_n))]}" "$_er_r"
+            sleep 1
+        done
+    done
+}
+
+# round_cpu_start PID...: before a round, the CPU ticks of each PID ("" for none), the
+# machine's busy ticks and the time, for round_cpu_end.
+round_cpu_start() {
+    local p
+    ROUND_T0=()
+    for p in "$@"; do
+        if [[ -n $p ]]; then ROUND_T0+=("$(cpu_ticks "$p")"); else ROUND_T0+=(0); fi
+    done
+    ROUND_M0=$(machine_busy_ticks)
+    ROUND_W0=$(now_s)
+}
+
+# round_cpu_end CLIENT_CPU PID...: after the round (the PIDs of round_cpu_start; CLIENT_CPU
+# the client's CPU seconds, e.g. WRK_CPU, or "-"). Sets ROUND_SECS, ROUND_TICKS and
+# ROUND_PCT (each PID's ticks in the round, and as % of one CPU: 0 and "-" for ""),
+# ROUND_CLIENT_PCT, and ROUND_OTHER_PCT: the rest of the machine's busy time, less the
+# client's and the PIDs' ("-" when the client's is unknown).
+round_cpu_end() {
+    local client=$1 w1 m1 i=0 p t
+    shift
+    w1=$(now_s)
+    m1=$(machine_busy_ticks)
+    ROUND_TICKS=()
+    ROUND_PCT=()
+    for p in "$@"; do
+        t=0
+        if [[ -n $p ]]; then t=$(($(cpu_ticks "$p") - ROUND_T0[i])); fi
+        ROUND_TICKS+=("$t")
+        i=$((i + 1))
+    done
+    ROUND_SECS=$(awk -v a="$ROUND_W0" -v b="$w1" 'BEGIN { print b - a }')
+    i=0
+    for p in "$@"; do
+        if [[ -n $p ]]; then ROUND_PCT+=("$(cpu_pct "${ROUND_TICKS[i]}" "$ROUND_SECS")"); else ROUND_PCT+=(-); fi
+        i=$((i + 1))
+    done
+    ROUND_CLIENT_PCT=$(awk -v c="$client" -v s="$ROUND_SECS" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
+    # A "-" counts as 0 here.
+    # shellcheck disable=SC2034 # read by the scenarios
+    ROUND_OTHER_PCT=$(awk -v m="$(cpu_pct $((m1 - ROUND_M0)) "$ROUND_SECS")" -v w="$ROUND_CLIENT_PCT" -v rest="${ROUND_PCT[*]}" '
+        BEGIN { if (w == "-") { print "-"; exit }
+                n = split(rest, p, " "); o = m - w; for (i = 1; i <= n; i++) o -= p[i]
+                printf "%.0f\n", o }')
+}
+
+# us_each TICKS COUNT DECIMALS: TICKS of CPU time per one of COUNT (requests, connections),
+# in microseconds ("-" for no COUNT).
+us_each() {
+    awk -v t="$1" -v n="$2" -v d="$3" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (n <= 0) print "-"; else printf "%." d "f\n", t / hz / n * 1e6 }'
+}
+
+# add_figures KEY ARRAY=VALUE...: appends VALUE and a space to ARRAY[KEY] (a round's figure).
+add_figures() {
+    local key=$1 a ref
+    shift
+    for a in "$@"; do
+        ref="${a%%=*}[$key]"
+        printf -v "$ref" '%s%s ' "${!ref:-}" "${a#*=}"
+    done
+}
+
+# note_errors ARRAY KEY ROUND ERRORS WARNING: unless ERRORS is "none", warns WARNING and
+# appends "rROUND: ERRORS. " to ARRAY[KEY].
+note_errors() {
+    [[ $4 == none ]] && return 0
+    warn "$5"
+    add_figures "$2" "$1=r$3: $4."
+}
+
+# Rounds during which the rest of the machine was busier than this (% of one CPU) are
+# listed in BUSY by note_busy.
+BUSY_OTHER_PCT=50
+BUSY=()
+
+# note_busy OTHER_PCT CASE SERVER ROUND: other processes took a large share of the CPUs
+# (the round measures them too): a warning and an entry in BUSY.
+note_busy() {
+    if [[ $1 != - ]] && (($1 > BUSY_OTHER_PCT)); then
+        warn "$3 $2 round $4: the rest of the machine used $1% of a CPU during the round"
+        BUSY+=("$2 $3 round $4: other $1%")
+    fi
+}
+
+# warn_busy: at the end, a warning when note_busy listed rounds.
+warn_busy() {
+    if ((${#BUSY[@]})); then
+        warn "${#BUSY[@]} wrk rounds ran while other processes used more than $BUSY_OTHER_PCT% of a CPU (listed in the results file)"
+    fi
+}
 
 # median NUMBERS...: the median (mean of the two middle values for an even count).
 median() {

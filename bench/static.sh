@@ -34,35 +34,25 @@ for s in "${SRV[@]}"; do
 done
 
 declare -A RPS MBPS ERRS
+# measure FILE SERVER ROUND
+measure() {
+    local f=$1 s=$2 r=$3 out
+    # Still up? A server that crashed mid-run must not be reported as slow.
+    kill -0 "$([[ $s == nginx ]] && echo "$NGINX_PID" || echo "$UMBRA_PID")" 2>/dev/null ||
+        die "$s died during the run (log in $BENCH_TMP/$s/)"
+    out=$BENCH_TMP/wrk-$f-$s-$r.txt
+    run_wrk "http://127.0.0.1:${PORT[$s]}/$f" "$out"
+    read_wrk "$out"
+    add_figures "$f,$s" RPS="$WRK_RPS" MBPS="$WRK_MBPS"
+    note_errors ERRS "$f,$s" "$r" "$WRK_ERRS" "$s $f round $r: wrk reported $WRK_ERRS"
+    printf '[bench] %-7s %-6s round %d/%d: %10.2f req/s %10.2f MB/s  %s requests, errors: %s\n' \
+        "$f" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_MBPS" "$WRK_REQS" "$WRK_ERRS" >&2
+}
+
 check_idle
 total=$((${#FILES[@]} * ROUNDS * ${#SRV[@]} * DURATION))
 log "measuring: ${#FILES[@]} files x $ROUNDS rounds x ${#SRV[@]} servers x ${DURATION}s (~${total}s)"
-for f in "${FILES[@]}"; do
-    for ((r = 1; r <= ROUNDS; r++)); do
-        order=("${SRV[@]}")
-        if ((r % 2 == 0 && ${#SRV[@]} == 2)); then order=("${SRV[1]}" "${SRV[0]}"); fi
-        for s in "${order[@]}"; do
-            # Still up? A server that crashed mid-run must not be reported as slow.
-            kill -0 "$([[ $s == nginx ]] && echo "$NGINX_PID" || echo "$UMBRA_PID")" 2>/dev/null ||
-                die "$s died during the run (log in $BENCH_TMP/$s/)"
-            out=$BENCH_TMP/wrk-$f-$s-$r.txt
-            run_wrk "http://127.0.0.1:${PORT[$s]}/$f" "$out"
-            read -r rps mbps reqs errs <<<"$(parse_wrk "$out")" || {
-                cat "$out" >&2
-                die "could not parse wrk's output"
-            }
-            RPS[$f,$s]+="$rps "
-            MBPS[$f,$s]+="$mbps "
-            if [[ $errs != none ]]; then
-                warn "$s $f round $r: wrk reported $errs"
-                ERRS[$f,$s]+="r$r: $errs. "
-            fi
-            printf '[bench] %-7s %-6s round %d/%d: %10.2f req/s %10.2f MB/s  %s requests, errors: %s\n' \
-                "$f" "$s" "$r" "$ROUNDS" "$rps" "$mbps" "$reqs" "$errs" >&2
-            sleep 1
-        done
-    done
-done
+for f in "${FILES[@]}"; do each_round SRV measure "$f"; done
 
 # Medians, ratios, table.
 mkdir -p "$BENCH_RESULTS"

@@ -203,59 +203,45 @@ if bench_uses nginx; then
 fi
 
 declare -A RATE CPU_S CPU_C US ERRS
+# measure CASE SERVER ROUND
+measure() {
+    local k=$1 s=$2 r=$3 url out rate n errs cs cc us
+    kill -0 "${PID[$s]}" 2>/dev/null || die "$s died during the run (log in $BENCH_TMP/$s/)"
+    url="https://127.0.0.1:${PORT[$s]}/1k.bin"
+    out=$BENCH_TMP/$k-$s-$r.txt
+    round_cpu_start "${PID[$s]}"
+    case $k in
+    1k)
+        run_wrk "$url" "$out"
+        CLIENT_CPU=$WRK_CPU
+        read -r rate _ n errs <<<"$(parse_wrk "$out")" || die "could not parse wrk's output ($out)"
+        ;;
+    handshake)
+        # -t before -n: ab's -t resets the request count to 50000.
+        run_client "$out" $((DURATION + 30)) ab -q -t "$DURATION" -n 1000000 \
+            -c "$TLS_HANDSHAKE_CONNECTIONS" "$url"
+        read -r rate n errs <<<"$(parse_ab "$out")" || die "could not parse ab's output ($out)"
+        ;;
+    resume)
+        run_client "$out" $((DURATION * 10 + 30)) h2load --h1 -c "$TLS_HANDSHAKE_CONNECTIONS" \
+            -m 1 -n "$TLS_RESUME_REQUESTS" -H "Connection: close" "$url"
+        read -r rate n errs <<<"$(parse_h2load "$out")" || die "could not parse h2load's output ($out)"
+        ;;
+    esac
+    round_cpu_end "$CLIENT_CPU" "${PID[$s]}"
+    cs=${ROUND_PCT[0]} cc=$ROUND_CLIENT_PCT
+    # Server CPU per request (or connection), in microseconds.
+    us=$(us_each "${ROUND_TICKS[0]}" "$n" 1)
+    add_figures "$k,$s" RATE="$rate" CPU_S="$cs" CPU_C="$cc" US="$us"
+    note_errors ERRS "$k,$s" "$r" "$errs" "$s tls/$k round $r: $errs"
+    printf '[bench] tls/%-9s %-6s round %d/%d: %10.2f %s  %s done  server CPU %s%% (%s us each)  client CPU %s%%  errors: %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$rate" "${UNIT[$k]}" "$n" "$cs" "$us" "$cc" "$errs" >&2
+}
+
 check_idle
 total=$((${#CASES[@]} * ROUNDS * ${#SRV[@]} * (DURATION + 2)))
 log "measuring: ${#CASES[@]} cases (${CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers x ~${DURATION}s (~${total}s)"
-for k in "${CASES[@]}"; do
-    for ((r = 1; r <= ROUNDS; r++)); do
-        order=("${SRV[@]}")
-        if ((r % 2 == 0 && ${#SRV[@]} == 2)); then order=("${SRV[1]}" "${SRV[0]}"); fi
-        for s in "${order[@]}"; do
-            kill -0 "${PID[$s]}" 2>/dev/null || die "$s died during the run (log in $BENCH_TMP/$s/)"
-            url="https://127.0.0.1:${PORT[$s]}/1k.bin"
-            out=$BENCH_TMP/$k-$s-$r.txt
-            s0=$(cpu_ticks "${PID[$s]}")
-            t0=$(now_s)
-            case $k in
-            1k)
-                run_wrk "$url" "$out"
-                CLIENT_CPU=$WRK_CPU
-                read -r rate _ n errs <<<"$(parse_wrk "$out")" || die "could not parse wrk's output ($out)"
-                ;;
-            handshake)
-                # -t before -n: ab's -t resets the request count to 50000.
-                run_client "$out" $((DURATION + 30)) ab -q -t "$DURATION" -n 1000000 \
-                    -c "$TLS_HANDSHAKE_CONNECTIONS" "$url"
-                read -r rate n errs <<<"$(parse_ab "$out")" || die "could not parse ab's output ($out)"
-                ;;
-            resume)
-                run_client "$out" $((DURATION * 10 + 30)) h2load --h1 -c "$TLS_HANDSHAKE_CONNECTIONS" \
-                    -m 1 -n "$TLS_RESUME_REQUESTS" -H "Connection: close" "$url"
-                read -r rate n errs <<<"$(parse_h2load "$out")" || die "could not parse h2load's output ($out)"
-                ;;
-            esac
-            t1=$(now_s)
-            s1=$(cpu_ticks "${PID[$s]}")
-            secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-            cs=$(cpu_pct $((s1 - s0)) "$secs")
-            cc=$(awk -v c="$CLIENT_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
-            # Server CPU per request (or connection), in microseconds.
-            us=$(awk -v t=$((s1 - s0)) -v n="$n" -v hz="$(getconf CLK_TCK)" \
-                'BEGIN { if (n <= 0) print "-"; else printf "%.1f\n", t / hz / n * 1e6 }')
-            RATE[$k,$s]+="$rate "
-            CPU_S[$k,$s]+="$cs "
-            CPU_C[$k,$s]+="$cc "
-            US[$k,$s]+="$us "
-            if [[ $errs != none ]]; then
-                warn "$s tls/$k round $r: $errs"
-                ERRS[$k,$s]+="r$r: $errs. "
-            fi
-            printf '[bench] tls/%-9s %-6s round %d/%d: %10.2f %s  %s done  server CPU %s%% (%s us each)  client CPU %s%%  errors: %s\n' \
-                "$k" "$s" "$r" "$ROUNDS" "$rate" "${UNIT[$k]}" "$n" "$cs" "$us" "$cc" "$errs" >&2
-            sleep 1
-        done
-    done
-done
+for k in "${CASES[@]}"; do each_round SRV measure "$k"; done
 
 medianx() {
     local v
