@@ -170,11 +170,7 @@ check_uncacheable() {
 }
 
 # The origin's own bodies, to compare with.
-for n in $SMALL $LARGE; do
-    curl -s --max-time 10 -o "$BENCH_TMP/ref-$n.body" "http://127.0.0.1:$ORIGIN_PORT/ref?size=$n" ||
-        die "origin: curl failed"
-    [[ $(stat -c %s "$BENCH_TMP/ref-$n.body") == "$n" ]] || die "origin: /ref?size=$n is not $n bytes"
-done
+for n in $SMALL $LARGE; do origin_ref "$n" "$BENCH_TMP/ref-$n.body"; done
 for s in "${SRV[@]}"; do
     check_cacheable "$s" "$URL_1K" $SMALL
     check_cacheable "$s" "$URL_5M" $LARGE
@@ -185,6 +181,7 @@ done
 
 WRK_CASES=(hit1k hit5m nostore)
 declare -A WPATH=([hit1k]=$URL_1K [hit5m]=$URL_5M [nostore]=$URL_NS)
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RPS MBPS P50 P99 CPU_S CPU_B CPU_W CPU_O OREQ ERRS
 
 # measure_wrk CASE SERVER ROUND
@@ -227,6 +224,7 @@ parse_ab() {
     }' "$1"
 }
 
+# shellcheck disable=SC2034 # AB_RPS is read by name (median_of)
 declare -A AB_MBPS AB_RPS AB_KA AB_ERRS
 # measure_ab SERVER ROUND
 measure_ab() {
@@ -251,6 +249,7 @@ measure_ab() {
 
 # ---- the herd -------------------------------------------------------------------------------
 
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A H_OREQ H_MED H_P90 H_MAX H_ERRS
 # measure_herd SERVER ROUND: HERD_REQUESTS simultaneous GETs of a URL nobody asked for yet.
 measure_herd() {
@@ -325,30 +324,10 @@ fi
 
 # ---- report -----------------------------------------------------------------------------------
 
-# medianx VALUES...: the median, or "-" when any value is missing.
-medianx() {
-    local v
-    for v in "$@"; do
-        if [[ $v == - ]]; then
-            echo -
-            return
-        fi
-    done
-    median "$@"
-}
-# atleast A B: "meets" when A >= B, else "below" ("-" for a missing A).
-atleast() {
-    if [[ $1 == - ]]; then
-        echo -
-        return
-    fi
-    awk -v a="$1" -v b="$2" 'BEGIN { print (a >= b ? "meets" : "below") }'
-}
 # maxof VALUES...: the largest, ignoring "-" ("-" when none is left).
 maxof() { printf '%s\n' "$@" | awk '$1 != "-" && (m == "" || $1 + 0 > m + 0) { m = $1 } END { print (m == "" ? "-" : m) }'; }
 
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/cache-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md cache)
 {
     echo "# cache: Umbra vs nginx (proxy_cache) and Varnish in front of one origin"
     echo
@@ -363,8 +342,9 @@ md=$BENCH_RESULTS/cache-$(date '+%Y-%m-%d-%H%M%S').md
     echo
     echo "## wrk (-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s --latency, keep-alive)"
     echo
-    echo "| case | server | median req/s | median MB/s | compared | Umbra/nginx | Umbra/Varnish | of bound | p50 ms | p99 ms | CPU server % | CPU origin % | CPU wrk % | CPU other % | origin reqs/round | req/s per round | errors |"
-    echo "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row case server "median req/s" "median MB/s" compared Umbra/nginx Umbra/Varnish "of bound" "p50 ms" "p99 ms" \
+        "CPU server %" "CPU origin %" "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" errors
+    md_row --- --- ---: ---: --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
 declare -A VERDICT=()
@@ -374,47 +354,29 @@ echo
 printf "$fmt" case server "median req/s" "med MB/s" compared "Umbra/nginx" "Umbra/Varnish" "of bound" "p50 ms" "p99 ms" "CPU% srv/orig/wrk/other, origin reqs/round"
 printf '%s\n' "------------------------------------------------------------------------------------------------------------------------------------------"
 for k in "${WRK_CASES[@]}"; do
-    cmp_by=rps
-    [[ $k == hit5m ]] && cmp_by=mbps
+    # The medians the ratios are of: req/s, or MB/s for hit5m.
+    cmp_by=rps cmp_of=MR
+    [[ $k == hit5m ]] && cmp_by=mbps cmp_of=MM
     declare -A MR=() MM=()
     for s in "${SRV[@]}"; do
-        # shellcheck disable=SC2086
-        MR[$s]=$(median ${RPS[$k,$s]})
-        # shellcheck disable=SC2086
-        MM[$s]=$(median ${MBPS[$k,$s]})
+        MR[$s]=$(median_of RPS "$k,$s")
+        MM[$s]=$(median_of MBPS "$k,$s")
     done
     for s in "${SRV[@]}"; do
-        rn=- rv=- fb=-
-        if [[ $s == umbra ]]; then
-            if [[ $cmp_by == rps ]]; then
-                bench_uses nginx && rn=$(ratio "${MR[umbra]}" "${MR[nginx]}")
-                bench_uses varnish && rv=$(ratio "${MR[umbra]}" "${MR[varnish]}")
-            else
-                bench_uses nginx && rn=$(ratio "${MM[umbra]}" "${MM[nginx]}")
-                bench_uses varnish && rv=$(ratio "${MM[umbra]}" "${MM[varnish]}")
-            fi
-        fi
+        rn=$(umbra_ratio "$s" "$cmp_of" nginx)
+        rv=$(umbra_ratio "$s" "$cmp_of" varnish)
+        fb=-
         [[ $k == nostore ]] && fb=$(ratio "${MR[$s]}" "$NS_BOUND")
-        # shellcheck disable=SC2086
-        {
-            p50=$(medianx ${P50[$k,$s]})
-            p99=$(medianx ${P99[$k,$s]})
-            cs=$(medianx ${CPU_S[$k,$s]})
-            cb=$(medianx ${CPU_B[$k,$s]})
-            cw=$(medianx ${CPU_W[$k,$s]})
-            co=$(medianx ${CPU_O[$k,$s]})
-            orq=$(medianx ${OREQ[$k,$s]})
-        }
-        for v in cs cb cw co orq; do
-            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
-        done
+        read -r p50 p99 cs cb cw co orq <<<"$(medians "$k,$s" P50 P99 CPU_S CPU_B CPU_W CPU_O OREQ)"
+        fixed 0 cs cb cw co orq
         cmpname=req/s
         [[ $cmp_by == mbps ]] && cmpname=MB/s
         # shellcheck disable=SC2059
         printf "$fmt" "cache/$k" "$s" "${MR[$s]}" "${MM[$s]}" "$cmpname" "$rn" "$rv" "$fb" "$p50" "$p99" "$cs/$cb/$cw/$co, $orq"
         per=${RPS[$k,$s]% }
         [[ $cmp_by == mbps ]] && per="${MBPS[$k,$s]% } (MB/s)"
-        echo "| cache/$k | $s | ${MR[$s]} | ${MM[$s]} | $cmpname | $rn | $rv | $fb | $p50 | $p99 | $cs | $cb | $cw | $co | $orq | $per | ${ERRS[$k,$s]:-none} |" >>"$md"
+        md_row "cache/$k" "$s" "${MR[$s]}" "${MM[$s]}" "$cmpname" "$rn" "$rv" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" \
+            "$orq" "$per" "${ERRS[$k,$s]:-none}" >>"$md"
         if [[ $s == umbra ]]; then
             case $k in
             hit1k)
@@ -441,19 +403,17 @@ done
     echo
     echo "## ab on the 5 MiB hit (ab -k -c $AB_CONCURRENCY -n $AB_REQUESTS)"
     echo
-    echo "| case | server | median MB/s | median req/s | Umbra/nginx | Umbra/Varnish | keep-alive requests | MB/s per round | errors |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"
+    md_row case server "median MB/s" "median req/s" Umbra/nginx Umbra/Varnish "keep-alive requests" "MB/s per round" errors
+    md_row --- --- ---: ---: ---: ---: --- --- ---
 } >>"$md"
 declare -A AM=()
 for s in "${SRV[@]}"; do
-    # shellcheck disable=SC2086
-    AM[$s]=$(median ${AB_MBPS[$s]})
+    AM[$s]=$(median_of AB_MBPS "$s")
 done
 for s in "${SRV[@]}"; do
-    rn=- rv=-
+    rn=$(umbra_ratio "$s" AM nginx)
+    rv=$(umbra_ratio "$s" AM varnish)
     if [[ $s == umbra ]]; then
-        bench_uses nginx && rn=$(ratio "${AM[umbra]}" "${AM[nginx]}")
-        bench_uses varnish && rv=$(ratio "${AM[umbra]}" "${AM[varnish]}")
         best=$(maxof "${AM[nginx]:--}" "${AM[varnish]:--}")
         rb=$(ratio "${AM[umbra]}" "$best")
         if [[ $best == - ]]; then
@@ -462,31 +422,25 @@ for s in "${SRV[@]}"; do
             VERDICT[hit5m]+="; ab: x the better $rb ($(atleast "$rb" 1.0) >= 1.0)"
         fi
     fi
-    # shellcheck disable=SC2086
-    ar=$(median ${AB_RPS[$s]})
+    ar=$(median_of AB_RPS "$s")
     # shellcheck disable=SC2059
     printf "$fmt" "cache/5m-ab" "$s" "$ar" "${AM[$s]}" "MB/s" "$rn" "$rv" - - - "keep-alive reqs/round: ${AB_KA[$s]% }"
-    echo "| cache/hit5m-ab | $s | ${AM[$s]} | $ar | $rn | $rv | ${AB_KA[$s]% } | ${AB_MBPS[$s]% } | ${AB_ERRS[$s]:-none} |" >>"$md"
+    md_row cache/hit5m-ab "$s" "${AM[$s]}" "$ar" "$rn" "$rv" "${AB_KA[$s]% }" "${AB_MBPS[$s]% }" "${AB_ERRS[$s]:-none}" >>"$md"
 done
 
 {
     echo
     echo "## herd: $HERD_REQUESTS simultaneous GETs of one cold URL (origin: ${DELAY_MS} ms, max-age=3600), a new URL each round"
     echo
-    echo "| case | server | origin requests per round | median latency ms | p90 ms | max ms | median ms per round | errors |"
-    echo "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"
+    md_row case server "origin requests per round" "median latency ms" "p90 ms" "max ms" "median ms per round" errors
+    md_row --- --- --- ---: ---: ---: --- ---
 } >>"$md"
 echo
 printf '%-12s %-8s %-26s %18s %8s %8s\n' case server "origin reqs per round" "median latency ms" "p90 ms" "max ms"
 for s in "${HERD_SRV[@]}"; do
-    # shellcheck disable=SC2086
-    {
-        hm=$(medianx ${H_MED[$s]})
-        hp=$(medianx ${H_P90[$s]})
-        hx=$(medianx ${H_MAX[$s]})
-    }
+    read -r hm hp hx <<<"$(medians "$s" H_MED H_P90 H_MAX)"
     printf '%-12s %-8s %-26s %18s %8s %8s\n' cache/herd "$s" "${H_OREQ[$s]% }" "$hm" "$hp" "$hx"
-    echo "| cache/herd | $s | ${H_OREQ[$s]% } | $hm | $hp | $hx | ${H_MED[$s]% } | ${H_ERRS[$s]:-none} |" >>"$md"
+    md_row cache/herd "$s" "${H_OREQ[$s]% }" "$hm" "$hp" "$hx" "${H_MED[$s]% }" "${H_ERRS[$s]:-none}" >>"$md"
     if [[ $s == umbra ]]; then
         # shellcheck disable=SC2086
         omax=$(maxof ${H_OREQ[$s]})
@@ -503,15 +457,15 @@ if ((${#SIM_POLICIES[@]})); then
         echo
         echo "Trace: $SIM_TRACE."
         echo
-        echo "| policy | hits | hit ratio | / LRU | objects held at the end |"
-        echo "| --- | ---: | ---: | ---: | ---: |"
+        md_row policy hits "hit ratio" "/ LRU" "objects held at the end"
+        md_row --- ---: ---: ---: ---:
     } >>"$md"
     echo
     printf '%-12s %10s %10s %8s %10s\n' policy hits "hit ratio" "/ LRU" objects
     for p in "${SIM_POLICIES[@]}"; do
         rl=$(ratio "${SIM_RATIO[$p]}" "${SIM_RATIO[lru]:--}")
         printf '%-12s %10s %10s %8s %10s\n' "$p" "${SIM_HITS[$p]}" "${SIM_RATIO[$p]}" "$rl" "${SIM_OBJS[$p]}"
-        echo "| $p | ${SIM_HITS[$p]} | ${SIM_RATIO[$p]} | $rl | ${SIM_OBJS[$p]} |" >>"$md"
+        md_row "$p" "${SIM_HITS[$p]}" "${SIM_RATIO[$p]}" "$rl" "${SIM_OBJS[$p]}" >>"$md"
     done
     if [[ -n ${SIM_RATIO[sieve]:-} && -n ${SIM_RATIO[lru]:-} ]]; then
         VERDICT[sieve]="SIEVE ${SIM_RATIO[sieve]} vs LRU ${SIM_RATIO[lru]} ($(atleast "${SIM_RATIO[sieve]}" "${SIM_RATIO[lru]}") >= LRU)"
@@ -533,28 +487,17 @@ fi
     echo "when the first one's response comes, sooner). wrk, ab, curl, the servers and the origin share the"
     echo "machine's CPUs: compare the ratios, not the absolute figures, and only within one run;"
     echo "ratios within about 5-7% of each other mean \"the same\"."
-    if ((${#BUSY[@]})); then
-        echo
-        echo "Rounds during which the rest of the machine (other processes) used more than"
-        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers"
-        echo "(a server with many threads, such as Varnish, seems to lose less to other load):"
-        echo
-        for b in "${BUSY[@]}"; do echo "- $b"; done
-    fi
+    busy_md "(a server with many threads, such as Varnish, seems to lose less to other load):"
     if ((${#VERDICT[@]})); then
         echo
         echo "Targets (Umbra): hit1k >= 1.5 x nginx and >= 1.5 x Varnish (req/s); hit5m >= 1.0 x the"
         echo "better of the two (MB/s, wrk and ab); herd: 1 origin request, median <= 70 ms; nostore"
         echo ">= 0.95 of the bound; hit ratio: SIEVE >= LRU."
         echo
-        for k in hit1k hit5m herd nostore sieve; do
-            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- cache/$k: ${VERDICT[$k]}"; fi
-        done
+        each_verdict echo "- cache" hit1k hit5m herd nostore sieve
     fi
 } >>"$md"
 echo
-for k in hit1k hit5m herd nostore sieve; do
-    if [[ -n ${VERDICT[$k]:-} ]]; then log "target cache/$k: ${VERDICT[$k]}"; fi
-done
+each_verdict log "target cache" hit1k hit5m herd nostore sieve
 warn_busy
 log "results written to $md"

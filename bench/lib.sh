@@ -269,6 +269,12 @@ origin_count() {
     echo "$n"
 }
 
+# origin_ref BYTES FILE: the test origin's own body of BYTES bytes (/ref) into FILE, or die.
+origin_ref() {
+    curl -s --max-time 10 -o "$2" "http://127.0.0.1:$ORIGIN_PORT/ref?size=$1" || die "origin: curl failed"
+    [[ $(stat -c %s "$2") == "$1" ]] || die "origin: /ref?size=$1 is not $1 bytes"
+}
+
 # raise_nofile NEED: raises the soft open-files limit of this shell (inherited by wrk and
 # the servers it starts) to the hard limit, at most 65536; fails if that is below NEED.
 # Sets NOFILE to the new limit.
@@ -546,6 +552,24 @@ cpu_pct() {
 # now_s: wall-clock time in seconds with decimals.
 now_s() { date '+%s.%N'; }
 
+# busy_md [NOTE]: for the results file, the rounds in BUSY (nothing when none) after an
+# explanation, and NOTE (a line) after it.
+# shellcheck disable=SC2120 # NOTE is optional
+busy_md() {
+    local b
+    ((${#BUSY[@]})) || return 0
+    echo
+    echo "Rounds during which the rest of the machine (other processes) used more than"
+    if [[ -n ${1:-} ]]; then
+        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers"
+        echo "$1"
+    else
+        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers:"
+    fi
+    echo
+    for b in "${BUSY[@]}"; do echo "- $b"; done
+}
+
 # each_round NAMES CMD [ARG...]: ROUNDS rounds of CMD ARG... NAME ROUND for each name of
 # the array NAMES, a second's pause after each; the order rotates by one each round, so that
 # each name goes first in turn (with two, the first in odd rounds).
@@ -660,6 +684,42 @@ median() {
               else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# medianx VALUES...: the median, or "-" when any value is missing.
+medianx() {
+    local v
+    for v in "$@"; do
+        if [[ $v == - ]]; then
+            echo -
+            return
+        fi
+    done
+    median "$@"
+}
+
+# median_of ARRAY KEY: the medianx of ARRAY[KEY]'s figures (add_figures' list).
+median_of() {
+    local ref="$1[$2]"
+    # shellcheck disable=SC2086
+    medianx ${!ref}
+}
+
+# medians KEY ARRAY...: median_of ARRAY KEY of each ARRAY, on one line (for read).
+medians() {
+    local key=$1 a m=()
+    shift
+    for a in "$@"; do m+=("$(median_of "$a" "$key")"); done
+    echo "${m[*]}"
+}
+
+# fixed DECIMALS VAR...: rounds each variable to DECIMALS decimals, unless it is "-".
+fixed() {
+    local _f_d=$1 _f_v
+    shift
+    for _f_v in "$@"; do
+        if [[ ${!_f_v} != - ]]; then printf -v "$_f_v" '%.*f' "$_f_d" "${!_f_v}"; fi
+    done
+}
+
 # ratio A B: A/B with 2 decimals, "-" when either is missing or B is 0.
 ratio() {
     if [[ -z $1 || -z $2 || $1 == - || $2 == - ]]; then
@@ -669,8 +729,55 @@ ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%.2f\n", a / b }'
 }
 
+# umbra_ratio SERVER ARRAY REF: for SERVER umbra, when REF is among SERVERS, the ratio of
+# ARRAY[umbra] to ARRAY[REF]; else "-".
+umbra_ratio() {
+    local a="$2[umbra]" b="$2[$3]"
+    if [[ $1 == umbra ]] && bench_uses "$3"; then ratio "${!a}" "${!b}"; else echo -; fi
+}
+
+# atleast A B [YES NO]: YES ("meets") when A >= B, else NO ("below"); "-" for a missing A.
+atleast() { meets_cmp ">=" "$@"; }
+
+# atmost A B [YES NO]: the same for A <= B.
+atmost() { meets_cmp "<=" "$@"; }
+
+# meets_cmp OP A B [YES NO]: atleast's (OP >=) and atmost's (OP <=) comparison.
+meets_cmp() {
+    if [[ $2 == - ]]; then
+        echo -
+        return
+    fi
+    awk -v op="$1" -v a="$2" -v b="$3" -v y="${4:-meets}" -v n="${5:-below}" \
+        'BEGIN { print ((op == ">=" ? a >= b : a <= b) ? y : n) }'
+}
+
+# md_row FIELD...: one row of a Markdown table: "| FIELD | FIELD ... |".
+md_row() {
+    local row="|" f
+    for f in "$@"; do row+=" $f |"; done
+    printf '%s\n' "$row"
+}
+
+# results_md NAME: the path of a new results file of scenario NAME (BENCH_RESULTS made).
+results_md() {
+    mkdir -p "$BENCH_RESULTS"
+    echo "$BENCH_RESULTS/$1-$(date '+%Y-%m-%d-%H%M%S').md"
+}
+
+# each_verdict CMD PREFIX KEY...: CMD "PREFIX/KEY: VERDICT[KEY]" for each KEY that has one
+# in the scenario's VERDICT array (CMD: echo for the results file, log).
+each_verdict() {
+    local cmd=$1 prefix=$2 k
+    shift 2
+    for k in "$@"; do
+        if [[ -n ${VERDICT[$k]:-} ]]; then "$cmd" "$prefix/$k: ${VERDICT[$k]}"; fi
+    done
+}
+
 # bench_env_md [WRK]: describes the run (for the results file); WRK replaces the wrk
 # arguments shown (default: -tWRK_THREADS -cWRK_CONNECTIONS -dDURATIONs).
+# shellcheck disable=SC2120 # WRK is optional
 bench_env_md() {
     local rev
     rev=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)

@@ -162,9 +162,7 @@ for s in "${SRV[@]}"; do
     check_text "$s" /hello "$HELLO"
 done
 if bench_uses umbra; then
-    curl -s --max-time 10 -o "$BENCH_TMP/ref.body" "http://127.0.0.1:$ORIGIN_PORT/ref?size=$SMALL" ||
-        die "origin: curl failed"
-    [[ $(stat -c %s "$BENCH_TMP/ref.body") == "$SMALL" ]] || die "origin: /ref?size=$SMALL is not $SMALL bytes"
+    origin_ref "$SMALL" "$BENCH_TMP/ref.body"
     check_hit umbra "$URL_NOHOOK"
     check_hit umbra+hook "$URL_HOOK"
     # The hook really routes: a name it knows reaches the origin through the hook's pick.
@@ -173,6 +171,7 @@ if bench_uses umbra; then
     [[ $code == 200 ]] || die "umbra+hook: GET /hook/routed with Host: shop.example.com answered $code"
 fi
 
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RPS P50 P99 CPU_S US CPU_W CPU_O OREQ ERRS
 
 # measure CASE SERVER ROUND
@@ -221,33 +220,6 @@ for k in "${CASES[@]}"; do
     each_round csrv measure "$k"
 done
 
-# medianx VALUES...: the median, or "-" when any value is missing.
-medianx() {
-    local v
-    for v in "$@"; do
-        if [[ $v == - ]]; then
-            echo -
-            return
-        fi
-    done
-    median "$@"
-}
-# atleast A B: "met" when A >= B, else "not met" ("-" for a missing A).
-atleast() {
-    if [[ $1 == - ]]; then
-        echo -
-        return
-    fi
-    awk -v a="$1" -v b="$2" 'BEGIN { print (a >= b ? "met" : "not met") }'
-}
-# atmost A B: "met" when A <= B, else "not met" ("-" for a missing A).
-atmost() {
-    if [[ $1 == - ]]; then
-        echo -
-        return
-    fi
-    awk -v a="$1" -v b="$2" 'BEGIN { print (a <= b ? "met" : "not met") }'
-}
 # cost_pct BASE WITH: how much more WITH costs than BASE, in %: BASE/WITH - 1 for rates.
 cost_pct() {
     if [[ -z $1 || -z $2 || $1 == - || $2 == - ]]; then
@@ -257,8 +229,7 @@ cost_pct() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%+.1f\n", (a / b - 1) * 100 }'
 }
 
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/lua-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md lua)
 {
     echo "# lua: request-time Lua hooks (Umbra vs nginx; Umbra with and without a hook)"
     echo
@@ -268,8 +239,9 @@ md=$BENCH_RESULTS/lua-$(date '+%Y-%m-%d-%H%M%S').md
     echo "- hello: GET /hello; nginx: location = /hello { default_type text/plain; return 200 \"$HELLO\"; }; Umbra: on_request returning umbra.respond(200, \"$HELLO\") on the route /hello"
     echo "- hook-hit: one Umbra, cache = { memory = \"256MB\" }; umbra: GET $URL_NOHOOK (route /nohook/, upstream app, no hook); umbra+hook: GET $URL_HOOK (route /hook/, upstream app, on_request: host lower-cased, port dropped, compared with 3 names, req.upstream set); both hits"
     echo
-    echo "| case | server | median req/s | compared | ratio | target | met | p50 ms | p99 ms | CPU server % | server us/req | CPU wrk % | CPU other % | origin reqs/round | req/s per round | errors |"
-    echo "| --- | --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row case server "median req/s" compared ratio target met "p50 ms" "p99 ms" "CPU server %" "server us/req" \
+        "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" errors
+    md_row --- --- ---: --- ---: --- --- ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
 declare -A VERDICT=()
@@ -281,10 +253,8 @@ for k in "${CASES[@]}"; do
     read -r -a csrv <<<"${CSRV[$k]}"
     declare -A MR=() MU=()
     for s in "${csrv[@]}"; do
-        # shellcheck disable=SC2086
-        MR[$s]=$(median ${RPS[$k,$s]})
-        # shellcheck disable=SC2086
-        MU[$s]=$(medianx ${US[$k,$s]})
+        MR[$s]=$(median_of RPS "$k,$s")
+        MU[$s]=$(median_of US "$k,$s")
     done
     for s in "${csrv[@]}"; do
         cmpd=- rr=- tg=- met=-
@@ -293,31 +263,22 @@ for k in "${CASES[@]}"; do
             cmpd="cost vs umbra"
             rr="$(cost_pct "${MR[umbra]}" "${MR[umbra+hook]}")%"
             tg="<= $TARGET_HOOK_COST_PCT%"
-            met=$(atmost "${rr%\%}" "$TARGET_HOOK_COST_PCT")
+            met=$(atmost "${rr%\%}" "$TARGET_HOOK_COST_PCT" met "not met")
             ucost=$(cost_pct "${MU[umbra+hook]}" "${MU[umbra]}")
             VERDICT[$k]="the hook costs ${rr} in req/s ($met: $tg); server CPU per request $ucost% (${MU[umbra]} -> ${MU[umbra+hook]} us)"
         elif [[ $k != hook-hit && $s == umbra ]] && bench_uses nginx; then
             cmpd="x nginx"
             rr=$(ratio "${MR[umbra]}" "${MR[nginx]}")
             tg=">= $TARGET_X_NGINX"
-            met=$(atleast "$rr" "$TARGET_X_NGINX")
+            met=$(atleast "$rr" "$TARGET_X_NGINX" met "not met")
             VERDICT[$k]="x nginx $rr ($met: $tg); server CPU per request ${MU[umbra]} us vs nginx ${MU[nginx]} us"
         fi
-        # shellcheck disable=SC2086
-        {
-            p50=$(medianx ${P50[$k,$s]})
-            p99=$(medianx ${P99[$k,$s]})
-            c=$(medianx ${CPU_S[$k,$s]})
-            cw=$(medianx ${CPU_W[$k,$s]})
-            co=$(medianx ${CPU_O[$k,$s]})
-            orq=$(medianx ${OREQ[$k,$s]})
-        }
-        for v in c cw co orq; do
-            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
-        done
+        read -r p50 p99 c cw co orq <<<"$(medians "$k,$s" P50 P99 CPU_S CPU_W CPU_O OREQ)"
+        fixed 0 c cw co orq
         # shellcheck disable=SC2059
         printf "$fmt" "lua/$k" "$s" "${MR[$s]}" "$cmpd" "$rr" "$tg" "$met" "$p50" "$p99" "$c" "${MU[$s]}" "$cw" "$co"
-        echo "| lua/$k | $s | ${MR[$s]} | $cmpd | $rr | $tg | $met | $p50 | $p99 | $c | ${MU[$s]} | $cw | $co | $orq | ${RPS[$k,$s]% } | ${ERRS[$k,$s]:-none} |" >>"$md"
+        md_row "lua/$k" "$s" "${MR[$s]}" "$cmpd" "$rr" "$tg" "$met" "$p50" "$p99" "$c" "${MU[$s]}" "$cw" "$co" "$orq" \
+            "${RPS[$k,$s]% }" "${ERRS[$k,$s]:-none}" >>"$md"
     done
 done
 {
@@ -332,26 +293,16 @@ done
     echo "share the machine's CPUs: compare the ratios, not the absolute figures, and only within"
     echo "one run; ratios within about 5-7% of each other mean \"the same\" (so a hook cost below"
     echo "about 5% is within the noise; the CPU per request tells it better)."
-    if ((${#BUSY[@]})); then
-        echo
-        echo "Rounds during which the rest of the machine (other processes) used more than"
-        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers:"
-        echo
-        for b in "${BUSY[@]}"; do echo "- $b"; done
-    fi
+    busy_md
     if ((${#VERDICT[@]})); then
         echo
         echo "Targets (issue 5): echo and hello >= $TARGET_X_NGINX x nginx (req/s); a 1 KiB cache hit"
         echo "through a route with a host-routing hook costs <= $TARGET_HOOK_COST_PCT% more than without it."
         echo
-        for k in "${CASES[@]}"; do
-            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- lua/$k: ${VERDICT[$k]}"; fi
-        done
+        each_verdict echo "- lua" "${CASES[@]}"
     fi
 } >>"$md"
 echo
-for k in "${CASES[@]}"; do
-    if [[ -n ${VERDICT[$k]:-} ]]; then log "target lua/$k: ${VERDICT[$k]}"; fi
-done
+each_verdict log "target lua" "${CASES[@]}"
 warn_busy
 log "results written to $md"

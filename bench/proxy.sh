@@ -113,6 +113,7 @@ backend_accepted() {
     curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__stats" | awk '$1 == "accepted" { print $2 }'
 }
 
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RPS P50 P99 CPU_S CPU_B CPU_W CPU_O NEWC ERRS
 # measure CASE SERVER ROUND (SERVER backend: the backend directly)
 measure() {
@@ -154,20 +155,7 @@ for k in "${CASES[@]}"; do
     fi
 done
 
-# medianx VALUES...: the median, or "-" when any value is missing.
-medianx() {
-    local v
-    for v in "$@"; do
-        if [[ $v == - ]]; then
-            echo -
-            return
-        fi
-    done
-    median "$@"
-}
-
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/proxy-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md proxy)
 wrkdesc="-t$WRK_THREADS -d${DURATION}s --latency; -c per measurement (below)"
 {
     echo "# proxy: Umbra vs nginx in front of one backend"
@@ -178,8 +166,9 @@ wrkdesc="-t$WRK_THREADS -d${DURATION}s --latency; -c per measurement (below)"
     echo "- fast-cN: N connections, GET /r?size=$SIZE"
     echo "- nginx: upstream keepalive 256, proxy_http_version 1.1, Connection \"\", proxy_buffering on, worker_rlimit_nofile $NOFILE; ulimit -n $NOFILE"
     echo
-    echo "| scenario | server | median req/s | Umbra/nginx | of bound | p50 ms | p99 ms | CPU proxy % | CPU backend % | CPU wrk % | CPU other % | backend conns/round | req/s per round | errors |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row scenario server "median req/s" Umbra/nginx "of bound" "p50 ms" "p99 ms" "CPU proxy %" "CPU backend %" \
+        "CPU wrk %" "CPU other %" "backend conns/round" "req/s per round" errors
+    md_row --- --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
 fmt='%-17s %-7s %12s %11s %8s %8s %8s %6s %8s %5s %6s %9s\n'
@@ -192,38 +181,26 @@ declare -A VERDICT=()
 for k in "${CASES[@]}"; do
     declare -A MED=()
     for s in "${MEASURED[@]}"; do
-        # shellcheck disable=SC2086
-        MED[$s]=$(median ${RPS[$k,$s]})
+        MED[$s]=$(median_of RPS "$k,$s")
     done
     for s in "${MEASURED[@]}"; do
-        rr=-
-        if [[ $s == umbra ]] && bench_uses nginx; then rr=$(ratio "${MED[umbra]}" "${MED[nginx]}"); fi
+        rr=$(umbra_ratio "$s" MED nginx)
         fb=-
         if [[ ${BOUND[$k]} != - ]]; then fb=$(ratio "${MED[$s]}" "${BOUND[$k]}"); fi
-        # shellcheck disable=SC2086
-        {
-            p50=$(medianx ${P50[$k,$s]})
-            p99=$(medianx ${P99[$k,$s]})
-            cs=$(medianx ${CPU_S[$k,$s]})
-            cb=$(medianx ${CPU_B[$k,$s]})
-            cw=$(medianx ${CPU_W[$k,$s]})
-            co=$(medianx ${CPU_O[$k,$s]})
-            nc=$(medianx ${NEWC[$k,$s]})
-        }
+        read -r p50 p99 cs cb cw co nc <<<"$(medians "$k,$s" P50 P99 CPU_S CPU_B CPU_W CPU_O NEWC)"
         # CPU and connection medians as integers.
-        for v in cs cb cw co nc; do
-            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
-        done
+        fixed 0 cs cb cw co nc
         # shellcheck disable=SC2059
         printf "$fmt" "proxy/$k" "$s" "${MED[$s]}" "$rr" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" "$nc"
-        echo "| proxy/$k | $s | ${MED[$s]} | $rr | $fb | $p50 | $p99 | $cs | $cb | $cw | $co | $nc | ${RPS[$k,$s]% } | ${ERRS[$k,$s]:-none} |" >>"$md"
+        md_row "proxy/$k" "$s" "${MED[$s]}" "$rr" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" "$nc" "${RPS[$k,$s]% }" \
+            "${ERRS[$k,$s]:-none}" >>"$md"
         if [[ $s == umbra ]]; then
             v=
             if [[ $fb != - ]]; then
-                v="of bound $fb ($(awk -v f="$fb" 'BEGIN { print (f >= 0.95 ? "meets" : "below") }') >= 0.95)"
+                v="of bound $fb ($(atleast "$fb" 0.95) >= 0.95)"
             fi
             if [[ $rr != - ]]; then
-                v="${v:+$v, }x nginx $rr ($(awk -v f="$rr" 'BEGIN { print (f >= 1.0 ? "meets" : "below") }') >= 1.0)"
+                v="${v:+$v, }x nginx $rr ($(atleast "$rr" 1.0) >= 1.0)"
             fi
             VERDICT[$k]=$v
         fi
@@ -245,13 +222,9 @@ done
         echo
         echo "Targets (Umbra): slow backend >= 0.95 of the bound and >= nginx; fast backend >= 1.0 x nginx."
         echo
-        for k in "${CASES[@]}"; do
-            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- proxy/$k: ${VERDICT[$k]}"; fi
-        done
+        each_verdict echo "- proxy" "${CASES[@]}"
     fi
 } >>"$md"
 echo
-for k in "${CASES[@]}"; do
-    if [[ -n ${VERDICT[$k]:-} ]]; then log "target proxy/$k: ${VERDICT[$k]}"; fi
-done
+each_verdict log "target proxy" "${CASES[@]}"
 log "results written to $md"

@@ -33,6 +33,7 @@ for s in "${SRV[@]}"; do
     done
 done
 
+# shellcheck disable=SC2034 # MBPS is read by name (median_of)
 declare -A RPS MBPS ERRS
 # measure FILE SERVER ROUND
 measure() {
@@ -55,15 +56,14 @@ log "measuring: ${#FILES[@]} files x $ROUNDS rounds x ${#SRV[@]} servers x ${DUR
 for f in "${FILES[@]}"; do each_round SRV measure "$f"; done
 
 # Medians, ratios, table.
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/static-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md static)
 {
     echo "# static: Umbra vs nginx"
     echo
     bench_env_md
     echo
-    echo "| scenario | server | median req/s | median MB/s | Umbra/nginx req/s | Umbra/nginx MB/s | req/s per round | errors |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row scenario server "median req/s" "median MB/s" "Umbra/nginx req/s" "Umbra/nginx MB/s" "req/s per round" errors
+    md_row --- --- ---: ---: ---: ---: --- ---
 } >"$md"
 
 printf '\n%-10s %-6s %14s %12s %18s %17s\n' scenario server "median req/s" "median MB/s" "Umbra/nginx req/s" "Umbra/nginx MB/s"
@@ -71,19 +71,14 @@ printf '%s\n' "-----------------------------------------------------------------
 for f in "${FILES[@]}"; do
     declare -A MED_R=() MED_M=()
     for s in "${SRV[@]}"; do
-        # shellcheck disable=SC2086
-        MED_R[$s]=$(median ${RPS[$f,$s]})
-        # shellcheck disable=SC2086
-        MED_M[$s]=$(median ${MBPS[$f,$s]})
+        MED_R[$s]=$(median_of RPS "$f,$s")
+        MED_M[$s]=$(median_of MBPS "$f,$s")
     done
     for s in "${SRV[@]}"; do
-        rr=- rm=-
-        if [[ $s == umbra ]] && bench_uses nginx; then
-            rr=$(ratio "${MED_R[umbra]}" "${MED_R[nginx]}")
-            rm=$(ratio "${MED_M[umbra]}" "${MED_M[nginx]}")
-        fi
+        rr=$(umbra_ratio "$s" MED_R nginx)
+        rm=$(umbra_ratio "$s" MED_M nginx)
         printf '%-10s %-6s %14s %12s %18s %17s\n' "static/${f%.bin}" "$s" "${MED_R[$s]}" "${MED_M[$s]}" "$rr" "$rm"
-        echo "| static/${f%.bin} | $s | ${MED_R[$s]} | ${MED_M[$s]} | $rr | $rm | ${RPS[$f,$s]% } | ${ERRS[$f,$s]:-none} |" >>"$md"
+        md_row "static/${f%.bin}" "$s" "${MED_R[$s]}" "${MED_M[$s]}" "$rr" "$rm" "${RPS[$f,$s]% }" "${ERRS[$f,$s]:-none}" >>"$md"
     done
 done
 {

@@ -202,6 +202,7 @@ if bench_uses nginx; then
     fi
 fi
 
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RATE CPU_S CPU_C US ERRS
 # measure CASE SERVER ROUND
 measure() {
@@ -243,19 +244,7 @@ total=$((${#CASES[@]} * ROUNDS * ${#SRV[@]} * (DURATION + 2)))
 log "measuring: ${#CASES[@]} cases (${CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers x ~${DURATION}s (~${total}s)"
 for k in "${CASES[@]}"; do each_round SRV measure "$k"; done
 
-medianx() {
-    local v
-    for v in "$@"; do
-        if [[ $v == - ]]; then
-            echo -
-            return
-        fi
-    done
-    median "$@"
-}
-
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/tls-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md tls)
 {
     echo "# tls: Umbra vs nginx terminating TLS"
     echo
@@ -266,8 +255,9 @@ md=$BENCH_RESULTS/tls-$(date '+%Y-%m-%d-%H%M%S').md
     for s in "${SRV[@]}"; do echo "- $s negotiates with a default client: ${NEGOTIATED[$s]}"; done
     for k in "${CASES[@]}"; do echo "- tls/$k: ${WHAT[$k]}"; done
     echo
-    echo "| scenario | server | median | unit | Umbra/nginx | server CPU % | server CPU us per req/conn | client CPU % | per round | errors |"
-    echo "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row scenario server median unit Umbra/nginx "server CPU %" "server CPU us per req/conn" "client CPU %" \
+        "per round" errors
+    md_row --- --- ---: --- ---: ---: ---: ---: --- ---
 } >"$md"
 
 fmt='%-14s %-6s %11s %-7s %11s %11s %14s %11s\n'
@@ -278,27 +268,18 @@ declare -A VERDICT=()
 for k in "${CASES[@]}"; do
     declare -A MED=()
     for s in "${SRV[@]}"; do
-        # shellcheck disable=SC2086
-        MED[$s]=$(median ${RATE[$k,$s]})
+        MED[$s]=$(median_of RATE "$k,$s")
     done
     for s in "${SRV[@]}"; do
-        rr=-
-        if [[ $s == umbra ]] && bench_uses nginx; then rr=$(ratio "${MED[umbra]}" "${MED[nginx]}"); fi
-        # shellcheck disable=SC2086
-        {
-            cs=$(medianx ${CPU_S[$k,$s]})
-            cc=$(medianx ${CPU_C[$k,$s]})
-            us=$(medianx ${US[$k,$s]})
-        }
-        for v in cs cc; do
-            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
-        done
-        if [[ $us != - ]]; then printf -v us '%.1f' "$us"; fi
+        rr=$(umbra_ratio "$s" MED nginx)
+        read -r cs cc us <<<"$(medians "$k,$s" CPU_S CPU_C US)"
+        fixed 0 cs cc
+        fixed 1 us
         # shellcheck disable=SC2059
         printf "$fmt" "tls/$k" "$s" "${MED[$s]}" "${UNIT[$k]}" "$rr" "$cs" "$us" "$cc"
-        echo "| tls/$k | $s | ${MED[$s]} | ${UNIT[$k]} | $rr | $cs | $us | $cc | ${RATE[$k,$s]% } | ${ERRS[$k,$s]:-none} |" >>"$md"
+        md_row "tls/$k" "$s" "${MED[$s]}" "${UNIT[$k]}" "$rr" "$cs" "$us" "$cc" "${RATE[$k,$s]% }" "${ERRS[$k,$s]:-none}" >>"$md"
         if [[ $s == umbra && $rr != - && $k != resume ]]; then
-            VERDICT[$k]="x nginx $rr ($(awk -v f="$rr" 'BEGIN { print (f >= 1.0 ? "meets" : "below") }') >= 1.0)"
+            VERDICT[$k]="x nginx $rr ($(atleast "$rr" 1.0) >= 1.0)"
         fi
     done
 done
@@ -316,13 +297,9 @@ done
         echo
         echo "Targets (Umbra): tls/1k >= 1.0 x nginx; tls/handshake (full handshakes) >= 1.0 x nginx."
         echo
-        for k in "${CASES[@]}"; do
-            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- tls/$k: ${VERDICT[$k]}"; fi
-        done
+        each_verdict echo "- tls" "${CASES[@]}"
     fi
 } >>"$md"
 echo
-for k in "${CASES[@]}"; do
-    if [[ -n ${VERDICT[$k]:-} ]]; then log "target tls/$k: ${VERDICT[$k]}"; fi
-done
+each_verdict log "target tls" "${CASES[@]}"
 log "results written to $md"
