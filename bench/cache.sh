@@ -358,10 +358,8 @@ for k in "${WRK_CASES[@]}"; do
     cmp_by=rps cmp_of=MR
     [[ $k == hit5m ]] && cmp_by=mbps cmp_of=MM
     declare -A MR=() MM=()
-    for s in "${SRV[@]}"; do
-        MR[$s]=$(median_of RPS "$k,$s")
-        MM[$s]=$(median_of MBPS "$k,$s")
-    done
+    median_map MR RPS "$k," "${SRV[@]}"
+    median_map MM MBPS "$k," "${SRV[@]}"
     for s in "${SRV[@]}"; do
         rn=$(umbra_ratio "$s" "$cmp_of" nginx)
         rv=$(umbra_ratio "$s" "$cmp_of" varnish)
@@ -407,9 +405,7 @@ done
     md_row --- --- ---: ---: ---: ---: --- --- ---
 } >>"$md"
 declare -A AM=()
-for s in "${SRV[@]}"; do
-    AM[$s]=$(median_of AB_MBPS "$s")
-done
+median_map AM AB_MBPS "" "${SRV[@]}"
 for s in "${SRV[@]}"; do
     rn=$(umbra_ratio "$s" AM nginx)
     rv=$(umbra_ratio "$s" AM varnish)

@@ -711,6 +711,16 @@ medians() {
     echo "${m[*]}"
 }
 
+# median_map DEST ARRAY PREFIX NAME...: empties the associative array DEST, then sets
+# DEST[NAME] to median_of ARRAY PREFIXNAME for each NAME (e.g. each server's median req/s).
+median_map() {
+    local -n _mm_dest=$1
+    local _mm_src=$2 _mm_pre=$3 _mm_s
+    shift 3
+    _mm_dest=()
+    for _mm_s in "$@"; do _mm_dest["$_mm_s"]=$(median_of "$_mm_src" "$_mm_pre$_mm_s"); done
+}
+
 # fixed DECIMALS VAR...: rounds each variable to DECIMALS decimals, unless it is "-".
 fixed() {
     local _f_d=$1 _f_v

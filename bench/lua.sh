@@ -252,10 +252,8 @@ printf '%s\n' "-----------------------------------------------------------------
 for k in "${CASES[@]}"; do
     read -r -a csrv <<<"${CSRV[$k]}"
     declare -A MR=() MU=()
-    for s in "${csrv[@]}"; do
-        MR[$s]=$(median_of RPS "$k,$s")
-        MU[$s]=$(median_of US "$k,$s")
-    done
+    median_map MR RPS "$k," "${csrv[@]}"
+    median_map MU US "$k," "${csrv[@]}"
     for s in "${csrv[@]}"; do
         cmpd=- rr=- tg=- met=-
         if [[ $k == hook-hit && $s == umbra+hook ]]; then

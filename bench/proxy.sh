@@ -180,9 +180,7 @@ printf '%s\n' "-----------------------------------------------------------------
 declare -A VERDICT=()
 for k in "${CASES[@]}"; do
     declare -A MED=()
-    for s in "${MEASURED[@]}"; do
-        MED[$s]=$(median_of RPS "$k,$s")
-    done
+    median_map MED RPS "$k," "${MEASURED[@]}"
     for s in "${MEASURED[@]}"; do
         rr=$(umbra_ratio "$s" MED nginx)
         fb=-

@@ -70,10 +70,8 @@ printf '\n%-10s %-6s %14s %12s %18s %17s\n' scenario server "median req/s" "medi
 printf '%s\n' "-------------------------------------------------------------------------------------"
 for f in "${FILES[@]}"; do
     declare -A MED_R=() MED_M=()
-    for s in "${SRV[@]}"; do
-        MED_R[$s]=$(median_of RPS "$f,$s")
-        MED_M[$s]=$(median_of MBPS "$f,$s")
-    done
+    median_map MED_R RPS "$f," "${SRV[@]}"
+    median_map MED_M MBPS "$f," "${SRV[@]}"
     for s in "${SRV[@]}"; do
         rr=$(umbra_ratio "$s" MED_R nginx)
         rm=$(umbra_ratio "$s" MED_M nginx)

@@ -267,9 +267,7 @@ printf '%s\n' "-----------------------------------------------------------------
 declare -A VERDICT=()
 for k in "${CASES[@]}"; do
     declare -A MED=()
-    for s in "${SRV[@]}"; do
-        MED[$s]=$(median_of RATE "$k,$s")
-    done
+    median_map MED RATE "$k," "${SRV[@]}"
     for s in "${SRV[@]}"; do
         rr=$(umbra_ratio "$s" MED nginx)
         read -r cs cc us <<<"$(medians "$k,$s" CPU_S CPU_C US)"
