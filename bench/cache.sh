@@ -116,22 +116,6 @@ PORT[origin]=$ORIGIN_PORT
 PID[origin]=$ORIGIN_PID
 read -r -a SRV <<<"$SERVERS"
 
-# origin_count: requests the origin has received so far.
-origin_count() {
-    local n
-    n=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__count") || die "origin: /__count failed"
-    [[ $n =~ ^[0-9]+$ ]] || die "origin: /__count answered '$n'"
-    echo "$n"
-}
-
-# alive NAME...: each is still running, or die (a crashed server must not be reported slow).
-alive() {
-    local p
-    for p in "$@"; do
-        kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (logs in $BENCH_TMP/)"
-    done
-}
-
 # is_hit SERVER HEADERS-FILE: the response whose head is in the file came from the cache.
 is_hit() {
     case $1 in
@@ -186,80 +170,38 @@ check_uncacheable() {
 }
 
 # The origin's own bodies, to compare with.
-for n in $SMALL $LARGE; do
-    curl -s --max-time 10 -o "$BENCH_TMP/ref-$n.body" "http://127.0.0.1:$ORIGIN_PORT/ref?size=$n" ||
-        die "origin: curl failed"
-    [[ $(stat -c %s "$BENCH_TMP/ref-$n.body") == "$n" ]] || die "origin: /ref?size=$n is not $n bytes"
-done
+for n in $SMALL $LARGE; do origin_ref "$n" "$BENCH_TMP/ref-$n.body"; done
 for s in "${SRV[@]}"; do
     check_cacheable "$s" "$URL_1K" $SMALL
     check_cacheable "$s" "$URL_5M" $LARGE
     check_uncacheable "$s" "$URL_NS" $SMALL
 done
 
-# round_order R: sets ORDER to SRV rotated by R-1, so that each server goes first in turn.
-round_order() {
-    local r=$1 n=${#SRV[@]} i
-    ORDER=()
-    for ((i = 0; i < n; i++)); do ORDER+=("${SRV[$(((i + r - 1) % n))]}"); done
-}
-
 # ---- wrk measurements: hit1k (req/s), hit5m (MB/s), nostore (req/s, of bound) ----------
 
 WRK_CASES=(hit1k hit5m nostore)
 declare -A WPATH=([hit1k]=$URL_1K [hit5m]=$URL_5M [nostore]=$URL_NS)
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RPS MBPS P50 P99 CPU_S CPU_B CPU_W CPU_O OREQ ERRS
-# Rounds during which the rest of the machine was busier than this (% of one CPU).
-BUSY_OTHER_PCT=50
-BUSY=()
 
 # measure_wrk CASE SERVER ROUND
 measure_wrk() {
-    local k=$1 s=$2 r=$3 out o0 o1 b0 b1 s0 s1 m0 m1 t0 t1 secs rps mbps reqs errs p50 p99 cs cb cm cw co
+    local k=$1 s=$2 r=$3 out o0 o1 cs cb cw co
     alive "$s" origin
     out=$BENCH_TMP/wrk-$k-$s-$r.txt
     o0=$(origin_count)
-    b0=$(cpu_ticks "$ORIGIN_PID")
-    s0=$(cpu_ticks "${PID[$s]}")
-    m0=$(machine_busy_ticks)
-    t0=$(now_s)
+    round_cpu_start "$ORIGIN_PID" "${PID[$s]}"
     run_wrk "http://127.0.0.1:${PORT[$s]}${WPATH[$k]}" "$out"
-    t1=$(now_s)
-    m1=$(machine_busy_ticks)
-    s1=$(cpu_ticks "${PID[$s]}")
-    b1=$(cpu_ticks "$ORIGIN_PID")
+    round_cpu_end "$WRK_CPU" "$ORIGIN_PID" "${PID[$s]}"
     o1=$(origin_count)
-    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-    read -r rps mbps reqs errs <<<"$(parse_wrk "$out")" || {
-        cat "$out" >&2
-        die "could not parse wrk's output"
-    }
-    read -r p50 p99 <<<"$(parse_wrk_latency "$out")"
-    cs=$(cpu_pct $((s1 - s0)) "$secs")
-    cb=$(cpu_pct $((b1 - b0)) "$secs")
-    cm=$(cpu_pct $((m1 - m0)) "$secs")
-    cw=$(awk -v c="$WRK_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
-    co=$(awk -v m="$cm" -v a="$cs" -v b="$cb" -v w="$cw" 'BEGIN { if (w == "-") print "-"; else printf "%.0f\n", m - a - b - w }')
-    RPS[$k,$s]+="$rps "
-    MBPS[$k,$s]+="$mbps "
-    P50[$k,$s]+="$p50 "
-    P99[$k,$s]+="$p99 "
-    CPU_S[$k,$s]+="$cs "
-    CPU_B[$k,$s]+="$cb "
-    CPU_W[$k,$s]+="$cw "
-    CPU_O[$k,$s]+="$co "
-    OREQ[$k,$s]+="$((o1 - o0)) "
-    if [[ $errs != none ]]; then
-        warn "$s $k round $r: wrk reported $errs"
-        ERRS[$k,$s]+="r$r: $errs. "
-    fi
-    # Other processes took a large share of the CPUs: the round measures them too.
-    if [[ $co != - ]] && ((co > BUSY_OTHER_PCT)); then
-        warn "$s $k round $r: the rest of the machine used $co% of a CPU during the round"
-        BUSY+=("$k $s round $r: other $co%")
-    fi
+    read_wrk "$out"
+    cb=${ROUND_PCT[0]} cs=${ROUND_PCT[1]} cw=$ROUND_CLIENT_PCT co=$ROUND_OTHER_PCT
+    add_figures "$k,$s" RPS="$WRK_RPS" MBPS="$WRK_MBPS" P50="$WRK_P50" P99="$WRK_P99" CPU_S="$cs" \
+        CPU_B="$cb" CPU_W="$cw" CPU_O="$co" OREQ="$((o1 - o0))"
+    note_errors ERRS "$k,$s" "$r" "$WRK_ERRS" "$s $k round $r: wrk reported $WRK_ERRS"
+    note_busy "$co" "$k" "$s" "$r"
     printf '[bench] %-8s %-7s round %d/%d: %10.2f req/s %9.2f MB/s  p50 %s ms p99 %s ms  CPU %% server %s origin %s wrk %s other %s  origin reqs %d  %s requests, errors: %s\n' \
-        "$k" "$s" "$r" "$ROUNDS" "$rps" "$mbps" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" $((o1 - o0)) "$reqs" "$errs" >&2
+        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_MBPS" "$WRK_P50" "$WRK_P99" "$cs" "$cb" "$cw" "$co" $((o1 - o0)) "$WRK_REQS" "$WRK_ERRS" >&2
 }
 
 # ---- ab on the large object ---------------------------------------------------------------
@@ -282,6 +224,7 @@ parse_ab() {
     }' "$1"
 }
 
+# shellcheck disable=SC2034 # AB_RPS is read by name (median_of)
 declare -A AB_MBPS AB_RPS AB_KA AB_ERRS
 # measure_ab SERVER ROUND
 measure_ab() {
@@ -298,19 +241,15 @@ measure_ab() {
         cat "$out" >&2
         die "could not parse ab's output"
     }
-    AB_MBPS[$s]+="$mbps "
-    AB_RPS[$s]+="$rps "
-    AB_KA[$s]+="$ka "
-    if [[ $errs != none ]]; then
-        warn "$s ab round $r: $errs"
-        AB_ERRS[$s]+="r$r: $errs. "
-    fi
+    add_figures "$s" AB_MBPS="$mbps" AB_RPS="$rps" AB_KA="$ka"
+    note_errors AB_ERRS "$s" "$r" "$errs" "$s ab round $r: $errs"
     printf '[bench] hit5m-ab %-7s round %d/%d: %10.2f MB/s %8.2f req/s  %s complete, %s keep-alive, errors: %s\n' \
         "$s" "$r" "$ROUNDS" "$mbps" "$rps" "$ndone" "$ka" "$errs" >&2
 }
 
 # ---- the herd -------------------------------------------------------------------------------
 
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A H_OREQ H_MED H_P90 H_MAX H_ERRS
 # measure_herd SERVER ROUND: HERD_REQUESTS simultaneous GETs of a URL nobody asked for yet.
 measure_herd() {
@@ -341,10 +280,7 @@ measure_herd() {
             printf "%.1f %.1f %.1f %d\n", med, p90, t[m], bad + 0
         }' "$out")
     read -r med p90 max bad <<<"$stats"
-    H_OREQ[$s]+="$((o1 - o0)) "
-    H_MED[$s]+="$med "
-    H_P90[$s]+="$p90 "
-    H_MAX[$s]+="$max "
+    add_figures "$s" H_OREQ="$((o1 - o0))" H_MED="$med" H_P90="$p90" H_MAX="$max"
     if ((bad > 0 || rc != 0)); then
         warn "$s herd round $r: $bad of $HERD_REQUESTS responses not 200 with $SMALL bytes (curl exit $rc)"
         H_ERRS[$s]+="r$r: $bad bad, curl exit $rc. "
@@ -359,30 +295,10 @@ check_idle
 nw=$((${#WRK_CASES[@]} * ROUNDS * ${#SRV[@]}))
 log "measuring: ${#WRK_CASES[@]} wrk cases (${WRK_CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers x ${DURATION}s" \
     "(~$((nw * (DURATION + 2)))s), then ab, the herd and the hit-ratio trace"
-for k in "${WRK_CASES[@]}"; do
-    for ((r = 1; r <= ROUNDS; r++)); do
-        round_order "$r"
-        for s in "${ORDER[@]}"; do
-            measure_wrk "$k" "$s" "$r"
-            sleep 1
-        done
-    done
-done
-for ((r = 1; r <= ROUNDS; r++)); do
-    round_order "$r"
-    for s in "${ORDER[@]}"; do
-        measure_ab "$s" "$r"
-        sleep 1
-    done
-done
+for k in "${WRK_CASES[@]}"; do each_round SRV measure_wrk "$k"; done
+each_round SRV measure_ab
 HERD_SRV=("${SRV[@]}")
-for ((r = 1; r <= ROUNDS; r++)); do
-    round_order "$r"
-    for s in "${ORDER[@]}"; do
-        measure_herd "$s" "$r"
-        sleep 1
-    done
-done
+each_round SRV measure_herd
 if [[ $BACKEND_DIRECT == 1 ]]; then
     measure_herd origin 1
     HERD_SRV+=(origin)
@@ -408,30 +324,10 @@ fi
 
 # ---- report -----------------------------------------------------------------------------------
 
-# medianx VALUES...: the median, or "-" when any value is missing.
-medianx() {
-    local v
-    for v in "$@"; do
-        if [[ $v == - ]]; then
-            echo -
-            return
-        fi
-    done
-    median "$@"
-}
-# atleast A B: "meets" when A >= B, else "below" ("-" for a missing A).
-atleast() {
-    if [[ $1 == - ]]; then
-        echo -
-        return
-    fi
-    awk -v a="$1" -v b="$2" 'BEGIN { print (a >= b ? "meets" : "below") }'
-}
 # maxof VALUES...: the largest, ignoring "-" ("-" when none is left).
 maxof() { printf '%s\n' "$@" | awk '$1 != "-" && (m == "" || $1 + 0 > m + 0) { m = $1 } END { print (m == "" ? "-" : m) }'; }
 
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/cache-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md cache)
 {
     echo "# cache: Umbra vs nginx (proxy_cache) and Varnish in front of one origin"
     echo
@@ -446,8 +342,9 @@ md=$BENCH_RESULTS/cache-$(date '+%Y-%m-%d-%H%M%S').md
     echo
     echo "## wrk (-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s --latency, keep-alive)"
     echo
-    echo "| case | server | median req/s | median MB/s | compared | Umbra/nginx | Umbra/Varnish | of bound | p50 ms | p99 ms | CPU server % | CPU origin % | CPU wrk % | CPU other % | origin reqs/round | req/s per round | errors |"
-    echo "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row case server "median req/s" "median MB/s" compared Umbra/nginx Umbra/Varnish "of bound" "p50 ms" "p99 ms" \
+        "CPU server %" "CPU origin %" "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" errors
+    md_row --- --- ---: ---: --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
 declare -A VERDICT=()
@@ -457,47 +354,27 @@ echo
 printf "$fmt" case server "median req/s" "med MB/s" compared "Umbra/nginx" "Umbra/Varnish" "of bound" "p50 ms" "p99 ms" "CPU% srv/orig/wrk/other, origin reqs/round"
 printf '%s\n' "------------------------------------------------------------------------------------------------------------------------------------------"
 for k in "${WRK_CASES[@]}"; do
-    cmp_by=rps
-    [[ $k == hit5m ]] && cmp_by=mbps
+    # The medians the ratios are of: req/s, or MB/s for hit5m.
+    cmp_by=rps cmp_of=MR
+    [[ $k == hit5m ]] && cmp_by=mbps cmp_of=MM
     declare -A MR=() MM=()
+    median_map MR RPS "$k," "${SRV[@]}"
+    median_map MM MBPS "$k," "${SRV[@]}"
     for s in "${SRV[@]}"; do
-        # shellcheck disable=SC2086
-        MR[$s]=$(median ${RPS[$k,$s]})
-        # shellcheck disable=SC2086
-        MM[$s]=$(median ${MBPS[$k,$s]})
-    done
-    for s in "${SRV[@]}"; do
-        rn=- rv=- fb=-
-        if [[ $s == umbra ]]; then
-            if [[ $cmp_by == rps ]]; then
-                bench_uses nginx && rn=$(ratio "${MR[umbra]}" "${MR[nginx]}")
-                bench_uses varnish && rv=$(ratio "${MR[umbra]}" "${MR[varnish]}")
-            else
-                bench_uses nginx && rn=$(ratio "${MM[umbra]}" "${MM[nginx]}")
-                bench_uses varnish && rv=$(ratio "${MM[umbra]}" "${MM[varnish]}")
-            fi
-        fi
+        rn=$(umbra_ratio "$s" "$cmp_of" nginx)
+        rv=$(umbra_ratio "$s" "$cmp_of" varnish)
+        fb=-
         [[ $k == nostore ]] && fb=$(ratio "${MR[$s]}" "$NS_BOUND")
-        # shellcheck disable=SC2086
-        {
-            p50=$(medianx ${P50[$k,$s]})
-            p99=$(medianx ${P99[$k,$s]})
-            cs=$(medianx ${CPU_S[$k,$s]})
-            cb=$(medianx ${CPU_B[$k,$s]})
-            cw=$(medianx ${CPU_W[$k,$s]})
-            co=$(medianx ${CPU_O[$k,$s]})
-            orq=$(medianx ${OREQ[$k,$s]})
-        }
-        for v in cs cb cw co orq; do
-            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
-        done
+        read -r p50 p99 cs cb cw co orq <<<"$(medians "$k,$s" P50 P99 CPU_S CPU_B CPU_W CPU_O OREQ)"
+        fixed 0 cs cb cw co orq
         cmpname=req/s
         [[ $cmp_by == mbps ]] && cmpname=MB/s
         # shellcheck disable=SC2059
         printf "$fmt" "cache/$k" "$s" "${MR[$s]}" "${MM[$s]}" "$cmpname" "$rn" "$rv" "$fb" "$p50" "$p99" "$cs/$cb/$cw/$co, $orq"
         per=${RPS[$k,$s]% }
         [[ $cmp_by == mbps ]] && per="${MBPS[$k,$s]% } (MB/s)"
-        echo "| cache/$k | $s | ${MR[$s]} | ${MM[$s]} | $cmpname | $rn | $rv | $fb | $p50 | $p99 | $cs | $cb | $cw | $co | $orq | $per | ${ERRS[$k,$s]:-none} |" >>"$md"
+        md_row "cache/$k" "$s" "${MR[$s]}" "${MM[$s]}" "$cmpname" "$rn" "$rv" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" \
+            "$orq" "$per" "${ERRS[$k,$s]:-none}" >>"$md"
         if [[ $s == umbra ]]; then
             case $k in
             hit1k)
@@ -524,19 +401,15 @@ done
     echo
     echo "## ab on the 5 MiB hit (ab -k -c $AB_CONCURRENCY -n $AB_REQUESTS)"
     echo
-    echo "| case | server | median MB/s | median req/s | Umbra/nginx | Umbra/Varnish | keep-alive requests | MB/s per round | errors |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"
+    md_row case server "median MB/s" "median req/s" Umbra/nginx Umbra/Varnish "keep-alive requests" "MB/s per round" errors
+    md_row --- --- ---: ---: ---: ---: --- --- ---
 } >>"$md"
 declare -A AM=()
+median_map AM AB_MBPS "" "${SRV[@]}"
 for s in "${SRV[@]}"; do
-    # shellcheck disable=SC2086
-    AM[$s]=$(median ${AB_MBPS[$s]})
-done
-for s in "${SRV[@]}"; do
-    rn=- rv=-
+    rn=$(umbra_ratio "$s" AM nginx)
+    rv=$(umbra_ratio "$s" AM varnish)
     if [[ $s == umbra ]]; then
-        bench_uses nginx && rn=$(ratio "${AM[umbra]}" "${AM[nginx]}")
-        bench_uses varnish && rv=$(ratio "${AM[umbra]}" "${AM[varnish]}")
         best=$(maxof "${AM[nginx]:--}" "${AM[varnish]:--}")
         rb=$(ratio "${AM[umbra]}" "$best")
         if [[ $best == - ]]; then
@@ -545,31 +418,25 @@ for s in "${SRV[@]}"; do
             VERDICT[hit5m]+="; ab: x the better $rb ($(atleast "$rb" 1.0) >= 1.0)"
         fi
     fi
-    # shellcheck disable=SC2086
-    ar=$(median ${AB_RPS[$s]})
+    ar=$(median_of AB_RPS "$s")
     # shellcheck disable=SC2059
     printf "$fmt" "cache/5m-ab" "$s" "$ar" "${AM[$s]}" "MB/s" "$rn" "$rv" - - - "keep-alive reqs/round: ${AB_KA[$s]% }"
-    echo "| cache/hit5m-ab | $s | ${AM[$s]} | $ar | $rn | $rv | ${AB_KA[$s]% } | ${AB_MBPS[$s]% } | ${AB_ERRS[$s]:-none} |" >>"$md"
+    md_row cache/hit5m-ab "$s" "${AM[$s]}" "$ar" "$rn" "$rv" "${AB_KA[$s]% }" "${AB_MBPS[$s]% }" "${AB_ERRS[$s]:-none}" >>"$md"
 done
 
 {
     echo
     echo "## herd: $HERD_REQUESTS simultaneous GETs of one cold URL (origin: ${DELAY_MS} ms, max-age=3600), a new URL each round"
     echo
-    echo "| case | server | origin requests per round | median latency ms | p90 ms | max ms | median ms per round | errors |"
-    echo "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"
+    md_row case server "origin requests per round" "median latency ms" "p90 ms" "max ms" "median ms per round" errors
+    md_row --- --- --- ---: ---: ---: --- ---
 } >>"$md"
 echo
 printf '%-12s %-8s %-26s %18s %8s %8s\n' case server "origin reqs per round" "median latency ms" "p90 ms" "max ms"
 for s in "${HERD_SRV[@]}"; do
-    # shellcheck disable=SC2086
-    {
-        hm=$(medianx ${H_MED[$s]})
-        hp=$(medianx ${H_P90[$s]})
-        hx=$(medianx ${H_MAX[$s]})
-    }
+    read -r hm hp hx <<<"$(medians "$s" H_MED H_P90 H_MAX)"
     printf '%-12s %-8s %-26s %18s %8s %8s\n' cache/herd "$s" "${H_OREQ[$s]% }" "$hm" "$hp" "$hx"
-    echo "| cache/herd | $s | ${H_OREQ[$s]% } | $hm | $hp | $hx | ${H_MED[$s]% } | ${H_ERRS[$s]:-none} |" >>"$md"
+    md_row cache/herd "$s" "${H_OREQ[$s]% }" "$hm" "$hp" "$hx" "${H_MED[$s]% }" "${H_ERRS[$s]:-none}" >>"$md"
     if [[ $s == umbra ]]; then
         # shellcheck disable=SC2086
         omax=$(maxof ${H_OREQ[$s]})
@@ -586,15 +453,15 @@ if ((${#SIM_POLICIES[@]})); then
         echo
         echo "Trace: $SIM_TRACE."
         echo
-        echo "| policy | hits | hit ratio | / LRU | objects held at the end |"
-        echo "| --- | ---: | ---: | ---: | ---: |"
+        md_row policy hits "hit ratio" "/ LRU" "objects held at the end"
+        md_row --- ---: ---: ---: ---:
     } >>"$md"
     echo
     printf '%-12s %10s %10s %8s %10s\n' policy hits "hit ratio" "/ LRU" objects
     for p in "${SIM_POLICIES[@]}"; do
         rl=$(ratio "${SIM_RATIO[$p]}" "${SIM_RATIO[lru]:--}")
         printf '%-12s %10s %10s %8s %10s\n' "$p" "${SIM_HITS[$p]}" "${SIM_RATIO[$p]}" "$rl" "${SIM_OBJS[$p]}"
-        echo "| $p | ${SIM_HITS[$p]} | ${SIM_RATIO[$p]} | $rl | ${SIM_OBJS[$p]} |" >>"$md"
+        md_row "$p" "${SIM_HITS[$p]}" "${SIM_RATIO[$p]}" "$rl" "${SIM_OBJS[$p]}" >>"$md"
     done
     if [[ -n ${SIM_RATIO[sieve]:-} && -n ${SIM_RATIO[lru]:-} ]]; then
         VERDICT[sieve]="SIEVE ${SIM_RATIO[sieve]} vs LRU ${SIM_RATIO[lru]} ($(atleast "${SIM_RATIO[sieve]}" "${SIM_RATIO[lru]}") >= LRU)"
@@ -616,30 +483,17 @@ fi
     echo "when the first one's response comes, sooner). wrk, ab, curl, the servers and the origin share the"
     echo "machine's CPUs: compare the ratios, not the absolute figures, and only within one run;"
     echo "ratios within about 5-7% of each other mean \"the same\"."
-    if ((${#BUSY[@]})); then
-        echo
-        echo "Rounds during which the rest of the machine (other processes) used more than"
-        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers"
-        echo "(a server with many threads, such as Varnish, seems to lose less to other load):"
-        echo
-        for b in "${BUSY[@]}"; do echo "- $b"; done
-    fi
+    busy_md "(a server with many threads, such as Varnish, seems to lose less to other load):"
     if ((${#VERDICT[@]})); then
         echo
         echo "Targets (Umbra): hit1k >= 1.5 x nginx and >= 1.5 x Varnish (req/s); hit5m >= 1.0 x the"
         echo "better of the two (MB/s, wrk and ab); herd: 1 origin request, median <= 70 ms; nostore"
         echo ">= 0.95 of the bound; hit ratio: SIEVE >= LRU."
         echo
-        for k in hit1k hit5m herd nostore sieve; do
-            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- cache/$k: ${VERDICT[$k]}"; fi
-        done
+        each_verdict echo "- cache" hit1k hit5m herd nostore sieve
     fi
 } >>"$md"
 echo
-for k in hit1k hit5m herd nostore sieve; do
-    if [[ -n ${VERDICT[$k]:-} ]]; then log "target cache/$k: ${VERDICT[$k]}"; fi
-done
-if ((${#BUSY[@]})); then
-    warn "${#BUSY[@]} wrk rounds ran while other processes used more than $BUSY_OTHER_PCT% of a CPU (listed in the results file)"
-fi
+each_verdict log "target cache" hit1k hit5m herd nostore sieve
+warn_busy
 log "results written to $md"

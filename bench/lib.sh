@@ -252,6 +252,29 @@ start_origin() {
     log "origin listening on 127.0.0.1:$ORIGIN_PORT"
 }
 
+# alive NAME...: each (its PID in the scenario's PID array) is still running, or die (a
+# crashed server must not be reported slow).
+alive() {
+    local p
+    for p in "$@"; do
+        kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (logs in $BENCH_TMP/)"
+    done
+}
+
+# origin_count: requests the test origin has received so far.
+origin_count() {
+    local n
+    n=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__count") || die "origin: /__count failed"
+    [[ $n =~ ^[0-9]+$ ]] || die "origin: /__count answered '$n'"
+    echo "$n"
+}
+
+# origin_ref BYTES FILE: the test origin's own body of BYTES bytes (/ref) into FILE, or die.
+origin_ref() {
+    curl -s --max-time 10 -o "$2" "http://127.0.0.1:$ORIGIN_PORT/ref?size=$1" || die "origin: curl failed"
+    [[ $(stat -c %s "$2") == "$1" ]] || die "origin: /ref?size=$1 is not $1 bytes"
+}
+
 # raise_nofile NEED: raises the soft open-files limit of this shell (inherited by wrk and
 # the servers it starts) to the hard limit, at most 65536; fails if that is below NEED.
 # Sets NOFILE to the new limit.
@@ -432,21 +455,21 @@ parse_wrk_latency() {
     }' "$1"
 }
 
-# run_wrk URL OUTFILE [CONNECTIONS [SCRIPT]]: one bounded wrk run (WRK_CONNECTIONS
-# connections unless given; SCRIPT is a wrk Lua script); its raw output goes to OUTFILE.
-# Sets WRK_CPU to the CPU time (user + system, seconds) that wrk used.
-run_wrk() {
-    local url=$1 out=$2 conns=${3:-$WRK_CONNECTIONS} script=${4:-} rc=0
-    local args=(-t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --latency)
-    [[ -n $script ]] && args+=(-s "$script")
+# run_timed OUT LIMIT CMD...: one client run, bounded by timeout LIMIT s, its output to OUT.
+# Sets TIMED_RC to its exit status and, when that is 0, TIMED_CPU to the CPU time (user +
+# system, seconds) it used ("-" otherwise).
+run_timed() {
+    local out=$1 limit=$2
+    shift 2
     rm -f "$out.cpu"
     # In the background so that a signal's trap runs at once (and stops it) instead of
-    # after wrk's run. The subshell passes a SIGTERM on to timeout (which passes it on to
-    # wrk), and reports the CPU time of its children (timeout and wrk) with `times`.
+    # after the client's run. The subshell passes a SIGTERM on to timeout (which passes it
+    # on to the client), and reports the CPU time of its children (timeout and the client)
+    # with `times`.
     (
         p=
         trap '[[ -n $p ]] && kill -TERM "$p" 2>/dev/null; wait; exit 143' TERM
-        timeout -k 5 $((DURATION + 30)) wrk "${args[@]}" "$url" >"$out" 2>&1 </dev/null &
+        timeout -k 5 "$limit" "$@" >"$out" 2>&1 </dev/null &
         p=$!
         c=0
         wait "$p" || c=$?
@@ -454,16 +477,43 @@ run_wrk() {
         exit "$c"
     ) &
     BENCH_WRK_PID=$!
-    wait "$BENCH_WRK_PID" || rc=$?
+    TIMED_RC=0
+    wait "$BENCH_WRK_PID" || TIMED_RC=$?
     BENCH_WRK_PID=
-    if ((rc != 0)); then
-        cat "$out" >&2
-        die "wrk exited with $rc against $url"
-    fi
+    TIMED_CPU=-
+    ((TIMED_RC == 0)) || return 0
     # The second line of `times`: the children's user and system time, as 1m2.345s.
-    WRK_CPU=$(awk 'function s(v,   m) { m = v; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", v); sub(/s$/, "", v); return m * 60 + v }
+    TIMED_CPU=$(awk 'function s(v,   m) { m = v; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", v); sub(/s$/, "", v); return m * 60 + v }
         NR == 2 { printf "%.3f\n", s($1) + s($2) }' "$out.cpu" 2>/dev/null)
-    [[ -n $WRK_CPU ]] || WRK_CPU=-
+    [[ -n $TIMED_CPU ]] || TIMED_CPU=-
+}
+
+# run_wrk URL OUTFILE [CONNECTIONS [SCRIPT]]: one bounded wrk run (WRK_CONNECTIONS
+# connections unless given; SCRIPT is a wrk Lua script); its raw output goes to OUTFILE.
+# Sets WRK_CPU to the CPU time (user + system, seconds) that wrk used.
+run_wrk() {
+    local url=$1 out=$2 conns=${3:-$WRK_CONNECTIONS} script=${4:-}
+    local args=(-t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --latency)
+    [[ -n $script ]] && args+=(-s "$script")
+    run_timed "$out" $((DURATION + 30)) wrk "${args[@]}" "$url"
+    if ((TIMED_RC != 0)); then
+        cat "$out" >&2
+        die "wrk exited with $TIMED_RC against $url"
+    fi
+    # shellcheck disable=SC2034 # read by the scenarios
+    WRK_CPU=$TIMED_CPU
+}
+
+# read_wrk FILE: wrk's figures (parse_wrk, parse_wrk_latency) into WRK_RPS, WRK_MBPS,
+# WRK_REQS, WRK_ERRS, WRK_P50 and WRK_P99.
+read_wrk() {
+    # shellcheck disable=SC2034 # read by the scenarios
+    read -r WRK_RPS WRK_MBPS WRK_REQS WRK_ERRS <<<"$(parse_wrk "$1")" || {
+        cat "$1" >&2
+        die "could not parse wrk's output"
+    }
+    # shellcheck disable=SC2034
+    read -r WRK_P50 WRK_P99 <<<"$(parse_wrk_latency "$1")"
 }
 
 # cpu_ticks PID...: CPU time (user + system, in clock ticks) used so far by the PIDs and
@@ -502,12 +552,182 @@ cpu_pct() {
 # now_s: wall-clock time in seconds with decimals.
 now_s() { date '+%s.%N'; }
 
+# busy_md [NOTE]: for the results file, the rounds in BUSY (nothing when none) after an
+# explanation, and NOTE (a line) after it.
+# shellcheck disable=SC2120 # NOTE is optional
+busy_md() {
+    local b
+    ((${#BUSY[@]})) || return 0
+    echo
+    echo "Rounds during which the rest of the machine (other processes) used more than"
+    if [[ -n ${1:-} ]]; then
+        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers"
+        echo "$1"
+    else
+        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers:"
+    fi
+    echo
+    for b in "${BUSY[@]}"; do echo "- $b"; done
+}
+
+# each_round NAMES CMD [ARG...]: ROUNDS rounds of CMD ARG... NAME ROUND for each name of
+# the array NAMES, a second's pause after each; the order rotates by one each round, so that
+# each name goes first in turn (with two, the first in odd rounds).
+each_round() {
+    local -n _er_names=$1
+    local _er_n=${#_er_names[@]} _er_r _er_i
+    shift
+    for ((_er_r = 1; _er_r <= ROUNDS; _er_r++)); do
+        for ((_er_i = 0; _er_i < _er_n; _er_i++)); do
+            "$@" "${_er_names[$(((_er_i + _er_r - 1) % _er_n))]}" "$_er_r"
+            sleep 1
+        done
+    done
+}
+
+# round_cpu_start PID...: before a round, the CPU ticks of each PID ("" for none), the
+# machine's busy ticks and the time, for round_cpu_end.
+round_cpu_start() {
+    local p
+    ROUND_T0=()
+    for p in "$@"; do
+        if [[ -n $p ]]; then ROUND_T0+=("$(cpu_ticks "$p")"); else ROUND_T0+=(0); fi
+    done
+    ROUND_M0=$(machine_busy_ticks)
+    ROUND_W0=$(now_s)
+}
+
+# round_cpu_end CLIENT_CPU PID...: after the round (the PIDs of round_cpu_start; CLIENT_CPU
+# the client's CPU seconds, e.g. WRK_CPU, or "-"). Sets ROUND_SECS, ROUND_TICKS and
+# ROUND_PCT (each PID's ticks in the round, and as % of one CPU: 0 and "-" for ""),
+# ROUND_CLIENT_PCT, and ROUND_OTHER_PCT: the rest of the machine's busy time, less the
+# client's and the PIDs' ("-" when the client's is unknown).
+round_cpu_end() {
+    local client=$1 w1 m1 i=0 p t
+    shift
+    w1=$(now_s)
+    m1=$(machine_busy_ticks)
+    ROUND_TICKS=()
+    ROUND_PCT=()
+    for p in "$@"; do
+        t=0
+        if [[ -n $p ]]; then t=$(($(cpu_ticks "$p") - ROUND_T0[i])); fi
+        ROUND_TICKS+=("$t")
+        i=$((i + 1))
+    done
+    ROUND_SECS=$(awk -v a="$ROUND_W0" -v b="$w1" 'BEGIN { print b - a }')
+    i=0
+    for p in "$@"; do
+        if [[ -n $p ]]; then ROUND_PCT+=("$(cpu_pct "${ROUND_TICKS[i]}" "$ROUND_SECS")"); else ROUND_PCT+=(-); fi
+        i=$((i + 1))
+    done
+    ROUND_CLIENT_PCT=$(awk -v c="$client" -v s="$ROUND_SECS" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
+    # A "-" counts as 0 here.
+    # shellcheck disable=SC2034 # read by the scenarios
+    ROUND_OTHER_PCT=$(awk -v m="$(cpu_pct $((m1 - ROUND_M0)) "$ROUND_SECS")" -v w="$ROUND_CLIENT_PCT" -v rest="${ROUND_PCT[*]}" '
+        BEGIN { if (w == "-") { print "-"; exit }
+                n = split(rest, p, " "); o = m - w; for (i = 1; i <= n; i++) o -= p[i]
+                printf "%.0f\n", o }')
+}
+
+# us_each TICKS COUNT DECIMALS: TICKS of CPU time per one of COUNT (requests, connections),
+# in microseconds ("-" for no COUNT).
+us_each() {
+    awk -v t="$1" -v n="$2" -v d="$3" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (n <= 0) print "-"; else printf "%." d "f\n", t / hz / n * 1e6 }'
+}
+
+# add_figures KEY ARRAY=VALUE...: appends VALUE and a space to ARRAY[KEY] (a round's figure).
+add_figures() {
+    local key=$1 a ref
+    shift
+    for a in "$@"; do
+        ref="${a%%=*}[$key]"
+        printf -v "$ref" '%s%s ' "${!ref:-}" "${a#*=}"
+    done
+}
+
+# note_errors ARRAY KEY ROUND ERRORS WARNING: unless ERRORS is "none", warns WARNING and
+# appends "rROUND: ERRORS. " to ARRAY[KEY].
+note_errors() {
+    [[ $4 == none ]] && return 0
+    warn "$5"
+    add_figures "$2" "$1=r$3: $4."
+}
+
+# Rounds during which the rest of the machine was busier than this (% of one CPU) are
+# listed in BUSY by note_busy.
+BUSY_OTHER_PCT=50
+BUSY=()
+
+# note_busy OTHER_PCT CASE SERVER ROUND: other processes took a large share of the CPUs
+# (the round measures them too): a warning and an entry in BUSY.
+note_busy() {
+    if [[ $1 != - ]] && (($1 > BUSY_OTHER_PCT)); then
+        warn "$3 $2 round $4: the rest of the machine used $1% of a CPU during the round"
+        BUSY+=("$2 $3 round $4: other $1%")
+    fi
+}
+
+# warn_busy: at the end, a warning when note_busy listed rounds.
+warn_busy() {
+    if ((${#BUSY[@]})); then
+        warn "${#BUSY[@]} wrk rounds ran while other processes used more than $BUSY_OTHER_PCT% of a CPU (listed in the results file)"
+    fi
+}
+
 # median NUMBERS...: the median (mean of the two middle values for an even count).
 median() {
     printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
         END { if (NR == 0) exit 1
               if (NR % 2) printf "%.2f\n", v[(NR + 1) / 2]
               else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# medianx VALUES...: the median, or "-" when any value is missing.
+medianx() {
+    local v
+    for v in "$@"; do
+        if [[ $v == - ]]; then
+            echo -
+            return
+        fi
+    done
+    median "$@"
+}
+
+# median_of ARRAY KEY: the medianx of ARRAY[KEY]'s figures (add_figures' list).
+median_of() {
+    local ref="$1[$2]"
+    # shellcheck disable=SC2086
+    medianx ${!ref}
+}
+
+# medians KEY ARRAY...: median_of ARRAY KEY of each ARRAY, on one line (for read).
+medians() {
+    local key=$1 a m=()
+    shift
+    for a in "$@"; do m+=("$(median_of "$a" "$key")"); done
+    echo "${m[*]}"
+}
+
+# median_map DEST ARRAY PREFIX NAME...: empties the associative array DEST, then sets
+# DEST[NAME] to median_of ARRAY PREFIXNAME for each NAME (e.g. each server's median req/s).
+median_map() {
+    local -n _mm_dest=$1
+    local _mm_src=$2 _mm_pre=$3 _mm_s
+    shift 3
+    _mm_dest=()
+    for _mm_s in "$@"; do _mm_dest["$_mm_s"]=$(median_of "$_mm_src" "$_mm_pre$_mm_s"); done
+}
+
+# fixed DECIMALS VAR...: rounds each variable to DECIMALS decimals, unless it is "-".
+fixed() {
+    local _f_d=$1 _f_v
+    shift
+    for _f_v in "$@"; do
+        if [[ ${!_f_v} != - ]]; then printf -v "$_f_v" '%.*f' "$_f_d" "${!_f_v}"; fi
+    done
 }
 
 # ratio A B: A/B with 2 decimals, "-" when either is missing or B is 0.
@@ -519,8 +739,55 @@ ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%.2f\n", a / b }'
 }
 
+# umbra_ratio SERVER ARRAY REF: for SERVER umbra, when REF is among SERVERS, the ratio of
+# ARRAY[umbra] to ARRAY[REF]; else "-".
+umbra_ratio() {
+    local a="$2[umbra]" b="$2[$3]"
+    if [[ $1 == umbra ]] && bench_uses "$3"; then ratio "${!a}" "${!b}"; else echo -; fi
+}
+
+# atleast A B [YES NO]: YES ("meets") when A >= B, else NO ("below"); "-" for a missing A.
+atleast() { meets_cmp ">=" "$@"; }
+
+# atmost A B [YES NO]: the same for A <= B.
+atmost() { meets_cmp "<=" "$@"; }
+
+# meets_cmp OP A B [YES NO]: atleast's (OP >=) and atmost's (OP <=) comparison.
+meets_cmp() {
+    if [[ $2 == - ]]; then
+        echo -
+        return
+    fi
+    awk -v op="$1" -v a="$2" -v b="$3" -v y="${4:-meets}" -v n="${5:-below}" \
+        'BEGIN { print ((op == ">=" ? a >= b : a <= b) ? y : n) }'
+}
+
+# md_row FIELD...: one row of a Markdown table: "| FIELD | FIELD ... |".
+md_row() {
+    local row="|" f
+    for f in "$@"; do row+=" $f |"; done
+    printf '%s\n' "$row"
+}
+
+# results_md NAME: the path of a new results file of scenario NAME (BENCH_RESULTS made).
+results_md() {
+    mkdir -p "$BENCH_RESULTS"
+    echo "$BENCH_RESULTS/$1-$(date '+%Y-%m-%d-%H%M%S').md"
+}
+
+# each_verdict CMD PREFIX KEY...: CMD "PREFIX/KEY: VERDICT[KEY]" for each KEY that has one
+# in the scenario's VERDICT array (CMD: echo for the results file, log).
+each_verdict() {
+    local cmd=$1 prefix=$2 k
+    shift 2
+    for k in "$@"; do
+        if [[ -n ${VERDICT[$k]:-} ]]; then "$cmd" "$prefix/$k: ${VERDICT[$k]}"; fi
+    done
+}
+
 # bench_env_md [WRK]: describes the run (for the results file); WRK replaces the wrk
 # arguments shown (default: -tWRK_THREADS -cWRK_CONNECTIONS -dDURATIONs).
+# shellcheck disable=SC2120 # WRK is optional
 bench_env_md() {
     local rev
     rev=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)

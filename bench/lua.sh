@@ -119,22 +119,6 @@ cache = { memory = \"256MB\", max_object = \"64MB\" }"
     PID[umbra+hook]=$UMBRA_PID
 fi
 
-# alive NAME...: each is still running, or die (a crashed server must not be reported slow).
-alive() {
-    local p
-    for p in "$@"; do
-        kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (logs in $BENCH_TMP/)"
-    done
-}
-
-# origin_count: requests the origin has received so far.
-origin_count() {
-    local n
-    n=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__count") || die "origin: /__count failed"
-    [[ $n =~ ^[0-9]+$ ]] || die "origin: /__count answered '$n'"
-    echo "$n"
-}
-
 # fetch SERVER PATH BODY HEAD: one GET; the body and head to files; prints "CODE SIZE".
 fetch() {
     curl -s --max-time 10 -o "$3" -D "$4" -w '%{http_code} %{size_download}' \
@@ -178,9 +162,7 @@ for s in "${SRV[@]}"; do
     check_text "$s" /hello "$HELLO"
 done
 if bench_uses umbra; then
-    curl -s --max-time 10 -o "$BENCH_TMP/ref.body" "http://127.0.0.1:$ORIGIN_PORT/ref?size=$SMALL" ||
-        die "origin: curl failed"
-    [[ $(stat -c %s "$BENCH_TMP/ref.body") == "$SMALL" ]] || die "origin: /ref?size=$SMALL is not $SMALL bytes"
+    origin_ref "$SMALL" "$BENCH_TMP/ref.body"
     check_hit umbra "$URL_NOHOOK"
     check_hit umbra+hook "$URL_HOOK"
     # The hook really routes: a name it knows reaches the origin through the hook's pick.
@@ -189,68 +171,40 @@ if bench_uses umbra; then
     [[ $code == 200 ]] || die "umbra+hook: GET /hook/routed with Host: shop.example.com answered $code"
 fi
 
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RPS P50 P99 CPU_S US CPU_W CPU_O OREQ ERRS
-# Rounds during which the rest of the machine was busier than this (% of one CPU).
-BUSY_OTHER_PCT=50
-BUSY=()
 
 # measure CASE SERVER ROUND
 measure() {
-    local k=$1 s=$2 r=$3 out o0=0 o1=0 s0 s1 m0 m1 t0 t1 secs rps reqs errs p50 p99 cs cm cw co us orq=-
+    local k=$1 s=$2 r=$3 out o0=0 o1=0 cs cw co us orq=-
     alive "$s"
     if [[ $k == hook-hit ]]; then
         alive origin
         o0=$(origin_count)
     fi
     out=$BENCH_TMP/wrk-$k-$s-$r.txt
-    s0=$(cpu_ticks "${PID[$s]}")
-    m0=$(machine_busy_ticks)
-    t0=$(now_s)
+    round_cpu_start "${PID[$s]}"
     run_wrk "http://127.0.0.1:${PORT[$s]}${WPATH[$k,$s]}" "$out"
-    t1=$(now_s)
-    m1=$(machine_busy_ticks)
-    s1=$(cpu_ticks "${PID[$s]}")
+    round_cpu_end "$WRK_CPU" "${PID[$s]}"
     if [[ $k == hook-hit ]]; then
         o1=$(origin_count)
         orq=$((o1 - o0))
     fi
-    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-    read -r rps _ reqs errs <<<"$(parse_wrk "$out")" || {
-        cat "$out" >&2
-        die "could not parse wrk's output"
-    }
-    read -r p50 p99 <<<"$(parse_wrk_latency "$out")"
-    cs=$(cpu_pct $((s1 - s0)) "$secs")
-    cm=$(cpu_pct $((m1 - m0)) "$secs")
-    cw=$(awk -v c="$WRK_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
-    co=$(awk -v m="$cm" -v a="$cs" -v w="$cw" 'BEGIN { if (w == "-") print "-"; else printf "%.0f\n", m - a - w }')
+    read_wrk "$out"
+    cs=${ROUND_PCT[0]} cw=$ROUND_CLIENT_PCT co=$ROUND_OTHER_PCT
     # The server's CPU time per request, in microseconds.
-    us=$(awk -v t=$((s1 - s0)) -v n="$reqs" -v hz="$(getconf CLK_TCK)" \
-        'BEGIN { if (n <= 0) print "-"; else printf "%.2f\n", t / hz / n * 1e6 }')
-    RPS[$k,$s]+="$rps "
-    P50[$k,$s]+="$p50 "
-    P99[$k,$s]+="$p99 "
-    CPU_S[$k,$s]+="$cs "
-    US[$k,$s]+="$us "
-    CPU_W[$k,$s]+="$cw "
-    CPU_O[$k,$s]+="$co "
-    OREQ[$k,$s]+="$orq "
-    if [[ $errs != none ]]; then
-        warn "$s $k round $r: wrk reported $errs"
-        ERRS[$k,$s]+="r$r: $errs. "
-    fi
+    us=$(us_each "${ROUND_TICKS[0]}" "$WRK_REQS" 2)
+    add_figures "$k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99" CPU_S="$cs" US="$us" CPU_W="$cw" \
+        CPU_O="$co" OREQ="$orq"
+    note_errors ERRS "$k,$s" "$r" "$WRK_ERRS" "$s $k round $r: wrk reported $WRK_ERRS"
     # A hit that reached the origin is not a hit: the round does not measure the hook's cost.
     if [[ $orq != - ]] && ((orq > 0)); then
         warn "$s $k round $r: the origin got $orq requests during the round (expected 0: hits)"
-        ERRS[$k,$s]+="r$r: $orq origin requests. "
+        add_figures "$k,$s" ERRS="r$r: $orq origin requests."
     fi
-    # Other processes took a large share of the CPUs: the round measures them too.
-    if [[ $co != - ]] && ((co > BUSY_OTHER_PCT)); then
-        warn "$s $k round $r: the rest of the machine used $co% of a CPU during the round"
-        BUSY+=("$k $s round $r: other $co%")
-    fi
+    note_busy "$co" "$k" "$s" "$r"
     printf '[bench] %-8s %-10s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  CPU %% server %s (%s us/req) wrk %s other %s  origin reqs %s  %s requests, errors: %s\n' \
-        "$k" "$s" "$r" "$ROUNDS" "$rps" "$p50" "$p99" "$cs" "$us" "$cw" "$co" "$orq" "$reqs" "$errs" >&2
+        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "$cs" "$us" "$cw" "$co" "$orq" "$WRK_REQS" "$WRK_ERRS" >&2
 }
 
 check_idle
@@ -263,43 +217,9 @@ log "measuring: ${#CASES[@]} cases (${CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} s
     "x ${DURATION}s (~$((nw * (DURATION + 2)))s)"
 for k in "${CASES[@]}"; do
     read -r -a csrv <<<"${CSRV[$k]}"
-    for ((r = 1; r <= ROUNDS; r++)); do
-        order=("${csrv[@]}")
-        if ((r % 2 == 0 && ${#csrv[@]} == 2)); then order=("${csrv[1]}" "${csrv[0]}"); fi
-        for s in "${order[@]}"; do
-            measure "$k" "$s" "$r"
-            sleep 1
-        done
-    done
+    each_round csrv measure "$k"
 done
 
-# medianx VALUES...: the median, or "-" when any value is missing.
-medianx() {
-    local v
-    for v in "$@"; do
-        if [[ $v == - ]]; then
-            echo -
-            return
-        fi
-    done
-    median "$@"
-}
-# atleast A B: "met" when A >= B, else "not met" ("-" for a missing A).
-atleast() {
-    if [[ $1 == - ]]; then
-        echo -
-        return
-    fi
-    awk -v a="$1" -v b="$2" 'BEGIN { print (a >= b ? "met" : "not met") }'
-}
-# atmost A B: "met" when A <= B, else "not met" ("-" for a missing A).
-atmost() {
-    if [[ $1 == - ]]; then
-        echo -
-        return
-    fi
-    awk -v a="$1" -v b="$2" 'BEGIN { print (a <= b ? "met" : "not met") }'
-}
 # cost_pct BASE WITH: how much more WITH costs than BASE, in %: BASE/WITH - 1 for rates.
 cost_pct() {
     if [[ -z $1 || -z $2 || $1 == - || $2 == - ]]; then
@@ -309,8 +229,7 @@ cost_pct() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%+.1f\n", (a / b - 1) * 100 }'
 }
 
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/lua-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md lua)
 {
     echo "# lua: request-time Lua hooks (Umbra vs nginx; Umbra with and without a hook)"
     echo
@@ -320,8 +239,9 @@ md=$BENCH_RESULTS/lua-$(date '+%Y-%m-%d-%H%M%S').md
     echo "- hello: GET /hello; nginx: location = /hello { default_type text/plain; return 200 \"$HELLO\"; }; Umbra: on_request returning umbra.respond(200, \"$HELLO\") on the route /hello"
     echo "- hook-hit: one Umbra, cache = { memory = \"256MB\" }; umbra: GET $URL_NOHOOK (route /nohook/, upstream app, no hook); umbra+hook: GET $URL_HOOK (route /hook/, upstream app, on_request: host lower-cased, port dropped, compared with 3 names, req.upstream set); both hits"
     echo
-    echo "| case | server | median req/s | compared | ratio | target | met | p50 ms | p99 ms | CPU server % | server us/req | CPU wrk % | CPU other % | origin reqs/round | req/s per round | errors |"
-    echo "| --- | --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row case server "median req/s" compared ratio target met "p50 ms" "p99 ms" "CPU server %" "server us/req" \
+        "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" errors
+    md_row --- --- ---: --- ---: --- --- ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
 declare -A VERDICT=()
@@ -332,12 +252,8 @@ printf '%s\n' "-----------------------------------------------------------------
 for k in "${CASES[@]}"; do
     read -r -a csrv <<<"${CSRV[$k]}"
     declare -A MR=() MU=()
-    for s in "${csrv[@]}"; do
-        # shellcheck disable=SC2086
-        MR[$s]=$(median ${RPS[$k,$s]})
-        # shellcheck disable=SC2086
-        MU[$s]=$(medianx ${US[$k,$s]})
-    done
+    median_map MR RPS "$k," "${csrv[@]}"
+    median_map MU US "$k," "${csrv[@]}"
     for s in "${csrv[@]}"; do
         cmpd=- rr=- tg=- met=-
         if [[ $k == hook-hit && $s == umbra+hook ]]; then
@@ -345,31 +261,22 @@ for k in "${CASES[@]}"; do
             cmpd="cost vs umbra"
             rr="$(cost_pct "${MR[umbra]}" "${MR[umbra+hook]}")%"
             tg="<= $TARGET_HOOK_COST_PCT%"
-            met=$(atmost "${rr%\%}" "$TARGET_HOOK_COST_PCT")
+            met=$(atmost "${rr%\%}" "$TARGET_HOOK_COST_PCT" met "not met")
             ucost=$(cost_pct "${MU[umbra+hook]}" "${MU[umbra]}")
             VERDICT[$k]="the hook costs ${rr} in req/s ($met: $tg); server CPU per request $ucost% (${MU[umbra]} -> ${MU[umbra+hook]} us)"
         elif [[ $k != hook-hit && $s == umbra ]] && bench_uses nginx; then
             cmpd="x nginx"
             rr=$(ratio "${MR[umbra]}" "${MR[nginx]}")
             tg=">= $TARGET_X_NGINX"
-            met=$(atleast "$rr" "$TARGET_X_NGINX")
+            met=$(atleast "$rr" "$TARGET_X_NGINX" met "not met")
             VERDICT[$k]="x nginx $rr ($met: $tg); server CPU per request ${MU[umbra]} us vs nginx ${MU[nginx]} us"
         fi
-        # shellcheck disable=SC2086
-        {
-            p50=$(medianx ${P50[$k,$s]})
-            p99=$(medianx ${P99[$k,$s]})
-            c=$(medianx ${CPU_S[$k,$s]})
-            cw=$(medianx ${CPU_W[$k,$s]})
-            co=$(medianx ${CPU_O[$k,$s]})
-            orq=$(medianx ${OREQ[$k,$s]})
-        }
-        for v in c cw co orq; do
-            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
-        done
+        read -r p50 p99 c cw co orq <<<"$(medians "$k,$s" P50 P99 CPU_S CPU_W CPU_O OREQ)"
+        fixed 0 c cw co orq
         # shellcheck disable=SC2059
         printf "$fmt" "lua/$k" "$s" "${MR[$s]}" "$cmpd" "$rr" "$tg" "$met" "$p50" "$p99" "$c" "${MU[$s]}" "$cw" "$co"
-        echo "| lua/$k | $s | ${MR[$s]} | $cmpd | $rr | $tg | $met | $p50 | $p99 | $c | ${MU[$s]} | $cw | $co | $orq | ${RPS[$k,$s]% } | ${ERRS[$k,$s]:-none} |" >>"$md"
+        md_row "lua/$k" "$s" "${MR[$s]}" "$cmpd" "$rr" "$tg" "$met" "$p50" "$p99" "$c" "${MU[$s]}" "$cw" "$co" "$orq" \
+            "${RPS[$k,$s]% }" "${ERRS[$k,$s]:-none}" >>"$md"
     done
 done
 {
@@ -384,28 +291,16 @@ done
     echo "share the machine's CPUs: compare the ratios, not the absolute figures, and only within"
     echo "one run; ratios within about 5-7% of each other mean \"the same\" (so a hook cost below"
     echo "about 5% is within the noise; the CPU per request tells it better)."
-    if ((${#BUSY[@]})); then
-        echo
-        echo "Rounds during which the rest of the machine (other processes) used more than"
-        echo "$BUSY_OTHER_PCT% of a CPU: they measure the sharing with that load as much as the servers:"
-        echo
-        for b in "${BUSY[@]}"; do echo "- $b"; done
-    fi
+    busy_md
     if ((${#VERDICT[@]})); then
         echo
         echo "Targets (issue 5): echo and hello >= $TARGET_X_NGINX x nginx (req/s); a 1 KiB cache hit"
         echo "through a route with a host-routing hook costs <= $TARGET_HOOK_COST_PCT% more than without it."
         echo
-        for k in "${CASES[@]}"; do
-            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- lua/$k: ${VERDICT[$k]}"; fi
-        done
+        each_verdict echo "- lua" "${CASES[@]}"
     fi
 } >>"$md"
 echo
-for k in "${CASES[@]}"; do
-    if [[ -n ${VERDICT[$k]:-} ]]; then log "target lua/$k: ${VERDICT[$k]}"; fi
-done
-if ((${#BUSY[@]})); then
-    warn "${#BUSY[@]} wrk rounds ran while other processes used more than $BUSY_OTHER_PCT% of a CPU (listed in the results file)"
-fi
+each_verdict log "target lua" "${CASES[@]}"
+warn_busy
 log "results written to $md"

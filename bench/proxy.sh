@@ -113,91 +113,49 @@ backend_accepted() {
     curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/__stats" | awk '$1 == "accepted" { print $2 }'
 }
 
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RPS P50 P99 CPU_S CPU_B CPU_W CPU_O NEWC ERRS
+# measure CASE SERVER ROUND (SERVER backend: the backend directly)
+measure() {
+    local k=$1 s=$2 r=$3 out acc0 acc1 spid='' p cs cb cw co newc
+    # Still up? A server that crashed mid-run must not be reported as slow.
+    for p in "$s" backend; do
+        kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (log in $BENCH_TMP/)"
+    done
+    out=$BENCH_TMP/wrk-$k-$s-$r.txt
+    if [[ $s != backend ]]; then spid=${PID[$s]}; fi
+    acc0=$(backend_accepted)
+    round_cpu_start "$ORIGIN_PID" "$spid"
+    run_wrk "http://127.0.0.1:${PORT[$s]}${URLPATH[$k]}" "$out" "${CONNS[$k]}" "${SCRIPT[$k]}"
+    round_cpu_end "$WRK_CPU" "$ORIGIN_PID" "$spid"
+    acc1=$(backend_accepted)
+    read_wrk "$out"
+    cb=${ROUND_PCT[0]} cs=${ROUND_PCT[1]} cw=$ROUND_CLIENT_PCT co=$ROUND_OTHER_PCT
+    # Less the connection of the second /__stats request.
+    newc=-
+    if [[ -n $acc0 && -n $acc1 ]]; then newc=$((acc1 - acc0 - 1)); fi
+    add_figures "$k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99" CPU_S="$cs" CPU_B="$cb" \
+        CPU_W="$cw" CPU_O="$co" NEWC="$newc"
+    note_errors ERRS "$k,$s" "$r" "$WRK_ERRS" "$s $k round $r: wrk reported $WRK_ERRS"
+    printf '[bench] %-11s %-7s round %s: %9.2f req/s  p50 %s ms p99 %s ms  CPU %% proxy %s backend %s wrk %s other %s  backend conns %s  %s requests, errors: %s\n' \
+        "$k" "$s" "$([[ $s == backend ]] && echo direct || echo "$r/$ROUNDS")" "$WRK_RPS" "$WRK_P50" "$WRK_P99" \
+        "$cs" "$cb" "$cw" "$co" "$newc" "$WRK_REQS" "$WRK_ERRS" >&2
+}
+
 check_idle
 nrounds=$((${#CASES[@]} * ROUNDS * ${#SRV[@]}))
 if [[ $BACKEND_DIRECT == 1 ]]; then nrounds=$((nrounds + ${#CASES[@]})); fi
 log "measuring: ${#CASES[@]} cases (${CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers" \
     "$([[ $BACKEND_DIRECT == 1 ]] && echo "+ the backend directly once per case") x ${DURATION}s (~$((nrounds * (DURATION + 2)))s)"
 for k in "${CASES[@]}"; do
-    for ((r = 1; r <= ROUNDS + 1; r++)); do
-        if ((r <= ROUNDS)); then
-            order=("${SRV[@]}")
-            if ((r % 2 == 0 && ${#SRV[@]} == 2)); then order=("${SRV[1]}" "${SRV[0]}"); fi
-        elif [[ $BACKEND_DIRECT == 1 ]]; then
-            order=(backend)
-        else
-            break
-        fi
-        for s in "${order[@]}"; do
-            # Still up? A server that crashed mid-run must not be reported as slow.
-            for p in "$s" backend; do
-                kill -0 "${PID[$p]}" 2>/dev/null || die "$p died during the run (log in $BENCH_TMP/)"
-            done
-            out=$BENCH_TMP/wrk-$k-$s-$r.txt
-            acc0=$(backend_accepted)
-            b0=$(cpu_ticks "$ORIGIN_PID")
-            s0=0
-            if [[ $s != backend ]]; then s0=$(cpu_ticks "${PID[$s]}"); fi
-            m0=$(machine_busy_ticks)
-            t0=$(now_s)
-            run_wrk "http://127.0.0.1:${PORT[$s]}${URLPATH[$k]}" "$out" "${CONNS[$k]}" "${SCRIPT[$k]}"
-            t1=$(now_s)
-            m1=$(machine_busy_ticks)
-            s1=0
-            if [[ $s != backend ]]; then s1=$(cpu_ticks "${PID[$s]}"); fi
-            b1=$(cpu_ticks "$ORIGIN_PID")
-            acc1=$(backend_accepted)
-            secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-            read -r rps _ reqs errs <<<"$(parse_wrk "$out")" || {
-                cat "$out" >&2
-                die "could not parse wrk's output"
-            }
-            read -r p50 p99 <<<"$(parse_wrk_latency "$out")"
-            cs=-
-            if [[ $s != backend ]]; then cs=$(cpu_pct $((s1 - s0)) "$secs"); fi
-            cb=$(cpu_pct $((b1 - b0)) "$secs")
-            cm=$(cpu_pct $((m1 - m0)) "$secs")
-            cw=$(awk -v c="$WRK_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
-            # The rest of the machine's busy time: other processes (and interrupts).
-            co=$(awk -v m="$cm" -v a="$cs" -v b="$cb" -v w="$cw" 'BEGIN { if (w == "-") print "-"; else printf "%.0f\n", m - (a == "-" ? 0 : a) - b - w }')
-            # Less the connection of the second /__stats request.
-            newc=-
-            if [[ -n $acc0 && -n $acc1 ]]; then newc=$((acc1 - acc0 - 1)); fi
-            RPS[$k,$s]+="$rps "
-            P50[$k,$s]+="$p50 "
-            P99[$k,$s]+="$p99 "
-            CPU_S[$k,$s]+="$cs "
-            CPU_B[$k,$s]+="$cb "
-            CPU_W[$k,$s]+="$cw "
-            CPU_O[$k,$s]+="$co "
-            NEWC[$k,$s]+="$newc "
-            if [[ $errs != none ]]; then
-                warn "$s $k round $r: wrk reported $errs"
-                ERRS[$k,$s]+="r$r: $errs. "
-            fi
-            printf '[bench] %-11s %-7s round %s: %9.2f req/s  p50 %s ms p99 %s ms  CPU %% proxy %s backend %s wrk %s other %s  backend conns %s  %s requests, errors: %s\n' \
-                "$k" "$s" "$([[ $s == backend ]] && echo direct || echo "$r/$ROUNDS")" "$rps" "$p50" "$p99" \
-                "$cs" "$cb" "$cw" "$co" "$newc" "$reqs" "$errs" >&2
-            sleep 1
-        done
-    done
+    each_round SRV measure "$k"
+    if [[ $BACKEND_DIRECT == 1 ]]; then
+        measure "$k" backend $((ROUNDS + 1))
+        sleep 1
+    fi
 done
 
-# medianx VALUES...: the median, or "-" when any value is missing.
-medianx() {
-    local v
-    for v in "$@"; do
-        if [[ $v == - ]]; then
-            echo -
-            return
-        fi
-    done
-    median "$@"
-}
-
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/proxy-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md proxy)
 wrkdesc="-t$WRK_THREADS -d${DURATION}s --latency; -c per measurement (below)"
 {
     echo "# proxy: Umbra vs nginx in front of one backend"
@@ -208,8 +166,9 @@ wrkdesc="-t$WRK_THREADS -d${DURATION}s --latency; -c per measurement (below)"
     echo "- fast-cN: N connections, GET /r?size=$SIZE"
     echo "- nginx: upstream keepalive 256, proxy_http_version 1.1, Connection \"\", proxy_buffering on, worker_rlimit_nofile $NOFILE; ulimit -n $NOFILE"
     echo
-    echo "| scenario | server | median req/s | Umbra/nginx | of bound | p50 ms | p99 ms | CPU proxy % | CPU backend % | CPU wrk % | CPU other % | backend conns/round | req/s per round | errors |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row scenario server "median req/s" Umbra/nginx "of bound" "p50 ms" "p99 ms" "CPU proxy %" "CPU backend %" \
+        "CPU wrk %" "CPU other %" "backend conns/round" "req/s per round" errors
+    md_row --- --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
 fmt='%-17s %-7s %12s %11s %8s %8s %8s %6s %8s %5s %6s %9s\n'
@@ -221,39 +180,25 @@ printf '%s\n' "-----------------------------------------------------------------
 declare -A VERDICT=()
 for k in "${CASES[@]}"; do
     declare -A MED=()
+    median_map MED RPS "$k," "${MEASURED[@]}"
     for s in "${MEASURED[@]}"; do
-        # shellcheck disable=SC2086
-        MED[$s]=$(median ${RPS[$k,$s]})
-    done
-    for s in "${MEASURED[@]}"; do
-        rr=-
-        if [[ $s == umbra ]] && bench_uses nginx; then rr=$(ratio "${MED[umbra]}" "${MED[nginx]}"); fi
+        rr=$(umbra_ratio "$s" MED nginx)
         fb=-
         if [[ ${BOUND[$k]} != - ]]; then fb=$(ratio "${MED[$s]}" "${BOUND[$k]}"); fi
-        # shellcheck disable=SC2086
-        {
-            p50=$(medianx ${P50[$k,$s]})
-            p99=$(medianx ${P99[$k,$s]})
-            cs=$(medianx ${CPU_S[$k,$s]})
-            cb=$(medianx ${CPU_B[$k,$s]})
-            cw=$(medianx ${CPU_W[$k,$s]})
-            co=$(medianx ${CPU_O[$k,$s]})
-            nc=$(medianx ${NEWC[$k,$s]})
-        }
+        read -r p50 p99 cs cb cw co nc <<<"$(medians "$k,$s" P50 P99 CPU_S CPU_B CPU_W CPU_O NEWC)"
         # CPU and connection medians as integers.
-        for v in cs cb cw co nc; do
-            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
-        done
+        fixed 0 cs cb cw co nc
         # shellcheck disable=SC2059
         printf "$fmt" "proxy/$k" "$s" "${MED[$s]}" "$rr" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" "$nc"
-        echo "| proxy/$k | $s | ${MED[$s]} | $rr | $fb | $p50 | $p99 | $cs | $cb | $cw | $co | $nc | ${RPS[$k,$s]% } | ${ERRS[$k,$s]:-none} |" >>"$md"
+        md_row "proxy/$k" "$s" "${MED[$s]}" "$rr" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" "$nc" "${RPS[$k,$s]% }" \
+            "${ERRS[$k,$s]:-none}" >>"$md"
         if [[ $s == umbra ]]; then
             v=
             if [[ $fb != - ]]; then
-                v="of bound $fb ($(awk -v f="$fb" 'BEGIN { print (f >= 0.95 ? "meets" : "below") }') >= 0.95)"
+                v="of bound $fb ($(atleast "$fb" 0.95) >= 0.95)"
             fi
             if [[ $rr != - ]]; then
-                v="${v:+$v, }x nginx $rr ($(awk -v f="$rr" 'BEGIN { print (f >= 1.0 ? "meets" : "below") }') >= 1.0)"
+                v="${v:+$v, }x nginx $rr ($(atleast "$rr" 1.0) >= 1.0)"
             fi
             VERDICT[$k]=$v
         fi
@@ -275,13 +220,9 @@ done
         echo
         echo "Targets (Umbra): slow backend >= 0.95 of the bound and >= nginx; fast backend >= 1.0 x nginx."
         echo
-        for k in "${CASES[@]}"; do
-            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- proxy/$k: ${VERDICT[$k]}"; fi
-        done
+        each_verdict echo "- proxy" "${CASES[@]}"
     fi
 } >>"$md"
 echo
-for k in "${CASES[@]}"; do
-    if [[ -n ${VERDICT[$k]:-} ]]; then log "target proxy/$k: ${VERDICT[$k]}"; fi
-done
+each_verdict log "target proxy" "${CASES[@]}"
 log "results written to $md"

@@ -33,67 +33,50 @@ for s in "${SRV[@]}"; do
     done
 done
 
+# shellcheck disable=SC2034 # MBPS is read by name (median_of)
 declare -A RPS MBPS ERRS
+# measure FILE SERVER ROUND
+measure() {
+    local f=$1 s=$2 r=$3 out
+    # Still up? A server that crashed mid-run must not be reported as slow.
+    kill -0 "$([[ $s == nginx ]] && echo "$NGINX_PID" || echo "$UMBRA_PID")" 2>/dev/null ||
+        die "$s died during the run (log in $BENCH_TMP/$s/)"
+    out=$BENCH_TMP/wrk-$f-$s-$r.txt
+    run_wrk "http://127.0.0.1:${PORT[$s]}/$f" "$out"
+    read_wrk "$out"
+    add_figures "$f,$s" RPS="$WRK_RPS" MBPS="$WRK_MBPS"
+    note_errors ERRS "$f,$s" "$r" "$WRK_ERRS" "$s $f round $r: wrk reported $WRK_ERRS"
+    printf '[bench] %-7s %-6s round %d/%d: %10.2f req/s %10.2f MB/s  %s requests, errors: %s\n' \
+        "$f" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_MBPS" "$WRK_REQS" "$WRK_ERRS" >&2
+}
+
 check_idle
 total=$((${#FILES[@]} * ROUNDS * ${#SRV[@]} * DURATION))
 log "measuring: ${#FILES[@]} files x $ROUNDS rounds x ${#SRV[@]} servers x ${DURATION}s (~${total}s)"
-for f in "${FILES[@]}"; do
-    for ((r = 1; r <= ROUNDS; r++)); do
-        order=("${SRV[@]}")
-        if ((r % 2 == 0 && ${#SRV[@]} == 2)); then order=("${SRV[1]}" "${SRV[0]}"); fi
-        for s in "${order[@]}"; do
-            # Still up? A server that crashed mid-run must not be reported as slow.
-            kill -0 "$([[ $s == nginx ]] && echo "$NGINX_PID" || echo "$UMBRA_PID")" 2>/dev/null ||
-                die "$s died during the run (log in $BENCH_TMP/$s/)"
-            out=$BENCH_TMP/wrk-$f-$s-$r.txt
-            run_wrk "http://127.0.0.1:${PORT[$s]}/$f" "$out"
-            read -r rps mbps reqs errs <<<"$(parse_wrk "$out")" || {
-                cat "$out" >&2
-                die "could not parse wrk's output"
-            }
-            RPS[$f,$s]+="$rps "
-            MBPS[$f,$s]+="$mbps "
-            if [[ $errs != none ]]; then
-                warn "$s $f round $r: wrk reported $errs"
-                ERRS[$f,$s]+="r$r: $errs. "
-            fi
-            printf '[bench] %-7s %-6s round %d/%d: %10.2f req/s %10.2f MB/s  %s requests, errors: %s\n' \
-                "$f" "$s" "$r" "$ROUNDS" "$rps" "$mbps" "$reqs" "$errs" >&2
-            sleep 1
-        done
-    done
-done
+for f in "${FILES[@]}"; do each_round SRV measure "$f"; done
 
 # Medians, ratios, table.
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/static-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md static)
 {
     echo "# static: Umbra vs nginx"
     echo
     bench_env_md
     echo
-    echo "| scenario | server | median req/s | median MB/s | Umbra/nginx req/s | Umbra/nginx MB/s | req/s per round | errors |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row scenario server "median req/s" "median MB/s" "Umbra/nginx req/s" "Umbra/nginx MB/s" "req/s per round" errors
+    md_row --- --- ---: ---: ---: ---: --- ---
 } >"$md"
 
 printf '\n%-10s %-6s %14s %12s %18s %17s\n' scenario server "median req/s" "median MB/s" "Umbra/nginx req/s" "Umbra/nginx MB/s"
 printf '%s\n' "-------------------------------------------------------------------------------------"
 for f in "${FILES[@]}"; do
     declare -A MED_R=() MED_M=()
+    median_map MED_R RPS "$f," "${SRV[@]}"
+    median_map MED_M MBPS "$f," "${SRV[@]}"
     for s in "${SRV[@]}"; do
-        # shellcheck disable=SC2086
-        MED_R[$s]=$(median ${RPS[$f,$s]})
-        # shellcheck disable=SC2086
-        MED_M[$s]=$(median ${MBPS[$f,$s]})
-    done
-    for s in "${SRV[@]}"; do
-        rr=- rm=-
-        if [[ $s == umbra ]] && bench_uses nginx; then
-            rr=$(ratio "${MED_R[umbra]}" "${MED_R[nginx]}")
-            rm=$(ratio "${MED_M[umbra]}" "${MED_M[nginx]}")
-        fi
+        rr=$(umbra_ratio "$s" MED_R nginx)
+        rm=$(umbra_ratio "$s" MED_M nginx)
         printf '%-10s %-6s %14s %12s %18s %17s\n' "static/${f%.bin}" "$s" "${MED_R[$s]}" "${MED_M[$s]}" "$rr" "$rm"
-        echo "| static/${f%.bin} | $s | ${MED_R[$s]} | ${MED_M[$s]} | $rr | $rm | ${RPS[$f,$s]% } | ${ERRS[$f,$s]:-none} |" >>"$md"
+        md_row "static/${f%.bin}" "$s" "${MED_R[$s]}" "${MED_M[$s]}" "$rr" "$rm" "${RPS[$f,$s]% }" "${ERRS[$f,$s]:-none}" >>"$md"
     done
 done
 {

@@ -129,33 +129,15 @@ reuse_counts() {
 }
 
 # run_client OUT LIMIT CMD...: one bounded client run (timeout LIMIT s), output to OUT.
-# Sets CLIENT_CPU to the CPU time (user + system, seconds) the client used. In the
-# background so that a signal's trap runs at once (as run_wrk in lib.sh).
+# Sets CLIENT_CPU to the CPU time (user + system, seconds) the client used.
 run_client() {
-    local out=$1 limit=$2 rc=0 what
-    shift 2
-    what=$*
-    rm -f "$out.cpu"
-    (
-        p=
-        trap '[[ -n $p ]] && kill -TERM "$p" 2>/dev/null; wait; exit 143' TERM
-        timeout -k 5 "$limit" "$@" >"$out" 2>&1 </dev/null &
-        p=$!
-        c=0
-        wait "$p" || c=$?
-        times >"$out.cpu"
-        exit "$c"
-    ) &
-    BENCH_WRK_PID=$!
-    wait "$BENCH_WRK_PID" || rc=$?
-    BENCH_WRK_PID=
-    if ((rc != 0)); then
+    local out=$1
+    run_timed "$@"
+    if ((TIMED_RC != 0)); then
         tail -n 30 "$out" >&2
-        die "client exited with $rc: $what"
+        die "client exited with $TIMED_RC: ${*:3}"
     fi
-    CLIENT_CPU=$(awk 'function s(v,   m) { m = v; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", v); sub(/s$/, "", v); return m * 60 + v }
-        NR == 2 { printf "%.3f\n", s($1) + s($2) }' "$out.cpu" 2>/dev/null)
-    [[ -n $CLIENT_CPU ]] || CLIENT_CPU=-
+    CLIENT_CPU=$TIMED_CPU
 }
 
 # parse_ab FILE: "CONN_PER_S COMPLETE ERRORS".
@@ -220,74 +202,49 @@ if bench_uses nginx; then
     fi
 fi
 
+# shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RATE CPU_S CPU_C US ERRS
+# measure CASE SERVER ROUND
+measure() {
+    local k=$1 s=$2 r=$3 url out rate n errs cs cc us
+    kill -0 "${PID[$s]}" 2>/dev/null || die "$s died during the run (log in $BENCH_TMP/$s/)"
+    url="https://127.0.0.1:${PORT[$s]}/1k.bin"
+    out=$BENCH_TMP/$k-$s-$r.txt
+    round_cpu_start "${PID[$s]}"
+    case $k in
+    1k)
+        run_wrk "$url" "$out"
+        CLIENT_CPU=$WRK_CPU
+        read -r rate _ n errs <<<"$(parse_wrk "$out")" || die "could not parse wrk's output ($out)"
+        ;;
+    handshake)
+        # -t before -n: ab's -t resets the request count to 50000.
+        run_client "$out" $((DURATION + 30)) ab -q -t "$DURATION" -n 1000000 \
+            -c "$TLS_HANDSHAKE_CONNECTIONS" "$url"
+        read -r rate n errs <<<"$(parse_ab "$out")" || die "could not parse ab's output ($out)"
+        ;;
+    resume)
+        run_client "$out" $((DURATION * 10 + 30)) h2load --h1 -c "$TLS_HANDSHAKE_CONNECTIONS" \
+            -m 1 -n "$TLS_RESUME_REQUESTS" -H "Connection: close" "$url"
+        read -r rate n errs <<<"$(parse_h2load "$out")" || die "could not parse h2load's output ($out)"
+        ;;
+    esac
+    round_cpu_end "$CLIENT_CPU" "${PID[$s]}"
+    cs=${ROUND_PCT[0]} cc=$ROUND_CLIENT_PCT
+    # Server CPU per request (or connection), in microseconds.
+    us=$(us_each "${ROUND_TICKS[0]}" "$n" 1)
+    add_figures "$k,$s" RATE="$rate" CPU_S="$cs" CPU_C="$cc" US="$us"
+    note_errors ERRS "$k,$s" "$r" "$errs" "$s tls/$k round $r: $errs"
+    printf '[bench] tls/%-9s %-6s round %d/%d: %10.2f %s  %s done  server CPU %s%% (%s us each)  client CPU %s%%  errors: %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$rate" "${UNIT[$k]}" "$n" "$cs" "$us" "$cc" "$errs" >&2
+}
+
 check_idle
 total=$((${#CASES[@]} * ROUNDS * ${#SRV[@]} * (DURATION + 2)))
 log "measuring: ${#CASES[@]} cases (${CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers x ~${DURATION}s (~${total}s)"
-for k in "${CASES[@]}"; do
-    for ((r = 1; r <= ROUNDS; r++)); do
-        order=("${SRV[@]}")
-        if ((r % 2 == 0 && ${#SRV[@]} == 2)); then order=("${SRV[1]}" "${SRV[0]}"); fi
-        for s in "${order[@]}"; do
-            kill -0 "${PID[$s]}" 2>/dev/null || die "$s died during the run (log in $BENCH_TMP/$s/)"
-            url="https://127.0.0.1:${PORT[$s]}/1k.bin"
-            out=$BENCH_TMP/$k-$s-$r.txt
-            s0=$(cpu_ticks "${PID[$s]}")
-            t0=$(now_s)
-            case $k in
-            1k)
-                run_wrk "$url" "$out"
-                CLIENT_CPU=$WRK_CPU
-                read -r rate _ n errs <<<"$(parse_wrk "$out")" || die "could not parse wrk's output ($out)"
-                ;;
-            handshake)
-                # -t before -n: ab's -t resets the request count to 50000.
-                run_client "$out" $((DURATION + 30)) ab -q -t "$DURATION" -n 1000000 \
-                    -c "$TLS_HANDSHAKE_CONNECTIONS" "$url"
-                read -r rate n errs <<<"$(parse_ab "$out")" || die "could not parse ab's output ($out)"
-                ;;
-            resume)
-                run_client "$out" $((DURATION * 10 + 30)) h2load --h1 -c "$TLS_HANDSHAKE_CONNECTIONS" \
-                    -m 1 -n "$TLS_RESUME_REQUESTS" -H "Connection: close" "$url"
-                read -r rate n errs <<<"$(parse_h2load "$out")" || die "could not parse h2load's output ($out)"
-                ;;
-            esac
-            t1=$(now_s)
-            s1=$(cpu_ticks "${PID[$s]}")
-            secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-            cs=$(cpu_pct $((s1 - s0)) "$secs")
-            cc=$(awk -v c="$CLIENT_CPU" -v s="$secs" 'BEGIN { if (c == "-" || s <= 0) print "-"; else printf "%.0f\n", c / s * 100 }')
-            # Server CPU per request (or connection), in microseconds.
-            us=$(awk -v t=$((s1 - s0)) -v n="$n" -v hz="$(getconf CLK_TCK)" \
-                'BEGIN { if (n <= 0) print "-"; else printf "%.1f\n", t / hz / n * 1e6 }')
-            RATE[$k,$s]+="$rate "
-            CPU_S[$k,$s]+="$cs "
-            CPU_C[$k,$s]+="$cc "
-            US[$k,$s]+="$us "
-            if [[ $errs != none ]]; then
-                warn "$s tls/$k round $r: $errs"
-                ERRS[$k,$s]+="r$r: $errs. "
-            fi
-            printf '[bench] tls/%-9s %-6s round %d/%d: %10.2f %s  %s done  server CPU %s%% (%s us each)  client CPU %s%%  errors: %s\n' \
-                "$k" "$s" "$r" "$ROUNDS" "$rate" "${UNIT[$k]}" "$n" "$cs" "$us" "$cc" "$errs" >&2
-            sleep 1
-        done
-    done
-done
+for k in "${CASES[@]}"; do each_round SRV measure "$k"; done
 
-medianx() {
-    local v
-    for v in "$@"; do
-        if [[ $v == - ]]; then
-            echo -
-            return
-        fi
-    done
-    median "$@"
-}
-
-mkdir -p "$BENCH_RESULTS"
-md=$BENCH_RESULTS/tls-$(date '+%Y-%m-%d-%H%M%S').md
+md=$(results_md tls)
 {
     echo "# tls: Umbra vs nginx terminating TLS"
     echo
@@ -298,8 +255,9 @@ md=$BENCH_RESULTS/tls-$(date '+%Y-%m-%d-%H%M%S').md
     for s in "${SRV[@]}"; do echo "- $s negotiates with a default client: ${NEGOTIATED[$s]}"; done
     for k in "${CASES[@]}"; do echo "- tls/$k: ${WHAT[$k]}"; done
     echo
-    echo "| scenario | server | median | unit | Umbra/nginx | server CPU % | server CPU us per req/conn | client CPU % | per round | errors |"
-    echo "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |"
+    md_row scenario server median unit Umbra/nginx "server CPU %" "server CPU us per req/conn" "client CPU %" \
+        "per round" errors
+    md_row --- --- ---: --- ---: ---: ---: ---: --- ---
 } >"$md"
 
 fmt='%-14s %-6s %11s %-7s %11s %11s %14s %11s\n'
@@ -309,28 +267,17 @@ printf '%s\n' "-----------------------------------------------------------------
 declare -A VERDICT=()
 for k in "${CASES[@]}"; do
     declare -A MED=()
+    median_map MED RATE "$k," "${SRV[@]}"
     for s in "${SRV[@]}"; do
-        # shellcheck disable=SC2086
-        MED[$s]=$(median ${RATE[$k,$s]})
-    done
-    for s in "${SRV[@]}"; do
-        rr=-
-        if [[ $s == umbra ]] && bench_uses nginx; then rr=$(ratio "${MED[umbra]}" "${MED[nginx]}"); fi
-        # shellcheck disable=SC2086
-        {
-            cs=$(medianx ${CPU_S[$k,$s]})
-            cc=$(medianx ${CPU_C[$k,$s]})
-            us=$(medianx ${US[$k,$s]})
-        }
-        for v in cs cc; do
-            if [[ ${!v} != - ]]; then printf -v "$v" '%.0f' "${!v}"; fi
-        done
-        if [[ $us != - ]]; then printf -v us '%.1f' "$us"; fi
+        rr=$(umbra_ratio "$s" MED nginx)
+        read -r cs cc us <<<"$(medians "$k,$s" CPU_S CPU_C US)"
+        fixed 0 cs cc
+        fixed 1 us
         # shellcheck disable=SC2059
         printf "$fmt" "tls/$k" "$s" "${MED[$s]}" "${UNIT[$k]}" "$rr" "$cs" "$us" "$cc"
-        echo "| tls/$k | $s | ${MED[$s]} | ${UNIT[$k]} | $rr | $cs | $us | $cc | ${RATE[$k,$s]% } | ${ERRS[$k,$s]:-none} |" >>"$md"
+        md_row "tls/$k" "$s" "${MED[$s]}" "${UNIT[$k]}" "$rr" "$cs" "$us" "$cc" "${RATE[$k,$s]% }" "${ERRS[$k,$s]:-none}" >>"$md"
         if [[ $s == umbra && $rr != - && $k != resume ]]; then
-            VERDICT[$k]="x nginx $rr ($(awk -v f="$rr" 'BEGIN { print (f >= 1.0 ? "meets" : "below") }') >= 1.0)"
+            VERDICT[$k]="x nginx $rr ($(atleast "$rr" 1.0) >= 1.0)"
         fi
     done
 done
@@ -348,13 +295,9 @@ done
         echo
         echo "Targets (Umbra): tls/1k >= 1.0 x nginx; tls/handshake (full handshakes) >= 1.0 x nginx."
         echo
-        for k in "${CASES[@]}"; do
-            if [[ -n ${VERDICT[$k]:-} ]]; then echo "- tls/$k: ${VERDICT[$k]}"; fi
-        done
+        each_verdict echo "- tls" "${CASES[@]}"
     fi
 } >>"$md"
 echo
-for k in "${CASES[@]}"; do
-    if [[ -n ${VERDICT[$k]:-} ]]; then log "target tls/$k: ${VERDICT[$k]}"; fi
-done
+each_verdict log "target tls" "${CASES[@]}"
 log "results written to $md"
