@@ -23,6 +23,8 @@ enum um_balance { UM_BALANCE_ROUND_ROBIN, UM_BALANCE_LEAST_CONN, UM_BALANCE_HASH
 struct um_upstream_server {
     char *url;  /* "http://host:port" or "https://host:port", no path, no trailing '/' */
     bool https;
+    struct sockaddr_storage addr; /* the address when host is an IP address */
+    socklen_t addrlen;            /* 0: host is a name */
 };
 
 /* upstreams = { NAME = { servers = {...}, ... } } */

@@ -747,10 +747,12 @@ static bool parse_server(struct load *ld, lua_State *L, const char *path, const 
                     path, text);
 
     const char *after; /* end of the host */
+    struct in6_addr a6;
+    struct in_addr a4;
+    int family = 0; /* AF_INET/AF_INET6 when the host is an address */
     if (alen > 0 && auth[0] == '[') {
         const char *close = memchr(auth, ']', alen);
         char v6[INET6_ADDRSTRLEN];
-        struct in6_addr a6;
         size_t hl = close != NULL ? (size_t)(close - auth - 1) : 0;
         if (close == NULL || hl == 0 || hl >= sizeof v6)
             return fail(ld, L, path, "%s: bad IPv6 address in '%s'", path, text);
@@ -759,6 +761,7 @@ static bool parse_server(struct load *ld, lua_State *L, const char *path, const 
         if (inet_pton(AF_INET6, v6, &a6) != 1 || inet_ntop(AF_INET6, &a6, v6, sizeof v6) == NULL)
             return fail(ld, L, path, "%s: bad IPv6 address in '%s'", path, text);
         snprintf(host, sizeof host, "[%s]", v6);
+        family = AF_INET6;
         after = close + 1;
         if (after != end && *after != ':')
             return fail(ld, L, path, "%s: bad URL '%s' (" URL_HINT ")", path, text);
@@ -780,9 +783,9 @@ static bool parse_server(struct load *ld, lua_State *L, const char *path, const 
         lower(host);
         /* All digits and dots: it can only mean an IPv4 address, so it must be one. */
         if (strspn(host, "0123456789.") == hl) {
-            struct in_addr a4;
             if (inet_pton(AF_INET, host, &a4) != 1)
                 return fail(ld, L, path, "%s: bad IPv4 address in '%s'", path, text);
+            family = AF_INET;
         }
     }
 
@@ -801,6 +804,21 @@ static bool parse_server(struct load *ld, lua_State *L, const char *path, const 
     out->url = um_malloc(n);
     snprintf(out->url, n, "%s://%s:%lu", https ? "https" : "http", host, port);
     out->https = https;
+    memset(&out->addr, 0, sizeof out->addr);
+    out->addrlen = 0;
+    if (family == AF_INET) {
+        struct sockaddr_in *sa = (struct sockaddr_in *)&out->addr;
+        sa->sin_family = AF_INET;
+        sa->sin_addr = a4;
+        sa->sin_port = htons((uint16_t)port);
+        out->addrlen = sizeof *sa;
+    } else if (family == AF_INET6) {
+        struct sockaddr_in6 *sa = (struct sockaddr_in6 *)&out->addr;
+        sa->sin6_family = AF_INET6;
+        sa->sin6_addr = a6;
+        sa->sin6_port = htons((uint16_t)port);
+        out->addrlen = sizeof *sa;
+    }
     return true;
 }
 

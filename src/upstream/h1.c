@@ -21,7 +21,6 @@
  * (the server closed it as we reused it) is sent again on a new connection, which is not
  * counted as a failure of the server. Every other error goes to um__up_finish as the libcurl code
  * it corresponds to, so errors, retries and logs are the same for both transports. */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -183,7 +182,7 @@ static struct h1worker *h1worker(struct um_loop *loop)
     return hw;
 }
 
-static struct h1pool *pool_for(struct h1worker *hw, const struct server_addr *a)
+static struct h1pool *pool_for(struct h1worker *hw, const struct um_upstream_server *a)
 {
     for (struct h1pool *p = hw->pools; p; p = p->next)
         if (p->addrlen == a->addrlen && memcmp(&p->addr, &a->addr, a->addrlen) == 0)
@@ -270,7 +269,7 @@ static void out_reserve(struct h1conn *c, size_t n)
 static void put_head(struct h1conn *c, struct xfer *x)
 {
     const char *method = x->is_head ? "HEAD" : x->method ? x->method : "GET";
-    const char *authority = x->up->addrs[x->server].authority;
+    const char *authority = x->up->conf->servers[x->server].url + 7; /* after "http://" */
     size_t need = strlen(method) + strlen(x->target) + x->fields_len + strlen(authority) + 128;
     out_reserve(c, need);
     size_t o = 0, ml = strlen(method), tl = strlen(x->target);
@@ -400,52 +399,17 @@ static bool send_request(struct h1conn *c)
 /* ---------------------------------------------------------------- receiving */
 
 /* The head has been handed to the sink: how the body is framed, and whether the
- * connection may carry another request after it (RFC 9112 sections 6.3 and 9.3). */
+ * connection may carry another request after it (RFC 9112 sections 6.3 and 9.3), from
+ * what deliver_head read. */
 static void head_done(struct h1conn *c, struct xfer *x)
 {
-    bool te = false, chunked = false, close_ = false, keep_alive = false, http10 = false;
-    int64_t cl = -1;
-    for (size_t l = 0; l < x->num_lines; l++) {
-        const char *p = x->hbuf + x->line_starts[l];
-        size_t len = (l + 1 < x->num_lines ? x->line_starts[l + 1] : x->hlen) - x->line_starts[l];
-        while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == '\r'))
-            len--;
-        if (l == 0) {
-            http10 = len >= 8 && memcmp(p, "HTTP/1.0", 8) == 0;
-            continue;
-        }
-        const char *colon = memchr(p, ':', len);
-        if (colon == NULL)
-            continue;
-        um_str name = {p, (size_t)(colon - p)};
-        um_str value = um_str_trim((um_str){colon + 1, len - (size_t)(colon + 1 - p)});
-        if (um_str_eq_ci(name, "transfer-encoding")) {
-            te = true;
-            /* chunked must be the last coding */
-            size_t e = value.len;
-            while (e > 0 && (value.base[e - 1] == ' ' || value.base[e - 1] == '\t'))
-                e--;
-            chunked = e >= 7 && strncasecmp(value.base + e - 7, "chunked", 7) == 0 &&
-                      (e == 7 || value.base[e - 8] == ',' || value.base[e - 8] == ' ');
-        } else if (um_str_eq_ci(name, "content-length")) {
-            cl = 0;
-            for (size_t i = 0; i < value.len; i++)
-                cl = cl * 10 + (value.base[i] - '0'); /* checked by deliver_head */
-        } else if (um_str_eq_ci(name, "connection")) {
-            for (size_t i = 0; i + 5 <= value.len; i++) {
-                if (strncasecmp(value.base + i, "close", 5) == 0)
-                    close_ = true;
-                if (i + 10 <= value.len && strncasecmp(value.base + i, "keep-alive", 10) == 0)
-                    keep_alive = true;
-            }
-        }
-    }
+    int64_t cl = x->resp_length;
     /* Both framings at once may be an attempt at response splitting: not reused. */
-    c->keep = !close_ && (!http10 || keep_alive) && !(te && cl >= 0);
+    c->keep = !x->resp_close && !(x->resp_te && cl >= 0);
     if (x->is_head || x->status == 204 || x->status == 304) {
         c->framing = F_NONE;
-    } else if (te) {
-        c->framing = chunked ? F_CHUNKED : F_CLOSE;
+    } else if (x->resp_te) {
+        c->framing = x->resp_chunked ? F_CHUNKED : F_CLOSE;
         um_chunked_init(&c->chunk);
     } else if (cl >= 0) {
         c->framing = cl == 0 ? F_NONE : F_LENGTH;
@@ -537,7 +501,6 @@ static int take_body(struct h1conn *c, struct xfer *x)
             char *p = c->in + c->in_pos;
             int r = um_chunked_decode(&c->chunk, p, c->in_len, &consumed, &out);
             if (r == UM_ERR) {
-                snprintf(x->errbuf, sizeof(x->errbuf), "malformed chunked body");
                 fail(c, CURLE_RECV_ERROR, "malformed chunked body");
                 return BODY_GONE;
             }
@@ -732,8 +695,7 @@ static struct h1conn *conn_new(struct h1worker *hw, struct h1pool *pool, struct 
 static void attempt(struct xfer *x, bool new_conn)
 {
     struct h1worker *hw = h1worker(x->loop);
-    const struct server_addr *a = &x->up->addrs[x->server];
-    struct h1pool *pool = pool_for(hw, a);
+    struct h1pool *pool = pool_for(hw, &x->up->conf->servers[x->server]);
     struct h1conn *c = NULL;
     bool reused = false;
     if (!new_conn && pool->idle) {
@@ -814,41 +776,4 @@ void um__h1_body_ready(struct xfer *x)
     struct h1conn *c = x->hc;
     if (c->state == H1_ACTIVE && !c->req_done)
         send_request(c);
-}
-
-void um__h1_parse_server(const char *url, struct server_addr *a)
-{
-    a->native = false;
-    if (strncmp(url, "http://", 7) != 0)
-        return;
-    const char *host = url + 7;
-    const char *colon = strrchr(host, ':');
-    if (colon == NULL)
-        return;
-    a->authority = host;
-    int port = atoi(colon + 1);
-    char h[64];
-    size_t hl = (size_t)(colon - host);
-    if (hl >= sizeof(h))
-        return;
-    memcpy(h, host, hl);
-    h[hl] = '\0';
-    memset(&a->addr, 0, sizeof(a->addr));
-    if (h[0] == '[' && hl > 2 && h[hl - 1] == ']') {
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&a->addr;
-        h[hl - 1] = '\0';
-        if (inet_pton(AF_INET6, h + 1, &s6->sin6_addr) != 1)
-            return;
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        a->addrlen = sizeof(*s6);
-    } else {
-        struct sockaddr_in *s4 = (struct sockaddr_in *)&a->addr;
-        if (inet_pton(AF_INET, h, &s4->sin_addr) != 1)
-            return;
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons((uint16_t)port);
-        a->addrlen = sizeof(*s4);
-    }
-    a->native = true;
 }

@@ -21,21 +21,11 @@ struct server_state {
     atomic_int active;          /* fetches in flight (least_conn) */
 };
 
-/* A server's address for the HTTP/1.1 client (native); native false: libcurl's. */
-struct server_addr {
-    bool native;
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    const char *authority; /* "host:port" of the URL: the Host of a request without one */
-};
-
 struct upstream {
     struct um_origin base;
     atomic_int refcnt;
     const struct um_upstream_conf *conf;
     struct server_state *servers;
-    struct server_addr *addrs;
-    bool any_native, any_curl;
     int *slots; /* metrics slot per server */
     atomic_uint rr;
 };
@@ -82,6 +72,11 @@ struct xfer {
     size_t line_starts[MAX_RESPONSE_FIELDS + 1];
     size_t num_lines;
     bool head_bad;
+    /* the final head's framing as deliver_head read it (h1.c reads the body by it) */
+    int64_t resp_length;    /* Content-Length; -1: none */
+    bool resp_te;           /* a Transfer-Encoding */
+    bool resp_chunked;      /* ... whose final coding is chunked */
+    bool resp_close;        /* Connection: close, or HTTP/1.0 without keep-alive */
 };
 
 /* upstream.c, for the transports. One line of the response head, with its line end (the
@@ -93,6 +88,14 @@ size_t um__up_head_line(char *data, size_t size, size_t nitems, void *userp);
  * freed on return. */
 void um__up_finish(struct xfer *x, CURLcode res);
 
+/* Server i goes through Umbra's HTTP/1.1 client: an http:// server at an IP address
+ * (config.c parsed it), unless the upstream says client = "curl". */
+static inline bool um__up_native(const struct upstream *up, int i)
+{
+    const struct um_upstream_server *s = &up->conf->servers[i];
+    return !up->conf->curl_only && !s->https && s->addrlen > 0;
+}
+
 /* h1.c. Starts an attempt on x->server over a kept-alive or new connection. */
 void um__h1_start(struct xfer *x);
 /* The attempt is abandoned (cancel, timeout): its connection is closed. */
@@ -100,7 +103,5 @@ void um__h1_release(struct xfer *x);
 /* The client has room again / more request body is buffered. */
 void um__h1_resume(struct xfer *x);
 void um__h1_body_ready(struct xfer *x);
-/* "http://A:P" with an IP address A: fills a (native true); else native false. */
-void um__h1_parse_server(const char *url, struct server_addr *a);
 
 #endif

@@ -17,7 +17,6 @@
  * (relaxed atomics): failures in a row take a server out for fail_timeout. */
 #include "umbra/upstream.h"
 
-#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -418,7 +417,7 @@ static bool deliver_head(struct xfer *x)
     struct um_header fields[MAX_RESPONSE_FIELDS + 2];
     size_t n = 0;
     int64_t content_length = -1;
-    bool te = false;
+    bool te = false, chunked = false;
     /* Line 0 is the status line: "HTTP/1.x SSS reason". */
     const char *sl = x->hbuf + x->line_starts[0];
     size_t sl_len = (x->num_lines > 1 ? x->line_starts[1] : x->hlen) - x->line_starts[0];
@@ -455,8 +454,15 @@ static bool deliver_head(struct xfer *x)
     }
     for (size_t i = 0; i < nraw; i++) {
         um_str name = raw[i].name;
-        if (um_str_eq_ci(name, "transfer-encoding"))
+        if (um_str_eq_ci(name, "transfer-encoding")) {
+            /* The last field's final coding decides (RFC 9112 section 6.3). */
+            um_str v = raw[i].value;
+            size_t k = v.len;
+            while (k > 0 && v.base[k - 1] != ',')
+                k--;
             te = true;
+            chunked = um_str_eq_ci(um_str_trim((um_str){v.base + k, v.len - k}), "chunked");
+        }
         if (um_str_eq_ci(name, "content-length")) {
             um_str v = raw[i].value;
             uint64_t cl = 0;
@@ -478,15 +484,17 @@ static bool deliver_head(struct xfer *x)
         fields[n++] = raw[i];
     }
     fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
+    x->resp_length = content_length;
+    x->resp_te = te;
+    x->resp_chunked = chunked;
+    bool http10 = memcmp(sl, "HTTP/1.0", 8) == 0;
+    x->resp_close = named_in_connection(raw, nraw, UM_STR("close")) ||
+                    (http10 && !named_in_connection(raw, nraw, UM_STR("keep-alive")));
     /* Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3): the body is as
-     * long as its coding says, and a length passed on would misframe it to the client. */
+     * long as its coding says, and a length passed on would misframe it to the client. A
+     * HEAD, 204 or 304 answer has no body and keeps the length the origin announced. */
     if (te)
         content_length = -1;
-    if (x->is_head || x->status == 204 || x->status == 304) {
-        /* No body follows; a HEAD answer keeps the length the origin announced. */
-    } else if (content_length < 0) {
-        /* Chunked or close-delimited from the origin: re-framed by the connection. */
-    }
     struct um_response_head head = {.status = x->status, .headers = fields, .num_headers = n, .content_length = content_length, .reason = reason};
     x->head_sent = true;
     x->sink->ops->on_head(x->sink, &head);
@@ -684,7 +692,7 @@ static void start_attempt(struct xfer *x)
     um_loop_timer_start(x->loop, &x->ttfb, (uint64_t)(conf->timeout * 1000));
     atomic_fetch_add_explicit(&up->servers[x->server].active, 1, memory_order_relaxed);
     x->counted = true;
-    if (x->url == NULL && up->addrs[x->server].native) {
+    if (x->url == NULL && um__up_native(up, x->server)) {
         um__h1_start(x);
         return;
     }
@@ -991,7 +999,6 @@ static void upstream_destroy(struct um_origin *o)
         return;
     free(up->servers);
     free(up->slots);
-    free(up->addrs);
     free(up);
 }
 
@@ -1012,21 +1019,13 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
     up->conf = conf;
     up->servers = um_calloc(conf->num_servers, sizeof(*up->servers));
     up->slots = um_calloc(conf->num_servers, sizeof(*up->slots));
-    up->addrs = um_calloc(conf->num_servers, sizeof(*up->addrs));
+    size_t native = 0;
     for (size_t i = 0; i < conf->num_servers; i++) {
-        if (!conf->curl_only)
-            um__h1_parse_server(conf->servers[i].url, &up->addrs[i]);
-        if (up->addrs[i].native)
-            up->any_native = true;
-        else
-            up->any_curl = true;
+        native += um__up_native(up, (int)i);
         up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
         /* A server taken out stays out across a reload. */
         atomic_init(&up->servers[i].down_until, um_metrics_server_down_until_get(up->slots[i]));
     }
-    size_t native = 0;
-    for (size_t i = 0; i < conf->num_servers; i++)
-        native += up->addrs[i].native;
     um_log_info("upstream %s: %zu server(s) through Umbra's HTTP/1.1 client, %zu through "
                 "libcurl", conf->name, native, conf->num_servers - native);
     return &up->base;

@@ -155,19 +155,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     shutdown(sv[1], SHUT_WR);
 
-    struct um_upstream_server srv = {"http://127.0.0.1:9", false};
+    struct um_upstream_server srv = {.url = "http://127.0.0.1:9"};
+    struct sockaddr_in *sa = (struct sockaddr_in *)&srv.addr;
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons(9);
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    srv.addrlen = sizeof *sa;
     struct um_upstream_conf conf = {.name = "fuzz", .servers = &srv, .num_servers = 1,
                                     .retries = 0, .max_fails = 1000, .timeout = 30};
     struct server_state state;
     memset(&state, 0, sizeof state);
-    struct server_addr addr;
-    um__h1_parse_server(srv.url, &addr);
-    FUZZ_CHECK(addr.native);
     struct upstream up;
     memset(&up, 0, sizeof up);
     up.conf = &conf;
     up.servers = &state;
-    up.addrs = &addr;
     int slot = -1;
     up.slots = &slot;
     struct um_sink sink = {&fuzz_sink_ops, NULL};
@@ -193,7 +194,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* A connection in the middle of an attempt whose request has been sent. */
     struct h1worker *hw = h1worker(x->loop);
-    struct h1conn *c = conn_add(hw, pool_for(hw, &addr), sv[0]);
+    FUZZ_CHECK(um__up_native(&up, 0));
+    struct h1conn *c = conn_add(hw, pool_for(hw, &srv), sv[0]);
     c->state = H1_ACTIVE;
     c->want = EPOLLIN;
     c->x = x;

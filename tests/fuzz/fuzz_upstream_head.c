@@ -51,12 +51,6 @@ void um__h1_body_ready(struct xfer *x)
     (void)x;
 }
 
-void um__h1_parse_server(const char *url, struct server_addr *a)
-{
-    (void)url;
-    a->native = false;
-}
-
 
 static int heads;
 static const char *input;
@@ -137,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     input = buf;
     input_len = size;
 
-    struct um_upstream_server srv = {"http://fuzz.invalid", false};
+    struct um_upstream_server srv = {.url = "http://fuzz.invalid"};
     struct um_upstream_conf conf = {.name = "fuzz", .servers = &srv, .num_servers = 1};
     struct server_state state;
     memset(&state, 0, sizeof state);
