@@ -543,26 +543,45 @@ static bool host_matches(const char *want, um_str authority)
 }
 
 /* First route whose host and path prefix match; *rest is the path below the prefix. */
+/* True when route r's path prefix matches path; *rest is then the part below it. */
+static bool route_prefix(const struct um_route *r, um_str path, um_str *rest)
+{
+    size_t plen = strlen(r->path);
+    if (path.len >= plen && memcmp(path.base, r->path, plen) == 0) {
+        *rest = (um_str){path.base + plen, path.len - plen};
+        return true;
+    }
+    /* "/dir" reaches the route "/dir/", whose origin redirects it. */
+    if (plen > 1 && r->path[plen - 1] == '/' && path.len == plen - 1 &&
+        memcmp(path.base, r->path, plen - 1) == 0) {
+        *rest = (um_str){path.base + path.len, 0};
+        return true;
+    }
+    return false;
+}
+
 static const struct um_route *find_route(const struct um_config *cfg, um_str authority,
                                          um_str path, um_str *rest)
 {
     for (size_t i = 0; i < cfg->num_routes; i++) {
         const struct um_route *r = &cfg->routes[i];
-        if (r->host && !host_matches(r->host, authority))
-            continue;
-        size_t plen = strlen(r->path);
-        if (path.len >= plen && memcmp(path.base, r->path, plen) == 0) {
-            *rest = (um_str){path.base + plen, path.len - plen};
+        if ((r->host == NULL || host_matches(r->host, authority)) && route_prefix(r, path, rest))
             return r;
-        }
-        /* "/dir" reaches the route "/dir/", whose origin redirects it. */
-        if (plen > 1 && r->path[plen - 1] == '/' && path.len == plen - 1 &&
-            memcmp(path.base, r->path, plen - 1) == 0) {
-            *rest = (um_str){path.base + path.len, 0};
-            return r;
-        }
     }
     return NULL;
+}
+
+/* The canonical form of path, in the worker's path buffer: routes match it, so that
+ * "/stat%69c/" is "/static/" and no spelling of a path reaches another route than the
+ * plain one would. */
+static bool canon_path(struct um__conn *c, um_str path, um_str *out)
+{
+    size_t clen;
+    if (path.len >= sizeof(c->w->path_buf) ||
+        !um_url_path_canon(path, c->w->path_buf, sizeof(c->w->path_buf), &clen))
+        return false;
+    *out = (um_str){c->w->path_buf, clen};
+    return true;
 }
 
 /* 308 to the same target over https (RFC 9110 15.4.9 keeps the method and body). */
@@ -623,20 +642,11 @@ static void respond_hook(struct um__conn *c, const struct um_hook_request *hr)
 static bool route_rest(struct um__conn *c, const struct um_route *route, um_str path,
                        um_str *rest)
 {
-    char *cpath = c->w->path_buf;
-    size_t clen;
-    if (path.len >= sizeof(c->w->path_buf) ||
-        !um_url_path_canon(path, cpath, sizeof(c->w->path_buf), &clen))
+    um_str cpath;
+    if (!canon_path(c, path, &cpath))
         return false;
-    *rest = (um_str){cpath, clen};
-    if (route == NULL)
-        return true;
-    size_t plen = strlen(route->path);
-    if (clen >= plen && memcmp(cpath, route->path, plen) == 0)
-        *rest = (um_str){cpath + plen, clen - plen};
-    else if (plen > 1 && route->path[plen - 1] == '/' && clen == plen - 1 &&
-             memcmp(cpath, route->path, plen - 1) == 0)
-        *rest = (um_str){cpath + clen, 0};
+    if (route == NULL || !route_prefix(route, cpath, rest))
+        *rest = cpath;
     return true;
 }
 
@@ -693,17 +703,12 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         }
         return NULL;
     }
-    /* Routes match the canonical path, so that "/stat%69c/" is "/static/" and no spelling
-     * of a path reaches another route than the plain one would. */
-    char *cpath = c->w->path_buf;
-    size_t clen;
-    if (req->path.len >= sizeof(c->w->path_buf) ||
-        !um_url_path_canon(req->path, cpath, sizeof(c->w->path_buf), &clen)) {
+    um_str cpath, rest;
+    if (!canon_path(c, req->path, &cpath)) {
         respond_simple(c, 400, NULL, 0);
         return NULL;
     }
-    um_str rest;
-    const struct um_route *route = find_route(c->config, req->authority, (um_str){cpath, clen}, &rest);
+    const struct um_route *route = find_route(c->config, req->authority, cpath, &rest);
     if (route && route->redirect_https && c->ssl == NULL) {
         redirect_https(c);
         return NULL;
