@@ -431,22 +431,6 @@ static void set_host(lua_State *L, int idx, struct um_hook_request *hr, const ch
     hr->req->authority = (um_str){um_arena_strdup(hr->arena, h, n), n};
 }
 
-static int find_route(const struct um_config *c, const char *name)
-{
-    for (size_t i = 0; i < c->num_routes; i++)
-        if (c->routes[i].name && strcmp(c->routes[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
-static int find_upstream(const struct um_config *c, const char *name)
-{
-    for (size_t i = 0; i < c->num_upstreams; i++)
-        if (strcmp(c->upstreams[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
 static int req_index(lua_State *L)
 {
     struct call *cl = current(L);
@@ -607,13 +591,13 @@ static int req_newindex(lua_State *L)
         req->method_id = um_http1_method_id(m, n);
     } else if (strcmp(k, "upstream") == 0) {
         const char *u = check_string(L, 3, what, &n);
-        int i = find_upstream(cl->c, u);
+        int i = um_config_upstream_index(cl->c, u);
         if (i < 0)
             return luaL_error(L, "%s: no upstream is named '%s'", what, u);
         hr->upstream = i;
     } else if (strcmp(k, "route") == 0) {
         const char *r = check_string(L, 3, what, &n);
-        int i = find_route(cl->c, r);
+        int i = um_config_route_index(cl->c, r);
         if (i < 0)
             return luaL_error(L, "%s: no route is named '%s'", what, r);
         hr->route = &cl->c->routes[i];
