@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include <lauxlib.h>
@@ -259,6 +258,12 @@ static bool is_visible(const char *s, size_t n, const char *excluded)
     return true;
 }
 
+/* A field's name is name (n bytes, which may hold a NUL: then it is no field's). */
+static bool name_is(um_str field, const char *name, size_t n)
+{
+    return field.len == n && um_str_eq_ci(field, name);
+}
+
 /* Fields that frame the message or belong to the connection: hooks may not set them. */
 static bool is_framing(const char *name, size_t n)
 {
@@ -266,7 +271,7 @@ static bool is_framing(const char *name, size_t n)
                                         "keep-alive",     "te",                "trailer",
                                         "upgrade",        "proxy-connection",  NULL};
     for (const char *const *p = names; *p; p++)
-        if (strlen(*p) == n && strncasecmp(*p, name, n) == 0)
+        if (um_str_eq_ci((um_str){name, n}, *p))
             return true;
     return false;
 }
@@ -276,6 +281,18 @@ static const char *check_string(lua_State *L, int idx, const char *what, size_t 
     if (lua_type(L, idx) != LUA_TSTRING && lua_type(L, idx) != LUA_TNUMBER)
         luaL_error(L, "%s: expected a string, got %s", what, luaL_typename(L, idx));
     return lua_tolstring(L, idx, n);
+}
+
+/* The value for field name at idx: a string (or number) that is a field value, else an
+ * error (type_what names what was not a string, what the field's value). */
+static const char *check_value(lua_State *L, int idx, const char *type_what, const char *what,
+                               const char *name, size_t *n)
+{
+    const char *v = check_string(L, idx, type_what, n);
+    if (!is_field_value(v, *n))
+        luaL_error(L, "%s: the value of %s has a control character (CR, LF, NUL...) or "
+                   "surrounding spaces", what, name);
+    return v;
 }
 
 /* ---------------------------------------------------------------- req */
@@ -290,7 +307,7 @@ static int push_header(lua_State *L, const struct um_header *h, size_t n, const 
                        size_t nlen)
 {
     for (size_t i = 0; i < n; i++)
-        if (h[i].name.len == nlen && strncasecmp(h[i].name.base, name, nlen) == 0) {
+        if (name_is(h[i].name, name, nlen)) {
             push_str(L, h[i].value);
             return 1;
         }
@@ -333,19 +350,26 @@ static int req_header(lua_State *L)
     return push_header(L, cl->req->headers, cl->req->num_headers, name, n);
 }
 
-static struct um_hook_request *writable(lua_State *L, const char *what)
+/* The request of an on_request (or upstream_set) call; in on_response, an error that says
+ * "what: why". */
+static struct um_hook_request *request_call(lua_State *L, const char *what, const char *why)
 {
     struct call *cl = current(L);
     if (cl->hr == NULL)
-        luaL_error(L, "%s: the request cannot be changed in on_response", what);
+        luaL_error(L, "%s: %s", what, why);
     return cl->hr;
+}
+
+static struct um_hook_request *writable(lua_State *L, const char *what)
+{
+    return request_call(L, what, "the request cannot be changed in on_response");
 }
 
 static void remove_fields(struct um_request *req, const char *name, size_t n, size_t from)
 {
     size_t out = from;
     for (size_t i = from; i < req->num_headers; i++) {
-        if (req->headers[i].name.len == n && strncasecmp(req->headers[i].name.base, name, n) == 0)
+        if (name_is(req->headers[i].name, name, n))
             continue;
         req->headers[out++] = req->headers[i];
     }
@@ -361,20 +385,17 @@ static int req_set_header(lua_State *L)
     const char *name = luaL_checklstring(L, 2, &n);
     if (!is_token(name, n))
         return luaL_error(L, "req:set_header: bad field name '%s'", name);
-    if (is_framing(name, n) || (n == 4 && strncasecmp(name, "host", 4) == 0))
+    if (is_framing(name, n) || um_str_eq_ci((um_str){name, n}, "host"))
         return luaL_error(L, "req:set_header: %s cannot be set by a hook%s", name,
                           n == 4 ? " (set req.host)" : "");
     if (lua_isnoneornil(L, 3)) {
         remove_fields(req, name, n, 0);
         return 0;
     }
-    const char *value = check_string(L, 3, "req:set_header", &vn);
-    if (!is_field_value(value, vn))
-        return luaL_error(L, "req:set_header: the value of %s has a control character (CR, "
-                          "LF, NUL...) or surrounding spaces", name);
+    const char *value = check_value(L, 3, "req:set_header", "req:set_header", name, &vn);
     um_str v = {um_arena_strdup(hr->arena, value, vn), vn};
     for (size_t i = 0; i < req->num_headers; i++)
-        if (req->headers[i].name.len == n && strncasecmp(req->headers[i].name.base, name, n) == 0) {
+        if (name_is(req->headers[i].name, name, n)) {
             req->headers[i].value = v;
             remove_fields(req, name, n, i + 1);
             return 0;
@@ -413,6 +434,20 @@ static void set_target(struct um_hook_request *hr, const char *path, size_t plen
     req->flags = (req->flags & ~(unsigned)UM_REQ_F_ABSOLUTE_FORM & ~(unsigned)UM_REQ_F_HAS_QUERY) |
                  (has_query ? UM_REQ_F_HAS_QUERY : 0);
     hr->path_changed = true;
+}
+
+/* A ttl at idx: nil clears it, else seconds from 0 to 10 years. */
+static void set_ttl(lua_State *L, int idx, const char *what, bool *has_ttl, int64_t *ttl)
+{
+    if (lua_isnil(L, idx)) {
+        *has_ttl = false;
+        return;
+    }
+    lua_Number t = luaL_checknumber(L, idx);
+    if (!(t >= 0 && t <= 31536000 * 10.0))
+        luaL_error(L, "%s: expected seconds from 0 to 10 years", what);
+    *has_ttl = true;
+    *ttl = (int64_t)t;
 }
 
 static void check_path(lua_State *L, const char *what, const char *p, size_t n)
@@ -611,15 +646,7 @@ static int req_newindex(lua_State *L)
             hr->cache_key = (um_str){um_arena_strdup(hr->arena, ck, n), n};
         }
     } else if (strcmp(k, "ttl") == 0) {
-        if (lua_isnil(L, 3)) {
-            hr->has_ttl = false;
-        } else {
-            lua_Number t = luaL_checknumber(L, 3);
-            if (!(t >= 0 && t <= 31536000 * 10.0))
-                return luaL_error(L, "%s: expected seconds from 0 to 10 years", what);
-            hr->has_ttl = true;
-            hr->ttl = (int64_t)t;
-        }
+        set_ttl(L, 3, what, &hr->has_ttl, &hr->ttl);
     } else if (strcmp(k, "no_cache") == 0) {
         hr->no_cache = lua_toboolean(L, 3);
     } else {
@@ -673,17 +700,14 @@ static int res_set_header(lua_State *L)
         return luaL_error(L, "res:set_header: %s cannot be set by a hook", name);
     const char *value = NULL;
     if (!lua_isnoneornil(L, 3)) {
-        value = check_string(L, 3, "res:set_header", &vn);
-        if (!is_field_value(value, vn))
-            return luaL_error(L, "res:set_header: the value of %s has a control character "
-                              "(CR, LF, NUL...) or surrounding spaces", name);
+        value = check_value(L, 3, "res:set_header", "res:set_header", name, &vn);
     }
     struct um_header *f = res_fields(cl);
     struct um_response_head *h = &cl->out->head;
     size_t out = 0;
     bool placed = false;
     for (size_t i = 0; i < h->num_headers; i++) {
-        if (f[i].name.len == n && strncasecmp(f[i].name.base, name, n) == 0) {
+        if (name_is(f[i].name, name, n)) {
             if (value == NULL || placed)
                 continue;
             f[i].value = (um_str){um_arena_strdup(cl->arena, value, vn), vn};
@@ -739,15 +763,7 @@ static int res_newindex(lua_State *L)
     const char *k = luaL_checkstring(L, 2);
     struct um_response_head *h = &cl->out->head;
     if (strcmp(k, "ttl") == 0) {
-        if (lua_isnil(L, 3)) {
-            h->has_ttl = false;
-            return 0;
-        }
-        lua_Number t = luaL_checknumber(L, 3);
-        if (!(t >= 0 && t <= 31536000 * 10.0))
-            return luaL_error(L, "res.ttl: expected seconds from 0 to 10 years");
-        h->has_ttl = true;
-        h->ttl = (int64_t)t;
+        set_ttl(L, 3, "res.ttl", &h->has_ttl, &h->ttl);
     } else if (strcmp(k, "cacheable") == 0) {
         h->no_store = !lua_toboolean(L, 3);
     } else {
@@ -761,10 +777,7 @@ static int res_newindex(lua_State *L)
 
 static struct um_hook_request *answering(lua_State *L, const char *what)
 {
-    struct call *cl = current(L);
-    if (cl->hr == NULL)
-        luaL_error(L, "%s: only on_request can answer", what);
-    return cl->hr;
+    return request_call(L, what, "only on_request can answer");
 }
 
 /* umbra.respond(status, body, headers): answers the request without an origin. */
@@ -802,10 +815,8 @@ static int l_respond(lua_State *L)
             for (size_t i = 1; i <= count; i++) {
                 if (list)
                     lua_rawgeti(L, -1, (int)i);
-                const char *v = check_string(L, -1, "umbra.respond: header value", &vn);
-                if (!is_field_value(v, vn))
-                    return luaL_error(L, "umbra.respond: the value of %s has a control "
-                                      "character (CR, LF, NUL...) or surrounding spaces", name);
+                const char *v =
+                    check_value(L, -1, "umbra.respond: header value", "umbra.respond", name, &vn);
                 hs[nh++] = (struct um_header){{um_arena_strdup(hr->arena, name, n), n},
                                               {um_arena_strdup(hr->arena, v, vn), vn}};
                 if (list)
@@ -915,10 +926,7 @@ static int l_unescape(lua_State *L)
 
 static struct um_hook_request *yy_request(lua_State *L, const char *what)
 {
-    struct call *cl = current(L);
-    if (cl->hr == NULL)
-        luaL_error(L, "%s: only in upstream_set", what);
-    return cl->hr;
+    return request_call(L, what, "only in upstream_set");
 }
 
 static int yy_set_path(lua_State *L)
