@@ -85,6 +85,7 @@ struct hstate {
     int on_request, on_response, upstream_set; /* registry refs, or LUA_NOREF */
     int *route_req, *route_resp;               /* per route */
     int req_ud, res_ud;
+    um_str yy_host; /* Yunying: the Host upstream_set starts from */
     unsigned ticks, max_ticks;
     bool hook_every; /* the count hook fires at every instruction (a budget ran out) */
 };
@@ -1129,6 +1130,8 @@ static struct hstate *state_new(const struct um_config *c, int worker, char *err
     h->route_resp = um_calloc(c->num_routes + 1, sizeof(int));
     for (size_t i = 0; i < c->num_routes; i++)
         h->route_req[i] = h->route_resp[i] = LUA_NOREF;
+    if (c->lua.yy_host)
+        h->yy_host = (um_str){c->lua.yy_host, strlen(c->lua.yy_host)};
     lua_State *L = h->L = luaL_newstate();
     if (L == NULL) {
         snprintf(err, errlen, "%s: cannot create worker %d's Lua state (out of memory)",
@@ -1292,7 +1295,7 @@ static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr,
     push_str(L, req->method);
     push_str(L, client_host);
     /* The Host sent is upstream_host (or the server's name) unless set_host changes it. */
-    req->authority = (um_str){c->lua.yy_host, strlen(c->lua.yy_host)};
+    req->authority = h->yy_host;
     tl_call = cl;
     bool ok = pcall_budget(h, 3, UM_HOOK_BUDGET, "upstream_set", cl);
     tl_call = NULL;
@@ -1301,8 +1304,9 @@ static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr,
     lua_settop(L, 1);
     hr->cache_key = key;
     if (cl->yy_server_changed) {
-        char *u = um_arena_alloc(hr->arena, strlen(cl->yy_domain) + 32);
-        sprintf(u, "%s://%s:%d", cl->yy_protocol, cl->yy_domain, cl->yy_port);
+        size_t n = strlen(cl->yy_domain) + 32;
+        char *u = um_arena_alloc(hr->arena, n);
+        snprintf(u, n, "%s://%s:%d", cl->yy_protocol, cl->yy_domain, cl->yy_port);
         hr->upstream_url = u;
     }
     return UM_HOOK_CONTINUE;
