@@ -388,6 +388,24 @@ static void test_fold_shifts(void **state)
     assert_null(um__lua_fold_shifts("a = 1 < 2\n", 10, &n));
 }
 
+/* Lua 5.3's shifts bind looser than arithmetic and concatenation: "1 << 2 + 1" is 8, not 4 + 1.
+ * Such a shift stays as written (LuaJIT rejects it), rather than folding into another value. */
+static void test_fold_shifts_keeps_precedence(void **state)
+{
+    (void)state;
+    const char *src = "a = 1 << 2 + 1\nb = 3 * 1 << 4\nc = 'x' .. 1 << 2\nd = 2 ^ 1 << 3\n"
+                      "e = -1 >> 1\nf = 1 << 4 < 17\ng = (1 << 3)\n";
+    const char *want = "a = 1 << 2 + 1\nb = 3 * 1 << 4\nc = 'x' .. 1 << 2\nd = 2 ^ 1 << 3\n"
+                       "e = -1 >> 1\nf = 16 < 17\ng = (8)\n";
+    size_t n;
+    char *out = um__lua_fold_shifts(src, strlen(src), &n);
+    assert_non_null(out);
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(out, want, n);
+    free(out);
+    assert_null(um__lua_fold_shifts("a = 1 << 2 + 1\n", 15, &n));
+}
+
 int main(void)
 {
     um_hooks_thread_init(0);
@@ -399,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_yunying),
         cmocka_unit_test(test_states_made_at_load),
         cmocka_unit_test(test_fold_shifts),
+        cmocka_unit_test(test_fold_shifts_keeps_precedence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
