@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "config/lualines.h"
@@ -20,20 +19,31 @@
 
 static char path[] = "/tmp/umbra-test-hooks-XXXXXX";
 
-static struct um_config *load(const char *text)
+/* Writes text to a new temporary file, named by path until drop_file. */
+static void put_file(const char *text)
 {
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
+}
+
+static void drop_file(void)
+{
+    unlink(path);
+    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+}
+
+static struct um_config *load(const char *text)
+{
+    put_file(text);
     char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
     if (c != NULL && !um_hooks_create_states(c, 1, err, sizeof err)) {
         um_config_unref(c);
         c = NULL;
     }
-    unlink(path);
-    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+    drop_file();
     if (c == NULL)
         fail_msg("load failed: %s", err);
     return c;
@@ -41,14 +51,10 @@ static struct um_config *load(const char *text)
 
 static char *load_error(const char *text)
 {
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    put_file(text);
     static char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
-    unlink(path);
-    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+    drop_file();
     assert_null(c);
     char *colon = strchr(err, ':'); /* skip the temp file's name */
     return colon ? colon + 1 : err;
@@ -305,10 +311,7 @@ static void test_states_made_at_load(void **state)
                        "  return umbra.respond(200, 'made for ' .. tostring(w) .. ', on ' ..\n"
                        "                        umbra.worker)\n"
                        "end } }\n";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    put_file(text);
     char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
@@ -340,10 +343,8 @@ static void test_states_made_at_load(void **state)
     const char *bad = "listen = { '127.0.0.1:1' }\n"
                       "routes = { { path = '/', root = '.', on_request = function() end } }\n"
                       "if umbra and umbra.worker == 1 then error('no worker 1') end\n";
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, bad, strlen(bad)), (ssize_t)strlen(bad));
-    close(fd);
+    drop_file();
+    put_file(bad);
     c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
     assert_false(um_hooks_create_states(c, 2, err, sizeof err));
@@ -360,10 +361,8 @@ static void test_states_made_at_load(void **state)
                        "if umbra then\n"
                        "  while true do end\n"
                        "end\n";
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, loop, strlen(loop)), (ssize_t)strlen(loop));
-    close(fd);
+    drop_file();
+    put_file(loop);
     c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
     assert_false(um_hooks_create_states(c, 1, err, sizeof err));
@@ -371,8 +370,7 @@ static void test_states_made_at_load(void **state)
              "(in worker 0's request hooks)", path);
     assert_string_equal(err, want);
     um_config_unref(c);
-    unlink(path);
-    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+    drop_file();
 }
 
 static void test_fold_shifts(void **state)
