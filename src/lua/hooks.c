@@ -499,11 +499,12 @@ static int req_index(lua_State *L)
             /* Lower case, without the port: what host-based routing compares. */
             char name[256];
             um_str a = req->authority;
-            size_t len;
+            size_t len = a.len;
+            /* An HTTP/1.0 request without Host has no authority at all (a NULL base). */
             if (a.len > 0 && a.base[0] == '[') {
                 const char *end = memchr(a.base, ']', a.len);
                 len = end ? (size_t)(end - a.base) + 1 : a.len;
-            } else {
+            } else if (a.len > 0) {
                 const char *colon = memchr(a.base, ':', a.len);
                 len = colon ? (size_t)(colon - a.base) : a.len;
             }

@@ -172,6 +172,24 @@ static void test_respond_and_redirect(void **state)
     um_config_unref(c);
 }
 
+/* An HTTP/1.0 request may come without Host: its authority is empty (no bytes at all), and
+ * req.hostname and req.host read as "". */
+static void test_hostname_without_host(void **state)
+{
+    (void)state;
+    struct um_config *c = load(
+        "routes = { { path = '/', on_request = function(req)\n"
+        "  return umbra.respond(200, '[' .. req.hostname .. '][' .. req.host .. ']')\n"
+        "end } }\n");
+    struct parsed p;
+    parse(&p, "GET / HTTP/1.0\r\n\r\n", c);
+    assert_null(p.req.authority.base);
+    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+    assert_true(str_is(p.hr.resp_body, "[][]"));
+    um_arena_reset(&p.arena);
+    um_config_unref(c);
+}
+
 /* Each of these fails the call (a 500), and the state keeps working afterwards. */
 static void test_refusals(void **state)
 {
@@ -410,6 +428,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rewrites),
         cmocka_unit_test(test_respond_and_redirect),
+        cmocka_unit_test(test_hostname_without_host),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_on_response),
         cmocka_unit_test(test_yunying),
