@@ -203,6 +203,11 @@ static inline int um_config_refs(struct um_config *c)
     return __atomic_load_n(&c->_refcnt, __ATOMIC_ACQUIRE);
 }
 
+/* The index of the upstream named name, or -1. */
+int um_config_upstream_index(const struct um_config *c, const char *name);
+/* The index of the route named name (route's name = "..."), or -1. */
+int um_config_route_index(const struct um_config *c, const char *name);
+
 /* Gives route i its origin (taking ownership) before the snapshot is published; an origin
  * it had already is destroyed. The last um_config_unref destroys the routes' origins. */
 void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origin);

@@ -1063,11 +1063,11 @@ static bool resolve_upstream(struct load *ld, lua_State *L, const char *path,
     const char *s;
     if (!get_string(ld, L, -1, path, "the name of an upstream", &s))
         return false;
-    for (size_t i = 0; i < c->num_upstreams; i++)
-        if (strcmp(c->upstreams[i].name, s) == 0) {
-            r->upstream = (int)i;
-            return true;
-        }
+    int found = um_config_upstream_index(c, s);
+    if (found >= 0) {
+        r->upstream = found;
+        return true;
+    }
     if (c->num_upstreams == 0)
         return fail(ld, L, path, "%s: unknown upstream '%s' (the upstreams setting defines "
                     "none)", path, s);
@@ -1142,9 +1142,9 @@ static bool load_route(struct load *ld, lua_State *L, int idx, const char *rpath
     if (get_field(L, idx, "name") != LUA_TNIL) {
         if (!get_string(ld, L, -1, sub, "a route name such as \"api\"", &s))
             return false;
-        for (struct um_route *o = ld->c->routes; o < r; o++)
-            if (o->name && strcmp(o->name, s) == 0)
-                return fail(ld, L, sub, "%s: another route is named '%s' already", sub, s);
+        /* The routes after this one have no name yet. */
+        if (um_config_route_index(ld->c, s) >= 0)
+            return fail(ld, L, sub, "%s: another route is named '%s' already", sub, s);
         r->name = um_strndup(s, strlen(s));
     }
     lua_pop(L, 1);
@@ -2675,6 +2675,22 @@ void um_config_unref(struct um_config *c)
     UM_ASSERT(n >= 0);
     if (n == 0)
         config_free(c);
+}
+
+int um_config_upstream_index(const struct um_config *c, const char *name)
+{
+    for (size_t i = 0; i < c->num_upstreams; i++)
+        if (strcmp(c->upstreams[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+int um_config_route_index(const struct um_config *c, const char *name)
+{
+    for (size_t i = 0; i < c->num_routes; i++)
+        if (c->routes[i].name && strcmp(c->routes[i].name, name) == 0)
+            return (int)i;
+    return -1;
 }
 
 void um_config_set_upstream_origin(struct um_config *c, size_t i, struct um_origin *origin)

@@ -508,10 +508,23 @@ static bool small_int(const struct tok *t, unsigned long long *v)
     return true;
 }
 
+/* True when t is an operator that binds tighter than Lua 5.3's shifts (concatenation,
+ * arithmetic, the unary operators), so that "a OP 1 << 2" is not "a OP 4". */
+static bool binds_tighter(const struct tok *t)
+{
+    static const char *const ops[] = {"..", "+", "-", "*", "/", "%", "^", "#", "~"};
+    for (size_t i = 0; i < UM_NELEMS(ops); i++)
+        if (punct(t, ops[i]))
+            return true;
+    return keyword(t, "not");
+}
+
 char *um__lua_fold_shifts(const char *src, size_t len, size_t *out_len)
 {
     struct lexer lx = {src, src + len, 1};
-    struct tok w[4] = {lex(&lx), lex(&lx), lex(&lx), lex(&lx)};
+    /* w[0] << w[3], with the tokens on either side: prev, and w[4]. */
+    struct tok prev = {T_EOF, src, 0, 1};
+    struct tok w[5] = {lex(&lx), lex(&lx), lex(&lx), lex(&lx), lex(&lx)};
     char *out = NULL;
     size_t n = 0, cap = 0, copied = 0; /* src[0..copied) is in out */
     while (w[0].type != T_EOF) {
@@ -520,7 +533,8 @@ char *um__lua_fold_shifts(const char *src, size_t len, size_t *out_len)
         bool shr = punct(&w[1], ">") && punct(&w[2], ">");
         if ((shl || shr) && w[2].s == w[1].s + 1 && small_int(&w[0], &a) &&
             small_int(&w[3], &b) && w[0].line == w[3].line && b < 63 &&
-            (shr || a <= (~0ull >> 1) >> b)) {
+            (shr || a <= (~0ull >> 1) >> b) && !binds_tighter(&prev) &&
+            !binds_tighter(&w[4])) {
             if (out == NULL) {
                 cap = len + 64;
                 out = um_malloc(cap);
@@ -532,18 +546,17 @@ char *um__lua_fold_shifts(const char *src, size_t len, size_t *out_len)
             }
             memcpy(out + n, src + copied, head);
             n += head;
-            n += (size_t)sprintf(out + n, "%llu", shl ? a << b : a >> b);
+            n += (size_t)snprintf(out + n, cap - n, "%llu", shl ? a << b : a >> b);
             copied = (size_t)(w[3].s + w[3].len - src);
-            w[0] = lex(&lx);
-            w[1] = lex(&lx);
-            w[2] = lex(&lx);
-            w[3] = lex(&lx);
+            prev = w[3];
+            w[0] = w[4];
+            for (size_t i = 1; i < UM_NELEMS(w); i++)
+                w[i] = lex(&lx);
             continue;
         }
-        w[0] = w[1];
-        w[1] = w[2];
-        w[2] = w[3];
-        w[3] = lex(&lx);
+        prev = w[0];
+        memmove(w, w + 1, sizeof w - sizeof w[0]);
+        w[UM_NELEMS(w) - 1] = lex(&lx);
     }
     if (out == NULL)
         return NULL;

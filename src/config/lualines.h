@@ -39,7 +39,9 @@ int um__lualines_find(const struct um__lualines *ll, const char *path);
 
 /* Lua 5.3's integer shifts of two decimal literals on one line ("1 << 25", as Yunying's
  * sample config writes its cache size), which LuaJIT cannot parse, folded into their value;
- * lines are kept. Returns a new buffer (its length in *out_len), or NULL when there is
+ * lines are kept. A shift beside an operator that binds tighter (arithmetic,
+ * concatenation, a unary operator: "1 << 2 + 1" is 1 << 3) stays as written, and LuaJIT
+ * rejects it. Returns a new buffer (its length in *out_len), or NULL when there is
  * nothing to fold. */
 char *um__lua_fold_shifts(const char *src, size_t len, size_t *out_len);
 

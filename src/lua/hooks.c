@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include <lauxlib.h>
@@ -86,6 +85,7 @@ struct hstate {
     int on_request, on_response, upstream_set; /* registry refs, or LUA_NOREF */
     int *route_req, *route_resp;               /* per route */
     int req_ud, res_ud;
+    um_str yy_host; /* Yunying: the Host upstream_set starts from */
     unsigned ticks, max_ticks;
     bool hook_every; /* the count hook fires at every instruction (a budget ran out) */
 };
@@ -259,6 +259,12 @@ static bool is_visible(const char *s, size_t n, const char *excluded)
     return true;
 }
 
+/* A field's name is name (n bytes, which may hold a NUL: then it is no field's). */
+static bool name_is(um_str field, const char *name, size_t n)
+{
+    return field.len == n && um_str_eq_ci(field, name);
+}
+
 /* Fields that frame the message or belong to the connection: hooks may not set them. */
 static bool is_framing(const char *name, size_t n)
 {
@@ -266,7 +272,7 @@ static bool is_framing(const char *name, size_t n)
                                         "keep-alive",     "te",                "trailer",
                                         "upgrade",        "proxy-connection",  NULL};
     for (const char *const *p = names; *p; p++)
-        if (strlen(*p) == n && strncasecmp(*p, name, n) == 0)
+        if (um_str_eq_ci((um_str){name, n}, *p))
             return true;
     return false;
 }
@@ -276,6 +282,18 @@ static const char *check_string(lua_State *L, int idx, const char *what, size_t 
     if (lua_type(L, idx) != LUA_TSTRING && lua_type(L, idx) != LUA_TNUMBER)
         luaL_error(L, "%s: expected a string, got %s", what, luaL_typename(L, idx));
     return lua_tolstring(L, idx, n);
+}
+
+/* The value for field name at idx: a string (or number) that is a field value, else an
+ * error (type_what names what was not a string, what the field's value). */
+static const char *check_value(lua_State *L, int idx, const char *type_what, const char *what,
+                               const char *name, size_t *n)
+{
+    const char *v = check_string(L, idx, type_what, n);
+    if (!is_field_value(v, *n))
+        luaL_error(L, "%s: the value of %s has a control character (CR, LF, NUL...) or "
+                   "surrounding spaces", what, name);
+    return v;
 }
 
 /* ---------------------------------------------------------------- req */
@@ -290,7 +308,7 @@ static int push_header(lua_State *L, const struct um_header *h, size_t n, const 
                        size_t nlen)
 {
     for (size_t i = 0; i < n; i++)
-        if (h[i].name.len == nlen && strncasecmp(h[i].name.base, name, nlen) == 0) {
+        if (name_is(h[i].name, name, nlen)) {
             push_str(L, h[i].value);
             return 1;
         }
@@ -333,19 +351,26 @@ static int req_header(lua_State *L)
     return push_header(L, cl->req->headers, cl->req->num_headers, name, n);
 }
 
-static struct um_hook_request *writable(lua_State *L, const char *what)
+/* The request of an on_request (or upstream_set) call; in on_response, an error that says
+ * "what: why". */
+static struct um_hook_request *request_call(lua_State *L, const char *what, const char *why)
 {
     struct call *cl = current(L);
     if (cl->hr == NULL)
-        luaL_error(L, "%s: the request cannot be changed in on_response", what);
+        luaL_error(L, "%s: %s", what, why);
     return cl->hr;
+}
+
+static struct um_hook_request *writable(lua_State *L, const char *what)
+{
+    return request_call(L, what, "the request cannot be changed in on_response");
 }
 
 static void remove_fields(struct um_request *req, const char *name, size_t n, size_t from)
 {
     size_t out = from;
     for (size_t i = from; i < req->num_headers; i++) {
-        if (req->headers[i].name.len == n && strncasecmp(req->headers[i].name.base, name, n) == 0)
+        if (name_is(req->headers[i].name, name, n))
             continue;
         req->headers[out++] = req->headers[i];
     }
@@ -361,20 +386,17 @@ static int req_set_header(lua_State *L)
     const char *name = luaL_checklstring(L, 2, &n);
     if (!is_token(name, n))
         return luaL_error(L, "req:set_header: bad field name '%s'", name);
-    if (is_framing(name, n) || (n == 4 && strncasecmp(name, "host", 4) == 0))
+    if (is_framing(name, n) || um_str_eq_ci((um_str){name, n}, "host"))
         return luaL_error(L, "req:set_header: %s cannot be set by a hook%s", name,
                           n == 4 ? " (set req.host)" : "");
     if (lua_isnoneornil(L, 3)) {
         remove_fields(req, name, n, 0);
         return 0;
     }
-    const char *value = check_string(L, 3, "req:set_header", &vn);
-    if (!is_field_value(value, vn))
-        return luaL_error(L, "req:set_header: the value of %s has a control character (CR, "
-                          "LF, NUL...) or surrounding spaces", name);
+    const char *value = check_value(L, 3, "req:set_header", "req:set_header", name, &vn);
     um_str v = {um_arena_strdup(hr->arena, value, vn), vn};
     for (size_t i = 0; i < req->num_headers; i++)
-        if (req->headers[i].name.len == n && strncasecmp(req->headers[i].name.base, name, n) == 0) {
+        if (name_is(req->headers[i].name, name, n)) {
             req->headers[i].value = v;
             remove_fields(req, name, n, i + 1);
             return 0;
@@ -415,6 +437,20 @@ static void set_target(struct um_hook_request *hr, const char *path, size_t plen
     hr->path_changed = true;
 }
 
+/* A ttl at idx: nil clears it, else seconds from 0 to 10 years. */
+static void set_ttl(lua_State *L, int idx, const char *what, bool *has_ttl, int64_t *ttl)
+{
+    if (lua_isnil(L, idx)) {
+        *has_ttl = false;
+        return;
+    }
+    lua_Number t = luaL_checknumber(L, idx);
+    if (!(t >= 0 && t <= 31536000 * 10.0))
+        luaL_error(L, "%s: expected seconds from 0 to 10 years", what);
+    *has_ttl = true;
+    *ttl = (int64_t)t;
+}
+
 static void check_path(lua_State *L, const char *what, const char *p, size_t n)
 {
     if (n == 0 || p[0] != '/' || !is_visible(p, n, "?#"))
@@ -429,22 +465,6 @@ static void set_host(lua_State *L, int idx, struct um_hook_request *hr, const ch
     if (n == 0 || !is_visible(h, n, "/?#@\\\"<>{}|^`"))
         luaL_error(L, "%s: '%s' is not a host", what, h);
     hr->req->authority = (um_str){um_arena_strdup(hr->arena, h, n), n};
-}
-
-static int find_route(const struct um_config *c, const char *name)
-{
-    for (size_t i = 0; i < c->num_routes; i++)
-        if (c->routes[i].name && strcmp(c->routes[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
-static int find_upstream(const struct um_config *c, const char *name)
-{
-    for (size_t i = 0; i < c->num_upstreams; i++)
-        if (strcmp(c->upstreams[i].name, name) == 0)
-            return (int)i;
-    return -1;
 }
 
 static int req_index(lua_State *L)
@@ -479,11 +499,12 @@ static int req_index(lua_State *L)
             /* Lower case, without the port: what host-based routing compares. */
             char name[256];
             um_str a = req->authority;
-            size_t len;
+            size_t len = a.len;
+            /* An HTTP/1.0 request without Host has no authority at all (a NULL base). */
             if (a.len > 0 && a.base[0] == '[') {
                 const char *end = memchr(a.base, ']', a.len);
                 len = end ? (size_t)(end - a.base) + 1 : a.len;
-            } else {
+            } else if (a.len > 0) {
                 const char *colon = memchr(a.base, ':', a.len);
                 len = colon ? (size_t)(colon - a.base) : a.len;
             }
@@ -607,13 +628,13 @@ static int req_newindex(lua_State *L)
         req->method_id = um_http1_method_id(m, n);
     } else if (strcmp(k, "upstream") == 0) {
         const char *u = check_string(L, 3, what, &n);
-        int i = find_upstream(cl->c, u);
+        int i = um_config_upstream_index(cl->c, u);
         if (i < 0)
             return luaL_error(L, "%s: no upstream is named '%s'", what, u);
         hr->upstream = i;
     } else if (strcmp(k, "route") == 0) {
         const char *r = check_string(L, 3, what, &n);
-        int i = find_route(cl->c, r);
+        int i = um_config_route_index(cl->c, r);
         if (i < 0)
             return luaL_error(L, "%s: no route is named '%s'", what, r);
         hr->route = &cl->c->routes[i];
@@ -627,15 +648,7 @@ static int req_newindex(lua_State *L)
             hr->cache_key = (um_str){um_arena_strdup(hr->arena, ck, n), n};
         }
     } else if (strcmp(k, "ttl") == 0) {
-        if (lua_isnil(L, 3)) {
-            hr->has_ttl = false;
-        } else {
-            lua_Number t = luaL_checknumber(L, 3);
-            if (!(t >= 0 && t <= 31536000 * 10.0))
-                return luaL_error(L, "%s: expected seconds from 0 to 10 years", what);
-            hr->has_ttl = true;
-            hr->ttl = (int64_t)t;
-        }
+        set_ttl(L, 3, what, &hr->has_ttl, &hr->ttl);
     } else if (strcmp(k, "no_cache") == 0) {
         hr->no_cache = lua_toboolean(L, 3);
     } else {
@@ -689,17 +702,14 @@ static int res_set_header(lua_State *L)
         return luaL_error(L, "res:set_header: %s cannot be set by a hook", name);
     const char *value = NULL;
     if (!lua_isnoneornil(L, 3)) {
-        value = check_string(L, 3, "res:set_header", &vn);
-        if (!is_field_value(value, vn))
-            return luaL_error(L, "res:set_header: the value of %s has a control character "
-                              "(CR, LF, NUL...) or surrounding spaces", name);
+        value = check_value(L, 3, "res:set_header", "res:set_header", name, &vn);
     }
     struct um_header *f = res_fields(cl);
     struct um_response_head *h = &cl->out->head;
     size_t out = 0;
     bool placed = false;
     for (size_t i = 0; i < h->num_headers; i++) {
-        if (f[i].name.len == n && strncasecmp(f[i].name.base, name, n) == 0) {
+        if (name_is(f[i].name, name, n)) {
             if (value == NULL || placed)
                 continue;
             f[i].value = (um_str){um_arena_strdup(cl->arena, value, vn), vn};
@@ -755,15 +765,7 @@ static int res_newindex(lua_State *L)
     const char *k = luaL_checkstring(L, 2);
     struct um_response_head *h = &cl->out->head;
     if (strcmp(k, "ttl") == 0) {
-        if (lua_isnil(L, 3)) {
-            h->has_ttl = false;
-            return 0;
-        }
-        lua_Number t = luaL_checknumber(L, 3);
-        if (!(t >= 0 && t <= 31536000 * 10.0))
-            return luaL_error(L, "res.ttl: expected seconds from 0 to 10 years");
-        h->has_ttl = true;
-        h->ttl = (int64_t)t;
+        set_ttl(L, 3, "res.ttl", &h->has_ttl, &h->ttl);
     } else if (strcmp(k, "cacheable") == 0) {
         h->no_store = !lua_toboolean(L, 3);
     } else {
@@ -777,10 +779,7 @@ static int res_newindex(lua_State *L)
 
 static struct um_hook_request *answering(lua_State *L, const char *what)
 {
-    struct call *cl = current(L);
-    if (cl->hr == NULL)
-        luaL_error(L, "%s: only on_request can answer", what);
-    return cl->hr;
+    return request_call(L, what, "only on_request can answer");
 }
 
 /* umbra.respond(status, body, headers): answers the request without an origin. */
@@ -818,10 +817,8 @@ static int l_respond(lua_State *L)
             for (size_t i = 1; i <= count; i++) {
                 if (list)
                     lua_rawgeti(L, -1, (int)i);
-                const char *v = check_string(L, -1, "umbra.respond: header value", &vn);
-                if (!is_field_value(v, vn))
-                    return luaL_error(L, "umbra.respond: the value of %s has a control "
-                                      "character (CR, LF, NUL...) or surrounding spaces", name);
+                const char *v =
+                    check_value(L, -1, "umbra.respond: header value", "umbra.respond", name, &vn);
                 hs[nh++] = (struct um_header){{um_arena_strdup(hr->arena, name, n), n},
                                               {um_arena_strdup(hr->arena, v, vn), vn}};
                 if (list)
@@ -931,10 +928,7 @@ static int l_unescape(lua_State *L)
 
 static struct um_hook_request *yy_request(lua_State *L, const char *what)
 {
-    struct call *cl = current(L);
-    if (cl->hr == NULL)
-        luaL_error(L, "%s: only in upstream_set", what);
-    return cl->hr;
+    return request_call(L, what, "only in upstream_set");
 }
 
 static int yy_set_path(lua_State *L)
@@ -1137,6 +1131,8 @@ static struct hstate *state_new(const struct um_config *c, int worker, char *err
     h->route_resp = um_calloc(c->num_routes + 1, sizeof(int));
     for (size_t i = 0; i < c->num_routes; i++)
         h->route_req[i] = h->route_resp[i] = LUA_NOREF;
+    if (c->lua.yy_host)
+        h->yy_host = (um_str){c->lua.yy_host, strlen(c->lua.yy_host)};
     lua_State *L = h->L = luaL_newstate();
     if (L == NULL) {
         snprintf(err, errlen, "%s: cannot create worker %d's Lua state (out of memory)",
@@ -1300,7 +1296,7 @@ static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr,
     push_str(L, req->method);
     push_str(L, client_host);
     /* The Host sent is upstream_host (or the server's name) unless set_host changes it. */
-    req->authority = (um_str){c->lua.yy_host, strlen(c->lua.yy_host)};
+    req->authority = h->yy_host;
     tl_call = cl;
     bool ok = pcall_budget(h, 3, UM_HOOK_BUDGET, "upstream_set", cl);
     tl_call = NULL;
@@ -1309,8 +1305,9 @@ static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr,
     lua_settop(L, 1);
     hr->cache_key = key;
     if (cl->yy_server_changed) {
-        char *u = um_arena_alloc(hr->arena, strlen(cl->yy_domain) + 32);
-        sprintf(u, "%s://%s:%d", cl->yy_protocol, cl->yy_domain, cl->yy_port);
+        size_t n = strlen(cl->yy_domain) + 32;
+        char *u = um_arena_alloc(hr->arena, n);
+        snprintf(u, n, "%s://%s:%d", cl->yy_protocol, cl->yy_domain, cl->yy_port);
         hr->upstream_url = u;
     }
     return UM_HOOK_CONTINUE;

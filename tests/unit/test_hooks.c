@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "config/lualines.h"
@@ -20,20 +19,31 @@
 
 static char path[] = "/tmp/umbra-test-hooks-XXXXXX";
 
-static struct um_config *load(const char *text)
+/* Writes text to a new temporary file, named by path until drop_file. */
+static void put_file(const char *text)
 {
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
+}
+
+static void drop_file(void)
+{
+    unlink(path);
+    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+}
+
+static struct um_config *load(const char *text)
+{
+    put_file(text);
     char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
     if (c != NULL && !um_hooks_create_states(c, 1, err, sizeof err)) {
         um_config_unref(c);
         c = NULL;
     }
-    unlink(path);
-    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+    drop_file();
     if (c == NULL)
         fail_msg("load failed: %s", err);
     return c;
@@ -41,14 +51,10 @@ static struct um_config *load(const char *text)
 
 static char *load_error(const char *text)
 {
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    put_file(text);
     static char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
-    unlink(path);
-    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+    drop_file();
     assert_null(c);
     char *colon = strchr(err, ':'); /* skip the temp file's name */
     return colon ? colon + 1 : err;
@@ -162,6 +168,24 @@ static void test_respond_and_redirect(void **state)
     assert_int_equal(p.hr.num_headers, 1);
     assert_true(str_is(p.hr.headers[0].name, "Location"));
     assert_true(str_is(p.hr.headers[0].value, "https://e.example/"));
+    um_arena_reset(&p.arena);
+    um_config_unref(c);
+}
+
+/* An HTTP/1.0 request may come without Host: its authority is empty (no bytes at all), and
+ * req.hostname and req.host read as "". */
+static void test_hostname_without_host(void **state)
+{
+    (void)state;
+    struct um_config *c = load(
+        "routes = { { path = '/', on_request = function(req)\n"
+        "  return umbra.respond(200, '[' .. req.hostname .. '][' .. req.host .. ']')\n"
+        "end } }\n");
+    struct parsed p;
+    parse(&p, "GET / HTTP/1.0\r\n\r\n", c);
+    assert_null(p.req.authority.base);
+    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+    assert_true(str_is(p.hr.resp_body, "[][]"));
     um_arena_reset(&p.arena);
     um_config_unref(c);
 }
@@ -305,10 +329,7 @@ static void test_states_made_at_load(void **state)
                        "  return umbra.respond(200, 'made for ' .. tostring(w) .. ', on ' ..\n"
                        "                        umbra.worker)\n"
                        "end } }\n";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    put_file(text);
     char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
@@ -340,10 +361,8 @@ static void test_states_made_at_load(void **state)
     const char *bad = "listen = { '127.0.0.1:1' }\n"
                       "routes = { { path = '/', root = '.', on_request = function() end } }\n"
                       "if umbra and umbra.worker == 1 then error('no worker 1') end\n";
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, bad, strlen(bad)), (ssize_t)strlen(bad));
-    close(fd);
+    drop_file();
+    put_file(bad);
     c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
     assert_false(um_hooks_create_states(c, 2, err, sizeof err));
@@ -360,10 +379,8 @@ static void test_states_made_at_load(void **state)
                        "if umbra then\n"
                        "  while true do end\n"
                        "end\n";
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, loop, strlen(loop)), (ssize_t)strlen(loop));
-    close(fd);
+    drop_file();
+    put_file(loop);
     c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
     assert_false(um_hooks_create_states(c, 1, err, sizeof err));
@@ -371,8 +388,7 @@ static void test_states_made_at_load(void **state)
              "(in worker 0's request hooks)", path);
     assert_string_equal(err, want);
     um_config_unref(c);
-    unlink(path);
-    memcpy(path + strlen(path) - 6, "XXXXXX", 6);
+    drop_file();
 }
 
 static void test_fold_shifts(void **state)
@@ -388,17 +404,37 @@ static void test_fold_shifts(void **state)
     assert_null(um__lua_fold_shifts("a = 1 < 2\n", 10, &n));
 }
 
+/* Lua 5.3's shifts bind looser than arithmetic and concatenation: "1 << 2 + 1" is 8, not 4 + 1.
+ * Such a shift stays as written (LuaJIT rejects it), rather than folding into another value. */
+static void test_fold_shifts_keeps_precedence(void **state)
+{
+    (void)state;
+    const char *src = "a = 1 << 2 + 1\nb = 3 * 1 << 4\nc = 'x' .. 1 << 2\nd = 2 ^ 1 << 3\n"
+                      "e = -1 >> 1\nf = 1 << 4 < 17\ng = (1 << 3)\n";
+    const char *want = "a = 1 << 2 + 1\nb = 3 * 1 << 4\nc = 'x' .. 1 << 2\nd = 2 ^ 1 << 3\n"
+                       "e = -1 >> 1\nf = 16 < 17\ng = (8)\n";
+    size_t n;
+    char *out = um__lua_fold_shifts(src, strlen(src), &n);
+    assert_non_null(out);
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(out, want, n);
+    free(out);
+    assert_null(um__lua_fold_shifts("a = 1 << 2 + 1\n", 15, &n));
+}
+
 int main(void)
 {
     um_hooks_thread_init(0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rewrites),
         cmocka_unit_test(test_respond_and_redirect),
+        cmocka_unit_test(test_hostname_without_host),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_on_response),
         cmocka_unit_test(test_yunying),
         cmocka_unit_test(test_states_made_at_load),
         cmocka_unit_test(test_fold_shifts),
+        cmocka_unit_test(test_fold_shifts_keeps_precedence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
