@@ -38,4 +38,8 @@ bool um_etag_match_strong(um_str list, um_str etag);
  * NUL-terminated. */
 bool um_url_path_canon(um_str path, char *out, size_t outsz, size_t *outlen);
 
+/* The host of an authority ("host[:port]") without the port; an IPv6 literal keeps its
+ * brackets. An empty authority (base may be NULL) gives an empty host. */
+um_str um_url_host(um_str authority);
+
 #endif

@@ -1,5 +1,7 @@
-/* Canonical request paths for route matching. */
+/* Canonical request paths for route matching, and the host of an authority. */
 #include "umbra/httpfield.h"
+
+#include <string.h>
 
 static int hexval(int c)
 {
@@ -73,4 +75,21 @@ bool um_url_path_canon(um_str path, char *out, size_t outsz, size_t *outlen)
     out[o] = '\0';
     *outlen = o;
     return true;
+}
+
+um_str um_url_host(um_str authority)
+{
+    size_t len = authority.len;
+    if (len == 0)
+        return authority;
+    if (authority.base[0] == '[') {
+        const char *end = memchr(authority.base, ']', len);
+        if (end)
+            len = (size_t)(end - authority.base) + 1;
+    } else {
+        const char *colon = memchr(authority.base, ':', len);
+        if (colon)
+            len = (size_t)(colon - authority.base);
+    }
+    return (um_str){authority.base, len};
 }

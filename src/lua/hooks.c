@@ -27,6 +27,7 @@
 
 #include "umbra/cacheorigin.h"
 #include "umbra/config.h"
+#include "umbra/httpfield.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
 
@@ -498,16 +499,9 @@ static int req_index(lua_State *L)
         if (strcmp(k, "hostname") == 0) {
             /* Lower case, without the port: what host-based routing compares. */
             char name[256];
-            um_str a = req->authority;
+            /* (An HTTP/1.0 request without Host has no authority at all: a NULL base.) */
+            um_str a = um_url_host(req->authority);
             size_t len = a.len;
-            /* An HTTP/1.0 request without Host has no authority at all (a NULL base). */
-            if (a.len > 0 && a.base[0] == '[') {
-                const char *end = memchr(a.base, ']', a.len);
-                len = end ? (size_t)(end - a.base) + 1 : a.len;
-            } else if (a.len > 0) {
-                const char *colon = memchr(a.base, ':', a.len);
-                len = colon ? (size_t)(colon - a.base) : a.len;
-            }
             if (len > sizeof(name))
                 len = sizeof(name);
             for (size_t i = 0; i < len; i++)

@@ -528,21 +528,9 @@ static void fail(struct um__conn *c, int status)
 
 static bool host_matches(const char *want, um_str authority)
 {
-    /* Compare without the port; an IPv6 literal keeps its brackets. */
-    size_t len = authority.len;
-    if (len > 0 && authority.base[0] == '[') {
-        const char *end = memchr(authority.base, ']', len);
-        if (end)
-            len = (size_t)(end - authority.base) + 1;
-    } else {
-        const char *colon = memchr(authority.base, ':', len);
-        if (colon)
-            len = (size_t)(colon - authority.base);
-    }
-    return um_str_eq_ci((um_str){authority.base, len}, want);
+    return um_str_eq_ci(um_url_host(authority), want);
 }
 
-/* First route whose host and path prefix match; *rest is the path below the prefix. */
 /* True when route r's path prefix matches path; *rest is then the part below it. */
 static bool route_prefix(const struct um_route *r, um_str path, um_str *rest)
 {
@@ -560,6 +548,7 @@ static bool route_prefix(const struct um_route *r, um_str path, um_str *rest)
     return false;
 }
 
+/* First route whose host and path prefix match; *rest is the path below the prefix. */
 static const struct um_route *find_route(const struct um_config *cfg, um_str authority,
                                          um_str path, um_str *rest)
 {
@@ -590,16 +579,7 @@ static void redirect_https(struct um__conn *c)
     const struct um_request *req = &c->req;
     /* The host without the plain listener's port, as nginx's "https://$host$request_uri":
      * HTTPS is on its own (default) port. */
-    um_str host = req->authority;
-    if (host.len > 0 && host.base[0] == '[') {
-        const char *end = memchr(host.base, ']', host.len);
-        if (end)
-            host.len = (size_t)(end - host.base) + 1;
-    } else {
-        const char *colon = memchr(host.base, ':', host.len);
-        if (colon)
-            host.len = (size_t)(colon - host.base);
-    }
+    um_str host = um_url_host(req->authority);
     size_t n = 8 + host.len + req->target.len;
     char *loc = um_malloc(n + 1);
     memcpy(loc, "https://", 8);

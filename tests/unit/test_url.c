@@ -83,9 +83,31 @@ static void test_refused(void **state)
     canon_refused("");
 }
 
+static void check_host(const char *authority, const char *want)
+{
+    um_str a = {authority, authority ? strlen(authority) : 0};
+    um_str h = um_url_host(a);
+    assert_int_equal(h.len, strlen(want));
+    if (h.len)
+        assert_memory_equal(h.base, want, h.len);
+}
+
+static void test_host_without_port(void **state)
+{
+    (void)state;
+    check_host("example.com:8080", "example.com");
+    check_host("Example.COM", "Example.COM");
+    check_host("[::1]:443", "[::1]");
+    check_host("[::1]", "[::1]");
+    check_host("127.0.0.1:80", "127.0.0.1");
+    check_host("", "");
+    check_host(NULL, ""); /* HTTP/1.0 without Host */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_without_port),
         cmocka_unit_test(test_unreserved_decoded),
         cmocka_unit_test(test_reserved_kept),
         cmocka_unit_test(test_dot_segments),
