@@ -354,9 +354,9 @@ upstream_head = {
 write_all("upstream_head", upstream_head)
 
 # --- fuzz_cachepolicy ---------------------------------------------------------------------
-# Byte 0: status = 100 + 2 * byte ('2' = 0x32 -> 200, 'v' = 0x76 -> 336, 0x96 -> 400); then
+# Byte 0: status = 100 + 2 * byte ('2' = 0x32 -> 200, 'v' = 0x76 -> 336, 0x98 -> 404); then
 # "Name: value" lines separated by LF, used as the response and as the request.
-S200, S404 = "2", "\x96"
+S200, S404 = "2", "\x98"
 cachepolicy = {
     "max_age": S200 + "Cache-Control: public, max-age=60\nDate: Sun, 06 Nov 1994 08:49:37 GMT",
     "s_maxage": S200 + "Cache-Control: s-maxage=10, max-age=60, must-revalidate",
