@@ -360,11 +360,13 @@ class CachePoisoningTest(ProxyBase):
         # An absolute-form target names the host (RFC 9112 3.2.2); it cannot store an
         # answer under the Host of another client's request.
         target = "/c/poison-abs?echo=1&cc=max-age%3D60"
-        raw = ("GET http://evil.example%s HTTP/1.1\r\nHost: good.example\r\n"
-               "Connection: close\r\n\r\n" % target).encode()
-        parse_response(exchange(self.port, raw)[0])
+        bad = self.get("http://evil.example" + target, host="good.example")
+        self.assertEqual(bad.status, 200)
+        self.assertIn(b"evil.example", bad.body)
         good = self.get(target, host="good.example")
+        self.assertEqual(good.status, 200)
         self.assertNotIn(b"evil.example", good.body)
+        self.assertIn(b"good.example", good.body)
 
     def deception(self, name, query):
         """An attacker-shaped URL (a personal page with a static-looking suffix) visited
@@ -659,6 +661,7 @@ routes = { { path = "/", upstream = "app", cache = false } }
                     s.sendall(b"GET /x%d?delay=300 HTTP/1.1\r\nHost: x\r\n\r\n" % i)
                     socks.append(s)
                 wait_until(lambda: "Too many open files" in u.log(), timeout=3)
+                self.assertIn("Too many open files", u.log())
                 time.sleep(1)
                 self.assertTrue(u.alive(), u.log())
             finally:
