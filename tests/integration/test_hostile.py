@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, class_context, connect, exchange,  # noqa: E402
@@ -680,9 +681,11 @@ class SlowReaderTest(unittest.TestCase):
     def setUpClass(cls):
         # Under ASan, freed blocks wait in a 256 MB quarantine that RSS counts: a small
         # one keeps the figures about umbra's buffers.
-        cls.asan_options = os.environ.get("ASAN_OPTIONS")
         if sanitizer_build() == "asan":
-            os.environ["ASAN_OPTIONS"] = (cls.asan_options or "") + ":quarantine_size_mb=4"
+            env = mock.patch.dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") +
+                                  ":quarantine_size_mb=4")
+            env.start()
+            cls.addClassCleanup(env.stop)
         cls.origin = class_context(cls, Origin(record=False))
         cls.umbra = class_context(cls, Umbra("""
 timeouts = { send = 1 }
@@ -695,13 +698,6 @@ routes = {
 }
 """ % cls.origin.url, workers=2))
         cls.port = cls.umbra.port
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.asan_options is None:
-            os.environ.pop("ASAN_OPTIONS", None)
-        else:
-            os.environ["ASAN_OPTIONS"] = cls.asan_options
 
     def tearDown(self):
         self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())
