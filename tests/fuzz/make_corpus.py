@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Writes the seed corpora under tests/fuzz/corpus/<target>/ (run from anywhere).
 
-Seeds are written here rather than by hand because two targets read control bytes first:
+Seeds are written here rather than by hand because most targets read control bytes first:
 fuzz_http1 takes [limits byte][split byte] before the request, fuzz_chunked takes a
-[piece-size byte] before the body. Re-running rewrites these seeds and leaves any other
-file in the corpus directories alone (e.g. inputs merged back from a long run).
+[piece-size byte] before the body, fuzz_upstream_head and fuzz_h1_response a [flags byte]
+before the response, fuzz_cachepolicy a [status byte] before the fields. Re-running
+rewrites these seeds and leaves any other file in the corpus directories alone (e.g.
+inputs merged back from a long run).
 """
 import os
 
@@ -18,6 +20,12 @@ def write(target, name, data):
         data = data.encode("latin-1")
     with open(os.path.join(d, name), "wb") as f:
         f.write(data)
+
+
+def write_all(target, seeds, suffix=""):
+    """Writes each seed of the dict seeds (name: data) as corpus/<target>/<name><suffix>."""
+    for name, data in seeds.items():
+        write(target, name + suffix, data)
 
 
 # --- fuzz_http1 ---------------------------------------------------------------------------
@@ -180,8 +188,7 @@ field = {
     "etag_unquoted": "abc\n\"abc\"",
     "etag_empty_opaque": '""\n""',
 }
-for name, v in field.items():
-    write("field", name, v)
+write_all("field", field)
 
 # --- fuzz_path ----------------------------------------------------------------------------
 paths = {
@@ -212,8 +219,7 @@ paths = {
     "query_like": "a?b=c/d",
     "long": "/".join(["seg%02d" % i for i in range(60)]),
 }
-for name, p in paths.items():
-    write("path", name, p)
+write_all("path", paths)
 
 # --- fuzz_config --------------------------------------------------------------------------
 config = {
@@ -278,8 +284,7 @@ routes = {
     "nested": "routes = {{path='/',root='/',host={a={b={c={d={}}}}}}}\n",
     "crlf_lines": 'listen = "127.0.0.1:1"\r\nroutes = {\r\n{path="/",\r\nroot=1}}\r\n',
 }
-for name, src in config.items():
-    write("config", name + ".lua", src)
+write_all("config", config, ".lua")
 
 # Upstreams, the cache and TLS (settings added after the first seeds).
 config_more = {
@@ -310,8 +315,7 @@ tls = { { hosts = { "a.test", "*.b.test" }, cert = "/nonexistent.crt", key = "/n
 routes = {{ path = "/", root = "/" }}
 """,
 }
-for name, src in config_more.items():
-    write("config", name + ".lua", src)
+write_all("config", config_more, ".lua")
 
 # --- fuzz_upstream_head -------------------------------------------------------------------
 # Byte 0: flags (bit 0: the request was a HEAD); then the response as the origin sent it.
@@ -347,13 +351,12 @@ upstream_head = {
     "empty_value": GET + "HTTP/1.1 200 OK\r\nX-Empty:\r\nX-Ws: \t \r\n\r\n",
     "garbage": GET + "\x16\x03\x01\x02\x00garbage\r\n\r\n",
 }
-for name, v in upstream_head.items():
-    write("upstream_head", name, v)
+write_all("upstream_head", upstream_head)
 
 # --- fuzz_cachepolicy ---------------------------------------------------------------------
-# Byte 0: status = 100 + 2 * byte ('2' = 0x32 -> 200, 'v' = 0x76 -> 336, 0x96 -> 400); then
+# Byte 0: status = 100 + 2 * byte ('2' = 0x32 -> 200, 'v' = 0x76 -> 336, 0x98 -> 404); then
 # "Name: value" lines separated by LF, used as the response and as the request.
-S200, S404 = "2", "\x96"
+S200, S404 = "2", "\x98"
 cachepolicy = {
     "max_age": S200 + "Cache-Control: public, max-age=60\nDate: Sun, 06 Nov 1994 08:49:37 GMT",
     "s_maxage": S200 + "Cache-Control: s-maxage=10, max-age=60, must-revalidate",
@@ -382,5 +385,23 @@ cachepolicy = {
     "only_if_cached": S200 + "Cache-Control: only-if-cached, max-stale=100, min-fresh=5",
     "garbage": S200 + "Cache-Control: ,,;=\"\\\n:\n:::\nVary: ,,\n\x00",
 }
-for name, v in cachepolicy.items():
-    write("cachepolicy", name, v)
+write_all("cachepolicy", cachepolicy)
+
+# --- fuzz_h1_response ---------------------------------------------------------------------
+# Byte 0: flags (bit 0: the request was a HEAD; bits 1-7: bit k + 1 set, the sink refuses
+# the k-th body piece once); then the response as the origin sent it, followed by its close.
+h1_response = {
+    "length": GET + "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    "chunked": "\x06" + "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+    "3;x=y\r\nabc\r\n0\r\nT: v\r\n\r\n",
+    "close": GET + "HTTP/1.0 200 OK\r\nX: y\r\n\r\nclose-delimited body",
+    "cut": GET + "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+    "head": HEAD + "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n",
+    "interim": GET + "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+    "HTTP/1.1 204 No Content\r\n\r\n",
+    # Both framings: the coding wins, and the bytes after the last chunk are not the body.
+    "te_and_cl": GET + "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n"
+    "Content-Length: 3\r\n\r\n1\r\na\r\n0\r\n\r\nextra",
+    "garbage": GET + "garbage\n\n",
+}
+write_all("h1_response", h1_response)

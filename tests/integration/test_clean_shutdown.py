@@ -14,11 +14,12 @@ import signal
 import sys
 import time
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, connect, exchange, make_cert, parse_response,  # noqa: E402
-                           parse_responses, sanitizer_build, sanitizer_report, tls_connect,
-                           tls_context, tls_recv_all)
+from umbra_harness import (Origin, Umbra, connect, exchange, fetch_req, make_cert,  # noqa: E402
+                           parse_response, parse_responses, sanitizer_build, sanitizer_report,
+                           tls_connect, tls_context, tls_recv_all, wait_until)
 
 CONFIG = """
 listen = { "127.0.0.1:0", { "127.0.0.1:0", tls = true } }
@@ -33,10 +34,8 @@ routes = {
 """
 
 
-def get(port, target, extra=""):
-    data, _ = exchange(port, ("GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n"
-                              % (target, extra)).encode(), timeout=10)
-    return parse_response(data)
+def get(port, target, headers=()):
+    return fetch_req(port, target, headers=headers, host="x")
 
 
 class CleanShutdownTest(unittest.TestCase):
@@ -46,26 +45,27 @@ class CleanShutdownTest(unittest.TestCase):
             # report from being cut short by an abort before it is printed in full.
             opts = os.environ.get("ASAN_OPTIONS", "")
             if "detect_leaks" not in opts:
-                os.environ["ASAN_OPTIONS"] = (opts + ":" if opts else "") + "detect_leaks=1"
+                env = mock.patch.dict(os.environ, ASAN_OPTIONS=(opts + ":" if opts else "") +
+                                      "detect_leaks=1")
+                env.start()
+                self.addCleanup(env.stop)
 
-    def traffic(self, u, origin):
+    def traffic(self, u):
         port, tls_port = u.ports[0], u.ports[1]
         # Static: a file, a miss, a range.
         self.assertEqual(get(port, "/static/a.txt").status, 200)
         self.assertEqual(get(port, "/static/missing").status, 404)
-        self.assertEqual(get(port, "/static/a.txt", "Range: bytes=0-1\r\n").status, 206)
+        self.assertEqual(get(port, "/static/a.txt", [("Range", "bytes=0-1")]).status, 206)
         # Cache: miss then hit, a variant, an uncacheable answer, a revalidation.
         for _ in range(2):
             self.assertEqual(get(port, "/c/obj?size=100000&cc=max-age%3D60").status, 200)
-        self.assertEqual(get(port, "/c/vary?cc=max-age%3D60&header=Vary:X-A", "X-A: 1\r\n")
+        self.assertEqual(get(port, "/c/vary?cc=max-age%3D60&header=Vary:X-A", [("X-A", "1")])
                          .status, 200)
         self.assertEqual(get(port, "/c/nostore?cc=no-store").status, 200)
         self.assertEqual(get(port, "/c/reval?cc=max-age%3D0&header=ETag:%22a%22").status, 200)
         self.assertEqual(get(port, "/c/reval?cc=max-age%3D0&header=ETag:%22a%22").status, 200)
         # Pass-through, with a request body, and an origin error.
-        data, _ = exchange(port, b"POST /n/post HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-                                 b"Connection: close\r\n\r\nhello", timeout=10)
-        self.assertEqual(parse_response(data).status, 200)
+        self.assertEqual(fetch_req(port, "/n/post", "POST", body=b"hello", host="x").status, 200)
         self.assertEqual(get(port, "/n/err?status=503").status, 503)
         self.assertEqual(get(port, "/n/garbage?garbage=1").status, 502)
         # Bad requests.
@@ -73,7 +73,7 @@ class CleanShutdownTest(unittest.TestCase):
                     b"POST /n/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
                     b"Transfer-Encoding: chunked\r\n\r\n"):
             data, _ = exchange(port, raw)
-            self.assertTrue(parse_responses(data)[0].status >= 400)
+            self.assertGreaterEqual(parse_responses(data)[0].status, 400, raw)
         # Clients that leave mid-download, on both proxy routes and a big fill.
         for target in ("/n/big?size=20000000", "/c/bigfill?size=20000000&cc=max-age%3D60",
                        "/c/endless?endless=1&cc=max-age%3D60"):
@@ -99,15 +99,17 @@ class CleanShutdownTest(unittest.TestCase):
                 make_cert(d, cn="localhost", san="DNS:localhost")
             with Umbra(CONFIG % origin.url, files={"www/a.txt": "static file\n"},
                        setup=setup, workers=2) as u:
-                self.traffic(u, origin)
+                self.traffic(u)
                 # Requests still in flight at SIGTERM: a stalled origin (cut after
                 # timeouts.shutdown) and an idle keep-alive connection.
+                before = origin.count()
                 stalled = connect(u.port)
                 stalled.sendall(b"GET /n/stall?stall=1 HTTP/1.1\r\nHost: x\r\n\r\n")
                 idle = connect(u.port)
                 idle.sendall(b"GET /static/a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
                 idle.recv(1000)
-                time.sleep(0.2)
+                self.assertTrue(wait_until(lambda: origin.count() > before),
+                                "the stalled request did not reach the origin")
                 rc = u.stop(signal.SIGTERM, timeout=30)
                 stalled.close()
                 idle.close()

@@ -26,3 +26,8 @@ routes = {                    -- first match wins
 cache    = { memory = "64MB", default_ttl = 60 }
 limits   = { max_connections = 10000, max_header_bytes = 16384, max_body_bytes = "16MB" }
 timeouts = { header = 10, idle = 60, send = 30 }   -- seconds
+
+-- Operations (README.md, "Operations"): uncomment for Prometheus metrics and the status page
+-- on http://127.0.0.1:9145/status, and an access log (SIGHUP reloads this file).
+-- admin      = { listen = "127.0.0.1:9145", allow = { "127.0.0.1", "::1" } }
+-- access_log = { path = "stderr", format = "combined" }
