@@ -229,13 +229,18 @@ class Umbra:
         return self.proc.poll() is None
 
     def stop(self, sig=signal.SIGTERM, timeout=10):
-        """Sends sig and waits for the exit; returns the return code (None on timeout)."""
+        """Sends sig and waits for the exit, then for stderr to its end (a sanitizer's leak
+        report comes after the exit), so log() has every line; returns the return code
+        (None on timeout)."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            return self.proc.wait(timeout)
+            rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        if self._reader is not None:
+            self._reader.join(10)
+        return rc
 
     def cpu_seconds(self):
         """User + system CPU time the process has used, from /proc/PID/stat."""
