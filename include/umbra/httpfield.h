@@ -7,6 +7,24 @@
 
 #include "umbra/common.h"
 
+/* tchar (RFC 9110 section 5.6.2): ALPHA, DIGIT and !#$%&'*+-.^_`|~ */
+static inline bool um_http_tchar(unsigned char c)
+{
+    static const uint32_t bits[4] = {0x00000000, 0x03ff6cfa, 0xc7fffffe, 0x57ffffff};
+    return c < 0x80 && (bits[c >> 5] >> (c & 31)) & 1;
+}
+
+/* A token: one or more tchar. */
+static inline bool um_http_is_token(um_str s)
+{
+    if (s.len == 0)
+        return false;
+    for (size_t i = 0; i < s.len; i++)
+        if (!um_http_tchar((unsigned char)s.base[i]))
+            return false;
+    return true;
+}
+
 #define UM_HTTP_DATE_LEN 29 /* "Sun, 06 Nov 1994 08:49:37 GMT" */
 
 /* Writes t as an IMF-fixdate plus a NUL into out. */

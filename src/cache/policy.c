@@ -14,14 +14,6 @@
 
 /* ---- small helpers -------------------------------------------------------------------- */
 
-static bool is_tchar(unsigned char c)
-{
-    /* tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" /
-     * "|" / "~" / DIGIT / ALPHA (RFC 9110 5.6.2) */
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 static bool is_ows(char c)
 {
     return c == ' ' || c == '\t';
@@ -37,14 +29,6 @@ static bool str_ieq(um_str a, um_str b)
     if (a.len != b.len) return false;
     for (size_t i = 0; i < a.len; i++)
         if (lower((unsigned char)a.base[i]) != lower((unsigned char)b.base[i])) return false;
-    return true;
-}
-
-static bool is_token(um_str s)
-{
-    if (s.len == 0) return false;
-    for (size_t i = 0; i < s.len; i++)
-        if (!is_tchar((unsigned char)s.base[i])) return false;
     return true;
 }
 
@@ -116,7 +100,7 @@ static bool next_directive(const char **pp, const char *end, struct directive *d
     }
     memset(d, 0, sizeof(*d));
     const char *s = p;
-    while (p < end && is_tchar((unsigned char)*p))
+    while (p < end && um_http_tchar((unsigned char)*p))
         p++;
     d->name = (um_str){s, (size_t)(p - s)};
     d->malformed = d->name.len == 0;
@@ -145,7 +129,7 @@ static bool next_directive(const char **pp, const char *end, struct directive *d
                 p++;
         } else {
             s = p;
-            while (p < end && is_tchar((unsigned char)*p))
+            while (p < end && um_http_tchar((unsigned char)*p))
                 p++;
             d->arg = (um_str){s, (size_t)(p - s)};
         }
@@ -198,7 +182,7 @@ static bool add_field_names(const struct directive *d, um_str *names, size_t *n)
         um_str f = um_str_trim((um_str){s, (size_t)(p - s)});
         if (p < end) p++;
         if (f.len == 0) continue;
-        if (!is_token(f) || k == UM_CC_MAX_FIELDS) return false;
+        if (!um_http_is_token(f) || k == UM_CC_MAX_FIELDS) return false;
         bool dup = false;
         for (size_t i = 0; i < k && !dup; i++)
             dup = str_ieq(names[i], f);

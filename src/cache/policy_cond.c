@@ -20,12 +20,6 @@ static bool str_eq_ci_n(const char *a, size_t n, um_str b)
     return true;
 }
 
-static bool is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 /* ---- conditional requests ------------------------------------------------------------ */
 
 /* The lines of one request field: how many, and the first. */
@@ -349,7 +343,7 @@ static bool is_sf_token(const char *s)
     char c = s[0];
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '*')) return false;
     for (s++; *s; s++)
-        if (!is_tchar((unsigned char)*s) && *s != ':' && *s != '/') return false;
+        if (!um_http_tchar((unsigned char)*s) && *s != ':' && *s != '/') return false;
     return true;
 }
 

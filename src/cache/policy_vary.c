@@ -5,14 +5,9 @@
  * values of the request that filled an object) or compares with a stored value as it goes
  * (to match a later request without a buffer or a length limit). */
 #include "umbra/cachepolicy.h"
+#include "umbra/httpfield.h"
 
 #include <string.h>
-
-static bool is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
 
 static bool is_ows(char c)
 {
@@ -55,7 +50,7 @@ void um_vary_parse(struct um_vary *v, um_str value)
         }
         bool token = true;
         for (size_t i = 0; i < m.len && token; i++)
-            token = is_tchar((unsigned char)m.base[i]);
+            token = um_http_tchar((unsigned char)m.base[i]);
         if (!token) {
             /* Not a field name: no request can carry it, so it would always "match" as
              * absent. We cannot tell what the origin meant; refuse to match at all. */

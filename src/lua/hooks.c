@@ -221,22 +221,6 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
 
 /* ---------------------------------------------------------------- checks */
 
-static bool is_tchar(unsigned char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
-}
-
-static bool is_token(const char *s, size_t n)
-{
-    if (n == 0)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!is_tchar((unsigned char)s[i]))
-            return false;
-    return true;
-}
-
 /* A field value: no CR, LF, NUL or other control byte but HTAB; no leading or trailing
  * whitespace (it would not survive a round trip). */
 static bool is_field_value(const char *s, size_t n)
@@ -385,7 +369,7 @@ static int req_set_header(lua_State *L)
     struct um_request *req = hr->req;
     size_t n, vn;
     const char *name = luaL_checklstring(L, 2, &n);
-    if (!is_token(name, n))
+    if (!um_http_is_token((um_str){name, n}))
         return luaL_error(L, "req:set_header: bad field name '%s'", name);
     if (is_framing(name, n) || um_str_eq_ci((um_str){name, n}, "host"))
         return luaL_error(L, "req:set_header: %s cannot be set by a hook%s", name,
@@ -616,7 +600,7 @@ static int req_newindex(lua_State *L)
         set_host(L, 3, hr, what);
     } else if (strcmp(k, "method") == 0) {
         const char *m = check_string(L, 3, what, &n);
-        if (!is_token(m, n))
+        if (!um_http_is_token((um_str){m, n}))
             return luaL_error(L, "%s: '%s' is not a method", what, m);
         req->method = (um_str){um_arena_strdup(hr->arena, m, n), n};
         req->method_id = um_http1_method_id(m, n);
@@ -690,7 +674,7 @@ static int res_set_header(lua_State *L)
     struct call *cl = response_call(L);
     size_t n, vn;
     const char *name = luaL_checklstring(L, 2, &n);
-    if (!is_token(name, n))
+    if (!um_http_is_token((um_str){name, n}))
         return luaL_error(L, "res:set_header: bad field name '%s'", name);
     if (is_framing(name, n))
         return luaL_error(L, "res:set_header: %s cannot be set by a hook", name);
@@ -804,7 +788,7 @@ static int l_respond(lua_State *L)
             if (lua_type(L, -2) != LUA_TSTRING)
                 return luaL_error(L, "umbra.respond: header names must be strings");
             const char *name = lua_tolstring(L, -2, &n);
-            if (!is_token(name, n) || is_framing(name, n))
+            if (!um_http_is_token((um_str){name, n}) || is_framing(name, n))
                 return luaL_error(L, "umbra.respond: bad or reserved field name '%s'", name);
             bool list = lua_istable(L, -1);
             size_t count = list ? lua_objlen(L, -1) : 1;
@@ -944,7 +928,7 @@ static int yy_set_method(lua_State *L)
     struct um_hook_request *hr = yy_request(L, "set_method");
     size_t n;
     const char *m = check_string(L, 1, "set_method", &n);
-    if (!is_token(m, n))
+    if (!um_http_is_token((um_str){m, n}))
         return luaL_error(L, "set_method: '%s' is not a method", m);
     hr->req->method = (um_str){um_arena_strdup(hr->arena, m, n), n};
     hr->req->method_id = um_http1_method_id(m, n);

@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 
 #include "umbra/http1.h"
+#include "umbra/httpfield.h"
 #include "umbra/log.h"
 #include "umbra/loop.h"
 #include "umbra/metrics.h"
@@ -404,13 +405,6 @@ static struct curl_slist *fields_to_slist(const struct xfer *x)
 
 /* ---------------------------------------------------------------- response */
 
-static bool token_char(unsigned char c)
-{
-    /* tchar (RFC 9110 section 5.6.2): a bit per byte of 0x00-0x7f */
-    static const uint32_t bits[4] = {0x00000000, 0x03ff6cfa, 0xc7fffffe, 0x57ffffff};
-    return c < 0x80 && (bits[c >> 5] >> (c & 31)) & 1;
-}
-
 /* Parses the collected head and hands it to the sink. Returns false when it is malformed. */
 static bool deliver_head(struct xfer *x)
 {
@@ -442,7 +436,7 @@ static bool deliver_head(struct xfer *x)
         if (colon == NULL || colon == p)
             return false;
         for (const char *q = p; q < colon; q++)
-            if (!token_char((unsigned char)*q))
+            if (!um_http_tchar((unsigned char)*q))
                 return false; /* also obs-fold and whitespace before the colon */
         um_str value = um_str_trim((um_str){colon + 1, len - (size_t)(colon + 1 - p)});
         for (size_t i = 0; i < value.len; i++) {

@@ -80,7 +80,7 @@ static void check_head(struct um_sink *s, const struct um_response_head *h)
         um_str n = h->headers[i].name, v = h->headers[i].value;
         FUZZ_CHECK(n.len > 0);
         for (size_t k = 0; k < n.len; k++)
-            FUZZ_CHECK(token_char((unsigned char)n.base[k]));
+            FUZZ_CHECK(um_http_tchar((unsigned char)n.base[k]));
         for (size_t k = 0; k < v.len; k++) {
             unsigned char c = (unsigned char)v.base[k];
             FUZZ_CHECK(c != '\r' && c != '\n' && c != 0 && c != 0x7f);
