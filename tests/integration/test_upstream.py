@@ -504,7 +504,10 @@ routes = {
   { path = "/postdead/", upstream = "postdead" },
   { path = "/", upstream = "twolive" },
 }
-""" % {"a": cls.a.url, "b": cls.b.url, "dead": cls.dead_url, "reset": cls.resetter.url}))
+""" % {"a": cls.a.url, "b": cls.b.url, "dead": cls.dead_url, "reset": cls.resetter.url},
+            # Round-robin and the failure counts are per worker in order, and the counts of
+            # resent requests below assume one.
+            workers=1))
         cls.port = cls.umbra.port
 
     def seen(self, target):
