@@ -12,7 +12,8 @@ revalidation, a failing POST to a stored URL) use PyOrigin, a small origin in th
 Times: freshness is counted in whole seconds, so a max-age=1 response is asserted stale
 after EXPIRE seconds, never asserted fresh.
 
-Tests named test_bug_* show server bugs that are not fixed yet (tests/integration/BUGS-cache.txt).
+Tests named test_bug_* are regression tests, named after a server bug that was found and
+fixed; each one's comment says what the bug was, and the test fails if it comes back.
 """
 
 import email.utils
@@ -695,12 +696,12 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
             self.assertIsNone(r.header("Cache-Status"), r.raw_head)
         self.assertEqual(self.seen(t), 2)
 
-    # -- known bugs -----------------------------------------------------------------------------
+    # -- regressions ----------------------------------------------------------------------------
 
     def test_bug_stale_response_without_validators_served_as_collapsed(self):
-        # max-age=1, no ETag/Last-Modified: once stale it must be fetched again. The stale
-        # object stays linked until the cleaner drops it, and um_cache_lookup_or_insert finds
-        # it: it is served as "fwd=uri-miss; collapsed" with no origin request.
+        # max-age=1, no ETag/Last-Modified: once stale it must be fetched again. The bug: the
+        # stale object stayed linked until the cleaner dropped it, um_cache_lookup_or_insert
+        # found it, and it was served as "fwd=uri-miss; collapsed" with no origin request.
         t = "/bug/stale-novalidator?cc=max-age%3D1"
         self.get(t)
         time.sleep(EXPIRE)
@@ -709,7 +710,8 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
                          "%r" % r.raw_head)
 
     def test_bug_request_no_cache_without_validators_served_from_cache(self):
-        # The client demands validation; with nothing to validate with, the cache must fetch.
+        # The client demands validation; with nothing to validate with, the cache must fetch
+        # (the bug: it answered from the cache).
         cases = (("no-cache", ("Cache-Control", "no-cache")),
                  ("max-age-0", ("Cache-Control", "max-age=0")),
                  ("min-fresh", ("Cache-Control", "min-fresh=120")))
@@ -724,6 +726,7 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
                                  % (hdr[1], r.raw_head))
 
     def test_bug_only_if_cached_504_has_no_cache_status(self):
+        # The bug: the cache's own 504 to only-if-cached had no Cache-Status.
         r = self.get("/bug/oic-cs", headers=[("Cache-Control", "only-if-cached")])
         self.assertEqual(r.status, 504)
         self.assertIsNotNone(r.header("Cache-Status"), r.raw_head)
@@ -733,8 +736,9 @@ class RangeCrashTest(unittest.TestCase, CacheAssertions):
     """Its own server: the bug below kills it."""
 
     def test_bug_range_from_stored_object_not_at_zero_crashes(self):
-        # BUGS-cache.txt 1: reader_send_head advances the cache cursor before reading, which
-        # trips an assertion and aborts the whole process.
+        # The bug: a Range that did not start at 0, served from a stored object, made
+        # reader_send_head advance the cache cursor before reading, which tripped an
+        # assertion and aborted the whole process.
         with Origin() as o, Umbra(config(o.url)) as u:
             t = "/range/a?cc=max-age%3D60&size=100"
             fetch_req(u.port, t)
@@ -771,7 +775,7 @@ class MaxObjectTest(unittest.TestCase, CacheAssertions):
         self.assertEqual(seen(self.origin, t), 2)
 
     def test_bug_over_max_object_detail_says_storable(self):
-        # BUGS-cache.txt 6: the response was not stored (too large), yet Cache-Status says
+        # The bug: the response was not stored (too large), yet Cache-Status said
         # "detail=storable" (um_cache_nostore_str(UM_STORABLE)).
         t = "/max/detail?size=1500000&cc=max-age%3D60"
         r = fetch_req(self.umbra.port, t)
@@ -780,9 +784,10 @@ class MaxObjectTest(unittest.TestCase, CacheAssertions):
         self.assertNotEqual(cs_param(r, "detail"), "storable", r.raw_head)
 
     def test_bug_chunked_over_max_object_cut_short(self):
-        # BUGS-cache.txt 5: without Content-Length the fill learns the size as it goes; past
-        # max_object the append fails and every reader, the client that caused the fill
-        # included, gets the first 1 MB and a closed connection. Every time: no marker.
+        # Without Content-Length the fill learns the size as it goes. The bug: past
+        # max_object the append failed and every reader, the client that caused the fill
+        # included, got the first 1 MB and a closed connection, every time. The whole body
+        # must reach the client, with its last chunk.
         t = "/max/chunked?chunked=1&size=2000000&cc=max-age%3D60"
         data, closed = exchange(self.umbra.port, req(t), timeout=10)
         self.assertTrue(closed)
@@ -794,10 +799,10 @@ class MaxObjectTest(unittest.TestCase, CacheAssertions):
 
 class SinkLifetimeTest(unittest.TestCase, CacheAssertions):
     def test_bug_upstream_touches_cache_sink_after_on_end(self):
-        # BUGS-cache.txt 7: only visible with a sanitizer build (UMBRA_SANITIZE=ON), where
-        # the first response through the cache aborts umbra with heap-use-after-free: the
-        # upstream writes sink->origin_data after on_end, and the cache's fill and pass
-        # sinks are freed by their on_end. A plain build passes this test.
+        # The bug, only visible with a sanitizer build (UMBRA_SANITIZE=ON): the first
+        # response through the cache aborted umbra with heap-use-after-free, because the
+        # upstream wrote sink->origin_data after on_end, and the cache's fill and pass
+        # sinks are freed by their on_end. A plain build passes this test either way.
         with Origin() as o, Umbra(config(o.url)) as u:
             for t in ("/uaf/fill?cc=max-age%3D60", "/uaf/pass?cc=no-store"):
                 try:
@@ -938,9 +943,9 @@ class OriginDownTest(unittest.TestCase, CacheAssertions):
                     self.assertIsNotNone(r.header("Cache-Status"), r.raw_head)
 
     def test_stale_if_error_without_validators(self):
-        # Stale-if-error must not depend on the stored response having a validator. (Today
-        # this passes only because of BUGS-cache.txt 2: the stale object is served whatever
-        # the origin does; only a revalidating fill consults stale-if-error.)
+        # Stale-if-error must not depend on the stored response having a validator: without
+        # one the stale object is fetched again (not revalidated), and that fetch's failure
+        # falls back to it as a failed revalidation would.
         with Origin() as o, Umbra(config(o.url)) as u:
             t = "/sie/noval?cc=max-age%3D1%2C+stale-if-error%3D60"
             fetch_req(u.port, t)
@@ -979,8 +984,8 @@ class StaleWhileRevalidateTest(unittest.TestCase, CacheAssertions):
     def test_bug_stale_while_revalidate_never_refreshes(self):
         # RFC 5861 3: a response served stale under stale-while-revalidate SHOULD be
         # revalidated in the background (cachepolicy.h: UM_USE_STALE_WHILE_REVALIDATE "send
-        # it stale and refresh it in the background"). Umbra never asks the origin during
-        # the window, so the object stays stale for all of it.
+        # it stale and refresh it in the background"). The bug: Umbra never asked the origin
+        # during the window, so the object stayed stale for all of it.
         with Origin() as o, Umbra(config(o.url)) as u:
             t = "/swr/b?cc=max-age%3D1%2C+stale-while-revalidate%3D30&header=ETag:%22s%22"
             fetch_req(u.port, t)

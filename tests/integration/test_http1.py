@@ -444,8 +444,8 @@ class Http1Test(unittest.TestCase, HttpAssertions):
         self.assertEqual([r.status for r in parse_responses(data)], [404])
 
     def test_bug_long_path_segment_gives_400(self):
-        # BUGS.txt bug 3: a well-formed target whose one segment is longer than NAME_MAX
-        # names no file: 404, not 400.
+        # The bug: 400 for a well-formed target whose one segment is longer than NAME_MAX.
+        # It names no file: 404.
         data, _ = exchange(self.port, b"GET /" + b"a" * 300 + b" HTTP/1.1\r\nHost: x\r\n"
                                       b"Connection: close\r\n\r\n")
         self.assertEqual([r.status for r in parse_responses(data)], [404])

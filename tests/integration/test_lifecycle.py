@@ -483,8 +483,9 @@ class ShutdownTest(unittest.TestCase):
             self.assertEqual(rc, 0, u.log())
 
     def test_bug_sigterm_keeps_connection_open_after_inflight_response(self):
-        # BUGS.txt bug 1: once the response in flight at SIGTERM is complete, the
-        # connection must close and the process exit, not wait for timeouts.shutdown.
+        # The bug: the connection stayed open after the response in flight at SIGTERM, and
+        # the process waited for timeouts.shutdown. Once that response is complete, the
+        # connection must close and the process exit.
         with Umbra('routes = { { path = "/", root = "www" } }\ntimeouts = { shutdown = 6 }\n',
                    files={"www/big.bin": self.BIG}) as u:
             s = start_download(u.port)

@@ -434,12 +434,30 @@ class StaticTest(unittest.TestCase, HttpAssertions):
             with self.subTest(target=target):
                 self.assertNotLeaked(target)
 
-    def test_dot_segments_inside_root_do_not_escape(self):
-        # Either normalised and served from inside the root, or refused; never outside.
-        r = self.get("/a/b/../b/c.txt")
-        self.assertIn(r.status, (200, 400, 403, 404))
-        if r.status == 200:
-            self.assertEqual(r.body, b"c\n")
+    def test_dot_segments_inside_root_served(self):
+        # As nginx does: dot segments are resolved before routing, and a path that stays
+        # inside the root after that is the file it names, on the route it now matches
+        # ("/static/../" leaves the /static/ route for the one on "/").
+        index = b"<html>root index</html>\n"
+        cases = {"/a/b/../b/c.txt": b"c\n", "/a/../index.html": index,
+                 "/a/./b/c.txt": b"c\n", "/a/b/%2E/c.txt": b"c\n",
+                 "/a/%2e%2e/index.html": index, "/a/b/../../a/b/c.txt": b"c\n",
+                 "/static/../index.html": index, "/static/%2e%2e/hello.bin": HELLO}
+        for target, body in cases.items():
+            with self.subTest(target=target):
+                r = self.get(target)
+                self.assertEqual(r.status, 200, r.raw_head)
+                self.assertEqual(r.body, body)
+
+    def test_dot_segments_above_root_are_400(self):
+        # A ".." that climbs above "/" has nothing to resolve to: the request is malformed
+        # (400, as nginx answers it), whichever route its first segments name.
+        for target in ("/..", "/../", "/%2e%2e", "/../secret", "/%2e%2e/secret",
+                       "/./../secret", "/a/b/../../../secret", "/a/%2E%2E/%2e%2e/secret",
+                       "/static/../../secret", "/a/../../index.html"):
+            with self.subTest(target=target):
+                r = self.assertNotLeaked(target)
+                self.assertEqual(r.status, 400, r.raw_head)
 
     def test_symlink_out_of_root_refused(self):
         for target in ("/link_out", "/link_out_rel", "/dirlink_out/secret"):

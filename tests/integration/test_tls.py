@@ -149,7 +149,8 @@ class TlsBase(unittest.TestCase):
 
 class ListenBugTest(TlsBase):
     def test_bug_two_ephemeral_listeners_are_not_duplicates(self):
-        # BUGS-tls.txt #1: the issue's own listen example was refused as a duplicate.
+        # The bug: two "127.0.0.1:0" entries (the issue's own listen example, one plain and
+        # one TLS) were refused as the same address listed twice.
         with Umbra(LISTEN + "tls = {\n" + CERT_ENTRIES + "}\n" + ROUTES,
                    files=site_files()) as u:
             self.u = u
@@ -506,9 +507,10 @@ class TlsServerTest(TlsBase):
         self.assertServes("example.com", "example.com", body=b"www a\n")
 
     def test_bug_redirect_https_keeps_plain_port(self):
-        # BUGS-tls.txt #4. A plain listener on a non-default port (Host "example.com:8080")
-        # must not send the client to https://example.com:8080/, where no TLS listens: the
-        # issue says "Location: https://HOST/target".
+        # The bug: the redirect kept the plain listener's port. A plain listener on a
+        # non-default port (Host "example.com:8080") must not send the client to
+        # https://example.com:8080/, where no TLS listens: the issue says
+        # "Location: https://HOST/target".
         data, _ = exchange(self.plain, req("/a.txt", host="example.com:%d" % self.plain,
                                            close=True))
         r = parse_response(data)
@@ -688,8 +690,9 @@ class BadInputTest(TlsBase):
         self.assertEqual(data[:1] == b"\x16", expect_server_hello, data[:20])
         self.assertGreater(took, HEADER_TIMEOUT - 0.3)
         self.assertLess(took, HEADER_TIMEOUT + SLACK)
-        # One "timed out" line for the staller's port (BUGS-tls.txt #2: it was not logged at
-        # all); other lines with that port belong to later clients that reused it.
+        # One "timed out" line for the staller's port (a handshake that timed out was once
+        # not logged at all); other lines with that port belong to later clients that
+        # reused it.
         wait_until(lambda: [l for l in self.peer_lines(port) if "timed out" in l], 3)
         lines = [l for l in self.peer_lines(port) if "timed out" in l]
         self.assertEqual(len(lines), 1, "log lines for port %d:\n%s" % (port, "\n".join(lines)))

@@ -346,17 +346,45 @@ static void test_output_size(void **state)
         UM_ERR);
 }
 
+/* One prefix of a path and what it must give: want NULL for a refusal. */
+struct prefix_case {
+    size_t len;
+    const char *want;
+    unsigned flags;
+};
+
+static void check_prefixes(const char *raw, const struct prefix_case *cases, size_t n)
+{
+    assert_int_equal(n, strlen(raw) + 1); /* every prefix, the empty one and raw included */
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(cases[k].len, k);
+        if (cases[k].want == NULL)
+            check_err(raw, k);
+        else
+            check_ok(raw, k, cases[k].want, strlen(cases[k].want), cases[k].flags);
+    }
+}
+
 static void test_truncated_escapes(void **state)
 {
-    /* Every prefix of an encoded path: either a clean result or a refusal, never a read
-     * past the end (the guard page would fault). */
-    static const char raw[] = "%2e%2e%2f%41/b%2";
-    for (size_t k = 0; k < sizeof(raw); k++) {
-        char out[OUTSZ];
-        size_t outlen;
-        unsigned flags;
-        (void)um_path_normalize(guard(raw, k), out, sizeof(out), &outlen, &flags);
-    }
+    /* Every prefix of an encoded path, placed right before the guard page: a prefix that
+     * cuts an escape short is refused, one that ends between escapes is normalised like
+     * any other path, and no prefix is read past its end (the guard page would fault). */
+    static const struct prefix_case clean[] = {
+        {0, "", DIR},    {1, NULL, 0},  {2, NULL, 0},  {3, "A", 0},      {4, "Ab", 0},
+        {5, "Ab", DIR},  {6, NULL, 0},  {7, NULL, 0},  {8, "Ab", 0},     {9, "Ab", DIR},
+        {10, "Ab/c", 0}, {11, NULL, 0}, {12, NULL, 0}, {13, "Ab/c~", 0},
+    };
+    check_prefixes("%41b/%2e/c%7e", clean, UM_NELEMS(clean));
+
+    /* Dots spelt with escapes: "%2e" alone is ".", dropped; "%2e%2e" is "..", refused,
+     * and so is every longer prefix (an escape cut short, then an encoded '/'). */
+    static const struct prefix_case climbing[] = {
+        {0, "", DIR},  {1, NULL, 0},  {2, NULL, 0},  {3, "", 0},    {4, NULL, 0},  {5, NULL, 0},
+        {6, NULL, 0},  {7, NULL, 0},  {8, NULL, 0},  {9, NULL, 0},  {10, NULL, 0}, {11, NULL, 0},
+        {12, NULL, 0}, {13, NULL, 0}, {14, NULL, 0}, {15, NULL, 0}, {16, NULL, 0},
+    };
+    check_prefixes("%2e%2e%2f%41/b%2", climbing, UM_NELEMS(climbing));
 }
 
 /* A small deterministic generator for the property test. */
