@@ -15,6 +15,7 @@
 #ifndef UMBRA_ACCESSLOG_H
 #define UMBRA_ACCESSLOG_H
 
+#include "umbra/cachestatus.h"
 #include "umbra/common.h"
 #include "umbra/config.h"
 
@@ -27,6 +28,9 @@ struct um_access_rec {
     uint64_t body_bytes;     /* response body bytes */
     uint64_t bytes_out;      /* response bytes with the head */
     um_str cache_status;     /* the Cache-Status value sent; empty when none */
+    /* What the cache did (its key, detail and name are not kept: NULL); NULL when no
+     * cache was involved. The metrics count from this. */
+    const struct um_cache_status *cache;
     int64_t upstream_ms;     /* request handed over -> response head; -1: no upstream */
     uint64_t duration_ms;    /* first byte of the request -> response complete */
     int route_slot;          /* metrics slot of the route; 0: none */

@@ -31,6 +31,7 @@
 
 #include <time.h>
 
+#include "umbra/cachestatus.h"
 #include "umbra/common.h"
 #include "umbra/http1.h"
 
@@ -386,30 +387,7 @@ int um_cache_conditional(const struct um_req_meta *req, const struct um_cond_sto
 
 /* ---- Cache-Status (RFC 9211) ------------------------------------------------------------- */
 
-enum um_cache_fwd {
-    UM_FWD_NONE = 0,
-    UM_FWD_BYPASS,    /* the cache was configured not to handle this request */
-    UM_FWD_METHOD,    /* the method is not cacheable */
-    UM_FWD_URI_MISS,  /* nothing stored for the URI */
-    UM_FWD_VARY_MISS, /* stored, but not for these request headers */
-    UM_FWD_MISS,      /* stored but unusable for another reason */
-    UM_FWD_REQUEST,   /* the request asked to go forward (no-cache, max-age=0...) */
-    UM_FWD_STALE,     /* stored but stale: revalidated */
-    UM_FWD_PARTIAL,   /* stored only partially */
-};
-
-struct um_cache_status {
-    const char *cache_name; /* token when it is one, else written as an sf-string */
-    bool hit;               /* served from the cache; fwd, fwd_status, stored, collapsed unused */
-    enum um_cache_fwd fwd;
-    int fwd_status; /* status from the next hop; 0: omitted */
-    bool stored;
-    bool collapsed;
-    bool has_ttl;
-    int64_t ttl;        /* remaining freshness, negative when stale */
-    const char *key;    /* NULL: omitted; written as an sf-string */
-    const char *detail; /* NULL: omitted; token or sf-string */
-};
+/* enum um_cache_fwd and struct um_cache_status: umbra/cachestatus.h. */
 
 /* Writes one Cache-Status list member, e.g. "umbra; fwd=uri-miss; fwd-status=200; stored;
  * ttl=60", NUL-terminated when n > 0. Returns the full length (excluding the NUL), so a

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include "umbra/cachestatus.h"
 #include "umbra/common.h"
 #include "umbra/http1.h"
 
@@ -28,6 +29,10 @@ struct um_response_head {
     bool has_ttl;
     bool no_store;
     int64_t ttl;
+    /* Set by the cache layer: what it did for this request, from which it also wrote the
+     * Cache-Status field among headers. Borrowed like the rest; NULL: no cache was
+     * involved. */
+    const struct um_cache_status *cache;
 };
 
 /* The client side of a fetch. The connection implements it; an origin calls it, always on

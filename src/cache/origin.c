@@ -472,7 +472,8 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &r->cs);
     if (cl < sizeof(csbuf))
         out[no++] = (struct um_header){UM_STR("Cache-Status"), {csbuf, cl}};
-    struct um_response_head h = {.status = status, .headers = out, .num_headers = no, .content_length = length, .reason = {NULL, 0}};
+    struct um_response_head h = {.status = status, .headers = out, .num_headers = no,
+                                 .content_length = length, .reason = {NULL, 0}, .cache = &r->cs};
     r->head_sent = true;
     r->client->ops->on_head(r->client, &h);
     if (r->head_only || status == 304 || status == 412 || status == 416 || status == 204 ||
@@ -628,6 +629,7 @@ static void pass_on_head(struct um_sink *s, const struct um_response_head *h)
     struct um_response_head h2 = *h;
     h2.headers = out;
     h2.num_headers = n;
+    h2.cache = &p->cs;
     p->client->ops->on_head(p->client, &h2);
 }
 
@@ -1236,7 +1238,8 @@ static void respond_small(struct um_sink *client, int status, const char *body)
     size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &cs);
     struct um_header hs[2] = {{UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")},
                               {UM_STR("Cache-Status"), {csbuf, cl < sizeof(csbuf) ? cl : 0}}};
-    struct um_response_head h = {.status = status, .headers = hs, .num_headers = cl < sizeof(csbuf) ? 2 : 1};
+    struct um_response_head h = {.status = status, .headers = hs,
+                                 .num_headers = cl < sizeof(csbuf) ? 2 : 1, .cache = &cs};
     client->origin_data = NULL;
     um_sink_answer(client, &h, body);
 }

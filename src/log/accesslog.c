@@ -242,36 +242,25 @@ static struct worker_log *worker_log(void)
     return wl;
 }
 
-static bool contains(um_str s, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (size_t i = 0; i + n <= s.len; i++)
-        if (memcmp(s.base + i, needle, n) == 0)
-            return true;
-    return false;
-}
-
 static void count(const struct um_access_rec *r)
 {
     struct um_metrics_worker *m = um_metrics_worker();
     int slot = r->route_slot >= 0 && r->route_slot < UM_METRICS_MAX_ROUTES ? r->route_slot : 0;
     um_counter_add(&m->requests[slot][um_metrics_status_class(r->status)], 1);
     um_counter_add(&m->bytes_out, r->bytes_out);
-    um_str cs = r->cache_status;
-    if (cs.len == 0)
+    const struct um_cache_status *cs = r->cache;
+    if (cs == NULL)
         return;
-    /* Cache-Status (RFC 9211) as the cache layer wrote it: "umbra; hit; ttl=5",
-     * "umbra; fwd=uri-miss; collapsed", "umbra; fwd=stale; fwd-status=304", ... */
-    if (contains(cs, "; hit")) {
+    if (cs->hit) {
         um_counter_add(&m->cache_hits, 1);
-    } else if (contains(cs, "fwd=stale")) {
+    } else if (cs->fwd == UM_FWD_STALE) {
         um_counter_add(&m->cache_stale, 1);
-        if (contains(cs, "fwd-status=304"))
+        if (cs->fwd_status == 304)
             um_counter_add(&m->cache_revalidated, 1);
-    } else if (contains(cs, "collapsed")) {
+    } else if (cs->collapsed) {
         um_counter_add(&m->cache_coalesced, 1);
-    } else if (contains(cs, "fwd=uri-miss") || contains(cs, "fwd=vary-miss") ||
-               contains(cs, "fwd=miss")) {
+    } else if (cs->fwd == UM_FWD_URI_MISS || cs->fwd == UM_FWD_VARY_MISS ||
+               cs->fwd == UM_FWD_MISS) {
         um_counter_add(&m->cache_misses, 1);
     }
 }

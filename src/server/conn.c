@@ -129,8 +129,10 @@ struct um__conn {
     int route_slot;
     uint64_t t_start, t_dispatch, t_head; /* loop ms */
     uint64_t resp_bytes, resp_body_bytes;
-    char cache_status[128];
+    char cache_status[128]; /* the Cache-Status value sent, for the log line */
     size_t cache_status_len;
+    bool has_cache;         /* cache: what the cache layer did (its pointers NULL) */
+    struct um_cache_status cache;
 };
 
 /* ---------------------------------------------------------------- output buffer */
@@ -264,6 +266,11 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
     c->resp_head_sent = true;
     c->resp_status = h->status;
     c->t_head = c->w->now_ms;
+    if (h->cache) {
+        c->has_cache = true;
+        c->cache = *h->cache;
+        c->cache.cache_name = c->cache.key = c->cache.detail = NULL; /* borrowed */
+    }
     size_t head_start = c->wlen;
     wreserve(c, 256);
     wappend_str(c, "HTTP/1.1 ");
@@ -450,6 +457,7 @@ static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
     c->t_dispatch = c->t_head = 0;
     c->resp_bytes = c->resp_body_bytes = 0;
     c->cache_status_len = 0;
+    c->has_cache = false;
     c->route_slot = 0;
     c->via_upstream = false;
 }
@@ -480,11 +488,11 @@ static void log_request(struct um__conn *c, int status)
     r.body_bytes = c->resp_body_bytes;
     r.bytes_out = c->resp_bytes;
     r.cache_status = (um_str){c->cache_status, c->cache_status_len};
+    r.cache = c->has_cache ? &c->cache : NULL;
     r.upstream_ms = -1;
     /* The upstream's time: from hand-over to the response head, when the answer came
      * from the upstream (not from the cache). */
-    bool hit = c->cache_status_len > 0 &&
-               memmem(c->cache_status, c->cache_status_len, "; hit", 5) != NULL;
+    bool hit = c->has_cache && c->cache.hit;
     if (c->via_upstream && c->t_head >= c->t_dispatch && c->t_dispatch > 0 && !hit)
         r.upstream_ms = (int64_t)(c->t_head - c->t_dispatch);
     r.duration_ms = c->w->now_ms - c->t_start;

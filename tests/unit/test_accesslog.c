@@ -104,20 +104,29 @@ static void test_request_counts(void **state)
     assert_string_equal(um_metrics_route_label(slot), "/counted/");
     assert_string_equal(um_metrics_route_label(0), "none");
     struct um_metrics_worker *m = um_metrics_worker(); /* not a worker: the shared struct */
+    /* The cache counters come from the typed result, not from the field's text. */
+    struct um_cache_status miss = {.fwd = UM_FWD_URI_MISS, .fwd_status = 200, .stored = true};
+    struct um_cache_status hit = {.hit = true, .has_ttl = true, .ttl = 5};
+    struct um_cache_status coalesced = {.fwd = UM_FWD_URI_MISS, .collapsed = true};
+    struct um_cache_status stale = {.fwd = UM_FWD_STALE, .fwd_status = 304};
     struct um_access_rec r = rec();
     r.route_slot = slot;
     r.bytes_out = 100;
+    r.cache = &miss;
     um_access_log_request(NULL, &r); /* no config: counted, not logged */
     r.status = 503;
-    r.cache_status = S("umbra; hit; ttl=5");
+    r.cache = &hit;
+    r.cache_status = S("umbra; fwd=uri-miss; stored"); /* not read by the counters */
     um_access_log_request(NULL, &r);
-    r.cache_status = S("umbra; fwd=uri-miss; collapsed");
+    r.cache = &coalesced;
     um_access_log_request(NULL, &r);
-    r.cache_status = S("umbra; fwd=stale; fwd-status=304; ttl=60");
+    r.cache = &stale;
+    um_access_log_request(NULL, &r);
+    r.cache = NULL; /* no cache involved: no cache counter moves */
     um_access_log_request(NULL, &r);
     assert_int_equal(um_counter_get(&m->requests[slot][1]), 1);
-    assert_int_equal(um_counter_get(&m->requests[slot][4]), 3);
-    assert_int_equal(um_counter_get(&m->bytes_out), 400);
+    assert_int_equal(um_counter_get(&m->requests[slot][4]), 4);
+    assert_int_equal(um_counter_get(&m->bytes_out), 500);
     assert_int_equal(um_counter_get(&m->cache_misses), 1);
     assert_int_equal(um_counter_get(&m->cache_hits), 1);
     assert_int_equal(um_counter_get(&m->cache_coalesced), 1);
