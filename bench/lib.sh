@@ -17,6 +17,9 @@ BENCH_RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results}
 # The servers SERVERS may name (the cache scenario adds varnish).
 : "${BENCH_KNOWN_SERVERS:=nginx umbra}"
 : "${UMBRA_BUILD:=$BENCH_ROOT/build-bench}"
+# A round whose answers are wrong is not a figure: it is repeated up to this many times,
+# then the scenario fails (bench_round).
+: "${BENCH_RETRIES:=2}"
 
 BENCH_PIDS=()
 BENCH_TMP=
@@ -44,6 +47,7 @@ bench_uses() { [[ " $SERVERS " == *" $1 "* ]]; }
 check_knobs() {
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer (got '$ROUNDS')"
     [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a positive number of seconds (got '$DURATION')"
+    [[ $BENCH_RETRIES =~ ^[0-9]+$ ]] || die "BENCH_RETRIES must be a number (got '$BENCH_RETRIES')"
     local s
     for s in $SERVERS; do
         [[ " $BENCH_KNOWN_SERVERS " == *" $s "* ]] ||
@@ -405,22 +409,27 @@ check_get() {
     log "$name: GET $url -> 200, $size bytes"
 }
 
-# parse_wrk FILE: prints "RPS MBPS REQUESTS ERRORS" where MBPS is in MB/s (MB = 2^20
-# bytes, as wrk counts) and ERRORS is a short text ("none" or what wrk reported).
+# parse_wrk FILE: prints "RPS MBPS REQUESTS BYTES ERRORS" where MBPS is in MB/s (MB = 2^20
+# bytes, as wrk counts), REQUESTS the complete responses, BYTES what wrk read (heads and
+# bodies, and the part of the responses in flight when it stopped; wrk prints it with 2
+# decimals of its unit, so within 0.5%) and ERRORS a short text: "none", or what wrk
+# reported (socket errors, and responses with a status of 400 or more, which it calls
+# "Non-2xx or 3xx").
 parse_wrk() {
     awk '
-    /^Requests\/sec:/ { rps = $2 }
-    /^Transfer\/sec:/ {
-        v = $2; unit = v; sub(/^[0-9.]+/, "", unit); n = v + 0
+    function bytes(v,   n, unit, m) {
+        n = v + 0; unit = v; sub(/^[0-9.]+/, "", unit)
         m = 1
         if (unit == "KB") m = 1024
         else if (unit == "MB") m = 1024 ^ 2
         else if (unit == "GB") m = 1024 ^ 3
         else if (unit == "TB") m = 1024 ^ 4
-        else if (unit != "B") { bad = "unknown Transfer/sec unit " v }
-        mbps = n * m / 1024 ^ 2
+        else if (unit != "B") { bad = "unknown unit " v; return -1 }
+        return n * m
     }
-    / requests in / { reqs = $1 }
+    /^Requests\/sec:/ { rps = $2 }
+    /^Transfer\/sec:/ { mbps = bytes($2) / 1024 ^ 2 }
+    / requests in .* read$/ { reqs = $1; read = bytes($5) }
     /Socket errors:/ {
         s = $0; sub(/^ *Socket errors: */, "", s)
         split(s, parts, /, */); tot = 0
@@ -430,8 +439,8 @@ parse_wrk() {
     /Non-2xx or 3xx responses:/ { err = err (err ? "; " : "") "non-2xx/3xx: " $NF }
     END {
         if (bad) err = err (err ? "; " : "") bad
-        if (rps == "" || mbps == "") { print "parse-error"; exit 1 }
-        printf "%s %.2f %s %s\n", rps, mbps, (reqs == "" ? 0 : reqs), (err ? err : "none")
+        if (rps == "" || mbps == "" || read == "") { print "parse-error"; exit 1 }
+        printf "%s %.2f %s %.0f %s\n", rps, mbps, (reqs == "" ? 0 : reqs), read, (err ? err : "none")
     }' "$1"
 }
 
@@ -505,10 +514,10 @@ run_wrk() {
 }
 
 # read_wrk FILE: wrk's figures (parse_wrk, parse_wrk_latency) into WRK_RPS, WRK_MBPS,
-# WRK_REQS, WRK_ERRS, WRK_P50 and WRK_P99.
+# WRK_REQS, WRK_BYTES, WRK_ERRS, WRK_P50 and WRK_P99.
 read_wrk() {
     # shellcheck disable=SC2034 # read by the scenarios
-    read -r WRK_RPS WRK_MBPS WRK_REQS WRK_ERRS <<<"$(parse_wrk "$1")" || {
+    read -r WRK_RPS WRK_MBPS WRK_REQS WRK_BYTES WRK_ERRS <<<"$(parse_wrk "$1")" || {
         cat "$1" >&2
         die "could not parse wrk's output"
     }
@@ -571,18 +580,165 @@ busy_md() {
 }
 
 # each_round NAMES CMD [ARG...]: ROUNDS rounds of CMD ARG... NAME ROUND for each name of
-# the array NAMES, a second's pause after each; the order rotates by one each round, so that
-# each name goes first in turn (with two, the first in odd rounds).
+# the array NAMES (each through bench_round), a second's pause after each; the order
+# rotates by one each round, so that each name goes first in turn (with two, the first in
+# odd rounds).
 each_round() {
     local -n _er_names=$1
     local _er_n=${#_er_names[@]} _er_r _er_i
     shift
     for ((_er_r = 1; _er_r <= ROUNDS; _er_r++)); do
         for ((_er_i = 0; _er_i < _er_n; _er_i++)); do
-            "$@" "${_er_names[$(((_er_i + _er_r - 1) % _er_n))]}" "$_er_r"
+            bench_round "$@" "${_er_names[$(((_er_i + _er_r - 1) % _er_n))]}" "$_er_r"
             sleep 1
         done
     done
+}
+
+# ---- rounds with wrong answers --------------------------------------------------------
+#
+# A round is a figure only if every answer in it was right (bench/README.md, "Method"). A
+# scenario's round function (bench_round's CMD) checks the answers of its round and, when
+# some are wrong, calls round_bad instead of recording the round's figures. bench_round
+# then runs the round again, at most BENCH_RETRIES times, and fails the scenario (die: no
+# figure, non-zero exit) when the last attempt was wrong too. Each rejected attempt is
+# printed, listed at the end of the results file (REPEATS, repeats_md) and noted in its
+# row's "repeated" column (REPEATED).
+
+REPEATS=()
+declare -A REPEATED=()
+ROUND_BAD=
+
+# round_bad TEXT: the round being run has wrong answers, TEXT says which (appended to
+# ROUND_BAD). The round function must then not record its figures.
+round_bad() { ROUND_BAD+="${ROUND_BAD:+; }$1"; }
+
+# bench_round CMD [CASE...] SERVER ROUND: runs CMD [CASE...] SERVER ROUND until it does not
+# call round_bad, at most 1 + BENCH_RETRIES times, or dies. The repeats are noted in
+# REPEATED under CASE...,SERVER (joined by commas: the scenarios' keys of their figures).
+bench_round() {
+    local a=("$@") n=$# try key label
+    local r=${a[n - 1]}
+    key=$(
+        IFS=,
+        echo "${a[*]:1:n-2}"
+    )
+    label="$(basename "$0" .sh) ${a[*]:1:n-2} round $r"
+    for ((try = 0; ; try++)); do
+        ROUND_BAD=
+        "$@"
+        [[ -z $ROUND_BAD ]] && return 0
+        ((try < BENCH_RETRIES)) ||
+            die "$label: wrong answers ($ROUND_BAD), $((try + 1)) attempts in a row: no figure, the scenario fails"
+        warn "$label: wrong answers ($ROUND_BAD): not a figure; repeating the round (repeat $((try + 1)) of at most $BENCH_RETRIES)"
+        REPEATS+=("$label, attempt $((try + 1)) of at most $((BENCH_RETRIES + 1)): $ROUND_BAD")
+        REPEATED[$key]+="r$r: $ROUND_BAD. "
+        sleep 1
+    done
+}
+
+# repeated_md KEY: a row's "repeated" column: its rejected attempts, or "none".
+repeated_md() {
+    local v=${REPEATED[$1]:-none}
+    echo "${v% }"
+}
+
+# repeats_md: for the end of the results file, the rounds that were repeated because of
+# wrong answers (or a line saying that none was).
+repeats_md() {
+    local b
+    echo
+    if ((${#REPEATS[@]} == 0)); then
+        echo "Wrong answers: none; no round was repeated (a round with wrong answers is repeated up to"
+        echo "BENCH_RETRIES=$BENCH_RETRIES times, and the scenario fails when it stays wrong)."
+        return 0
+    fi
+    echo "Rounds repeated because of wrong answers (these attempts are not in the figures; each"
+    echo "round is repeated up to BENCH_RETRIES=$BENCH_RETRIES times, and the scenario fails when it stays wrong):"
+    echo
+    for b in "${REPEATS[@]}"; do echo "- $b"; done
+}
+
+# warn_repeats: at the end, a warning when rounds were repeated.
+warn_repeats() {
+    if ((${#REPEATS[@]})); then
+        warn "${#REPEATS[@]} round attempts had wrong answers and were repeated (listed in the results file)"
+    fi
+}
+
+# The bytes per complete response that a wrk round read (wrk_check) may be below what one
+# curl GET got (answer_bytes) by RESP_TOL (wrk rounds its count), and above it by RESP_TOL
+# and RESP_SLACK bytes per response (heads that grow during a run: Age, X-Varnish's ids,
+# the test origin's request counter), plus one response per connection: those in flight
+# when wrk stopped, which it read in part.
+RESP_TOL=0.02
+RESP_SLACK=32
+
+# answer_bytes NAME URL [CURL_OPTION...]: prints the bytes (head and body) of URL's answer
+# to one GET, or dies (for wrk_check's EXPECT).
+answer_bytes() {
+    local name=$1 url=$2 out
+    shift 2
+    out=$(curl -s -o /dev/null --max-time 20 -w '%{size_header} %{size_download}' "$@" "$url") ||
+        die "$name: curl $url failed"
+    [[ $out =~ ^([1-9][0-9]*)\ ([0-9]+)$ ]] || die "$name: curl $url: head and body sizes '$out'"
+    echo $((BASH_REMATCH[1] + BASH_REMATCH[2]))
+}
+
+# wrk_check EXPECT CONNS: after read_wrk, round_bad when wrk counted socket errors or
+# responses with a status of 400 or more, completed no response, or read a number of bytes
+# that does not fit EXPECT bytes per response (head and body, answer_bytes) with CONNS
+# connections: answers of another size (an error page, a redirect, a short body) with
+# the right framing. (A body that does not match its framing makes a socket error.)
+wrk_check() {
+    local expect=$1 conns=$2 v
+    [[ $WRK_ERRS == none ]] || round_bad "wrk: $WRK_ERRS"
+    if ((WRK_REQS == 0)); then
+        round_bad "wrk: no complete response"
+        return 0
+    fi
+    v=$(awk -v b="$WRK_BYTES" -v n="$WRK_REQS" -v e="$expect" -v c="$conns" -v t="$RESP_TOL" -v sl="$RESP_SLACK" '
+        BEGIN { if (b < n * e * (1 - t) || b > n * (e * (1 + t) + sl) + c * e)
+                    printf "%.1f bytes per response where one GET got %d", b / n, e }')
+    [[ -z $v ]] || round_bad "wrk read $WRK_BYTES bytes in $WRK_REQS responses, $v"
+}
+
+# answer_check URL REF [CURL_OPTION...]: after a round, one GET of URL must answer 200 with
+# exactly the bytes of the file REF; else round_bad.
+answer_check() {
+    local url=$1 ref=$2 out code size
+    shift 2
+    out=$(curl -s -o "$BENCH_TMP/answer.body" --max-time 20 -w '%{http_code} %{size_download}' "$@" "$url") || {
+        round_bad "after the round, curl $url failed"
+        return 0
+    }
+    read -r code size <<<"$out"
+    if [[ $code != 200 ]] || ! cmp -s "$BENCH_TMP/answer.body" "$ref"; then
+        round_bad "after the round, GET $url answered $code with $size bytes, not 200 with the $(stat -c %s "$ref") expected bytes"
+    fi
+}
+
+# ab_check FILE BYTES: the answers of an ab run (its output in FILE) whose responses
+# should each have a body of BYTES: prints "none", or what was wrong: failed requests
+# (connect, receive, length: a body whose length differs from the first one's, exceptions),
+# non-2xx responses, a first body (Document Length) of another size, or body bytes (HTML
+# transferred) that are not BYTES for each complete request (with -t, ab also counts the
+# bodies of up to one request per connection that it did not count as complete).
+ab_check() {
+    awk -v want="$2" '
+    /^Concurrency Level:/ { conc = $3 }
+    /^Document Length:/ { dl = $3 }
+    /^Complete requests:/ { done = $3 }
+    /^Failed requests:/ { if ($3 + 0 > 0) { err = err (err ? "; " : "") "failed: " $3; fail = 1 } }
+    /^ *\(Connect:/ { if (fail) { s = $0; sub(/^ */, "", s); err = err " " s } }
+    /^Non-2xx responses:/ { err = err (err ? "; " : "") "non-2xx: " $3 }
+    /^HTML transferred:/ { html = $3 }
+    END {
+        if (dl != want) err = err (err ? "; " : "") "document length " dl ", expected " want
+        if (html == "" || html < done * want || html > (done + conc) * want)
+            err = err (err ? "; " : "") "body bytes " html " for " done " complete requests of " want
+        print (err ? err : "none")
+    }' "$1"
 }
 
 # round_cpu_start PID...: before a round, the CPU ticks of each PID ("" for none), the
@@ -645,14 +801,6 @@ add_figures() {
         ref="${a%%=*}[$key]"
         printf -v "$ref" '%s%s ' "${!ref:-}" "${a#*=}"
     done
-}
-
-# note_errors ARRAY KEY ROUND ERRORS WARNING: unless ERRORS is "none", warns WARNING and
-# appends "rROUND: ERRORS. " to ARRAY[KEY].
-note_errors() {
-    [[ $4 == none ]] && return 0
-    warn "$5"
-    add_figures "$2" "$1=r$3: $4."
 }
 
 # Rounds during which the rest of the machine was busier than this (% of one CPU) are
@@ -799,6 +947,8 @@ bench_env_md() {
     if bench_uses varnish; then echo "- varnish: $(varnishd -V 2>&1 | head -n1)"; fi
     echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
     echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
+    echo "- wrong answers: a round with any is repeated, up to $BENCH_RETRIES times, then the scenario fails; repeated here: ${#REPEATS[@]} (listed at the end)"
     echo "- servers: $SERVERS"
     echo "- load average at the end: $(cut -d" " -f1-3 /proc/loadavg) (other processes on the machine skew the figures)"
 }
+
