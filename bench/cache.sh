@@ -83,12 +83,10 @@ if bench_uses nginx; then
     mkdir -p "$NGINX_CACHE"
     # Its workers run as nobody.
     chmod 777 "$NGINX_CACHE"
-    start_nginx_with "worker_rlimit_nofile $NOFILE;" "
+    # Its hits are files in the cache: the open file cache keeps them open.
+    start_nginx_with "worker_rlimit_nofile $NOFILE;" "    $NGINX_OPEN_FILE_CACHE
     proxy_cache_path $NGINX_CACHE levels=1:2 keys_zone=bench:16m max_size=256m inactive=1h use_temp_path=off;
-    upstream app {
-        server 127.0.0.1:$ORIGIN_PORT;
-        keepalive 256;
-    }" "
+$(nginx_upstream app "$ORIGIN_PORT")" "
         location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -101,6 +99,15 @@ if bench_uses nginx; then
     PID[nginx]=$NGINX_PID
 fi
 if bench_uses varnish; then
+    # Threads for the most requests in flight at once (the herd's, wrk's or ab's
+    # connections), in each pool, so that no round waits for threads to be made: a
+    # connection's request and its fetch from the origin take one each.
+    peak=$WRK_CONNECTIONS
+    for n in "$HERD_REQUESTS" "$AB_CONCURRENCY"; do
+        if ((n > peak)); then peak=$n; fi
+    done
+    VARNISH_THREAD_POOL_MIN=$((peak > 100 ? peak : 100))
+    VARNISH_THREAD_POOL_MAX=$((4 * VARNISH_THREAD_POOL_MIN > 1000 ? 4 * VARNISH_THREAD_POOL_MIN : 1000))
     start_varnish "$ORIGIN_PORT"
     PORT[varnish]=$VARNISH_PORT
     PID[varnish]=$VARNISH_PID
@@ -176,6 +183,14 @@ for s in "${SRV[@]}"; do
     check_cacheable "$s" "$URL_5M" $LARGE
     check_uncacheable "$s" "$URL_NS" $SMALL
 done
+if bench_uses varnish; then
+    # The pools and threads Varnish runs with (its counters), in the results file.
+    read -r vpools vthreads <<<"$(varnish_threads)"
+    [[ $vpools == "$VARNISH_THREAD_POOLS" ]] ||
+        die "varnish: varnishstat counts $vpools thread pools, expected $VARNISH_THREAD_POOLS"
+    VARNISH_THREADS_SEEN="Before measuring, varnishstat counted MAIN.pools $vpools and MAIN.threads $vthreads."
+    log "varnish: $vpools thread pools, $vthreads threads"
+fi
 
 # ---- wrk measurements: hit1k (req/s), hit5m (MB/s), nostore (req/s, of bound) ----------
 
@@ -354,8 +369,10 @@ md=$(results_md cache)
     echo "- curl: $(curl --version | head -n1 | awk '{print $2}'), the herd: --parallel --parallel-max $HERD_REQUESTS, $HERD_REQUESTS GETs of one cold URL per round"
     echo "- origin: $ORIGIN_BIN -t ${ORIGIN_THREADS:-1} (test origin)"
     echo "- umbra: cache = { memory = \"256MB\", max_object = \"64MB\" } (a route to the origin; caching is on by default)"
-    echo "- nginx: proxy_cache on tmpfs (/dev/shm), keys_zone 16m, max_size 256m, proxy_cache_lock on, upstream keepalive 256, 2 workers"
-    echo "- varnish: varnishd -F -s malloc,256m -b (built-in VCL), default thread pools"
+    echo "- nginx: proxy_cache on tmpfs (/dev/shm), keys_zone 16m, max_size 256m, proxy_cache_lock on, open_file_cache, upstream keepalive $NGINX_UPSTREAM_KEEPALIVE (keepalive_requests $NGINX_UPSTREAM_KEEPALIVE_REQUESTS, keepalive_timeout $NGINX_UPSTREAM_KEEPALIVE_TIMEOUT), 2 workers"
+    if bench_uses varnish; then
+        echo "- varnish: varnishd -F -s malloc,256m -b (built-in VCL), thread_pools $VARNISH_THREAD_POOLS, thread_pool_min $VARNISH_THREAD_POOL_MIN, thread_pool_max $VARNISH_THREAD_POOL_MAX"
+    fi
     echo "- URLs: hit1k $URL_1K; hit5m $URL_5M; nostore $URL_NS; herd /herd/UNIQUE?size=$SMALL&delay=$DELAY_MS&$CC_LONG"
     echo
     echo "## wrk (-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s --latency, keep-alive)"
@@ -511,6 +528,7 @@ fi
         each_verdict echo "- cache" hit1k hit5m herd nostore sieve
     fi
     repeats_md
+    configs_md
 } >>"$md"
 echo
 each_verdict log "target cache" hit1k hit5m herd nostore sieve

@@ -298,9 +298,45 @@ make_file() {
     chmod 644 "$1"
 }
 
-# start_nginx DOCROOT: master + 2 workers serving DOCROOT; sets NGINX_PORT and NGINX_PID.
+# The settings of every nginx's http block that a user would tune for speed (the block has
+# also its temp paths and default type; start_nginx_with). Clients' connections are kept
+# alive for many requests.
+NGINX_HTTP_COMMON="access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000;
+    keepalive_timeout 65s;"
+# nginx as its users would tune it for these jobs. The scenarios that serve files (static,
+# tls, and cache's hits, which nginx reads from its cache files) keep the files' descriptors
+# and sizes open: NGINX_OPEN_FILE_CACHE goes into their http block.
+NGINX_OPEN_FILE_CACHE="open_file_cache max=10000 inactive=60s;
+    open_file_cache_valid 60s;"
+# Its upstream connections (proxy, cache) as Umbra's own HTTP/1.1 client keeps its own: up
+# to 1024 idle connections per server and worker (nginx's keepalive is per worker too),
+# closed after 60 s idle. Umbra has no limit of requests per connection; nginx's default
+# keepalive_requests would close one after 1000.
+NGINX_UPSTREAM_KEEPALIVE=1024
+NGINX_UPSTREAM_KEEPALIVE_REQUESTS=100000
+NGINX_UPSTREAM_KEEPALIVE_TIMEOUT=60s
+
+# nginx_upstream NAME PORT: an upstream block for the server at 127.0.0.1:PORT with the
+# keep-alive settings above (the location that uses it needs proxy_http_version 1.1 and an
+# empty Connection header for them to apply).
+nginx_upstream() {
+    cat <<EOF
+    upstream $1 {
+        server 127.0.0.1:$2;
+        keepalive $NGINX_UPSTREAM_KEEPALIVE;
+        keepalive_requests $NGINX_UPSTREAM_KEEPALIVE_REQUESTS;
+        keepalive_timeout $NGINX_UPSTREAM_KEEPALIVE_TIMEOUT;
+    }
+EOF
+}
+
+# start_nginx DOCROOT: master + 2 workers serving DOCROOT, with the open file cache; sets
+# NGINX_PORT and NGINX_PID.
 start_nginx() {
-    start_nginx_with "" "" "root $1;"
+    start_nginx_with "" "    $NGINX_OPEN_FILE_CACHE" "root $1;"
 }
 
 # start_nginx_with MAIN HTTP SERVER: the same nginx (master + 2 workers, the common http
@@ -325,11 +361,7 @@ events {
 
 http {
     default_type application/octet-stream;
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 100000;
-    keepalive_timeout 65s;
+    $NGINX_HTTP_COMMON
     server_tokens off;
     client_body_temp_path $dir/body;
     proxy_temp_path $dir/proxy;
@@ -373,19 +405,31 @@ EOF
     wait_port umbra "$UMBRA_PID" "$UMBRA_PORT" "$dir/umbra.log"
 }
 
+# Varnish's worker threads, as its users size them for the load: one pool per CPU (2, as
+# Umbra's and nginx's 2 workers; Varnish's default is 2 as well), each with
+# VARNISH_THREAD_POOL_MIN threads made at start, so that no round waits for threads to be
+# made, and at most VARNISH_THREAD_POOL_MAX. The scenario sets these two from its
+# connection counts before start_varnish (the values below are Varnish's defaults).
+VARNISH_THREAD_POOLS=2
+VARNISH_THREAD_POOL_MIN=100
+VARNISH_THREAD_POOL_MAX=5000
+
 # start_varnish BACKEND_PORT [VCL]: Varnish in the foreground (-F: its manager process is
 # the PID recorded; the cache process is its child) in front of 127.0.0.1:BACKEND_PORT,
-# with 256 MB of malloc storage and its working dir in the temp dir; no management port
-# (-T none). Without VCL (text), the built-in VCL (-b): it caches GET/HEAD responses
-# without Set-Cookie for their max-age and passes requests with Cookie or Authorization.
-# Sets VARNISH_PORT and VARNISH_PID.
+# with 256 MB of malloc storage, the thread pools above and its working dir in the temp
+# dir; no management port (-T none). Without VCL (text), the built-in VCL (-b): it caches
+# GET/HEAD responses without Set-Cookie for their max-age and passes requests with Cookie
+# or Authorization. Sets VARNISH_PORT and VARNISH_PID; its command line is kept in
+# TMP/varnish/cmdline (for the results file, configs_md).
 start_varnish() {
     local backend=$1 vcl=${2:-} dir=$BENCH_TMP/varnish
     need varnishd
     mkdir -p "$dir"
     chmod 755 "$dir"
     VARNISH_PORT=$(free_port)
-    local args=(-F -a "127.0.0.1:$VARNISH_PORT" -T none -s "malloc,256m" -n "$dir/work")
+    local args=(-F -a "127.0.0.1:$VARNISH_PORT" -T none -s "malloc,256m" -n "$dir/work"
+        -p "thread_pools=$VARNISH_THREAD_POOLS" -p "thread_pool_min=$VARNISH_THREAD_POOL_MIN"
+        -p "thread_pool_max=$VARNISH_THREAD_POOL_MAX")
     if [[ -n $vcl ]]; then
         printf '%s\n' "$vcl" >"$dir/bench.vcl"
         chmod 644 "$dir/bench.vcl"
@@ -393,9 +437,22 @@ start_varnish() {
     else
         args+=(-b "127.0.0.1:$backend")
     fi
+    printf '%s\n' "varnishd ${args[*]}" >"$dir/cmdline"
     bench_start varnish "$dir/varnishd.log" varnishd "${args[@]}"
     VARNISH_PID=$BENCH_LAST_PID
     wait_port varnish "$VARNISH_PID" "$VARNISH_PORT" "$dir/varnishd.log"
+}
+
+# varnish_threads: "POOLS THREADS", Varnish's counters MAIN.pools and MAIN.threads now
+# (varnishstat reads them from its working dir), or "- -".
+varnish_threads() {
+    local out
+    out=$(varnishstat -n "$BENCH_TMP/varnish/work" -1 -f MAIN.pools -f MAIN.threads 2>/dev/null) || {
+        echo "- -"
+        return 0
+    }
+    awk '$1 == "MAIN.pools" { p = $2 } $1 == "MAIN.threads" { t = $2 }
+        END { printf "%s %s\n", (p == "" ? "-" : p), (t == "" ? "-" : t) }' <<<"$out"
 }
 
 # check_get NAME URL BYTES: the URL answers 200 with exactly BYTES of body, or die.
@@ -948,7 +1005,42 @@ bench_env_md() {
     echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
     echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
     echo "- wrong answers: a round with any is repeated, up to $BENCH_RETRIES times, then the scenario fails; repeated here: ${#REPEATS[@]} (listed at the end)"
-    echo "- servers: $SERVERS"
+    echo "- servers: $SERVERS; their exact settings at the end"
     echo "- load average at the end: $(cut -d" " -f1-3 /proc/loadavg) (other processes on the machine skew the figures)"
 }
 
+# configs_md: for the end of the results file, the exact settings of the servers the
+# scenario ran (those it started are in its temp dir): nginx's nginx.conf, Umbra's
+# config.lua, Varnish's command line and the threads it had before measuring
+# (VARNISH_THREADS_SEEN, when the scenario set it).
+configs_md() {
+    echo
+    echo "## Settings of the servers"
+    echo
+    echo "Exactly as this run used them (ports and temp paths are this run's)."
+    if [[ -f $BENCH_TMP/nginx/nginx.conf ]]; then
+        echo
+        echo "nginx $(nginx -v 2>&1 | sed 's/.*: //'), \`nginx.conf\`:"
+        echo
+        echo '```nginx'
+        cat "$BENCH_TMP/nginx/nginx.conf"
+        echo '```'
+    fi
+    if [[ -f $BENCH_TMP/varnish/cmdline ]]; then
+        echo
+        echo "$(varnishd -V 2>&1 | head -n1), its command line (other parameters at their defaults):"
+        echo
+        echo '```sh'
+        cat "$BENCH_TMP/varnish/cmdline"
+        echo '```'
+        if [[ -n ${VARNISH_THREADS_SEEN:-} ]]; then echo; echo "$VARNISH_THREADS_SEEN"; fi
+    fi
+    if [[ -f $BENCH_TMP/umbra/config.lua ]]; then
+        echo
+        echo "Umbra ($UMBRA_BIN), \`config.lua\` (other settings at their defaults):"
+        echo
+        echo '```lua'
+        cat "$BENCH_TMP/umbra/config.lua"
+        echo '```'
+    fi
+}

@@ -319,6 +319,7 @@ done
         each_verdict echo "- lua" "${CASES[@]}"
     fi
     repeats_md
+    configs_md
 } >>"$md"
 echo
 each_verdict log "target lua" "${CASES[@]}"

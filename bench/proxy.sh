@@ -72,11 +72,7 @@ log "ulimit -n: $NOFILE"
 start_origin
 declare -A PORT PID
 if bench_uses nginx; then
-    start_nginx_with "worker_rlimit_nofile $NOFILE;" "
-    upstream app {
-        server 127.0.0.1:$ORIGIN_PORT;
-        keepalive 256;
-    }" "
+    start_nginx_with "worker_rlimit_nofile $NOFILE;" "$(nginx_upstream app "$ORIGIN_PORT")" "
         location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -178,7 +174,7 @@ wrkdesc="-t$WRK_THREADS -d${DURATION}s --latency; -c per measurement (below)"
     echo "- backend: $ORIGIN_BIN -t ${ORIGIN_THREADS:-1} (test origin); the rows \"backend\" measure it directly, once"
     echo "- slow-cN: N connections, each GET /r/THREAD-COUNT?size=$SIZE&delay=$DELAY_MS (a new path every request); bound = N / ${DELAY_MS} ms"
     echo "- fast-cN: N connections, GET /r?size=$SIZE"
-    echo "- nginx: upstream keepalive 256, proxy_http_version 1.1, Connection \"\", proxy_buffering on, worker_rlimit_nofile $NOFILE; ulimit -n $NOFILE"
+    echo "- nginx: upstream keepalive $NGINX_UPSTREAM_KEEPALIVE, keepalive_requests $NGINX_UPSTREAM_KEEPALIVE_REQUESTS, keepalive_timeout $NGINX_UPSTREAM_KEEPALIVE_TIMEOUT, proxy_http_version 1.1, Connection \"\", proxy_buffering on, worker_rlimit_nofile $NOFILE; ulimit -n $NOFILE"
     echo
     md_row scenario server "median req/s" Umbra/nginx "of bound" "p50 ms" "p99 ms" "CPU proxy %" "CPU backend %" \
         "CPU wrk %" "CPU other %" "backend conns/round" "req/s per round" repeated
@@ -237,6 +233,7 @@ done
         each_verdict echo "- proxy" "${CASES[@]}"
     fi
     repeats_md
+    configs_md
 } >>"$md"
 echo
 each_verdict log "target proxy" "${CASES[@]}"

@@ -91,6 +91,7 @@ done
     echo "MB = 2^20 bytes (wrk's Transfer/sec). wrk and both servers share the machine's CPUs:"
     echo "compare the ratios, not the absolute figures, and only within one run."
     repeats_md
+    configs_md
 } >>"$md"
 echo
 warn_repeats

@@ -47,7 +47,7 @@ if bench_uses nginx; then
     # A second TLS server logs whether each session was resumed: the check below that ab
     # makes full handshakes and h2load resumes.
     NGINX_CHECK_PORT=$(free_port)
-    start_nginx_with "worker_rlimit_nofile $NOFILE;" "
+    start_nginx_with "worker_rlimit_nofile $NOFILE;" "    $NGINX_OPEN_FILE_CACHE
     ssl_certificate $cert;
     ssl_certificate_key $key;
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -266,7 +266,7 @@ md=$(results_md tls)
     bench_env_md "(arguments: tls/1k below)"
     echo "- ab: $(ab -V 2>&1 | head -n1 | sed 's/^This is //'); h2load: $(h2load --version 2>/dev/null | head -n1 || echo "not installed"); $(openssl version)"
     echo "- certificate: self-signed ECDSA P-256 (the same file for both); TLS 1.2 and 1.3; session tickets on; no session cache (Umbra has none, nginx's default ssl_session_cache none)"
-    echo "- nginx: master + 2 workers, ssl_protocols TLSv1.2 TLSv1.3, ssl_session_tickets on, keepalive_requests 100000, other TLS settings default; Umbra: 2 workers, tls defaults"
+    echo "- nginx: master + 2 workers, ssl_protocols TLSv1.2 TLSv1.3, ssl_session_tickets on, keepalive_requests 100000, open_file_cache, other TLS settings default; Umbra: 2 workers, tls defaults"
     for s in "${SRV[@]}"; do echo "- $s negotiates with a default client: ${NEGOTIATED[$s]}"; done
     for k in "${CASES[@]}"; do echo "- tls/$k: ${WHAT[$k]}"; done
     echo
@@ -313,6 +313,7 @@ done
         each_verdict echo "- tls" "${CASES[@]}"
     fi
     repeats_md
+    configs_md
 } >>"$md"
 echo
 each_verdict log "target tls" "${CASES[@]}"
