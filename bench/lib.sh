@@ -975,9 +975,13 @@ md_row() {
 }
 
 # results_md NAME: the path of a new results file of scenario NAME (BENCH_RESULTS made).
+# When BENCH_RESULTS_LIST names a file (bench/run sets it), the path is also appended to it.
 results_md() {
+    local f
     mkdir -p "$BENCH_RESULTS"
-    echo "$BENCH_RESULTS/$1-$(date '+%Y-%m-%d-%H%M%S').md"
+    f=$BENCH_RESULTS/$1-$(date '+%Y-%m-%d-%H%M%S').md
+    if [[ -n ${BENCH_RESULTS_LIST:-} ]]; then echo "$f" >>"$BENCH_RESULTS_LIST"; fi
+    echo "$f"
 }
 
 # each_verdict CMD PREFIX KEY...: CMD "PREFIX/KEY: VERDICT[KEY]" for each KEY that has one
@@ -994,12 +998,9 @@ each_verdict() {
 # arguments shown (default: -tWRK_THREADS -cWRK_CONNECTIONS -dDURATIONs).
 # shellcheck disable=SC2120 # WRK is optional
 bench_env_md() {
-    local rev
-    rev=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-    if ! git -C "$BENCH_ROOT" diff --quiet HEAD 2>/dev/null; then rev="$rev (dirty tree)"; fi
     echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "- machine: $(nproc) CPUs, $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')"
-    echo "- umbra: ${UMBRA_BIN:-not run}, commit $rev"
+    echo "- machine: $(bench_machine)"
+    echo "- umbra: ${UMBRA_BIN:-not run}, commit $(bench_commit)"
     echo "- nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
     if bench_uses varnish; then echo "- varnish: $(varnishd -V 2>&1 | head -n1)"; fi
     echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
@@ -1007,6 +1008,34 @@ bench_env_md() {
     echo "- wrong answers: a round with any is repeated, up to $BENCH_RETRIES times, then the scenario fails; repeated here: ${#REPEATS[@]} (listed at the end)"
     echo "- servers: $SERVERS; their exact settings at the end"
     echo "- load average at the end: $(cut -d" " -f1-3 /proc/loadavg) (other processes on the machine skew the figures)"
+}
+
+# bench_commit: the commit measured, "HASH (clean tree)" or "HASH (dirty tree: N files
+# changed or untracked)"; BENCH_COMMIT instead when it is set (bench/run sets it as the run
+# starts, for all its scenarios).
+bench_commit() {
+    local rev n
+    if [[ -n ${BENCH_COMMIT:-} ]]; then
+        echo "$BENCH_COMMIT"
+        return 0
+    fi
+    rev=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null) || {
+        echo "unknown (not a git checkout)"
+        return 0
+    }
+    n=$(git -C "$BENCH_ROOT" status --porcelain 2>/dev/null | wc -l)
+    if ((n > 0)); then
+        echo "$rev (dirty tree: $n files changed or untracked)"
+    else
+        echo "$rev (clean tree)"
+    fi
+}
+
+# bench_machine: one line: CPUs, CPU model, memory, kernel.
+bench_machine() {
+    printf '%s CPUs (%s), %s RAM, %s\n' "$(nproc)" \
+        "$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')" \
+        "$(awk '$1 == "MemTotal:" { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)" "$(uname -sr)"
 }
 
 # configs_md: for the end of the results file, the exact settings of the servers the
