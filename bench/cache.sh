@@ -83,12 +83,10 @@ if bench_uses nginx; then
     mkdir -p "$NGINX_CACHE"
     # Its workers run as nobody.
     chmod 777 "$NGINX_CACHE"
-    start_nginx_with "worker_rlimit_nofile $NOFILE;" "
+    # Its hits are files in the cache: the open file cache keeps them open.
+    start_nginx_with "worker_rlimit_nofile $NOFILE;" "    $NGINX_OPEN_FILE_CACHE
     proxy_cache_path $NGINX_CACHE levels=1:2 keys_zone=bench:16m max_size=256m inactive=1h use_temp_path=off;
-    upstream app {
-        server 127.0.0.1:$ORIGIN_PORT;
-        keepalive 256;
-    }" "
+$(nginx_upstream app "$ORIGIN_PORT")" "
         location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -101,6 +99,15 @@ if bench_uses nginx; then
     PID[nginx]=$NGINX_PID
 fi
 if bench_uses varnish; then
+    # Threads for the most requests in flight at once (the herd's, wrk's or ab's
+    # connections), in each pool, so that no round waits for threads to be made: a
+    # connection's request and its fetch from the origin take one each.
+    peak=$WRK_CONNECTIONS
+    for n in "$HERD_REQUESTS" "$AB_CONCURRENCY"; do
+        if ((n > peak)); then peak=$n; fi
+    done
+    VARNISH_THREAD_POOL_MIN=$((peak > 100 ? peak : 100))
+    VARNISH_THREAD_POOL_MAX=$((4 * VARNISH_THREAD_POOL_MIN > 1000 ? 4 * VARNISH_THREAD_POOL_MIN : 1000))
     start_varnish "$ORIGIN_PORT"
     PORT[varnish]=$VARNISH_PORT
     PID[varnish]=$VARNISH_PID
@@ -176,13 +183,30 @@ for s in "${SRV[@]}"; do
     check_cacheable "$s" "$URL_5M" $LARGE
     check_uncacheable "$s" "$URL_NS" $SMALL
 done
+if bench_uses varnish; then
+    # The pools and threads Varnish runs with (its counters), in the results file.
+    read -r vpools vthreads <<<"$(varnish_threads)"
+    [[ $vpools == "$VARNISH_THREAD_POOLS" ]] ||
+        die "varnish: varnishstat counts $vpools thread pools, expected $VARNISH_THREAD_POOLS"
+    VARNISH_THREADS_SEEN="Before measuring, varnishstat counted MAIN.pools $vpools and MAIN.threads $vthreads."
+    log "varnish: $vpools thread pools, $vthreads threads"
+fi
 
 # ---- wrk measurements: hit1k (req/s), hit5m (MB/s), nostore (req/s, of bound) ----------
 
 WRK_CASES=(hit1k hit5m nostore)
 declare -A WPATH=([hit1k]=$URL_1K [hit5m]=$URL_5M [nostore]=$URL_NS)
+declare -A WSIZE=([hit1k]=$SMALL [hit5m]=$LARGE [nostore]=$SMALL)
+# What each server's answer of each case weighs (head and body), a hit for the hit cases
+# (all warmed above): what wrk should read per response.
+declare -A EXPECT
+for s in "${SRV[@]}"; do
+    for k in "${WRK_CASES[@]}"; do
+        EXPECT[$k,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}${WPATH[$k]}")
+    done
+done
 # shellcheck disable=SC2034 # some are read by name (medians)
-declare -A RPS MBPS P50 P99 CPU_S CPU_B CPU_W CPU_O OREQ ERRS
+declare -A RPS MBPS P50 P99 CPU_S CPU_B CPU_W CPU_O OREQ
 
 # measure_wrk CASE SERVER ROUND
 measure_wrk() {
@@ -195,40 +219,43 @@ measure_wrk() {
     round_cpu_end "$WRK_CPU" "$ORIGIN_PID" "${PID[$s]}"
     o1=$(origin_count)
     read_wrk "$out"
+    wrk_check "${EXPECT[$k,$s]}" "$WRK_CONNECTIONS"
+    # A hit round in which requests reached the origin did not measure hits.
+    if [[ $k != nostore ]] && ((o1 > o0)); then
+        round_bad "the origin got $((o1 - o0)) requests during the round (hits: expected 0)"
+    fi
+    answer_check "http://127.0.0.1:${PORT[$s]}${WPATH[$k]}" "$BENCH_TMP/ref-${WSIZE[$k]}.body"
     cb=${ROUND_PCT[0]} cs=${ROUND_PCT[1]} cw=$ROUND_CLIENT_PCT co=$ROUND_OTHER_PCT
+    printf '[bench] %-8s %-7s round %d/%d: %10.2f req/s %9.2f MB/s  p50 %s ms p99 %s ms  CPU %% server %s origin %s wrk %s other %s  origin reqs %d  %s requests, %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_MBPS" "$WRK_P50" "$WRK_P99" "$cs" "$cb" "$cw" "$co" $((o1 - o0)) "$WRK_REQS" \
+        "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
     add_figures "$k,$s" RPS="$WRK_RPS" MBPS="$WRK_MBPS" P50="$WRK_P50" P99="$WRK_P99" CPU_S="$cs" \
         CPU_B="$cb" CPU_W="$cw" CPU_O="$co" OREQ="$((o1 - o0))"
-    note_errors ERRS "$k,$s" "$r" "$WRK_ERRS" "$s $k round $r: wrk reported $WRK_ERRS"
     note_busy "$co" "$k" "$s" "$r"
-    printf '[bench] %-8s %-7s round %d/%d: %10.2f req/s %9.2f MB/s  p50 %s ms p99 %s ms  CPU %% server %s origin %s wrk %s other %s  origin reqs %d  %s requests, errors: %s\n' \
-        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_MBPS" "$WRK_P50" "$WRK_P99" "$cs" "$cb" "$cw" "$co" $((o1 - o0)) "$WRK_REQS" "$WRK_ERRS" >&2
 }
 
 # ---- ab on the large object ---------------------------------------------------------------
 
-# parse_ab FILE: prints "MBPS RPS COMPLETE KEEPALIVE ERRORS" (MB = 2^20 bytes; ab's
-# Kbytes are 1024 bytes).
+# parse_ab FILE: prints "MBPS RPS COMPLETE KEEPALIVE" (MB = 2^20 bytes; ab's Kbytes are
+# 1024 bytes).
 parse_ab() {
-    awk -v want="$AB_REQUESTS" '
+    awk '
     /^Complete requests:/ { done = $3 }
-    /^Failed requests:/ { if ($3 + 0 > 0) err = err (err ? "; " : "") "failed: " $3 }
-    /^   \(Connect:/ { if (fail) err = err " " $0 }
-    /^Non-2xx responses:/ { err = err (err ? "; " : "") "non-2xx: " $3 }
     /^Keep-Alive requests:/ { ka = $3 }
     /^Requests per second:/ { rps = $4 }
     /^Transfer rate:/ { mbps = $3 / 1024 }
     END {
-        if (rps == "" || mbps == "") { print "parse-error"; exit 1 }
-        if (done != want) err = err (err ? "; " : "") "complete: " done " of " want
-        printf "%.2f %s %s %s %s\n", mbps, rps, done, (ka == "" ? 0 : ka), (err ? err : "none")
+        if (rps == "" || mbps == "" || done == "") { print "parse-error"; exit 1 }
+        printf "%.2f %s %s %s\n", mbps, rps, done, (ka == "" ? 0 : ka)
     }' "$1"
 }
 
 # shellcheck disable=SC2034 # AB_RPS is read by name (median_of)
-declare -A AB_MBPS AB_RPS AB_KA AB_ERRS
-# measure_ab SERVER ROUND
+declare -A AB_MBPS AB_RPS AB_KA
+# measure_ab hit5m-ab SERVER ROUND (the case's name, for bench_round's messages and keys)
 measure_ab() {
-    local s=$1 r=$2 out rc=0 mbps rps ndone ka errs
+    local s=$2 r=$3 out rc=0 mbps rps ndone ka errs
     alive "$s" origin
     out=$BENCH_TMP/ab-$s-$r.txt
     timeout -k 5 120 ab -k -c "$AB_CONCURRENCY" -n "$AB_REQUESTS" \
@@ -237,23 +264,28 @@ measure_ab() {
         cat "$out" >&2
         die "ab exited with $rc against $s"
     fi
-    read -r mbps rps ndone ka errs <<<"$(parse_ab "$out")" || {
+    read -r mbps rps ndone ka <<<"$(parse_ab "$out")" || {
         cat "$out" >&2
         die "could not parse ab's output"
     }
+    errs=$(ab_check "$out" "$LARGE")
+    [[ $errs == none ]] || round_bad "ab: $errs"
+    ((ndone == AB_REQUESTS)) || round_bad "ab: $ndone of $AB_REQUESTS requests complete"
+    answer_check "http://127.0.0.1:${PORT[$s]}$URL_5M" "$BENCH_TMP/ref-$LARGE.body"
+    printf '[bench] hit5m-ab %-7s round %d/%d: %10.2f MB/s %8.2f req/s  %s complete, %s keep-alive, %s\n' \
+        "$s" "$r" "$ROUNDS" "$mbps" "$rps" "$ndone" "$ka" "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
     add_figures "$s" AB_MBPS="$mbps" AB_RPS="$rps" AB_KA="$ka"
-    note_errors AB_ERRS "$s" "$r" "$errs" "$s ab round $r: $errs"
-    printf '[bench] hit5m-ab %-7s round %d/%d: %10.2f MB/s %8.2f req/s  %s complete, %s keep-alive, errors: %s\n' \
-        "$s" "$r" "$ROUNDS" "$mbps" "$rps" "$ndone" "$ka" "$errs" >&2
 }
 
 # ---- the herd -------------------------------------------------------------------------------
 
 # shellcheck disable=SC2034 # some are read by name (medians)
-declare -A H_OREQ H_MED H_P90 H_MAX H_ERRS
-# measure_herd SERVER ROUND: HERD_REQUESTS simultaneous GETs of a URL nobody asked for yet.
+declare -A H_OREQ H_MED H_P90 H_MAX
+# measure_herd herd SERVER ROUND: HERD_REQUESTS simultaneous GETs of a URL nobody asked for
+# yet.
 measure_herd() {
-    local s=$1 r=$2 path cfg out o0 o1 rc=0 i stats med p90 max bad
+    local s=$2 r=$3 path cfg out o0 o1 rc=0 i stats med p90 max bad
     alive "$s" origin
     path="/herd/$s-$r-$RANDOM$RANDOM?size=$SMALL&delay=$DELAY_MS&$CC_LONG"
     cfg=$BENCH_TMP/herd-$s-$r.cfg
@@ -280,13 +312,14 @@ measure_herd() {
             printf "%.1f %.1f %.1f %d\n", med, p90, t[m], bad + 0
         }' "$out")
     read -r med p90 max bad <<<"$stats"
-    add_figures "$s" H_OREQ="$((o1 - o0))" H_MED="$med" H_P90="$p90" H_MAX="$max"
     if ((bad > 0 || rc != 0)); then
-        warn "$s herd round $r: $bad of $HERD_REQUESTS responses not 200 with $SMALL bytes (curl exit $rc)"
-        H_ERRS[$s]+="r$r: $bad bad, curl exit $rc. "
+        round_bad "$bad of $HERD_REQUESTS responses not 200 with $SMALL bytes (curl exit $rc)"
     fi
-    printf '[bench] herd     %-7s round %s: origin requests %d, latency median %s ms p90 %s ms max %s ms, bad %d\n' \
-        "$s" "$([[ $s == origin ]] && echo direct || echo "$r/$ROUNDS")" $((o1 - o0)) "$med" "$p90" "$max" "$bad" >&2
+    printf '[bench] herd     %-7s round %s: origin requests %d, latency median %s ms p90 %s ms max %s ms, %s\n' \
+        "$s" "$([[ $s == origin ]] && echo direct || echo "$r/$ROUNDS")" $((o1 - o0)) "$med" "$p90" "$max" \
+        "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
+    add_figures "$s" H_OREQ="$((o1 - o0))" H_MED="$med" H_P90="$p90" H_MAX="$max"
 }
 
 # ---- run --------------------------------------------------------------------------------------
@@ -296,11 +329,11 @@ nw=$((${#WRK_CASES[@]} * ROUNDS * ${#SRV[@]}))
 log "measuring: ${#WRK_CASES[@]} wrk cases (${WRK_CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} servers x ${DURATION}s" \
     "(~$((nw * (DURATION + 2)))s), then ab, the herd and the hit-ratio trace"
 for k in "${WRK_CASES[@]}"; do each_round SRV measure_wrk "$k"; done
-each_round SRV measure_ab
+each_round SRV measure_ab hit5m-ab
 HERD_SRV=("${SRV[@]}")
-each_round SRV measure_herd
+each_round SRV measure_herd herd
 if [[ $BACKEND_DIRECT == 1 ]]; then
-    measure_herd origin 1
+    bench_round measure_herd herd origin 1
     HERD_SRV+=(origin)
 fi
 declare -A SIM_HITS SIM_RATIO SIM_OBJS
@@ -336,14 +369,16 @@ md=$(results_md cache)
     echo "- curl: $(curl --version | head -n1 | awk '{print $2}'), the herd: --parallel --parallel-max $HERD_REQUESTS, $HERD_REQUESTS GETs of one cold URL per round"
     echo "- origin: $ORIGIN_BIN -t ${ORIGIN_THREADS:-1} (test origin)"
     echo "- umbra: cache = { memory = \"256MB\", max_object = \"64MB\" } (a route to the origin; caching is on by default)"
-    echo "- nginx: proxy_cache on tmpfs (/dev/shm), keys_zone 16m, max_size 256m, proxy_cache_lock on, upstream keepalive 256, 2 workers"
-    echo "- varnish: varnishd -F -s malloc,256m -b (built-in VCL), default thread pools"
+    echo "- nginx: proxy_cache on tmpfs (/dev/shm), keys_zone 16m, max_size 256m, proxy_cache_lock on, open_file_cache, upstream keepalive $NGINX_UPSTREAM_KEEPALIVE (keepalive_requests $NGINX_UPSTREAM_KEEPALIVE_REQUESTS, keepalive_timeout $NGINX_UPSTREAM_KEEPALIVE_TIMEOUT), 2 workers"
+    if bench_uses varnish; then
+        echo "- varnish: varnishd -F -s malloc,256m -b (built-in VCL), thread_pools $VARNISH_THREAD_POOLS, thread_pool_min $VARNISH_THREAD_POOL_MIN, thread_pool_max $VARNISH_THREAD_POOL_MAX"
+    fi
     echo "- URLs: hit1k $URL_1K; hit5m $URL_5M; nostore $URL_NS; herd /herd/UNIQUE?size=$SMALL&delay=$DELAY_MS&$CC_LONG"
     echo
     echo "## wrk (-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s --latency, keep-alive)"
     echo
     md_row case server "median req/s" "median MB/s" compared Umbra/nginx Umbra/Varnish "of bound" "p50 ms" "p99 ms" \
-        "CPU server %" "CPU origin %" "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" errors
+        "CPU server %" "CPU origin %" "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" repeated
     md_row --- --- ---: ---: --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
@@ -374,7 +409,7 @@ for k in "${WRK_CASES[@]}"; do
         per=${RPS[$k,$s]% }
         [[ $cmp_by == mbps ]] && per="${MBPS[$k,$s]% } (MB/s)"
         md_row "cache/$k" "$s" "${MR[$s]}" "${MM[$s]}" "$cmpname" "$rn" "$rv" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" \
-            "$orq" "$per" "${ERRS[$k,$s]:-none}" >>"$md"
+            "$orq" "$per" "$(repeated_md "$k,$s")" >>"$md"
         if [[ $s == umbra ]]; then
             case $k in
             hit1k)
@@ -401,7 +436,7 @@ done
     echo
     echo "## ab on the 5 MiB hit (ab -k -c $AB_CONCURRENCY -n $AB_REQUESTS)"
     echo
-    md_row case server "median MB/s" "median req/s" Umbra/nginx Umbra/Varnish "keep-alive requests" "MB/s per round" errors
+    md_row case server "median MB/s" "median req/s" Umbra/nginx Umbra/Varnish "keep-alive requests" "MB/s per round" repeated
     md_row --- --- ---: ---: ---: ---: --- --- ---
 } >>"$md"
 declare -A AM=()
@@ -421,14 +456,14 @@ for s in "${SRV[@]}"; do
     ar=$(median_of AB_RPS "$s")
     # shellcheck disable=SC2059
     printf "$fmt" "cache/5m-ab" "$s" "$ar" "${AM[$s]}" "MB/s" "$rn" "$rv" - - - "keep-alive reqs/round: ${AB_KA[$s]% }"
-    md_row cache/hit5m-ab "$s" "${AM[$s]}" "$ar" "$rn" "$rv" "${AB_KA[$s]% }" "${AB_MBPS[$s]% }" "${AB_ERRS[$s]:-none}" >>"$md"
+    md_row cache/hit5m-ab "$s" "${AM[$s]}" "$ar" "$rn" "$rv" "${AB_KA[$s]% }" "${AB_MBPS[$s]% }" "$(repeated_md "hit5m-ab,$s")" >>"$md"
 done
 
 {
     echo
     echo "## herd: $HERD_REQUESTS simultaneous GETs of one cold URL (origin: ${DELAY_MS} ms, max-age=3600), a new URL each round"
     echo
-    md_row case server "origin requests per round" "median latency ms" "p90 ms" "max ms" "median ms per round" errors
+    md_row case server "origin requests per round" "median latency ms" "p90 ms" "max ms" "median ms per round" repeated
     md_row --- --- --- ---: ---: ---: --- ---
 } >>"$md"
 echo
@@ -436,7 +471,7 @@ printf '%-12s %-8s %-26s %18s %8s %8s\n' case server "origin reqs per round" "me
 for s in "${HERD_SRV[@]}"; do
     read -r hm hp hx <<<"$(medians "$s" H_MED H_P90 H_MAX)"
     printf '%-12s %-8s %-26s %18s %8s %8s\n' cache/herd "$s" "${H_OREQ[$s]% }" "$hm" "$hp" "$hx"
-    md_row cache/herd "$s" "${H_OREQ[$s]% }" "$hm" "$hp" "$hx" "${H_MED[$s]% }" "${H_ERRS[$s]:-none}" >>"$md"
+    md_row cache/herd "$s" "${H_OREQ[$s]% }" "$hm" "$hp" "$hx" "${H_MED[$s]% }" "$(repeated_md "herd,$s")" >>"$md"
     if [[ $s == umbra ]]; then
         # shellcheck disable=SC2086
         omax=$(maxof ${H_OREQ[$s]})
@@ -492,8 +527,11 @@ fi
         echo
         each_verdict echo "- cache" hit1k hit5m herd nostore sieve
     fi
+    repeats_md
+    configs_md
 } >>"$md"
 echo
 each_verdict log "target cache" hit1k hit5m herd nostore sieve
 warn_busy
+warn_repeats
 log "results written to $md"

@@ -17,6 +17,9 @@ BENCH_RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results}
 # The servers SERVERS may name (the cache scenario adds varnish).
 : "${BENCH_KNOWN_SERVERS:=nginx umbra}"
 : "${UMBRA_BUILD:=$BENCH_ROOT/build-bench}"
+# A round whose answers are wrong is not a figure: it is repeated up to this many times,
+# then the scenario fails (bench_round).
+: "${BENCH_RETRIES:=2}"
 
 BENCH_PIDS=()
 BENCH_TMP=
@@ -44,6 +47,7 @@ bench_uses() { [[ " $SERVERS " == *" $1 "* ]]; }
 check_knobs() {
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer (got '$ROUNDS')"
     [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a positive number of seconds (got '$DURATION')"
+    [[ $BENCH_RETRIES =~ ^[0-9]+$ ]] || die "BENCH_RETRIES must be a number (got '$BENCH_RETRIES')"
     local s
     for s in $SERVERS; do
         [[ " $BENCH_KNOWN_SERVERS " == *" $s "* ]] ||
@@ -294,9 +298,45 @@ make_file() {
     chmod 644 "$1"
 }
 
-# start_nginx DOCROOT: master + 2 workers serving DOCROOT; sets NGINX_PORT and NGINX_PID.
+# The settings of every nginx's http block that a user would tune for speed (the block has
+# also its temp paths and default type; start_nginx_with). Clients' connections are kept
+# alive for many requests.
+NGINX_HTTP_COMMON="access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000;
+    keepalive_timeout 65s;"
+# nginx as its users would tune it for these jobs. The scenarios that serve files (static,
+# tls, and cache's hits, which nginx reads from its cache files) keep the files' descriptors
+# and sizes open: NGINX_OPEN_FILE_CACHE goes into their http block.
+NGINX_OPEN_FILE_CACHE="open_file_cache max=10000 inactive=60s;
+    open_file_cache_valid 60s;"
+# Its upstream connections (proxy, cache) as Umbra's own HTTP/1.1 client keeps its own: up
+# to 1024 idle connections per server and worker (nginx's keepalive is per worker too),
+# closed after 60 s idle. Umbra has no limit of requests per connection; nginx's default
+# keepalive_requests would close one after 1000.
+NGINX_UPSTREAM_KEEPALIVE=1024
+NGINX_UPSTREAM_KEEPALIVE_REQUESTS=100000
+NGINX_UPSTREAM_KEEPALIVE_TIMEOUT=60s
+
+# nginx_upstream NAME PORT: an upstream block for the server at 127.0.0.1:PORT with the
+# keep-alive settings above (the location that uses it needs proxy_http_version 1.1 and an
+# empty Connection header for them to apply).
+nginx_upstream() {
+    cat <<EOF
+    upstream $1 {
+        server 127.0.0.1:$2;
+        keepalive $NGINX_UPSTREAM_KEEPALIVE;
+        keepalive_requests $NGINX_UPSTREAM_KEEPALIVE_REQUESTS;
+        keepalive_timeout $NGINX_UPSTREAM_KEEPALIVE_TIMEOUT;
+    }
+EOF
+}
+
+# start_nginx DOCROOT: master + 2 workers serving DOCROOT, with the open file cache; sets
+# NGINX_PORT and NGINX_PID.
 start_nginx() {
-    start_nginx_with "" "" "root $1;"
+    start_nginx_with "" "    $NGINX_OPEN_FILE_CACHE" "root $1;"
 }
 
 # start_nginx_with MAIN HTTP SERVER: the same nginx (master + 2 workers, the common http
@@ -321,11 +361,7 @@ events {
 
 http {
     default_type application/octet-stream;
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 100000;
-    keepalive_timeout 65s;
+    $NGINX_HTTP_COMMON
     server_tokens off;
     client_body_temp_path $dir/body;
     proxy_temp_path $dir/proxy;
@@ -369,19 +405,31 @@ EOF
     wait_port umbra "$UMBRA_PID" "$UMBRA_PORT" "$dir/umbra.log"
 }
 
+# Varnish's worker threads, as its users size them for the load: one pool per CPU (2, as
+# Umbra's and nginx's 2 workers; Varnish's default is 2 as well), each with
+# VARNISH_THREAD_POOL_MIN threads made at start, so that no round waits for threads to be
+# made, and at most VARNISH_THREAD_POOL_MAX. The scenario sets these two from its
+# connection counts before start_varnish (the values below are Varnish's defaults).
+VARNISH_THREAD_POOLS=2
+VARNISH_THREAD_POOL_MIN=100
+VARNISH_THREAD_POOL_MAX=5000
+
 # start_varnish BACKEND_PORT [VCL]: Varnish in the foreground (-F: its manager process is
 # the PID recorded; the cache process is its child) in front of 127.0.0.1:BACKEND_PORT,
-# with 256 MB of malloc storage and its working dir in the temp dir; no management port
-# (-T none). Without VCL (text), the built-in VCL (-b): it caches GET/HEAD responses
-# without Set-Cookie for their max-age and passes requests with Cookie or Authorization.
-# Sets VARNISH_PORT and VARNISH_PID.
+# with 256 MB of malloc storage, the thread pools above and its working dir in the temp
+# dir; no management port (-T none). Without VCL (text), the built-in VCL (-b): it caches
+# GET/HEAD responses without Set-Cookie for their max-age and passes requests with Cookie
+# or Authorization. Sets VARNISH_PORT and VARNISH_PID; its command line is kept in
+# TMP/varnish/cmdline (for the results file, configs_md).
 start_varnish() {
     local backend=$1 vcl=${2:-} dir=$BENCH_TMP/varnish
     need varnishd
     mkdir -p "$dir"
     chmod 755 "$dir"
     VARNISH_PORT=$(free_port)
-    local args=(-F -a "127.0.0.1:$VARNISH_PORT" -T none -s "malloc,256m" -n "$dir/work")
+    local args=(-F -a "127.0.0.1:$VARNISH_PORT" -T none -s "malloc,256m" -n "$dir/work"
+        -p "thread_pools=$VARNISH_THREAD_POOLS" -p "thread_pool_min=$VARNISH_THREAD_POOL_MIN"
+        -p "thread_pool_max=$VARNISH_THREAD_POOL_MAX")
     if [[ -n $vcl ]]; then
         printf '%s\n' "$vcl" >"$dir/bench.vcl"
         chmod 644 "$dir/bench.vcl"
@@ -389,9 +437,22 @@ start_varnish() {
     else
         args+=(-b "127.0.0.1:$backend")
     fi
+    printf '%s\n' "varnishd ${args[*]}" >"$dir/cmdline"
     bench_start varnish "$dir/varnishd.log" varnishd "${args[@]}"
     VARNISH_PID=$BENCH_LAST_PID
     wait_port varnish "$VARNISH_PID" "$VARNISH_PORT" "$dir/varnishd.log"
+}
+
+# varnish_threads: "POOLS THREADS", Varnish's counters MAIN.pools and MAIN.threads now
+# (varnishstat reads them from its working dir), or "- -".
+varnish_threads() {
+    local out
+    out=$(varnishstat -n "$BENCH_TMP/varnish/work" -1 -f MAIN.pools -f MAIN.threads 2>/dev/null) || {
+        echo "- -"
+        return 0
+    }
+    awk '$1 == "MAIN.pools" { p = $2 } $1 == "MAIN.threads" { t = $2 }
+        END { printf "%s %s\n", (p == "" ? "-" : p), (t == "" ? "-" : t) }' <<<"$out"
 }
 
 # check_get NAME URL BYTES: the URL answers 200 with exactly BYTES of body, or die.
@@ -405,22 +466,27 @@ check_get() {
     log "$name: GET $url -> 200, $size bytes"
 }
 
-# parse_wrk FILE: prints "RPS MBPS REQUESTS ERRORS" where MBPS is in MB/s (MB = 2^20
-# bytes, as wrk counts) and ERRORS is a short text ("none" or what wrk reported).
+# parse_wrk FILE: prints "RPS MBPS REQUESTS BYTES ERRORS" where MBPS is in MB/s (MB = 2^20
+# bytes, as wrk counts), REQUESTS the complete responses, BYTES what wrk read (heads and
+# bodies, and the part of the responses in flight when it stopped; wrk prints it with 2
+# decimals of its unit, so within 0.5%) and ERRORS a short text: "none", or what wrk
+# reported (socket errors, and responses with a status of 400 or more, which it calls
+# "Non-2xx or 3xx").
 parse_wrk() {
     awk '
-    /^Requests\/sec:/ { rps = $2 }
-    /^Transfer\/sec:/ {
-        v = $2; unit = v; sub(/^[0-9.]+/, "", unit); n = v + 0
+    function bytes(v,   n, unit, m) {
+        n = v + 0; unit = v; sub(/^[0-9.]+/, "", unit)
         m = 1
         if (unit == "KB") m = 1024
         else if (unit == "MB") m = 1024 ^ 2
         else if (unit == "GB") m = 1024 ^ 3
         else if (unit == "TB") m = 1024 ^ 4
-        else if (unit != "B") { bad = "unknown Transfer/sec unit " v }
-        mbps = n * m / 1024 ^ 2
+        else if (unit != "B") { bad = "unknown unit " v; return -1 }
+        return n * m
     }
-    / requests in / { reqs = $1 }
+    /^Requests\/sec:/ { rps = $2 }
+    /^Transfer\/sec:/ { mbps = bytes($2) / 1024 ^ 2 }
+    / requests in .* read$/ { reqs = $1; read = bytes($5) }
     /Socket errors:/ {
         s = $0; sub(/^ *Socket errors: */, "", s)
         split(s, parts, /, */); tot = 0
@@ -430,8 +496,8 @@ parse_wrk() {
     /Non-2xx or 3xx responses:/ { err = err (err ? "; " : "") "non-2xx/3xx: " $NF }
     END {
         if (bad) err = err (err ? "; " : "") bad
-        if (rps == "" || mbps == "") { print "parse-error"; exit 1 }
-        printf "%s %.2f %s %s\n", rps, mbps, (reqs == "" ? 0 : reqs), (err ? err : "none")
+        if (rps == "" || mbps == "" || read == "") { print "parse-error"; exit 1 }
+        printf "%s %.2f %s %.0f %s\n", rps, mbps, (reqs == "" ? 0 : reqs), read, (err ? err : "none")
     }' "$1"
 }
 
@@ -505,10 +571,10 @@ run_wrk() {
 }
 
 # read_wrk FILE: wrk's figures (parse_wrk, parse_wrk_latency) into WRK_RPS, WRK_MBPS,
-# WRK_REQS, WRK_ERRS, WRK_P50 and WRK_P99.
+# WRK_REQS, WRK_BYTES, WRK_ERRS, WRK_P50 and WRK_P99.
 read_wrk() {
     # shellcheck disable=SC2034 # read by the scenarios
-    read -r WRK_RPS WRK_MBPS WRK_REQS WRK_ERRS <<<"$(parse_wrk "$1")" || {
+    read -r WRK_RPS WRK_MBPS WRK_REQS WRK_BYTES WRK_ERRS <<<"$(parse_wrk "$1")" || {
         cat "$1" >&2
         die "could not parse wrk's output"
     }
@@ -571,18 +637,165 @@ busy_md() {
 }
 
 # each_round NAMES CMD [ARG...]: ROUNDS rounds of CMD ARG... NAME ROUND for each name of
-# the array NAMES, a second's pause after each; the order rotates by one each round, so that
-# each name goes first in turn (with two, the first in odd rounds).
+# the array NAMES (each through bench_round), a second's pause after each; the order
+# rotates by one each round, so that each name goes first in turn (with two, the first in
+# odd rounds).
 each_round() {
     local -n _er_names=$1
     local _er_n=${#_er_names[@]} _er_r _er_i
     shift
     for ((_er_r = 1; _er_r <= ROUNDS; _er_r++)); do
         for ((_er_i = 0; _er_i < _er_n; _er_i++)); do
-            "$@" "${_er_names[$(((_er_i + _er_r - 1) % _er_n))]}" "$_er_r"
+            bench_round "$@" "${_er_names[$(((_er_i + _er_r - 1) % _er_n))]}" "$_er_r"
             sleep 1
         done
     done
+}
+
+# ---- rounds with wrong answers --------------------------------------------------------
+#
+# A round is a figure only if every answer in it was right (bench/README.md, "Method"). A
+# scenario's round function (bench_round's CMD) checks the answers of its round and, when
+# some are wrong, calls round_bad instead of recording the round's figures. bench_round
+# then runs the round again, at most BENCH_RETRIES times, and fails the scenario (die: no
+# figure, non-zero exit) when the last attempt was wrong too. Each rejected attempt is
+# printed, listed at the end of the results file (REPEATS, repeats_md) and noted in its
+# row's "repeated" column (REPEATED).
+
+REPEATS=()
+declare -A REPEATED=()
+ROUND_BAD=
+
+# round_bad TEXT: the round being run has wrong answers, TEXT says which (appended to
+# ROUND_BAD). The round function must then not record its figures.
+round_bad() { ROUND_BAD+="${ROUND_BAD:+; }$1"; }
+
+# bench_round CMD [CASE...] SERVER ROUND: runs CMD [CASE...] SERVER ROUND until it does not
+# call round_bad, at most 1 + BENCH_RETRIES times, or dies. The repeats are noted in
+# REPEATED under CASE...,SERVER (joined by commas: the scenarios' keys of their figures).
+bench_round() {
+    local a=("$@") n=$# try key label
+    local r=${a[n - 1]}
+    key=$(
+        IFS=,
+        echo "${a[*]:1:n-2}"
+    )
+    label="$(basename "$0" .sh) ${a[*]:1:n-2} round $r"
+    for ((try = 0; ; try++)); do
+        ROUND_BAD=
+        "$@"
+        [[ -z $ROUND_BAD ]] && return 0
+        ((try < BENCH_RETRIES)) ||
+            die "$label: wrong answers ($ROUND_BAD), $((try + 1)) attempts in a row: no figure, the scenario fails"
+        warn "$label: wrong answers ($ROUND_BAD): not a figure; repeating the round (repeat $((try + 1)) of at most $BENCH_RETRIES)"
+        REPEATS+=("$label, attempt $((try + 1)) of at most $((BENCH_RETRIES + 1)): $ROUND_BAD")
+        REPEATED[$key]+="r$r: $ROUND_BAD. "
+        sleep 1
+    done
+}
+
+# repeated_md KEY: a row's "repeated" column: its rejected attempts, or "none".
+repeated_md() {
+    local v=${REPEATED[$1]:-none}
+    echo "${v% }"
+}
+
+# repeats_md: for the end of the results file, the rounds that were repeated because of
+# wrong answers (or a line saying that none was).
+repeats_md() {
+    local b
+    echo
+    if ((${#REPEATS[@]} == 0)); then
+        echo "Wrong answers: none; no round was repeated (a round with wrong answers is repeated up to"
+        echo "BENCH_RETRIES=$BENCH_RETRIES times, and the scenario fails when it stays wrong)."
+        return 0
+    fi
+    echo "Rounds repeated because of wrong answers (these attempts are not in the figures; each"
+    echo "round is repeated up to BENCH_RETRIES=$BENCH_RETRIES times, and the scenario fails when it stays wrong):"
+    echo
+    for b in "${REPEATS[@]}"; do echo "- $b"; done
+}
+
+# warn_repeats: at the end, a warning when rounds were repeated.
+warn_repeats() {
+    if ((${#REPEATS[@]})); then
+        warn "${#REPEATS[@]} round attempts had wrong answers and were repeated (listed in the results file)"
+    fi
+}
+
+# The bytes per complete response that a wrk round read (wrk_check) may be below what one
+# curl GET got (answer_bytes) by RESP_TOL (wrk rounds its count), and above it by RESP_TOL
+# and RESP_SLACK bytes per response (heads that grow during a run: Age, X-Varnish's ids,
+# the test origin's request counter), plus one response per connection: those in flight
+# when wrk stopped, which it read in part.
+RESP_TOL=0.02
+RESP_SLACK=32
+
+# answer_bytes NAME URL [CURL_OPTION...]: prints the bytes (head and body) of URL's answer
+# to one GET, or dies (for wrk_check's EXPECT).
+answer_bytes() {
+    local name=$1 url=$2 out
+    shift 2
+    out=$(curl -s -o /dev/null --max-time 20 -w '%{size_header} %{size_download}' "$@" "$url") ||
+        die "$name: curl $url failed"
+    [[ $out =~ ^([1-9][0-9]*)\ ([0-9]+)$ ]] || die "$name: curl $url: head and body sizes '$out'"
+    echo $((BASH_REMATCH[1] + BASH_REMATCH[2]))
+}
+
+# wrk_check EXPECT CONNS: after read_wrk, round_bad when wrk counted socket errors or
+# responses with a status of 400 or more, completed no response, or read a number of bytes
+# that does not fit EXPECT bytes per response (head and body, answer_bytes) with CONNS
+# connections: answers of another size (an error page, a redirect, a short body) with
+# the right framing. (A body that does not match its framing makes a socket error.)
+wrk_check() {
+    local expect=$1 conns=$2 v
+    [[ $WRK_ERRS == none ]] || round_bad "wrk: $WRK_ERRS"
+    if ((WRK_REQS == 0)); then
+        round_bad "wrk: no complete response"
+        return 0
+    fi
+    v=$(awk -v b="$WRK_BYTES" -v n="$WRK_REQS" -v e="$expect" -v c="$conns" -v t="$RESP_TOL" -v sl="$RESP_SLACK" '
+        BEGIN { if (b < n * e * (1 - t) || b > n * (e * (1 + t) + sl) + c * e)
+                    printf "%.1f bytes per response where one GET got %d", b / n, e }')
+    [[ -z $v ]] || round_bad "wrk read $WRK_BYTES bytes in $WRK_REQS responses, $v"
+}
+
+# answer_check URL REF [CURL_OPTION...]: after a round, one GET of URL must answer 200 with
+# exactly the bytes of the file REF; else round_bad.
+answer_check() {
+    local url=$1 ref=$2 out code size
+    shift 2
+    out=$(curl -s -o "$BENCH_TMP/answer.body" --max-time 20 -w '%{http_code} %{size_download}' "$@" "$url") || {
+        round_bad "after the round, curl $url failed"
+        return 0
+    }
+    read -r code size <<<"$out"
+    if [[ $code != 200 ]] || ! cmp -s "$BENCH_TMP/answer.body" "$ref"; then
+        round_bad "after the round, GET $url answered $code with $size bytes, not 200 with the $(stat -c %s "$ref") expected bytes"
+    fi
+}
+
+# ab_check FILE BYTES: the answers of an ab run (its output in FILE) whose responses
+# should each have a body of BYTES: prints "none", or what was wrong: failed requests
+# (connect, receive, length: a body whose length differs from the first one's, exceptions),
+# non-2xx responses, a first body (Document Length) of another size, or body bytes (HTML
+# transferred) that are not BYTES for each complete request (with -t, ab also counts the
+# bodies of up to one request per connection that it did not count as complete).
+ab_check() {
+    awk -v want="$2" '
+    /^Concurrency Level:/ { conc = $3 }
+    /^Document Length:/ { dl = $3 }
+    /^Complete requests:/ { done = $3 }
+    /^Failed requests:/ { if ($3 + 0 > 0) { err = err (err ? "; " : "") "failed: " $3; fail = 1 } }
+    /^ *\(Connect:/ { if (fail) { s = $0; sub(/^ */, "", s); err = err " " s } }
+    /^Non-2xx responses:/ { err = err (err ? "; " : "") "non-2xx: " $3 }
+    /^HTML transferred:/ { html = $3 }
+    END {
+        if (dl != want) err = err (err ? "; " : "") "document length " dl ", expected " want
+        if (html == "" || html < done * want || html > (done + conc) * want)
+            err = err (err ? "; " : "") "body bytes " html " for " done " complete requests of " want
+        print (err ? err : "none")
+    }' "$1"
 }
 
 # round_cpu_start PID...: before a round, the CPU ticks of each PID ("" for none), the
@@ -645,14 +858,6 @@ add_figures() {
         ref="${a%%=*}[$key]"
         printf -v "$ref" '%s%s ' "${!ref:-}" "${a#*=}"
     done
-}
-
-# note_errors ARRAY KEY ROUND ERRORS WARNING: unless ERRORS is "none", warns WARNING and
-# appends "rROUND: ERRORS. " to ARRAY[KEY].
-note_errors() {
-    [[ $4 == none ]] && return 0
-    warn "$5"
-    add_figures "$2" "$1=r$3: $4."
 }
 
 # Rounds during which the rest of the machine was busier than this (% of one CPU) are
@@ -770,9 +975,13 @@ md_row() {
 }
 
 # results_md NAME: the path of a new results file of scenario NAME (BENCH_RESULTS made).
+# When BENCH_RESULTS_LIST names a file (bench/run sets it), the path is also appended to it.
 results_md() {
+    local f
     mkdir -p "$BENCH_RESULTS"
-    echo "$BENCH_RESULTS/$1-$(date '+%Y-%m-%d-%H%M%S').md"
+    f=$BENCH_RESULTS/$1-$(date '+%Y-%m-%d-%H%M%S').md
+    if [[ -n ${BENCH_RESULTS_LIST:-} ]]; then echo "$f" >>"$BENCH_RESULTS_LIST"; fi
+    echo "$f"
 }
 
 # each_verdict CMD PREFIX KEY...: CMD "PREFIX/KEY: VERDICT[KEY]" for each KEY that has one
@@ -789,16 +998,78 @@ each_verdict() {
 # arguments shown (default: -tWRK_THREADS -cWRK_CONNECTIONS -dDURATIONs).
 # shellcheck disable=SC2120 # WRK is optional
 bench_env_md() {
-    local rev
-    rev=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-    if ! git -C "$BENCH_ROOT" diff --quiet HEAD 2>/dev/null; then rev="$rev (dirty tree)"; fi
     echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "- machine: $(nproc) CPUs, $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')"
-    echo "- umbra: ${UMBRA_BIN:-not run}, commit $rev"
+    echo "- machine: $(bench_machine)"
+    echo "- umbra: ${UMBRA_BIN:-not run}, commit $(bench_commit)"
     echo "- nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
     if bench_uses varnish; then echo "- varnish: $(varnishd -V 2>&1 | head -n1)"; fi
     echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
     echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
-    echo "- servers: $SERVERS"
+    echo "- wrong answers: a round with any is repeated, up to $BENCH_RETRIES times, then the scenario fails; repeated here: ${#REPEATS[@]} (listed at the end)"
+    echo "- servers: $SERVERS; their exact settings at the end"
     echo "- load average at the end: $(cut -d" " -f1-3 /proc/loadavg) (other processes on the machine skew the figures)"
+}
+
+# bench_commit: the commit measured, "HASH (clean tree)" or "HASH (dirty tree: N files
+# changed or untracked)"; BENCH_COMMIT instead when it is set (bench/run sets it as the run
+# starts, for all its scenarios).
+bench_commit() {
+    local rev n
+    if [[ -n ${BENCH_COMMIT:-} ]]; then
+        echo "$BENCH_COMMIT"
+        return 0
+    fi
+    rev=$(git -C "$BENCH_ROOT" rev-parse --short HEAD 2>/dev/null) || {
+        echo "unknown (not a git checkout)"
+        return 0
+    }
+    n=$(git -C "$BENCH_ROOT" status --porcelain 2>/dev/null | wc -l)
+    if ((n > 0)); then
+        echo "$rev (dirty tree: $n files changed or untracked)"
+    else
+        echo "$rev (clean tree)"
+    fi
+}
+
+# bench_machine: one line: CPUs, CPU model, memory, kernel.
+bench_machine() {
+    printf '%s CPUs (%s), %s RAM, %s\n' "$(nproc)" \
+        "$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')" \
+        "$(awk '$1 == "MemTotal:" { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)" "$(uname -sr)"
+}
+
+# configs_md: for the end of the results file, the exact settings of the servers the
+# scenario ran (those it started are in its temp dir): nginx's nginx.conf, Umbra's
+# config.lua, Varnish's command line and the threads it had before measuring
+# (VARNISH_THREADS_SEEN, when the scenario set it).
+configs_md() {
+    echo
+    echo "## Settings of the servers"
+    echo
+    echo "Exactly as this run used them (ports and temp paths are this run's)."
+    if [[ -f $BENCH_TMP/nginx/nginx.conf ]]; then
+        echo
+        echo "nginx $(nginx -v 2>&1 | sed 's/.*: //'), \`nginx.conf\`:"
+        echo
+        echo '```nginx'
+        cat "$BENCH_TMP/nginx/nginx.conf"
+        echo '```'
+    fi
+    if [[ -f $BENCH_TMP/varnish/cmdline ]]; then
+        echo
+        echo "$(varnishd -V 2>&1 | head -n1), its command line (other parameters at their defaults):"
+        echo
+        echo '```sh'
+        cat "$BENCH_TMP/varnish/cmdline"
+        echo '```'
+        if [[ -n ${VARNISH_THREADS_SEEN:-} ]]; then echo; echo "$VARNISH_THREADS_SEEN"; fi
+    fi
+    if [[ -f $BENCH_TMP/umbra/config.lua ]]; then
+        echo
+        echo "Umbra ($UMBRA_BIN), \`config.lua\` (other settings at their defaults):"
+        echo
+        echo '```lua'
+        cat "$BENCH_TMP/umbra/config.lua"
+        echo '```'
+    fi
 }

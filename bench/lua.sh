@@ -171,8 +171,25 @@ if bench_uses umbra; then
     [[ $code == 200 ]] || die "umbra+hook: GET /hook/routed with Host: shop.example.com answered $code"
 fi
 
+# The right answer of each (case, server), as a file (REF), and what it weighs (head and
+# body, EXPECT): what wrk should read per response.
+printf '%s' "$CLIENT_ADDR" >"$BENCH_TMP/echo.body"
+printf '%s' "$HELLO" >"$BENCH_TMP/hello.body"
+declare -A REF EXPECT
+for k in "${CASES[@]}"; do
+    read -r -a csrv <<<"${CSRV[$k]}"
+    for s in "${csrv[@]}"; do
+        case $k in
+        echo) REF[$k,$s]=$BENCH_TMP/echo.body ;;
+        hello) REF[$k,$s]=$BENCH_TMP/hello.body ;;
+        hook-hit) REF[$k,$s]=$BENCH_TMP/ref.body ;;
+        esac
+        EXPECT[$k,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}${WPATH[$k,$s]}")
+    done
+done
+
 # shellcheck disable=SC2034 # some are read by name (medians)
-declare -A RPS P50 P99 CPU_S US CPU_W CPU_O OREQ ERRS
+declare -A RPS P50 P99 CPU_S US CPU_W CPU_O OREQ
 
 # measure CASE SERVER ROUND
 measure() {
@@ -191,20 +208,22 @@ measure() {
         orq=$((o1 - o0))
     fi
     read_wrk "$out"
+    wrk_check "${EXPECT[$k,$s]}" "$WRK_CONNECTIONS"
+    # A hit that reached the origin is not a hit: the round does not measure the hook's cost.
+    if [[ $orq != - ]] && ((orq > 0)); then
+        round_bad "the origin got $orq requests during the round (hits: expected 0)"
+    fi
+    answer_check "http://127.0.0.1:${PORT[$s]}${WPATH[$k,$s]}" "${REF[$k,$s]}"
     cs=${ROUND_PCT[0]} cw=$ROUND_CLIENT_PCT co=$ROUND_OTHER_PCT
     # The server's CPU time per request, in microseconds.
     us=$(us_each "${ROUND_TICKS[0]}" "$WRK_REQS" 2)
+    printf '[bench] %-8s %-10s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  CPU %% server %s (%s us/req) wrk %s other %s  origin reqs %s  %s requests, %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "$cs" "$us" "$cw" "$co" "$orq" "$WRK_REQS" \
+        "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
     add_figures "$k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99" CPU_S="$cs" US="$us" CPU_W="$cw" \
         CPU_O="$co" OREQ="$orq"
-    note_errors ERRS "$k,$s" "$r" "$WRK_ERRS" "$s $k round $r: wrk reported $WRK_ERRS"
-    # A hit that reached the origin is not a hit: the round does not measure the hook's cost.
-    if [[ $orq != - ]] && ((orq > 0)); then
-        warn "$s $k round $r: the origin got $orq requests during the round (expected 0: hits)"
-        add_figures "$k,$s" ERRS="r$r: $orq origin requests."
-    fi
     note_busy "$co" "$k" "$s" "$r"
-    printf '[bench] %-8s %-10s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  CPU %% server %s (%s us/req) wrk %s other %s  origin reqs %s  %s requests, errors: %s\n' \
-        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "$cs" "$us" "$cw" "$co" "$orq" "$WRK_REQS" "$WRK_ERRS" >&2
 }
 
 check_idle
@@ -240,7 +259,7 @@ md=$(results_md lua)
     echo "- hook-hit: one Umbra, cache = { memory = \"256MB\" }; umbra: GET $URL_NOHOOK (route /nohook/, upstream app, no hook); umbra+hook: GET $URL_HOOK (route /hook/, upstream app, on_request: host lower-cased, port dropped, compared with 3 names, req.upstream set); both hits"
     echo
     md_row case server "median req/s" compared ratio target met "p50 ms" "p99 ms" "CPU server %" "server us/req" \
-        "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" errors
+        "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" repeated
     md_row --- --- ---: --- ---: --- --- ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
@@ -276,7 +295,7 @@ for k in "${CASES[@]}"; do
         # shellcheck disable=SC2059
         printf "$fmt" "lua/$k" "$s" "${MR[$s]}" "$cmpd" "$rr" "$tg" "$met" "$p50" "$p99" "$c" "${MU[$s]}" "$cw" "$co"
         md_row "lua/$k" "$s" "${MR[$s]}" "$cmpd" "$rr" "$tg" "$met" "$p50" "$p99" "$c" "${MU[$s]}" "$cw" "$co" "$orq" \
-            "${RPS[$k,$s]% }" "${ERRS[$k,$s]:-none}" >>"$md"
+            "${RPS[$k,$s]% }" "$(repeated_md "$k,$s")" >>"$md"
     done
 done
 {
@@ -299,8 +318,11 @@ done
         echo
         each_verdict echo "- lua" "${CASES[@]}"
     fi
+    repeats_md
+    configs_md
 } >>"$md"
 echo
 each_verdict log "target lua" "${CASES[@]}"
 warn_busy
+warn_repeats
 log "results written to $md"

@@ -25,7 +25,9 @@ ensure_origin
 
 # The measurements: name -> connections, request path (or wrk script), bound.
 CASES=()
-declare -A CONNS SCRIPT URLPATH BOUND
+# CHECKPATH: a request like the case's, for one curl GET (the bytes per response that wrk
+# should read, and the answer after each round).
+declare -A CONNS SCRIPT URLPATH CHECKPATH BOUND
 script=$BENCH_TMP/unique.lua
 cat >"$script" <<EOF
 -- Every request has a path of its own (/r/THREAD-N), so that no cache could answer it.
@@ -47,6 +49,7 @@ for c in $PROXY_SLOW_CONNECTIONS; do
     CONNS[$k]=$c
     SCRIPT[$k]=$script
     URLPATH[$k]="/"
+    CHECKPATH[$k]="/r/check?size=$SIZE&delay=$DELAY_MS"
     # Each connection has at most one request in flight, and each takes DELAY_MS at least.
     BOUND[$k]=$((c * 1000 / DELAY_MS))
     if ((c > max_conns)); then max_conns=$c; fi
@@ -57,6 +60,7 @@ for c in $PROXY_FAST_CONNECTIONS; do
     CONNS[$k]=$c
     SCRIPT[$k]=
     URLPATH[$k]="/r?size=$SIZE"
+    CHECKPATH[$k]="/r?size=$SIZE"
     BOUND[$k]=-
     if ((c > max_conns)); then max_conns=$c; fi
 done
@@ -68,11 +72,7 @@ log "ulimit -n: $NOFILE"
 start_origin
 declare -A PORT PID
 if bench_uses nginx; then
-    start_nginx_with "worker_rlimit_nofile $NOFILE;" "
-    upstream app {
-        server 127.0.0.1:$ORIGIN_PORT;
-        keepalive 256;
-    }" "
+    start_nginx_with "worker_rlimit_nofile $NOFILE;" "$(nginx_upstream app "$ORIGIN_PORT")" "
         location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -106,6 +106,14 @@ for s in "${MEASURED[@]}"; do
             die "$s: GET $url: the body differs from the backend's"
     done
 done
+# What each server's answer of each case weighs (head and body): what wrk should read per
+# response.
+declare -A EXPECT
+for s in "${MEASURED[@]}"; do
+    for k in "${CASES[@]}"; do
+        EXPECT[$k,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}${CHECKPATH[$k]}")
+    done
+done
 
 # backend_accepted: connections the backend has accepted so far (/__stats counts the
 # connection that asks, not the request).
@@ -114,7 +122,7 @@ backend_accepted() {
 }
 
 # shellcheck disable=SC2034 # some are read by name (medians)
-declare -A RPS P50 P99 CPU_S CPU_B CPU_W CPU_O NEWC ERRS
+declare -A RPS P50 P99 CPU_S CPU_B CPU_W CPU_O NEWC
 # measure CASE SERVER ROUND (SERVER backend: the backend directly)
 measure() {
     local k=$1 s=$2 r=$3 out acc0 acc1 spid='' p cs cb cw co newc
@@ -130,16 +138,18 @@ measure() {
     round_cpu_end "$WRK_CPU" "$ORIGIN_PID" "$spid"
     acc1=$(backend_accepted)
     read_wrk "$out"
+    wrk_check "${EXPECT[$k,$s]}" "${CONNS[$k]}"
+    answer_check "http://127.0.0.1:${PORT[$s]}${CHECKPATH[$k]}" "$BENCH_TMP/ref.body"
     cb=${ROUND_PCT[0]} cs=${ROUND_PCT[1]} cw=$ROUND_CLIENT_PCT co=$ROUND_OTHER_PCT
     # Less the connection of the second /__stats request.
     newc=-
     if [[ -n $acc0 && -n $acc1 ]]; then newc=$((acc1 - acc0 - 1)); fi
+    printf '[bench] %-11s %-7s round %s: %9.2f req/s  p50 %s ms p99 %s ms  CPU %% proxy %s backend %s wrk %s other %s  backend conns %s  %s requests, %s\n' \
+        "$k" "$s" "$([[ $s == backend ]] && echo direct || echo "$r/$ROUNDS")" "$WRK_RPS" "$WRK_P50" "$WRK_P99" \
+        "$cs" "$cb" "$cw" "$co" "$newc" "$WRK_REQS" "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
     add_figures "$k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99" CPU_S="$cs" CPU_B="$cb" \
         CPU_W="$cw" CPU_O="$co" NEWC="$newc"
-    note_errors ERRS "$k,$s" "$r" "$WRK_ERRS" "$s $k round $r: wrk reported $WRK_ERRS"
-    printf '[bench] %-11s %-7s round %s: %9.2f req/s  p50 %s ms p99 %s ms  CPU %% proxy %s backend %s wrk %s other %s  backend conns %s  %s requests, errors: %s\n' \
-        "$k" "$s" "$([[ $s == backend ]] && echo direct || echo "$r/$ROUNDS")" "$WRK_RPS" "$WRK_P50" "$WRK_P99" \
-        "$cs" "$cb" "$cw" "$co" "$newc" "$WRK_REQS" "$WRK_ERRS" >&2
 }
 
 check_idle
@@ -150,7 +160,7 @@ log "measuring: ${#CASES[@]} cases (${CASES[*]}) x $ROUNDS rounds x ${#SRV[@]} s
 for k in "${CASES[@]}"; do
     each_round SRV measure "$k"
     if [[ $BACKEND_DIRECT == 1 ]]; then
-        measure "$k" backend $((ROUNDS + 1))
+        bench_round measure "$k" backend $((ROUNDS + 1))
         sleep 1
     fi
 done
@@ -164,10 +174,10 @@ wrkdesc="-t$WRK_THREADS -d${DURATION}s --latency; -c per measurement (below)"
     echo "- backend: $ORIGIN_BIN -t ${ORIGIN_THREADS:-1} (test origin); the rows \"backend\" measure it directly, once"
     echo "- slow-cN: N connections, each GET /r/THREAD-COUNT?size=$SIZE&delay=$DELAY_MS (a new path every request); bound = N / ${DELAY_MS} ms"
     echo "- fast-cN: N connections, GET /r?size=$SIZE"
-    echo "- nginx: upstream keepalive 256, proxy_http_version 1.1, Connection \"\", proxy_buffering on, worker_rlimit_nofile $NOFILE; ulimit -n $NOFILE"
+    echo "- nginx: upstream keepalive $NGINX_UPSTREAM_KEEPALIVE, keepalive_requests $NGINX_UPSTREAM_KEEPALIVE_REQUESTS, keepalive_timeout $NGINX_UPSTREAM_KEEPALIVE_TIMEOUT, proxy_http_version 1.1, Connection \"\", proxy_buffering on, worker_rlimit_nofile $NOFILE; ulimit -n $NOFILE"
     echo
     md_row scenario server "median req/s" Umbra/nginx "of bound" "p50 ms" "p99 ms" "CPU proxy %" "CPU backend %" \
-        "CPU wrk %" "CPU other %" "backend conns/round" "req/s per round" errors
+        "CPU wrk %" "CPU other %" "backend conns/round" "req/s per round" repeated
     md_row --- --- ---: ---: ---: ---: ---: ---: ---: ---: ---: ---: --- ---
 } >"$md"
 
@@ -191,7 +201,7 @@ for k in "${CASES[@]}"; do
         # shellcheck disable=SC2059
         printf "$fmt" "proxy/$k" "$s" "${MED[$s]}" "$rr" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" "$nc"
         md_row "proxy/$k" "$s" "${MED[$s]}" "$rr" "$fb" "$p50" "$p99" "$cs" "$cb" "$cw" "$co" "$nc" "${RPS[$k,$s]% }" \
-            "${ERRS[$k,$s]:-none}" >>"$md"
+            "$(repeated_md "$k,$s")" >>"$md"
         if [[ $s == umbra ]]; then
             v=
             if [[ $fb != - ]]; then
@@ -222,7 +232,10 @@ done
         echo
         each_verdict echo "- proxy" "${CASES[@]}"
     fi
+    repeats_md
+    configs_md
 } >>"$md"
 echo
 each_verdict log "target proxy" "${CASES[@]}"
+warn_repeats
 log "results written to $md"

@@ -47,7 +47,7 @@ if bench_uses nginx; then
     # A second TLS server logs whether each session was resumed: the check below that ab
     # makes full handshakes and h2load resumes.
     NGINX_CHECK_PORT=$(free_port)
-    start_nginx_with "worker_rlimit_nofile $NOFILE;" "
+    start_nginx_with "worker_rlimit_nofile $NOFILE;" "    $NGINX_OPEN_FILE_CACHE
     ssl_certificate $cert;
     ssl_certificate_key $key;
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -115,10 +115,13 @@ print("%s %s" % (version, cipher))
 EOF
 }
 
-declare -A NEGOTIATED
+# EXPECT: each server's answer to GET /1k.bin over TLS (head and body), in bytes: what wrk
+# should read per response.
+declare -A NEGOTIATED EXPECT
 for s in "${SRV[@]}"; do
     NEGOTIATED[$s]=$(tls_check "$s" "${PORT[$s]}")
     log "$s: TLS 1.2 and 1.3 serve 1k.bin, sessions resume; a default client gets ${NEGOTIATED[$s]}"
+    EXPECT[$s]=$(answer_bytes "$s" "https://127.0.0.1:${PORT[$s]}/1k.bin" --cacert "$cert")
 done
 
 # reuse_counts: "FULL RESUMED" handshakes in nginx's check log so far, then empties it.
@@ -140,21 +143,23 @@ run_client() {
     CLIENT_CPU=$TIMED_CPU
 }
 
-# parse_ab FILE: "CONN_PER_S COMPLETE ERRORS".
+# parse_ab FILE: "CONN_PER_S COMPLETE ERRORS" (ERRORS: ab_check's, for 1024-byte bodies).
 parse_ab() {
-    awk '
+    local rate ndone
+    read -r rate ndone <<<"$(awk '
     /^Requests per second:/ { rps = $4 }
     /^Complete requests:/ { done = $3 }
-    /^Failed requests:/ { if ($3 > 0) err = err (err ? "; " : "") "failed: " $3 }
-    /^Non-2xx responses:/ { err = err (err ? "; " : "") "non-2xx: " $3 }
-    /^SSL\/TLS Protocol:/ { proto = $3 }
     END {
-        if (rps == "") { print "parse-error"; exit 1 }
-        printf "%s %s %s\n", rps, done, (err ? err : "none")
-    }' "$1"
+        if (rps == "" || done == "") { print "parse-error"; exit 1 }
+        printf "%s %s\n", rps, done
+    }' "$1")" || return 1
+    [[ $rate != parse-error ]] || return 1
+    echo "$rate $ndone $(ab_check "$1" 1024)"
 }
 
-# parse_h2load FILE: "REQ_PER_S DONE ERRORS".
+# parse_h2load FILE: "REQ_PER_S DONE ERRORS": DONE the requests that succeeded; ERRORS
+# "none", or failed, errored or timed-out requests, statuses other than 2xx, and body
+# bytes ("data") other than DONE x 1024.
 parse_h2load() {
     awk '
     /^finished in/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "req/s,") rps = $i }
@@ -164,9 +169,15 @@ parse_h2load() {
         if ($12 > 0) err = err (err ? "; " : "") "errored: " $12
         if ($14 > 0) err = err (err ? "; " : "") "timeout: " $14
     }
-    /^status codes:/ { if ($5 > 0 || $7 > 0 || $9 > 0) err = err (err ? "; " : "") "non-2xx: " $0 }
+    /^status codes:/ {
+        ok = $3
+        if ($5 > 0 || $7 > 0 || $9 > 0) err = err (err ? "; " : "") "non-2xx: " $0
+    }
+    /^traffic:/ { if ($NF == "data") { data = $(NF - 1); gsub(/[()]/, "", data) } }
     END {
         if (rps == "") { print "parse-error"; exit 1 }
+        if (ok != done) err = err (err ? "; " : "") ok " 2xx of " done " succeeded"
+        if (data != done * 1024) err = err (err ? "; " : "") "body bytes " data ", expected " done " x 1024"
         printf "%s %s %s\n", rps, done, (err ? err : "none")
     }' "$1"
 }
@@ -203,7 +214,7 @@ if bench_uses nginx; then
 fi
 
 # shellcheck disable=SC2034 # some are read by name (medians)
-declare -A RATE CPU_S CPU_C US ERRS
+declare -A RATE CPU_S CPU_C US
 # measure CASE SERVER ROUND
 measure() {
     local k=$1 s=$2 r=$3 url out rate n errs cs cc us
@@ -215,7 +226,9 @@ measure() {
     1k)
         run_wrk "$url" "$out"
         CLIENT_CPU=$WRK_CPU
-        read -r rate _ n errs <<<"$(parse_wrk "$out")" || die "could not parse wrk's output ($out)"
+        read_wrk "$out"
+        rate=$WRK_RPS n=$WRK_REQS errs=none
+        wrk_check "${EXPECT[$s]}" "$WRK_CONNECTIONS"
         ;;
     handshake)
         # -t before -n: ab's -t resets the request count to 50000.
@@ -230,13 +243,15 @@ measure() {
         ;;
     esac
     round_cpu_end "$CLIENT_CPU" "${PID[$s]}"
+    [[ $errs == none ]] || round_bad "$errs"
+    answer_check "$url" "$docroot/1k.bin" --cacert "$cert"
     cs=${ROUND_PCT[0]} cc=$ROUND_CLIENT_PCT
     # Server CPU per request (or connection), in microseconds.
     us=$(us_each "${ROUND_TICKS[0]}" "$n" 1)
+    printf '[bench] tls/%-9s %-6s round %d/%d: %10.2f %s  %s done  server CPU %s%% (%s us each)  client CPU %s%%  %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$rate" "${UNIT[$k]}" "$n" "$cs" "$us" "$cc" "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
     add_figures "$k,$s" RATE="$rate" CPU_S="$cs" CPU_C="$cc" US="$us"
-    note_errors ERRS "$k,$s" "$r" "$errs" "$s tls/$k round $r: $errs"
-    printf '[bench] tls/%-9s %-6s round %d/%d: %10.2f %s  %s done  server CPU %s%% (%s us each)  client CPU %s%%  errors: %s\n' \
-        "$k" "$s" "$r" "$ROUNDS" "$rate" "${UNIT[$k]}" "$n" "$cs" "$us" "$cc" "$errs" >&2
 }
 
 check_idle
@@ -251,12 +266,12 @@ md=$(results_md tls)
     bench_env_md "(arguments: tls/1k below)"
     echo "- ab: $(ab -V 2>&1 | head -n1 | sed 's/^This is //'); h2load: $(h2load --version 2>/dev/null | head -n1 || echo "not installed"); $(openssl version)"
     echo "- certificate: self-signed ECDSA P-256 (the same file for both); TLS 1.2 and 1.3; session tickets on; no session cache (Umbra has none, nginx's default ssl_session_cache none)"
-    echo "- nginx: master + 2 workers, ssl_protocols TLSv1.2 TLSv1.3, ssl_session_tickets on, keepalive_requests 100000, other TLS settings default; Umbra: 2 workers, tls defaults"
+    echo "- nginx: master + 2 workers, ssl_protocols TLSv1.2 TLSv1.3, ssl_session_tickets on, keepalive_requests 100000, open_file_cache, other TLS settings default; Umbra: 2 workers, tls defaults"
     for s in "${SRV[@]}"; do echo "- $s negotiates with a default client: ${NEGOTIATED[$s]}"; done
     for k in "${CASES[@]}"; do echo "- tls/$k: ${WHAT[$k]}"; done
     echo
     md_row scenario server median unit Umbra/nginx "server CPU %" "server CPU us per req/conn" "client CPU %" \
-        "per round" errors
+        "per round" repeated
     md_row --- --- ---: --- ---: ---: ---: ---: --- ---
 } >"$md"
 
@@ -275,7 +290,7 @@ for k in "${CASES[@]}"; do
         fixed 1 us
         # shellcheck disable=SC2059
         printf "$fmt" "tls/$k" "$s" "${MED[$s]}" "${UNIT[$k]}" "$rr" "$cs" "$us" "$cc"
-        md_row "tls/$k" "$s" "${MED[$s]}" "${UNIT[$k]}" "$rr" "$cs" "$us" "$cc" "${RATE[$k,$s]% }" "${ERRS[$k,$s]:-none}" >>"$md"
+        md_row "tls/$k" "$s" "${MED[$s]}" "${UNIT[$k]}" "$rr" "$cs" "$us" "$cc" "${RATE[$k,$s]% }" "$(repeated_md "$k,$s")" >>"$md"
         if [[ $s == umbra && $rr != - && $k != resume ]]; then
             VERDICT[$k]="x nginx $rr ($(atleast "$rr" 1.0) >= 1.0)"
         fi
@@ -297,7 +312,10 @@ done
         echo
         each_verdict echo "- tls" "${CASES[@]}"
     fi
+    repeats_md
+    configs_md
 } >>"$md"
 echo
 each_verdict log "target tls" "${CASES[@]}"
+warn_repeats
 log "results written to $md"
