@@ -263,7 +263,7 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
     UM_ASSERT(!c->resp_head_sent);
     c->resp_head_sent = true;
     c->resp_status = h->status;
-    c->t_head = c->w->now_ms;
+    c->t_head = um_loop_now(c->w->loop);
     size_t head_start = c->wlen;
     wreserve(c, 256);
     wappend_str(c, "HTTP/1.1 ");
@@ -280,7 +280,7 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         has_date = h->headers[i].name.len == 4 && um_str_eq_ci(h->headers[i].name, "date");
     if (!has_date) {
         wappend_str(c, "Date: ");
-        wappend(c, c->w->date, UM_HTTP_DATE_LEN);
+        wappend(c, um__worker_date(c->w), UM_HTTP_DATE_LEN);
         wappend_str(c, "\r\n");
     }
     wappend_str(c, "Server: umbra/" UMBRA_VERSION "\r\n");
@@ -446,7 +446,7 @@ static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
     c->resp_head_sent = c->resp_chunked = c->resp_ended = c->origin_paused = false;
     c->origin = NULL;
     c->sink.origin_data = NULL;
-    c->t_start = c->w->now_ms;
+    c->t_start = um_loop_now(c->w->loop);
     c->t_dispatch = c->t_head = 0;
     c->resp_bytes = c->resp_body_bytes = 0;
     c->cache_status_len = 0;
@@ -487,7 +487,7 @@ static void log_request(struct um__conn *c, int status)
                memmem(c->cache_status, c->cache_status_len, "; hit", 5) != NULL;
     if (c->via_upstream && c->t_head >= c->t_dispatch && c->t_dispatch > 0 && !hit)
         r.upstream_ms = (int64_t)(c->t_head - c->t_dispatch);
-    r.duration_ms = c->w->now_ms - c->t_start;
+    r.duration_ms = um_loop_now(c->w->loop) - c->t_start;
     r.route_slot = c->route_slot;
     r.worker = c->w->id;
     r.conn_id = c->id;
@@ -763,7 +763,7 @@ static void dispatch(struct um__conn *c, struct um_origin *origin, struct um_fet
 {
     c->origin = origin;
     c->state = S_ORIGIN;
-    c->t_dispatch = c->w->now_ms;
+    c->t_dispatch = um_loop_now(c->w->loop);
     origin->ops->fetch(origin, f, &c->sink);
     /* Synchronous origins (static files) are done already. */
 }
@@ -1340,7 +1340,6 @@ out:
 void um__conn_accept(struct um__worker *w, int fd, bool tls)
 {
     struct um__conn *c = um_calloc(1, sizeof(*c));
-    c->links.kind = UM__EV_CONN;
     c->links.tq_kind = -1;
     c->w = w;
     c->config = w->config;
@@ -1384,8 +1383,7 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
         }
         c->state = S_HANDSHAKE;
     }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c};
-    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (um__worker_watch(w, c, fd) != UM_OK) {
         um_log_err("worker %d: epoll_ctl: %s", w->id, strerror(errno));
         um__conn_close(c);
         return;
