@@ -103,9 +103,6 @@ void um_loop_run_timeouts(struct um_loop *l);
  * it when it stops the loop for good, after closing what it owns. */
 void um_loop_run_on_stop(struct um_loop *l);
 
-/* The loop of the calling worker thread; NULL on other threads. */
-struct um_loop *um_loop_current(void);
-
 /* ---------------------------------------------------------------- time */
 
 /* Milliseconds of CLOCK_MONOTONIC, read once per loop turn. */

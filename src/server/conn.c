@@ -491,7 +491,7 @@ static void log_request(struct um__conn *c, int status)
     r.route_slot = c->route_slot;
     r.worker = c->w->id;
     r.conn_id = c->id;
-    um_access_log_request(c->config, &r);
+    um_access_log_request(&c->w->ctx, c->config, &r);
     c->req_parsed = false;
 }
 
@@ -640,7 +640,7 @@ static struct um_origin *hook_request(struct um__conn *c, const struct um_route 
                                    .server_name = c->ssl ? SSL_get_servername(c->ssl, TLSEXT_NAMETYPE_host_name)
                                                          : NULL,
                                    .arena = &c->arena, .upstream = -1};
-    switch (um_hooks_on_request(c->config, hr)) {
+    switch (um_hooks_on_request(&c->w->ctx, c->config, hr)) {
     case UM_HOOK_FAIL:
         respond_simple(c, 500, NULL, 0);
         return NULL;
@@ -708,8 +708,8 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         respond_simple(c, 404, NULL, 0);
         return NULL;
     }
-    *f = (struct um_fetch){.req = req, .route = route, .config = c->config, .path = rest,
-                           .client_ip = c->peer_ip, .client_port = c->peer_port,
+    *f = (struct um_fetch){.ctx = &c->w->ctx, .req = req, .route = route, .config = c->config,
+                           .path = rest, .client_ip = c->peer_ip, .client_port = c->peer_port,
                            .scheme = c->ssl ? "https" : "http"};
     if (hooked) {
         if (hr.upstream >= 0 && route)

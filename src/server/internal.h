@@ -8,6 +8,7 @@
 
 #include "umbra/config.h"
 #include "umbra/http1.h"
+#include "umbra/context.h"
 #include "umbra/loop.h"
 #include "umbra/httpfield.h"
 #include "umbra/origin.h"
@@ -55,6 +56,7 @@ struct um__worker {
     int id;
     pthread_t thread;
     struct um_loop *loop;
+    struct um_context ctx; /* what the layers below see of the worker */
     struct um_server *server;
     struct um_config *config; /* snapshot new connections take */
     struct um_tls *tls;       /* certificate store new TLS connections take */

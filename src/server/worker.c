@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
 
@@ -88,15 +87,6 @@ const char *um__worker_date(struct um__worker *w)
     return w->date;
 }
 
-/* ---------------------------------------------------------------- um_loop_current */
-
-static _Thread_local struct um_loop *current_loop;
-
-struct um_loop *um_loop_current(void)
-{
-    return current_loop;
-}
-
 /* ---------------------------------------------------------------- mailbox */
 
 static void wake(struct um__mailbox *mb)
@@ -153,6 +143,7 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
     um_config_ref(w->config);
     w->tls = s->tls;
     w->loop = um_loop_create();
+    um_context_init(&w->ctx, w->loop, id);
     for (int k = 0; k < UM__TQ_COUNT; k++)
         um_loop_tq_init(w->loop, &w->tq[k], 0, on_conn_timeout);
     set_durations(w);
@@ -173,6 +164,7 @@ void um__worker_dispose(struct um__worker *w)
     for (int k = 0; k < UM__TQ_COUNT; k++)
         um_loop_tq_dispose(&w->tq[k]);
     um_loop_destroy(w->loop);
+    um_context_dispose(&w->ctx);
     for (size_t i = 0; i < w->num_free_bufs; i++)
         free(w->free_bufs[i]);
     free(w->free_bufs);
@@ -276,8 +268,6 @@ void *um__worker_main(void *arg)
 {
     struct um__worker *w = arg;
     struct um_loop *l = w->loop;
-    current_loop = l;
-    um_hooks_thread_init(w->id);
     um_metrics_attach(w->id);
     um_log_context(w->id, 0);
     for (;;) {
@@ -310,7 +300,6 @@ void *um__worker_main(void *arg)
     um_loop_run_deferred(l);
     free_closed(w);
     um_loop_run_on_stop(l);
-    current_loop = NULL;
     um_log_context(-1, 0);
     return NULL;
 }

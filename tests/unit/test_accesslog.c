@@ -107,14 +107,14 @@ static void test_request_counts(void **state)
     struct um_access_rec r = rec();
     r.route_slot = slot;
     r.bytes_out = 100;
-    um_access_log_request(NULL, &r); /* no config: counted, not logged */
+    um_access_log_request(NULL, NULL, &r); /* no config: counted, not logged */
     r.status = 503;
     r.cache_status = S("umbra; hit; ttl=5");
-    um_access_log_request(NULL, &r);
+    um_access_log_request(NULL, NULL, &r);
     r.cache_status = S("umbra; fwd=uri-miss; collapsed");
-    um_access_log_request(NULL, &r);
+    um_access_log_request(NULL, NULL, &r);
     r.cache_status = S("umbra; fwd=stale; fwd-status=304; ttl=60");
-    um_access_log_request(NULL, &r);
+    um_access_log_request(NULL, NULL, &r);
     assert_int_equal(um_counter_get(&m->requests[slot][1]), 1);
     assert_int_equal(um_counter_get(&m->requests[slot][4]), 3);
     assert_int_equal(um_counter_get(&m->bytes_out), 400);
