@@ -1249,7 +1249,7 @@ static void drive(struct um__conn *c)
             }
             um_counter_add(&um_metrics_worker()->tls_failures, 1);
             um_log_info("tls: handshake with %s:%d failed: %s", c->peer_ip, c->peer_port,
-                        um_tls_last_error());
+                        um_tls_error(c->ssl));
             um__conn_close(c);
             goto out;
         }
