@@ -1,9 +1,9 @@
 /* The access log and the per-request counters.
  *
  * Every answered request becomes one record, handed over on the worker thread that
- * answered it: the record is counted in the worker's metrics, and, when the connection's
- * configuration has access_log, formatted (combined or JSON lines) into the worker's
- * buffer. A buffer is written when it passes 32 KiB, and at the latest a second after its
+ * answered it, with the worker's context: the record is counted in the worker's metrics,
+ * and, when the connection's configuration has access_log, formatted (combined or JSON
+ * lines) into the worker's buffer (its context's UM_CONTEXT_ACCESS_LOG slot). A buffer is written when it passes 32 KiB, and at the latest a second after its
  * first line (a loop timer), and when the worker stops. All workers write to one
  * descriptor, whole lines per write(2) with O_APPEND, so lines never interleave.
  *
@@ -18,6 +18,8 @@
 #include "umbra/cachestatus.h"
 #include "umbra/common.h"
 #include "umbra/config.h"
+
+struct um_context;
 
 struct um_access_rec {
     const char *client_ip;
@@ -48,9 +50,10 @@ bool um_access_log_configure(const struct um_config *cfg, char *err, size_t errl
 bool um_access_log_reopen(char *err, size_t errlen);
 
 /* Counts r in the calling worker's metrics and, when cfg->access_log.enabled, appends its
- * line to the worker's buffer. Worker thread (on other threads the line is written at
- * once). */
-void um_access_log_request(const struct um_config *cfg, const struct um_access_rec *r);
+ * line to the buffer of ctx's worker, on that worker's thread. ctx NULL (a thread that is
+ * no worker): the line is written at once. */
+void um_access_log_request(struct um_context *ctx, const struct um_config *cfg,
+                           const struct um_access_rec *r);
 
 /* Formats r into out (at most n bytes, NUL-terminated when n > 0) as a line with its
  * '\n'; returns the full length (a result >= n means out was too small). now is the time
@@ -58,7 +61,7 @@ void um_access_log_request(const struct um_config *cfg, const struct um_access_r
 size_t um_access_log_format(char *out, size_t n, enum um_access_format format,
                             const struct um_access_rec *r, int64_t now_sec, int now_ms);
 
-/* Writes the calling thread's buffer out now. */
-void um_access_log_flush(void);
+/* Writes the buffer of ctx's worker out now (on that worker's thread). */
+void um_access_log_flush(struct um_context *ctx);
 
 #endif

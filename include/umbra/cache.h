@@ -34,6 +34,7 @@
 #ifndef UMBRA_CACHE_H
 #define UMBRA_CACHE_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -285,7 +286,7 @@ struct um_cache_waiter {
     /* private */
     struct um_cache_waiter *_next, *_prev;
     struct um_cache_obj *_obj;
-    const void *_runner; /* the thread running on_progress, while _running */
+    pthread_t _runner;   /* the thread running on_progress, while _running */
     unsigned _running;   /* on_progress calls in flight */
     unsigned char _list; /* which list of _obj holds it: none, waiting, firing */
 };

@@ -14,6 +14,7 @@
 #include "umbra/origin.h"
 
 struct um_config;
+struct um_context;
 struct um_route;
 
 /* Bump allocator for the strings a hook creates; they live until um_arena_reset. */
@@ -68,8 +69,10 @@ bool um_hooks_want_request(const struct um_config *c, const struct um_route *rou
 bool um_hooks_want_response(const struct um_config *c, const struct um_route *route);
 
 /* Runs the global then the route's on_request (or Yunying's upstream_set) for hr, on the
- * calling worker's state of c. When the hook picks another route, hr->route is changed. */
-enum um_hook_result um_hooks_on_request(const struct um_config *c, struct um_hook_request *hr);
+ * state of c made for ctx's worker (on that worker's thread). When the hook picks another
+ * route, hr->route is changed. */
+enum um_hook_result um_hooks_on_request(const struct um_context *ctx, const struct um_config *c,
+                                        struct um_hook_request *hr);
 
 /* What an on_response hook changed. */
 struct um_hook_response {
@@ -77,12 +80,14 @@ struct um_hook_response {
     struct um_arena *arena;
 };
 
-/* Runs the route's then the global on_response for a response head; *out is the head to
- * use (it may be the input). req is the request as sent to the origin. Returns false when
- * the hook failed (logged): the response must be replaced by a 500 / 502. */
-bool um_hooks_on_response(const struct um_config *c, const struct um_route *route,
-                          const struct um_request *req, const char *client_ip,
-                          const struct um_response_head *in, struct um_hook_response *out);
+/* Runs the route's then the global on_response for a response head, on the state of c
+ * made for ctx's worker; *out is the head to use (it may be the input). req is the
+ * request as sent to the origin. Returns false when the hook failed (logged): the
+ * response must be replaced by a 500 / 502. */
+bool um_hooks_on_response(const struct um_context *ctx, const struct um_config *c,
+                          const struct um_route *route, const struct um_request *req,
+                          const char *client_ip, const struct um_response_head *in,
+                          struct um_hook_response *out);
 
 /* The origin a hooked route uses below its cache: it sends a fetch to f->backend (an
  * upstream a hook picked) or to inner, and runs the on_response hooks on the head before
@@ -99,10 +104,6 @@ struct um_origin *um_hooks_origin_create(struct um_origin *inner, const struct u
  * sees an umbra table, which the loader does not give it). The states are c's: they go
  * with it (um_hooks_destroy_states). */
 bool um_hooks_create_states(struct um_config *c, int num_workers, char *err, size_t errlen);
-
-/* The worker thread's index into a snapshot's per-worker states (set once per thread, on
- * that thread). */
-void um_hooks_thread_init(int worker_id);
 
 /* Closes the states of a snapshot (any thread, once nothing uses it). */
 void um_hooks_destroy_states(struct um_config *c);

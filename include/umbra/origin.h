@@ -10,6 +10,7 @@
 #include "umbra/http1.h"
 
 struct um_config;
+struct um_context;
 struct um_route;
 struct um_origin;
 struct um_sink;
@@ -77,6 +78,9 @@ void um_sink_answer_text(struct um_sink *s, int status, const char *body);
 /* One request handed to an origin. Borrowed for the duration of the fetch call: an
  * origin that answers later copies what it keeps. */
 struct um_fetch {
+    /* The worker the fetch runs on (its loop, its per-worker state); lives as long as the
+     * worker, so an origin that answers later may keep the pointer. */
+    struct um_context *ctx;
     const struct um_request *req; /* req->path is the path as sent, still encoded */
     const struct um_route *route;
     const struct um_config *config;

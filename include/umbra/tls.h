@@ -95,7 +95,7 @@ void um_tls_inherit_tickets(struct um_tls *to, struct um_tls *from);
 /* --- connections (any thread, on the SSL of that connection) ---------------------------- */
 
 /* Advances the handshake. UM_OK when it is complete, UM_AGAIN with *want set, UM_ERR
- * (see um_tls_last_error; then close without um_tls_shutdown). */
+ * (see um_tls_error; then close without um_tls_shutdown). */
 int um_tls_handshake(SSL *ssl, int *want);
 
 /* Reads decrypted bytes into buf (len > 0): > 0 bytes read, 0 when the peer closed (close_notify, or
@@ -116,10 +116,11 @@ int um_tls_shutdown(SSL *ssl, int *want);
 /* Decrypted bytes held inside ssl, readable without the socket becoming readable. */
 size_t um_tls_pending(SSL *ssl);
 
-/* A short reason for the last UM_ERR returned on this thread by the functions above, e.g.
- * "wrong version number" or "connection reset by peer". Valid until the next call of one
- * of them on this thread. The caller logs it with the peer's address. */
-const char *um_tls_last_error(void);
+/* A short reason for the last UM_ERR the functions above returned for ssl, e.g. "wrong
+ * version number" or "connection reset by peer"; "" when there was none. Kept with ssl:
+ * valid until the next call of one of them on ssl, or SSL_free. The caller logs it with
+ * the peer's address. */
+const char *um_tls_error(SSL *ssl);
 
 /* The SNI host name the client sent, or NULL. Lives as long as ssl. */
 const char *um_tls_server_name(SSL *ssl);

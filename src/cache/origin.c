@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "umbra/cachepolicy.h"
+#include "umbra/context.h"
 #include "umbra/log.h"
 #include "umbra/loop.h"
 
@@ -63,7 +64,7 @@ struct reader {
     enum kind kind;
     struct cache_origin *co;
     struct um_sink *client;
-    struct um_loop *loop;
+    struct um_context *ctx;
     struct um_cache_obj *obj;
     struct um_cache_cursor cur;
     struct um_cache_waiter waiter;
@@ -81,7 +82,7 @@ struct fill {
     enum kind kind;
     struct cache_origin *co;
     struct um_sink sink; /* what the inner origin writes to */
-    struct um_loop *loop;
+    struct um_context *ctx;
     struct fill *next_active, *prev_active;
     struct um_cache_obj *obj; /* being filled; NULL before the head (revalidation) */
     struct um_cache_obj *old; /* the stale object a revalidation is for */
@@ -120,12 +121,13 @@ struct pass {
     size_t cloc_len;
 };
 
-/* The fills a worker has running, so that they can be stopped with the worker. */
+/* The fills a worker has running, so that they can be stopped with the worker: the
+ * state of its context's UM_CONTEXT_CACHE_FILLS slot. */
 struct worker_fills {
+    struct um_context *ctx;
     struct fill *active;
     struct um_task stop;
 };
-static _Thread_local struct worker_fills *wfills;
 
 static time_t now_sec(void)
 {
@@ -326,14 +328,24 @@ static char *head_block(const struct um_header *h, size_t n, const struct um_res
 
 static void fills_stop(struct um_task *t);
 
-static struct worker_fills *worker_fills(struct um_loop *loop)
+/* The first of the worker's fills, or NULL. */
+static struct fill *first_fill(const struct um_context *ctx)
 {
-    if (wfills == NULL) {
-        wfills = um_calloc(1, sizeof(*wfills));
-        wfills->stop.cb = fills_stop;
-        um_loop_on_stop(loop, &wfills->stop);
+    struct worker_fills *wf = um_context_get(ctx, UM_CONTEXT_CACHE_FILLS);
+    return wf ? wf->active : NULL;
+}
+
+static struct worker_fills *worker_fills(struct um_context *ctx)
+{
+    struct worker_fills *wf = um_context_get(ctx, UM_CONTEXT_CACHE_FILLS);
+    if (wf == NULL) {
+        wf = um_calloc(1, sizeof(*wf));
+        wf->ctx = ctx;
+        wf->stop.cb = fills_stop;
+        um_loop_on_stop(ctx->loop, &wf->stop);
+        um_context_set(ctx, UM_CONTEXT_CACHE_FILLS, wf);
     }
-    return wfills;
+    return wf;
 }
 
 /* ---------------------------------------------------------------- readers */
@@ -347,7 +359,7 @@ static void on_progress(struct um_cache_waiter *w)
 {
     /* The filler's thread: only hand over to the reader's own loop. */
     struct reader *r = (struct reader *)((char *)w - offsetof(struct reader, waiter));
-    um_loop_post(r->loop, &r->task);
+    um_loop_post(r->ctx->loop, &r->task);
 }
 
 static void on_reader_task(struct um_task *t)
@@ -364,7 +376,7 @@ static struct reader *reader_new(struct cache_origin *co, struct um_fetch *f,
     r->kind = K_READER;
     r->co = co;
     r->client = client;
-    r->loop = um_loop_current();
+    r->ctx = f->ctx;
     r->obj = obj;
     r->req = f->req;
     r->fetch = *f;
@@ -384,7 +396,7 @@ static void reader_release(struct reader *r)
 {
     forget_own(r);
     um_cache_obj_unwait(r->obj, &r->waiter);
-    um_loop_unpost(r->loop, &r->task);
+    um_loop_unpost(r->ctx->loop, &r->task);
     um_cache_obj_unref(r->obj);
     r->obj = NULL;
 }
@@ -563,7 +575,7 @@ static void reader_pump(struct reader *r)
             return;
         }
         if (st == UM_CACHE_ABORTED) {
-            struct fill *fl = wfills ? wfills->active : NULL;
+            struct fill *fl = first_fill(r->ctx);
             while (fl && fl->own != r)
                 fl = fl->next_active;
             if (fl && fl->handoff) {
@@ -744,11 +756,12 @@ static void copy_request(struct fill *fl, const struct um_request *req)
 static void fill_free(struct fill *fl)
 {
     if (fl->drop_posted)
-        um_loop_unpost(fl->loop, &fl->drop);
+        um_loop_unpost(fl->ctx->loop, &fl->drop);
+    struct worker_fills *wf = um_context_get(fl->ctx, UM_CONTEXT_CACHE_FILLS);
     if (fl->prev_active)
         fl->prev_active->next_active = fl->next_active;
-    else if (wfills && wfills->active == fl)
-        wfills->active = fl->next_active;
+    else if (wf && wf->active == fl)
+        wf->active = fl->next_active;
     if (fl->next_active)
         fl->next_active->prev_active = fl->prev_active;
     if (fl->obj) {
@@ -1018,7 +1031,7 @@ static void fill_post_drop(struct fill *fl)
         return;
     fl->drop_posted = true;
     fl->drop.cb = on_fill_drop;
-    um_loop_post(fl->loop, &fl->drop);
+    um_loop_post(fl->ctx->loop, &fl->drop);
 }
 
 /* A fill that stopped storing forwards to its client's pass, if any. */
@@ -1115,9 +1128,9 @@ static const struct um_sink_ops fill_ops = {.on_head = fill_on_head,
 
 static void fills_stop(struct um_task *t)
 {
-    (void)t;
-    while (wfills->active) {
-        struct fill *fl = wfills->active;
+    struct worker_fills *wf = (struct worker_fills *)((char *)t - offsetof(struct worker_fills, stop));
+    while (wf->active) {
+        struct fill *fl = wf->active;
         fl->co->inner->ops->cancel(fl->co->inner, &fl->sink);
         struct pass *p = fill_forward(fl);
         if (p)
@@ -1126,8 +1139,8 @@ static void fills_stop(struct um_task *t)
         fl->own = NULL;
         fill_free(fl);
     }
-    free(wfills);
-    wfills = NULL;
+    um_context_set(wf->ctx, UM_CONTEXT_CACHE_FILLS, NULL);
+    free(wf);
 }
 
 /* Starts a fill of obj (NULL for a revalidation of old) for the request f; the client
@@ -1143,7 +1156,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
      * co and the inner origin (a reload can retire it meanwhile): it holds its own. */
     um_config_ref((struct um_config *)co->config);
     fl->sink.ops = &fill_ops;
-    fl->loop = um_loop_current();
+    fl->ctx = f->ctx;
     fl->obj = obj;
     fl->old = old;
     fl->key = key;
@@ -1152,7 +1165,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->has_ttl = f->has_ttl;
     fl->ttl = f->ttl;
     copy_request(fl, f->req);
-    struct worker_fills *wf = worker_fills(fl->loop);
+    struct worker_fills *wf = worker_fills(fl->ctx);
     fl->next_active = wf->active;
     if (wf->active)
         wf->active->prev_active = fl;
@@ -1420,7 +1433,7 @@ static void cache_body_ready(struct um_origin *o, struct um_sink *client)
 /* The fill whose own client is r, if any: it must stop pointing at r. */
 static void forget_own(struct reader *r)
 {
-    for (struct fill *fl = wfills ? wfills->active : NULL; fl; fl = fl->next_active) {
+    for (struct fill *fl = first_fill(r->ctx); fl; fl = fl->next_active) {
         if (fl->own != r)
             continue;
         fl->own = NULL;

@@ -151,9 +151,6 @@ struct um_cache {
     atomic_bool kick_pending;
 };
 
-/* Identifies the calling thread to um_cache_obj_unwait. */
-static _Thread_local char runner_token;
-
 static void obj_unlink(struct um_cache *c, struct um_cache_obj *o);
 static int evict_one(struct um_cache *c);
 
@@ -1014,7 +1011,7 @@ static void notify(struct um_cache_obj *o)
         wlist_remove(&o->firing, w);
         w->_list = W_NONE;
         w->_running++;
-        w->_runner = &runner_token;
+        w->_runner = pthread_self();
         pthread_mutex_unlock(&o->wlock);
         w->on_progress(w);
         pthread_mutex_lock(&o->wlock);
@@ -1079,7 +1076,7 @@ void um_cache_obj_unwait(struct um_cache_obj *o, struct um_cache_waiter *w)
     /* A call already under way finishes first (the filler only holds the lock between
      * calls, so this is short); from inside the callback itself there is nothing to wait
      * for. */
-    while (w->_running > 0 && w->_runner != &runner_token) {
+    while (w->_running > 0 && !pthread_equal(w->_runner, pthread_self())) {
         pthread_mutex_unlock(&o->wlock);
         sched_yield();
         pthread_mutex_lock(&o->wlock);

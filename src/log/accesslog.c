@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "umbra/context.h"
 #include "umbra/log.h"
 #include "umbra/loop.h"
 #include "umbra/metrics.h"
@@ -24,15 +25,15 @@
 static atomic_int out_fd = -1;
 static char *cur_path; /* main thread only; NULL: stderr */
 
+/* The state of a worker context's UM_CONTEXT_ACCESS_LOG slot. */
 struct worker_log {
+    struct um_context *ctx;
     struct um_loop *loop;
     char *buf;
     size_t len;
     struct um_timer timer;
     struct um_task stop;
 };
-
-static _Thread_local struct worker_log *wlog;
 
 /* ---------------------------------------------------------------- formatting */
 
@@ -203,10 +204,11 @@ static void flush_worker(struct worker_log *wl)
     wl->len = 0;
 }
 
-void um_access_log_flush(void)
+void um_access_log_flush(struct um_context *ctx)
 {
-    if (wlog)
-        flush_worker(wlog);
+    struct worker_log *wl = um_context_get(ctx, UM_CONTEXT_ACCESS_LOG);
+    if (wl)
+        flush_worker(wl);
 }
 
 static void on_flush_timer(struct um_timer *t)
@@ -221,24 +223,25 @@ static void on_worker_stop(struct um_task *t)
     flush_worker(wl);
     um_loop_timer_stop(wl->loop, &wl->timer);
     free(wl->buf);
+    um_context_set(wl->ctx, UM_CONTEXT_ACCESS_LOG, NULL);
     free(wl);
-    wlog = NULL;
 }
 
-static struct worker_log *worker_log(void)
+static struct worker_log *worker_log(struct um_context *ctx)
 {
-    if (wlog)
-        return wlog;
-    struct um_loop *loop = um_loop_current();
-    if (loop == NULL)
+    if (ctx == NULL)
         return NULL;
-    struct worker_log *wl = um_calloc(1, sizeof(*wl));
-    wl->loop = loop;
+    struct worker_log *wl = um_context_get(ctx, UM_CONTEXT_ACCESS_LOG);
+    if (wl)
+        return wl;
+    wl = um_calloc(1, sizeof(*wl));
+    wl->ctx = ctx;
+    wl->loop = ctx->loop;
     wl->buf = um_malloc(FLUSH_AT + LINE_MAX_BYTES);
     wl->timer.cb = on_flush_timer;
     wl->stop.cb = on_worker_stop;
-    um_loop_on_stop(loop, &wl->stop);
-    wlog = wl;
+    um_loop_on_stop(ctx->loop, &wl->stop);
+    um_context_set(ctx, UM_CONTEXT_ACCESS_LOG, wl);
     return wl;
 }
 
@@ -265,14 +268,15 @@ static void count(const struct um_access_rec *r)
     }
 }
 
-void um_access_log_request(const struct um_config *cfg, const struct um_access_rec *r)
+void um_access_log_request(struct um_context *ctx, const struct um_config *cfg,
+                           const struct um_access_rec *r)
 {
     count(r);
     if (cfg == NULL || !cfg->access_log.enabled)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    struct worker_log *wl = worker_log();
+    struct worker_log *wl = worker_log(ctx);
     if (wl == NULL) {
         char line[LINE_MAX_BYTES];
         size_t n = um_access_log_format(line, sizeof line, cfg->access_log.format, r,

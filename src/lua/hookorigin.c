@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "umbra/config.h"
+#include "umbra/context.h"
 #include "umbra/hooks.h"
 #include "umbra/loop.h"
 
@@ -27,6 +28,7 @@ struct hook_fetch {
     struct um_sink sink; /* what the real origin writes to */
     struct um_sink *client;
     struct hook_origin *ho;
+    struct um_context *ctx;
     struct um_origin *o; /* the real origin */
     const struct um_request *req;
     char client_ip[46];
@@ -72,7 +74,7 @@ static void hf_on_head(struct um_sink *s, const struct um_response_head *h)
         return;
     }
     struct um_hook_response out = {.arena = &hf->arena};
-    if (um_hooks_on_response(ho->c, ho->route, hf->req, hf->client_ip, h, &out)) {
+    if (um_hooks_on_response(hf->ctx, ho->c, ho->route, hf->req, hf->client_ip, h, &out)) {
         hf->client->ops->on_head(hf->client, &out.head);
         return;
     }
@@ -80,7 +82,7 @@ static void hf_on_head(struct um_sink *s, const struct um_response_head *h)
     struct um_sink *client = hf->client;
     hf->client = NULL;
     respond(client, 500, "500 Internal Server Error\n");
-    um_loop_defer(um_loop_current(), &hf->cancel);
+    um_loop_defer(hf->ctx->loop, &hf->cancel);
 }
 
 static size_t hf_on_data(struct um_sink *s, const char *data, size_t len)
@@ -158,6 +160,7 @@ static void ho_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *cl
     hf->sink.ops = &hf_ops;
     hf->client = client;
     hf->ho = ho;
+    hf->ctx = f->ctx;
     hf->o = real;
     hf->req = f->req;
     hf->cancel.cb = on_cancel_task;

@@ -10,9 +10,9 @@
  *
  * JIT compilation is off in a state, as in the loader: compiled traces do not run count
  * hooks, and the instruction budget must stop any loop. The req and res objects are one
- * userdata each per state; they read and change the call in progress (a thread-local), so
- * nothing is allocated per request for them and one kept past its call cannot reach freed
- * memory. */
+ * userdata each per state; they read and change the call in progress (the state's, which
+ * the C functions find through the registry), so nothing is allocated per request for
+ * them and one kept past its call cannot reach freed memory. */
 #include "umbra/hooks.h"
 
 #include <stdio.h>
@@ -27,6 +27,7 @@
 
 #include "umbra/cacheorigin.h"
 #include "umbra/config.h"
+#include "umbra/context.h"
 #include "umbra/httpfield.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
@@ -81,8 +82,12 @@ void um_arena_reset(struct um_arena *a)
 
 /* ---------------------------------------------------------------- states */
 
+struct call;
+
 struct hstate {
     lua_State *L;
+    struct call *call; /* the call in progress, or NULL */
+    bool counting;     /* the instruction budget applies (a call or the file's top level) */
     int on_request, on_response, upstream_set; /* registry refs, or LUA_NOREF */
     int *route_req, *route_resp;               /* per route */
     int req_ud, res_ud;
@@ -91,7 +96,7 @@ struct hstate {
     bool hook_every; /* the count hook fires at every instruction (a budget ran out) */
 };
 
-/* The call in progress on this thread. */
+/* A hook call in progress. */
 struct call {
     const struct um_config *c;
     struct um_hook_request *hr; /* on_request (writable req); NULL in on_response */
@@ -112,15 +117,17 @@ struct call {
     bool yy_server_changed;
 };
 
-static _Thread_local int tl_worker = -1;
-static _Thread_local struct call *tl_call;
-static _Thread_local struct hstate *tl_state;
-
 static const char RESPOND_KEY = 'r';
+static const char STATE_KEY = 's'; /* the registry's light userdata: the struct hstate */
 
-void um_hooks_thread_init(int worker_id)
+/* The state whose Lua code called (all of a state's coroutines share its registry). */
+static struct hstate *state_of(lua_State *L)
 {
-    tl_worker = worker_id;
+    lua_pushlightuserdata(L, (void *)&STATE_KEY);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    struct hstate *h = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return h;
 }
 
 bool um_hooks_enabled(const struct um_config *c)
@@ -145,15 +152,16 @@ bool um_hooks_want_response(const struct um_config *c, const struct um_route *ro
 
 static struct call *current(lua_State *L)
 {
-    if (tl_call == NULL)
+    struct hstate *h = state_of(L);
+    if (h == NULL || h->call == NULL)
         luaL_error(L, "request objects exist only while a hook runs");
-    return tl_call;
+    return h->call;
 }
 
 static void on_count(lua_State *L, lua_Debug *ar)
 {
-    struct hstate *h = tl_state;
-    if (h == NULL || ++h->ticks <= h->max_ticks)
+    struct hstate *h = state_of(L);
+    if (h == NULL || !h->counting || ++h->ticks <= h->max_ticks)
         return;
     /* From now on at every instruction, so that a pcall in the script cannot carry on. */
     lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
@@ -185,7 +193,7 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
     /* The stack holds the message handler at 1 (always), the function, its arguments. */
     h->ticks = 0;
     h->max_ticks = budget / TICK;
-    tl_state = h;
+    h->counting = true;
     /* The count hook stays set between calls (setting it is not free in LuaJIT: the
      * dispatch table is rebuilt); between calls it finds no state and returns. */
     if (h->hook_every) {
@@ -193,7 +201,7 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
         h->hook_every = false;
     }
     int r = lua_pcall(L, nargs, 1, 1);
-    tl_state = NULL;
+    h->counting = false;
     if (r == 0)
         return true;
     um_counter_add(&um_metrics_worker()->lua_errors, 1);
@@ -578,7 +586,7 @@ static int req_newindex(lua_State *L)
 {
     const char *k = luaL_checkstring(L, 2);
     struct um_hook_request *hr = writable(L, "req");
-    struct call *cl = tl_call;
+    struct call *cl = current(L);
     struct um_request *req = hr->req;
     size_t n;
     char what[64];
@@ -959,8 +967,9 @@ static int yy_set_domain(lua_State *L)
     const char *d = check_string(L, 1, "set_upstream_domain", &n);
     if (n == 0 || !is_visible(d, n, "/?#@\\\"<>{}|^`:"))
         return luaL_error(L, "set_upstream_domain: '%s' is not a host name or address", d);
-    tl_call->yy_domain = um_arena_strdup(tl_call->arena, d, n);
-    tl_call->yy_server_changed = true;
+    struct call *cl = current(L);
+    cl->yy_domain = um_arena_strdup(cl->arena, d, n);
+    cl->yy_server_changed = true;
     return 0;
 }
 
@@ -970,8 +979,9 @@ static int yy_set_port(lua_State *L)
     lua_Integer p = luaL_checkinteger(L, 1);
     if (p < 1 || p > 65535)
         return luaL_error(L, "set_upstream_port: %d is not a port", (int)p);
-    tl_call->yy_port = (int)p;
-    tl_call->yy_server_changed = true;
+    struct call *cl = current(L);
+    cl->yy_port = (int)p;
+    cl->yy_server_changed = true;
     return 0;
 }
 
@@ -981,8 +991,9 @@ static int yy_set_protocol(lua_State *L)
     const char *p = luaL_checkstring(L, 1);
     if (strcmp(p, "http") != 0 && strcmp(p, "https") != 0)
         return luaL_error(L, "set_upstream_protocol: expected \"http\" or \"https\", got '%s'", p);
-    tl_call->yy_protocol = p[4] ? "https" : "http";
-    tl_call->yy_server_changed = true;
+    struct call *cl = current(L);
+    cl->yy_protocol = p[4] ? "https" : "http";
+    cl->yy_server_changed = true;
     return 0;
 }
 
@@ -1088,9 +1099,9 @@ static bool run_file(struct hstate *h, const struct um_config *c, int worker, ch
     }
     h->ticks = 0;
     h->max_ticks = LOAD_BUDGET / TICK;
-    tl_state = h;
+    h->counting = true;
     int r = lua_pcall(L, 0, 0, 0);
-    tl_state = NULL;
+    h->counting = false;
     if (r != 0) {
         format_load_error(L, c, short_src, worker, err, errlen);
         return false;
@@ -1118,6 +1129,9 @@ static struct hstate *state_new(const struct um_config *c, int worker, char *err
         state_free(h);
         return NULL;
     }
+    lua_pushlightuserdata(L, (void *)&STATE_KEY);
+    lua_pushlightuserdata(L, h);
+    lua_rawset(L, LUA_REGISTRYINDEX);
     luaL_openlibs(L);
     luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
     lua_sethook(L, on_count, LUA_MASKCOUNT, TICK);
@@ -1209,12 +1223,12 @@ bool um_hooks_create_states(struct um_config *c, int num_workers, char *err, siz
     return true;
 }
 
-/* The calling worker's state of c, made when c loaded. */
-static struct hstate *state_get(const struct um_config *c)
+/* The worker's state of c, made when c loaded. */
+static struct hstate *state_get(const struct um_context *ctx, const struct um_config *c)
 {
-    int w = tl_worker;
+    int w = ctx ? ctx->worker_id : -1;
     if (w < 0 || (size_t)w >= c->lua.num_states || c->lua.states[w] == NULL) {
-        um_log_err("lua: no request state for this thread (worker %d of %zu)", w,
+        um_log_err("lua: no request state for this worker (worker %d of %zu)", w,
                    c->lua.num_states);
         return NULL;
     }
@@ -1240,9 +1254,9 @@ static bool run(struct hstate *h, int ref, bool with_res, const char *what, stru
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->req_ud);
     if (with_res)
         lua_rawgeti(L, LUA_REGISTRYINDEX, h->res_ud);
-    tl_call = cl;
+    h->call = cl;
     bool ok = pcall_budget(h, with_res ? 2 : 1, UM_HOOK_BUDGET, what, cl);
-    tl_call = NULL;
+    h->call = NULL;
     if (ok)
         lua_settop(L, 1);
     return ok;
@@ -1275,9 +1289,9 @@ static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr,
     push_str(L, client_host);
     /* The Host sent is upstream_host (or the server's name) unless set_host changes it. */
     req->authority = h->yy_host;
-    tl_call = cl;
+    h->call = cl;
     bool ok = pcall_budget(h, 3, UM_HOOK_BUDGET, "upstream_set", cl);
-    tl_call = NULL;
+    h->call = NULL;
     if (!ok)
         return UM_HOOK_FAIL;
     lua_settop(L, 1);
@@ -1291,9 +1305,10 @@ static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr,
     return UM_HOOK_CONTINUE;
 }
 
-enum um_hook_result um_hooks_on_request(const struct um_config *c, struct um_hook_request *hr)
+enum um_hook_result um_hooks_on_request(const struct um_context *ctx, const struct um_config *c,
+                                        struct um_hook_request *hr)
 {
-    struct hstate *h = state_get(c);
+    struct hstate *h = state_get(ctx, c);
     if (h == NULL)
         return UM_HOOK_FAIL;
     struct call cl = {.c = c,
@@ -1324,12 +1339,13 @@ enum um_hook_result um_hooks_on_request(const struct um_config *c, struct um_hoo
     return UM_HOOK_CONTINUE;
 }
 
-bool um_hooks_on_response(const struct um_config *c, const struct um_route *route,
-                          const struct um_request *req, const char *client_ip,
-                          const struct um_response_head *in, struct um_hook_response *out)
+bool um_hooks_on_response(const struct um_context *ctx, const struct um_config *c,
+                          const struct um_route *route, const struct um_request *req,
+                          const char *client_ip, const struct um_response_head *in,
+                          struct um_hook_response *out)
 {
     out->head = *in;
-    struct hstate *h = state_get(c);
+    struct hstate *h = state_get(ctx, c);
     if (h == NULL)
         return false;
     struct call cl = {.c = c, .req = req, .client_ip = client_ip, .arena = out->arena,

@@ -265,7 +265,7 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
     UM_ASSERT(!c->resp_head_sent);
     c->resp_head_sent = true;
     c->resp_status = h->status;
-    c->t_head = c->w->now_ms;
+    c->t_head = um_loop_now(c->w->loop);
     if (h->cache) {
         c->has_cache = true;
         c->cache = *h->cache;
@@ -287,7 +287,7 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         has_date = h->headers[i].name.len == 4 && um_str_eq_ci(h->headers[i].name, "date");
     if (!has_date) {
         wappend_str(c, "Date: ");
-        wappend(c, c->w->date, UM_HTTP_DATE_LEN);
+        wappend(c, um__worker_date(c->w), UM_HTTP_DATE_LEN);
         wappend_str(c, "\r\n");
     }
     wappend_str(c, "Server: umbra/" UMBRA_VERSION "\r\n");
@@ -453,7 +453,7 @@ static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
     c->resp_head_sent = c->resp_chunked = c->resp_ended = c->origin_paused = false;
     c->origin = NULL;
     c->sink.origin_data = NULL;
-    c->t_start = c->w->now_ms;
+    c->t_start = um_loop_now(c->w->loop);
     c->t_dispatch = c->t_head = 0;
     c->resp_bytes = c->resp_body_bytes = 0;
     c->cache_status_len = 0;
@@ -495,11 +495,11 @@ static void log_request(struct um__conn *c, int status)
     bool hit = c->has_cache && c->cache.hit;
     if (c->via_upstream && c->t_head >= c->t_dispatch && c->t_dispatch > 0 && !hit)
         r.upstream_ms = (int64_t)(c->t_head - c->t_dispatch);
-    r.duration_ms = c->w->now_ms - c->t_start;
+    r.duration_ms = um_loop_now(c->w->loop) - c->t_start;
     r.route_slot = c->route_slot;
     r.worker = c->w->id;
     r.conn_id = c->id;
-    um_access_log_request(c->config, &r);
+    um_access_log_request(&c->w->ctx, c->config, &r);
     c->req_parsed = false;
 }
 
@@ -648,7 +648,7 @@ static struct um_origin *hook_request(struct um__conn *c, const struct um_route 
                                    .server_name = c->ssl ? SSL_get_servername(c->ssl, TLSEXT_NAMETYPE_host_name)
                                                          : NULL,
                                    .arena = &c->arena, .upstream = -1};
-    switch (um_hooks_on_request(c->config, hr)) {
+    switch (um_hooks_on_request(&c->w->ctx, c->config, hr)) {
     case UM_HOOK_FAIL:
         respond_simple(c, 500, NULL, 0);
         return NULL;
@@ -716,8 +716,8 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         respond_simple(c, 404, NULL, 0);
         return NULL;
     }
-    *f = (struct um_fetch){.req = req, .route = route, .config = c->config, .path = rest,
-                           .client_ip = c->peer_ip, .client_port = c->peer_port,
+    *f = (struct um_fetch){.ctx = &c->w->ctx, .req = req, .route = route, .config = c->config,
+                           .path = rest, .client_ip = c->peer_ip, .client_port = c->peer_port,
                            .scheme = c->ssl ? "https" : "http"};
     if (hooked) {
         if (hr.upstream >= 0 && route)
@@ -771,7 +771,7 @@ static void dispatch(struct um__conn *c, struct um_origin *origin, struct um_fet
 {
     c->origin = origin;
     c->state = S_ORIGIN;
-    c->t_dispatch = c->w->now_ms;
+    c->t_dispatch = um_loop_now(c->w->loop);
     origin->ops->fetch(origin, f, &c->sink);
     /* Synchronous origins (static files) are done already. */
 }
@@ -1257,7 +1257,7 @@ static void drive(struct um__conn *c)
             }
             um_counter_add(&um_metrics_worker()->tls_failures, 1);
             um_log_info("tls: handshake with %s:%d failed: %s", c->peer_ip, c->peer_port,
-                        um_tls_last_error());
+                        um_tls_error(c->ssl));
             um__conn_close(c);
             goto out;
         }
@@ -1348,7 +1348,6 @@ out:
 void um__conn_accept(struct um__worker *w, int fd, bool tls)
 {
     struct um__conn *c = um_calloc(1, sizeof(*c));
-    c->links.kind = UM__EV_CONN;
     c->links.tq_kind = -1;
     c->w = w;
     c->config = w->config;
@@ -1392,8 +1391,7 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
         }
         c->state = S_HANDSHAKE;
     }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c};
-    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (um__worker_watch(w, c, fd) != UM_OK) {
         um_log_err("worker %d: epoll_ctl: %s", w->id, strerror(errno));
         um__conn_close(c);
         return;

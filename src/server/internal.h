@@ -8,6 +8,7 @@
 
 #include "umbra/config.h"
 #include "umbra/http1.h"
+#include "umbra/context.h"
 #include "umbra/loop.h"
 #include "umbra/httpfield.h"
 #include "umbra/origin.h"
@@ -17,23 +18,14 @@
 struct um__conn;
 struct um__worker;
 
-/* What an epoll event's data.ptr points at: the first member of each such object. */
-enum um__ev_kind { UM__EV_CONN, UM__EV_MAILBOX, UM__EV_IO };
-
-/* Timeout queues. Every entry of one queue has the same duration, so appending keeps a
- * queue sorted by deadline: arming, re-arming and expiring are all O(1). */
+/* Timeout queues of connections: one per fixed duration (loop.h's um_tq). */
 enum um__tq_kind { UM__TQ_HEADER, UM__TQ_IDLE, UM__TQ_SEND, UM__TQ_LINGER, UM__TQ_COUNT };
-
-struct um__tq {
-    struct um__conn *head, *tail;
-};
 
 /* Fields of a connection the worker's lists use. */
 struct um__conn_links {
-    enum um__ev_kind kind; /* UM__EV_CONN */
-    struct um__conn *tq_prev, *tq_next;
+    struct um_io io; /* the socket in the worker's loop */
+    struct um_tq_entry tq;
     int tq_kind; /* -1: not armed */
-    uint64_t deadline;
     struct um__conn *ready_next;
     bool in_ready;
     struct um__conn *all_prev, *all_next; /* every connection of the worker */
@@ -47,12 +39,10 @@ static inline struct um__conn_links *um__links(struct um__conn *c)
 
 /* Sockets handed from the listener to a worker. */
 struct um__mailbox {
-    enum um__ev_kind kind; /* UM__EV_MAILBOX */
-    int efd;               /* eventfd: the listener writes after queueing */
+    struct um_io io; /* an eventfd: the listener writes after queueing */
     pthread_mutex_t lock;
     int *fds;
     size_t len, cap;
-    struct um_task *posted; /* um_loop_post from other threads */
     bool drain; /* graceful stop requested */
     bool quit;  /* immediate stop requested */
     /* A reload: the snapshot (one reference, for the worker) and TLS store new
@@ -65,17 +55,17 @@ struct um__mailbox {
 struct um__worker {
     int id;
     pthread_t thread;
-    int epfd;
+    struct um_loop *loop;
+    struct um_context ctx; /* what the layers below see of the worker */
     struct um_server *server;
     struct um_config *config; /* snapshot new connections take */
     struct um_tls *tls;       /* certificate store new TLS connections take */
     uint64_t next_conn_id;    /* for log lines: [wN cM] */
     struct um__mailbox mailbox;
-    /* Time, read once per loop turn. */
-    uint64_t now_ms; /* CLOCK_MONOTONIC */
+    /* The Date field of this second (formatted when first wanted in a second). */
     time_t date_sec;
     char date[UM_HTTP_DATE_LEN + 1];
-    struct um__tq tq[UM__TQ_COUNT];
+    struct um_tq tq[UM__TQ_COUNT];
     struct um__conn *ready;  /* connections with work left over from a capped turn */
     struct um__conn *closed; /* freed at the end of the loop turn */
     struct um__conn *all;    /* every open connection */
@@ -86,11 +76,6 @@ struct um__worker {
     char **free_bufs;
     size_t num_free_bufs;
     char path_buf[4096]; /* the normalised path of the request being dispatched */
-    /* struct um_loop services for origins. */
-    struct um_timer **timers; /* binary min-heap by deadline */
-    size_t num_timers, cap_timers;
-    struct um_task *tasks;    /* deferred calls */
-    struct um_task *on_stop;  /* calls when the loop ends */
 };
 
 struct um_server {
@@ -134,6 +119,11 @@ void um__mailbox_set_config(struct um__mailbox *mb, struct um_config *c, struct 
 void um__tq_arm(struct um__worker *w, struct um__conn *c, enum um__tq_kind kind);
 void um__tq_disarm(struct um__worker *w, struct um__conn *c);
 void um__worker_ready(struct um__worker *w, struct um__conn *c);
+/* Watches a new connection's socket (edge-triggered, every event) in the worker's loop.
+ * Returns UM_OK or UM_ERR (errno set). */
+int um__worker_watch(struct um__worker *w, struct um__conn *c, int fd);
+/* The Date field's value for now ("Sun, 06 Nov 1994 08:49:37 GMT", UM_HTTP_DATE_LEN). */
+const char *um__worker_date(struct um__worker *w);
 
 /* server.c */
 /* Creates the origins of config's routes (sharing s->cache, created when first needed)

@@ -129,7 +129,10 @@ struct um_tls {
 };
 
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
-static int ssl_index = -1;
+static int ssl_index = -1;   /* the store a connection holds */
+static int error_index = -1; /* the connection's last error (char[ERROR_LEN]), once it has one */
+
+#define ERROR_LEN 256
 
 static void store_unref(struct um_tls *t);
 
@@ -140,14 +143,19 @@ static void on_ssl_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, lo
         store_unref(ptr);
 }
 
+static void on_error_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                          void *argp)
+{
+    free(ptr);
+}
+
 static void make_index(void)
 {
     ssl_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
+    error_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_error_free);
 }
 
 /* --- errors -------------------------------------------------------------------------------- */
-
-static _Thread_local char last_error[256];
 
 /* A short description of OpenSSL error e. */
 static void describe(unsigned long e, char *buf, size_t len)
@@ -173,18 +181,41 @@ static void take_error(char *buf, size_t len)
     ERR_clear_error();
 }
 
-/* Records why an SSL call with result ret failed, in last_error; returns UM_ERR. */
+/* The buffer for ssl's last error, made on its first error; NULL when there is no room. */
+static char *error_buf(SSL *ssl)
+{
+    pthread_once(&index_once, make_index);
+    if (error_index < 0)
+        return NULL;
+    char *buf = SSL_get_ex_data(ssl, error_index);
+    if (buf == NULL) {
+        buf = malloc(ERROR_LEN);
+        if (buf == NULL)
+            return NULL;
+        if (SSL_set_ex_data(ssl, error_index, buf) != 1) {
+            free(buf);
+            return NULL;
+        }
+    }
+    return buf;
+}
+
+/* Records why an SSL call with result ret failed, with ssl (um_tls_error); returns
+ * UM_ERR. */
 static int io_error(SSL *ssl, int ret, int saved_errno)
 {
     int err = SSL_get_error(ssl, ret);
     unsigned long e = ERR_peek_error();
-    if (err == SSL_ERROR_SYSCALL && e == 0)
-        snprintf(last_error, sizeof last_error, "%s",
+    char *buf = error_buf(ssl);
+    if (buf == NULL)
+        ;
+    else if (err == SSL_ERROR_SYSCALL && e == 0)
+        snprintf(buf, ERROR_LEN, "%s",
                  saved_errno != 0 ? strerror(saved_errno) : "connection closed by the peer");
     else if (err == SSL_ERROR_ZERO_RETURN)
-        snprintf(last_error, sizeof last_error, "connection closed by the peer");
+        snprintf(buf, ERROR_LEN, "connection closed by the peer");
     else
-        describe(e, last_error, sizeof last_error);
+        describe(e, buf, ERROR_LEN);
     ERR_clear_error();
     return UM_ERR;
 }
@@ -1039,9 +1070,10 @@ size_t um_tls_pending(SSL *ssl)
     return n > 0 ? (size_t)n : 0;
 }
 
-const char *um_tls_last_error(void)
+const char *um_tls_error(SSL *ssl)
 {
-    return last_error;
+    const char *buf = error_index >= 0 ? SSL_get_ex_data(ssl, error_index) : NULL;
+    return buf ? buf : "";
 }
 
 const char *um_tls_server_name(SSL *ssl)

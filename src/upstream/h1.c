@@ -52,7 +52,9 @@ struct h1pool {
     size_t num_idle;
 };
 
+/* The state of a worker context's UM_CONTEXT_H1_CLIENT slot. */
 struct h1worker {
+    struct um_context *ctx;
     struct um_loop *loop;
     struct h1pool *pools;
     struct h1conn *all;  /* every open connection, for the loop's stop */
@@ -90,8 +92,6 @@ struct h1conn {
     uint64_t remaining; /* F_LENGTH */
     struct um_chunked chunk;
 };
-
-static _Thread_local struct h1worker *hworker;
 
 /* ---------------------------------------------------------------- connections */
 
@@ -165,20 +165,22 @@ static void on_worker_stop(struct um_task *t)
         hw->pools = p->next;
         free(p);
     }
+    um_context_set(hw->ctx, UM_CONTEXT_H1_CLIENT, NULL);
     free(hw);
-    hworker = NULL;
 }
 
-static struct h1worker *h1worker(struct um_loop *loop)
+static struct h1worker *h1worker(struct um_context *ctx)
 {
-    if (hworker)
-        return hworker;
-    struct h1worker *hw = um_calloc(1, sizeof(*hw));
-    hw->loop = loop;
+    struct h1worker *hw = um_context_get(ctx, UM_CONTEXT_H1_CLIENT);
+    if (hw)
+        return hw;
+    hw = um_calloc(1, sizeof(*hw));
+    hw->ctx = ctx;
+    hw->loop = ctx->loop;
     hw->stop.cb = on_worker_stop;
     hw->reap.cb = on_reap;
-    um_loop_on_stop(loop, &hw->stop);
-    hworker = hw;
+    um_loop_on_stop(ctx->loop, &hw->stop);
+    um_context_set(ctx, UM_CONTEXT_H1_CLIENT, hw);
     return hw;
 }
 
@@ -694,7 +696,7 @@ static struct h1conn *conn_new(struct h1worker *hw, struct h1pool *pool, struct 
 /* Runs x's attempt on a connection from the pool (unless new_conn) or a new one. */
 static void attempt(struct xfer *x, bool new_conn)
 {
-    struct h1worker *hw = h1worker(x->loop);
+    struct h1worker *hw = h1worker(x->ctx);
     struct h1pool *pool = pool_for(hw, &x->up->conf->servers[x->server]);
     struct h1conn *c = NULL;
     bool reused = false;

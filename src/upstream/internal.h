@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <sys/socket.h>
 
+#include "umbra/context.h"
 #include "umbra/loop.h"
 #include "umbra/upstream.h"
 
@@ -36,7 +37,8 @@ struct h1conn;
 struct xfer {
     struct upstream *up;
     struct worker_curl *wc;
-    struct um_loop *loop;
+    struct um_context *ctx; /* the worker's, from the fetch */
+    struct um_loop *loop;   /* ctx->loop */
     struct um_sink *sink;
     CURL *easy;
     struct curl_slist *headers;

@@ -43,7 +43,9 @@ struct sock {
     struct worker_curl *wc;
 };
 
+/* The state of a worker context's UM_CONTEXT_CURL slot. */
 struct worker_curl {
+    struct um_context *ctx;
     struct um_loop *loop;
     CURLM *multi;
     struct um_timer timer;
@@ -52,8 +54,6 @@ struct worker_curl {
     CURL *easy_pool[EASY_POOL_MAX];
     size_t num_easy;
 };
-
-static _Thread_local struct worker_curl *wcurl;
 
 static void check_done(struct worker_curl *wc);
 
@@ -147,18 +147,18 @@ static void worker_curl_stop(struct um_task *t)
         wc->free_socks = s->next_free;
         free(s);
     }
+    um_context_set(wc->ctx, UM_CONTEXT_CURL, NULL);
     free(wc);
-    wcurl = NULL;
 }
 
-static struct worker_curl *worker_curl(void)
+static struct worker_curl *worker_curl(struct um_context *ctx)
 {
-    if (wcurl)
-        return wcurl;
-    struct um_loop *loop = um_loop_current();
-    UM_ASSERT(loop != NULL);
-    struct worker_curl *wc = um_calloc(1, sizeof(*wc));
-    wc->loop = loop;
+    struct worker_curl *wc = um_context_get(ctx, UM_CONTEXT_CURL);
+    if (wc)
+        return wc;
+    wc = um_calloc(1, sizeof(*wc));
+    wc->ctx = ctx;
+    wc->loop = ctx->loop;
     wc->multi = curl_multi_init();
     UM_ASSERT(wc->multi != NULL);
     curl_multi_setopt(wc->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
@@ -168,8 +168,8 @@ static struct worker_curl *worker_curl(void)
     curl_multi_setopt(wc->multi, CURLMOPT_MAXCONNECTS, 1024L);
     wc->timer.cb = on_curl_timer;
     wc->stop.cb = worker_curl_stop;
-    um_loop_on_stop(loop, &wc->stop);
-    wcurl = wc;
+    um_loop_on_stop(ctx->loop, &wc->stop);
+    um_context_set(ctx, UM_CONTEXT_CURL, wc);
     return wc;
 }
 
@@ -692,7 +692,7 @@ static void start_attempt(struct xfer *x)
     }
 
     if (x->wc == NULL)
-        x->wc = worker_curl();
+        x->wc = worker_curl(x->ctx);
     struct worker_curl *wc = x->wc;
     if (x->easy == NULL) {
         x->easy_ready = wc->num_easy > 0;
@@ -892,7 +892,8 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
     }
     struct xfer *x = um_calloc(1, sizeof(*x));
     x->up = up;
-    x->loop = um_loop_current();
+    x->ctx = f->ctx;
+    x->loop = f->ctx->loop;
     x->log_conn = um_log_conn();
     x->sink = sink;
     sink->origin_data = x;

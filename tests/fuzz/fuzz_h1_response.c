@@ -9,7 +9,8 @@
  * connection reads the other end as it reads a server's socket.
  *
  * Both files are included, so the statics are reachable; the worker loop (descriptor
- * registration, timers, deferred tasks, the clock) and the log are stubs.
+ * registration, timers, deferred tasks, the clock) and the log are stubs, and the worker
+ * context a fetch carries is a static one around a fake loop.
  *
  * Properties:
  * - the sink gets at most one head and exactly one end, and no data before the head or
@@ -24,7 +25,6 @@
 #define um_loop_io_set fuzz_loop_io_set
 #define um_loop_defer fuzz_loop_defer
 #define um_loop_on_stop fuzz_loop_on_stop
-#define um_loop_current fuzz_loop_current
 #define um_log fuzz_log
 #include "../../src/upstream/upstream.c"
 #include "../../src/upstream/h1.c"
@@ -34,7 +34,6 @@
 #undef um_loop_io_set
 #undef um_loop_defer
 #undef um_loop_on_stop
-#undef um_loop_current
 #undef um_log
 
 #include <fcntl.h>
@@ -70,12 +69,9 @@ void fuzz_loop_on_stop(struct um_loop *l, struct um_task *t)
     (void)t;
 }
 
+/* The worker the fetch runs on: its loop is never used but through the stubs above. */
 static char fake_loop;
-
-struct um_loop *fuzz_loop_current(void)
-{
-    return (struct um_loop *)(void *)&fake_loop;
-}
+static struct um_context fuzz_ctx = {.loop = (struct um_loop *)(void *)&fake_loop};
 
 /* ---------------------------------------------------------------- the sink */
 
@@ -175,7 +171,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     struct xfer *x = um_calloc(1, sizeof *x);
     x->up = &up;
-    x->loop = fuzz_loop_current();
+    x->ctx = &fuzz_ctx;
+    x->loop = fuzz_ctx.loop;
     x->sink = &sink;
     sink.origin_data = x;
     x->is_head = flags & 1;
@@ -193,7 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     head_status = 0;
 
     /* A connection in the middle of an attempt whose request has been sent. */
-    struct h1worker *hw = h1worker(x->loop);
+    struct h1worker *hw = h1worker(x->ctx);
     FUZZ_CHECK(um__up_native(&up, 0));
     struct h1conn *c = conn_add(hw, pool_for(hw, &srv), sv[0]);
     c->state = H1_ACTIVE;

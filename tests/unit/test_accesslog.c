@@ -113,17 +113,17 @@ static void test_request_counts(void **state)
     r.route_slot = slot;
     r.bytes_out = 100;
     r.cache = &miss;
-    um_access_log_request(NULL, &r); /* no config: counted, not logged */
+    um_access_log_request(NULL, NULL, &r); /* no config: counted, not logged */
     r.status = 503;
     r.cache = &hit;
     r.cache_status = S("umbra; fwd=uri-miss; stored"); /* not read by the counters */
-    um_access_log_request(NULL, &r);
+    um_access_log_request(NULL, NULL, &r);
     r.cache = &coalesced;
-    um_access_log_request(NULL, &r);
+    um_access_log_request(NULL, NULL, &r);
     r.cache = &stale;
-    um_access_log_request(NULL, &r);
+    um_access_log_request(NULL, NULL, &r);
     r.cache = NULL; /* no cache involved: no cache counter moves */
-    um_access_log_request(NULL, &r);
+    um_access_log_request(NULL, NULL, &r);
     assert_int_equal(um_counter_get(&m->requests[slot][1]), 1);
     assert_int_equal(um_counter_get(&m->requests[slot][4]), 4);
     assert_int_equal(um_counter_get(&m->bytes_out), 500);

@@ -13,11 +13,13 @@
 
 #include "config/lualines.h"
 #include "umbra/config.h"
+#include "umbra/context.h"
 #include "umbra/hooks.h"
 #include "umbra/http1.h"
 #include "umbra/log.h"
 
 static char path[] = "/tmp/umbra-test-hooks-XXXXXX";
+static struct um_context ctx; /* the worker the hooks run for (no loop: none is needed) */
 
 /* Writes text to a new temporary file, named by path until drop_file. */
 static void put_file(const char *text)
@@ -117,7 +119,7 @@ static void test_rewrites(void **state)
         "end\n");
     struct parsed p;
     parse(&p, "GET /x?old=1 HTTP/1.1\r\nHost: H.Example:8080\r\nX-Dup: a\r\nX-Gone: 1\r\nX-Dup: b\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_CONTINUE);
+    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_CONTINUE);
     assert_true(str_is(p.req.path, "/new/x"));
     assert_true(str_is(p.req.query, "q=192.0.2.7"));
     assert_true(str_is(p.req.target, "/new/x?q=192.0.2.7"));
@@ -152,7 +154,7 @@ static void test_respond_and_redirect(void **state)
         "end } }\n");
     struct parsed p;
     parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
     assert_int_equal(p.hr.status, 201);
     assert_true(str_is(p.hr.resp_body, "made"));
     assert_int_equal(p.hr.num_headers, 3);
@@ -163,7 +165,7 @@ static void test_respond_and_redirect(void **state)
     um_arena_reset(&p.arena);
 
     parse(&p, "GET /r HTTP/1.1\r\nHost: h\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
     assert_int_equal(p.hr.status, 301);
     assert_int_equal(p.hr.num_headers, 1);
     assert_true(str_is(p.hr.headers[0].name, "Location"));
@@ -184,7 +186,7 @@ static void test_hostname_without_host(void **state)
     struct parsed p;
     parse(&p, "GET / HTTP/1.0\r\n\r\n", c);
     assert_null(p.req.authority.base);
-    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
     assert_true(str_is(p.hr.resp_body, "[][]"));
     um_arena_reset(&p.arena);
     um_config_unref(c);
@@ -220,12 +222,12 @@ static void test_refusals(void **state)
         snprintf(raw, sizeof raw, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", bad[i]);
         struct parsed p;
         parse(&p, raw, c);
-        if (um_hooks_on_request(c, &p.hr) != UM_HOOK_FAIL)
+        if (um_hooks_on_request(&ctx, c, &p.hr) != UM_HOOK_FAIL)
             fail_msg("%s did not fail", bad[i]);
         assert_null(field(&p.req, "x-b"));
         um_arena_reset(&p.arena);
         parse(&p, "GET /ok HTTP/1.1\r\nHost: h\r\n\r\n", c);
-        assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+        assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
         assert_true(str_is(p.hr.resp_body, "fine"));
         um_arena_reset(&p.arena);
     }
@@ -255,7 +257,7 @@ static void test_on_response(void **state)
                                   .content_length = 0};
     struct um_arena arena = {0};
     struct um_hook_response out = {.arena = &arena};
-    assert_true(um_hooks_on_response(c, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
+    assert_true(um_hooks_on_response(&ctx, c, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
     assert_int_equal(out.head.num_headers, 3);
     assert_true(str_is(out.head.headers[0].name, "X-B"));
     assert_true(str_is(out.head.headers[0].value, "new"));
@@ -273,7 +275,7 @@ static void test_on_response(void **state)
     c = load("routes = { { path = '/', root = '/tmp' } }\n"
              "function on_response(req, res) req.path = '/x' end\n");
     out = (struct um_hook_response){.arena = &arena};
-    assert_false(um_hooks_on_response(c, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
+    assert_false(um_hooks_on_response(&ctx, c, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
     um_arena_reset(&arena);
     um_arena_reset(&p.arena);
     um_config_unref(c);
@@ -302,7 +304,7 @@ static void test_yunying(void **state)
     assert_true(c->routes[0].cache);
     struct parsed p;
     parse(&p, "GET /a?b HTTP/1.1\r\nHost: client.example\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_CONTINUE);
+    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_CONTINUE);
     assert_true(str_is(p.req.target, "/z?y=1"));
     assert_true(str_is(p.req.method, "PUT"));
     assert_true(str_is(p.req.authority, "up.example"));
@@ -339,22 +341,22 @@ static void test_states_made_at_load(void **state)
     for (int w = 0; w < 3; w++)
         assert_non_null(c->lua.states[w]);
     for (int w = 0; w < 3; w++) {
-        um_hooks_thread_init(w);
+        ctx.worker_id = w;
         struct parsed p;
         parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
-        assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_ANSWER);
+        assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
         char want[64];
         snprintf(want, sizeof want, "made for %d, on %d", w, w);
         assert_true(str_is(p.hr.resp_body, want));
         um_arena_reset(&p.arena);
     }
     /* A worker the snapshot has no state for gets a failure, not a state made now. */
-    um_hooks_thread_init(3);
+    ctx.worker_id = 3;
     struct parsed p;
     parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(c, &p.hr), UM_HOOK_FAIL);
+    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_FAIL);
     um_arena_reset(&p.arena);
-    um_hooks_thread_init(0);
+    ctx.worker_id = 0;
     um_config_unref(c);
 
     /* The loader has no umbra table; the states do. */
@@ -424,7 +426,7 @@ static void test_fold_shifts_keeps_precedence(void **state)
 
 int main(void)
 {
-    um_hooks_thread_init(0);
+    um_context_init(&ctx, NULL, 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rewrites),
         cmocka_unit_test(test_respond_and_redirect),

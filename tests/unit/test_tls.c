@@ -386,7 +386,7 @@ static void test_versions(void **state)
     /* protocols = { "TLSv1.3" } refuses a client that stops at TLS 1.2. */
     t = make_store("protocols = { 'TLSv1.3' }");
     assert_int_equal(handshake(t, v12, "a.test", NULL, &c), HS_SERVER_FAILED);
-    assert_non_null(strstr(um_tls_last_error(), "protocol"));
+    assert_non_null(strstr(um_tls_error(c.srv), "protocol"));
     conn_close(&c);
     assert_int_equal(handshake(t, v13, "a.test", NULL, &c), HS_OK);
     conn_close(&c);
@@ -734,7 +734,7 @@ static void test_io(void **state)
     p.cli = NULL;
     assert_int_equal(write(p.fd[1], "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 27), 27);
     assert_int_equal(um_tls_handshake(p.srv, &want), UM_ERR);
-    assert_string_equal(um_tls_last_error(), "http request");
+    assert_string_equal(um_tls_error(p.srv), "http request");
     /* The handshake never finished: nothing to shut down. */
     assert_int_equal(um_tls_shutdown(p.srv, &want), UM_OK);
     conn_close(&p);
@@ -747,7 +747,7 @@ static void test_io(void **state)
     close(p.fd[1]);
     p.fd[1] = -1;
     assert_int_equal(um_tls_handshake(p.srv, &want), UM_ERR);
-    assert_string_equal(um_tls_last_error(), "connection closed by the peer");
+    assert_string_equal(um_tls_error(p.srv), "connection closed by the peer");
     SSL_free(p.srv);
     close(p.fd[0]);
 
