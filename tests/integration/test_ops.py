@@ -19,47 +19,12 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, class_context, closed_port, http_get,  # noqa: E402
-                           log_lines_with, make_cert, parse_response, request, sanitizer_report,
-                           tls_connect, tls_context, tls_recv_all, umbra_bin, wait_until)
-
-_ADMIN_RE = re.compile(r"admin: serving /metrics and /status on 127\.0\.0\.1:(\d+)")
-_SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
-_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+from umbra_harness import (Origin, Umbra, admin_port, class_context, closed_port,  # noqa: E402
+                           http_get, log_lines_with, make_cert, metric, parse_metrics,
+                           parse_response, request, sanitizer_report, scrape, tls_connect,
+                           tls_context, tls_recv_all, umbra_bin, wait_until)
 
 FILES = {"www/a.txt": "static a\n", "www/b.txt": "static b, a little longer\n"}
-
-
-def admin_port(u):
-    m = _ADMIN_RE.findall(u.log())
-    if not m:
-        raise AssertionError("no admin line in the log:\n" + u.log())
-    return int(m[-1])
-
-
-def scrape(u, path="/metrics"):
-    status, headers, body = http_get(admin_port(u), path)
-    if status != 200:
-        raise AssertionError("%s: %d %r" % (path, status, body))
-    return body.decode()
-
-
-def parse_metrics(text):
-    """{(name, frozenset of (label, value)): float} from the Prometheus text format."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE_RE.match(line)
-        if not m:
-            raise AssertionError("not a sample line: %r" % line)
-        labels = frozenset(_LABEL_RE.findall(m.group(3) or ""))
-        out[(m.group(1), labels)] = float(m.group(4))
-    return out
-
-
-def metric(samples, name, **labels):
-    return samples.get((name, frozenset(labels.items())))
 
 
 def raw_get(port, target, headers=()):
