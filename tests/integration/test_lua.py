@@ -680,5 +680,43 @@ routes = {
             self.assertNotIn("ThreadSanitizer", u.log())
 
 
+class SandboxTest(unittest.TestCase):
+    """The request states have no io, require, dofile or loadfile: a hook that calls one
+    answers 500 with the error in the log, the file it named is not run, and its worker
+    goes on."""
+
+    # side.lua answers for the hook if a hook manages to run it.
+    FILES = {"side.lua": 'return umbra.respond(200, "side.lua ran")\n'}
+    BODY = r'''
+routes = { { path = "/", on_request = function(req)
+  local p = req.path
+  -- (Not tail calls, so that the error names the function.)
+  if p == "/require" then local r = require("side"); return r end
+  if p == "/dofile" then local r = dofile("side.lua"); return r end
+  if p == "/loadfile" then local f = loadfile("side.lua"); return f() end
+  return umbra.respond(200, "fine")
+end } }
+'''
+
+    def answers_500(self, u, c, target, needle):
+        """target answers 500 and the log names it with needle; the connection (and so the
+        worker) serves the next request."""
+        mark = len(u.log())
+        c.send(req(target, close=False))
+        r = c.read_response(timeout=10)
+        self.assertEqual((r.status, r.body), (500, b"500 Internal Server Error\n"), target)
+        log = log_since(u, mark, needle)
+        self.assertIn("GET %s" % target, log)
+        self.assertIn(needle, log)
+        c.send(req("/fine", close=False))
+        self.assertEqual(c.read_response().body, b"fine")
+
+    def test_hooks_have_no_require_dofile_or_loadfile(self):
+        with Umbra(self.BODY, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            for name in ("require", "dofile", "loadfile"):
+                self.answers_500(u, c, "/" + name,
+                                 "attempt to call global '%s' (a nil value)" % name)
+
+
 if __name__ == "__main__":
     unittest.main()
