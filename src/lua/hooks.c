@@ -1029,26 +1029,37 @@ static int ref_global_function(lua_State *L, const char *name)
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-/* Request states have no file or process access: hooks must never block the worker. */
-static void restrict_globals(lua_State *L)
+/* Replaces the library table called name by one with only the fields in keep. */
+static void keep_only(lua_State *L, const char *name, const char *const *keep)
 {
-    static const char *const gone[] = {"io", "dofile", "loadfile", "require", "module",
-                                       "package", NULL};
-    for (const char *const *g = gone; *g; g++) {
-        lua_pushnil(L);
-        lua_setfield(L, LUA_GLOBALSINDEX, *g);
-    }
-    lua_getfield(L, LUA_GLOBALSINDEX, "os");
-    lua_createtable(L, 0, 4);
-    static const char *const keep[] = {"time", "clock", "date", "difftime", NULL};
+    lua_getfield(L, LUA_GLOBALSINDEX, name);
+    lua_newtable(L);
     for (const char *const *k = keep; *k; k++) {
         if (lua_istable(L, -2)) {
             lua_getfield(L, -2, *k);
             lua_setfield(L, -2, *k);
         }
     }
-    lua_setfield(L, LUA_GLOBALSINDEX, "os");
+    lua_setfield(L, LUA_GLOBALSINDEX, name);
     lua_pop(L, 1);
+}
+
+/* Request states have no file or process access: hooks must never block the worker. Nor
+ * what would give them back or stop the budget: debug.getregistry() reaches every loaded
+ * library (io, package), debug.sethook() removes the count hook, and jit.on() compiles
+ * traces, which do not run it. */
+static void restrict_globals(lua_State *L)
+{
+    static const char *const gone[] = {"io",     "dofile",  "loadfile", "require",
+                                       "module", "package", "jit",      NULL};
+    for (const char *const *g = gone; *g; g++) {
+        lua_pushnil(L);
+        lua_setfield(L, LUA_GLOBALSINDEX, *g);
+    }
+    static const char *const os_keep[] = {"time", "clock", "date", "difftime", NULL};
+    keep_only(L, "os", os_keep);
+    static const char *const debug_keep[] = {"traceback", NULL}; /* for xpcall */
+    keep_only(L, "debug", debug_keep);
 }
 
 static void state_free(struct hstate *h)

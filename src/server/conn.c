@@ -1207,8 +1207,10 @@ static void arm_input_timer(struct um__conn *c)
     if (c->state == S_LINGER) {
         if (um__links(c)->tq_kind != UM__TQ_LINGER)
             um__tq_arm(w, c, UM__TQ_LINGER);
-    } else if (c->state == S_BODY) {
-        um__tq_arm(w, c, UM__TQ_HEADER); /* between two reads of the body */
+    } else if (c->state == S_BODY || (c->state == S_ORIGIN && !c->body_done)) {
+        /* Between two reads of the body, whether it is read before dispatch or streamed to
+         * the origin as it arrives: the header timeout bounds each pause, not the upload. */
+        um__tq_arm(w, c, UM__TQ_HEADER);
     } else if (c->rpos < c->rlen || c->requests == 0) {
         /* A request has begun (or is awaited on a fresh connection): its head must
          * arrive within the header timeout, however slowly the bytes trickle in. */

@@ -18,7 +18,9 @@ fixed; each one's comment says what the bug was, and the test fails if it comes 
 
 import email.utils
 import http.server
+import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -27,8 +29,8 @@ from urllib.parse import quote
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, class_context, closed_port, connect,  # noqa: E402
-                           exchange, fetch_req, origin_body, parse_response, req,
-                           sanitizer_build, vm_rss_kb, wait_until)
+                           exchange, fetch_req, origin_body, parse_response, parse_responses,
+                           req, sanitizer_build, vm_rss_kb, wait_until)
 
 EXPIRE = 2.2  # seconds after which a max-age=1 response is surely stale
 HOST = "umbra.test"
@@ -1087,6 +1089,86 @@ class PurgeAccessTest(unittest.TestCase, CacheAssertions):
                     self.assertHit(fetch_req(u.port, t))
                     self.assertEqual(seen(o, t), 1)
                     self.assertEqual(seen(o, t, "PURGE"), 0)
+
+
+
+class CoalescedStreamTest(unittest.TestCase, CacheAssertions):
+    """Readers that join a fill stream its bytes as they arrive, on every worker: with two
+    workers, clients on four connections (dealt out to the workers in turn) ask for a cold
+    URL whose origin sends its body in slow pieces; each gets body bytes while the origin
+    is still sending, and the origin sees one request."""
+
+    SIZE = 32 * 2048  # 32 pieces of 2 KiB, 200 ms apart: the origin sends for 6 s
+
+    def body_past(self, s, buf, n, timeout=5):
+        """Reads s into buf until the response head and more than n bytes of its body are
+        in; returns the body so far."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if b"\r\n\r\n" in buf:
+                body = parse_responses(bytes(buf), strict=False)[0].body
+                if len(body) > n:
+                    return body
+            s.settimeout(max(deadline - time.monotonic(), 0.001))
+            try:
+                data = s.recv(65536)
+            except socket.timeout:
+                self.fail("no more than %d body bytes within %d s: %r"
+                          % (n, timeout, bytes(buf[:300])))
+            self.assertTrue(data, "closed after %d bytes: %r" % (len(buf), bytes(buf[:300])))
+            buf += data
+
+    def test_joined_readers_on_both_workers_get_bytes_before_the_fill_ends(self):
+        t = "/stream/cold?cc=max-age%%3D60&size=%d&piece=2048&slow=200" % self.SIZE
+        log = 'access_log = { path = "access.log", format = "json" }\n'
+        with Origin() as o, Umbra(config(o.url) + log, workers=2) as u:
+            # Connected one after the other, before any request: the listener deals them
+            # out in turn, two to each worker.
+            socks = [connect(u.port, timeout=10) for _ in range(4)]
+            try:
+                bufs = [bytearray() for _ in socks]
+                # The first starts the fill; the others join it once its bytes flow.
+                socks[0].sendall(req(t))
+                self.body_past(socks[0], bufs[0], 0)
+                for s in socks[1:]:
+                    s.sendall(req(t))
+                # Each reader gets the bytes stored so far, then more as the origin sends
+                # them: all before the origin is done.
+                for s, buf in zip(socks, bufs):
+                    first = self.body_past(s, buf, 0)
+                    more = self.body_past(s, buf, len(first))
+                    self.assertEqual(more, origin_body(len(more)))
+                    self.assertLess(len(more), self.SIZE)
+                self.assertEqual(o.stats()["active"], 1, "the origin had finished before "
+                                 "every reader got its bytes")
+                resps = []
+                for s, buf in zip(socks, bufs):
+                    while True:
+                        s.settimeout(20)
+                        data = s.recv(65536)
+                        if not data:
+                            break
+                        buf += data
+                    resps.append(parse_response(bytes(buf)))
+            finally:
+                for s in socks:
+                    s.close()
+            for i, r in enumerate(resps):
+                self.assertEqual(r.status, 200, "reader %d" % i)
+                self.assertEqual(r.body, origin_body(self.SIZE), "reader %d" % i)
+            self.assertEqual(cs_param(resps[0], "fwd"), "uri-miss", resps[0].raw_head)
+            for r in resps[1:]:
+                self.assertIn("collapsed", cache_status(r), r.raw_head)
+            self.assertEqual(seen(o, t), 1)
+
+            def workers():
+                try:
+                    with open(u.path("access.log")) as f:
+                        recs = [json.loads(line) for line in f]
+                except FileNotFoundError:
+                    return None
+                return {r["worker"] for r in recs} if len(recs) >= 4 else None
+            self.assertEqual(wait_until(workers, 5), {0, 1})
 
 
 if __name__ == "__main__":

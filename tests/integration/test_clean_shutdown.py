@@ -18,8 +18,9 @@ from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, connect, exchange, fetch_req, make_cert,  # noqa: E402
-                           parse_response, parse_responses, sanitizer_build, sanitizer_report,
-                           tls_connect, tls_context, tls_recv_all, wait_until)
+                           parse_response, parse_responses, peer_closed, req, sanitizer_build,
+                           sanitizer_report, tls_connect, tls_context, tls_recv_all,
+                           wait_until)
 
 CONFIG = """
 listen = { "127.0.0.1:0", { "127.0.0.1:0", tls = true } }
@@ -135,6 +136,35 @@ class CleanShutdownTest(unittest.TestCase):
                     rc = u.stop(sig, timeout=15)
                     self.assertEqual(rc, 0, u.log())
                     self.assertIn("stopped", u.log())
+
+
+
+class SecondSignalTest(unittest.TestCase):
+    """SIGTERM (or SIGINT) lets the requests in flight finish, for up to timeouts.shutdown;
+    a second one while that lasts stops the process at once, still with exit status 0."""
+
+    def test_second_signal_stops_at_once(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with self.subTest(sig=sig), Origin() as o, Umbra("""
+timeouts = { shutdown = 60 }
+upstreams = { app = { servers = { "%s" }, timeout = 60 } }
+routes = { { path = "/", upstream = "app", cache = false } }
+""" % o.url) as u, connect(u.port) as stalled:
+                # A request the origin never answers: the drain would wait 60 s for it.
+                stalled.sendall(req("/stall?stall=1", close=False))
+                self.assertTrue(wait_until(lambda: o.stats()["active"] == 1, 5),
+                                "the stalled request did not reach the origin")
+                u.proc.send_signal(sig)
+                self.assertTrue(wait_until(lambda: "stopping gracefully" in u.log(), 5), u.log())
+                self.assertFalse(wait_until(lambda: u.proc.poll() is not None, 1),
+                                 "exited without waiting for the request in flight")
+                t0 = time.monotonic()
+                rc = u.stop(sig, timeout=20)
+                elapsed = time.monotonic() - t0
+                self.assertEqual(rc, 0, u.log())
+                self.assertLess(elapsed, 5, "the second signal did not stop it at once")
+                self.assertIn("while draining: stopping now", u.log())
+                self.assertTrue(peer_closed(stalled, 2), "the stalled connection is still open")
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (HttpAssertions, Umbra, class_context, connect, exchange,  # noqa: E402
-                           parse_responses, peer_closed, read_response, source_dir, umbra_bin,
-                           wait_until, write_files)
+from umbra_harness import (HttpAssertions, Origin, Umbra, class_context, connect,  # noqa: E402
+                           echoed, exchange, fetch_req, parse_response, parse_responses,
+                           peer_closed, read_response, req, source_dir, umbra_bin, wait_until,
+                           write_files)
 
 GOOD_CONFIG = """\
 -- a complete configuration
@@ -672,6 +673,90 @@ class BundledConfigTest(unittest.TestCase):
             # The check mode accepts it too.
             r = run_umbra(["-t", u.config_path], cwd="/")
             self.assertEqual(r.returncode, 0, r.stderr.decode())
+
+
+class BodyTimeoutTest(unittest.TestCase):
+    """timeouts.header is also the longest pause while a request body arrives: a body that
+    keeps coming is read however long it takes, one that stops is cut after the header
+    timeout, and other clients are served meanwhile. A static route reads the body before it
+    answers; an upstream route streams it to the origin as it arrives."""
+
+    ROUTES = (("static", "GET", "/a.txt"), ("upstream", "POST", "/up/body"))
+    PAUSE = 0.25  # between two body bytes: a quarter of the header timeout
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra("""
+timeouts = { header = 1, idle = 30 }
+upstreams = { app = { servers = { "%s" }, timeout = 30 } }
+routes = { { path = "/up/", upstream = "app" }, { path = "/", root = "www" } }
+""" % cls.origin.url, files={"www/a.txt": "aaa\n"}))
+        cls.port = cls.umbra.port
+
+    def tearDown(self):
+        self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())
+
+    def trickle(self, s, data):
+        """Sends data a byte at a time, PAUSE seconds apart; False when the server closes
+        the connection meanwhile."""
+        for b in data:
+            if peer_closed(s, timeout=self.PAUSE):
+                return False
+            try:
+                s.sendall(bytes([b]))
+            except (BrokenPipeError, ConnectionResetError):
+                return False
+        return True
+
+    def test_bug_body_streamed_to_upstream_cut_after_header_timeout(self):
+        # A body streamed to the origin had the header timeout counted from the head's first
+        # byte, not from the last body byte: an upload still arriving was cut after it.
+        body = b"0123456789AB"  # 12 pauses: 3 s, three header timeouts
+        for name, method, path in self.ROUTES:
+            with self.subTest(route=name):
+                raw = req("%s?echo=1&slow-%s" % (path, name), method, body=body)
+                with connect(self.port, timeout=10) as s:
+                    t0 = time.monotonic()
+                    s.sendall(raw[:-len(body)])
+                    self.assertTrue(self.trickle(s, body), "closed while the body was arriving "
+                                    "(after %.1f s)" % (time.monotonic() - t0))
+                    buf = bytearray()
+                    self.assertTrue(read_to_close(s, buf, 10), "no answer to the whole body")
+                r = parse_response(bytes(buf))
+                self.assertEqual(r.status, 200, r)
+                if name == "static":
+                    self.assertEqual(r.body, b"aaa\n")
+                else:
+                    self.assertEqual(echoed(r)[2], body)
+
+    def test_stalled_body_is_cut_after_the_header_timeout(self):
+        body = b"0123456789"
+        for name, method, path in self.ROUTES:
+            with self.subTest(route=name):
+                target = "%s?stalled-%s" % (path, name)
+                raw = req(target, method, body=body)
+                with connect(self.port, timeout=10) as s:
+                    s.sendall(raw[:-len(body)])
+                    # Bytes come for longer than the header timeout (6 pauses: 1.5 s), then
+                    # stop four short of Content-Length.
+                    self.assertTrue(self.trickle(s, body[:6]), "closed while the body was "
+                                    "arriving")
+                    t_last = time.monotonic()
+                    # Another client is served meanwhile.
+                    r = fetch_req(self.port, "/a.txt", host="x")
+                    self.assertEqual((r.status, r.body), (200, b"aaa\n"))
+                    buf = bytearray()
+                    closed = read_to_close(s, buf, 8)
+                    elapsed = time.monotonic() - t_last
+                self.assertTrue(closed, "stalled body still open after 8 s")
+                self.assertGreater(elapsed, 0.7, "closed before the header timeout")
+                self.assertLess(elapsed, 3.5)
+                # Closed without an answer, or with 408 Request Timeout.
+                if buf:
+                    self.assertEqual([r.status for r in parse_responses(bytes(buf))], [408])
+                self.assertEqual([t for _, t, _ in self.origin.records() if t == target], [],
+                                 "the origin saw the whole request")
 
 
 if __name__ == "__main__":

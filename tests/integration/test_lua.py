@@ -680,5 +680,73 @@ routes = {
             self.assertNotIn("ThreadSanitizer", u.log())
 
 
+class SandboxTest(unittest.TestCase):
+    """The request states have no io, require, dofile or loadfile, and the instruction
+    budget stops any loop: a hook that reaches for them, or for a way around them, answers
+    500 with the error in the log, the file it named is not run, and its worker goes on."""
+
+    # side.lua answers for the hook if a hook manages to run it.
+    FILES = {"side.lua": 'return umbra.respond(200, "side.lua ran")\n'}
+    BODY = r'''
+routes = { { path = "/", on_request = function(req)
+  local p = req.path
+  -- (Not tail calls, so that the error names the function.)
+  if p == "/require" then local r = require("side"); return r end
+  if p == "/dofile" then local r = dofile("side.lua"); return r end
+  if p == "/loadfile" then local f = loadfile("side.lua"); return f() end
+  -- The debug library hands back what the state removed (the registry keeps the loaded
+  -- libraries, io and package among them), or takes the count hook away.
+  if p == "/registry-io" then
+    local f = debug.getregistry()._LOADED.io.open("side.lua")
+    return umbra.respond(200, f:read("*a"))
+  end
+  if p == "/registry-require" then
+    local r = debug.getregistry()._LOADED.package.loaders[2]("side")()
+    return r
+  end
+  if p == "/sethook-loop" then debug.sethook(); while true do end end
+  -- The compiler back on: compiled traces do not run the count hook.
+  if p == "/jit-loop" then jit.on(); local x = 0; while true do x = x + 1 end end
+  if p == "/traceback" then
+    local ok, msg = xpcall(function() error("inner") end, debug.traceback)
+    return umbra.respond(200, tostring(ok) .. " " .. msg:match("inner"))
+  end
+  return umbra.respond(200, "fine")
+end } }
+'''
+
+    def answers_500(self, u, c, target, needle):
+        """target answers 500 and the log names it with needle; the connection (and so the
+        worker) serves the next request."""
+        mark = len(u.log())
+        c.send(req(target, close=False))
+        r = c.read_response(timeout=10)
+        self.assertEqual((r.status, r.body), (500, b"500 Internal Server Error\n"), target)
+        log = log_since(u, mark, needle)
+        self.assertIn("GET %s" % target, log)
+        self.assertIn(needle, log)
+        c.send(req("/fine", close=False))
+        self.assertEqual(c.read_response().body, b"fine")
+
+    def test_hooks_have_no_require_dofile_or_loadfile(self):
+        with Umbra(self.BODY, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            for name in ("require", "dofile", "loadfile"):
+                self.answers_500(u, c, "/" + name,
+                                 "attempt to call global '%s' (a nil value)" % name)
+
+    def test_bug_debug_and_jit_undid_the_sandbox(self):
+        # debug.getregistry() gave a hook io and package back, and jit.on() or
+        # debug.sethook() let an endless loop escape the instruction budget: the worker
+        # never answered again. debug.traceback stays, for xpcall.
+        with Umbra(self.BODY, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            for target, needle in (("/registry-io", "getregistry"),
+                                   ("/registry-require", "getregistry"),
+                                   ("/sethook-loop", "sethook"),
+                                   ("/jit-loop", "'jit'")):
+                self.answers_500(u, c, target, needle)
+            c.send(req("/traceback", close=False))
+            self.assertEqual(c.read_response().body, b"false inner")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -19,47 +19,12 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, class_context, closed_port, http_get,  # noqa: E402
-                           log_lines_with, make_cert, parse_response, request, sanitizer_report,
-                           tls_connect, tls_context, tls_recv_all, umbra_bin, wait_until)
-
-_ADMIN_RE = re.compile(r"admin: serving /metrics and /status on 127\.0\.0\.1:(\d+)")
-_SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
-_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+from umbra_harness import (Origin, Umbra, admin_port, class_context, closed_port,  # noqa: E402
+                           connect, http_get, log_lines_with, make_cert, metric, parse_metrics,
+                           parse_response, req, request, sanitizer_report, scrape, tls_connect,
+                           tls_context, tls_recv_all, umbra_bin, wait_until)
 
 FILES = {"www/a.txt": "static a\n", "www/b.txt": "static b, a little longer\n"}
-
-
-def admin_port(u):
-    m = _ADMIN_RE.findall(u.log())
-    if not m:
-        raise AssertionError("no admin line in the log:\n" + u.log())
-    return int(m[-1])
-
-
-def scrape(u, path="/metrics"):
-    status, headers, body = http_get(admin_port(u), path)
-    if status != 200:
-        raise AssertionError("%s: %d %r" % (path, status, body))
-    return body.decode()
-
-
-def parse_metrics(text):
-    """{(name, frozenset of (label, value)): float} from the Prometheus text format."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE_RE.match(line)
-        if not m:
-            raise AssertionError("not a sample line: %r" % line)
-        labels = frozenset(_LABEL_RE.findall(m.group(3) or ""))
-        out[(m.group(1), labels)] = float(m.group(4))
-    return out
-
-
-def metric(samples, name, **labels):
-    return samples.get((name, frozenset(labels.items())))
 
 
 def raw_get(port, target, headers=()):
@@ -460,6 +425,46 @@ class SignalsTest(unittest.TestCase):
                 else:
                     os.environ["NOTIFY_SOCKET"] = old
                 sock.close()
+
+
+class ClientGoneTest(unittest.TestCase):
+    """The access log of a client that leaves first: 499 when it left before the response
+    head, else the status that was sent; logged when it leaves, not when the origin ends."""
+
+    def test_client_leaving_is_logged_499_before_the_head_and_200_after(self):
+        files = dict(FILES, **{"logs/.keep": ""})
+        with Origin() as o, Umbra(config(o.url, 'access_log = { path = "logs/access.log", '
+                                                'format = "json" }'), files=files) as u:
+            def records(n):
+                try:
+                    with open(u.path("logs/access.log")) as f:
+                        recs = [json.loads(line) for line in f]
+                except FileNotFoundError:
+                    return None
+                return recs if len(recs) >= n else None
+
+            # Before the head: the origin takes 10 s to answer; the client leaves once the
+            # request is there.
+            slow = "/gone/slow?delay=10000&cc=no-store"
+            with connect(u.port) as s:
+                s.sendall(req(slow, close=False))
+                self.assertTrue(wait_until(lambda: o.stats()["active"] == 1, 5),
+                                "the request did not reach the origin")
+            recs = wait_until(lambda: records(1), 6, 0.05)
+            self.assertTrue(recs, "no line within 6 s of the client leaving (the origin "
+                            "answers after 10 s)")
+            self.assertEqual([(r["target"], r["status"], r["bytes"]) for r in recs],
+                             [(slow, 499, 0)])
+            # After the head: a 20 MB body, of which the client reads the head and leaves.
+            big = "/gone/big?size=20000000&cc=no-store"
+            with connect(u.port) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+                s.sendall(req(big, close=False))
+                self.assertTrue(s.recv(65536).startswith(b"HTTP/1.1 200 "))
+            recs = wait_until(lambda: records(2), 6, 0.05)
+            self.assertTrue(recs, "no line for the client that left mid-body")
+            self.assertEqual((recs[1]["target"], recs[1]["status"]), (big, 200))
+            self.assertLess(recs[1]["bytes"], 20000000)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ reloads under a running (bounded) client loop, the cache keeps its contents, lis
 that did not change stay open; an invalid file is reported as FILE:LINE and the old
 configuration keeps running."""
 
+import json
 import os
 import re
 import signal
@@ -16,8 +17,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Client, Origin, TlsClient, Umbra, http_get,  # noqa: E402
-                           log_lines_with, make_cert, parse_response, port_is_free, request,
-                           sanitizer_report, tls_context, wait_until)
+                           log_lines_with, make_cert, metric, parse_metrics, parse_response,
+                           port_is_free, request, sanitizer_report, scrape, tls_context,
+                           wait_until)
 
 FILES = {"v1/a.txt": "one\n", "v2/a.txt": "two\n", "v1/big.bin": b"x" * (4 << 20)}
 RELOADED = "SIGHUP: configuration reloaded"
@@ -255,6 +257,104 @@ class ReloadUpstreamTest(ReloadBase):
                 self.assertIn("hit", get(u.port, "/slow?delay=1200&cc=max-age%3D60")
                               .header("Cache-Status"))
                 self.assertEqual(u.stop(signal.SIGTERM, 10), 0, u.log())
+
+
+class ReloadKeepsTest(ReloadBase):
+    """What a reload keeps: the metrics count on from where they were; workers and the
+    cache's size stay as they are (a warning says that they take a restart)."""
+
+    CONFIG = """
+admin = { listen = "127.0.0.1:0" }
+access_log = { path = "access.log", format = "json" }
+upstreams = { app = { servers = { "%(origin)s" } } }
+routes = {
+  { path = "/static/", root = "%(root)s" },
+  { path = "/", upstream = "app" },
+}
+"""
+
+    def settled(self, u):
+        """u's metrics once no client connection is open (so that every request's counts
+        are in)."""
+        def read():
+            s = parse_metrics(scrape(u))
+            return s if metric(s, "umbra_connections_active") == 0 else None
+        s = wait_until(read, 5)
+        self.assertTrue(s, scrape(u))
+        return s
+
+    def test_metrics_survive_a_reload(self):
+        with Origin() as o:
+            cfg = dict(origin=o.url, root="v1")
+            with Umbra(self.CONFIG % cfg, files=FILES) as u:
+                for target, want in ([("/static/a.txt", 200)] * 3 + [("/static/none", 404)] +
+                                     [("/up?cc=no-store", 200)] * 2):
+                    self.assertEqual(get(u.port, target).status, want, target)
+                before = self.settled(u)
+                srv = dict(upstream="app", server=o.url)
+                self.assertEqual(metric(before, "umbra_requests_total", route="/static/",
+                                        code="2xx"), 3)
+                self.assertEqual(metric(before, "umbra_upstream_requests_total", **srv), 2)
+                self.write_config(u, self.CONFIG % dict(cfg, root="v2"))
+                self.reload(u)
+                self.assertEqual(get(u.port, "/static/a.txt").body, b"two\n")  # the new root
+                after = self.settled(u)
+                # Every counter goes on from where it was (nothing starts again from 0); the
+                # request since the reload is counted on top.
+                for key, value in before.items():
+                    if key[0].endswith("_total"):
+                        self.assertGreaterEqual(after.get(key, -1), value, key)
+                self.assertEqual(metric(after, "umbra_requests_total", route="/static/",
+                                        code="2xx"), 4)
+                self.assertEqual(metric(after, "umbra_requests_total", route="/static/",
+                                        code="4xx"), 1)
+                self.assertEqual(metric(after, "umbra_requests_total", route="/", code="2xx"), 2)
+                self.assertEqual(metric(after, "umbra_connections_total"), 7)
+                self.assertGreater(metric(after, "umbra_received_bytes_total"),
+                                   metric(before, "umbra_received_bytes_total"))
+                self.assertEqual(metric(after, "umbra_upstream_requests_total", **srv), 2)
+                self.assertEqual(metric(after, "umbra_upstream_response_seconds_count", **srv), 2)
+                self.assertEqual(metric(after, "umbra_config_reloads_total"), 1)
+                self.assertEqual(metric(after, "umbra_start_time_seconds"),
+                                 metric(before, "umbra_start_time_seconds"))
+
+    def test_workers_and_cache_size_take_a_restart(self):
+        with Origin() as o:
+            cfg = self.CONFIG % dict(origin=o.url, root="v1")
+            with Umbra(cfg + 'cache = { memory = "64MB", max_object = "4MB" }', files=FILES,
+                       workers=2) as u:
+                self.write_config(u, cfg + 'workers = 3\n'
+                                  'cache = { memory = "32MB", max_object = "1MB" }')
+                self.reload(u)
+                self.assertTrue(log_lines_with(u, "SIGHUP: workers = 3 takes a restart; "
+                                                  "keeping 2"), u.log())
+                self.assertTrue(log_lines_with(u, "SIGHUP: cache.memory and cache.max_object "
+                                                  "take a restart; keeping the running cache"),
+                                u.log())
+                s = parse_metrics(scrape(u))
+                self.assertEqual(metric(s, "umbra_workers"), 2)
+                self.assertEqual(metric(s, "umbra_cache_memory_limit_bytes"), 64 << 20)
+                # Still two workers: six new connections, dealt out in turn, reach two.
+                for i in range(6):
+                    self.assertEqual(get(u.port, "/static/a.txt?w%d" % i).status, 200)
+                # The running cache still stores what its max_object (4 MB) allows.
+                t = "/big?cc=max-age%3D60&size=2000000"
+                self.assertEqual(len(get(u.port, t).body), 2000000)
+                r = get(u.port, t)
+                self.assertIn("hit", r.header("Cache-Status"))
+                self.assertEqual(len(r.body), 2000000)
+                self.assertEqual([rec[1] for rec in o.records()], [t])
+
+                def workers():
+                    try:
+                        with open(u.path("access.log")) as f:
+                            recs = [json.loads(line) for line in f]
+                    except FileNotFoundError:
+                        return None
+                    ws = {rec["worker"] for rec in recs if "?w" in rec["target"]}
+                    return ws if len(recs) >= 8 else None
+                ws = wait_until(workers, 5)
+                self.assertEqual(len(ws or ()), 2, ws)
 
 
 if __name__ == "__main__":

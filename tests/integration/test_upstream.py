@@ -876,5 +876,85 @@ class SlowReaderTest(unittest.TestCase):
         return off
 
 
+# -- passive health: a server comes back -------------------------------------------------
+
+class HealthRecoveryTest(unittest.TestCase):
+    """A server taken out by passive health is left alone for fail_timeout, then tried
+    again; once it answers, it gets its share of the traffic again."""
+
+    FAIL_TIMEOUT = 4  # seconds; generous, so that the windows below hold on a loaded machine
+
+    def test_server_back_after_fail_timeout_gets_traffic_again(self):
+        b_port = closed_port()
+        b_url = "http://127.0.0.1:%d" % b_port
+        with Origin() as a, Umbra("""
+upstreams = { app = { servers = { "%s", "%s" }, retries = 1, max_fails = 1, fail_timeout = %d } }
+routes = { { path = "/", upstream = "app" } }
+""" % (a.url, b_url, self.FAIL_TIMEOUT)) as u:
+            taken_out = "server %s failed" % b_url
+            n = [0]
+
+            def get():
+                """One GET; returns (its target, the port of the server that answered,
+                when it was sent, when its answer was complete)."""
+                n[0] += 1
+                target = "/back%d" % n[0]
+                sent = time.monotonic()
+                r = fetch(u.port, req(target))
+                self.assertEqual(r.status, 200, "%s: %r" % (target, r))
+                return target, int(r.header("X-Origin-Port")), sent, time.monotonic()
+
+            def outs():
+                return len([line for line in u.log().splitlines() if taken_out in line])
+
+            # B refuses connections: one failure takes it out; the retry goes to A.
+            t_first = time.monotonic()
+            for _ in range(10):
+                _, port, _, _ = get()
+                self.assertEqual(port, a.port)
+                if wait_until(lambda: outs() >= 1, timeout=0.5):
+                    break
+            self.assertEqual(outs(), 1, "B never taken out:\n" + u.log())
+
+            # Still down after fail_timeout: it is tried again (and taken out again), not
+            # before. B's down_until was set after t_first, so the second failure comes no
+            # sooner than t_first + FAIL_TIMEOUT.
+            deadline = time.monotonic() + self.FAIL_TIMEOUT + 15
+            while outs() < 2 and time.monotonic() < deadline:
+                _, port, _, _ = get()
+                self.assertEqual(port, a.port)
+                wait_until(lambda: outs() >= 2, timeout=0.2)
+            self.assertEqual(outs(), 2, "B not tried again after fail_timeout:\n" + u.log())
+            self.assertGreaterEqual(time.monotonic() - t_first, self.FAIL_TIMEOUT,
+                                    "B tried again before fail_timeout")
+
+            # B comes up while it is out. Its second down_until is at least t_first +
+            # 2 * FAIL_TIMEOUT: every request answered before that goes to A (B, listening,
+            # would record one sent to it); then B gets traffic again.
+            with Origin(args=["-l", "127.0.0.1:%d" % b_port]) as b:
+                first_b = None
+                deadline = time.monotonic() + 2 * self.FAIL_TIMEOUT + 15
+                still_out = []
+                while time.monotonic() < deadline:
+                    target, port, sent, done = get()
+                    if done < t_first + 2 * self.FAIL_TIMEOUT:
+                        still_out.append((target, port))
+                    if port == b.port:
+                        first_b = target
+                        break
+                    time.sleep(0.1)
+                self.assertTrue(still_out, "no request while B was out: the machine is too "
+                                "slow for FAIL_TIMEOUT = %d" % self.FAIL_TIMEOUT)
+                self.assertEqual([t for t, p in still_out if p != a.port], [],
+                                 "B had traffic before fail_timeout ended")
+                self.assertIsNotNone(first_b, "B back but never given a request:\n" + u.log())
+                # Back in the rotation: round robin gives it every other request.
+                ports = [get()[1] for _ in range(6)]
+                self.assertEqual(ports.count(b.port), 3, ports)
+                self.assertEqual(ports.count(a.port), 3, ports)
+                self.assertEqual(len(b.records()), 4, b.records())
+                self.assertEqual(outs(), 2, "B taken out again:\n" + u.log())
+
+
 if __name__ == "__main__":
     unittest.main()

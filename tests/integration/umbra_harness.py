@@ -992,3 +992,46 @@ def client_hello(server_name=None, ctx=None):
 def log_lines_with(umbra, needle):
     """The lines of umbra's log that contain needle."""
     return [line for line in umbra.log().splitlines() if needle in line]
+
+
+# -- the admin listener's metrics -----------------------------------------------------------
+
+_ADMIN_RE = re.compile(r"admin: serving /metrics and /status on 127\.0\.0\.1:(\d+)")
+_SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def admin_port(umbra):
+    """The port of umbra's admin listener, from its last "admin: serving" log line (a
+    config with admin = { listen = "127.0.0.1:0" })."""
+    m = _ADMIN_RE.findall(umbra.log())
+    if not m:
+        raise AssertionError("no admin line in the log:\n" + umbra.log())
+    return int(m[-1])
+
+
+def scrape(umbra, path="/metrics"):
+    """The text of GET path on umbra's admin listener (AssertionError unless 200)."""
+    status, headers, body = http_get(admin_port(umbra), path)
+    if status != 200:
+        raise AssertionError("%s: %d %r" % (path, status, body))
+    return body.decode()
+
+
+def parse_metrics(text):
+    """{(name, frozenset of (label, value)): float} from the Prometheus text format."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE_RE.match(line)
+        if not m:
+            raise AssertionError("not a sample line: %r" % line)
+        labels = frozenset(_LABEL_RE.findall(m.group(3) or ""))
+        out[(m.group(1), labels)] = float(m.group(4))
+    return out
+
+
+def metric(samples, name, **labels):
+    """The value of the sample name{labels} in parse_metrics' result, or None."""
+    return samples.get((name, frozenset(labels.items())))
