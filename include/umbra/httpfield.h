@@ -7,11 +7,22 @@
 
 #include "umbra/common.h"
 
+/* Character classes, one bit each in um_http_cls[byte]. No class contains NUL, CR or LF
+ * (the request parser relies on it to stop at a CR without a bounds check). */
+#define UM_HTTP_C_TCHAR 0x01  /* tchar (RFC 9110 5.6.2): ALPHA, DIGIT and !#$%&'*+-.^_`|~ */
+#define UM_HTTP_C_VALUE 0x02  /* field-vchar, SP, HTAB, obs-text (RFC 9110 5.5); the same
+                                 set is what a quoted-pair's backslash may escape */
+#define UM_HTTP_C_TARGET 0x04 /* request-target byte: VCHAR except '#' */
+#define UM_HTTP_C_AUTH 0x08   /* authority byte: unreserved, sub-delims, '%', ':', '[', ']' */
+#define UM_HTTP_C_QDTEXT 0x10 /* qdtext (RFC 9110 5.6.4) */
+
+/* Immutable (src/http/chars.c); safe from any thread. */
+extern const uint8_t um_http_cls[256];
+
 /* tchar (RFC 9110 section 5.6.2): ALPHA, DIGIT and !#$%&'*+-.^_`|~ */
 static inline bool um_http_tchar(unsigned char c)
 {
-    static const uint32_t bits[4] = {0x00000000, 0x03ff6cfa, 0xc7fffffe, 0x57ffffff};
-    return c < 0x80 && (bits[c >> 5] >> (c & 31)) & 1;
+    return um_http_cls[c] & UM_HTTP_C_TCHAR;
 }
 
 /* A token: one or more tchar. */

@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "umbra/buf.h"
 #include "umbra/httpfield.h"
 
 static char lower(char c)
@@ -301,25 +302,7 @@ bool um_cache_same_origin_target(um_str scheme, um_str authority, um_str base, u
 
 /* ---- Cache-Status ---------------------------------------------------------------------- */
 
-struct buf {
-    char *out;
-    size_t cap; /* bytes usable before the NUL */
-    size_t len;
-};
-
-static void bput(struct buf *b, char c)
-{
-    if (b->len < b->cap) b->out[b->len] = c;
-    b->len++;
-}
-
-static void bputs(struct buf *b, const char *s)
-{
-    while (*s)
-        bput(b, *s++);
-}
-
-static void bput_int(struct buf *b, int64_t v)
+static void append_int(struct um_buf *b, int64_t v)
 {
     /* sf-integer: at most 15 digits (RFC 8941 3.3.1). */
     const int64_t lim = INT64_C(999999999999999);
@@ -332,9 +315,9 @@ static void bput_int(struct buf *b, int64_t v)
         tmp[n++] = (char)('0' + u % 10);
         u /= 10;
     } while (u > 0);
-    if (v < 0) bput(b, '-');
+    if (v < 0) um_buf_append_char(b, '-');
     while (n > 0)
-        bput(b, tmp[--n]);
+        um_buf_append_char(b, tmp[--n]);
 }
 
 /* sf-token = ( ALPHA / "*" ) *( tchar / ":" / "/" ) */
@@ -348,23 +331,23 @@ static bool is_sf_token(const char *s)
 }
 
 /* sf-string: printable ASCII, with '"' and '\\' escaped; anything else becomes '?'. */
-static void bput_sf_string(struct buf *b, const char *s)
+static void append_sf_string(struct um_buf *b, const char *s)
 {
-    bput(b, '"');
+    um_buf_append_char(b, '"');
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') bput(b, '\\');
-        bput(b, c >= 0x20 && c < 0x7f ? (char)c : '?');
+        if (c == '"' || c == '\\') um_buf_append_char(b, '\\');
+        um_buf_append_char(b, c >= 0x20 && c < 0x7f ? (char)c : '?');
     }
-    bput(b, '"');
+    um_buf_append_char(b, '"');
 }
 
-static void bput_item(struct buf *b, const char *s)
+static void append_item(struct um_buf *b, const char *s)
 {
     if (is_sf_token(s))
-        bputs(b, s);
+        um_buf_append_str(b, s);
     else
-        bput_sf_string(b, s);
+        append_sf_string(b, s);
 }
 
 static const char *fwd_str(enum um_cache_fwd f)
@@ -394,34 +377,34 @@ static const char *fwd_str(enum um_cache_fwd f)
 
 size_t um_cache_status_format(char *out, size_t n, const struct um_cache_status *cs)
 {
-    struct buf b = {out, n > 0 ? n - 1 : 0, 0};
-    bput_item(&b, cs->cache_name != NULL && cs->cache_name[0] ? cs->cache_name : "umbra");
+    struct um_buf b;
+    um_buf_init_fixed(&b, out, n);
+    append_item(&b, cs->cache_name != NULL && cs->cache_name[0] ? cs->cache_name : "umbra");
     /* RFC 9211 2.1-2.2: hit and fwd exclude each other; stored and collapsed describe a
      * forwarded request. */
     if (cs->hit) {
-        bputs(&b, "; hit");
+        um_buf_append_str(&b, "; hit");
     } else if (fwd_str(cs->fwd) != NULL) {
-        bputs(&b, "; fwd=");
-        bputs(&b, fwd_str(cs->fwd));
+        um_buf_append_str(&b, "; fwd=");
+        um_buf_append_str(&b, fwd_str(cs->fwd));
         if (cs->fwd_status > 0) {
-            bputs(&b, "; fwd-status=");
-            bput_int(&b, cs->fwd_status);
+            um_buf_append_str(&b, "; fwd-status=");
+            append_int(&b, cs->fwd_status);
         }
-        if (cs->stored) bputs(&b, "; stored");
-        if (cs->collapsed) bputs(&b, "; collapsed");
+        if (cs->stored) um_buf_append_str(&b, "; stored");
+        if (cs->collapsed) um_buf_append_str(&b, "; collapsed");
     }
     if (cs->has_ttl) {
-        bputs(&b, "; ttl=");
-        bput_int(&b, cs->ttl);
+        um_buf_append_str(&b, "; ttl=");
+        append_int(&b, cs->ttl);
     }
     if (cs->key != NULL) {
-        bputs(&b, "; key=");
-        bput_sf_string(&b, cs->key);
+        um_buf_append_str(&b, "; key=");
+        append_sf_string(&b, cs->key);
     }
     if (cs->detail != NULL && cs->detail[0]) {
-        bputs(&b, "; detail=");
-        bput_item(&b, cs->detail);
+        um_buf_append_str(&b, "; detail=");
+        append_item(&b, cs->detail);
     }
-    if (n > 0) out[b.len < n ? b.len : n - 1] = '\0';
     return b.len;
 }

@@ -5,37 +5,15 @@
  * overlong lines early. Once the head is complete, the parse phase walks it
  * once. Because the head is known to end in CRLFCRLF and every LF in it is
  * known to follow a CR, the parse loops stop at a CR without bounds checks: no
- * class below contains CR, and a CR is never the last byte. */
+ * character class (um_http_cls, httpfield.h) contains CR, and a CR is never the
+ * last byte. */
 #include "umbra/http1.h"
 
 #include <string.h>
 
-#define C_TCHAR 0x01  /* tchar (RFC 9110 5.6.2) */
-#define C_VALUE 0x02  /* field-vchar, SP, HTAB, obs-text (RFC 9110 5.5) */
-#define C_TARGET 0x04 /* request-target byte: VCHAR except '#' */
-#define C_AUTH 0x08   /* authority byte: unreserved, sub-delims, '%', ':', '[', ']' */
+#include "umbra/httpfield.h"
 
-/* Generated: bit 0 tchar, bit 1 field value, bit 2 target, bit 3 authority. */
-static const uint8_t cls[256] = {
-    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-    0x02, 0x0f, 0x06, 0x03, 0x0f, 0x0f, 0x0f, 0x0f, 0x0e, 0x0e, 0x0f, 0x0f, 0x0e, 0x0f, 0x0f, 0x06,
-    0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0e, 0x0e, 0x06, 0x0e, 0x06, 0x06,
-    0x06, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f,
-    0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0e, 0x06, 0x0e, 0x07, 0x0f,
-    0x07, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f,
-    0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x06, 0x07, 0x06, 0x0f, 0x00,
-    0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02,
-    0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02,
-    0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02,
-    0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02,
-    0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02,
-    0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02,
-    0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02,
-    0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02,
-};
-
-#define IS(c, k) (cls[(uint8_t)(c)] & (k))
+#define IS(c, k) (um_http_cls[(uint8_t)(c)] & (k))
 
 static bool is_ows(char c)
 {
@@ -97,12 +75,12 @@ static bool valid_authority(const char *s, size_t n, bool need_port)
     if (n == 0) return false;
     if (s[0] == '[') {
         for (i = 1; i < n && s[i] != ']'; i++)
-            if (!IS(s[i], C_AUTH) || s[i] == '[') return false;
+            if (!IS(s[i], UM_HTTP_C_AUTH) || s[i] == '[') return false;
         if (i == n || i == 1) return false;
         i++;
     } else {
         for (; i < n && s[i] != ':'; i++)
-            if (!IS(s[i], C_AUTH) || s[i] == '[' || s[i] == ']') return false;
+            if (!IS(s[i], UM_HTTP_C_AUTH) || s[i] == '[' || s[i] == ']') return false;
         if (i == 0) return false;
     }
     if (i == n) return !need_port;
@@ -177,14 +155,14 @@ static int parse_target(struct um_request *req)
 static int parse_request_line(const char *s, const char *e, struct um_request *req)
 {
     const char *q = s;
-    while (IS(*q, C_TCHAR))
+    while (IS(*q, UM_HTTP_C_TCHAR))
         q++;
     if (q == s || *q != ' ') return 400;
     req->method = (um_str){s, (size_t)(q - s)};
     req->method_id = um_http1_method_id(s, (size_t)(q - s));
 
     const char *t = ++q;
-    while (IS(*q, C_TARGET))
+    while (IS(*q, UM_HTTP_C_TARGET))
         q++;
     if (q == t || *q != ' ') return 400;
     req->target = (um_str){t, (size_t)(q - t)};
@@ -243,7 +221,7 @@ static bool is_token(um_str s)
 {
     if (s.len == 0) return false;
     for (size_t i = 0; i < s.len; i++)
-        if (!IS(s.base[i], C_TCHAR)) return false;
+        if (!IS(s.base[i], UM_HTTP_C_TCHAR)) return false;
     return true;
 }
 
@@ -356,7 +334,7 @@ static int parse_head(const char *buf, size_t head_len, size_t rl, size_t max_li
          * field) fails here as an empty name, as does whitespace before the colon.
          */
         const char *name = p;
-        while (IS(*p, C_TCHAR))
+        while (IS(*p, UM_HTTP_C_TCHAR))
             p++;
         if (p == name || *p != ':') return 400;
         um_str n = {name, (size_t)(p - name)};
@@ -364,7 +342,7 @@ static int parse_head(const char *buf, size_t head_len, size_t rl, size_t max_li
         while (is_ows(*p))
             p++;
         const char *v = p;
-        while (IS(*p, C_VALUE))
+        while (IS(*p, UM_HTTP_C_VALUE))
             p++;
         if (*p != '\r' || p[1] != '\n') return 400;
         const char *ve = p;
@@ -405,7 +383,7 @@ int um_http1_parse_request(struct um_http1_parser *p, const char *buf, size_t le
 
     /* Fail fast on bytes that cannot start a request (TLS on a plain port, binary
      * junk). */
-    if (old <= rl && rl < len && !IS(buf[rl], C_TCHAR) && buf[rl] != '\r') {
+    if (old <= rl && rl < len && !IS(buf[rl], UM_HTTP_C_TCHAR) && buf[rl] != '\r') {
         st = 400;
         goto fail;
     }

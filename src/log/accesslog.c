@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "umbra/buf.h"
 #include "umbra/context.h"
 #include "umbra/log.h"
 #include "umbra/loop.h"
@@ -37,70 +37,39 @@ struct worker_log {
 
 /* ---------------------------------------------------------------- formatting */
 
-struct out {
-    char *p;
-    size_t n, len; /* len may pass n: then only the length is counted */
-};
-
-static void put(struct out *o, const char *s, size_t len)
-{
-    if (o->len < o->n) {
-        size_t room = o->n - o->len;
-        memcpy(o->p + o->len, s, len < room ? len : room);
-    }
-    o->len += len;
-}
-
-static void puts_(struct out *o, const char *s)
-{
-    put(o, s, strlen(s));
-}
-
-static void putf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(struct out *o, const char *fmt, ...)
-{
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k > 0)
-        put(o, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
-}
-
 /* A field of the combined format: '"', '\' and bytes outside printable ASCII as \xHH. */
-static void put_escaped(struct out *o, um_str s)
+static void put_escaped(struct um_buf *o, um_str s)
 {
     if (s.len == 0) {
-        put(o, "-", 1);
+        um_buf_append(o, "-", 1);
         return;
     }
     for (size_t i = 0; i < s.len; i++) {
         unsigned char c = (unsigned char)s.base[i];
         if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
-            putf(o, "\\x%02X", c);
+            um_buf_printf(o, "\\x%02X", c);
         else
-            put(o, (const char *)&s.base[i], 1);
+            um_buf_append(o, (const char *)&s.base[i], 1);
     }
 }
 
 /* A JSON string; bytes >= 0x80 are written as the code points U+0080..U+00FF, so that a
  * line is valid JSON whatever a client sent. */
-static void put_json(struct out *o, um_str s)
+static void put_json(struct um_buf *o, um_str s)
 {
-    put(o, "\"", 1);
+    um_buf_append(o, "\"", 1);
     for (size_t i = 0; i < s.len; i++) {
         unsigned char c = (unsigned char)s.base[i];
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
-            put(o, e, 2);
+            um_buf_append(o, e, 2);
         } else if (c < 0x20 || c >= 0x7f) {
-            putf(o, "\\u%04x", c);
+            um_buf_printf(o, "\\u%04x", c);
         } else {
-            put(o, (const char *)&s.base[i], 1);
+            um_buf_append(o, (const char *)&s.base[i], 1);
         }
     }
-    put(o, "\"", 1);
+    um_buf_append(o, "\"", 1);
 }
 
 static um_str cstr(const char *s)
@@ -113,68 +82,67 @@ size_t um_access_log_format(char *out, size_t n, enum um_access_format format,
 {
     static const char *const months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    struct out o = {out, n > 0 ? n - 1 : 0, 0};
+    struct um_buf o;
+    um_buf_init_fixed(&o, out, n);
     struct tm tm;
     time_t t = (time_t)now_sec;
     gmtime_r(&t, &tm);
     bool has_req = r->minor_version >= 0 && r->method.len > 0;
     if (format == UM_ACCESS_JSON) {
-        putf(&o, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\",\"client\":",
-             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-             now_ms);
+        um_buf_printf(&o, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\",\"client\":",
+                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                      tm.tm_sec, now_ms);
         put_json(&o, cstr(r->client_ip));
-        puts_(&o, ",\"method\":");
+        um_buf_append_str(&o, ",\"method\":");
         put_json(&o, has_req ? r->method : (um_str){NULL, 0});
-        puts_(&o, ",\"target\":");
+        um_buf_append_str(&o, ",\"target\":");
         put_json(&o, has_req ? r->target : (um_str){NULL, 0});
-        puts_(&o, ",\"protocol\":");
+        um_buf_append_str(&o, ",\"protocol\":");
         if (has_req)
-            putf(&o, "\"HTTP/1.%d\"", r->minor_version);
+            um_buf_printf(&o, "\"HTTP/1.%d\"", r->minor_version);
         else
-            puts_(&o, "\"\"");
-        puts_(&o, ",\"host\":");
+            um_buf_append_str(&o, "\"\"");
+        um_buf_append_str(&o, ",\"host\":");
         put_json(&o, r->host);
-        putf(&o, ",\"status\":%d,\"bytes\":%llu,\"referer\":", r->status,
-             (unsigned long long)r->body_bytes);
+        um_buf_printf(&o, ",\"status\":%d,\"bytes\":%llu,\"referer\":", r->status,
+                      (unsigned long long)r->body_bytes);
         put_json(&o, r->referer);
-        puts_(&o, ",\"user_agent\":");
+        um_buf_append_str(&o, ",\"user_agent\":");
         put_json(&o, r->user_agent);
-        puts_(&o, ",\"cache_status\":");
+        um_buf_append_str(&o, ",\"cache_status\":");
         put_json(&o, r->cache_status);
         if (r->upstream_ms >= 0)
-            putf(&o, ",\"upstream_time\":%.3f", (double)r->upstream_ms / 1000);
+            um_buf_printf(&o, ",\"upstream_time\":%.3f", (double)r->upstream_ms / 1000);
         else
-            puts_(&o, ",\"upstream_time\":null");
-        putf(&o, ",\"duration\":%.3f,\"worker\":%d,\"connection\":%llu}\n",
-             (double)r->duration_ms / 1000, r->worker, (unsigned long long)r->conn_id);
+            um_buf_append_str(&o, ",\"upstream_time\":null");
+        um_buf_printf(&o, ",\"duration\":%.3f,\"worker\":%d,\"connection\":%llu}\n",
+                      (double)r->duration_ms / 1000, r->worker, (unsigned long long)r->conn_id);
     } else {
         /* Combined, then the cache status and the upstream time in seconds:
          * ip - - [10/Oct/2026:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "ref" "ua" "cache" 0.012 */
         put_escaped(&o, cstr(r->client_ip));
-        putf(&o, " - - [%02d/%s/%04d:%02d:%02d:%02d +0000] \"", tm.tm_mday, months[tm.tm_mon],
-             tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        um_buf_printf(&o, " - - [%02d/%s/%04d:%02d:%02d:%02d +0000] \"", tm.tm_mday,
+                      months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
         if (has_req) {
             put_escaped(&o, r->method);
-            put(&o, " ", 1);
+            um_buf_append(&o, " ", 1);
             put_escaped(&o, r->target);
-            putf(&o, " HTTP/1.%d", r->minor_version);
+            um_buf_printf(&o, " HTTP/1.%d", r->minor_version);
         } else {
-            put(&o, "-", 1);
+            um_buf_append(&o, "-", 1);
         }
-        putf(&o, "\" %d %llu \"", r->status, (unsigned long long)r->body_bytes);
+        um_buf_printf(&o, "\" %d %llu \"", r->status, (unsigned long long)r->body_bytes);
         put_escaped(&o, r->referer);
-        puts_(&o, "\" \"");
+        um_buf_append_str(&o, "\" \"");
         put_escaped(&o, r->user_agent);
-        puts_(&o, "\" \"");
+        um_buf_append_str(&o, "\" \"");
         put_escaped(&o, r->cache_status);
-        puts_(&o, "\" ");
+        um_buf_append_str(&o, "\" ");
         if (r->upstream_ms >= 0)
-            putf(&o, "%.3f\n", (double)r->upstream_ms / 1000);
+            um_buf_printf(&o, "%.3f\n", (double)r->upstream_ms / 1000);
         else
-            puts_(&o, "-\n");
+            um_buf_append_str(&o, "-\n");
     }
-    if (n > 0)
-        out[o.len < n ? o.len : n - 1] = '\0';
     return o.len;
 }
 

@@ -10,7 +10,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/buf.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
 
@@ -60,57 +60,17 @@ struct um__admin {
 
 /* ---------------------------------------------------------------- text */
 
-struct sbuf {
-    char *p;
-    size_t len, cap;
-};
-
-static void sb_reserve(struct sbuf *b, size_t n)
-{
-    if (b->len + n + 1 <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + n + 1)
-        cap *= 2;
-    b->p = um_realloc(b->p, cap);
-    b->cap = cap;
-}
-
-static void sb_add(struct sbuf *b, const char *s, size_t n)
-{
-    sb_reserve(b, n);
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n <= 0)
-        return;
-    sb_reserve(b, (size_t)n);
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 /* A label value (Prometheus) or a JSON string body: \, " and newlines escaped; other
  * control bytes dropped (labels here are paths and URLs from the config). */
-static void sb_escaped(struct sbuf *b, const char *s)
+static void append_escaped(struct um_buf *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '\\' || *s == '"')
-            sb_printf(b, "\\%c", *s);
+            um_buf_printf(b, "\\%c", *s);
         else if (*s == '\n')
-            sb_add(b, "\\n", 2);
+            um_buf_append(b, "\\n", 2);
         else if ((unsigned char)*s >= 0x20)
-            sb_add(b, s, 1);
+            um_buf_append(b, s, 1);
     }
 }
 
@@ -184,30 +144,30 @@ static struct um_cache *cache_of(struct um_server *s)
 
 /* ---------------------------------------------------------------- /metrics */
 
-static void help(struct sbuf *b, const char *name, const char *type, const char *text)
+static void help(struct um_buf *b, const char *name, const char *type, const char *text)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
+    um_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
 
-static void one(struct sbuf *b, const char *name, const char *type, const char *text,
+static void one(struct um_buf *b, const char *name, const char *type, const char *text,
                 uint64_t v)
 {
     help(b, name, type, text);
-    sb_printf(b, "%s %llu\n", name, (unsigned long long)v);
+    um_buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
-static void server_labels(struct sbuf *b, int slot)
+static void server_labels(struct um_buf *b, int slot)
 {
     const char *up, *url;
     um_metrics_server_label(slot, &up, &url);
-    sb_add(b, "upstream=\"", 10);
-    sb_escaped(b, up);
-    sb_add(b, "\",server=\"", 10);
-    sb_escaped(b, url);
-    sb_add(b, "\"", 1);
+    um_buf_append(b, "upstream=\"", 10);
+    append_escaped(b, up);
+    um_buf_append(b, "\",server=\"", 10);
+    append_escaped(b, url);
+    um_buf_append(b, "\"", 1);
 }
 
-static void render_metrics(struct um__admin *a, struct sbuf *b)
+static void render_metrics(struct um__admin *a, struct um_buf *b)
 {
     static const char *const classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
     struct um_server *s = a->s;
@@ -220,10 +180,10 @@ static void render_metrics(struct um__admin *a, struct sbuf *b)
         for (int k = 0; k < 6; k++) {
             if (k == 5 && t->requests[r][k] == 0)
                 continue;
-            sb_add(b, "umbra_requests_total{route=\"", 28);
-            sb_escaped(b, um_metrics_route_label(r));
-            sb_printf(b, "\",code=\"%s\"} %llu\n", classes[k],
-                      (unsigned long long)t->requests[r][k]);
+            um_buf_append(b, "umbra_requests_total{route=\"", 28);
+            append_escaped(b, um_metrics_route_label(r));
+            um_buf_printf(b, "\",code=\"%s\"} %llu\n", classes[k],
+                          (unsigned long long)t->requests[r][k]);
         }
     one(b, "umbra_received_bytes_total", "counter", "Bytes read from clients.", t->bytes_in);
     one(b, "umbra_sent_bytes_total", "counter", "Response bytes (heads and bodies) sent to clients.",
@@ -253,16 +213,16 @@ static void render_metrics(struct um__admin *a, struct sbuf *b)
 
     help(b, "umbra_upstream_requests_total", "counter", "Requests sent to upstream servers (attempts).");
     for (int i = 0; i < nservers; i++) {
-        sb_add(b, "umbra_upstream_requests_total{", 30);
+        um_buf_append(b, "umbra_upstream_requests_total{", 30);
         server_labels(b, i);
-        sb_printf(b, "} %llu\n", (unsigned long long)t->up_requests[i]);
+        um_buf_printf(b, "} %llu\n", (unsigned long long)t->up_requests[i]);
     }
     help(b, "umbra_upstream_errors_total", "counter",
          "Upstream attempts without a usable response (connect errors, resets, timeouts).");
     for (int i = 0; i < nservers; i++) {
-        sb_add(b, "umbra_upstream_errors_total{", 28);
+        um_buf_append(b, "umbra_upstream_errors_total{", 28);
         server_labels(b, i);
-        sb_printf(b, "} %llu\n", (unsigned long long)t->up_errors[i]);
+        um_buf_printf(b, "} %llu\n", (unsigned long long)t->up_errors[i]);
     }
     help(b, "umbra_upstream_response_seconds", "histogram",
          "Time from sending a request upstream to its response head (or error).");
@@ -270,28 +230,29 @@ static void render_metrics(struct um__admin *a, struct sbuf *b)
         uint64_t cum = 0;
         for (int k = 0; k <= UM_METRICS_LATENCY_BUCKETS; k++) {
             cum += t->up_latency[i][k];
-            sb_add(b, "umbra_upstream_response_seconds_bucket{", 39);
+            um_buf_append(b, "umbra_upstream_response_seconds_bucket{", 39);
             server_labels(b, i);
             if (k < UM_METRICS_LATENCY_BUCKETS)
-                sb_printf(b, ",le=\"%g\"} %llu\n",
-                          (double)um_metrics_latency_bounds_ms[k] / 1000, (unsigned long long)cum);
+                um_buf_printf(b, ",le=\"%g\"} %llu\n",
+                              (double)um_metrics_latency_bounds_ms[k] / 1000,
+                              (unsigned long long)cum);
             else
-                sb_printf(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+                um_buf_printf(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
         }
-        sb_add(b, "umbra_upstream_response_seconds_sum{", 36);
+        um_buf_append(b, "umbra_upstream_response_seconds_sum{", 36);
         server_labels(b, i);
-        sb_printf(b, "} %.3f\n", (double)t->up_latency_sum[i] / 1000);
-        sb_add(b, "umbra_upstream_response_seconds_count{", 38);
+        um_buf_printf(b, "} %.3f\n", (double)t->up_latency_sum[i] / 1000);
+        um_buf_append(b, "umbra_upstream_response_seconds_count{", 38);
         server_labels(b, i);
-        sb_printf(b, "} %llu\n", (unsigned long long)cum);
+        um_buf_printf(b, "} %llu\n", (unsigned long long)cum);
     }
     help(b, "umbra_upstream_server_up", "gauge",
          "1 when the server is in use, 0 while passive health checks keep it out.");
     uint64_t now = mono_ms();
     for (int i = 0; i < nservers; i++) {
-        sb_add(b, "umbra_upstream_server_up{", 25);
+        um_buf_append(b, "umbra_upstream_server_up{", 25);
         server_labels(b, i);
-        sb_printf(b, "} %d\n", um_metrics_server_down_until_get(i) <= now ? 1 : 0);
+        um_buf_printf(b, "} %d\n", um_metrics_server_down_until_get(i) <= now ? 1 : 0);
     }
     one(b, "umbra_lua_errors_total", "counter", "Errors in Lua request hooks.", t->lua_errors);
     one(b, "umbra_tls_handshakes_total", "counter", "TLS handshakes completed.", t->tls_handshakes);
@@ -304,13 +265,13 @@ static void render_metrics(struct um__admin *a, struct sbuf *b)
         atomic_load(&um_metrics_reload_failures));
     one(b, "umbra_workers", "gauge", "Worker threads.", (uint64_t)s->num_workers);
     help(b, "umbra_start_time_seconds", "gauge", "Start time of the process, Unix seconds.");
-    sb_printf(b, "umbra_start_time_seconds %lld\n", (long long)s->started);
+    um_buf_printf(b, "umbra_start_time_seconds %lld\n", (long long)s->started);
     free(t);
 }
 
 /* ---------------------------------------------------------------- /status.json */
 
-static void render_json(struct um__admin *a, struct sbuf *b)
+static void render_json(struct um__admin *a, struct um_buf *b)
 {
     struct um_server *s = a->s;
     struct um_config *cfg = config_ref(s);
@@ -322,26 +283,27 @@ static void render_json(struct um__admin *a, struct sbuf *b)
     memset(&st, 0, sizeof(st));
     if (cache)
         um_cache_stats(cache, &st);
-    sb_printf(b, "{\"version\":\"%s\",\"uptime\":%lld,\"config\":\"", UMBRA_VERSION,
-              (long long)(time(NULL) - s->started));
-    sb_escaped(b, cfg->file);
-    sb_printf(b, "\",\"reloads\":%llu,\"reload_failures\":%llu,\"requests\":%llu,",
-              (unsigned long long)atomic_load(&um_metrics_reloads),
-              (unsigned long long)atomic_load(&um_metrics_reload_failures),
-              (unsigned long long)t->all_requests);
-    sb_printf(b, "\"connections\":{\"active\":%llu,\"total\":%llu},",
-              (unsigned long long)(t->conns_total - t->conns_closed),
-              (unsigned long long)t->conns_total);
-    sb_printf(b, "\"bytes\":{\"in\":%llu,\"out\":%llu},", (unsigned long long)t->bytes_in,
-              (unsigned long long)t->bytes_out);
-    sb_printf(b, "\"cache\":{\"enabled\":%s,\"hits\":%llu,\"misses\":%llu,\"stale\":%llu,"
-              "\"revalidated\":%llu,\"coalesced\":%llu,\"objects\":%zu,\"memory\":%zu,"
-              "\"cap\":%zu,\"evictions\":%llu},",
-              cache ? "true" : "false", (unsigned long long)t->hits,
-              (unsigned long long)t->misses, (unsigned long long)t->stale,
-              (unsigned long long)t->revalidated, (unsigned long long)t->coalesced, st.objects,
-              st.memory_used, st.memory_cap, (unsigned long long)st.evictions);
-    sb_add(b, "\"workers\":[", 11);
+    um_buf_printf(b, "{\"version\":\"%s\",\"uptime\":%lld,\"config\":\"", UMBRA_VERSION,
+                  (long long)(time(NULL) - s->started));
+    append_escaped(b, cfg->file);
+    um_buf_printf(b, "\",\"reloads\":%llu,\"reload_failures\":%llu,\"requests\":%llu,",
+                  (unsigned long long)atomic_load(&um_metrics_reloads),
+                  (unsigned long long)atomic_load(&um_metrics_reload_failures),
+                  (unsigned long long)t->all_requests);
+    um_buf_printf(b, "\"connections\":{\"active\":%llu,\"total\":%llu},",
+                  (unsigned long long)(t->conns_total - t->conns_closed),
+                  (unsigned long long)t->conns_total);
+    um_buf_printf(b, "\"bytes\":{\"in\":%llu,\"out\":%llu},", (unsigned long long)t->bytes_in,
+                  (unsigned long long)t->bytes_out);
+    um_buf_printf(b,
+                  "\"cache\":{\"enabled\":%s,\"hits\":%llu,\"misses\":%llu,\"stale\":%llu,"
+                  "\"revalidated\":%llu,\"coalesced\":%llu,\"objects\":%zu,\"memory\":%zu,"
+                  "\"cap\":%zu,\"evictions\":%llu},",
+                  cache ? "true" : "false", (unsigned long long)t->hits,
+                  (unsigned long long)t->misses, (unsigned long long)t->stale,
+                  (unsigned long long)t->revalidated, (unsigned long long)t->coalesced, st.objects,
+                  st.memory_used, st.memory_cap, (unsigned long long)st.evictions);
+    um_buf_append(b, "\"workers\":[", 11);
     for (int i = 0; i < s->num_workers; i++) {
         const struct um_metrics_worker *m = um_metrics_get(i);
         uint64_t total = um_counter_get(&m->conns_total);
@@ -349,12 +311,12 @@ static void render_json(struct um__admin *a, struct sbuf *b)
         for (int r = 0; r < nroutes; r++)
             for (int k = 0; k < 6; k++)
                 reqs += um_counter_get(&m->requests[r][k]);
-        sb_printf(b, "%s{\"id\":%d,\"connections\":%llu,\"accepted\":%llu,\"requests\":%llu}",
-                  i ? "," : "", i,
-                  (unsigned long long)(total - um_counter_get(&m->conns_closed)),
-                  (unsigned long long)total, (unsigned long long)reqs);
+        um_buf_printf(b, "%s{\"id\":%d,\"connections\":%llu,\"accepted\":%llu,\"requests\":%llu}",
+                      i ? "," : "", i,
+                      (unsigned long long)(total - um_counter_get(&m->conns_closed)),
+                      (unsigned long long)total, (unsigned long long)reqs);
     }
-    sb_add(b, "],\"routes\":[", 12);
+    um_buf_append(b, "],\"routes\":[", 12);
     bool first = true;
     for (int r = 0; r < nroutes; r++) {
         uint64_t total = 0;
@@ -362,52 +324,53 @@ static void render_json(struct um__admin *a, struct sbuf *b)
             total += t->requests[r][k];
         if (r == 0 && total == 0)
             continue;
-        sb_printf(b, "%s{\"route\":\"", first ? "" : ",");
+        um_buf_printf(b, "%s{\"route\":\"", first ? "" : ",");
         first = false;
-        sb_escaped(b, um_metrics_route_label(r));
-        sb_printf(b, "\",\"total\":%llu,\"status\":[%llu,%llu,%llu,%llu,%llu]}",
-                  (unsigned long long)total, (unsigned long long)t->requests[r][0],
-                  (unsigned long long)t->requests[r][1], (unsigned long long)t->requests[r][2],
-                  (unsigned long long)t->requests[r][3], (unsigned long long)t->requests[r][4]);
+        append_escaped(b, um_metrics_route_label(r));
+        um_buf_printf(b, "\",\"total\":%llu,\"status\":[%llu,%llu,%llu,%llu,%llu]}",
+                      (unsigned long long)total, (unsigned long long)t->requests[r][0],
+                      (unsigned long long)t->requests[r][1], (unsigned long long)t->requests[r][2],
+                      (unsigned long long)t->requests[r][3], (unsigned long long)t->requests[r][4]);
     }
-    sb_add(b, "],\"upstreams\":[", 15);
+    um_buf_append(b, "],\"upstreams\":[", 15);
     uint64_t now = mono_ms();
     for (int i = 0; i < nservers; i++) {
         const char *up, *url;
         um_metrics_server_label(i, &up, &url);
-        sb_printf(b, "%s{\"upstream\":\"", i ? "," : "");
-        sb_escaped(b, up);
-        sb_add(b, "\",\"server\":\"", 12);
-        sb_escaped(b, url);
+        um_buf_printf(b, "%s{\"upstream\":\"", i ? "," : "");
+        append_escaped(b, up);
+        um_buf_append(b, "\",\"server\":\"", 12);
+        append_escaped(b, url);
         uint64_t n = 0;
         for (int k = 0; k <= UM_METRICS_LATENCY_BUCKETS; k++)
             n += t->up_latency[i][k];
-        sb_printf(b, "\",\"up\":%s,\"requests\":%llu,\"errors\":%llu,\"avg_ms\":%.1f}",
-                  um_metrics_server_down_until_get(i) <= now ? "true" : "false",
-                  (unsigned long long)t->up_requests[i], (unsigned long long)t->up_errors[i],
-                  n ? (double)t->up_latency_sum[i] / (double)n : 0.0);
+        um_buf_printf(b, "\",\"up\":%s,\"requests\":%llu,\"errors\":%llu,\"avg_ms\":%.1f}",
+                      um_metrics_server_down_until_get(i) <= now ? "true" : "false",
+                      (unsigned long long)t->up_requests[i], (unsigned long long)t->up_errors[i],
+                      n ? (double)t->up_latency_sum[i] / (double)n : 0.0);
     }
     /* Rates over SERIES_STEP-second steps, oldest first, from the one-second samples. */
-    sb_printf(b, "],\"series\":{\"step\":%d,\"rps\":[", SERIES_STEP);
+    um_buf_printf(b, "],\"series\":{\"step\":%d,\"rps\":[", SERIES_STEP);
     size_t steps = a->ring_len > 1 ? (a->ring_len - 1) / SERIES_STEP : 0;
-    struct sbuf hr = {0};
+    struct um_buf hr = {0};
     for (size_t k = steps; k >= 1; k--) {
         size_t newer = (a->ring_head + RING - 1 - (k - 1) * SERIES_STEP) % RING;
         size_t older = (a->ring_head + RING - 1 - k * SERIES_STEP) % RING;
         const struct sample *x = &a->ring[older], *y = &a->ring[newer];
         double dt = y->t > x->t ? (double)(y->t - x->t) : 1;
         uint64_t dl = y->lookups - x->lookups;
-        sb_printf(b, "%s%.2f", k == steps ? "" : ",", (double)(y->requests - x->requests) / dt);
+        um_buf_printf(b, "%s%.2f", k == steps ? "" : ",", (double)(y->requests - x->requests) / dt);
         if (dl)
-            sb_printf(&hr, "%s%.4f", k == steps ? "" : ",", (double)(y->hits - x->hits) / (double)dl);
+            um_buf_printf(&hr, "%s%.4f", k == steps ? "" : ",",
+                          (double)(y->hits - x->hits) / (double)dl);
         else
-            sb_printf(&hr, "%snull", k == steps ? "" : ",");
+            um_buf_printf(&hr, "%snull", k == steps ? "" : ",");
     }
-    sb_add(b, "],\"hit_ratio\":[", 15);
+    um_buf_append(b, "],\"hit_ratio\":[", 15);
     if (hr.len)
-        sb_add(b, hr.p, hr.len);
-    free(hr.p);
-    sb_add(b, "]}}\n", 4);
+        um_buf_append(b, hr.base, hr.len);
+    um_buf_dispose(&hr);
+    um_buf_append(b, "]}}\n", 4);
     free(t);
     um_config_unref(cfg);
 }
@@ -438,14 +401,15 @@ static void take_sample(struct um__admin *a)
 static void respond(struct client *cl, int status, const char *reason, const char *type,
                     const char *body, size_t len, bool head_only)
 {
-    struct sbuf b = {0};
-    sb_printf(&b, "HTTP/1.1 %d %s\r\nServer: umbra/%s\r\nContent-Type: %s\r\n"
-              "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-              status, reason, UMBRA_VERSION, type, len);
+    struct um_buf b = {0};
+    um_buf_printf(&b,
+                  "HTTP/1.1 %d %s\r\nServer: umbra/%s\r\nContent-Type: %s\r\n"
+                  "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+                  status, reason, UMBRA_VERSION, type, len);
     if (!head_only)
-        sb_add(&b, body, len);
-    cl->out = b.p;
+        um_buf_append(&b, body, len);
     cl->outlen = b.len;
+    cl->out = um_buf_detach(&b);
     cl->outpos = 0;
 }
 
@@ -471,13 +435,13 @@ static void handle_request(struct um__admin *a, struct client *cl)
         respond(cl, 405, "Method Not Allowed", "text/plain", msg, sizeof(msg) - 1, false);
         return;
     }
-    struct sbuf b = {0};
+    struct um_buf b = {0};
     if (plen == 8 && memcmp(path, "/metrics", 8) == 0) {
         render_metrics(a, &b);
-        respond(cl, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, head);
+        respond(cl, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b.base, b.len, head);
     } else if (plen == 12 && memcmp(path, "/status.json", 12) == 0) {
         render_json(a, &b);
-        respond(cl, 200, "OK", "application/json", b.p, b.len, head);
+        respond(cl, 200, "OK", "application/json", b.base, b.len, head);
     } else if ((plen == 7 && memcmp(path, "/status", 7) == 0) || (plen == 1 && path[0] == '/')) {
         respond(cl, 200, "OK", "text/html; charset=utf-8", um__status_page,
                 strlen(um__status_page), head);
@@ -485,7 +449,7 @@ static void handle_request(struct um__admin *a, struct client *cl)
         static const char msg[] = "404 Not Found: try /metrics, /status or /status.json\n";
         respond(cl, 404, "Not Found", "text/plain", msg, sizeof(msg) - 1, head);
     }
-    free(b.p);
+    um_buf_dispose(&b);
 }
 
 static void client_close(struct client *cl)

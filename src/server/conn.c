@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/buf.h"
 #include "umbra/hooks.h"
 #include "umbra/accesslog.h"
 #include "umbra/log.h"
@@ -86,12 +87,12 @@ struct um__conn {
     bool body_wanted;   /* the origin asked for body bytes that had not arrived */
     int body_error;     /* 400 or 413 when the body turned out bad */
 
-    /* Output: wbuf[wpos..wlen), then the borrowed segments refs[ref_head..num_refs) (body
+    /* Output: wbuf.base[wpos..wbuf.len), then the borrowed segments refs[ref_head..num_refs) (body
      * bytes sent without copying, e.g. from the cache), then file_left bytes of file_fd
      * at file_off. Segments and a file never follow each other in one response, and no
      * next request is parsed while either is pending, so this order is the send order. */
-    char *wbuf;
-    size_t wcap, wlen, wpos;
+    struct um_buf wbuf;
+    size_t wpos;
     struct ref_seg *refs; /* MAX_REFS, allocated on first use */
     unsigned ref_head, num_refs;
     size_t ref_bytes; /* unsent bytes in refs */
@@ -139,25 +140,21 @@ struct um__conn {
 
 static void wreserve(struct um__conn *c, size_t n)
 {
-    if (c->wlen + n <= c->wcap)
+    if (n <= um_buf_room(&c->wbuf))
         return;
-    if (c->wpos > 0 && c->wpos == c->wlen) {
-        c->wpos = c->wlen = 0;
-        if (n <= c->wcap)
+    if (c->wpos > 0 && c->wpos == c->wbuf.len) {
+        c->wpos = 0;
+        um_buf_reset(&c->wbuf);
+        if (n <= um_buf_room(&c->wbuf))
             return;
     }
-    size_t cap = c->wcap ? c->wcap : 4096;
-    while (cap < c->wlen + n)
-        cap *= 2;
-    c->wbuf = um_realloc(c->wbuf, cap);
-    c->wcap = cap;
+    um_buf_reserve(&c->wbuf, n);
 }
 
 static void wappend(struct um__conn *c, const void *p, size_t n)
 {
     wreserve(c, n);
-    memcpy(c->wbuf + c->wlen, p, n);
-    c->wlen += n;
+    um_buf_append(&c->wbuf, p, n);
 }
 
 static void wappend_str(struct um__conn *c, const char *s)
@@ -178,7 +175,7 @@ static void wappend_u64(struct um__conn *c, uint64_t v)
 
 static bool has_output(const struct um__conn *c)
 {
-    return c->wpos < c->wlen || c->file_left > 0 || c->fpos < c->flen ||
+    return c->wpos < c->wbuf.len || c->file_left > 0 || c->fpos < c->flen ||
            c->ref_head < c->num_refs;
 }
 
@@ -253,7 +250,7 @@ static void wake(struct um__conn *c)
 
 static size_t backlog(const struct um__conn *c)
 {
-    return c->wlen - c->wpos + (size_t)c->file_left;
+    return c->wbuf.len - c->wpos + (size_t)c->file_left;
 }
 
 static size_t on_data_ref(struct um_sink *s, const char *data, size_t len,
@@ -271,7 +268,7 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         c->cache = *h->cache;
         c->cache.cache_name = c->cache.key = c->cache.detail = NULL; /* borrowed */
     }
-    size_t head_start = c->wlen;
+    size_t head_start = c->wbuf.len;
     wreserve(c, 256);
     wappend_str(c, "HTTP/1.1 ");
     wappend_u64(c, (uint64_t)h->status);
@@ -326,7 +323,7 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
     else if (c->req.minor_version == 0)
         wappend_str(c, "Connection: keep-alive\r\n");
     wappend(c, "\r\n", 2);
-    c->resp_bytes += c->wlen - head_start;
+    c->resp_bytes += c->wbuf.len - head_start;
     wake(c);
 }
 
@@ -368,9 +365,9 @@ static void on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
     if (c->ssl && len <= 16 * 1024) {
         /* Over TLS a small body joins the head in one record and one write. */
         wreserve(c, (size_t)len);
-        ssize_t r = pread(fd, c->wbuf + c->wlen, (size_t)len, (off_t)off);
+        ssize_t r = pread(fd, c->wbuf.base + c->wbuf.len, (size_t)len, (off_t)off);
         if (r == (ssize_t)len) {
-            c->wlen += (size_t)len;
+            um_buf_commit(&c->wbuf, (size_t)len);
             close(fd);
             wake(c);
             return;
@@ -893,7 +890,7 @@ static void begin_request(struct um__conn *c)
 static enum input_result process_input(struct um__conn *c)
 {
     for (;;) {
-        if (c->file_left > 0 || c->ref_head < c->num_refs || c->wlen - c->wpos > OUTPUT_BACKLOG) {
+        if (c->file_left > 0 || c->ref_head < c->num_refs || c->wbuf.len - c->wpos > OUTPUT_BACKLOG) {
             if (c->state != S_ORIGIN || c->resp_ended)
                 return IN_BACKLOG;
         }
@@ -1054,9 +1051,9 @@ static int flush_tls(struct um__conn *c)
         const char *p;
         size_t len;
         bool from_file = false, from_ref = false;
-        if (c->wpos < c->wlen) {
-            p = c->wbuf + c->wpos;
-            len = c->wlen - c->wpos;
+        if (c->wpos < c->wbuf.len) {
+            p = c->wbuf.base + c->wpos;
+            len = c->wbuf.len - c->wpos;
         } else if (c->ref_head < c->num_refs) {
             p = c->refs[c->ref_head].p;
             len = c->refs[c->ref_head].len;
@@ -1082,7 +1079,8 @@ static int flush_tls(struct um__conn *c)
             len = c->flen - c->fpos;
             from_file = true;
         } else {
-            c->wpos = c->wlen = 0;
+            c->wpos = 0;
+            um_buf_reset(&c->wbuf);
             return UM_OK;
         }
         int want = 0;
@@ -1109,7 +1107,7 @@ static int flush_tls(struct um__conn *c)
             c->wpos += (size_t)n;
         }
         if ((size_t)n >= budget)
-            return has_output(c) ? UM_DONE : (c->wpos = c->wlen = 0, UM_OK);
+            return has_output(c) ? UM_DONE : (c->wpos = 0, um_buf_reset(&c->wbuf), UM_OK);
         budget -= (size_t)n;
     }
 }
@@ -1121,8 +1119,8 @@ static int flush(struct um__conn *c)
     size_t budget = WRITE_BUDGET;
     for (;;) {
         ssize_t n;
-        if (c->wpos < c->wlen) {
-            n = send(c->fd, c->wbuf + c->wpos, c->wlen - c->wpos,
+        if (c->wpos < c->wbuf.len) {
+            n = send(c->fd, c->wbuf.base + c->wpos, c->wbuf.len - c->wpos,
                      MSG_NOSIGNAL | (c->file_left || c->num_refs ? MSG_MORE : 0));
             if (n > 0)
                 c->wpos += (size_t)n;
@@ -1171,7 +1169,8 @@ static int flush(struct um__conn *c)
                     drop_file(c);
             }
         } else {
-            c->wpos = c->wlen = 0;
+            c->wpos = 0;
+            um_buf_reset(&c->wbuf);
             return UM_OK;
         }
         if (n < 0) {
@@ -1182,7 +1181,7 @@ static int flush(struct um__conn *c)
             return UM_ERR;
         }
         if ((size_t)n >= budget)
-            return has_output(c) ? UM_DONE : (c->wpos = c->wlen = 0, UM_OK);
+            return has_output(c) ? UM_DONE : (c->wpos = 0, um_buf_reset(&c->wbuf), UM_OK);
         budget -= (size_t)n;
     }
 }
@@ -1194,10 +1193,9 @@ static void go_idle(struct um__conn *c)
     /* Waiting for a request with nothing buffered: give memory back. */
     if (c->rlen == 0)
         rbuf_put(c);
-    if (c->wcap > WBUF_KEEP) {
-        free(c->wbuf);
-        c->wbuf = NULL;
-        c->wcap = c->wlen = c->wpos = 0;
+    if (c->wbuf.cap > WBUF_KEEP) {
+        um_buf_dispose(&c->wbuf);
+        c->wpos = 0;
     }
 }
 
@@ -1503,7 +1501,7 @@ void um__conn_close(struct um__conn *c)
 void um__conn_free(struct um__conn *c)
 {
     rbuf_put(c);
-    free(c->wbuf);
+    um_buf_dispose(&c->wbuf);
     free(c->fbuf);
     free(c->refs);
     um_arena_reset(&c->arena);

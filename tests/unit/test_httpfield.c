@@ -1,4 +1,5 @@
-/* Unit tests for src/http/field.c: HTTP dates, Range, entity-tag lists.
+/* Unit tests for src/http/field.c and chars.c: HTTP dates, Range, entity-tag lists, and the
+ * character classes.
  *
  * The .c is included to reach date_parse_at, which takes the clock as a parameter so that
  * the RFC 850 two-digit-year rule can be tested at any "now". */
@@ -731,9 +732,37 @@ static void test_etag_truncated(void **state)
         assert_false(um_etag_match_weak(guard_cstr("\"abc\", W/\"abc\""), guard(tag, k)));
 }
 
+/* um_http_cls against the RFC definitions of its classes, byte by byte. */
+static void test_char_classes(void **state)
+{
+    (void)state;
+    for (int c = 0; c < 256; c++) {
+        bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+        bool digit = c >= '0' && c <= '9';
+        bool vchar = c >= 0x21 && c <= 0x7e;
+        bool obs_text = c >= 0x80;
+        bool tchar = alpha || digit || (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+        bool value = vchar || obs_text || c == ' ' || c == '\t';
+        bool target = vchar && c != '#';
+        bool unreserved = alpha || digit || (c != 0 && strchr("-._~", c) != NULL);
+        bool sub_delim = c != 0 && strchr("!$&'()*+,;=", c) != NULL;
+        bool auth = unreserved || sub_delim || (c != 0 && strchr("%:[]", c) != NULL);
+        bool qdtext = c == '\t' || c == ' ' || c == 0x21 || (c >= 0x23 && c <= 0x5b) ||
+                      (c >= 0x5d && c <= 0x7e) || obs_text;
+        uint8_t want = (uint8_t)((tchar ? UM_HTTP_C_TCHAR : 0) | (value ? UM_HTTP_C_VALUE : 0) |
+                                 (target ? UM_HTTP_C_TARGET : 0) | (auth ? UM_HTTP_C_AUTH : 0) |
+                                 (qdtext ? UM_HTTP_C_QDTEXT : 0));
+        if (um_http_cls[c] != want)
+            fail_msg("byte 0x%02x: classes 0x%02x, expected 0x%02x", c, um_http_cls[c], want);
+        assert_int_equal(um_http_tchar((unsigned char)c), tchar);
+    }
+    assert_int_equal(um_http_cls['\r'] | um_http_cls['\n'] | um_http_cls[0], 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_char_classes),
         cmocka_unit_test(test_date_format_known),
         cmocka_unit_test(test_date_format_clamps),
         cmocka_unit_test(test_date_roundtrip_wide),

@@ -1,0 +1,163 @@
+/* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
+ * stale_if_error = S, purge = { allow = {...} } }. */
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const CACHE_KEYS[] = {"memory",      "max_object",     "clean_interval",
+                                         "default_ttl", "stale_if_error", "purge", NULL};
+static const char *const PURGE_KEYS[] = {"allow", NULL};
+
+/* Writes a size as "64MB", "512KB" or "1000 bytes", whichever is exact. */
+static const char *size_text(uint64_t v, char *buf, size_t n)
+{
+    if (v != 0 && v % (1ull << 30) == 0)
+        snprintf(buf, n, "%lluGB", (unsigned long long)(v >> 30));
+    else if (v != 0 && v % (1ull << 20) == 0)
+        snprintf(buf, n, "%lluMB", (unsigned long long)(v >> 20));
+    else if (v != 0 && v % (1ull << 10) == 0)
+        snprintf(buf, n, "%lluKB", (unsigned long long)(v >> 10));
+    else
+        snprintf(buf, n, "%llu bytes", (unsigned long long)v);
+    return buf;
+}
+
+/* purge = { allow = { "ADDRESS" or "NETWORK", ... } } of the cache table at idx. */
+static bool load_cache_purge(struct um__cfg_load *ld, lua_State *L, int idx)
+{
+    struct um_cache_conf *cc = &ld->c->cache;
+    char el[PATH_LEN];
+    const char *s;
+    size_t n = 1;
+    int t = um__cfg_get_field(L, idx, "purge");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (t != LUA_TTABLE)
+        return um__cfg_fail(ld, L, "cache.purge",
+                            "cache.purge: expected a table such as { allow = { "
+                            "\"127.0.0.1\", \"::1\" } }, got %s",
+                            lua_typename(L, t));
+    int pidx = lua_gettop(L);
+    if (!um__cfg_check_keys(ld, L, pidx, "cache.purge", PURGE_KEYS))
+        return false;
+    t = um__cfg_get_field(L, pidx, "allow");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 2);
+        return true;
+    }
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        return um__cfg_fail(
+            ld, L, "cache.purge.allow",
+            "cache.purge.allow: expected a list of "
+            "addresses or networks such as { \"127.0.0.1\", \"10.0.0.0/8\" }, got %s",
+            lua_typename(L, t));
+    int aidx = lua_gettop(L);
+    if (t == LUA_TTABLE && !um__cfg_check_list(ld, L, aidx, "cache.purge.allow", &n))
+        return false;
+    /* The defaults go: an empty list lets nobody purge. */
+    free(cc->purge_allow);
+    cc->purge_allow = NULL;
+    cc->num_purge_allow = 0;
+    if (n > 0)
+        cc->purge_allow = um_calloc(n, sizeof *cc->purge_allow);
+    for (size_t i = 0; i < n; i++) {
+        if (t == LUA_TTABLE) {
+            um__cfg_subpath_i(el, sizeof el, "cache.purge.allow", i + 1);
+            lua_rawgeti(L, aidx, (int)i + 1);
+        } else {
+            snprintf(el, sizeof el, "cache.purge.allow");
+            lua_pushvalue(L, aidx);
+        }
+        struct um_netmask *m = &cc->purge_allow[i];
+        if (!um__cfg_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
+                                &s) ||
+            !um__cfg_parse_netmask(ld, L, el, s, m))
+            return false;
+        for (size_t j = 0; j < i; j++)
+            if (cc->purge_allow[j].family == m->family &&
+                cc->purge_allow[j].prefix == m->prefix &&
+                memcmp(cc->purge_allow[j].addr, m->addr, sizeof m->addr) == 0)
+                return um__cfg_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
+        cc->num_purge_allow++;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+    return true;
+}
+
+/* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
+ * stale_if_error = S, purge = { allow = {...} } }; defaults for what is missing. */
+bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
+{
+    struct um_cache_conf *cc = &ld->c->cache;
+    char a[64], b[64];
+    uint64_t v;
+    cc->purge_allow = um_calloc(2, sizeof *cc->purge_allow);
+    cc->num_purge_allow = 2;
+    cc->purge_allow[0] = (struct um_netmask){.family = AF_INET, .addr = {127, 0, 0, 1},
+                                             .prefix = 32};
+    cc->purge_allow[1] = (struct um_netmask){.family = AF_INET6, .addr = {[15] = 1},
+                                             .prefix = 128};
+    int t = um__cfg_get_global(L, "cache");
+    if (t == LUA_TNIL)
+        return true;
+    if (t != LUA_TTABLE)
+        return um__cfg_fail(ld, L, "cache",
+                            "cache: expected a table such as { memory = \"256MB\" }, "
+                            "got %s (routes turn caching off with cache = false)",
+                            lua_typename(L, t));
+    int idx = lua_gettop(L);
+    cc->line = um__cfg_line_of(ld, L, "cache");
+    if (!um__cfg_check_keys(ld, L, idx, "cache", CACHE_KEYS))
+        return false;
+
+    if (um__cfg_get_field(L, idx, "memory") != LUA_TNIL) {
+        if (!um__cfg_get_size(ld, L, -1, "cache.memory", 0, UINT64_MAX, &v))
+            return false;
+        if (v < CACHE_MIN_MEMORY)
+            return um__cfg_fail(ld, L, "cache.memory",
+                                "cache.memory: %s is too small (at least 1MB)",
+                                size_text(v, a, sizeof a));
+        cc->memory = v;
+    }
+    lua_pop(L, 1);
+
+    bool has_max_object = um__cfg_get_field(L, idx, "max_object") != LUA_TNIL;
+    if (has_max_object) {
+        if (!um__cfg_get_size(ld, L, -1, "cache.max_object", 0, UINT64_MAX, &v))
+            return false;
+        if (v == 0)
+            return um__cfg_fail(ld, L, "cache.max_object",
+                                "cache.max_object: expected more than 0 "
+                                "bytes");
+        if (v > cc->memory)
+            return um__cfg_fail(ld, L, "cache.max_object",
+                                "cache.max_object: %s is more than "
+                                "cache.memory (%s)",
+                                size_text(v, a, sizeof a), size_text(cc->memory, b, sizeof b));
+        cc->max_object = v;
+    } else if (cc->max_object > cc->memory) {
+        cc->max_object = cc->memory; /* the default, in a smaller cache */
+    }
+    lua_pop(L, 1);
+
+    if (um__cfg_get_field(L, idx, "clean_interval") != LUA_TNIL &&
+        !um__cfg_get_seconds(ld, L, -1, "cache.clean_interval", &cc->clean_interval))
+        return false;
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, idx, "default_ttl") != LUA_TNIL &&
+        !um__cfg_get_seconds0(ld, L, -1, "cache.default_ttl", &cc->default_ttl))
+        return false;
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, idx, "stale_if_error") != LUA_TNIL &&
+        !um__cfg_get_seconds0(ld, L, -1, "cache.stale_if_error", &cc->stale_if_error))
+        return false;
+    lua_pop(L, 1);
+
+    return load_cache_purge(ld, L, idx);
+}

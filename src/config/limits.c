@@ -1,0 +1,102 @@
+/* How much the server takes on: workers, limits = { ... } and timeouts = { ... }. */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const char *const LIMIT_KEYS[] = {"max_connections", "max_header_bytes",
+                                         "max_body_bytes", "max_request_line", NULL};
+static const char *const TIMEOUT_KEYS[] = {"header", "idle", "send", "shutdown", NULL};
+
+bool um__cfg_load_workers(struct um__cfg_load *ld, lua_State *L)
+{
+    long long n;
+    int t = um__cfg_get_global(L, "workers");
+    if (t == LUA_TNIL) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        ld->c->workers = cpus < 1 ? 1 : cpus > MAX_WORKERS ? MAX_WORKERS : (int)cpus;
+        return true;
+    }
+    if (!um__cfg_get_integer(L, -1, 1, MAX_WORKERS, &n)) {
+        char got[64];
+        if (t == LUA_TNUMBER)
+            snprintf(got, sizeof got, "%g", lua_tonumber(L, -1));
+        else
+            snprintf(got, sizeof got, "%s", lua_typename(L, t));
+        return um__cfg_fail(ld, L, "workers", "workers: expected an integer from 1 to %d, got %s",
+                            MAX_WORKERS, got);
+    }
+    ld->c->workers = (int)n;
+    return true;
+}
+
+bool um__cfg_load_limits(struct um__cfg_load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    uint64_t v;
+    long long n;
+    int t = um__cfg_get_global(L, "limits");
+    if (t == LUA_TNIL)
+        return true;
+    if (t != LUA_TTABLE)
+        return um__cfg_fail(ld, L, "limits", "limits: expected a table, got %s",
+                            lua_typename(L, t));
+    int idx = lua_gettop(L);
+    if (!um__cfg_check_keys(ld, L, idx, "limits", LIMIT_KEYS))
+        return false;
+
+    if ((t = um__cfg_get_field(L, idx, "max_connections")) != LUA_TNIL) {
+        if (!um__cfg_get_integer(L, -1, 1, INT_MAX, &n))
+            return um__cfg_fail(ld, L, "limits.max_connections",
+                                "limits.max_connections: expected an integer from 1 to %d",
+                                INT_MAX);
+        c->limits.max_connections = (size_t)n;
+    }
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, idx, "max_header_bytes") != LUA_TNIL) {
+        if (!um__cfg_get_size(ld, L, -1, "limits.max_header_bytes", 1, SIZE_MAX, &v))
+            return false;
+        c->limits.max_header_bytes = (size_t)v;
+    }
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, idx, "max_request_line") != LUA_TNIL) {
+        if (!um__cfg_get_size(ld, L, -1, "limits.max_request_line", 1, SIZE_MAX, &v))
+            return false;
+        c->limits.max_request_line = (size_t)v;
+    }
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, idx, "max_body_bytes") != LUA_TNIL) {
+        if (!um__cfg_get_size(ld, L, -1, "limits.max_body_bytes", 0, UINT64_MAX, &v))
+            return false;
+        c->limits.max_body_bytes = v;
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+bool um__cfg_load_timeouts(struct um__cfg_load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    double *fields[] = {&c->timeouts.header, &c->timeouts.idle, &c->timeouts.send,
+                        &c->timeouts.shutdown};
+    char sub[PATH_LEN];
+    int t = um__cfg_get_global(L, "timeouts");
+    if (t == LUA_TNIL)
+        return true;
+    if (t != LUA_TTABLE)
+        return um__cfg_fail(ld, L, "timeouts", "timeouts: expected a table, got %s",
+                            lua_typename(L, t));
+    int idx = lua_gettop(L);
+    if (!um__cfg_check_keys(ld, L, idx, "timeouts", TIMEOUT_KEYS))
+        return false;
+    for (size_t i = 0; i < UM_NELEMS(fields); i++) {
+        um__cfg_subpath(sub, sizeof sub, "timeouts", TIMEOUT_KEYS[i]);
+        if (um__cfg_get_field(L, idx, TIMEOUT_KEYS[i]) != LUA_TNIL &&
+            !um__cfg_get_seconds(ld, L, -1, sub, fields[i]))
+            return false;
+        lua_pop(L, 1);
+    }
+    return true;
+}

@@ -1,0 +1,237 @@
+/* routes = { { path = "/", root = "www" }, { path = "/api/", upstream = "app" }, ... }:
+ * what each path serves (files, an upstream, or a hook's answer). */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const ROUTE_KEYS[] = {"host",  "path",           "root",  "upstream",
+                                         "index", "redirect_https", "cache", "name",
+                                         "on_request", "on_response", NULL};
+
+/* The route's upstream = "NAME" (on top of the stack), at path. */
+static bool resolve_upstream(struct um__cfg_load *ld, lua_State *L, const char *path,
+                             struct um_route *r)
+{
+    struct um_config *c = ld->c;
+    char names[256];
+    const char *s;
+    if (!um__cfg_get_string(ld, L, -1, path, "the name of an upstream", &s))
+        return false;
+    int found = um_config_upstream_index(c, s);
+    if (found >= 0) {
+        r->upstream = found;
+        return true;
+    }
+    if (c->num_upstreams == 0)
+        return um__cfg_fail(ld, L, path,
+                            "%s: unknown upstream '%s' (the upstreams setting defines "
+                            "none)",
+                            path, s);
+    size_t off = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < c->num_upstreams && off < sizeof names; i++) {
+        int w = snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "",
+                         c->upstreams[i].name);
+        if (w < 0)
+            break;
+        off += (size_t)w;
+    }
+    return um__cfg_fail(ld, L, path, "%s: unknown upstream '%s' (upstreams are: %s)", path, s,
+                        names);
+}
+
+static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const char *rpath,
+                       struct um_route *r)
+{
+    char sub[PATH_LEN], names[128];
+    const char *s;
+    if (!lua_istable(L, idx))
+        return um__cfg_fail(
+            ld, L, rpath,
+            "%s: expected a route table such as { path = \"/\", root = \"www\" }, got %s", rpath,
+            lua_typename(L, lua_type(L, idx)));
+    r->upstream = -1;
+    if (!um__cfg_check_keys(ld, L, idx, rpath, ROUTE_KEYS))
+        return false;
+    r->line = um__cfg_line_of(ld, L, rpath);
+
+    um__cfg_subpath(sub, sizeof sub, rpath, "host");
+    if (um__cfg_get_field(L, idx, "host") != LUA_TNIL) {
+        if (!um__cfg_get_string(ld, L, -1, sub, "a host name such as \"example.com\"", &s))
+            return false;
+        for (const char *p = s; *p; p++)
+            if (*p <= ' ' || *p == ':' || *p == '/' || *p == 0x7f)
+                return um__cfg_fail(ld, L, sub, "%s: bad host name '%s' (no port, path or spaces)",
+                                    sub, s);
+        r->host = um_strndup(s, strlen(s));
+        for (char *p = r->host; *p; p++)
+            if (*p >= 'A' && *p <= 'Z')
+                *p = (char)(*p + 32);
+    }
+    lua_pop(L, 1);
+
+    um__cfg_subpath(sub, sizeof sub, rpath, "path");
+    if (um__cfg_get_field(L, idx, "path") == LUA_TNIL)
+        return um__cfg_fail(ld, L, sub, "%s: missing (every route needs a path such as \"/\")",
+                            sub);
+    if (!um__cfg_get_string(ld, L, -1, sub, "a path starting with \"/\"", &s))
+        return false;
+    if (s[0] != '/')
+        return um__cfg_fail(ld, L, sub, "%s: '%s' does not start with \"/\"", sub, s);
+    for (const char *p = s; *p; p++)
+        if (*p <= ' ' || *p == 0x7f)
+            return um__cfg_fail(ld, L, sub, "%s: '%s' contains a space or control character", sub,
+                                s);
+    r->path = um_strndup(s, strlen(s));
+    lua_pop(L, 1);
+
+    um__cfg_subpath(sub, sizeof sub, rpath, "redirect_https");
+    int rt = um__cfg_get_field(L, idx, "redirect_https");
+    if (rt != LUA_TNIL) {
+        if (rt != LUA_TBOOLEAN)
+            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                                lua_typename(L, rt));
+        r->redirect_https = lua_toboolean(L, -1);
+        if (r->redirect_https && !um__cfg_any_tls_listener(ld->c))
+            return um__cfg_fail(ld, L, sub,
+                                "%s: no listener has tls = true (there is no https "
+                                "address to redirect to)",
+                                sub);
+    }
+    lua_pop(L, 1);
+
+    um__cfg_subpath(sub, sizeof sub, rpath, "name");
+    if (um__cfg_get_field(L, idx, "name") != LUA_TNIL) {
+        if (!um__cfg_get_string(ld, L, -1, sub, "a route name such as \"api\"", &s))
+            return false;
+        /* The routes after this one have no name yet. */
+        if (um_config_route_index(ld->c, s) >= 0)
+            return um__cfg_fail(ld, L, sub, "%s: another route is named '%s' already", sub, s);
+        r->name = um_strndup(s, strlen(s));
+    }
+    lua_pop(L, 1);
+    for (const char *const *h = um__cfg_hooks; *h; h++) {
+        um__cfg_subpath(sub, sizeof sub, rpath, *h);
+        int ht = um__cfg_get_field(L, idx, *h);
+        if (ht != LUA_TNIL && ht != LUA_TFUNCTION)
+            return um__cfg_fail(ld, L, sub, "%s: expected a function, got %s", sub,
+                                lua_typename(L, ht));
+        if (ht == LUA_TFUNCTION)
+            *(h == um__cfg_hooks ? &r->on_request : &r->on_response) = true;
+        lua_pop(L, 1);
+    }
+
+    bool has_root = um__cfg_get_field(L, idx, "root") != LUA_TNIL;
+    bool has_upstream = um__cfg_get_field(L, idx, "upstream") != LUA_TNIL;
+    lua_pop(L, 2);
+    if (has_root && has_upstream)
+        return um__cfg_fail(ld, L, rpath,
+                            "%s: has both root and upstream (a route serves files from "
+                            "a root or proxies to an upstream, not both)",
+                            rpath);
+    if (!has_root && !has_upstream) {
+        /* A route that only a hook answers (or sends to an upstream of its choice). */
+        if (r->on_request || ld->c->lua.on_request) {
+            int ct = um__cfg_get_field(L, idx, "cache"), it = um__cfg_get_field(L, idx, "index");
+            lua_pop(L, 2);
+            if (ct != LUA_TNIL || it != LUA_TNIL)
+                return um__cfg_fail(ld, L, rpath, "%s: cache and index need root or upstream",
+                                    rpath);
+            return true;
+        }
+        return um__cfg_fail(ld, L, rpath,
+                            "%s: route needs root or upstream (root = \"www\" serves "
+                            "files, upstream = \"NAME\" proxies to an upstream), or an on_request "
+                            "hook that answers",
+                            rpath);
+    }
+
+    /* cache: on by default for an upstream route; a static route never goes through the
+     * cache (cache = false on one is allowed, and changes nothing). */
+    um__cfg_subpath(sub, sizeof sub, rpath, "cache");
+    r->cache = has_upstream;
+    int ct = um__cfg_get_field(L, idx, "cache");
+    if (ct != LUA_TNIL) {
+        if (ct != LUA_TBOOLEAN)
+            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                                lua_typename(L, ct));
+        if (lua_toboolean(L, -1) && !has_upstream)
+            return um__cfg_fail(ld, L, sub,
+                                "%s: cache applies to upstream routes (this one serves "
+                                "files from a root)",
+                                sub);
+        r->cache = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+
+    if (has_upstream) {
+        um__cfg_subpath(sub, sizeof sub, rpath, "upstream");
+        um__cfg_get_field(L, idx, "upstream");
+        if (!resolve_upstream(ld, L, sub, r))
+            return false;
+        lua_pop(L, 1);
+        um__cfg_subpath(sub, sizeof sub, rpath, "index");
+        if (um__cfg_get_field(L, idx, "index") != LUA_TNIL)
+            return um__cfg_fail(ld, L, sub,
+                                "%s: only routes with a root have an index (this one "
+                                "proxies to upstream '%s')",
+                                sub, ld->c->upstreams[r->upstream].name);
+        lua_pop(L, 1);
+        return true;
+    }
+
+    um__cfg_subpath(sub, sizeof sub, rpath, "root");
+    um__cfg_get_field(L, idx, "root");
+    if (!um__cfg_get_string(ld, L, -1, sub, "a directory", &s) ||
+        !um__cfg_resolve_path(ld, L, sub, s, true, &r->root))
+        return false;
+    lua_pop(L, 1);
+
+    um__cfg_subpath(sub, sizeof sub, rpath, "index");
+    int t = um__cfg_get_field(L, idx, "index");
+    if (t == LUA_TNIL) {
+        r->index = um_strndup("index.html", strlen("index.html"));
+    } else if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+        r->index = NULL;
+    } else {
+        snprintf(names, sizeof names, "a file name such as \"index.html\", or false");
+        if (!um__cfg_get_string(ld, L, -1, sub, names, &s))
+            return false;
+        if (strchr(s, '/') != NULL || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+            return um__cfg_fail(ld, L, sub, "%s: expected %s, got '%s'", sub, names, s);
+        r->index = um_strndup(s, strlen(s));
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+bool um__cfg_load_routes(struct um__cfg_load *ld, lua_State *L)
+{
+    struct um_config *c = ld->c;
+    char sub[PATH_LEN];
+    int t = um__cfg_get_global(L, "routes");
+    if (t == LUA_TNIL)
+        return um__cfg_fail_at(ld, 0,
+                               "routes: missing (at least one route is required, e.g. "
+                               "routes = { { path = \"/\", root = \"www\" } })");
+    if (t != LUA_TTABLE)
+        return um__cfg_fail(ld, L, "routes", "routes: expected a list of route tables, got %s",
+                            lua_typename(L, t));
+    int idx = lua_gettop(L);
+    size_t n;
+    if (!um__cfg_check_list(ld, L, idx, "routes", &n))
+        return false;
+    if (n == 0)
+        return um__cfg_fail(ld, L, "routes", "routes: expected at least one route");
+    c->routes = um_calloc(n, sizeof *c->routes);
+    c->num_routes = n;
+    for (size_t i = 0; i < n; i++) {
+        um__cfg_subpath_i(sub, sizeof sub, "routes", i + 1);
+        lua_rawgeti(L, idx, (int)i + 1);
+        if (!load_route(ld, L, lua_gettop(L), sub, &c->routes[i]))
+            return false;
+        lua_pop(L, 1);
+    }
+    return true;
+}
