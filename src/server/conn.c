@@ -268,8 +268,8 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         c->cache = *h->cache;
         c->cache.cache_name = c->cache.key = c->cache.detail = NULL; /* borrowed */
     }
+    wreserve(c, 256); /* may rewind a buffer whose bytes were all sent: measure after */
     size_t head_start = c->wbuf.len;
-    wreserve(c, 256);
     wappend_str(c, "HTTP/1.1 ");
     wappend_u64(c, (uint64_t)h->status);
     wappend_str(c, " ");

@@ -19,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, admin_port, class_context, closed_port,  # noqa: E402
+from umbra_harness import (Client, Origin, Umbra, admin_port, class_context, closed_port,  # noqa: E402
                            connect, http_get, log_lines_with, make_cert, metric, parse_metrics,
                            parse_response, req, request, sanitizer_report, scrape, tls_connect,
                            tls_context, tls_recv_all, umbra_bin, wait_until)
@@ -105,6 +105,23 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(metric(s, "umbra_config_reloads_total"), 0)
             self.assertEqual(u.stop(signal.SIGTERM, 20), 0, u.log())
             self.assertEqual(sanitizer_report(u.log()), "")
+
+    def test_sent_bytes_at_every_output_buffer_level(self):
+        # Answers of many sizes on one keep-alive connection, each read to its end before
+        # the next request, bring the output buffer to many fill levels: the bytes counted
+        # as sent must be the bytes the client got, to the byte.
+        with Umbra(config(self.origin.url), files=FILES) as u:
+            received = 0
+            with Client(u.port) as c:
+                for i, size in enumerate(range(3000, 70000, 997)):
+                    c.send(req("/m/fill%d?cc=no-store&size=%d" % (i, size), close=False))
+                    r = c.read_response()
+                    self.assertEqual((r.status, len(r.body)), (200, size))
+                    received += len(r.raw_head) + len(r.body)
+            self.assertTrue(wait_until(lambda: metric(parse_metrics(scrape(u)),
+                                                      "umbra_sent_bytes_total") == received, 5),
+                            "sent %r, received %d" % (metric(parse_metrics(scrape(u)),
+                                                             "umbra_sent_bytes_total"), received))
 
     def test_promtool_accepts_the_output(self):
         promtool = shutil.which("promtool")
