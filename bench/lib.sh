@@ -20,6 +20,9 @@ BENCH_RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results}
 # A round whose answers are wrong is not a figure: it is repeated up to this many times,
 # then the scenario fails (bench_round).
 : "${BENCH_RETRIES:=2}"
+# wrk's limit for one answer (its default, 2 s, is less than a 5 MiB answer can take on 2
+# shared cores with 100 connections; a request past it is a socket error, so a bad round).
+: "${WRK_TIMEOUT:=10}"
 
 BENCH_PIDS=()
 BENCH_TMP=
@@ -48,6 +51,7 @@ check_knobs() {
     [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer (got '$ROUNDS')"
     [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a positive number of seconds (got '$DURATION')"
     [[ $BENCH_RETRIES =~ ^[0-9]+$ ]] || die "BENCH_RETRIES must be a number (got '$BENCH_RETRIES')"
+    [[ $WRK_TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "WRK_TIMEOUT must be a positive number of seconds (got '$WRK_TIMEOUT')"
     local s
     for s in $SERVERS; do
         [[ " $BENCH_KNOWN_SERVERS " == *" $s "* ]] ||
@@ -559,7 +563,7 @@ run_timed() {
 # Sets WRK_CPU to the CPU time (user + system, seconds) that wrk used.
 run_wrk() {
     local url=$1 out=$2 conns=${3:-$WRK_CONNECTIONS} script=${4:-}
-    local args=(-t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --latency)
+    local args=(-t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --timeout "${WRK_TIMEOUT}s" --latency)
     [[ -n $script ]] && args+=(-s "$script")
     run_timed "$out" $((DURATION + 30)) wrk "${args[@]}" "$url"
     if ((TIMED_RC != 0)); then
