@@ -2,9 +2,9 @@
  * variants, coalescing, chunked bodies and cursors, memory accounting and the hard cap,
  * SIEVE, expiry, waiters.
  *
- * The store's .c is included so that tests can check its private structures (chunk
- * layout, the queue); the library's copy is then not linked in. Time is the opts clock,
- * set by the tests. */
+ * The store's .c files are included so that tests can check its private structures
+ * (chunk layout, the queue); the library's copies are then not linked in. Time is the
+ * opts clock, set by the tests. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +19,9 @@
 #include <unistd.h>
 
 #include "cache/store.c"
+#include "cache/store_clean.c"
+#include "cache/store_evict.c"
+#include "cache/store_obj.c"
 
 static int64_t fake_now;
 

@@ -1,0 +1,169 @@
+/* What the files of the caching layer share (origin.c's note describes the layer): the
+ * per-request states, the stored objects' meta block and tags, and the calls one part
+ * makes into another.
+ *
+ *   origin.c         the origin's table: for each request, read, fill or pass; starting
+ *                    a fill; PURGE; the cache keys;
+ *   origin_reader.c  the reader: answering from a stored object (head, Range,
+ *                    conditionals), streaming it while it fills; matching variant tags;
+ *   origin_fill.c    the fill: storing an origin's answer for the coalesced readers,
+ *                    revalidation, hit-for-pass markers; the fills a worker runs;
+ *   origin_pass.c    the pass: forwarding uncached answers, invalidation.
+ *
+ * For those files only: everything else uses cacheorigin.h. */
+#ifndef UMBRA_CACHE_INTERNAL_H
+#define UMBRA_CACHE_INTERNAL_H
+
+#include <time.h>
+
+#include "umbra/cacheorigin.h"
+#include "umbra/cachepolicy.h"
+#include "umbra/context.h"
+#include "umbra/loop.h"
+
+#define MAX_OUT_FIELDS 136
+#define CACHE_NAME "umbra"
+
+enum kind { K_READER = 0x52454144, K_FILL = 0x46494c4c, K_PASS = 0x50415353 };
+
+#define META_F_PASS 0x1
+
+struct meta {
+    uint32_t flags;
+    int status;
+    struct um_age_times times;
+    int64_t lifetime;
+    int64_t content_length; /* -1: unknown until complete */
+};
+
+struct cache_origin {
+    struct um_origin base;
+    struct um_origin *inner;
+    struct um_cache *cache;
+    const struct um_config *config;
+    struct um_cache_policy pol;
+};
+
+struct fill;
+
+struct reader {
+    enum kind kind;
+    struct cache_origin *co;
+    struct um_sink *client;
+    struct um_context *ctx;
+    struct um_cache_obj *obj;
+    struct um_cache_cursor cur;
+    struct um_cache_waiter waiter;
+    struct um_task task;
+    const struct um_request *req; /* the client's; valid until our on_end */
+    struct um_fetch fetch;        /* for falling back to the inner origin */
+    bool head_sent, head_only, done, waiting;
+    bool ranged;
+    uint64_t range_skip; /* body bytes before the range, still to pass over */
+    uint64_t range_left;
+    struct um_cache_status cs;
+};
+
+struct fill {
+    enum kind kind;
+    struct cache_origin *co;
+    struct um_sink sink; /* what the inner origin writes to */
+    struct um_context *ctx;
+    struct fill *next_active, *prev_active;
+    struct um_cache_obj *obj; /* being filled; NULL before the head (revalidation) */
+    struct um_cache_obj *old; /* the stale object a revalidation is for */
+    char *key;
+    size_t key_len;
+    /* A copy of the client's request head, so the fill outlives the client. */
+    char *head_copy;
+    struct um_request req;
+    time_t request_time;
+    struct reader *own; /* the reader of the client that caused the fill, or NULL */
+    struct pass *fwd;   /* the fill stopped storing and forwards to its client's pass */
+    bool revalidating;
+    bool has_ttl; /* an on_request hook's ttl (a hook's on the head wins) */
+    int64_t ttl;
+    bool discard; /* the rest of the inner answer is not wanted */
+    bool drop_posted; /* drop (below) is queued */
+    struct um_task drop; /* cancels the inner fetch outside its callbacks (see fill_on_data) */
+    bool handoff; /* the object ran out of room: the own client gets the rest directly */
+    int status;
+};
+
+struct pass {
+    enum kind kind;
+    struct cache_origin *co;
+    struct um_sink sink;
+    struct um_sink *client;
+    struct fill *fill; /* a fill forwarding to this pass: the inner fetch is the fill's */
+    const struct um_request *req;
+    const char *scheme;
+    struct um_cache_status cs;
+    int status;
+    bool invalidate;
+    char location[1024]; /* same-origin Location / Content-Location targets to invalidate */
+    size_t loc_len;
+    char content_location[1024];
+    size_t cloc_len;
+};
+
+/* The fills a worker has running, so that they can be stopped with the worker: the
+ * state of its context's UM_CONTEXT_CACHE_FILLS slot. */
+struct worker_fills {
+    struct um_context *ctx;
+    struct fill *active;
+    struct um_task stop;
+};
+
+static inline time_t now_sec(void)
+{
+    return time(NULL);
+}
+
+/* Tag: [u8 flags] then per Vary field [u16 name len][name][u8 present][u16 value len][value].
+ * flags 1: hit-for-pass marker (matches every request); 2: head not known yet (filling:
+ * matches every request, which then checks the real tag once the head is there). */
+#define TAG_PASS 1
+#define TAG_PENDING 2
+
+/* origin.c */
+/* The URL's key of req ("host target"), NUL-terminated; *len is its length. */
+char *um__cache_make_key(const struct um_request *req, size_t *len);
+
+/* origin_reader.c */
+/* The match callback of lookups: does obj's tag take the request arg? */
+bool um__cache_match(const struct um_cache_obj *obj, void *arg);
+/* Splits a stored head block into at most max fields (slices of it); returns how many. */
+size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max);
+/* A reader of obj (the caller's reference passes to it) for client, whose origin_data it
+ * becomes; it starts with um__cache_reader_pump. */
+struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
+                                    struct um_sink *client, struct um_cache_obj *obj);
+/* Sends the client what there is to send, and waits for the rest (or ends). */
+void um__cache_reader_pump(struct reader *r);
+/* Detaches r from everything; the caller frees it. */
+void um__cache_reader_release(struct reader *r);
+
+/* origin_pass.c */
+extern const struct um_sink_ops um__cache_pass_ops;
+/* Forwards f to the inner origin for client, whose origin_data the pass becomes. */
+void um__cache_pass_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
+                          enum um_cache_fwd fwd, const char *detail);
+/* The pass's sink calls, for a fill that forwards its answer to a pass. */
+void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h);
+size_t um__cache_pass_on_data(struct um_sink *s, const char *data, size_t len);
+void um__cache_pass_on_end(struct um_sink *s, int err);
+
+/* origin_fill.c */
+extern const struct um_sink_ops um__cache_fill_ops;
+/* The worker's fills (made on first use), and the first of them (or NULL). */
+struct worker_fills *um__cache_worker_fills(struct um_context *ctx);
+struct fill *um__cache_first_fill(const struct um_context *ctx);
+/* Copies the request head into the fill, so that the fill can outlive the client. */
+void um__cache_copy_request(struct fill *fl, const struct um_request *req);
+/* Takes fl off the worker's list and frees it with what it holds. */
+void um__cache_fill_free(struct fill *fl);
+/* The fill whose own client is r, if any, stops pointing at r. */
+void um__cache_forget_own(struct reader *r);
+
+#endif

@@ -1,0 +1,540 @@
+/* The caching layer's fill (see origin.c's note): it stores the inner origin's answer in
+ * an object every reader of the key streams from, or, for a revalidation, freshens the
+ * stale object from a 304. An answer that may not be stored is forwarded to the client
+ * that caused the fill (a pass) and leaves a hit-for-pass marker. The fills a worker runs
+ * are kept in its context, so that they stop with the worker. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "umbra/log.h"
+
+#define PASS_TTL 60          /* seconds a hit-for-pass marker lives */
+#define VALIDATOR_KEEP 3600  /* seconds a stale object with validators is kept for revalidation */
+
+/* ---------------------------------------------------------------- tags and heads */
+
+/* Builds the tag for a response's Vary from the request that filled it. */
+static size_t tag_build(const struct um_vary *vary, const struct um_request *req, char *out,
+                        size_t outsz)
+{
+    size_t o = 0;
+    out[o++] = 0;
+    for (size_t i = 0; i < vary->n; i++) {
+        char val[1024];
+        bool present = false;
+        size_t vl = um_vary_normalize(vary->names[i], req->headers, req->num_headers, val,
+                                      sizeof(val), &present);
+        if (vl >= sizeof(val))
+            return 0; /* too long to keep: not stored */
+        size_t nl = vary->names[i].len;
+        if (o + 5 + nl + vl > outsz)
+            return 0;
+        out[o++] = (char)(nl >> 8);
+        out[o++] = (char)nl;
+        memcpy(out + o, vary->names[i].base, nl);
+        o += nl;
+        out[o++] = present;
+        out[o++] = (char)(vl >> 8);
+        out[o++] = (char)vl;
+        memcpy(out + o, val, vl);
+        o += vl;
+    }
+    return o;
+}
+
+static bool skip_stored_field(um_str name)
+{
+    return um_str_eq_ci(name, "age") || um_str_eq_ci(name, "content-length") ||
+           um_str_eq_ci(name, "cache-status") || um_str_eq_ci(name, "transfer-encoding");
+}
+
+/* Serialises the fields of a response worth storing. Returns a malloc'd block. */
+static char *head_block(const struct um_header *h, size_t n, const struct um_resp_meta *m,
+                        size_t *len)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < n; i++)
+        cap += h[i].name.len + h[i].value.len + 4;
+    char *b = um_malloc(cap + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (skip_stored_field(h[i].name) || !um_cache_field_storable(h[i].name, m))
+            continue;
+        memcpy(b + o, h[i].name.base, h[i].name.len);
+        o += h[i].name.len;
+        b[o++] = ':';
+        b[o++] = ' ';
+        memcpy(b + o, h[i].value.base, h[i].value.len);
+        o += h[i].value.len;
+        b[o++] = '\r';
+        b[o++] = '\n';
+    }
+    *len = o;
+    return b;
+}
+
+/* ---------------------------------------------------------------- per-worker fills */
+
+static void fills_stop(struct um_task *t);
+
+/* The first of the worker's fills, or NULL. */
+struct fill *um__cache_first_fill(const struct um_context *ctx)
+{
+    struct worker_fills *wf = um_context_get(ctx, UM_CONTEXT_CACHE_FILLS);
+    return wf ? wf->active : NULL;
+}
+
+struct worker_fills *um__cache_worker_fills(struct um_context *ctx)
+{
+    struct worker_fills *wf = um_context_get(ctx, UM_CONTEXT_CACHE_FILLS);
+    if (wf == NULL) {
+        wf = um_calloc(1, sizeof(*wf));
+        wf->ctx = ctx;
+        wf->stop.cb = fills_stop;
+        um_loop_on_stop(ctx->loop, &wf->stop);
+        um_context_set(ctx, UM_CONTEXT_CACHE_FILLS, wf);
+    }
+    return wf;
+}
+
+/* ---------------------------------------------------------------- fills */
+
+/* Copies the request head so that the fill can outlive the client's buffer. The slices
+ * may point anywhere (a hook's rewrites live in the connection's arena): each is copied. */
+void um__cache_copy_request(struct fill *fl, const struct um_request *req)
+{
+    size_t len = req->method.len + req->target.len + req->path.len + req->query.len +
+                 req->authority.len;
+    for (size_t i = 0; i < req->num_headers; i++)
+        len += req->headers[i].name.len + req->headers[i].value.len;
+    fl->head_copy = um_malloc(len + 1);
+    char *p = fl->head_copy;
+    fl->req = *req;
+#define COPY(s)                                                                                    \
+    do {                                                                                           \
+        if ((s).len > 0)                                                                           \
+            memcpy(p, (s).base, (s).len);                                                          \
+        (s).base = p;                                                                              \
+        p += (s).len;                                                                              \
+    } while (0)
+    COPY(fl->req.method);
+    COPY(fl->req.target);
+    COPY(fl->req.path);
+    COPY(fl->req.query);
+    COPY(fl->req.authority);
+    for (size_t i = 0; i < fl->req.num_headers; i++) {
+        COPY(fl->req.headers[i].name);
+        COPY(fl->req.headers[i].value);
+    }
+#undef COPY
+}
+
+void um__cache_fill_free(struct fill *fl)
+{
+    if (fl->drop_posted)
+        um_loop_unpost(fl->ctx->loop, &fl->drop);
+    struct worker_fills *wf = um_context_get(fl->ctx, UM_CONTEXT_CACHE_FILLS);
+    if (fl->prev_active)
+        fl->prev_active->next_active = fl->next_active;
+    else if (wf && wf->active == fl)
+        wf->active = fl->next_active;
+    if (fl->next_active)
+        fl->next_active->prev_active = fl->prev_active;
+    if (fl->obj) {
+        um_cache_obj_finish(fl->obj, false); /* no-op when already finished */
+        um_cache_obj_unref(fl->obj);
+    }
+    if (fl->old)
+        um_cache_obj_unref(fl->old);
+    free(fl->key);
+    free(fl->head_copy);
+    um_config_unref((struct um_config *)fl->co->config);
+    free(fl);
+}
+
+static void leave_pass_marker(struct fill *fl)
+{
+    struct um_cache_obj *o = um_cache_insert(fl->co->cache, (um_str){fl->key, fl->key_len}, "\1", 1);
+    if (o == NULL)
+        return;
+    struct meta m = {.flags = META_F_PASS, .content_length = -1};
+    if (um_cache_obj_set_head(o, &m, sizeof(m), "", 0) == UM_OK) {
+        um_cache_obj_set_expires(o, now_sec() + PASS_TTL);
+        um_cache_obj_set_stale_until(o, now_sec() + PASS_TTL);
+        um_cache_obj_finish(o, true);
+    }
+    um_cache_obj_unref(o);
+}
+
+/* The fill's own client, still waiting for a head, is answered directly instead. */
+static struct um_sink *fill_take_own_client(struct fill *fl, struct um_fetch *f)
+{
+    struct reader *r = fl->own;
+    if (r == NULL || r->head_sent)
+        return NULL;
+    fl->own = NULL;
+    struct um_sink *client = r->client;
+    *f = r->fetch;
+    um__cache_reader_release(r);
+    free(r);
+    return client;
+}
+
+/* Points the fill's own reader at obj and lets it go. */
+static void own_switch(struct fill *fl, struct um_cache_obj *obj, int fwd_status)
+{
+    struct reader *r = fl->own;
+    if (r == NULL)
+        return;
+    fl->own = NULL;
+    if (r->obj != obj) {
+        um_cache_obj_unwait(r->obj, &r->waiter);
+        um_cache_obj_unref(r->obj);
+        r->obj = um_cache_obj_ref(obj);
+        um_cache_cursor_init(&r->cur, obj);
+    }
+    r->cs.fwd_status = fwd_status;
+    r->waiting = false;
+    um__cache_reader_pump(r);
+}
+
+/* A hook's freshness lifetime for this response, or -1: the head's (on_response) wins
+ * over the request's (on_request). */
+static int64_t hook_ttl(const struct fill *fl, const struct um_response_head *h)
+{
+    return h->has_ttl ? h->ttl : fl->has_ttl ? fl->ttl : -1;
+}
+
+static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
+{
+    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct cache_origin *co = fl->co;
+    time_t response_time = now_sec();
+    fl->status = h->status;
+    struct um_resp_meta rm;
+    um_resp_meta_scan(&rm, h->status, h->headers, h->num_headers);
+    struct um_req_meta qm;
+    um_req_meta_scan(&qm, fl->req.method_id, fl->req.headers, fl->req.num_headers);
+
+    if (fl->revalidating && h->status == 304 && fl->old) {
+        /* Freshen the stored response: its fields updated from the 304, its body kept. */
+        um_str ometa, ohead;
+        um_cache_obj_head(fl->old, &ometa, &ohead);
+        struct meta m;
+        memcpy(&m, ometa.base, sizeof(m));
+        struct um_header of[MAX_OUT_FIELDS], merged[MAX_OUT_FIELDS * 2];
+        size_t on = um__cache_head_fields(ohead, of, MAX_OUT_FIELDS), mn = 0;
+        for (size_t i = 0; i < on; i++) {
+            bool replaced = false;
+            for (size_t j = 0; j < h->num_headers && !replaced; j++)
+                replaced = of[i].name.len == h->headers[j].name.len &&
+                           strncasecmp(of[i].name.base, h->headers[j].name.base,
+                                       of[i].name.len) == 0 &&
+                           um_cache_field_updatable(h->headers[j].name, &rm);
+            if (!replaced)
+                merged[mn++] = of[i];
+        }
+        for (size_t j = 0; j < h->num_headers && mn < UM_NELEMS(merged); j++)
+            if (um_cache_field_updatable(h->headers[j].name, &rm))
+                merged[mn++] = h->headers[j];
+        struct um_resp_meta mm;
+        um_resp_meta_scan(&mm, m.status, merged, mn);
+        um_age_times_init(&m.times, &mm, fl->request_time, response_time);
+        enum um_fresh_source src;
+        m.lifetime = um_freshness_lifetime(&mm, &co->pol, response_time, &src);
+        if (hook_ttl(fl, h) >= 0)
+            m.lifetime = hook_ttl(fl, h);
+        size_t blen;
+        char *block = head_block(merged, mn, &mm, &blen);
+        um_str otag = um_cache_obj_tag(fl->old);
+        struct um_cache_obj *no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len},
+                                                  otag.base, otag.len);
+        if (no && um_cache_obj_set_head(no, &m, sizeof(m), block, blen) == UM_OK &&
+            um_cache_obj_adopt_body(no, fl->old) == UM_OK) {
+            int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
+            um_cache_obj_set_expires(no, expires);
+            um_cache_obj_set_stale_until(no, expires + VALIDATOR_KEEP);
+            um_cache_obj_finish(no, true);
+            um_cache_unlink(co->cache, fl->old);
+        } else if (no) {
+            um_cache_obj_finish(no, false);
+        }
+        free(block);
+        fl->revalidating = false;
+        if (no && um_cache_obj_state(no) == UM_CACHE_COMPLETE)
+            own_switch(fl, no, 304);
+        else
+            own_switch(fl, fl->old, 304); /* could not store: answer from the old one */
+        if (no)
+            um_cache_obj_unref(no);
+        return;
+    }
+
+    if (fl->old && h->status >= 500) {
+        /* The origin fails: a stale answer may stand in (stale-if-error, RFC 5861). */
+        um_str ometa, ohead;
+        um_cache_obj_head(fl->old, &ometa, &ohead);
+        struct meta m;
+        memcpy(&m, ometa.base, sizeof(m));
+        struct um_header of[MAX_OUT_FIELDS];
+        size_t on = um__cache_head_fields(ohead, of, MAX_OUT_FIELDS);
+        struct um_resp_meta om;
+        um_resp_meta_scan(&om, m.status, of, on);
+        struct um_stored_view v = {&om.cc, m.lifetime, um_current_age(&m.times, response_time),
+                                   true};
+        if (um_cache_stale_if_error_ok(&v, &qm, &co->pol, h->status)) {
+            fl->revalidating = false;
+            if (fl->obj) {
+                /* The refetch that was to replace it: given up (its waiters ask again). */
+                um_cache_obj_finish(fl->obj, false);
+                um_cache_obj_unref(fl->obj);
+                fl->obj = NULL;
+            }
+            if (fl->own)
+                fl->own->cs.detail = "stale-if-error";
+            own_switch(fl, fl->old, h->status);
+            fl->discard = true; /* the rest of this answer goes nowhere */
+            return;
+        }
+    }
+
+    enum um_nostore why = um_cache_storable(&qm, &rm, &co->pol, response_time);
+    int64_t ttl = hook_ttl(fl, h);
+    /* A hook's lifetime stands in for missing freshness information; it does not make
+     * shareable what the response or the request keep private. */
+    if (ttl > 0 && (why == UM_NOSTORE_UNCACHEABLE || why == UM_NOSTORE_USELESS))
+        why = UM_STORABLE;
+    if (why == UM_STORABLE && (h->no_store || ttl == 0))
+        why = UM_NOSTORE_HOOK;
+    size_t taglen = 0;
+    char tag[2048];
+    if (why == UM_STORABLE) {
+        taglen = tag_build(&rm.vary, &fl->req, tag, sizeof(tag));
+        if (taglen == 0)
+            why = UM_NOSTORE_VARY;
+    }
+    bool fresh_object = false;
+    if (why == UM_STORABLE && fl->obj == NULL) {
+        /* A revalidation answered in full: a new object replaces the old one. */
+        fl->obj = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len}, tag, taglen);
+        fresh_object = fl->obj != NULL;
+    }
+    bool stored = false;
+    if (why == UM_STORABLE && fl->obj) {
+        struct meta m = {0};
+        m.status = h->status;
+        um_age_times_init(&m.times, &rm, fl->request_time, response_time);
+        enum um_fresh_source src;
+        m.lifetime = ttl >= 0 ? ttl : um_freshness_lifetime(&rm, &co->pol, response_time, &src);
+        m.content_length = h->content_length;
+        size_t blen;
+        char *block = head_block(h->headers, h->num_headers, &rm, &blen);
+        if (um_cache_obj_set_tag(fl->obj, tag, taglen) == UM_OK &&
+            (h->content_length < 0 || um_cache_obj_expect(fl->obj, (size_t)h->content_length) == UM_OK) &&
+            um_cache_obj_set_head(fl->obj, &m, sizeof(m), block, blen) == UM_OK) {
+            int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
+            int64_t keep = 0;
+            if (rm.cc.stale_while_revalidate > keep)
+                keep = rm.cc.stale_while_revalidate;
+            if (rm.cc.stale_if_error > keep)
+                keep = rm.cc.stale_if_error;
+            if (co->pol.stale_if_error > keep)
+                keep = co->pol.stale_if_error;
+            if ((rm.etag.len > 0 || rm.has_last_modified) && keep < VALIDATOR_KEEP)
+                keep = VALIDATOR_KEEP;
+            um_cache_obj_set_expires(fl->obj, expires);
+            um_cache_obj_set_stale_until(fl->obj, expires + keep);
+            stored = true;
+            if (fl->own) {
+                fl->own->cs.stored = true;
+                fl->own->cs.fwd_status = h->status;
+            }
+            if (fl->old)
+                um_cache_unlink(co->cache, fl->old);
+        }
+        free(block);
+        if (stored && fresh_object)
+            own_switch(fl, fl->obj, h->status);
+    }
+    if (!stored) {
+        /* Not kept: the waiters go to the origin on their own (the object aborts), later
+         * requests pass straight through for a while, and our own client is answered
+         * directly from this fetch. */
+        bool response_reason = why != UM_NOSTORE_REQUEST_NO_STORE &&
+                               why != UM_NOSTORE_AUTHORIZATION && why != UM_NOSTORE_METHOD;
+        if (fl->obj) {
+            um_cache_obj_finish(fl->obj, false);
+            um_cache_obj_unref(fl->obj);
+            fl->obj = NULL;
+        }
+        if (response_reason && !fl->revalidating)
+            leave_pass_marker(fl);
+        struct um_fetch f;
+        struct um_sink *client = fill_take_own_client(fl, &f);
+        if (client) {
+            /* Become a pass for the client: the rest of this fetch goes to it. */
+            struct pass *p = um_calloc(1, sizeof(*p));
+            p->kind = K_PASS;
+            p->co = co;
+            p->sink.ops = &um__cache_pass_ops;
+            p->client = client;
+            p->req = f.req;
+            p->scheme = f.scheme;
+            p->cs.cache_name = CACHE_NAME;
+            p->cs.fwd = fl->revalidating ? UM_FWD_STALE : UM_FWD_URI_MISS;
+            p->cs.detail = why == UM_STORABLE ? "too-large" : um_cache_nostore_str(why);
+            client->origin_data = p;
+            p->fill = fl;
+            fl->fwd = p;
+            um__cache_pass_on_head(&p->sink, h);
+        } else {
+            fl->discard = true;
+        }
+    }
+}
+
+static void on_fill_drop(struct um_task *t)
+{
+    struct fill *fl = (struct fill *)((char *)t - offsetof(struct fill, drop));
+    fl->drop_posted = false;
+    fl->co->inner->ops->cancel(fl->co->inner, &fl->sink);
+    um__cache_fill_free(fl);
+}
+
+static void fill_post_drop(struct fill *fl)
+{
+    if (fl->drop_posted)
+        return;
+    fl->drop_posted = true;
+    fl->drop.cb = on_fill_drop;
+    um_loop_post(fl->ctx->loop, &fl->drop);
+}
+
+/* A fill that stopped storing forwards to its client's pass, if any. */
+static struct pass *fill_forward(struct fill *fl)
+{
+    return fl->fwd;
+}
+
+static size_t fill_on_data(struct um_sink *s, const char *data, size_t len)
+{
+    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct pass *p = fill_forward(fl);
+    if (p)
+        return um__cache_pass_on_data(&p->sink, data, len);
+    if (fl->discard) {
+        /* Nobody wants the rest: the fetch is stopped rather than drained, since an
+         * origin's body may be huge or endless (one that never ends would be read for
+         * ever). Paused until the drop runs, outside the inner origin's callback. */
+        fill_post_drop(fl);
+        return 0;
+    }
+    if (fl->handoff)
+        return 0; /* the own client is still reading what was stored */
+    if (fl->obj && um_cache_obj_state(fl->obj) == UM_CACHE_FILLING &&
+        um_cache_obj_append(fl->obj, data, len) != UM_OK) {
+        /* Too large (or no room) after all: the object is dropped. The client that caused
+         * the fill reads what was stored, then gets the rest straight from this fetch
+         * (paused until it catches up); clients that joined are cut short. */
+        um_log_warn("cache: %.*s is larger than the cache takes; not stored", (int)fl->key_len,
+                    fl->key);
+        if (fl->own == NULL) {
+            fl->discard = true;
+            fill_post_drop(fl);
+            return 0;
+        }
+        fl->handoff = true;
+        return 0;
+    }
+    return len;
+}
+
+static void fill_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
+{
+    (void)s;
+    (void)off;
+    (void)len;
+    close(fd); /* upstream origins send memory only */
+}
+
+static void fill_on_end(struct um_sink *s, int err)
+{
+    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct pass *p = fill_forward(fl);
+    if (p) {
+        fl->fwd = NULL;
+        um__cache_pass_on_end(&p->sink, err);
+    } else if (fl->discard) {
+    } else if (fl->obj) {
+        um_cache_obj_finish(fl->obj, err == UM_OK && fl->status != 0);
+    } else if (fl->own) {
+        /* Nothing was stored and the own client still waits (e.g. an error before any
+         * head): let it fall back to a direct fetch. */
+        struct um_fetch f;
+        struct um_sink *client = fill_take_own_client(fl, &f);
+        if (client)
+            um__cache_pass_start(fl->co, &f, client, UM_FWD_MISS, "fill-failed");
+    }
+    if (fl->own) {
+        /* Still holding (a revalidation that ended without a head): answer from what is
+         * there. */
+        struct reader *r = fl->own;
+        fl->own = NULL;
+        if (r->waiting && !r->head_sent) {
+            r->waiting = false;
+            um__cache_reader_pump(r);
+        }
+    }
+    um__cache_fill_free(fl);
+}
+
+static ssize_t fill_read_body(struct um_sink *s, char *buf, size_t len)
+{
+    (void)s;
+    (void)buf;
+    (void)len;
+    return 0; /* fills are for GET without a body */
+}
+
+const struct um_sink_ops um__cache_fill_ops = {.on_head = fill_on_head,
+                                               .on_data = fill_on_data,
+                                               .on_file = fill_on_file,
+                                               .on_end = fill_on_end,
+                                               .read_body = fill_read_body};
+
+static void fills_stop(struct um_task *t)
+{
+    struct worker_fills *wf = (struct worker_fills *)((char *)t - offsetof(struct worker_fills, stop));
+    while (wf->active) {
+        struct fill *fl = wf->active;
+        fl->co->inner->ops->cancel(fl->co->inner, &fl->sink);
+        struct pass *p = fill_forward(fl);
+        if (p)
+            free(p); /* its client is gone already */
+        fl->fwd = NULL;
+        fl->own = NULL;
+        um__cache_fill_free(fl);
+    }
+    um_context_set(wf->ctx, UM_CONTEXT_CACHE_FILLS, NULL);
+    free(wf);
+}
+
+/* The fill whose own client is r, if any: it must stop pointing at r. */
+void um__cache_forget_own(struct reader *r)
+{
+    for (struct fill *fl = um__cache_first_fill(r->ctx); fl; fl = fl->next_active) {
+        if (fl->own != r)
+            continue;
+        fl->own = NULL;
+        if (fl->handoff) {
+            /* Nobody left to hand the rest to: the paused fetch is stopped. */
+            fl->handoff = false;
+            fl->discard = true;
+            fill_post_drop(fl);
+        }
+    }
+}

@@ -1,0 +1,337 @@
+/* The caching layer's reader (see origin.c's note): it answers one client from a stored
+ * object: the head with Age and Cache-Status (conditionals and Range when the object is
+ * complete), then the body, without copying, while the object may still be filling. The
+ * store wakes it on the filler's thread; it goes on on its own loop through a posted
+ * task. A stored object that cannot answer after all makes it a pass. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- tags */
+
+struct tag_view {
+    unsigned flags;
+    struct um_vary_value v[UM_VARY_MAX];
+    size_t n;
+};
+
+static bool tag_parse(um_str tag, struct tag_view *tv)
+{
+    memset(tv, 0, sizeof(*tv));
+    if (tag.len == 0)
+        return true;
+    const unsigned char *p = (const unsigned char *)tag.base, *end = p + tag.len;
+    tv->flags = *p++;
+    while (p < end && tv->n < UM_VARY_MAX) {
+        if (end - p < 2)
+            return false;
+        size_t nl = (size_t)p[0] << 8 | p[1];
+        p += 2;
+        if ((size_t)(end - p) < nl + 3)
+            return false;
+        um_str name = {(const char *)p, nl};
+        p += nl;
+        bool present = *p++;
+        size_t vl = (size_t)p[0] << 8 | p[1];
+        p += 2;
+        if ((size_t)(end - p) < vl)
+            return false;
+        tv->v[tv->n++] = (struct um_vary_value){name, {(const char *)p, vl}, present};
+        p += vl;
+    }
+    return p == end;
+}
+
+static bool tag_matches(um_str tag, const struct um_request *req)
+{
+    struct tag_view tv;
+    if (!tag_parse(tag, &tv))
+        return false;
+    if (tv.flags & (TAG_PASS | TAG_PENDING))
+        return true;
+    return um_vary_matches(tv.v, tv.n, req->headers, req->num_headers);
+}
+
+bool um__cache_match(const struct um_cache_obj *obj, void *arg)
+{
+    return tag_matches(um_cache_obj_tag(obj), arg);
+}
+
+/* ---------------------------------------------------------------- stored heads */
+
+/* Splits a stored head block into fields (slices of it). */
+size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max)
+{
+    size_t n = 0;
+    const char *p = head.base, *end = head.base + head.len;
+    while (p < end && n < max) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL)
+            break;
+        const char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (colon) {
+            size_t vl = (size_t)(eol - colon - 1);
+            if (vl > 0 && colon[vl] == '\r')
+                vl--;
+            f[n].name = (um_str){p, (size_t)(colon - p)};
+            f[n].value = um_str_trim((um_str){colon + 1, vl});
+            n++;
+        }
+        p = eol + 1;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- readers */
+
+static void on_progress(struct um_cache_waiter *w)
+{
+    /* The filler's thread: only hand over to the reader's own loop. */
+    struct reader *r = (struct reader *)((char *)w - offsetof(struct reader, waiter));
+    um_loop_post(r->ctx->loop, &r->task);
+}
+
+static void on_reader_task(struct um_task *t)
+{
+    struct reader *r = (struct reader *)((char *)t - offsetof(struct reader, task));
+    r->waiting = false;
+    um__cache_reader_pump(r);
+}
+
+struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
+                                    struct um_sink *client, struct um_cache_obj *obj)
+{
+    struct reader *r = um_calloc(1, sizeof(*r));
+    r->kind = K_READER;
+    r->co = co;
+    r->client = client;
+    r->ctx = f->ctx;
+    r->obj = obj;
+    r->req = f->req;
+    r->fetch = *f;
+    r->head_only = f->req->method_id == UM_METHOD_HEAD;
+    um_cache_cursor_init(&r->cur, obj);
+    um_cache_waiter_init(&r->waiter, on_progress);
+    r->task.cb = on_reader_task;
+    r->cs.cache_name = CACHE_NAME;
+    client->origin_data = r;
+    return r;
+}
+
+/* Detaches r from everything; the caller frees it. */
+void um__cache_reader_release(struct reader *r)
+{
+    um__cache_forget_own(r);
+    um_cache_obj_unwait(r->obj, &r->waiter);
+    um_loop_unpost(r->ctx->loop, &r->task);
+    um_cache_obj_unref(r->obj);
+    r->obj = NULL;
+}
+
+/* The end of a reader: after on_end nothing may touch the client. */
+static void reader_finish(struct reader *r, int err)
+{
+    r->done = true;
+    struct um_sink *client = r->client;
+    um__cache_reader_release(r);
+    client->origin_data = NULL;
+    client->ops->on_end(client, err);
+    free(r);
+}
+
+/* The stored object cannot answer this request after all (hit-for-pass, another variant,
+ * an aborted fill before any byte was sent): ask the inner origin directly. */
+static void reader_fall_back(struct reader *r, const char *detail)
+{
+    struct cache_origin *co = r->co;
+    struct um_fetch f = r->fetch;
+    struct um_sink *client = r->client;
+    um__cache_reader_release(r);
+    free(r);
+    um__cache_pass_start(co, &f, client, UM_FWD_MISS, detail);
+}
+
+
+/* Sends the head of the stored response (status may become 304, 206, 412, 416). Returns
+ * false when the reader is finished (nothing more to send). */
+static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
+{
+    struct meta m;
+    memcpy(&m, meta_s.base, sizeof(m));
+    struct um_header in[MAX_OUT_FIELDS], out[MAX_OUT_FIELDS + 3];
+    size_t n = um__cache_head_fields(head, in, MAX_OUT_FIELDS);
+    time_t now = now_sec();
+    int64_t age = um_current_age(&m.times, now);
+    bool complete = um_cache_obj_state(r->obj) == UM_CACHE_COMPLETE;
+    int64_t length = complete ? (int64_t)um_cache_obj_body_len(r->obj) : m.content_length;
+
+    int status = m.status;
+    uint64_t first = 0, last = 0;
+    char cr[96];
+    size_t no = 0;
+    for (size_t i = 0; i < n; i++)
+        out[no++] = in[i];
+    if (complete) {
+        /* Conditionals and Range, answered from what is stored. */
+        struct um_resp_meta rm;
+        um_resp_meta_scan(&rm, m.status, in, n);
+        struct um_req_meta qm;
+        um_req_meta_scan(&qm, r->req->method_id, r->req->headers, r->req->num_headers);
+        struct um_cond_stored cs = {m.status, rm.etag, rm.has_last_modified, rm.last_modified,
+                                    rm.has_date, rm.date, m.times.response_time,
+                                    (uint64_t)length};
+        int c = um_cache_conditional(&qm, &cs, false, &first, &last);
+        if (c == 304 || c == 412) {
+            status = c;
+            length = 0;
+        } else if (c == 206) {
+            status = 206;
+            int k = snprintf(cr, sizeof(cr), "bytes %llu-%llu/%lld", (unsigned long long)first,
+                             (unsigned long long)last, (long long)length);
+            out[no++] = (struct um_header){UM_STR("Content-Range"), {cr, (size_t)k}};
+            r->ranged = true;
+            r->range_skip = first;
+            r->range_left = last - first + 1;
+            length = (int64_t)(last - first + 1);
+        } else if (c == 416) {
+            status = 416;
+            int k = snprintf(cr, sizeof(cr), "bytes */%lld", (long long)length);
+            out[no++] = (struct um_header){UM_STR("Content-Range"), {cr, (size_t)k}};
+            length = 0;
+        }
+    }
+    char agebuf[24], csbuf[256];
+    int k = snprintf(agebuf, sizeof(agebuf), "%lld", (long long)(age < 0 ? 0 : age));
+    out[no++] = (struct um_header){UM_STR("Age"), {agebuf, (size_t)k}};
+    if (r->cs.hit) {
+        r->cs.has_ttl = true;
+        r->cs.ttl = m.lifetime - age;
+    }
+    (void)now;
+    size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &r->cs);
+    if (cl < sizeof(csbuf))
+        out[no++] = (struct um_header){UM_STR("Cache-Status"), {csbuf, cl}};
+    struct um_response_head h = {.status = status, .headers = out, .num_headers = no,
+                                 .content_length = length, .reason = {NULL, 0}, .cache = &r->cs};
+    r->head_sent = true;
+    r->client->ops->on_head(r->client, &h);
+    if (r->head_only || status == 304 || status == 412 || status == 416 || status == 204 ||
+        status < 200) {
+        reader_finish(r, UM_OK);
+        return false;
+    }
+    return true;
+}
+
+static void release_obj(void *obj)
+{
+    um_cache_obj_unref(obj);
+}
+
+void um__cache_reader_pump(struct reader *r)
+{
+    if (r->done || r->waiting)
+        return;
+    if (!r->head_sent) {
+        um_str meta_s, head;
+        if (!um_cache_obj_head(r->obj, &meta_s, &head)) {
+            if (um_cache_obj_state(r->obj) == UM_CACHE_ABORTED) {
+                reader_fall_back(r, "aborted");
+                return;
+            }
+            if (um_cache_obj_wait(r->obj, &r->cur, &r->waiter)) {
+                r->waiting = true;
+                return;
+            }
+            um__cache_reader_pump(r);
+            return;
+        }
+        struct meta m;
+        memcpy(&m, meta_s.base, sizeof(m));
+        if ((m.flags & META_F_PASS) || !tag_matches(um_cache_obj_tag(r->obj), r->req)) {
+            reader_fall_back(r, (m.flags & META_F_PASS) ? "hit-for-pass" : "vary-mismatch");
+            return;
+        }
+        if (!reader_send_head(r, meta_s, head))
+            return;
+    }
+    for (;;) {
+        struct iovec iov[8];
+        bool complete = false;
+        size_t n = um_cache_obj_read(r->obj, &r->cur, iov, 8, &complete);
+        for (size_t i = 0; i < n; i++) {
+            const char *base = iov[i].iov_base;
+            size_t len = iov[i].iov_len;
+            if (r->range_skip > 0) {
+                /* The bytes before a range are passed over as they are read (the cursor
+                 * only moves over what a read returned). */
+                size_t skip = len < r->range_skip ? len : (size_t)r->range_skip;
+                um_cache_cursor_advance(&r->cur, skip);
+                r->range_skip -= skip;
+                base += skip;
+                len -= skip;
+            }
+            if (r->ranged && len > r->range_left)
+                len = (size_t)r->range_left;
+            if (len == 0)
+                continue;
+            /* The bytes go out without a copy: the segment holds a reference to the
+             * object, whose chunks live as long as it does. */
+            um_cache_obj_ref(r->obj);
+            size_t taken = r->client->ops->on_data_ref(r->client, base, len, release_obj, r->obj);
+            if (taken == 0) {
+                um_cache_obj_unref(r->obj);
+                return; /* the client is behind: resume comes */
+            }
+            um_cache_cursor_advance(&r->cur, taken);
+            if (r->ranged) {
+                r->range_left -= taken;
+                if (r->range_left == 0) {
+                    reader_finish(r, UM_OK);
+                    return;
+                }
+            }
+            if (taken < len)
+                break;
+        }
+        if (n > 0)
+            continue;
+        enum um_cache_state st = um_cache_obj_state(r->obj);
+        if (complete || st == UM_CACHE_COMPLETE) {
+            reader_finish(r, UM_OK);
+            return;
+        }
+        if (st == UM_CACHE_ABORTED) {
+            struct fill *fl = um__cache_first_fill(r->ctx);
+            while (fl && fl->own != r)
+                fl = fl->next_active;
+            if (fl && fl->handoff) {
+                /* Caught up with what was stored: the rest comes from the fetch. */
+                struct pass *p = um_calloc(1, sizeof(*p));
+                p->kind = K_PASS;
+                p->co = r->co;
+                p->sink.ops = &um__cache_pass_ops;
+                p->client = r->client;
+                p->req = r->req;
+                p->scheme = r->fetch.scheme;
+                p->fill = fl;
+                fl->own = NULL;
+                fl->handoff = false;
+                fl->fwd = p;
+                r->client->origin_data = p;
+                um__cache_reader_release(r);
+                free(r);
+                fl->co->inner->ops->resume(fl->co->inner, &fl->sink);
+                return;
+            }
+            reader_finish(r, UM_ERR); /* the body was cut short */
+            return;
+        }
+        if (um_cache_obj_wait(r->obj, &r->cur, &r->waiter)) {
+            r->waiting = true;
+            return;
+        }
+    }
+}

@@ -1,0 +1,152 @@
+/* What the files of the shared cache store share: its structures, and the few calls one
+ * part makes into another. The store's design note is spread over its files, each part
+ * beside the code it describes:
+ *
+ *   store.c        the index and its lock protocol; objects made, referenced and freed;
+ *                  the store: create, destroy, lookup, insert, unlink, purge, counters;
+ *   store_evict.c  memory (the charge against the cap) and eviction (SIEVE, its queue);
+ *   store_clean.c  the cleaner thread: expiry sweeps, eviction in the background;
+ *   store_obj.c    objects: chunked bodies, accessors, filling, reading, and the
+ *                  progress and waiter protocol that never loses a wake-up.
+ *
+ * For the store's files (and its unit test) only: everything else uses cache.h. */
+#ifndef UMBRA_CACHE_STORE_INTERNAL_H
+#define UMBRA_CACHE_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "umbra/cache.h"
+
+#define CACHELINE 64
+#define CHUNK_ALLOC_MAX 65536
+#define CHUNK_DATA_MIN 64
+
+enum { Q_NEW, Q_QUEUED, Q_GONE };
+enum { W_NONE, W_WAITING, W_FIRING };
+
+struct um_cache_chunk {
+    struct um_cache_chunk *next; /* written once, before the bytes in it are published */
+    atomic_uint refcnt;          /* objects whose body contains this chunk */
+    uint32_t cap;                /* data bytes */
+    size_t acct;                 /* bytes charged */
+    char data[];
+};
+
+#define CHUNK_HDR offsetof(struct um_cache_chunk, data)
+#define CHUNK_DATA_MAX (CHUNK_ALLOC_MAX - 8 - CHUNK_HDR)
+
+struct um_cache_obj {
+    struct um_cache *cache;
+    uint64_t hash;
+    struct um_cache_obj *h_next;            /* shard lock; reused for private lists once
+                                               unlinked */
+    struct um_cache_obj *q_newer, *q_older; /* queue lock */
+    unsigned char q_state;                  /* queue lock */
+    bool adopted;                           /* filler only */
+    atomic_bool linked;                     /* written under the shard lock */
+    atomic_uchar visited;
+    atomic_bool head_ready;
+    atomic_int state;
+    atomic_size_t refcnt;
+    atomic_size_t body_len;
+    atomic_uint_fast64_t progress;
+    atomic_uint nwaiters; /* entries in the waiting list */
+    _Atomic int64_t expires, stale_until;
+
+    char *tag; /* changed under the shard lock, only before the head is published */
+    size_t tag_len, tag_acct;
+
+    char *headblk; /* meta at 0, head at head_off; published by head_ready */
+    size_t meta_len, head_off, head_len, head_acct;
+
+    struct um_cache_chunk *first; /* published by body_len > 0 */
+    struct um_cache_chunk *last;  /* filler only, as are the two below */
+    size_t last_start;
+    size_t expect;
+
+    size_t acct; /* bytes charged for this struct and the key */
+
+    pthread_mutex_t wlock; /* the two waiter lists and each waiter's private fields */
+    struct um_cache_waiter *waiting, *firing;
+
+    size_t key_len;
+    char key[];
+};
+
+struct shard {
+    _Alignas(CACHELINE) pthread_mutex_t lock;
+    struct um_cache_obj **buckets;
+    size_t mask; /* buckets - 1 */
+    size_t count;
+    size_t acct; /* bytes charged for buckets */
+};
+
+struct um_cache {
+    struct um_cache_opts o;
+    size_t cap, high, low, max_object;
+    uint64_t sipkey[2];
+    unsigned shard_bits;
+    struct shard *shards;
+
+    _Alignas(CACHELINE) atomic_size_t used;
+    atomic_size_t nlinked, nalloc;
+    atomic_uint_fast64_t evictions, expired, aborted, nospace;
+
+    _Alignas(CACHELINE) pthread_mutex_t qlock;
+    struct um_cache_obj *qhead, *qtail, *hand; /* head: newest */
+    size_t qlen;
+
+    _Alignas(CACHELINE) pthread_mutex_t clean_lock;
+    pthread_cond_t clean_cond;
+    pthread_t clean_thread;
+    bool clean_running, clean_stop, clean_kick;
+    atomic_bool kick_pending;
+};
+
+static inline struct shard *shard_of(struct um_cache *c, uint64_t hash)
+{
+    return &c->shards[c->shard_bits == 0 ? 0 : hash >> (64 - c->shard_bits)];
+}
+
+/* Reserves n bytes if that keeps the store under its cap (no eviction). */
+static inline bool try_charge(struct um_cache *c, size_t n)
+{
+    size_t u = atomic_load_explicit(&c->used, memory_order_relaxed);
+    do {
+        if (n > c->cap || u > c->cap - n) return false;
+    } while (!atomic_compare_exchange_weak_explicit(&c->used, &u, u + n, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    return true;
+}
+
+static inline void uncharge(struct um_cache *c, size_t n)
+{
+    size_t old = atomic_fetch_sub_explicit(&c->used, n, memory_order_relaxed);
+    UM_ASSERT(old >= n);
+}
+
+/* store.c: the index */
+/* Under the shard lock: takes *pp out of its chain; the index's reference is the caller's. */
+struct um_cache_obj *um__store_shard_take(struct um_cache *c, struct shard *sh,
+                                          struct um_cache_obj **pp);
+/* Takes o out of the index if it is there; returns whether it was (the caller then owns
+ * the index's reference). */
+bool um__store_index_remove(struct um_cache *c, struct um_cache_obj *o);
+/* Takes o out of the index and the queue, and drops the index's reference. */
+void um__store_obj_unlink(struct um_cache *c, struct um_cache_obj *o);
+
+/* store_evict.c: memory and the eviction queue */
+/* Charges n bytes, evicting synchronously when the cap is in the way; false when no room
+ * can be made. The caller holds no store lock. */
+bool um__store_charge(struct um_cache *c, size_t n);
+/* Queues a new object at the head (unless it was unlinked meanwhile); takes one out. */
+void um__store_queue_add(struct um_cache *c, struct um_cache_obj *o);
+void um__store_queue_remove(struct um_cache *c, struct um_cache_obj *o);
+
+/* store_clean.c: the cleaner */
+/* Wakes the cleaner thread to evict down to the low-water mark. */
+void um__store_kick_cleaner(struct um_cache *c);
+
+#endif
