@@ -1,8 +1,9 @@
-/* HTTP/1.1 request parsing (RFC 9112), strict, into slices of the caller's buffer.
+/* HTTP/1.1 request and response head parsing (RFC 9112), strict, into slices of the
+ * caller's buffer, and the chunked decoder.
  *
- * Nothing here allocates. A parsed request's slices point into the buffer that was
- * parsed and live as long as those bytes stay where they are (one exception: the path of
- * an absolute-form target without one is a static "/"). */
+ * Nothing here allocates. A parsed head's slices point into the buffer that was parsed
+ * and live as long as those bytes stay where they are (one exception: the path of an
+ * absolute-form target without one is a static "/"). */
 #ifndef UMBRA_HTTP1_H
 #define UMBRA_HTTP1_H
 
@@ -76,6 +77,61 @@ enum um_method um_http1_method_id(const char *m, size_t n);
 
 /* Returns the value of the first header named name (case-insensitive), or NULL. */
 const um_str *um_http1_find_header(const struct um_request *req, const char *name);
+
+/* ---------------------------------------------------------------- responses */
+
+#define UM_HTTP1_MAX_RESPONSE_FIELDS 128
+
+#define UM_RESP_F_CONTENT_LENGTH 0x01 /* content_length is set (every Content-Length agreed) */
+#define UM_RESP_F_TE 0x02             /* a Transfer-Encoding field */
+#define UM_RESP_F_CHUNKED 0x04        /* ...and the last one's final coding is chunked */
+#define UM_RESP_F_CLOSE 0x08          /* the server closes the connection after the answer:
+                                         Connection: close, or HTTP/1.0 without keep-alive */
+
+/* A response head: status line and fields as sent, and the facts about its framing. What
+ * the framing means (a HEAD request, 204 and 304 have no body; Transfer-Encoding beats
+ * Content-Length) is the caller's to apply, as it knows the request. */
+struct um_http1_response {
+    int minor_version; /* HTTP/1.<minor> */
+    int status;        /* 100..599; 1xx is an interim answer, the final head follows */
+    um_str reason;     /* may be empty */
+    struct um_header headers[UM_HTTP1_MAX_RESPONSE_FIELDS];
+    size_t num_headers;
+    size_t head_len;         /* bytes of status line + fields + the empty line */
+    uint64_t content_length; /* valid with UM_RESP_F_CONTENT_LENGTH */
+    unsigned flags;          /* UM_RESP_F_* */
+};
+
+/* Resumable state: keep it for one head; reset with um_http1_resp_parser_init. */
+struct um_http1_resp_parser {
+    size_t _scanned; /* bytes already known not to complete the head */
+};
+
+enum um_http1_resp_err {
+    UM_HTTP1_RESP_MALFORMED = 1,
+    UM_HTTP1_RESP_TOO_LARGE, /* the head is over max_head bytes, or has more than
+                                UM_HTTP1_MAX_RESPONSE_FIELDS fields */
+};
+
+void um_http1_resp_parser_init(struct um_http1_resp_parser *p);
+
+/* Parses a response head from buf[0..len). May be called again with more bytes appended
+ * (same buffer start): bytes already scanned are not scanned again.
+ *
+ * Strict: "HTTP/1.<digit> <3 digits>[ <reason>]" with a status from 100 to 599; fields
+ * "name: value" with a token name, no whitespace before the colon, no obs-fold, values of
+ * visible characters, SP, HTAB and obs-text; Content-Length of 1 to 18 digits, repeated
+ * only with the same value. Lines end in CRLF or a bare LF (RFC 9112 section 2.2 lets a
+ * recipient accept it, and servers that write LF alone exist); a CR anywhere else is an
+ * error, as is an empty line before the status line.
+ *
+ * Returns UM_OK when a complete head was parsed into *resp (resp->head_len says where the
+ * body or the next head begins); UM_AGAIN when more bytes are needed; UM_ERR with *err set
+ * when the head is malformed or too large. Bytes that cannot begin a status line fail at
+ * once. */
+int um_http1_parse_response(struct um_http1_resp_parser *p, const char *buf, size_t len,
+                            size_t max_head, struct um_http1_response *resp,
+                            enum um_http1_resp_err *err);
 
 /* Chunked transfer-coding decoder (RFC 9112 section 7.1), resumable across calls. */
 struct um_chunked {

@@ -13,14 +13,15 @@
  * attempt takes one, or connects a new one:
  *
  *   connect (non-blocking, connect_timeout) -> send the head, then the body as the sink
- *   gives it (Content-Length, or chunked when the client's was) -> read the head, line by
- *   line into upstream.c's parser -> body by Content-Length, chunked, or to the close ->
- *   the sink -> back to the pool when the exchange was complete and both sides allow it
+ *   gives it (Content-Length, or chunked when the client's was) -> parse the response head
+ *   in the read buffer (um_http1_parse_response; 1xx heads skipped) -> body by
+ *   Content-Length, chunked, or to the close -> the sink -> back to the pool when the
+ *   exchange was complete and both sides allow it
  *
  * An idempotent request on a kept-alive connection that fails before a byte of the answer
  * (the server closed it as we reused it) is sent again on a new connection, which is not
- * counted as a failure of the server. Every other error goes to um__up_finish as the libcurl code
- * it corresponds to, so errors, retries and logs are the same for both transports. */
+ * counted as a failure of the server. Every other error goes to um__up_finish as an enum
+ * um_up_err, with a few words in x->errbuf for the log. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -88,6 +89,7 @@ struct h1conn {
     /* decoded body bytes the sink has not taken yet (inside in, before in_pos) */
     const char *pend;
     size_t pend_len;
+    struct um_http1_resp_parser hp; /* the response head, until head_done */
     enum h1_framing framing;
     uint64_t remaining; /* F_LENGTH */
     struct um_chunked chunk;
@@ -156,7 +158,7 @@ static void on_worker_stop(struct um_task *t)
     while (hw->all) {
         struct h1conn *c = hw->all;
         if (c->x)
-            c->x->hc = NULL;
+            c->x->conn = NULL;
         conn_close(c);
     }
     reap(hw);
@@ -206,15 +208,15 @@ static void attempt(struct xfer *x, bool new_conn);
 static void detach(struct h1conn *c)
 {
     struct xfer *x = c->x;
-    x->hc = NULL;
+    x->conn = NULL;
     c->x = NULL;
 }
 
-/* The attempt failed with res (why: a few words for the log). Closes the connection.
+/* The attempt failed with err (why: a few words for the log). Closes the connection.
  * An idempotent request whose kept-alive connection failed before any answer is sent again
  * on a new connection: the server most likely closed it just before the request arrived.
  * Others are not (RFC 9110 section 9.2.2: the server may have acted on them). */
-static void fail(struct h1conn *c, CURLcode res, const char *why)
+static void fail(struct h1conn *c, enum um_up_err err, const char *why)
 {
     struct xfer *x = c->x;
     bool again = c->reused && !c->got_data && !x->head_sent && x->idempotent &&
@@ -228,14 +230,14 @@ static void fail(struct h1conn *c, CURLcode res, const char *why)
     }
     if (x->errbuf[0] == '\0')
         snprintf(x->errbuf, sizeof(x->errbuf), "%s", why);
-    um__up_finish(x, res);
+    um__up_finish(x, err);
 }
 
-static void fail_errno(struct h1conn *c, CURLcode res, const char *what, int err)
+static void fail_errno(struct h1conn *c, enum um_up_err err, const char *what, int e)
 {
     char why[128];
-    snprintf(why, sizeof(why), "%s: %s", what, strerror(err));
-    fail(c, res, why);
+    snprintf(why, sizeof(why), "%s: %s", what, strerror(e));
+    fail(c, err, why);
 }
 
 /* The answer is complete: the connection goes back to its pool when it can. */
@@ -254,7 +256,7 @@ static void complete(struct h1conn *c)
     } else {
         conn_close(c);
     }
-    um__up_finish(x, CURLE_OK);
+    um__up_finish(x, UM_UP_OK);
 }
 
 /* ---------------------------------------------------------------- sending */
@@ -309,28 +311,15 @@ static bool next_body(struct h1conn *c, struct xfer *x)
 {
     out_reserve(c, CHUNK_HEAD + OUT_BODY + 2);
     char *dst = c->out + CHUNK_HEAD;
-    ssize_t n;
-    if (x->body) {
-        n = (ssize_t)((size_t)x->body_size - x->body_pos);
-        if (n > OUT_BODY)
-            n = OUT_BODY;
-        memcpy(dst, x->body + x->body_pos, (size_t)n);
-        x->body_pos += (size_t)n;
-    } else {
-        n = x->sink->ops->read_body(x->sink, dst, OUT_BODY);
-        if (n == UM_AGAIN) {
-            x->paused_send = true;
-            c->out_pos = c->out_len = 0;
-            return true;
-        }
-        if (n < 0) {
-            x->body_failed = true;
-            fail(c, CURLE_ABORTED_BY_CALLBACK, "request body failed");
-            return false;
-        }
+    ssize_t n = um__up_read_body(x, dst, OUT_BODY);
+    if (n == UM_AGAIN) {
+        c->out_pos = c->out_len = 0;
+        return true;
     }
-    if (n > 0)
-        x->body_started = true;
+    if (n < 0) {
+        fail(c, UM_UP_ABORTED, "request body failed");
+        return false;
+    }
     if (n == 0)
         c->body_eof = true;
     if (!c->chunked_out) {
@@ -375,7 +364,7 @@ static bool send_request(struct h1conn *c)
                 if (errno == EINTR)
                     continue;
                 if (!conn_want(c, EPOLLIN | EPOLLOUT)) {
-                    fail_errno(c, CURLE_SEND_ERROR, "epoll_ctl", errno);
+                    fail_errno(c, UM_UP_SEND, "epoll_ctl", errno);
                     return false;
                 }
                 return true;
@@ -386,13 +375,13 @@ static bool send_request(struct h1conn *c)
                 c->req_done = true;
                 break;
             }
-            fail_errno(c, CURLE_SEND_ERROR, "send", errno);
+            fail_errno(c, UM_UP_SEND, "send", errno);
             return false;
         }
         c->out_pos += (size_t)n;
     }
     if (!conn_want(c, EPOLLIN)) {
-        fail_errno(c, CURLE_SEND_ERROR, "epoll_ctl", errno);
+        fail_errno(c, UM_UP_SEND, "epoll_ctl", errno);
         return false;
     }
     return true;
@@ -401,21 +390,20 @@ static bool send_request(struct h1conn *c)
 /* ---------------------------------------------------------------- receiving */
 
 /* The head has been handed to the sink: how the body is framed, and whether the
- * connection may carry another request after it (RFC 9112 sections 6.3 and 9.3), from
- * what deliver_head read. */
-static void head_done(struct h1conn *c, struct xfer *x)
+ * connection may carry another request after it (RFC 9112 sections 6.3 and 9.3). */
+static void head_done(struct h1conn *c, struct xfer *x, const struct um_http1_response *resp)
 {
-    int64_t cl = x->resp_length;
+    bool te = resp->flags & UM_RESP_F_TE, has_cl = resp->flags & UM_RESP_F_CONTENT_LENGTH;
     /* Both framings at once may be an attempt at response splitting: not reused. */
-    c->keep = !x->resp_close && !(x->resp_te && cl >= 0);
-    if (x->is_head || x->status == 204 || x->status == 304) {
+    c->keep = !(resp->flags & UM_RESP_F_CLOSE) && !(te && has_cl);
+    if (x->is_head || resp->status == 204 || resp->status == 304) {
         c->framing = F_NONE;
-    } else if (x->resp_te) {
-        c->framing = x->resp_chunked ? F_CHUNKED : F_CLOSE;
+    } else if (te) {
+        c->framing = (resp->flags & UM_RESP_F_CHUNKED) ? F_CHUNKED : F_CLOSE;
         um_chunked_init(&c->chunk);
-    } else if (cl >= 0) {
-        c->framing = cl == 0 ? F_NONE : F_LENGTH;
-        c->remaining = (uint64_t)cl;
+    } else if (has_cl) {
+        c->framing = resp->content_length == 0 ? F_NONE : F_LENGTH;
+        c->remaining = resp->content_length;
     } else {
         c->framing = F_CLOSE;
     }
@@ -424,32 +412,31 @@ static void head_done(struct h1conn *c, struct xfer *x)
     um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
 }
 
-/* Feeds whole head lines from the buffer to upstream.c's parser. Returns false when the
- * connection is gone. */
+/* Parses the response heads in the buffer: interim (1xx) ones are dropped, the final one
+ * goes to the sink. Returns false when the connection is gone. */
 static bool parse_head(struct h1conn *c, struct xfer *x)
 {
-    while (!c->head_done && c->in_len > 0) {
-        char *p = c->in + c->in_pos;
-        char *nl = memchr(p, '\n', c->in_len);
-        if (nl == NULL) {
-            if (c->in_len >= MAX_RESPONSE_HEAD) {
-                um_log_err("upstream %s: server %s: response head too large", x->up->conf->name,
-                           x->up->conf->servers[x->server].url);
-                x->logged = true;
-                fail(c, CURLE_WEIRD_SERVER_REPLY, "response head too large");
-                return false;
-            }
+    while (!c->head_done) {
+        struct um_http1_response resp;
+        enum um_http1_resp_err why = UM_HTTP1_RESP_MALFORMED;
+        int rc = um_http1_parse_response(&c->hp, c->in + c->in_pos, c->in_len,
+                                         MAX_RESPONSE_HEAD, &resp, &why);
+        if (rc == UM_AGAIN)
             return true;
-        }
-        size_t len = (size_t)(nl - p) + 1;
-        c->in_pos += len;
-        c->in_len -= len;
-        if (um__up_head_line(p, 1, len, x) != len) {
-            fail(c, CURLE_WEIRD_SERVER_REPLY, "malformed response head");
+        if (rc == UM_ERR) {
+            if (why == UM_HTTP1_RESP_TOO_LARGE)
+                fail(c, UM_UP_HEAD_TOO_LARGE, "response head too large");
+            else
+                fail(c, UM_UP_BAD_HEAD, "malformed response head");
             return false;
         }
-        if (x->head_sent)
-            head_done(c, x);
+        c->in_pos += resp.head_len;
+        c->in_len -= resp.head_len;
+        um_http1_resp_parser_init(&c->hp);
+        if (resp.status < 200)
+            continue;
+        um__up_head(x, &resp);
+        head_done(c, x, &resp);
     }
     return true;
 }
@@ -459,11 +446,8 @@ static bool offer(struct h1conn *c, struct xfer *x)
 {
     if (c->pend_len == 0)
         return true;
-    if (x->sink->ops->on_data(x->sink, c->pend, c->pend_len) == 0) {
-        x->paused_recv = true;
-        um_loop_timer_stop(c->hw->loop, &x->ttfb); /* a slow client is not the server's fault */
-        return false;
-    }
+    if (um__up_body(x, c->pend, c->pend_len) == 0)
+        return false; /* upstream.c stopped the timer: a slow client is not the server's fault */
     c->pend_len = 0;
     return true;
 }
@@ -503,7 +487,7 @@ static int take_body(struct h1conn *c, struct xfer *x)
             char *p = c->in + c->in_pos;
             int r = um_chunked_decode(&c->chunk, p, c->in_len, &consumed, &out);
             if (r == UM_ERR) {
-                fail(c, CURLE_RECV_ERROR, "malformed chunked body");
+                fail(c, UM_UP_BAD_BODY, "malformed chunked body");
                 return BODY_GONE;
             }
             c->pend = p;
@@ -548,7 +532,7 @@ static void receive(struct h1conn *c)
                 return;
             if (r == BODY_PAUSED) {
                 if (!conn_want(c, c->want & ~(uint32_t)EPOLLIN))
-                    fail_errno(c, CURLE_RECV_ERROR, "epoll_ctl", errno);
+                    fail_errno(c, UM_UP_RECV, "epoll_ctl", errno);
                 return;
             }
             if (r == BODY_DONE) {
@@ -594,17 +578,17 @@ static void receive(struct h1conn *c)
         int err = n < 0 ? errno : 0;
         if (!c->got_data) {
             if (err)
-                fail_errno(c, CURLE_RECV_ERROR, "recv", err);
+                fail_errno(c, UM_UP_RECV, "recv", err);
             else
-                fail(c, CURLE_GOT_NOTHING, "the server closed the connection without an answer");
+                fail(c, UM_UP_RECV, "the server closed the connection without an answer");
         } else if (err) {
-            fail_errno(c, CURLE_RECV_ERROR, "recv", err);
+            fail_errno(c, UM_UP_RECV, "recv", err);
         } else if (!c->head_done) {
-            fail(c, CURLE_WEIRD_SERVER_REPLY, "the server closed the connection in the "
-                                              "middle of the response head");
+            fail(c, UM_UP_BAD_HEAD, "the server closed the connection in the middle of the "
+                                    "response head");
         } else {
-            fail(c, CURLE_PARTIAL_FILE, "the server closed the connection before the end of "
-                                        "the answer");
+            fail(c, UM_UP_CUT_SHORT, "the server closed the connection before the end of "
+                                     "the answer");
         }
         return;
     }
@@ -638,7 +622,7 @@ static void on_io(struct um_io *io, uint32_t events)
         if (err == 0 && (events & (EPOLLERR | EPOLLHUP)))
             err = ECONNREFUSED;
         if (err != 0) {
-            fail_errno(c, CURLE_COULDNT_CONNECT, "connect", err);
+            fail_errno(c, UM_UP_CONNECT, "connect", err);
             return;
         }
         connected(c);
@@ -657,7 +641,7 @@ static void on_timer(struct um_timer *t)
         conn_close(c);
         return;
     }
-    fail(c, CURLE_OPERATION_TIMEDOUT, "connection timed out");
+    fail(c, UM_UP_CONNECT_TIMEOUT, "connection timed out"); /* only armed while connecting */
 }
 
 /* ---------------------------------------------------------------- attempts */
@@ -685,7 +669,11 @@ static struct h1conn *conn_new(struct h1worker *hw, struct h1pool *pool, struct 
 {
     int fd = socket(pool->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        x->socket_errno = errno;
+        /* Out of descriptors here is said in the log as it is ("Too many open files"). */
+        int e = errno;
+        bool local = um__up_errno_local(e);
+        snprintf(x->errbuf, sizeof(x->errbuf), "%s%s", local ? "" : "socket: ", strerror(e));
+        um__up_finish(x, local ? UM_UP_LOCAL : UM_UP_CONNECT);
         return NULL;
     }
     int one = 1;
@@ -711,21 +699,17 @@ static void attempt(struct xfer *x, bool new_conn)
     bool fresh = c == NULL;
     if (fresh) {
         c = conn_new(hw, pool, x);
-        if (c == NULL) {
-            snprintf(x->errbuf, sizeof(x->errbuf), "socket: %s", strerror(x->socket_errno));
-            um__up_finish(x, CURLE_COULDNT_CONNECT);
-            return;
-        }
+        if (c == NULL)
+            return; /* finished */
     }
     c->x = x;
-    x->hc = c;
+    x->conn = c;
     c->reused = reused;
     c->got_data = c->req_done = c->head_done = false;
     c->keep = true;
     c->in_pos = c->in_len = c->pend_len = 0;
+    um_http1_resp_parser_init(&c->hp);
     x->paused_send = x->paused_recv = false; /* this attempt asks the sink afresh */
-    x->hlen = 0;
-    x->num_lines = 0;
     put_head(c, x);
     if (!fresh) {
         send_request(c); /* the answer comes with EPOLLIN (see connected) */
@@ -733,49 +717,57 @@ static void attempt(struct xfer *x, bool new_conn)
     }
     if (connect(c->io.fd, (const struct sockaddr *)&pool->addr, pool->addrlen) == 0) {
         if (!conn_want(c, EPOLLIN)) {
-            fail_errno(c, CURLE_COULDNT_CONNECT, "epoll_ctl", errno);
+            fail_errno(c, UM_UP_CONNECT, "epoll_ctl", errno);
             return;
         }
         connected(c);
         return;
     }
     if (errno != EINPROGRESS) {
-        fail_errno(c, CURLE_COULDNT_CONNECT, "connect", errno);
+        fail_errno(c, UM_UP_CONNECT, "connect", errno);
         return;
     }
     if (!conn_want(c, EPOLLOUT)) {
-        fail_errno(c, CURLE_COULDNT_CONNECT, "epoll_ctl", errno);
+        fail_errno(c, UM_UP_CONNECT, "epoll_ctl", errno);
         return;
     }
     um_loop_timer_start(hw->loop, &c->timer, (uint64_t)(x->up->conf->connect_timeout * 1000));
 }
 
-void um__h1_start(struct xfer *x)
+static void h1_start(struct xfer *x)
 {
     attempt(x, false);
 }
 
-void um__h1_release(struct xfer *x)
+static void h1_release(struct xfer *x)
 {
-    struct h1conn *c = x->hc;
+    struct h1conn *c = x->conn;
     detach(c);
     conn_close(c);
 }
 
-void um__h1_resume(struct xfer *x)
+static void h1_resume(struct xfer *x)
 {
-    struct h1conn *c = x->hc;
+    struct h1conn *c = x->conn;
     um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
     if (!conn_want(c, c->want | EPOLLIN)) {
-        fail_errno(c, CURLE_RECV_ERROR, "epoll_ctl", errno);
+        fail_errno(c, UM_UP_RECV, "epoll_ctl", errno);
         return;
     }
     receive(c);
 }
 
-void um__h1_body_ready(struct xfer *x)
+static void h1_body_ready(struct xfer *x)
 {
-    struct h1conn *c = x->hc;
+    struct h1conn *c = x->conn;
     if (c->state == H1_ACTIVE && !c->req_done)
         send_request(c);
 }
+
+const struct um_up_transport um__up_h1 = {
+    .name = "Umbra's HTTP/1.1 client",
+    .start = h1_start,
+    .release = h1_release,
+    .resume = h1_resume,
+    .body_ready = h1_body_ready,
+};

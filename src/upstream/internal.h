@@ -1,20 +1,60 @@
 /* Types shared by the files of the upstream module only: the origin (upstream.c: servers,
- * balancing, the request's fields, the response head, errors and retries) and its two
- * transports, libcurl's multi interface (upstream.c) and Umbra's own HTTP/1.1 client
- * (h1.c) for http:// servers at an IP address. */
+ * balancing, passive health, retries, the request's fields, handing the response to the
+ * sink) and its transports behind struct um_up_transport, libcurl's multi interface
+ * (curl.c) and Umbra's own HTTP/1.1 client (h1.c). The transports are peers: neither calls
+ * the other, and both report to upstream.c through the um__up_* functions below, in
+ * Umbra's own terms (enum um_up_err, struct um_http1_response). */
 #ifndef UMBRA_UPSTREAM_INTERNAL_H
 #define UMBRA_UPSTREAM_INTERNAL_H
 
-#include <curl/curl.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "umbra/context.h"
+#include "umbra/http1.h"
 #include "umbra/loop.h"
 #include "umbra/upstream.h"
 
 #define MAX_RESPONSE_HEAD (64 * 1024)
-#define MAX_RESPONSE_FIELDS 128
+#define UM_UP_ERRBUF 256 /* curl.c checks that it holds CURL_ERROR_SIZE */
+
+/* How an attempt ended, in what the common code decides by: whether the server is to
+ * blame (passive health), whether another server may be tried (idempotent requests whose
+ * body has not started), and what the client gets (502, or 504 for the timeouts). After
+ * the response head every error only cuts the body short. */
+enum um_up_err {
+    UM_UP_OK,              /* the response is complete */
+    UM_UP_CONNECT,         /* no connection: refused, unreachable, name not resolved */
+    UM_UP_CONNECT_TIMEOUT, /* no connection within connect_timeout (libcurl's own timeout
+                              before the head is counted here too); 504 */
+    UM_UP_TLS,             /* the TLS handshake failed */
+    UM_UP_TLS_VERIFY,      /* the server's certificate did not verify: not retried */
+    UM_UP_SEND,            /* sending the request failed */
+    UM_UP_RECV,            /* reading failed, or the server closed without an answer */
+    UM_UP_TIMEOUT,         /* no response head within timeout (upstream.c's timer): 504,
+                              not retried; after the head, the body stalled */
+    UM_UP_BAD_HEAD,        /* a malformed response head: not retried */
+    UM_UP_HEAD_TOO_LARGE,  /* over MAX_RESPONSE_HEAD, or too many fields: not retried */
+    UM_UP_BAD_BODY,        /* a malformed body (its chunked coding) */
+    UM_UP_CUT_SHORT,       /* the server closed before the end of the body */
+    UM_UP_LOCAL,           /* out of descriptors or memory here (EMFILE...): not the
+                              server's fault, and no other server would do better */
+    UM_UP_ABORTED,         /* the client's request body failed (x->body_failed): the
+                              connection answers that itself */
+    UM_UP_OTHER,           /* anything else (a local TLS setting, a protocol libcurl
+                              refuses): 502, not counted against the server */
+};
+
+/* A short text for err, for the log when the transport said nothing more. */
+const char *um__up_err_text(enum um_up_err err);
+
+/* True for the errno of running out of something here, not the server's fault. */
+static inline bool um__up_errno_local(int e)
+{
+    return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
+}
 
 struct server_state {
     atomic_int fails;           /* failures in a row */
@@ -22,88 +62,96 @@ struct server_state {
     atomic_int active;          /* fetches in flight (least_conn) */
 };
 
+struct xfer;
+
+/* A transport: what carries an attempt to a server and the answer back. Every function
+ * runs on the worker that owns x. */
+struct um_up_transport {
+    const char *name;
+    /* Starts an attempt on x->server (or x->url): sets x->conn to the attempt's state,
+     * sends the request, and reports through um__up_head, um__up_body, um__up_read_body
+     * and, once, um__up_finish, which may come before start returns. */
+    void (*start)(struct xfer *x);
+    /* Takes the running attempt (x->conn, not NULL) off the transport without reporting
+     * anything, closing a connection that is in the middle of an exchange; x->conn is NULL
+     * after. */
+    void (*release)(struct xfer *x);
+    /* The sink has room again after um__up_body returned 0 (x->paused_recv is cleared). */
+    void (*resume)(struct xfer *x);
+    /* More request body is buffered after um__up_read_body returned UM_AGAIN
+     * (x->paused_send is cleared). */
+    void (*body_ready)(struct xfer *x);
+    /* Process-wide set-up and clean-up on the main thread (um_upstream_global_init), or
+     * NULL. */
+    void (*global_init)(void);
+    void (*global_cleanup)(void);
+};
+
+extern const struct um_up_transport um__up_curl; /* curl.c */
+extern const struct um_up_transport um__up_h1;   /* h1.c */
+
 struct upstream {
     struct um_origin base;
     atomic_int refcnt;
     const struct um_upstream_conf *conf;
     struct server_state *servers;
     int *slots; /* metrics slot per server */
+    const struct um_up_transport **transports; /* per server */
     atomic_uint rr;
 };
 
-struct worker_curl;
-struct h1conn;
-
+/* One fetch, across its attempts. */
 struct xfer {
     struct upstream *up;
-    struct worker_curl *wc;
     struct um_context *ctx; /* the worker's, from the fetch */
     struct um_loop *loop;   /* ctx->loop */
     struct um_sink *sink;
-    CURL *easy;
-    struct curl_slist *headers;
-    char *fields;  /* the request's fields as text ("Name: value\r\n"...), for h1.c */
+    const struct um_up_transport *tp; /* the current attempt's */
+    void *conn; /* the transport's state for the running attempt; NULL: none runs */
+    char *fields;  /* the request's fields as text ("Name: value\r\n"...) */
     size_t fields_len;
     bool has_host; /* fields has a Host */
-    struct h1conn *hc; /* h1.c's connection while an attempt runs on one */
     char *target; /* path and query as the client sent them */
     char *method; /* NULL: GET */
     char *url;    /* a hook's server ("scheme://host:port") instead of the upstream's */
     char *body;   /* a hook's body instead of the client's; body_pos bytes of it sent */
     size_t body_pos;
-    curl_off_t body_size; /* -1: chunked */
-    char errbuf[CURL_ERROR_SIZE];
+    int64_t body_size; /* -1: chunked */
+    /* Why the attempt failed, for the log (the transport's words); empty: the error's
+     * own text. */
+    char errbuf[UM_UP_ERRBUF];
     int server;
     uint64_t tried; /* bit per server already tried (first 64) */
     int attempts;
     bool idempotent, is_head, has_body, body_started, body_failed;
-    bool head_sent, timed_out, in_multi;
+    bool head_sent;
     bool counted;    /* counted in the server's active fetches */
-    bool logged;     /* the failure has been logged already */
-    bool easy_ready; /* the handle has the options that never change */
     bool paused_recv, paused_send;
-    int socket_errno; /* errno of a failed socket() for this attempt (EMFILE...), or 0 */
     uint64_t key_hash;
     uint64_t t_attempt; /* loop ms: start of the current attempt (metrics) */
     uint64_t log_conn;  /* the connection that started the fetch, for log lines */
+    /* Armed for `timeout` at each attempt's start and stopped by the head; h1.c arms it
+     * again for a body that stalls. Firing ends the attempt with UM_UP_TIMEOUT. */
     struct um_timer ttfb;
-    /* the response head being collected */
-    int status;
-    char *hbuf;
-    size_t hlen, hcap;
-    size_t line_starts[MAX_RESPONSE_FIELDS + 1];
-    size_t num_lines;
-    bool head_bad;
-    /* the final head's framing as deliver_head read it (h1.c reads the body by it) */
-    int64_t resp_length;    /* Content-Length; -1: none */
-    bool resp_te;           /* a Transfer-Encoding */
-    bool resp_chunked;      /* ... whose final coding is chunked */
-    bool resp_close;        /* Connection: close, or HTTP/1.0 without keep-alive */
 };
 
-/* upstream.c, for the transports. One line of the response head, with its line end (the
- * blank line ends the head and hands it to the sink). Returns len, or 0 when the head is
- * malformed or too large (logged; x->logged set). */
-size_t um__up_head_line(char *data, size_t size, size_t nitems, void *userp);
-/* The attempt ended: res is CURLE_OK when the response is complete, else the error (a
- * retry may start another attempt; else the sink gets its answer or its end). x may be
- * freed on return. */
-void um__up_finish(struct xfer *x, CURLcode res);
+/* upstream.c, for the transports. */
 
-/* Server i goes through Umbra's HTTP/1.1 client: an http:// server at an IP address
- * (config.c parsed it), unless the upstream says client = "curl". */
-static inline bool um__up_native(const struct upstream *up, int i)
-{
-    const struct um_upstream_server *s = &up->conf->servers[i];
-    return !up->conf->curl_only && !s->https && s->addrlen > 0;
-}
-
-/* h1.c. Starts an attempt on x->server over a kept-alive or new connection. */
-void um__h1_start(struct xfer *x);
-/* The attempt is abandoned (cancel, timeout): its connection is closed. */
-void um__h1_release(struct xfer *x);
-/* The client has room again / more request body is buffered. */
-void um__h1_resume(struct xfer *x);
-void um__h1_body_ready(struct xfer *x);
+/* The attempt's final response head (the transport skips 1xx heads): stops the timer,
+ * counts the server as answering, and hands the head to the sink (x->head_sent). resp
+ * is borrowed for the call. */
+void um__up_head(struct xfer *x, const struct um_http1_response *resp);
+/* Body bytes for the sink. Returns len when taken, or 0 when the client is behind:
+ * x->paused_recv is set and the transport stops reading until its resume. */
+size_t um__up_body(struct xfer *x, const char *data, size_t len);
+/* Copies up to len bytes of the request body (a hook's, or the client's through the sink)
+ * into buf. Returns the count (> 0), 0 at its end, UM_AGAIN when nothing is buffered
+ * (x->paused_send is set; body_ready follows), or UM_ERR when the client's body failed
+ * (x->body_failed is set: end the attempt with UM_UP_ABORTED). */
+ssize_t um__up_read_body(struct xfer *x, char *buf, size_t len);
+/* The attempt ended: err is UM_UP_OK when the response is complete, else why it failed
+ * (x->errbuf may hold the details). Releases the attempt; a retry may start another,
+ * else the sink gets its answer or its end. x may be freed on return. */
+void um__up_finish(struct xfer *x, enum um_up_err err);
 
 #endif

@@ -1,6 +1,7 @@
 /* Fuzzes the upstream's HTTP/1.1 client reading a response: src/upstream/h1.c's receive()
- * (head lines, framing by Transfer-Encoding/Content-Length/close, chunked decoding, the
- * sink pausing and resuming) with upstream.c's head parser and error handling behind it.
+ * (the head parsed in its buffer by um_http1_parse_response, interim heads skipped,
+ * framing by Transfer-Encoding/Content-Length/close, chunked decoding, the sink pausing
+ * and resuming) with upstream.c's head delivery and error handling behind it.
  *
  * Input: [flags byte][response bytes]. Bit 0 of flags: the request was a HEAD; bits 1-7:
  * a pattern for the sink (bit k set: the sink refuses the k-th on_data call, once, and is
@@ -9,8 +10,9 @@
  * connection reads the other end as it reads a server's socket.
  *
  * Both files are included, so the statics are reachable; the worker loop (descriptor
- * registration, timers, deferred tasks, the clock) and the log are stubs, and the worker
- * context a fetch carries is a static one around a fake loop.
+ * registration, timers, deferred tasks, the clock) and the log are stubs, the worker
+ * context a fetch carries is a static one around a fake loop, and the libcurl transport
+ * is left out.
  *
  * Properties:
  * - the sink gets at most one head and exactly one end, and no data before the head or
@@ -40,6 +42,9 @@
 
 #include "fuzz_common.h"
 #include "fuzz_loop_stubs.h"
+
+/* The other transport is not exercised here (a stub keeps src/upstream/curl.c out). */
+const struct um_up_transport um__up_curl = {.name = "none"};
 
 
 void fuzz_loop_timer_start(struct um_loop *l, struct um_timer *t, uint64_t ms)
@@ -191,12 +196,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* A connection in the middle of an attempt whose request has been sent. */
     struct h1worker *hw = h1worker(x->ctx);
-    FUZZ_CHECK(um__up_native(&up, 0));
     struct h1conn *c = conn_add(hw, pool_for(hw, &srv), sv[0]);
     c->state = H1_ACTIVE;
     c->want = EPOLLIN;
     c->x = x;
-    x->hc = c;
+    x->conn = c;
+    x->tp = &um__up_h1;
     c->keep = true;
     c->req_done = true;
 
@@ -204,7 +209,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int turn = 0; turn < 10000 && ends == 0; turn++) {
         if (x->paused_recv) {
             x->paused_recv = false;
-            um__h1_resume(x);
+            um__up_h1.resume(x);
         } else {
             on_io(&c->io, EPOLLIN);
         }

@@ -1,27 +1,29 @@
-/* Fuzzes the upstream response head parser: um__up_head_line and deliver_head of
- * src/upstream/upstream.c, fed line by line as libcurl's CURLOPT_HEADERFUNCTION feeds them.
+/* Fuzzes the upstream's response head as libcurl hands it over: on_header of
+ * src/upstream/curl.c (collects the lines, parses the head at its empty line with
+ * um_http1_parse_response) and um__up_head of src/upstream/upstream.c (drops hop-by-hop
+ * fields, adds Via, hands the head to the sink).
  *
  * Input: [flags byte][response bytes]. Bit 0 of flags: the request was a HEAD. The bytes
  * are cut after every LF (curl hands over one line at a time, its end included) and given
- * to um__up_head_line until it refuses one (returns 0) or the head has gone to the sink;
- * later lines are then trailers, which must be taken and ignored.
+ * to on_header until it refuses one (returns 0) or the head has gone to the sink; later
+ * lines are then trailers, which must be taken and ignored.
  *
- * The file is included, so the statics are reachable; the loop timer it stops, the loop's
- * clock and the log are stubs.
+ * Both files are included, so the statics are reachable; the loop timer it stops, the
+ * loop's clock and the log are stubs, and Umbra's own HTTP/1.1 client is left out.
  *
  * Properties:
- * - um__up_head_line returns 0 or the length it was given, never more than one head reaches
- *   the sink, and the bytes it keeps stay under MAX_RESPONSE_HEAD;
+ * - on_header returns 0 or the length it was given, never more than one head reaches the
+ *   sink, the bytes it keeps stay under MAX_RESPONSE_HEAD, and a refusal says why;
  * - a head that reaches the sink has a final status (200..599), a reason without control
- *   bytes but HTAB, at most MAX_RESPONSE_FIELDS + 1 fields, each with a non-empty token
- *   name and a value without CR, LF, NUL or DEL and without leading or trailing
+ *   bytes but HTAB, at most UM_HTTP1_MAX_RESPONSE_FIELDS + 1 fields, each with a non-empty
+ *   token name and a value without CR, LF, NUL or DEL and without leading or trailing
  *   whitespace; no hop-by-hop field, no Content-Length, Transfer-Encoding or Server; Via
- *   last; content_length -1 or a value that appeared in a
- *   Content-Length line. */
+ *   last; content_length -1 or a value that appeared in a Content-Length line. */
 #define um_loop_timer_stop fuzz_loop_timer_stop
 #define um_loop_now fuzz_loop_now /* no worker loop here: the time is 0 */
 #define um_log fuzz_log /* malformed heads are logged: millions of lines otherwise */
 #include "../../src/upstream/upstream.c"
+#include "../../src/upstream/curl.c"
 #undef um_loop_timer_stop
 #undef um_loop_now
 #undef um_log
@@ -29,28 +31,9 @@
 #include "fuzz_common.h"
 #include "fuzz_loop_stubs.h"
 
-/* The transports are not exercised here (stubs keep src/upstream/h1.c, and the worker
- * loop it uses, out of the binary). */
-void um__h1_start(struct xfer *x)
-{
-    (void)x;
-}
-
-void um__h1_release(struct xfer *x)
-{
-    (void)x;
-}
-
-void um__h1_resume(struct xfer *x)
-{
-    (void)x;
-}
-
-void um__h1_body_ready(struct xfer *x)
-{
-    (void)x;
-}
-
+/* The other transport is not exercised here (a stub keeps src/upstream/h1.c out of the
+ * binary). */
+const struct um_up_transport um__up_h1 = {.name = "none"};
 
 static int heads;
 static const char *input;
@@ -75,7 +58,7 @@ static void check_head(struct um_sink *s, const struct um_response_head *h)
         unsigned char c = (unsigned char)h->reason.base[i];
         FUZZ_CHECK(c >= 0x20 || c == '\t');
     }
-    FUZZ_CHECK(h->num_headers >= 1 && h->num_headers <= MAX_RESPONSE_FIELDS + 1);
+    FUZZ_CHECK(h->num_headers >= 1 && h->num_headers <= UM_HTTP1_MAX_RESPONSE_FIELDS + 1);
     for (size_t i = 0; i < h->num_headers; i++) {
         um_str n = h->headers[i].name, v = h->headers[i].value;
         FUZZ_CHECK(n.len > 0);
@@ -141,15 +124,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     up.servers = &state;
     int slot = -1; /* no metrics series (um_metrics_upstream_done ignores it) */
     up.slots = &slot;
-    struct worker_curl wc;
-    memset(&wc, 0, sizeof wc);
     struct um_sink sink = {&fuzz_sink_ops, NULL};
     struct xfer *x = calloc(1, sizeof *x);
     FUZZ_CHECK(x != NULL);
     x->up = &up;
-    x->wc = &wc;
     x->sink = &sink;
     x->is_head = flags & 1;
+    struct attempt a;
+    memset(&a, 0, sizeof a);
+    a.x = x;
+    x->conn = &a;
     heads = 0;
 
     size_t pos = 0;
@@ -164,18 +148,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *line = fuzz_alloc(len);
         memcpy(line, buf + pos, len);
         bool sent_before = x->head_sent;
-        size_t r = um__up_head_line(line, 1, len, x);
+        size_t r = on_header(line, 1, len, &a);
         free(line);
         FUZZ_CHECK(r == 0 || r == len);
-        FUZZ_CHECK(x->hlen <= MAX_RESPONSE_HEAD);
+        FUZZ_CHECK(a.hlen <= MAX_RESPONSE_HEAD);
         FUZZ_CHECK(heads <= 1);
+        FUZZ_CHECK(heads == (x->head_sent ? 1 : 0));
         if (sent_before)
             FUZZ_CHECK(r == len); /* trailers are taken and dropped */
-        if (r == 0)
+        if (r == 0) {
+            FUZZ_CHECK(a.head_err == UM_UP_BAD_HEAD || a.head_err == UM_UP_HEAD_TOO_LARGE);
             break;
+        }
+        FUZZ_CHECK(a.head_err == UM_UP_OK);
         pos = end;
     }
-    free(x->hbuf);
+    free(a.hbuf);
     free(x);
     free(buf);
     return 0;

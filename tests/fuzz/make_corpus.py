@@ -4,7 +4,8 @@
 Seeds are written here rather than by hand because most targets read control bytes first:
 fuzz_http1 takes [limits byte][split byte] before the request, fuzz_chunked takes a
 [piece-size byte] before the body, fuzz_upstream_head and fuzz_h1_response a [flags byte]
-before the response, fuzz_cachepolicy a [status byte] before the fields. Re-running
+before the response, fuzz_response a [max-head byte][split byte] before it,
+fuzz_cachepolicy a [status byte] before the fields. Re-running
 rewrites these seeds and leaves any other file in the corpus directories alone (e.g.
 inputs merged back from a long run).
 """
@@ -352,6 +353,19 @@ upstream_head = {
     "garbage": GET + "\x16\x03\x01\x02\x00garbage\r\n\r\n",
 }
 write_all("upstream_head", upstream_head)
+
+# --- fuzz_response ------------------------------------------------------------------------
+# Byte 0: max_head (< 0x80: 64 KiB; else 16 + 8 * (b - 128)); byte 1: split at len * b / 255;
+# then the response. The upstream_head seeds without their flags byte, split in the middle,
+# and a few with a tight limit.
+response = {name: "\x00\x80" + data[1:] for name, data in upstream_head.items()}
+response.update({
+    "tight_" + name: "\x90\x40" + upstream_head[name][1:]
+    for name in ("ok", "interim", "connection_named", "many_fields")
+})
+response["split_in_crlf"] = "\x00\x3b" + "HTTP/1.1 200 OK\r\nA: b\r\n\r\n"
+response["bare_cr_end"] = "\x00\x80" + "HTTP/1.1 200 OK\r\nA: b\r\r\n\r\n"
+write_all("response", response)
 
 # --- fuzz_cachepolicy ---------------------------------------------------------------------
 # Byte 0: status = 100 + 2 * byte ('2' = 0x32 -> 200, 'v' = 0x76 -> 336, 0x98 -> 404); then
