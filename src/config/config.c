@@ -1,7 +1,8 @@
 /* Loading config.lua into an immutable, reference-counted snapshot.
  *
- * The file runs once in a fresh LuaJIT state (JIT off, so that the instruction-count hook
- * sees every instruction and a runaway loop ends in an error instead of a hang). Then the
+ * The file runs once in a fresh LuaJIT state of the sandbox (umbra/luasandbox.h: the whole
+ * standard library, JIT off, and an instruction budget, so that a runaway loop ends in an
+ * error instead of a hang). Then the
  * globals it assigned are read into C structs and validated, inside lua_cpcall so that
  * even an allocation failure in the Lua state comes back as a message, and only raw table
  * accesses are used, so that no metamethod of the script runs during validation.
@@ -24,18 +25,14 @@
 #include <string.h>
 
 #include <lauxlib.h>
-#include <luajit.h>
-#include <lualib.h>
 
 #include "internal.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
+#include "umbra/luasandbox.h"
 #include "umbra/origin.h"
 #include "umbra/tls.h"
 
-/* Lua VM instructions a config may execute. A real config runs a few thousand; an endless
- * loop reaches this in a few tens of milliseconds. */
-#define INSTRUCTION_BUDGET 10000000
 #define MAX_FILE_BYTES (16u << 20)
 
 const char *const um__cfg_settings[] = {"listen",   "workers", "upstreams", "routes",
@@ -141,20 +138,6 @@ static int on_newindex(lua_State *L)
     lua_settop(L, 3);
     lua_rawset(L, 1);
     return 0;
-}
-
-static void on_count(lua_State *L, lua_Debug *ar)
-{
-    /* From now on fire at every instruction, so that a script catching this error with
-     * pcall cannot carry on. */
-    lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
-    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
-        lua_pushfstring(L, "%s:%d: ", ar->short_src, ar->currentline);
-    else
-        lua_pushliteral(L, "");
-    lua_pushfstring(L, "instruction budget of %d exceeded (endless loop?)", INSTRUCTION_BUDGET);
-    lua_concat(L, 2);
-    lua_error(L);
 }
 
 static char *read_file(const char *file, size_t *len, int *err)
@@ -326,15 +309,11 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->cache.max_object = CACHE_DEFAULT_MAX_OBJECT;
     c->cache.clean_interval = 10;
 
-    L = luaL_newstate();
+    L = um_lua_sandbox_new();
     if (L == NULL) {
         um__cfg_fail_at(&ld, 0, "cannot create a Lua state (out of memory)");
         goto out;
     }
-    luaL_openlibs(L);
-    /* Compiled traces do not run count hooks: keep everything in the interpreter. (After
-     * luaL_openlibs, whose "jit" library turns the compiler on.) */
-    luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
 
     chunkname = um_malloc(fl + 2);
     chunkname[0] = '@';
@@ -362,8 +341,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
         fail_lua(&ld, L);
         goto out;
     }
-    lua_sethook(L, on_count, LUA_MASKCOUNT, INSTRUCTION_BUDGET);
-    if (lua_pcall(L, 0, 0, 0) != 0) {
+    if (um_lua_sandbox_pcall(L, 0, 0, 0, UM_LUA_LOAD_BUDGET) != 0) {
         fail_lua(&ld, L);
         goto out;
     }

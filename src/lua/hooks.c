@@ -8,11 +8,11 @@
  * publication (the start of the worker threads, or a reload's mailbox, under its lock)
  * orders the making before the first use.
  *
- * JIT compilation is off in a state, as in the loader: compiled traces do not run count
- * hooks, and the instruction budget must stop any loop. The req and res objects are one
- * userdata each per state; they read and change the call in progress (the state's, which
- * the C functions find through the registry), so nothing is allocated per request for
- * them and one kept past its call cannot reach freed memory. */
+ * A state is made and budgeted by the sandbox the loader uses too (umbra/luasandbox.h),
+ * and restricted by it once the file has run. The req and res objects are one userdata
+ * each per state; they read and change the call in progress (the state's, which the C
+ * functions find through the registry), so nothing is allocated per request for them and
+ * one kept past its call cannot reach freed memory. */
 #include "umbra/hooks.h"
 
 #include <stdio.h>
@@ -22,18 +22,15 @@
 
 #include <lauxlib.h>
 #include <lua.h>
-#include <luajit.h>
-#include <lualib.h>
 
 #include "umbra/cacheorigin.h"
 #include "umbra/config.h"
 #include "umbra/context.h"
 #include "umbra/httpfield.h"
 #include "umbra/log.h"
+#include "umbra/luasandbox.h"
 #include "umbra/metrics.h"
 
-#define TICK 1000 /* instructions between count-hook calls */
-#define LOAD_BUDGET 10000000
 #define RES_EXTRA_FIELDS 32
 
 /* ---------------------------------------------------------------- arena */
@@ -87,13 +84,10 @@ struct call;
 struct hstate {
     lua_State *L;
     struct call *call; /* the call in progress, or NULL */
-    bool counting;     /* the instruction budget applies (a call or the file's top level) */
     int on_request, on_response, upstream_set; /* registry refs, or LUA_NOREF */
     int *route_req, *route_resp;               /* per route */
     int req_ud, res_ud;
     um_str yy_host; /* Yunying: the Host upstream_set starts from */
-    unsigned ticks, max_ticks;
-    bool hook_every; /* the count hook fires at every instruction (a budget ran out) */
 };
 
 /* A hook call in progress. */
@@ -158,25 +152,6 @@ static struct call *current(lua_State *L)
     return h->call;
 }
 
-static void on_count(lua_State *L, lua_Debug *ar)
-{
-    struct hstate *h = state_of(L);
-    if (h == NULL || !h->counting || ++h->ticks <= h->max_ticks)
-        return;
-    /* From now on at every instruction, so that a pcall in the script cannot carry on. */
-    lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
-    h->hook_every = true;
-    /* The line the script is at (luaL_error would name its caller's: none for the file's
-     * top level), so that a load-time error reads FILE:LINE, as the loader's does. */
-    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
-        lua_pushfstring(L, "%s:%d: ", ar->short_src, ar->currentline);
-    else
-        lua_pushliteral(L, "");
-    lua_pushfstring(L, "instruction budget of %d exceeded (endless loop?)", h->max_ticks * TICK);
-    lua_concat(L, 2);
-    lua_error(L);
-}
-
 static int traceback(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);
@@ -191,17 +166,7 @@ static bool pcall_budget(struct hstate *h, int nargs, unsigned budget, const cha
 {
     lua_State *L = h->L;
     /* The stack holds the message handler at 1 (always), the function, its arguments. */
-    h->ticks = 0;
-    h->max_ticks = budget / TICK;
-    h->counting = true;
-    /* The count hook stays set between calls (setting it is not free in LuaJIT: the
-     * dispatch table is rebuilt); between calls it finds no state and returns. */
-    if (h->hook_every) {
-        lua_sethook(L, on_count, LUA_MASKCOUNT, TICK);
-        h->hook_every = false;
-    }
-    int r = lua_pcall(L, nargs, 1, 1);
-    h->counting = false;
+    int r = um_lua_sandbox_pcall(L, nargs, 1, 1, budget);
     if (r == 0)
         return true;
     um_counter_add(&um_metrics_worker()->lua_errors, 1);
@@ -1029,39 +994,6 @@ static int ref_global_function(lua_State *L, const char *name)
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-/* Replaces the library table called name by one with only the fields in keep. */
-static void keep_only(lua_State *L, const char *name, const char *const *keep)
-{
-    lua_getfield(L, LUA_GLOBALSINDEX, name);
-    lua_newtable(L);
-    for (const char *const *k = keep; *k; k++) {
-        if (lua_istable(L, -2)) {
-            lua_getfield(L, -2, *k);
-            lua_setfield(L, -2, *k);
-        }
-    }
-    lua_setfield(L, LUA_GLOBALSINDEX, name);
-    lua_pop(L, 1);
-}
-
-/* Request states have no file or process access: hooks must never block the worker. Nor
- * what would give them back or stop the budget: debug.getregistry() reaches every loaded
- * library (io, package), debug.sethook() removes the count hook, and jit.on() compiles
- * traces, which do not run it. */
-static void restrict_globals(lua_State *L)
-{
-    static const char *const gone[] = {"io",     "dofile",  "loadfile", "require",
-                                       "module", "package", "jit",      NULL};
-    for (const char *const *g = gone; *g; g++) {
-        lua_pushnil(L);
-        lua_setfield(L, LUA_GLOBALSINDEX, *g);
-    }
-    static const char *const os_keep[] = {"time", "clock", "date", "difftime", NULL};
-    keep_only(L, "os", os_keep);
-    static const char *const debug_keep[] = {"traceback", NULL}; /* for xpcall */
-    keep_only(L, "debug", debug_keep);
-}
-
 static void state_free(struct hstate *h)
 {
     if (h == NULL)
@@ -1108,12 +1040,7 @@ static bool run_file(struct hstate *h, const struct um_config *c, int worker, ch
         format_load_error(L, c, short_src, worker, err, errlen);
         return false;
     }
-    h->ticks = 0;
-    h->max_ticks = LOAD_BUDGET / TICK;
-    h->counting = true;
-    int r = lua_pcall(L, 0, 0, 0);
-    h->counting = false;
-    if (r != 0) {
+    if (um_lua_sandbox_pcall(L, 0, 0, 0, UM_LUA_LOAD_BUDGET) != 0) {
         format_load_error(L, c, short_src, worker, err, errlen);
         return false;
     }
@@ -1133,7 +1060,7 @@ static struct hstate *state_new(const struct um_config *c, int worker, char *err
         h->route_req[i] = h->route_resp[i] = LUA_NOREF;
     if (c->lua.yy_host)
         h->yy_host = (um_str){c->lua.yy_host, strlen(c->lua.yy_host)};
-    lua_State *L = h->L = luaL_newstate();
+    lua_State *L = h->L = um_lua_sandbox_new();
     if (L == NULL) {
         snprintf(err, errlen, "%s: cannot create worker %d's Lua state (out of memory)",
                  c->file, worker);
@@ -1143,9 +1070,6 @@ static struct hstate *state_new(const struct um_config *c, int worker, char *err
     lua_pushlightuserdata(L, (void *)&STATE_KEY);
     lua_pushlightuserdata(L, h);
     lua_rawset(L, LUA_REGISTRYINDEX);
-    luaL_openlibs(L);
-    luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
-    lua_sethook(L, on_count, LUA_MASKCOUNT, TICK);
 
     static const luaL_Reg umbra[] = {{"respond", l_respond}, {"redirect", l_redirect},
                                      {"log", l_log},         {"now", l_now},
@@ -1213,7 +1137,7 @@ static struct hstate *state_new(const struct um_config *c, int worker, char *err
         }
     }
     lua_settop(L, 1);
-    restrict_globals(L);
+    um_lua_sandbox_restrict(L);
     return h;
 }
 
