@@ -6,6 +6,7 @@
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
+#include "umbra/tls.h"
 #include "umbra/upstream.h"
 
 static void usage(FILE *out)
@@ -58,6 +59,12 @@ int main(int argc, char **argv)
     struct um_config *cfg = um_config_load(file, err, sizeof(err));
     if (cfg == NULL) {
         fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    /* What OpenSSL thinks of the certificates and ciphers, before anything is bound. */
+    if (!um_tls_check_config(cfg, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        um_config_unref(cfg);
         return 1;
     }
     if (test_only) {

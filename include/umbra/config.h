@@ -84,16 +84,23 @@ struct um_tls_cert_conf {
     char *cert;       /* PEM chain file: absolute, symlinks kept so that a reload follows a */
     char *key;        /* re-pointed link (certbot's live/); PEM key file, no passphrase */
     int line;         /* line of the entry */
+    /* cert and key as written, and the lines of cert = and key =, for the messages of the
+     * TLS module's check (um_tls_check_config). */
+    char *cert_name, *key_name;
+    int cert_line, key_line;
 };
 
 /* tls = { entries..., protocols = {...}, ciphers = "...", ciphersuites = "...",
- * default = "host" }. Checked at load: the files load and every key matches its cert. */
+ * default = "host" }. The loader checks the settings and that the files exist; whether
+ * they load, every key matches its cert and OpenSSL knows the ciphers is the TLS module's
+ * check (um_tls_check_config), run before anything is bound. */
 struct um_tls_conf {
     struct um_tls_cert_conf *certs;
     size_t num_certs;   /* 0: no tls table (then no listener has tls) */
     unsigned protocols; /* UM_TLS_PROTO_* flags; both by default */
     char *ciphers;      /* TLS 1.2 cipher list; NULL: the TLS module's default */
     char *ciphersuites; /* TLS 1.3 ciphersuites; NULL: OpenSSL's default */
+    int ciphers_line, ciphersuites_line; /* where they are set, for messages */
     size_t default_cert; /* entry for names no entry lists and for clients without SNI */
     int line;           /* line of the tls setting */
 };
@@ -188,9 +195,10 @@ struct um_config {
 
 /* Loads and validates a config file in a fresh Lua state (main thread only).
  * Returns a snapshot with one reference, or NULL with a message of the form
- * "FILE:LINE: message" (or "FILE: message" when no line applies) written into err. The
- * snapshot has no request states yet: the caller makes them (um_hooks_create_states) for
- * the number of workers that will run it. */
+ * "FILE:LINE: message" (or "FILE: message" when no line applies) written into err. What
+ * OpenSSL thinks of its certificates and ciphers is the TLS module's check, which the
+ * caller runs next (um_tls_check_config). The snapshot has no request states yet: the
+ * caller makes them (um_hooks_create_states) for the number of workers that will run it. */
 struct um_config *um_config_load(const char *file, char *err, size_t errlen);
 
 /* Takes a reference. Thread-safe. */

@@ -31,7 +31,6 @@
 #include "umbra/log.h"
 #include "umbra/luasandbox.h"
 #include "umbra/origin.h"
-#include "umbra/tls.h"
 
 #define MAX_FILE_BYTES (16u << 20)
 
@@ -248,6 +247,8 @@ static void config_free(struct um_config *c)
         free(cc->hosts);
         free(cc->cert);
         free(cc->key);
+        free(cc->cert_name);
+        free(cc->key_name);
     }
     free(c->tls.certs);
     free(c->tls.ciphers);

@@ -1,9 +1,10 @@
 /* Configuration reload (SIGHUP), on the main thread.
  *
- * Everything that can fail happens before anything changes: load and validate the file,
- * make the workers' request states (running the file once more for each), create the new
- * snapshot's origins, bind the listen addresses that are new, build a TLS
- * store when the tls table changed, open the access log. Then the switch:
+ * Everything that can fail happens before anything changes: load and validate the file
+ * (and have the TLS module check its certificates and ciphers), make the workers' request
+ * states (running the file once more for each), create the new snapshot's origins, bind
+ * the listen addresses that are new, build a TLS store when the tls table changed, open
+ * the access log. Then the switch:
  *   1. the listener thread stops (sockets keep queueing in the kernel's backlog: nothing
  *      is refused), the listening sockets are swapped (unchanged addresses keep theirs),
  *      s->config becomes the new snapshot, and the listener starts again;
@@ -100,6 +101,11 @@ void um__server_reload(struct um_server *s)
     atomic_fetch_add(&um_metrics_reloads, 1);
     struct um_config *nc = um_config_load(old->file, err, sizeof(err));
     if (nc == NULL) {
+        failed(s, err);
+        return;
+    }
+    if (!um_tls_check_config(nc, err, sizeof(err))) {
+        um_config_unref(nc);
         failed(s, err);
         return;
     }

@@ -24,6 +24,7 @@
 #include "umbra/config.h"
 #include "umbra/log.h"
 #include "umbra/origin.h"
+#include "umbra/tls.h"
 
 static char tmpdir[] = "/tmp/umbra-test-config-XXXXXX";
 static char realdir[PATH_MAX]; /* tmpdir after realpath (in case /tmp is a link) */
@@ -1262,6 +1263,23 @@ static void make_tls_files(void)
     write_file(join_path(p, sizeof p, tmpdir, "tls/garbage.crt"), "garbage\n");
 }
 
+/* Asserts that text loads, and that the TLS module's check that follows every load (in
+ * umbra, umbra -t and a reload) fails with "file:line: " and a message containing needle. */
+static void expect_tls_error(const char *text, int line, const char *needle)
+{
+    char err[1024] = "", prefix[PATH_MAX + 32];
+    struct um_config *c = load_ok(text);
+    bool ok = um_tls_check_config(c, err, sizeof err);
+    um_config_unref(c);
+    if (ok)
+        fail_msg("checked, but expected an error mentioning '%s'", needle);
+    snprintf(prefix, sizeof prefix, "%s:%d: ", cfgpath, line);
+    if (strncmp(err, prefix, strlen(prefix)) != 0)
+        fail_msg("error '%s' does not start with '%s'", err, prefix);
+    if (strstr(err, needle) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err, needle);
+}
+
 #define TLS_A "{ hosts = { 'a.test' }, cert = 'tls/a.crt', key = 'tls/a.key' }"
 #define TLS_C "{ hosts = { 'c.test' }, cert = 'tls/c.crt', key = 'tls/c.key' }"
 #define TLS_LISTEN "listen = { { '127.0.0.1:8443', tls = true } }\n"
@@ -1437,25 +1455,25 @@ static void test_err_tls_files(void **state)
     expect_error(TLS_LISTEN "tls = { { hosts = { 'a.test' }, cert = 'tls/a.crt', key = 5 } }\n"
                  ROUTE_WWW, 2, "tls.1.key: expected a PEM key file, got number");
 
-    /* Checked with OpenSSL at load, at the line of the file at fault. */
-    expect_error(TLS_LISTEN "tls = {\n"
+    /* Checked with OpenSSL right after the load, at the line of the file at fault. */
+    expect_tls_error(TLS_LISTEN "tls = {\n"
                  "  " TLS_A ",\n"
                  "  { hosts = { 'other.test' },\n"
                  "    cert = 'tls/garbage.crt',\n"
                  "    key = 'tls/c.key' },\n"
                  "}\n" ROUTE_WWW,
                  5, "tls.2.cert: tls/garbage.crt: no PEM certificate in the file");
-    expect_error(TLS_LISTEN "tls = {\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n"
                  "  { hosts = { 'a.test' }, cert = 'tls/a.crt',\n"
                  "    key = 'tls/c.key' },\n"
                  "}\n" ROUTE_WWW,
                  4, "tls.1.key: tls/c.key does not match the certificate tls/a.crt");
-    expect_error(TLS_LISTEN "tls = {\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n"
                  "  { hosts = { 'a.test' }, cert = 'tls/a.crt',\n"
                  "    key = 'tls/garbage.crt' },\n"
                  "}\n" ROUTE_WWW,
                  4, "tls.1.key: tls/garbage.crt: no PEM private key in the file");
-    expect_error(TLS_LISTEN "tls = {\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n"
                  "  { hosts = { 'enc.test' }, cert = 'tls/enc.crt',\n"
                  "    key = 'tls/enc.key' },\n"
                  "}\n" ROUTE_WWW,
@@ -1476,12 +1494,12 @@ static void test_err_tls_options(void **state)
     expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  protocols = true,\n}\n" ROUTE_WWW, 4,
                  "tls.protocols: expected a list such as { \"TLSv1.2\", \"TLSv1.3\" }, got "
                  "boolean");
-    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n"
                  "  ciphers = 'ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA265',\n}\n"
                  ROUTE_WWW,
                  4, "tls.ciphers: 'ECDHE-RSA-AES128-GCM-SHA265' is not a known TLS 1.2 cipher "
                     "or cipher group");
-    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  ciphersuites = 'TLS_AES_128_GCM',\n}\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  ciphersuites = 'TLS_AES_128_GCM',\n}\n"
                  ROUTE_WWW,
                  4, "tls.ciphersuites: 'TLS_AES_128_GCM' is not a known TLS 1.3 ciphersuite");
     expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  " TLS_C ",\n  default = 'b.test',\n}\n"
