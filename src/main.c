@@ -70,11 +70,13 @@ int main(int argc, char **argv)
     if (test_only) {
         /* The check goes as far as the start does: the file also runs in each worker's
          * request state, where it sees the umbra table. */
-        if (!um_hooks_create_states(cfg, cfg->workers, err, sizeof(err))) {
+        struct um_hooks *hooks = um_hooks_create(cfg, cfg->workers, err, sizeof(err));
+        if (hooks == NULL) {
             fprintf(stderr, "%s\n", err);
             um_config_unref(cfg);
             return 1;
         }
+        um_hooks_destroy(hooks);
         printf("%s: configuration ok\n", file);
         um_config_unref(cfg);
         return 0;

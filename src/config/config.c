@@ -27,10 +27,8 @@
 #include <lauxlib.h>
 
 #include "internal.h"
-#include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/luasandbox.h"
-#include "umbra/origin.h"
 
 #define MAX_FILE_BYTES (16u << 20)
 
@@ -204,8 +202,6 @@ static void config_free(struct um_config *c)
     free(c->listen);
     for (size_t i = 0; i < c->num_routes; i++) {
         struct um_route *r = &c->routes[i];
-        if (r->origin != NULL)
-            r->origin->ops->destroy(r->origin);
         free(r->host);
         free(r->path);
         free(r->root);
@@ -213,18 +209,11 @@ static void config_free(struct um_config *c)
         free(r->name);
     }
     free(c->routes);
-    um_hooks_destroy_states(c);
     free(c->lua.source);
     free(c->lua.chunkname);
     free(c->lua.yy_protocol);
     free(c->lua.yy_domain);
     free(c->lua.yy_host);
-    if (c->upstream_origins) {
-        for (size_t i = 0; i < c->num_upstreams; i++)
-            if (c->upstream_origins[i])
-                c->upstream_origins[i]->ops->destroy(c->upstream_origins[i]);
-        free(c->upstream_origins);
-    }
     for (size_t i = 0; i < c->num_upstreams; i++) {
         struct um_upstream_conf *u = &c->upstreams[i];
         for (size_t j = 0; j < u->num_servers; j++)
@@ -356,8 +345,8 @@ out:
         lua_close(L);
     if (!ld.failed) {
         /* Each worker's request state runs the same text again. They are made by the
-         * server (um_hooks_create_states), which knows how many workers run: a reload
-         * keeps the running number, whatever the file says. */
+         * server (umbra/hooks.h), which knows how many workers run: a reload keeps the
+         * running number, whatever the file says. */
         c->lua.source = src;
         c->lua.source_len = ld.srclen;
         c->lua.chunkname = chunkname;
@@ -374,20 +363,22 @@ out:
     return ld.c;
 }
 
-void um_config_ref(struct um_config *c)
+/* The count is the one field holders change, through const pointers too: the snapshot
+ * itself is heap memory that was never const, so writing it is defined. */
+void um_config_ref(const struct um_config *c)
 {
-    int n = __atomic_add_fetch(&c->_refcnt, 1, __ATOMIC_RELAXED);
+    int n = __atomic_add_fetch((int *)&c->_refcnt, 1, __ATOMIC_RELAXED);
     UM_ASSERT(n > 1);
 }
 
-void um_config_unref(struct um_config *c)
+void um_config_unref(const struct um_config *c)
 {
     if (c == NULL)
         return;
-    int n = __atomic_sub_fetch(&c->_refcnt, 1, __ATOMIC_ACQ_REL);
+    int n = __atomic_sub_fetch((int *)&c->_refcnt, 1, __ATOMIC_ACQ_REL);
     UM_ASSERT(n >= 0);
     if (n == 0)
-        config_free(c);
+        config_free((struct um_config *)c);
 }
 
 int um_config_upstream_index(const struct um_config *c, const char *name)
@@ -404,23 +395,4 @@ int um_config_route_index(const struct um_config *c, const char *name)
         if (c->routes[i].name && strcmp(c->routes[i].name, name) == 0)
             return (int)i;
     return -1;
-}
-
-void um_config_set_upstream_origin(struct um_config *c, size_t i, struct um_origin *origin)
-{
-    UM_ASSERT(i < c->num_upstreams);
-    if (c->upstream_origins == NULL)
-        c->upstream_origins = um_calloc(c->num_upstreams, sizeof(*c->upstream_origins));
-    if (c->upstream_origins[i] != NULL && c->upstream_origins[i] != origin)
-        c->upstream_origins[i]->ops->destroy(c->upstream_origins[i]);
-    c->upstream_origins[i] = origin;
-}
-
-void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origin)
-{
-    UM_ASSERT(i < c->num_routes);
-    struct um_route *r = &c->routes[i];
-    if (r->origin != NULL && r->origin != origin)
-        r->origin->ops->destroy(r->origin);
-    r->origin = origin;
 }

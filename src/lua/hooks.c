@@ -2,11 +2,11 @@
  * Yunying's set_* functions).
  *
  * A state runs the config file's text again, then keeps references to the hook functions
- * it defined. The states of a snapshot are all made when it loads, on the main thread, so
- * that the file's top level (its start-up work, maybe file I/O) never runs in a worker's
- * loop turn; from then on each is used by its worker's thread only. The snapshot's
- * publication (the start of the worker threads, or a reload's mailbox, under its lock)
- * orders the making before the first use.
+ * it defined. The states of a snapshot are all made when the server builds its runtime
+ * (umbra/runtime.h), on the main thread, so that the file's top level (its start-up work,
+ * maybe file I/O) never runs in a worker's loop turn; from then on each is used by its
+ * worker's thread only. The runtime's publication (the start of the worker threads, or a
+ * reload's mailbox, under its lock) orders the making before the first use.
  *
  * A state is made and budgeted by the sandbox the loader uses too (umbra/luasandbox.h),
  * and restricted by it once the file has run. The req and res objects are one userdata
@@ -30,6 +30,8 @@
 #include "umbra/log.h"
 #include "umbra/luasandbox.h"
 #include "umbra/metrics.h"
+
+#include "internal.h"
 
 #define RES_EXTRA_FIELDS 32
 
@@ -1141,42 +1143,51 @@ static struct hstate *state_new(const struct um_config *c, int worker, char *err
     return h;
 }
 
-bool um_hooks_create_states(struct um_config *c, int num_workers, char *err, size_t errlen)
+struct um_hooks *um_hooks_create(const struct um_config *c, int num_workers, char *err,
+                                 size_t errlen)
 {
-    UM_ASSERT(c->lua.states == NULL && num_workers >= 1);
+    UM_ASSERT(num_workers >= 1);
+    struct um_hooks *h = um_calloc(1, sizeof(*h));
+    h->config = c;
     if (!um_hooks_enabled(c))
-        return true;
-    c->lua.states = um_calloc((size_t)num_workers, sizeof(*c->lua.states));
-    c->lua.num_states = (size_t)num_workers;
+        return h;
+    h->states = um_calloc((size_t)num_workers, sizeof(*h->states));
+    h->num_states = (size_t)num_workers;
     for (int w = 0; w < num_workers; w++) {
-        c->lua.states[w] = state_new(c, w, err, errlen);
-        if (c->lua.states[w] == NULL) {
-            um_hooks_destroy_states(c);
-            return false;
+        h->states[w] = state_new(c, w, err, errlen);
+        if (h->states[w] == NULL) {
+            um_hooks_destroy(h);
+            return NULL;
         }
     }
-    return true;
+    return h;
 }
 
-/* The worker's state of c, made when c loaded. */
-static struct hstate *state_get(const struct um_context *ctx, const struct um_config *c)
+size_t um_hooks_num_states(const struct um_hooks *h)
+{
+    return h->num_states;
+}
+
+/* The worker's state in h, made when h's snapshot loaded. */
+static struct hstate *state_get(const struct um_context *ctx, struct um_hooks *h)
 {
     int w = ctx ? ctx->worker_id : -1;
-    if (w < 0 || (size_t)w >= c->lua.num_states || c->lua.states[w] == NULL) {
+    if (w < 0 || (size_t)w >= h->num_states || h->states[w] == NULL) {
         um_log_err("lua: no request state for this worker (worker %d of %zu)", w,
-                   c->lua.num_states);
+                   h->num_states);
         return NULL;
     }
-    return c->lua.states[w];
+    return h->states[w];
 }
 
-void um_hooks_destroy_states(struct um_config *c)
+void um_hooks_destroy(struct um_hooks *h)
 {
-    for (size_t i = 0; i < c->lua.num_states; i++)
-        state_free(c->lua.states[i]);
-    free(c->lua.states);
-    c->lua.states = NULL;
-    c->lua.num_states = 0;
+    if (h == NULL)
+        return;
+    for (size_t i = 0; i < h->num_states; i++)
+        state_free(h->states[i]);
+    free(h->states);
+    free(h);
 }
 
 /* ---------------------------------------------------------------- calls */
@@ -1240,10 +1251,11 @@ static enum um_hook_result yunying(struct hstate *h, struct um_hook_request *hr,
     return UM_HOOK_CONTINUE;
 }
 
-enum um_hook_result um_hooks_on_request(const struct um_context *ctx, const struct um_config *c,
+enum um_hook_result um_hooks_on_request(const struct um_context *ctx, struct um_hooks *hooks,
                                         struct um_hook_request *hr)
 {
-    struct hstate *h = state_get(ctx, c);
+    const struct um_config *c = hooks->config;
+    struct hstate *h = state_get(ctx, hooks);
     if (h == NULL)
         return UM_HOOK_FAIL;
     struct call cl = {.c = c,
@@ -1274,13 +1286,14 @@ enum um_hook_result um_hooks_on_request(const struct um_context *ctx, const stru
     return UM_HOOK_CONTINUE;
 }
 
-bool um_hooks_on_response(const struct um_context *ctx, const struct um_config *c,
+bool um_hooks_on_response(const struct um_context *ctx, struct um_hooks *hooks,
                           const struct um_route *route, const struct um_request *req,
                           const char *client_ip, const struct um_response_head *in,
                           struct um_hook_response *out)
 {
+    const struct um_config *c = hooks->config;
     out->head = *in;
-    struct hstate *h = state_get(ctx, c);
+    struct hstate *h = state_get(ctx, hooks);
     if (h == NULL)
         return false;
     struct call cl = {.c = c, .req = req, .client_ip = client_ip, .arena = out->arena,
