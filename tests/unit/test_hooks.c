@@ -1,4 +1,4 @@
-/* Unit tests of the request/response bindings of the Lua hooks (src/lua/hooks.c), the
+/* Unit tests of the request/response bindings of the Lua hooks (src/lua/), the
  * Yunying translation of the loader and the folding of Lua 5.3 shifts. */
 #include <stdarg.h>
 #include <stddef.h>
