@@ -6,6 +6,7 @@
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
+#include "umbra/tls.h"
 #include "umbra/upstream.h"
 
 static void usage(FILE *out)
@@ -60,14 +61,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    /* What OpenSSL thinks of the certificates and ciphers, before anything is bound. */
+    if (!um_tls_check_config(cfg, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        um_config_unref(cfg);
+        return 1;
+    }
     if (test_only) {
         /* The check goes as far as the start does: the file also runs in each worker's
          * request state, where it sees the umbra table. */
-        if (!um_hooks_create_states(cfg, cfg->workers, err, sizeof(err))) {
+        struct um_hooks *hooks = um_hooks_create(cfg, cfg->workers, err, sizeof(err));
+        if (hooks == NULL) {
             fprintf(stderr, "%s\n", err);
             um_config_unref(cfg);
             return 1;
         }
+        um_hooks_destroy(hooks);
         printf("%s: configuration ok\n", file);
         um_config_unref(cfg);
         return 0;

@@ -1,15 +1,14 @@
 /* The configuration snapshot, loaded from config.lua.
  *
- * A snapshot is immutable once loaded and reference-counted: a reload builds a new one,
- * new connections take it, old ones finish on theirs. */
+ * A snapshot is plain data, immutable once loaded and reference-counted: a reload loads a
+ * new one. What the server builds from it at run time (origins, the workers' Lua states)
+ * is not here but in the runtime that holds it (umbra/runtime.h). */
 #ifndef UMBRA_CONFIG_H
 #define UMBRA_CONFIG_H
 
 #include <sys/socket.h>
 
 #include "umbra/common.h"
-
-struct um_origin;
 
 struct um_listen {
     struct sockaddr_storage addr;
@@ -62,10 +61,6 @@ struct um_route {
     char *name;       /* name = "api": what an on_request hook sets req.route to; or NULL */
     bool on_request;  /* the route has its own on_request / on_response function */
     bool on_response;
-    /* Set by the server before the snapshot is published (um_config_set_origin); destroyed
-     * with the snapshot. */
-    struct um_origin *origin;
-    int metrics_slot; /* set by the server: the route's slot in the metrics (metrics.h) */
 };
 
 struct um_mime_type {
@@ -84,16 +79,23 @@ struct um_tls_cert_conf {
     char *cert;       /* PEM chain file: absolute, symlinks kept so that a reload follows a */
     char *key;        /* re-pointed link (certbot's live/); PEM key file, no passphrase */
     int line;         /* line of the entry */
+    /* cert and key as written, and the lines of cert = and key =, for the messages of the
+     * TLS module's check (um_tls_check_config). */
+    char *cert_name, *key_name;
+    int cert_line, key_line;
 };
 
 /* tls = { entries..., protocols = {...}, ciphers = "...", ciphersuites = "...",
- * default = "host" }. Checked at load: the files load and every key matches its cert. */
+ * default = "host" }. The loader checks the settings and that the files exist; whether
+ * they load, every key matches its cert and OpenSSL knows the ciphers is the TLS module's
+ * check (um_tls_check_config), run before anything is bound. */
 struct um_tls_conf {
     struct um_tls_cert_conf *certs;
     size_t num_certs;   /* 0: no tls table (then no listener has tls) */
     unsigned protocols; /* UM_TLS_PROTO_* flags; both by default */
     char *ciphers;      /* TLS 1.2 cipher list; NULL: the TLS module's default */
     char *ciphersuites; /* TLS 1.3 ciphersuites; NULL: OpenSSL's default */
+    int ciphers_line, ciphersuites_line; /* where they are set, for messages */
     size_t default_cert; /* entry for names no entry lists and for clients without SNI */
     int line;           /* line of the tls setting */
 };
@@ -176,11 +178,7 @@ struct um_config {
         char *source;        /* the file as loaded: each worker's state runs it again */
         size_t source_len;
         char *chunkname;     /* "@FILE" */
-        void **states;       /* one request state per worker (um_hooks_create_states) */
-        size_t num_states;
     } lua;
-    /* One origin per upstream (set by the server): what req.upstream picks. */
-    struct um_origin **upstream_origins;
     struct um_admin_conf admin;
     struct um_access_log_conf access_log;
     int _refcnt;
@@ -188,17 +186,18 @@ struct um_config {
 
 /* Loads and validates a config file in a fresh Lua state (main thread only).
  * Returns a snapshot with one reference, or NULL with a message of the form
- * "FILE:LINE: message" (or "FILE: message" when no line applies) written into err. The
- * snapshot has no request states yet: the caller makes them (um_hooks_create_states) for
- * the number of workers that will run it. */
+ * "FILE:LINE: message" (or "FILE: message" when no line applies) written into err. What
+ * OpenSSL thinks of its certificates and ciphers is the TLS module's check, which the
+ * caller runs next (um_tls_check_config). */
 struct um_config *um_config_load(const char *file, char *err, size_t errlen);
 
-/* Takes a reference. Thread-safe. */
-void um_config_ref(struct um_config *c);
-/* Drops a reference; the last one frees. Thread-safe. */
-void um_config_unref(struct um_config *c);
+/* Takes a reference. Thread-safe. A const pointer will do: the count is the only thing a
+ * holder changes, atomically, and the settings stay as loaded. */
+void um_config_ref(const struct um_config *c);
+/* Drops a reference; the last one frees (c may be NULL). Thread-safe. */
+void um_config_unref(const struct um_config *c);
 /* The number of references (acquire): 1 means the caller's is the only one left. */
-static inline int um_config_refs(struct um_config *c)
+static inline int um_config_refs(const struct um_config *c)
 {
     return __atomic_load_n(&c->_refcnt, __ATOMIC_ACQUIRE);
 }
@@ -207,13 +206,6 @@ static inline int um_config_refs(struct um_config *c)
 int um_config_upstream_index(const struct um_config *c, const char *name);
 /* The index of the route named name (route's name = "..."), or -1. */
 int um_config_route_index(const struct um_config *c, const char *name);
-
-/* Gives route i its origin (taking ownership) before the snapshot is published; an origin
- * it had already is destroyed. The last um_config_unref destroys the routes' origins. */
-void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origin);
-
-/* Gives upstream i's origin (taking ownership) to the snapshot; req.upstream uses them. */
-void um_config_set_upstream_origin(struct um_config *c, size_t i, struct um_origin *origin);
 
 /* Listen addresses that replace the config file's in every later um_config_load (the
  * command line's -a), or n 0 for the file's own. The strings must stay valid. */

@@ -1,9 +1,10 @@
 /* Request-time Lua: the on_request and on_response hooks of config.lua, and Yunying's
  * upstream_set.
  *
- * Each worker runs the hooks of a configuration snapshot in its own lua_State, made on the
- * main thread when the snapshot loads (um_hooks_create_states) and closed with the
- * snapshot; once the snapshot is published, a state is used by its worker's thread only.
+ * Each worker runs the hooks of a configuration snapshot in its own lua_State: the states
+ * of a snapshot (struct um_hooks) are made on the main thread when it loads, and are part
+ * of what the server builds from it (umbra/runtime.h); once handed to the workers, a state
+ * is used by its worker's thread only.
  * Every call is a protected call under an instruction budget: an error, or a script that
  * runs too long, makes the call fail (the request gets a 500) and the state stays usable. */
 #ifndef UMBRA_HOOKS_H
@@ -16,6 +17,8 @@
 struct um_config;
 struct um_context;
 struct um_route;
+/* The request states of one snapshot, one per worker. */
+struct um_hooks;
 
 /* Bump allocator for the strings a hook creates; they live until um_arena_reset. */
 struct um_arena {
@@ -69,9 +72,9 @@ bool um_hooks_want_request(const struct um_config *c, const struct um_route *rou
 bool um_hooks_want_response(const struct um_config *c, const struct um_route *route);
 
 /* Runs the global then the route's on_request (or Yunying's upstream_set) for hr, on the
- * state of c made for ctx's worker (on that worker's thread). When the hook picks another
- * route, hr->route is changed. */
-enum um_hook_result um_hooks_on_request(const struct um_context *ctx, const struct um_config *c,
+ * state of h made for ctx's worker (on that worker's thread). When the hook picks another
+ * route (one of h's snapshot), hr->route is changed. */
+enum um_hook_result um_hooks_on_request(const struct um_context *ctx, struct um_hooks *h,
                                         struct um_hook_request *hr);
 
 /* What an on_response hook changed. */
@@ -80,11 +83,11 @@ struct um_hook_response {
     struct um_arena *arena;
 };
 
-/* Runs the route's then the global on_response for a response head, on the state of c
+/* Runs the route's then the global on_response for a response head, on the state of h
  * made for ctx's worker; *out is the head to use (it may be the input). req is the
  * request as sent to the origin. Returns false when the hook failed (logged): the
  * response must be replaced by a 500 / 502. */
-bool um_hooks_on_response(const struct um_context *ctx, const struct um_config *c,
+bool um_hooks_on_response(const struct um_context *ctx, struct um_hooks *h,
                           const struct um_route *route, const struct um_request *req,
                           const char *client_ip, const struct um_response_head *in,
                           struct um_hook_response *out);
@@ -92,20 +95,25 @@ bool um_hooks_on_response(const struct um_context *ctx, const struct um_config *
 /* The origin a hooked route uses below its cache: it sends a fetch to f->backend (an
  * upstream a hook picked) or to inner, and runs the on_response hooks on the head before
  * passing it on (so that the cache stores what they made of it). inner may be NULL, for a
- * route only hooks answer: then a fetch without a backend gets a 404. Takes inner. */
-struct um_origin *um_hooks_origin_create(struct um_origin *inner, const struct um_config *c,
+ * route only hooks answer: then a fetch without a backend gets a 404. Takes inner; h
+ * must outlive the origin. */
+struct um_origin *um_hooks_origin_create(struct um_origin *inner, struct um_hooks *h,
                                          const struct um_route *route);
 
 /* Makes the request states of workers 0 to num_workers - 1 for c, each running the file's
- * text once (its top level included), when c has hooks; nothing otherwise. Call on the
- * main thread while c is loaded and not yet handed to any worker: the hand-over (thread
- * start, or a reload's mailbox) makes the states visible to the workers. Returns false,
- * with "FILE:LINE: message" in err and no state left, when the file fails in a state (it
- * sees an umbra table, which the loader does not give it). The states are c's: they go
- * with it (um_hooks_destroy_states). */
-bool um_hooks_create_states(struct um_config *c, int num_workers, char *err, size_t errlen);
+ * text once (its top level included), when c has hooks; none otherwise. Call on the main
+ * thread before the states are handed to any worker: the hand-over (thread start, or a
+ * reload's mailbox) makes them visible to the workers. Returns NULL, with "FILE:LINE:
+ * message" in err and no state left, when the file fails in a state (it sees an umbra
+ * table, which the loader does not give it). c must outlive the states (the server's
+ * runtime holds both). */
+struct um_hooks *um_hooks_create(const struct um_config *c, int num_workers, char *err,
+                                 size_t errlen);
 
-/* Closes the states of a snapshot (any thread, once nothing uses it). */
-void um_hooks_destroy_states(struct um_config *c);
+/* The number of states h has: num_workers, or 0 when its snapshot has no hooks. */
+size_t um_hooks_num_states(const struct um_hooks *h);
+
+/* Closes the states (any thread, once nothing uses them); h may be NULL. */
+void um_hooks_destroy(struct um_hooks *h);
 
 #endif

@@ -6,8 +6,9 @@
 
 struct um_server;
 
-/* Binds every listen address of config and creates the origins of its routes (main
- * thread, before any other thread starts). Takes over the caller's reference to config.
+/* Binds every listen address of config and builds what runs it (umbra/runtime.h: the
+ * origins of its routes, the workers' request states; main thread, before any other
+ * thread starts). Takes over the caller's reference to config.
  * Returns NULL with a message in err (the config is then released). */
 struct um_server *um_server_create(struct um_config *config, char *err, size_t errlen);
 

@@ -128,7 +128,15 @@ const char *um_tls_server_name(SSL *ssl);
 /* The ALPN protocol selected ("http/1.1"), or an empty slice. Lives as long as ssl. */
 um_str um_tls_alpn(SSL *ssl);
 
-/* --- checks for the config loader ------------------------------------------------------- */
+/* --- checks of a loaded config ---------------------------------------------------------- */
+
+/* What OpenSSL thinks of c's tls table, after um_config_load and before anything is bound
+ * (umbra's start, umbra -t and a reload run it): every certificate entry's files load and
+ * the key matches the certificate (entries in order), then the cipher list, then the
+ * ciphersuites. Returns false with "FILE:LINE: tls.N.cert: NAME: reason" (or tls.N.key,
+ * tls.ciphers, tls.ciphersuites), at the line of the setting at fault as the loader
+ * recorded it, in err. True for a config without certificates. */
+bool um_tls_check_config(const struct um_config *c, char *err, size_t errlen);
 
 enum um_tls_fault {
     UM_TLS_FAULT_NONE,     /* cert and key load and match */

@@ -97,7 +97,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->co = co;
     /* A fill may outlive its client, and so the client's hold on the snapshot that owns
      * co and the inner origin (a reload can retire it meanwhile): it holds its own. */
-    um_config_ref((struct um_config *)co->config);
+    um_config_ref(co->config);
     fl->sink.ops = &um__cache_fill_ops;
     fl->ctx = f->ctx;
     fl->obj = obj;

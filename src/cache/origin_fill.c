@@ -152,7 +152,7 @@ void um__cache_fill_free(struct fill *fl)
         um_cache_obj_unref(fl->old);
     free(fl->key);
     free(fl->head_copy);
-    um_config_unref((struct um_config *)fl->co->config);
+    um_config_unref(fl->co->config);
     free(fl);
 }
 

@@ -1,7 +1,8 @@
 /* Loading config.lua into an immutable, reference-counted snapshot.
  *
- * The file runs once in a fresh LuaJIT state (JIT off, so that the instruction-count hook
- * sees every instruction and a runaway loop ends in an error instead of a hang). Then the
+ * The file runs once in a fresh LuaJIT state of the sandbox (umbra/luasandbox.h: the whole
+ * standard library, JIT off, and an instruction budget, so that a runaway loop ends in an
+ * error instead of a hang). Then the
  * globals it assigned are read into C structs and validated, inside lua_cpcall so that
  * even an allocation failure in the Lua state comes back as a message, and only raw table
  * accesses are used, so that no metamethod of the script runs during validation.
@@ -24,18 +25,11 @@
 #include <string.h>
 
 #include <lauxlib.h>
-#include <luajit.h>
-#include <lualib.h>
 
 #include "internal.h"
-#include "umbra/hooks.h"
 #include "umbra/log.h"
-#include "umbra/origin.h"
-#include "umbra/tls.h"
+#include "umbra/luasandbox.h"
 
-/* Lua VM instructions a config may execute. A real config runs a few thousand; an endless
- * loop reaches this in a few tens of milliseconds. */
-#define INSTRUCTION_BUDGET 10000000
 #define MAX_FILE_BYTES (16u << 20)
 
 const char *const um__cfg_settings[] = {"listen",   "workers", "upstreams", "routes",
@@ -143,20 +137,6 @@ static int on_newindex(lua_State *L)
     return 0;
 }
 
-static void on_count(lua_State *L, lua_Debug *ar)
-{
-    /* From now on fire at every instruction, so that a script catching this error with
-     * pcall cannot carry on. */
-    lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
-    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
-        lua_pushfstring(L, "%s:%d: ", ar->short_src, ar->currentline);
-    else
-        lua_pushliteral(L, "");
-    lua_pushfstring(L, "instruction budget of %d exceeded (endless loop?)", INSTRUCTION_BUDGET);
-    lua_concat(L, 2);
-    lua_error(L);
-}
-
 static char *read_file(const char *file, size_t *len, int *err)
 {
     FILE *f = fopen(file, "rb");
@@ -222,8 +202,6 @@ static void config_free(struct um_config *c)
     free(c->listen);
     for (size_t i = 0; i < c->num_routes; i++) {
         struct um_route *r = &c->routes[i];
-        if (r->origin != NULL)
-            r->origin->ops->destroy(r->origin);
         free(r->host);
         free(r->path);
         free(r->root);
@@ -231,18 +209,11 @@ static void config_free(struct um_config *c)
         free(r->name);
     }
     free(c->routes);
-    um_hooks_destroy_states(c);
     free(c->lua.source);
     free(c->lua.chunkname);
     free(c->lua.yy_protocol);
     free(c->lua.yy_domain);
     free(c->lua.yy_host);
-    if (c->upstream_origins) {
-        for (size_t i = 0; i < c->num_upstreams; i++)
-            if (c->upstream_origins[i])
-                c->upstream_origins[i]->ops->destroy(c->upstream_origins[i]);
-        free(c->upstream_origins);
-    }
     for (size_t i = 0; i < c->num_upstreams; i++) {
         struct um_upstream_conf *u = &c->upstreams[i];
         for (size_t j = 0; j < u->num_servers; j++)
@@ -265,6 +236,8 @@ static void config_free(struct um_config *c)
         free(cc->hosts);
         free(cc->cert);
         free(cc->key);
+        free(cc->cert_name);
+        free(cc->key_name);
     }
     free(c->tls.certs);
     free(c->tls.ciphers);
@@ -326,15 +299,11 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->cache.max_object = CACHE_DEFAULT_MAX_OBJECT;
     c->cache.clean_interval = 10;
 
-    L = luaL_newstate();
+    L = um_lua_sandbox_new();
     if (L == NULL) {
         um__cfg_fail_at(&ld, 0, "cannot create a Lua state (out of memory)");
         goto out;
     }
-    luaL_openlibs(L);
-    /* Compiled traces do not run count hooks: keep everything in the interpreter. (After
-     * luaL_openlibs, whose "jit" library turns the compiler on.) */
-    luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
 
     chunkname = um_malloc(fl + 2);
     chunkname[0] = '@';
@@ -362,8 +331,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
         fail_lua(&ld, L);
         goto out;
     }
-    lua_sethook(L, on_count, LUA_MASKCOUNT, INSTRUCTION_BUDGET);
-    if (lua_pcall(L, 0, 0, 0) != 0) {
+    if (um_lua_sandbox_pcall(L, 0, 0, 0, UM_LUA_LOAD_BUDGET) != 0) {
         fail_lua(&ld, L);
         goto out;
     }
@@ -377,8 +345,8 @@ out:
         lua_close(L);
     if (!ld.failed) {
         /* Each worker's request state runs the same text again. They are made by the
-         * server (um_hooks_create_states), which knows how many workers run: a reload
-         * keeps the running number, whatever the file says. */
+         * server (umbra/hooks.h), which knows how many workers run: a reload keeps the
+         * running number, whatever the file says. */
         c->lua.source = src;
         c->lua.source_len = ld.srclen;
         c->lua.chunkname = chunkname;
@@ -395,20 +363,22 @@ out:
     return ld.c;
 }
 
-void um_config_ref(struct um_config *c)
+/* The count is the one field holders change, through const pointers too: the snapshot
+ * itself is heap memory that was never const, so writing it is defined. */
+void um_config_ref(const struct um_config *c)
 {
-    int n = __atomic_add_fetch(&c->_refcnt, 1, __ATOMIC_RELAXED);
+    int n = __atomic_add_fetch((int *)&c->_refcnt, 1, __ATOMIC_RELAXED);
     UM_ASSERT(n > 1);
 }
 
-void um_config_unref(struct um_config *c)
+void um_config_unref(const struct um_config *c)
 {
     if (c == NULL)
         return;
-    int n = __atomic_sub_fetch(&c->_refcnt, 1, __ATOMIC_ACQ_REL);
+    int n = __atomic_sub_fetch((int *)&c->_refcnt, 1, __ATOMIC_ACQ_REL);
     UM_ASSERT(n >= 0);
     if (n == 0)
-        config_free(c);
+        config_free((struct um_config *)c);
 }
 
 int um_config_upstream_index(const struct um_config *c, const char *name)
@@ -425,23 +395,4 @@ int um_config_route_index(const struct um_config *c, const char *name)
         if (c->routes[i].name && strcmp(c->routes[i].name, name) == 0)
             return (int)i;
     return -1;
-}
-
-void um_config_set_upstream_origin(struct um_config *c, size_t i, struct um_origin *origin)
-{
-    UM_ASSERT(i < c->num_upstreams);
-    if (c->upstream_origins == NULL)
-        c->upstream_origins = um_calloc(c->num_upstreams, sizeof(*c->upstream_origins));
-    if (c->upstream_origins[i] != NULL && c->upstream_origins[i] != origin)
-        c->upstream_origins[i]->ops->destroy(c->upstream_origins[i]);
-    c->upstream_origins[i] = origin;
-}
-
-void um_config_set_origin(struct um_config *c, size_t i, struct um_origin *origin)
-{
-    UM_ASSERT(i < c->num_routes);
-    struct um_route *r = &c->routes[i];
-    if (r->origin != NULL && r->origin != origin)
-        r->origin->ops->destroy(r->origin);
-    r->origin = origin;
 }

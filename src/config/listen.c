@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 
 #include "internal.h"
-#include "umbra/tls.h"
 
 /* The server's tls = { ENTRY, ..., protocols = ..., ... }: the named keys, and an entry's. */
 static const char *const SERVER_TLS_KEYS[] = {"protocols", "ciphers", "ciphersuites", "default",
@@ -324,7 +323,7 @@ static bool load_tls_hosts(struct um__cfg_load *ld, lua_State *L, int idx, const
 static bool load_tls_cert(struct um__cfg_load *ld, lua_State *L, int idx, const char *cpath,
                           size_t i, struct um_tls_cert_conf *cc)
 {
-    char sub[PATH_LEN], reason[512];
+    char sub[PATH_LEN];
     const char *cert_name, *key_name;
     if (lua_type(L, idx) != LUA_TTABLE)
         return um__cfg_fail(
@@ -341,6 +340,8 @@ static bool load_tls_cert(struct um__cfg_load *ld, lua_State *L, int idx, const 
     static const char *const files[] = {"cert", "key"};
     static const char *const what[] = {"a PEM certificate chain file", "a PEM key file"};
     char **outs[] = {&cc->cert, &cc->key};
+    char **texts[] = {&cc->cert_name, &cc->key_name};
+    int *lines[] = {&cc->cert_line, &cc->key_line};
     const char **names[] = {&cert_name, &key_name};
     for (size_t k = 0; k < 2; k++) {
         um__cfg_subpath(sub, sizeof sub, cpath, files[k]);
@@ -350,25 +351,12 @@ static bool load_tls_cert(struct um__cfg_load *ld, lua_State *L, int idx, const 
         if (!um__cfg_get_string(ld, L, -1, sub, what[k], names[k]) ||
             !resolve_tls_file(ld, L, sub, *names[k], outs[k]))
             return false;
-        /* The string stays alive in the table: only the value is popped. */
+        /* For the TLS module's check of the pair after the load (um_tls_check_config). */
+        *texts[k] = um_strndup(*names[k], strlen(*names[k]));
+        *lines[k] = um__cfg_line_of(ld, L, sub);
         lua_pop(L, 1);
     }
-
-    switch (um_tls_check_pair(cc->cert, cc->key, reason, sizeof reason)) {
-    case UM_TLS_FAULT_NONE:
-        return true;
-    case UM_TLS_FAULT_CERT:
-        um__cfg_subpath(sub, sizeof sub, cpath, "cert");
-        return um__cfg_fail(ld, L, sub, "%s: %s: %s", sub, cert_name, reason);
-    case UM_TLS_FAULT_KEY:
-        um__cfg_subpath(sub, sizeof sub, cpath, "key");
-        return um__cfg_fail(ld, L, sub, "%s: %s: %s", sub, key_name, reason);
-    case UM_TLS_FAULT_MISMATCH:
-    default:
-        um__cfg_subpath(sub, sizeof sub, cpath, "key");
-        return um__cfg_fail(ld, L, sub, "%s: %s does not match the certificate %s", sub, key_name,
-                            cert_name);
-    }
+    return true;
 }
 
 /* protocols = "TLSv1.3" or a list of them, of the tls table at idx. */
@@ -427,18 +415,18 @@ static bool load_tls_protocols(struct um__cfg_load *ld, lua_State *L, int idx)
 
 /* ciphers / ciphersuites of the tls table at idx. */
 static bool load_tls_ciphers(struct um__cfg_load *ld, lua_State *L, int idx, const char *key,
-                             bool tls13, char **out)
+                             bool tls13, char **out, int *line)
 {
-    char sub[PATH_LEN], reason[512];
+    char sub[PATH_LEN];
     const char *s;
     um__cfg_subpath(sub, sizeof sub, "tls", key);
     if (um__cfg_get_field(L, idx, key) != LUA_TNIL) {
         if (!um__cfg_get_string(ld, L, -1, sub,
                                 tls13 ? "a TLS 1.3 ciphersuite list" : "a TLS 1.2 cipher list", &s))
             return false;
-        if (!um_tls_check_ciphers(s, tls13, reason, sizeof reason))
-            return um__cfg_fail(ld, L, sub, "%s: %s", sub, reason);
+        /* OpenSSL checks the names after the load (um_tls_check_config). */
         *out = um_strndup(s, strlen(s));
+        *line = um__cfg_line_of(ld, L, sub);
     }
     lua_pop(L, 1);
     return true;
@@ -533,8 +521,9 @@ bool um__cfg_load_tls(struct um__cfg_load *ld, lua_State *L)
     }
 
     if (!load_tls_protocols(ld, L, idx) ||
-        !load_tls_ciphers(ld, L, idx, "ciphers", false, &tc->ciphers) ||
-        !load_tls_ciphers(ld, L, idx, "ciphersuites", true, &tc->ciphersuites))
+        !load_tls_ciphers(ld, L, idx, "ciphers", false, &tc->ciphers, &tc->ciphers_line) ||
+        !load_tls_ciphers(ld, L, idx, "ciphersuites", true, &tc->ciphersuites,
+                          &tc->ciphersuites_line))
         return false;
 
     if (um__cfg_get_field(L, idx, "default") != LUA_TNIL) {

@@ -16,10 +16,12 @@
 #include "umbra/hooks.h"
 #include "umbra/loop.h"
 
+#include "internal.h"
+
 struct hook_origin {
     struct um_origin base;
     struct um_origin *inner; /* may be NULL */
-    const struct um_config *c;
+    struct um_hooks *hooks;
     const struct um_route *route;
     bool want_response;
 };
@@ -74,7 +76,7 @@ static void hf_on_head(struct um_sink *s, const struct um_response_head *h)
         return;
     }
     struct um_hook_response out = {.arena = &hf->arena};
-    if (um_hooks_on_response(hf->ctx, ho->c, ho->route, hf->req, hf->client_ip, h, &out)) {
+    if (um_hooks_on_response(hf->ctx, ho->hooks, ho->route, hf->req, hf->client_ip, h, &out)) {
         hf->client->ops->on_head(hf->client, &out.head);
         return;
     }
@@ -229,7 +231,7 @@ static const struct um_origin_ops ho_ops = {
     .destroy = ho_destroy,
 };
 
-struct um_origin *um_hooks_origin_create(struct um_origin *inner, const struct um_config *c,
+struct um_origin *um_hooks_origin_create(struct um_origin *inner, struct um_hooks *h,
                                          const struct um_route *route)
 {
     struct hook_origin *ho = um_calloc(1, sizeof(*ho));
@@ -238,8 +240,8 @@ struct um_origin *um_hooks_origin_create(struct um_origin *inner, const struct u
     ho->base.ops = inner && !(inner->ops->flags & UM_ORIGIN_F_STREAM_BODY) ? &ho_ops
                                                                              : &ho_ops_stream;
     ho->inner = inner;
-    ho->c = c;
+    ho->hooks = h;
     ho->route = route;
-    ho->want_response = um_hooks_want_response(c, route);
+    ho->want_response = um_hooks_want_response(h->config, route);
     return &ho->base;
 }

@@ -61,7 +61,8 @@ enum input_result {
 struct um__conn {
     struct um__conn_links links; /* first: the worker's lists */
     struct um__worker *w;
-    struct um_config *config; /* snapshot taken at accept */
+    struct um_runtime *runtime; /* taken at accept (one reference) */
+    struct um_config *config;   /* its snapshot */
     int fd;
     enum conn_state state;
     bool closed;
@@ -645,7 +646,7 @@ static struct um_origin *hook_request(struct um__conn *c, const struct um_route 
                                    .server_name = c->ssl ? SSL_get_servername(c->ssl, TLSEXT_NAMETYPE_host_name)
                                                          : NULL,
                                    .arena = &c->arena, .upstream = -1};
-    switch (um_hooks_on_request(&c->w->ctx, c->config, hr)) {
+    switch (um_hooks_on_request(&c->w->ctx, c->runtime->hooks, hr)) {
     case UM_HOOK_FAIL:
         respond_simple(c, 500, NULL, 0);
         return NULL;
@@ -664,11 +665,11 @@ static struct um_origin *hook_request(struct um__conn *c, const struct um_route 
     *route = hr->route;
     if (*route == NULL) {
         if (hr->upstream >= 0)
-            return c->config->upstream_origins[hr->upstream];
+            return c->runtime->upstreams[hr->upstream];
         respond_simple(c, 404, NULL, 0);
         return NULL;
     }
-    return (*route)->origin;
+    return um_runtime_route(c->runtime, *route)->origin;
 }
 
 /* Picks the route and origin of the parsed request. Returns NULL after answering it
@@ -698,9 +699,9 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         redirect_https(c);
         return NULL;
     }
-    struct um_origin *origin = route ? route->origin : NULL;
+    struct um_origin *origin = route ? um_runtime_route(c->runtime, route)->origin : NULL;
     if (route) {
-        c->route_slot = route->metrics_slot;
+        c->route_slot = um_runtime_route(c->runtime, route)->metrics_slot;
         c->via_upstream = route->upstream >= 0;
     }
     struct um_hook_request hr;
@@ -718,7 +719,7 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
                            .scheme = c->ssl ? "https" : "http"};
     if (hooked) {
         if (hr.upstream >= 0 && route)
-            f->backend = c->config->upstream_origins[hr.upstream];
+            f->backend = c->runtime->upstreams[hr.upstream];
         f->cache_key = hr.cache_key;
         f->no_cache = hr.no_cache;
         f->has_ttl = hr.has_ttl;
@@ -729,7 +730,7 @@ static struct um_origin *route_request(struct um__conn *c, struct um_fetch *f)
         f->server_name = hr.server_name;
     }
     if (route) {
-        c->route_slot = route->metrics_slot;
+        c->route_slot = um_runtime_route(c->runtime, route)->metrics_slot;
         c->via_upstream = route->upstream >= 0 || f->backend != NULL;
     }
     return origin;
@@ -1350,8 +1351,9 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
     struct um__conn *c = um_calloc(1, sizeof(*c));
     c->links.tq_kind = -1;
     c->w = w;
+    c->runtime = w->runtime;
+    um_runtime_ref(c->runtime);
     c->config = w->config;
-    um_config_ref(c->config);
     c->id = ++w->next_conn_id;
     um_counter_add(&um_metrics_worker()->conns_total, 1);
     c->fd = fd;
@@ -1505,6 +1507,6 @@ void um__conn_free(struct um__conn *c)
     free(c->fbuf);
     free(c->refs);
     um_arena_reset(&c->arena);
-    um_config_unref(c->config);
+    um_runtime_unref(c->runtime);
     free(c);
 }

@@ -12,6 +12,7 @@
 #include "umbra/loop.h"
 #include "umbra/httpfield.h"
 #include "umbra/origin.h"
+#include "umbra/runtime.h"
 #include "umbra/tls.h"
 #include "umbra/cache.h"
 
@@ -45,9 +46,9 @@ struct um__mailbox {
     size_t len, cap;
     bool drain; /* graceful stop requested */
     bool quit;  /* immediate stop requested */
-    /* A reload: the snapshot (one reference, for the worker) and TLS store new
+    /* A reload: the runtime (one reference, for the worker) and TLS store new
      * connections take from now on; has_next until the worker took them. */
-    struct um_config *next_config;
+    struct um_runtime *next_runtime;
     struct um_tls *next_tls;
     bool has_next;
 };
@@ -58,7 +59,8 @@ struct um__worker {
     struct um_loop *loop;
     struct um_context ctx; /* what the layers below see of the worker */
     struct um_server *server;
-    struct um_config *config; /* snapshot new connections take */
+    struct um_runtime *runtime; /* what new connections take (one reference) */
+    struct um_config *config;   /* its snapshot (runtime->config) */
     struct um_tls *tls;       /* certificate store new TLS connections take */
     uint64_t next_conn_id;    /* for log lines: [wN cM] */
     struct um__mailbox mailbox;
@@ -79,7 +81,8 @@ struct um__worker {
 };
 
 struct um_server {
-    struct um_config *config;
+    struct um_runtime *runtime; /* what runs now (one reference) */
+    struct um_config *config;   /* its snapshot (runtime->config) */
     int *listen_fds;
     size_t num_listen;
     struct um__worker *workers;
@@ -90,20 +93,20 @@ struct um_server {
     struct um_cache *cache; /* the shared cache, when some route caches */
     atomic_size_t num_conns; /* open client connections, all workers */
     atomic_bool stop_accepting;
-    /* s->config is replaced by reloads on the main thread; other threads (admin) read it
-     * under this lock and take a reference. */
+    /* s->runtime and s->config are replaced by reloads on the main thread; other threads
+     * (admin) read s->config under this lock and take a reference. */
     pthread_mutex_t config_lock;
-    struct um__retired *retired; /* snapshots replaced by reloads, until unused */
+    struct um__retired *retired; /* runtimes replaced by reloads, until unused */
     struct um__admin *admin;
     int admin_fd; /* bound by um_server_create, handed to the admin thread at run */
     time_t started;
 };
 
-/* A snapshot a reload replaced, with the TLS store that went with it (NULL when the
- * store was kept): freed on the main thread once no worker or connection uses it. */
+/* A runtime a reload replaced, with the TLS store that went with it (NULL when the
+ * store was kept): freed on the main thread once nothing uses it (um_runtime_unused). */
 struct um__retired {
     struct um__retired *next;
-    struct um_config *config;
+    struct um_runtime *runtime;
     struct um_tls *tls;
 };
 
@@ -114,8 +117,8 @@ void um__worker_dispose(struct um__worker *w);
 /* Queues accepted sockets for a worker (listener thread). An entry is fd * 2 + tls. */
 void um__mailbox_push(struct um__mailbox *mb, const int *fds, size_t n);
 void um__mailbox_signal(struct um__mailbox *mb, bool drain, bool quit);
-/* Hands a worker the snapshot (taking a reference for it) and TLS store of a reload. */
-void um__mailbox_set_config(struct um__mailbox *mb, struct um_config *c, struct um_tls *tls);
+/* Hands a worker the runtime (taking a reference for it) and TLS store of a reload. */
+void um__mailbox_set_runtime(struct um__mailbox *mb, struct um_runtime *rt, struct um_tls *tls);
 void um__tq_arm(struct um__worker *w, struct um__conn *c, enum um__tq_kind kind);
 void um__tq_disarm(struct um__worker *w, struct um__conn *c);
 void um__worker_ready(struct um__worker *w, struct um__conn *c);
@@ -126,10 +129,6 @@ int um__worker_watch(struct um__worker *w, struct um__conn *c, int fd);
 const char *um__worker_date(struct um__worker *w);
 
 /* server.c */
-/* Creates the origins of config's routes (sharing s->cache, created when first needed)
- * and gives each route its metrics slot. Returns false with "FILE:LINE: message". */
-bool um__server_build_origins(struct um_server *s, struct um_config *config, char *err,
-                              size_t errlen);
 int um__bind_listen(const struct um_listen *l, char *err, size_t errlen);
 void um__listener_start(struct um_server *s);
 void um__listener_stop(struct um_server *s);
@@ -142,7 +141,7 @@ void um__notify(const char *state);
 /* reload.c: SIGHUP. Loads the config file again and, when it is valid, switches to it;
  * otherwise logs why and keeps the running one. Main thread. */
 void um__server_reload(struct um_server *s);
-/* Frees retired snapshots nobody uses any more; returns how many are left. */
+/* Frees retired runtimes nobody uses any more; returns how many are left. */
 size_t um__server_free_retired(struct um_server *s, bool all);
 
 /* admin.c: the admin listener (metrics, status page), on a thread of its own. */

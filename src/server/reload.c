@@ -1,24 +1,25 @@
 /* Configuration reload (SIGHUP), on the main thread.
  *
- * Everything that can fail happens before anything changes: load and validate the file,
- * make the workers' request states (running the file once more for each), create the new
- * snapshot's origins, bind the listen addresses that are new, build a TLS
- * store when the tls table changed, open the access log. Then the switch:
+ * Everything that can fail happens before anything changes: load and validate the file
+ * (and have the TLS module check its certificates and ciphers), make the workers' request
+ * states (running the file once more for each), build the new snapshot's runtime (its
+ * origins: umbra/runtime.h), bind the listen addresses that are new, build a TLS store
+ * when the tls table changed, open the access log. Then the switch:
  *   1. the listener thread stops (sockets keep queueing in the kernel's backlog: nothing
  *      is refused), the listening sockets are swapped (unchanged addresses keep theirs),
- *      s->config becomes the new snapshot, and the listener starts again;
- *   2. each worker gets the new snapshot and TLS store through its mailbox, and takes it
+ *      s->runtime becomes the new one, and the listener starts again;
+ *   2. each worker gets the new runtime and TLS store through its mailbox, and takes them
  *      before it handles the next accepted socket; open connections finish on theirs.
- * The old snapshot is retired, not released: the main thread keeps its reference until
- * every other one is gone (workers, connections, cache fills that outlive their client),
- * then frees it here. So the origins of a snapshot are always destroyed on the main
- * thread, after the last request that used them. (What the upstream origin keeps per
- * worker, its CURLM and pooled handles, belongs to the worker thread, not to an origin: it
- * outlives every snapshot and goes with the worker. A transfer in flight points at its
- * origin, but only lives as long as the connection or cache fill it serves, and those
- * hold the snapshot.)
+ * The old runtime is retired, not released: the main thread keeps its reference until
+ * every other one is gone, to it (workers, connections) and to its snapshot (cache fills
+ * that outlive their client), then frees it here. So the origins of a snapshot are always
+ * destroyed on the main thread, after the last request that used them. (What the upstream
+ * origin keeps per worker, its CURLM and pooled handles, belongs to the worker thread, not
+ * to an origin: it outlives every runtime and goes with the worker. A transfer in flight
+ * points at its origin, but only lives as long as the connection or cache fill it serves,
+ * and those hold the runtime or its snapshot.)
  *
- * The shared cache is the server's, not a snapshot's: it keeps its contents. Settings that
+ * The shared cache is the server's, not a runtime's: it keeps its contents. Settings that
  * cannot change while running (workers, cache memory) keep their old value, with a
  * warning. */
 #include <errno.h>
@@ -34,6 +35,7 @@
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
+#include "umbra/runtime.h"
 
 static bool same_addr(const struct um_listen *a, const struct um_listen *b)
 {
@@ -103,12 +105,18 @@ void um__server_reload(struct um_server *s)
         failed(s, err);
         return;
     }
+    if (!um_tls_check_config(nc, err, sizeof(err))) {
+        um_config_unref(nc);
+        failed(s, err);
+        return;
+    }
     if (nc->workers != s->num_workers)
         um_log_warn("SIGHUP: workers = %d takes a restart; keeping %d", nc->workers,
                     s->num_workers);
     /* One request state per running worker, made here: the workers see them only once
-     * their mailbox hands them the snapshot, below. */
-    if (!um_hooks_create_states(nc, s->num_workers, err, sizeof(err))) {
+     * their mailbox hands them the runtime, below. */
+    struct um_hooks *hooks = um_hooks_create(nc, s->num_workers, err, sizeof(err));
+    if (hooks == NULL) {
         um_config_unref(nc);
         failed(s, err);
         return;
@@ -125,7 +133,8 @@ void um__server_reload(struct um_server *s)
     int admin_fd = -2; /* -2: unchanged */
     for (size_t i = 0; i < nc->num_listen; i++)
         fds[i] = -1;
-    if (!um__server_build_origins(s, nc, err, sizeof(err)))
+    struct um_runtime *rt = um_runtime_create(nc, hooks, &s->cache, err, sizeof(err));
+    if (rt == NULL)
         goto fail;
     for (size_t i = 0; i < nc->num_listen; i++) {
         for (size_t j = 0; j < s->num_listen && j < old->num_listen; j++)
@@ -173,23 +182,26 @@ void um__server_reload(struct um_server *s)
     s->listen_fds = fds;
     s->num_listen = nc->num_listen;
     struct um_tls *old_tls = s->tls;
+    struct um_runtime *old_rt = s->runtime;
     pthread_mutex_lock(&s->config_lock);
+    s->runtime = rt;
     s->config = nc;
     s->tls = tls;
     pthread_mutex_unlock(&s->config_lock);
     for (int i = 0; i < s->num_workers; i++)
-        um__mailbox_set_config(&s->workers[i].mailbox, nc, tls);
+        um__mailbox_set_runtime(&s->workers[i].mailbox, rt, tls);
     um__listener_start(s);
     if (admin_fd != -2)
         um__admin_set_listener(s->admin, admin_fd);
     um_log_level_set((enum um_log_level)nc->log_level);
 
     struct um__retired *r = um_calloc(1, sizeof(*r));
-    r->config = old;
+    r->runtime = old_rt;
     r->tls = old_tls != tls ? old_tls : NULL;
     r->next = s->retired;
     s->retired = r;
     free(kept);
+    um_config_unref(nc); /* the runtime holds it */
     um__log_listening(s, "SIGHUP: configuration reloaded");
     return;
 
@@ -210,7 +222,8 @@ fail:
         um_tls_destroy(tls);
     free(fds);
     free(kept);
-    um_config_unref(nc); /* its origins go with it */
+    um_runtime_unref(rt); /* its origins go with it */
+    um_config_unref(nc);
     failed(s, err);
 }
 
@@ -219,7 +232,7 @@ size_t um__server_free_retired(struct um_server *s, bool all)
     size_t left = 0;
     for (struct um__retired **p = &s->retired; *p;) {
         struct um__retired *r = *p;
-        if (!all && um_config_refs(r->config) > 1) {
+        if (!all && !um_runtime_unused(r->runtime)) {
             left++;
             p = &r->next;
             continue;
@@ -229,7 +242,7 @@ size_t um__server_free_retired(struct um_server *s, bool all)
          * make a connection from this TLS store any more. */
         if (r->tls)
             um_tls_destroy(r->tls);
-        um_config_unref(r->config);
+        um_runtime_unref(r->runtime);
         free(r);
     }
     return left;

@@ -19,9 +19,6 @@
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
-#include "umbra/static.h"
-#include "umbra/upstream.h"
-#include "umbra/cacheorigin.h"
 #include "umbra/accesslog.h"
 #include "umbra/metrics.h"
 
@@ -66,64 +63,6 @@ int um__bind_listen(const struct um_listen *l, char *err, size_t errlen)
     return fd;
 }
 
-static struct um_cache *create_cache(const struct um_config *config)
-{
-    struct um_cache_opts o = {
-        .memory_cap = (size_t)config->cache.memory,
-        .max_object = (size_t)config->cache.max_object,
-        .clean_interval = config->cache.clean_interval < 1 ? 1 : (unsigned)config->cache.clean_interval,
-    };
-    struct um_cache *c = um_cache_create(&o);
-    um_cache_start_cleaner(c);
-    return c;
-}
-
-bool um__server_build_origins(struct um_server *s, struct um_config *config, char *err,
-                              size_t errlen)
-{
-    bool ok = true;
-    /* One origin per upstream, shared by the routes that name it (and its health with
-     * them); the routes hold the references. */
-    struct um_origin **upstreams = um_calloc(config->num_upstreams + 1, sizeof(*upstreams));
-    for (size_t i = 0; i < config->num_upstreams; i++)
-        upstreams[i] = um_upstream_origin_create(&config->upstreams[i]);
-    bool hooks = um_hooks_enabled(config);
-    for (size_t i = 0; i < config->num_routes; i++) {
-        struct um_route *r = &config->routes[i];
-        char msg[512];
-        snprintf(msg, sizeof(msg), "%s%s", r->host ? r->host : "", r->path);
-        r->metrics_slot = um_metrics_route_slot(msg);
-        if (r->upstream >= 0) {
-            r->origin = um_upstream_origin_ref(upstreams[r->upstream]);
-            if (hooks)
-                r->origin = um_hooks_origin_create(r->origin, config, r);
-            if (r->cache) {
-                if (s->cache == NULL)
-                    __atomic_store_n(&s->cache, create_cache(config), __ATOMIC_RELEASE);
-                r->origin = um_cache_origin_create(s->cache, r->origin, r, config);
-            }
-            continue;
-        }
-        if (r->root) {
-            r->origin = um_static_origin_create(r, config, msg, sizeof(msg));
-            if (r->origin == NULL) {
-                snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
-                ok = false;
-                break;
-            }
-        }
-        /* A route without root or upstream is answered by its hooks (or the upstream
-         * they pick). */
-        if (hooks)
-            r->origin = um_hooks_origin_create(r->origin, config, r);
-    }
-    /* The snapshot keeps them for hooks that pick an upstream (req.upstream). */
-    for (size_t i = 0; i < config->num_upstreams; i++)
-        um_config_set_upstream_origin(config, i, upstreams[i]);
-    free(upstreams);
-    return ok;
-}
-
 /* The signals the main thread takes through its signalfd. */
 static void signal_set(sigset_t *set)
 {
@@ -151,9 +90,11 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     /* The workers' request states, here rather than on each worker's first request: the
      * file's top level must not run inside a worker's loop turn. The threads that use
      * them start later (um_server_run). */
-    if (!um_hooks_create_states(config, config->workers, err, errlen))
+    struct um_hooks *hooks = um_hooks_create(config, config->workers, err, errlen);
+    if (hooks == NULL)
         goto fail;
-    if (!um__server_build_origins(s, config, err, errlen))
+    s->runtime = um_runtime_create(config, hooks, &s->cache, err, errlen);
+    if (s->runtime == NULL)
         goto fail;
     for (size_t i = 0; i < config->num_listen; i++) {
         int fd = um__bind_listen(&config->listen[i], err, errlen);
@@ -175,6 +116,7 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
         goto fail;
     s->listener_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(s->listener_efd >= 0);
+    um_config_unref(config); /* the caller's: the runtime holds one of its own */
     return s;
 fail:
     for (size_t i = 0; i < s->num_listen; i++)
@@ -185,7 +127,8 @@ fail:
         um_tls_destroy(s->tls);
     free(s->listen_fds);
     pthread_mutex_destroy(&s->config_lock);
-    um_config_unref(config); /* the routes' origins go with it, then the cache they use */
+    um_runtime_unref(s->runtime); /* the routes' origins go with it, then the cache they use */
+    um_config_unref(config);
     if (s->cache) {
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);
@@ -491,7 +434,7 @@ void um_server_destroy(struct um_server *s)
     if (s->admin_fd >= 0)
         close(s->admin_fd);
     um__server_free_retired(s, true);
-    um_config_unref(s->config); /* the routes' origins go with it */
+    um_runtime_unref(s->runtime); /* the routes' origins go with it */
     pthread_mutex_destroy(&s->config_lock);
     if (s->cache) {
         um_cache_stop_cleaner(s->cache);

@@ -118,17 +118,17 @@ void um__mailbox_signal(struct um__mailbox *mb, bool drain, bool quit)
     wake(mb);
 }
 
-void um__mailbox_set_config(struct um__mailbox *mb, struct um_config *c, struct um_tls *tls)
+void um__mailbox_set_runtime(struct um__mailbox *mb, struct um_runtime *rt, struct um_tls *tls)
 {
-    um_config_ref(c);
+    um_runtime_ref(rt);
     pthread_mutex_lock(&mb->lock);
-    struct um_config *stale = mb->has_next ? mb->next_config : NULL;
-    mb->next_config = c;
+    struct um_runtime *stale = mb->has_next ? mb->next_runtime : NULL;
+    mb->next_runtime = rt;
     mb->next_tls = tls;
     mb->has_next = true;
     pthread_mutex_unlock(&mb->lock);
     if (stale)
-        um_config_unref(stale); /* a reload the worker had not taken yet */
+        um_runtime_unref(stale); /* a reload the worker had not taken yet */
     wake(mb);
 }
 
@@ -139,8 +139,9 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
     memset(w, 0, sizeof(*w));
     w->id = id;
     w->server = s;
-    w->config = s->config;
-    um_config_ref(w->config);
+    w->runtime = s->runtime;
+    um_runtime_ref(w->runtime);
+    w->config = w->runtime->config;
     w->tls = s->tls;
     w->loop = um_loop_create();
     um_context_init(&w->ctx, w->loop, id);
@@ -169,8 +170,8 @@ void um__worker_dispose(struct um__worker *w)
         free(w->free_bufs[i]);
     free(w->free_bufs);
     if (w->mailbox.has_next)
-        um_config_unref(w->mailbox.next_config);
-    um_config_unref(w->config);
+        um_runtime_unref(w->mailbox.next_runtime);
+    um_runtime_unref(w->runtime);
 }
 
 static void close_all(struct um__worker *w)
@@ -192,20 +193,21 @@ static void on_mailbox(struct um_io *io, uint32_t events)
     bool drain = w->mailbox.drain, quit = w->mailbox.quit;
     w->mailbox.fds = NULL;
     w->mailbox.len = w->mailbox.cap = 0;
-    struct um_config *next_cfg = NULL;
+    struct um_runtime *next_rt = NULL;
     if (w->mailbox.has_next) {
-        /* A reload: sockets accepted from now on (these included) take the new snapshot;
+        /* A reload: sockets accepted from now on (these included) take the new runtime;
          * open connections keep theirs. The main thread keeps the old one referenced, so
          * this is never the last reference. */
-        next_cfg = w->mailbox.next_config;
+        next_rt = w->mailbox.next_runtime;
         w->tls = w->mailbox.next_tls;
         w->mailbox.has_next = false;
-        w->mailbox.next_config = NULL;
+        w->mailbox.next_runtime = NULL;
     }
     pthread_mutex_unlock(&w->mailbox.lock);
-    if (next_cfg) {
-        um_config_unref(w->config);
-        w->config = next_cfg;
+    if (next_rt) {
+        um_runtime_unref(w->runtime);
+        w->runtime = next_rt;
+        w->config = next_rt->config;
         set_durations(w);
         /* Read buffers are sized by the limits of the snapshot: the new one's may differ. */
         for (size_t i = 0; i < w->num_free_bufs; i++)

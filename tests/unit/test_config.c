@@ -23,7 +23,7 @@
 #include "config/lualines.h"
 #include "umbra/config.h"
 #include "umbra/log.h"
-#include "umbra/origin.h"
+#include "umbra/tls.h"
 
 static char tmpdir[] = "/tmp/umbra-test-config-XXXXXX";
 static char realdir[PATH_MAX]; /* tmpdir after realpath (in case /tmp is a link) */
@@ -181,7 +181,6 @@ static void test_full_config(void **state)
     assert_string_equal(c->routes[0].root, in_tmp("static"));
     assert_string_equal(c->routes[0].index, "index.html");
     assert_int_equal(c->routes[0].line, 5);
-    assert_null(c->routes[0].origin);
     assert_null(c->routes[1].host);
     assert_string_equal(c->routes[1].root, www);
     assert_null(c->routes[1].index);
@@ -318,34 +317,20 @@ static void test_parse_size(void **state)
     assert_false(um_config_parse_size(NULL, &v));
 }
 
-static int destroyed;
-
-static void fake_destroy(struct um_origin *o)
-{
-    destroyed++;
-    free(o);
-}
-
-static const struct um_origin_ops fake_ops = {.destroy = fake_destroy};
-
-static void test_refcount_and_origins(void **state)
+/* (What is built from a snapshot, its routes' origins, is the runtime's: test_runtime.c
+ * checks that they go with it.) */
+static void test_refcount(void **state)
 {
     struct um_config *c = load_ok("routes = { { path = '/a/', root = 'www' },\n"
                                   "           { path = '/', root = 'www' } }\n");
-    for (size_t i = 0; i < c->num_routes; i++) {
-        struct um_origin *o = malloc(sizeof *o);
-        assert_non_null(o);
-        o->ops = &fake_ops;
-        um_config_set_origin(c, i, o);
-    }
-    destroyed = 0;
+    const struct um_config *k = c; /* a holder that only reads, such as a cache fill */
     um_config_ref(c);
-    um_config_ref(c);
+    um_config_ref(k);
+    assert_int_equal(um_config_refs(c), 3);
+    um_config_unref(k);
     um_config_unref(c);
-    um_config_unref(c);
-    assert_int_equal(destroyed, 0);
-    um_config_unref(c); /* the last one: frees, and destroys both origins */
-    assert_int_equal(destroyed, 2);
+    assert_int_equal(um_config_refs(c), 1);
+    um_config_unref(c); /* the last one: frees (ASan would see a leak otherwise) */
 }
 
 /* Loads and drops configs on every path, success and failure alike; under ASan the leak
@@ -1262,6 +1247,23 @@ static void make_tls_files(void)
     write_file(join_path(p, sizeof p, tmpdir, "tls/garbage.crt"), "garbage\n");
 }
 
+/* Asserts that text loads, and that the TLS module's check that follows every load (in
+ * umbra, umbra -t and a reload) fails with "file:line: " and a message containing needle. */
+static void expect_tls_error(const char *text, int line, const char *needle)
+{
+    char err[1024] = "", prefix[PATH_MAX + 32];
+    struct um_config *c = load_ok(text);
+    bool ok = um_tls_check_config(c, err, sizeof err);
+    um_config_unref(c);
+    if (ok)
+        fail_msg("checked, but expected an error mentioning '%s'", needle);
+    snprintf(prefix, sizeof prefix, "%s:%d: ", cfgpath, line);
+    if (strncmp(err, prefix, strlen(prefix)) != 0)
+        fail_msg("error '%s' does not start with '%s'", err, prefix);
+    if (strstr(err, needle) == NULL)
+        fail_msg("error '%s' does not mention '%s'", err, needle);
+}
+
 #define TLS_A "{ hosts = { 'a.test' }, cert = 'tls/a.crt', key = 'tls/a.key' }"
 #define TLS_C "{ hosts = { 'c.test' }, cert = 'tls/c.crt', key = 'tls/c.key' }"
 #define TLS_LISTEN "listen = { { '127.0.0.1:8443', tls = true } }\n"
@@ -1437,25 +1439,25 @@ static void test_err_tls_files(void **state)
     expect_error(TLS_LISTEN "tls = { { hosts = { 'a.test' }, cert = 'tls/a.crt', key = 5 } }\n"
                  ROUTE_WWW, 2, "tls.1.key: expected a PEM key file, got number");
 
-    /* Checked with OpenSSL at load, at the line of the file at fault. */
-    expect_error(TLS_LISTEN "tls = {\n"
+    /* Checked with OpenSSL right after the load, at the line of the file at fault. */
+    expect_tls_error(TLS_LISTEN "tls = {\n"
                  "  " TLS_A ",\n"
                  "  { hosts = { 'other.test' },\n"
                  "    cert = 'tls/garbage.crt',\n"
                  "    key = 'tls/c.key' },\n"
                  "}\n" ROUTE_WWW,
                  5, "tls.2.cert: tls/garbage.crt: no PEM certificate in the file");
-    expect_error(TLS_LISTEN "tls = {\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n"
                  "  { hosts = { 'a.test' }, cert = 'tls/a.crt',\n"
                  "    key = 'tls/c.key' },\n"
                  "}\n" ROUTE_WWW,
                  4, "tls.1.key: tls/c.key does not match the certificate tls/a.crt");
-    expect_error(TLS_LISTEN "tls = {\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n"
                  "  { hosts = { 'a.test' }, cert = 'tls/a.crt',\n"
                  "    key = 'tls/garbage.crt' },\n"
                  "}\n" ROUTE_WWW,
                  4, "tls.1.key: tls/garbage.crt: no PEM private key in the file");
-    expect_error(TLS_LISTEN "tls = {\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n"
                  "  { hosts = { 'enc.test' }, cert = 'tls/enc.crt',\n"
                  "    key = 'tls/enc.key' },\n"
                  "}\n" ROUTE_WWW,
@@ -1476,12 +1478,12 @@ static void test_err_tls_options(void **state)
     expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  protocols = true,\n}\n" ROUTE_WWW, 4,
                  "tls.protocols: expected a list such as { \"TLSv1.2\", \"TLSv1.3\" }, got "
                  "boolean");
-    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n"
                  "  ciphers = 'ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA265',\n}\n"
                  ROUTE_WWW,
                  4, "tls.ciphers: 'ECDHE-RSA-AES128-GCM-SHA265' is not a known TLS 1.2 cipher "
                     "or cipher group");
-    expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  ciphersuites = 'TLS_AES_128_GCM',\n}\n"
+    expect_tls_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  ciphersuites = 'TLS_AES_128_GCM',\n}\n"
                  ROUTE_WWW,
                  4, "tls.ciphersuites: 'TLS_AES_128_GCM' is not a known TLS 1.3 ciphersuite");
     expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  " TLS_C ",\n  default = 'b.test',\n}\n"
@@ -1915,7 +1917,7 @@ int main(void)
         cmocka_unit_test(test_relative_root),
         cmocka_unit_test(test_sizes_in_config),
         cmocka_unit_test(test_parse_size),
-        cmocka_unit_test(test_refcount_and_origins),
+        cmocka_unit_test(test_refcount),
         cmocka_unit_test(test_no_leaks),
         cmocka_unit_test(test_err_syntax),
         cmocka_unit_test(test_err_runtime),

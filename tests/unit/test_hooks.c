@@ -1,4 +1,4 @@
-/* Unit tests of the request/response bindings of the Lua hooks (src/lua/hooks.c), the
+/* Unit tests of the request/response bindings of the Lua hooks (src/lua/), the
  * Yunying translation of the loader and the folding of Lua 5.3 shifts. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,12 +36,16 @@ static void drop_file(void)
     memcpy(path + strlen(path) - 6, "XXXXXX", 6);
 }
 
+/* The request states of the config load() loaded last (for worker 0), as the server
+ * makes them. */
+static struct um_hooks *hooks;
+
 static struct um_config *load(const char *text)
 {
     put_file(text);
     char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
-    if (c != NULL && !um_hooks_create_states(c, 1, err, sizeof err)) {
+    if (c != NULL && (hooks = um_hooks_create(c, 1, err, sizeof err)) == NULL) {
         um_config_unref(c);
         c = NULL;
     }
@@ -49,6 +53,13 @@ static struct um_config *load(const char *text)
     if (c == NULL)
         fail_msg("load failed: %s", err);
     return c;
+}
+
+static void unload(struct um_config *c)
+{
+    um_hooks_destroy(hooks);
+    hooks = NULL;
+    um_config_unref(c);
 }
 
 static char *load_error(const char *text)
@@ -119,7 +130,7 @@ static void test_rewrites(void **state)
         "end\n");
     struct parsed p;
     parse(&p, "GET /x?old=1 HTTP/1.1\r\nHost: H.Example:8080\r\nX-Dup: a\r\nX-Gone: 1\r\nX-Dup: b\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_CONTINUE);
+    assert_int_equal(um_hooks_on_request(&ctx, hooks, &p.hr), UM_HOOK_CONTINUE);
     assert_true(str_is(p.req.path, "/new/x"));
     assert_true(str_is(p.req.query, "q=192.0.2.7"));
     assert_true(str_is(p.req.target, "/new/x?q=192.0.2.7"));
@@ -141,7 +152,7 @@ static void test_rewrites(void **state)
     assert_int_equal(p.hr.ttl, 42);
     assert_true(p.hr.no_cache);
     um_arena_reset(&p.arena);
-    um_config_unref(c);
+    unload(c);
 }
 
 static void test_respond_and_redirect(void **state)
@@ -154,7 +165,7 @@ static void test_respond_and_redirect(void **state)
         "end } }\n");
     struct parsed p;
     parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
+    assert_int_equal(um_hooks_on_request(&ctx, hooks, &p.hr), UM_HOOK_ANSWER);
     assert_int_equal(p.hr.status, 201);
     assert_true(str_is(p.hr.resp_body, "made"));
     assert_int_equal(p.hr.num_headers, 3);
@@ -165,13 +176,13 @@ static void test_respond_and_redirect(void **state)
     um_arena_reset(&p.arena);
 
     parse(&p, "GET /r HTTP/1.1\r\nHost: h\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
+    assert_int_equal(um_hooks_on_request(&ctx, hooks, &p.hr), UM_HOOK_ANSWER);
     assert_int_equal(p.hr.status, 301);
     assert_int_equal(p.hr.num_headers, 1);
     assert_true(str_is(p.hr.headers[0].name, "Location"));
     assert_true(str_is(p.hr.headers[0].value, "https://e.example/"));
     um_arena_reset(&p.arena);
-    um_config_unref(c);
+    unload(c);
 }
 
 /* An HTTP/1.0 request may come without Host: its authority is empty (no bytes at all), and
@@ -186,10 +197,10 @@ static void test_hostname_without_host(void **state)
     struct parsed p;
     parse(&p, "GET / HTTP/1.0\r\n\r\n", c);
     assert_null(p.req.authority.base);
-    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
+    assert_int_equal(um_hooks_on_request(&ctx, hooks, &p.hr), UM_HOOK_ANSWER);
     assert_true(str_is(p.hr.resp_body, "[][]"));
     um_arena_reset(&p.arena);
-    um_config_unref(c);
+    unload(c);
 }
 
 /* Each of these fails the call (a 500), and the state keeps working afterwards. */
@@ -222,16 +233,16 @@ static void test_refusals(void **state)
         snprintf(raw, sizeof raw, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", bad[i]);
         struct parsed p;
         parse(&p, raw, c);
-        if (um_hooks_on_request(&ctx, c, &p.hr) != UM_HOOK_FAIL)
+        if (um_hooks_on_request(&ctx, hooks, &p.hr) != UM_HOOK_FAIL)
             fail_msg("%s did not fail", bad[i]);
         assert_null(field(&p.req, "x-b"));
         um_arena_reset(&p.arena);
         parse(&p, "GET /ok HTTP/1.1\r\nHost: h\r\n\r\n", c);
-        assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
+        assert_int_equal(um_hooks_on_request(&ctx, hooks, &p.hr), UM_HOOK_ANSWER);
         assert_true(str_is(p.hr.resp_body, "fine"));
         um_arena_reset(&p.arena);
     }
-    um_config_unref(c);
+    unload(c);
 }
 
 static void test_on_response(void **state)
@@ -257,7 +268,7 @@ static void test_on_response(void **state)
                                   .content_length = 0};
     struct um_arena arena = {0};
     struct um_hook_response out = {.arena = &arena};
-    assert_true(um_hooks_on_response(&ctx, c, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
+    assert_true(um_hooks_on_response(&ctx, hooks, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
     assert_int_equal(out.head.num_headers, 3);
     assert_true(str_is(out.head.headers[0].name, "X-B"));
     assert_true(str_is(out.head.headers[0].value, "new"));
@@ -271,14 +282,14 @@ static void test_on_response(void **state)
     assert_true(str_is(in_fields[0].name, "X-A"));
     um_arena_reset(&arena);
     /* the request is read-only there */
-    um_config_unref(c);
+    unload(c);
     c = load("routes = { { path = '/', root = '/tmp' } }\n"
              "function on_response(req, res) req.path = '/x' end\n");
     out = (struct um_hook_response){.arena = &arena};
-    assert_false(um_hooks_on_response(&ctx, c, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
+    assert_false(um_hooks_on_response(&ctx, hooks, &c->routes[0], &p.req, "127.0.0.1", &in, &out));
     um_arena_reset(&arena);
     um_arena_reset(&p.arena);
-    um_config_unref(c);
+    unload(c);
 }
 
 static void test_yunying(void **state)
@@ -304,7 +315,7 @@ static void test_yunying(void **state)
     assert_true(c->routes[0].cache);
     struct parsed p;
     parse(&p, "GET /a?b HTTP/1.1\r\nHost: client.example\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_CONTINUE);
+    assert_int_equal(um_hooks_on_request(&ctx, hooks, &p.hr), UM_HOOK_CONTINUE);
     assert_true(str_is(p.req.target, "/z?y=1"));
     assert_true(str_is(p.req.method, "PUT"));
     assert_true(str_is(p.req.authority, "up.example"));
@@ -313,7 +324,7 @@ static void test_yunying(void **state)
     assert_string_equal(p.hr.upstream_url, "https://127.0.0.1:8443");
     assert_true(str_is(p.hr.cache_key, "client.example /a?b"));
     um_arena_reset(&p.arena);
-    um_config_unref(c);
+    unload(c);
 
     assert_string_equal(load_error("port = 1\nlisten = '127.0.0.1:1'\n"),
                         "2: 'listen' is an Umbra setting and 'port' a Yunying one: a config "
@@ -335,16 +346,15 @@ static void test_states_made_at_load(void **state)
     char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
-    assert_null(c->lua.states); /* none before the server asks */
-    assert_true(um_hooks_create_states(c, 3, err, sizeof err));
-    assert_int_equal(c->lua.num_states, 3);
-    for (int w = 0; w < 3; w++)
-        assert_non_null(c->lua.states[w]);
+    /* The loader makes none: the server asks for them. */
+    struct um_hooks *h = um_hooks_create(c, 3, err, sizeof err);
+    assert_non_null(h);
+    assert_int_equal(um_hooks_num_states(h), 3);
     for (int w = 0; w < 3; w++) {
         ctx.worker_id = w;
         struct parsed p;
         parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
-        assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_ANSWER);
+        assert_int_equal(um_hooks_on_request(&ctx, h, &p.hr), UM_HOOK_ANSWER);
         char want[64];
         snprintf(want, sizeof want, "made for %d, on %d", w, w);
         assert_true(str_is(p.hr.resp_body, want));
@@ -354,9 +364,10 @@ static void test_states_made_at_load(void **state)
     ctx.worker_id = 3;
     struct parsed p;
     parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
-    assert_int_equal(um_hooks_on_request(&ctx, c, &p.hr), UM_HOOK_FAIL);
+    assert_int_equal(um_hooks_on_request(&ctx, h, &p.hr), UM_HOOK_FAIL);
     um_arena_reset(&p.arena);
     ctx.worker_id = 0;
+    um_hooks_destroy(h);
     um_config_unref(c);
 
     /* The loader has no umbra table; the states do. */
@@ -367,12 +378,10 @@ static void test_states_made_at_load(void **state)
     put_file(bad);
     c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
-    assert_false(um_hooks_create_states(c, 2, err, sizeof err));
+    assert_null(um_hooks_create(c, 2, err, sizeof err)); /* and no state left */
     char want[600];
     snprintf(want, sizeof want, "%s:3: no worker 1 (in worker 1's request hooks)", path);
     assert_string_equal(err, want);
-    assert_null(c->lua.states);
-    assert_int_equal(c->lua.num_states, 0);
     um_config_unref(c);
 
     /* A top level that runs out of budget there is named by its line too. */
@@ -385,7 +394,7 @@ static void test_states_made_at_load(void **state)
     put_file(loop);
     c = um_config_load(path, err, sizeof err);
     assert_non_null(c);
-    assert_false(um_hooks_create_states(c, 1, err, sizeof err));
+    assert_null(um_hooks_create(c, 1, err, sizeof err));
     snprintf(want, sizeof want, "%s:4: instruction budget of 10000000 exceeded (endless loop?) "
              "(in worker 0's request hooks)", path);
     assert_string_equal(err, want);

@@ -1,0 +1,72 @@
+/* What the server makes of a configuration snapshot to run it.
+ *
+ * The snapshot (umbra/config.h) is plain data. Everything built from it at run time is
+ * here instead: the routes' origins (each a chain such as cache -> hooks -> upstream), one
+ * origin per upstream (shared by the routes that name it, and what a hook's req.upstream
+ * picks), the workers' request states (umbra/hooks.h) and the routes' metrics slots. It
+ * is in the server's floor because building it calls every floor below (upstream, static,
+ * cache, lua), and only the server sits above them all.
+ *
+ * Life. A runtime is reference-counted and holds one reference to its snapshot. The
+ * server holds one; each worker holds one for the runtime its new connections take, and
+ * each connection one for its own, as they held snapshots before. A reload builds a new
+ * runtime before anything changes, hands it to the workers through their mailboxes, and
+ * retires the old one: the main thread destroys it once um_runtime_unused says so. A cache
+ * fill that outlives its client holds the snapshot of its route (a config reference: the
+ * cache sits below the server and cannot take a runtime's), which um_runtime_unused counts
+ * too, so the origins a fill uses outlive it. The origins and the Lua states of a runtime
+ * are thus always destroyed on the main thread, after their last use. */
+#ifndef UMBRA_RUNTIME_H
+#define UMBRA_RUNTIME_H
+
+#include "umbra/config.h"
+
+struct um_cache;
+struct um_hooks;
+struct um_origin;
+
+/* What the runtime has for config->routes[i]. */
+struct um_runtime_route {
+    struct um_origin *origin; /* NULL: none (a route only hooks answer, or nothing: 404) */
+    int metrics_slot;         /* the route's slot in the metrics (umbra/metrics.h) */
+};
+
+struct um_runtime {
+    struct um_config *config;        /* the snapshot (one reference, the runtime's) */
+    struct um_runtime_route *routes; /* config->num_routes entries, in the same order */
+    struct um_origin **upstreams;    /* config->num_upstreams origins, in the same order */
+    struct um_hooks *hooks;          /* the workers' request states */
+    int _refcnt;
+};
+
+/* Builds the runtime of config (taking a reference of its own to it) with the request
+ * states hooks, made for config (taken over: destroyed with the runtime, or at once on
+ * failure). The routes that cache share the server's cache *cache, created when first
+ * needed (stored with release order: other threads load it with acquire). Main thread,
+ * before the runtime is handed to any other thread. Returns one reference, or NULL with
+ * "FILE:LINE: message" in err. */
+struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *hooks,
+                                     struct um_cache **cache, char *err, size_t errlen);
+
+/* Takes a reference. Thread-safe. */
+void um_runtime_ref(struct um_runtime *rt);
+/* Drops a reference (rt may be NULL); the last one destroys the origins and the request
+ * states, and drops the snapshot. Thread-safe, but the last reference is meant to be the
+ * server's, on the main thread (see the top). */
+void um_runtime_unref(struct um_runtime *rt);
+
+/* True when the caller's reference is the only one left, to the runtime and to its
+ * snapshot: nobody (worker, connection, cache fill) uses either any more. */
+static inline bool um_runtime_unused(const struct um_runtime *rt)
+{
+    return __atomic_load_n(&rt->_refcnt, __ATOMIC_ACQUIRE) == 1 && um_config_refs(rt->config) == 1;
+}
+
+/* What rt has for route, a route of rt->config. */
+static inline const struct um_runtime_route *um_runtime_route(const struct um_runtime *rt,
+                                                              const struct um_route *route)
+{
+    return &rt->routes[route - rt->config->routes];
+}
+
+#endif

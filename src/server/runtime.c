@@ -1,0 +1,115 @@
+/* Building and destroying what runs a snapshot (umbra/runtime.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "umbra/cache.h"
+#include "umbra/cacheorigin.h"
+#include "umbra/hooks.h"
+#include "umbra/metrics.h"
+#include "umbra/origin.h"
+#include "umbra/runtime.h"
+#include "umbra/static.h"
+#include "umbra/upstream.h"
+
+static struct um_cache *create_cache(const struct um_config *config)
+{
+    struct um_cache_opts o = {
+        .memory_cap = (size_t)config->cache.memory,
+        .max_object = (size_t)config->cache.max_object,
+        .clean_interval = config->cache.clean_interval < 1 ? 1 : (unsigned)config->cache.clean_interval,
+    };
+    struct um_cache *c = um_cache_create(&o);
+    um_cache_start_cleaner(c);
+    return c;
+}
+
+/* The origins of the routes, each given its metrics slot. Returns false with "FILE:LINE:
+ * message" when one cannot be made. */
+static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *err,
+                         size_t errlen)
+{
+    struct um_config *config = rt->config;
+    bool hooks = um_hooks_enabled(config);
+    for (size_t i = 0; i < config->num_routes; i++) {
+        const struct um_route *r = &config->routes[i];
+        struct um_runtime_route *rr = &rt->routes[i];
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s%s", r->host ? r->host : "", r->path);
+        rr->metrics_slot = um_metrics_route_slot(msg);
+        if (r->upstream >= 0) {
+            rr->origin = um_upstream_origin_ref(rt->upstreams[r->upstream]);
+            if (hooks)
+                rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
+            if (r->cache) {
+                if (*cache == NULL)
+                    __atomic_store_n(cache, create_cache(config), __ATOMIC_RELEASE);
+                rr->origin = um_cache_origin_create(*cache, rr->origin, r, config);
+            }
+            continue;
+        }
+        if (r->root) {
+            rr->origin = um_static_origin_create(r, config, msg, sizeof(msg));
+            if (rr->origin == NULL) {
+                snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
+                return false;
+            }
+        }
+        /* A route without root or upstream is answered by its hooks (or the upstream
+         * they pick). */
+        if (hooks)
+            rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
+    }
+    return true;
+}
+
+struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *hooks,
+                                     struct um_cache **cache, char *err, size_t errlen)
+{
+    struct um_runtime *rt = um_calloc(1, sizeof(*rt));
+    rt->_refcnt = 1;
+    um_config_ref(config);
+    rt->config = config;
+    rt->hooks = hooks;
+    rt->routes = um_calloc(config->num_routes + 1, sizeof(*rt->routes));
+    /* One origin per upstream, shared by the routes that name it (and its health with
+     * them); the routes hold references of their own. */
+    rt->upstreams = um_calloc(config->num_upstreams + 1, sizeof(*rt->upstreams));
+    for (size_t i = 0; i < config->num_upstreams; i++)
+        rt->upstreams[i] = um_upstream_origin_create(&config->upstreams[i]);
+    if (!build_routes(rt, cache, err, errlen)) {
+        um_runtime_unref(rt);
+        return NULL;
+    }
+    return rt;
+}
+
+static void runtime_free(struct um_runtime *rt)
+{
+    for (size_t i = 0; i < rt->config->num_routes; i++)
+        if (rt->routes[i].origin != NULL)
+            rt->routes[i].origin->ops->destroy(rt->routes[i].origin);
+    free(rt->routes);
+    um_hooks_destroy(rt->hooks);
+    for (size_t i = 0; i < rt->config->num_upstreams; i++)
+        if (rt->upstreams[i] != NULL)
+            rt->upstreams[i]->ops->destroy(rt->upstreams[i]);
+    free(rt->upstreams);
+    um_config_unref(rt->config);
+    free(rt);
+}
+
+void um_runtime_ref(struct um_runtime *rt)
+{
+    int n = __atomic_add_fetch(&rt->_refcnt, 1, __ATOMIC_RELAXED);
+    UM_ASSERT(n > 1);
+}
+
+void um_runtime_unref(struct um_runtime *rt)
+{
+    if (rt == NULL)
+        return;
+    int n = __atomic_sub_fetch(&rt->_refcnt, 1, __ATOMIC_ACQ_REL);
+    UM_ASSERT(n >= 0);
+    if (n == 0)
+        runtime_free(rt);
+}
