@@ -35,22 +35,30 @@ bench_init
 if bench_uses umbra; then ensure_umbra; fi
 ensure_origin
 
-# The store's library (build dir's libumbra_core.a) for the hit-ratio program: beside
-# UMBRA_BIN when it is a build dir, else built into UMBRA_BUILD. Sets CORE_LIB.
-ensure_core_lib() {
-    CORE_LIB=$(dirname "$UMBRA_BIN")/libumbra_core.a
-    [[ -f $CORE_LIB ]] && return 0
-    need cmake
-    mkdir -p "$UMBRA_BUILD"
-    local blog=$UMBRA_BUILD/bench-build-core.log
-    log "building umbra_core (Release) into $UMBRA_BUILD for bench/sieve_vs_lru.c"
-    if ! { cmake -S "$BENCH_ROOT" -B "$UMBRA_BUILD" -DCMAKE_BUILD_TYPE=Release &&
-        cmake --build "$UMBRA_BUILD" -j2 --target umbra_core; } >"$blog" 2>&1; then
-        tail -n 40 "$blog" >&2
-        die "build of umbra_core failed (full log: $blog)"
+# The store's floor libraries (build dir's libumbra_cache.a and the floors below it) for
+# the hit-ratio program: beside UMBRA_BIN when it is a build dir, else built into
+# UMBRA_BUILD. Sets STORE_LIBS.
+STORE_FLOORS=(cache config http loop core)
+ensure_store_libs() {
+    local dir f
+    dir=$(dirname "$UMBRA_BIN")
+    if [[ ! -f $dir/libumbra_cache.a ]]; then
+        need cmake
+        mkdir -p "$UMBRA_BUILD"
+        local blog=$UMBRA_BUILD/bench-build-store.log
+        log "building umbra_cache (Release) into $UMBRA_BUILD for bench/sieve_vs_lru.c"
+        if ! { cmake -S "$BENCH_ROOT" -B "$UMBRA_BUILD" -DCMAKE_BUILD_TYPE=Release &&
+            cmake --build "$UMBRA_BUILD" -j2 --target umbra_cache; } >"$blog" 2>&1; then
+            tail -n 40 "$blog" >&2
+            die "build of umbra_cache failed (full log: $blog)"
+        fi
+        dir=$UMBRA_BUILD
     fi
-    CORE_LIB=$UMBRA_BUILD/libumbra_core.a
-    [[ -f $CORE_LIB ]] || die "build produced no $CORE_LIB"
+    STORE_LIBS=()
+    for f in "${STORE_FLOORS[@]}"; do
+        [[ -f $dir/libumbra_$f.a ]] || die "no $dir/libumbra_$f.a"
+        STORE_LIBS+=("$dir/libumbra_$f.a")
+    done
 }
 
 # The hit-ratio program, built now so that a compile error stops the run before the long
@@ -58,14 +66,14 @@ ensure_core_lib() {
 SIM_BIN=
 if bench_uses umbra; then
     need cc pkg-config
-    ensure_core_lib
+    ensure_store_libs
     SIM_BIN=$BENCH_TMP/sieve_vs_lru
     # shellcheck disable=SC2046
     cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$BENCH_ROOT/include" \
-        -o "$SIM_BIN" "$BENCH_DIR/sieve_vs_lru.c" "$CORE_LIB" \
-        $(pkg-config --libs luajit libcurl openssl) -lpthread -lm >"$BENCH_TMP/sim-build.log" 2>&1 || {
+        -o "$SIM_BIN" "$BENCH_DIR/sieve_vs_lru.c" "${STORE_LIBS[@]}" \
+        $(pkg-config --libs luajit) -lpthread -lm >"$BENCH_TMP/sim-build.log" 2>&1 || {
         cat "$BENCH_TMP/sim-build.log" >&2
-        die "cc bench/sieve_vs_lru.c failed (against $CORE_LIB)"
+        die "cc bench/sieve_vs_lru.c failed (against ${STORE_LIBS[*]})"
     }
 fi
 
