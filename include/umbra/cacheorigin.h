@@ -4,7 +4,9 @@
  * request for the same key, on any worker, streams from that object (one origin request);
  * a stale object is revalidated with a conditional request; unsafe methods pass through and
  * invalidate what they change; PURGE removes an object. Cache-Status (RFC 9211) and Age go
- * on every response. The rules themselves are cachepolicy.h's; the store is cache.h's. */
+ * on every response. The rules themselves are cachepolicy.h's; the store is cache.h's.
+ * Created on the main thread with the runtime; fetches run on the worker thread that
+ * calls them (its context in the fetch); only the store is shared between threads. */
 #ifndef UMBRA_CACHEORIGIN_H
 #define UMBRA_CACHEORIGIN_H
 

@@ -1,4 +1,5 @@
-/* Basic types shared by every module: slices, status codes, assertions. */
+/* Basic types shared by every module (the core floor, src/core/): slices, status codes,
+ * assertions, allocation that panics with file:line. Pure helpers, safe from any thread. */
 #ifndef UMBRA_COMMON_H
 #define UMBRA_COMMON_H
 

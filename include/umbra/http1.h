@@ -3,7 +3,8 @@
  *
  * Nothing here allocates. A parsed head's slices point into the buffer that was parsed
  * and live as long as those bytes stay where they are (one exception: the path of an
- * absolute-form target without one is a static "/"). */
+ * absolute-form target without one is a static "/"). The http floor (src/http/): pure
+ * functions over the caller's state, safe from any thread. */
 #ifndef UMBRA_HTTP1_H
 #define UMBRA_HTTP1_H
 

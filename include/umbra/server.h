@@ -1,4 +1,6 @@
-/* The server: listening sockets, the listener thread, the worker threads. */
+/* The server (src/server/, the top floor): listening sockets, the listener thread, the
+ * worker threads and their connections, reloads, the admin listener. Only main.c calls
+ * in, from the main thread. */
 #ifndef UMBRA_SERVER_H
 #define UMBRA_SERVER_H
 

@@ -1,4 +1,6 @@
-/* The static origin: files under a route's root, never outside it. */
+/* The static origin (src/static/): files under a route's root, never outside it.
+ * Created on the main thread with the runtime (umbra/runtime.h); its fetches run on the
+ * worker thread that calls them, and never block but on the local disk. */
 #ifndef UMBRA_STATIC_H
 #define UMBRA_STATIC_H
 

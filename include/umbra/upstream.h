@@ -1,6 +1,9 @@
 /* The upstream origin: a reverse proxy to HTTP/HTTPS servers, driven from each worker's
  * epoll loop: Umbra's own HTTP/1.1 client for http:// servers at an IP address, libcurl's
- * multi interface (one CURLM per worker) for the others (src/upstream/internal.h). */
+ * multi interface (one CURLM per worker) for the others (src/upstream/internal.h).
+ * Created on the main thread with the runtime; fetches run on the worker thread that
+ * calls them, whose context keeps the per-worker pools; the servers' health counters are
+ * shared (atomics). */
 #ifndef UMBRA_UPSTREAM_H
 #define UMBRA_UPSTREAM_H
 
