@@ -25,6 +25,22 @@ static inline bool um_http_tchar(unsigned char c)
     return um_http_cls[c] & UM_HTTP_C_TCHAR;
 }
 
+/* Steps through a comma-separated list (RFC 9110 section 5.6.1): the next member of v at
+ * or after *pos, trimmed of whitespace, into *item, with *pos moved past it. Members may be
+ * empty (",a,,b"). Returns false at the end of v. Start with *pos = 0. */
+static inline bool um_http_list_next(um_str v, size_t *pos, um_str *item)
+{
+    size_t p = *pos;
+    if (p >= v.len)
+        return false;
+    size_t q = p;
+    while (q < v.len && v.base[q] != ',')
+        q++;
+    *item = um_str_trim((um_str){v.base + p, q - p});
+    *pos = q + 1;
+    return true;
+}
+
 /* A token: one or more tchar. */
 static inline bool um_http_is_token(um_str s)
 {

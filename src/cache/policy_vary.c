@@ -35,14 +35,9 @@ void um_vary_init(struct um_vary *v)
 void um_vary_parse(struct um_vary *v, um_str value)
 {
     /* Vary = #( "*" / field-name ) */
-    if (value.len == 0) return;
-    const char *p = value.base, *end = value.base + value.len;
-    while (p < end) {
-        const char *s = p;
-        while (p < end && *p != ',')
-            p++;
-        um_str m = um_str_trim((um_str){s, (size_t)(p - s)});
-        if (p < end) p++;
+    size_t pos = 0;
+    um_str m;
+    while (um_http_list_next(value, &pos, &m)) {
         if (m.len == 0) continue;
         if (um_str_eq(m, "*")) {
             v->star = true;

@@ -92,17 +92,13 @@ static bool parse_length(um_str v, uint64_t *out)
 static unsigned connection_options(um_str v)
 {
     unsigned got = 0;
-    size_t p = 0;
-    while (p < v.len) {
-        size_t q = p;
-        while (q < v.len && v.base[q] != ',')
-            q++;
-        um_str tok = um_str_trim((um_str){v.base + p, q - p});
+    size_t pos = 0;
+    um_str tok;
+    while (um_http_list_next(v, &pos, &tok)) {
         if (um_str_eq_ci(tok, "close"))
             got |= 1;
         else if (um_str_eq_ci(tok, "keep-alive"))
             got |= 2;
-        p = q + 1;
     }
     return got;
 }

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "umbra/http1.h"
 #include "umbra/httpfield.h"
@@ -124,24 +125,12 @@ static bool named_in_connection(const struct um_header *fields, size_t n, um_str
     for (size_t i = 0; i < n; i++) {
         if (!um_str_eq_ci(fields[i].name, "connection"))
             continue;
-        um_str v = fields[i].value;
-        size_t p = 0;
-        while (p < v.len) {
-            size_t q = p;
-            while (q < v.len && v.base[q] != ',')
-                q++;
-            um_str tok = um_str_trim((um_str){v.base + p, q - p});
-            if (tok.len == name.len && tok.len > 0) {
-                char lit[128];
-                if (tok.len < sizeof(lit)) {
-                    memcpy(lit, tok.base, tok.len);
-                    lit[tok.len] = '\0';
-                    if (um_str_eq_ci(name, lit))
-                        return true;
-                }
-            }
-            p = q + 1;
-        }
+        size_t pos = 0;
+        um_str tok;
+        while (um_http_list_next(fields[i].value, &pos, &tok))
+            if (tok.len == name.len && tok.len > 0 &&
+                strncasecmp(tok.base, name.base, tok.len) == 0)
+                return true;
     }
     return false;
 }

@@ -86,6 +86,24 @@ static void assert_rejects(const char *s, time_t now)
     assert_int_equal(t, 12345); /* untouched on failure */
 }
 
+static void test_list_next(void **state)
+{
+    (void)state;
+    const char *v = " close ,, Keep-Alive,x-a\t,";
+    um_str list = {v, strlen(v)}, item;
+    const char *want[] = {"close", "", "Keep-Alive", "x-a", ""};
+    size_t pos = 0, n = 0;
+    while (um_http_list_next(list, &pos, &item)) {
+        assert_true(n < 5);
+        assert_int_equal(item.len, strlen(want[n]));
+        assert_memory_equal(item.base, want[n], item.len);
+        n++;
+    }
+    assert_int_equal(n, 4); /* the empty member after the last comma ends the list */
+    pos = 0;
+    assert_false(um_http_list_next((um_str){"", 0}, &pos, &item));
+}
+
 static void test_date_format_known(void **state)
 {
     check_format(0, "Thu, 01 Jan 1970 00:00:00 GMT");
@@ -786,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_etag_malformed),
         cmocka_unit_test(test_etag_strong),
         cmocka_unit_test(test_etag_truncated),
+        cmocka_unit_test(test_list_next),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
