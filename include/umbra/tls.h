@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include "umbra/common.h"
+#include "umbra/transport.h"
 
 struct um_config;
 struct um_tls;
@@ -32,8 +33,8 @@ struct um_tls;
 struct ssl_st;
 
 /* *want after UM_AGAIN: wait until the socket is readable / writable, then call again. */
-#define UM_TLS_WANT_READ 1
-#define UM_TLS_WANT_WRITE 2
+#define UM_TLS_WANT_READ UM_TRANSPORT_WANT_READ
+#define UM_TLS_WANT_WRITE UM_TRANSPORT_WANT_WRITE
 
 /* Session ticket keys are replaced this often; the previous key still decrypts (and its
  * tickets are renewed), so a ticket stays usable for up to twice this long. */
@@ -58,6 +59,12 @@ void um_tls_destroy(struct um_tls *t);
  * its certificate during the handshake. The caller owns it: SSL_free it (it does not
  * close fd). Returns NULL on allocation failure (logged). Any thread. */
 struct ssl_st *um_tls_accept_new(struct um_tls *t, int fd);
+
+/* The TLS transport (transport.h) over a new SSL from um_tls_accept_new: it owns fd from
+ * now on (its close op closes fd and frees the SSL and itself; its shutdown op sends
+ * close_notify). It has no writev and no sendfile. Returns NULL on allocation failure
+ * (logged; fd is then still the caller's). Any thread. */
+struct um_transport *um_tls_transport_new(struct um_tls *t, int fd);
 
 /* Reloads every entry's certificate and key from their files (HUP). An entry whose new
  * files fail to load keeps its current certificate; the failure is logged as

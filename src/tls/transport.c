@@ -1,4 +1,11 @@
-/* A TLS connection's non-blocking I/O (tls.h's um_tls_handshake ... um_tls_alpn). */
+/* A TLS connection's non-blocking I/O (tls.h's um_tls_handshake ... um_tls_alpn) and the
+ * TLS transport (transport.h) built on it, so that the connection code sees a table of
+ * functions and never an SSL.
+ *
+ * The transport has no writev and no sendfile: OpenSSL encrypts from memory, one record
+ * at a time, so its user writes each buffer in turn and reads file bytes into memory
+ * first. A read that returns bytes asks to be called again (*want 0): OpenSSL may hold
+ * decrypted bytes, or read ahead a record, that the socket will not announce. */
 #include "umbra/tls.h"
 
 #include <errno.h>
@@ -144,3 +151,81 @@ um_str um_tls_alpn(SSL *ssl)
     return (um_str){(const char *)p, p != NULL ? n : 0};
 }
 
+/* --- the transport --------------------------------------------------------------------- */
+
+struct tls_transport {
+    struct um_transport base; /* first */
+    SSL *ssl;
+};
+
+static SSL *ssl_of(struct um_transport *t)
+{
+    return ((struct tls_transport *)(void *)t)->ssl;
+}
+
+static int tt_handshake(struct um_transport *t, int *want)
+{
+    return um_tls_handshake(ssl_of(t), want);
+}
+
+static ssize_t tt_read(struct um_transport *t, void *buf, size_t len, int *want)
+{
+    ssize_t n = um_tls_read(ssl_of(t), buf, len, want);
+    if (n > 0)
+        *want = 0;
+    return n;
+}
+
+static ssize_t tt_write(struct um_transport *t, const void *buf, size_t len, unsigned flags,
+                        int *want)
+{
+    (void)flags;
+    return um_tls_write(ssl_of(t), buf, len, want);
+}
+
+static int tt_shutdown(struct um_transport *t, int *want)
+{
+    return um_tls_shutdown(ssl_of(t), want);
+}
+
+static void tt_close(struct um_transport *t)
+{
+    SSL_free(ssl_of(t));
+    close(t->fd);
+    free(t);
+}
+
+static const char *tt_error(struct um_transport *t)
+{
+    return um_tls_error(ssl_of(t));
+}
+
+static const char *tt_server_name(struct um_transport *t)
+{
+    return um_tls_server_name(ssl_of(t));
+}
+
+static const struct um_transport_ops tls_ops = {
+    .secure = true,
+    .handshake = tt_handshake,
+    .read = tt_read,
+    .write = tt_write,
+    .writev = NULL,
+    .sendfile = NULL,
+    .shutdown = tt_shutdown,
+    .close = tt_close,
+    .error = tt_error,
+    .server_name = tt_server_name,
+};
+
+struct um_transport *um_tls_transport_new(struct um_tls *t, int fd)
+{
+    SSL *ssl = um_tls_accept_new(t, fd);
+    if (ssl == NULL)
+        return NULL;
+    struct tls_transport *tt = um_malloc(sizeof(*tt));
+    tt->base.ops = &tls_ops;
+    tt->base.fd = fd;
+    tt->ssl = ssl;
+    return &tt->base;
+}
