@@ -24,16 +24,17 @@
 
 #include <sys/types.h>
 
-#include <openssl/types.h>
-
 #include "umbra/common.h"
+#include "umbra/transport.h"
 
 struct um_config;
 struct um_tls;
+/* OpenSSL's SSL, kept opaque: only src/tls/ includes OpenSSL's headers. */
+struct ssl_st;
 
 /* *want after UM_AGAIN: wait until the socket is readable / writable, then call again. */
-#define UM_TLS_WANT_READ 1
-#define UM_TLS_WANT_WRITE 2
+#define UM_TLS_WANT_READ UM_TRANSPORT_WANT_READ
+#define UM_TLS_WANT_WRITE UM_TRANSPORT_WANT_WRITE
 
 /* Session ticket keys are replaced this often; the previous key still decrypts (and its
  * tickets are renewed), so a ticket stays usable for up to twice this long. */
@@ -57,7 +58,13 @@ void um_tls_destroy(struct um_tls *t);
 /* A server-side SSL for the accepted, non-blocking socket fd, in accept state; SNI picks
  * its certificate during the handshake. The caller owns it: SSL_free it (it does not
  * close fd). Returns NULL on allocation failure (logged). Any thread. */
-SSL *um_tls_accept_new(struct um_tls *t, int fd);
+struct ssl_st *um_tls_accept_new(struct um_tls *t, int fd);
+
+/* The TLS transport (transport.h) over a new SSL from um_tls_accept_new: it owns fd from
+ * now on (its close op closes fd and frees the SSL and itself; its shutdown op sends
+ * close_notify). It has no writev and no sendfile. Returns NULL on allocation failure
+ * (logged; fd is then still the caller's). Any thread. */
+struct um_transport *um_tls_transport_new(struct um_tls *t, int fd);
 
 /* Reloads every entry's certificate and key from their files (HUP). An entry whose new
  * files fail to load keeps its current certificate; the failure is logged as
@@ -96,37 +103,37 @@ void um_tls_inherit_tickets(struct um_tls *to, struct um_tls *from);
 
 /* Advances the handshake. UM_OK when it is complete, UM_AGAIN with *want set, UM_ERR
  * (see um_tls_error; then close without um_tls_shutdown). */
-int um_tls_handshake(SSL *ssl, int *want);
+int um_tls_handshake(struct ssl_st *ssl, int *want);
 
 /* Reads decrypted bytes into buf (len > 0): > 0 bytes read, 0 when the peer closed (close_notify, or
  * a plain EOF: HTTP framing detects a truncated message), UM_AGAIN with *want set, or
  * UM_ERR. A record already read from the socket may be held inside the SSL: with
  * edge-triggered polling, read until UM_AGAIN (or check um_tls_pending). */
-ssize_t um_tls_read(SSL *ssl, void *buf, size_t len, int *want);
+ssize_t um_tls_read(struct ssl_st *ssl, void *buf, size_t len, int *want);
 
 /* Writes up to len bytes (partial writes allowed): > 0 bytes written, UM_AGAIN with *want
  * set, or UM_ERR. After UM_AGAIN, call again with the same bytes (the buffer may move, it
  * may be longer). len 0 returns 0. */
-ssize_t um_tls_write(SSL *ssl, const void *buf, size_t len, int *want);
+ssize_t um_tls_write(struct ssl_st *ssl, const void *buf, size_t len, int *want);
 
 /* Sends close_notify without waiting for the peer's: UM_OK (sent, or nothing to send
  * because the handshake never finished), UM_AGAIN with *want set, or UM_ERR (just close). */
-int um_tls_shutdown(SSL *ssl, int *want);
+int um_tls_shutdown(struct ssl_st *ssl, int *want);
 
 /* Decrypted bytes held inside ssl, readable without the socket becoming readable. */
-size_t um_tls_pending(SSL *ssl);
+size_t um_tls_pending(struct ssl_st *ssl);
 
 /* A short reason for the last UM_ERR the functions above returned for ssl, e.g. "wrong
  * version number" or "connection reset by peer"; "" when there was none. Kept with ssl:
  * valid until the next call of one of them on ssl, or SSL_free. The caller logs it with
  * the peer's address. */
-const char *um_tls_error(SSL *ssl);
+const char *um_tls_error(struct ssl_st *ssl);
 
 /* The SNI host name the client sent, or NULL. Lives as long as ssl. */
-const char *um_tls_server_name(SSL *ssl);
+const char *um_tls_server_name(struct ssl_st *ssl);
 
 /* The ALPN protocol selected ("http/1.1"), or an empty slice. Lives as long as ssl. */
-um_str um_tls_alpn(SSL *ssl);
+um_str um_tls_alpn(struct ssl_st *ssl);
 
 /* --- checks of a loaded config ---------------------------------------------------------- */
 

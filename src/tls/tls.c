@@ -1,4 +1,4 @@
-/* The TLS certificate store and the non-blocking TLS I/O helpers.
+/* The TLS certificate store (the non-blocking I/O of a connection is in transport.c).
  *
  * Contexts and reloads. Each certificate entry has one SSL_CTX, which the store holds a
  * reference to. A connection's SSL starts on the default entry's context (SSL_new must be
@@ -60,6 +60,7 @@
 
 #include "umbra/config.h"
 #include "umbra/log.h"
+#include "internal.h"
 
 /* Mozilla's "intermediate" TLS 1.2 suites: forward secrecy and AEAD only. */
 #define DEFAULT_CIPHERS                                                                      \
@@ -130,9 +131,7 @@ struct um_tls {
 
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
 static int ssl_index = -1;   /* the store a connection holds */
-static int error_index = -1; /* the connection's last error (char[ERROR_LEN]), once it has one */
-
-#define ERROR_LEN 256
+static int error_index = -1; /* the connection's last error (char[UM__TLS_ERROR_LEN]), once it has one */
 
 static void store_unref(struct um_tls *t);
 
@@ -155,10 +154,15 @@ static void make_index(void)
     error_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_error_free);
 }
 
+int um__tls_error_index(void)
+{
+    pthread_once(&index_once, make_index);
+    return error_index;
+}
+
 /* --- errors -------------------------------------------------------------------------------- */
 
-/* A short description of OpenSSL error e. */
-static void describe(unsigned long e, char *buf, size_t len)
+void um__tls_describe(unsigned long e, char *buf, size_t len)
 {
     if (e == 0) {
         snprintf(buf, len, "unknown error");
@@ -177,62 +181,8 @@ static void describe(unsigned long e, char *buf, size_t len)
 static void take_error(char *buf, size_t len)
 {
     unsigned long e = ERR_get_error();
-    describe(e, buf, len);
+    um__tls_describe(e, buf, len);
     ERR_clear_error();
-}
-
-/* The buffer for ssl's last error, made on its first error; NULL when there is no room. */
-static char *error_buf(SSL *ssl)
-{
-    pthread_once(&index_once, make_index);
-    if (error_index < 0)
-        return NULL;
-    char *buf = SSL_get_ex_data(ssl, error_index);
-    if (buf == NULL) {
-        buf = malloc(ERROR_LEN);
-        if (buf == NULL)
-            return NULL;
-        if (SSL_set_ex_data(ssl, error_index, buf) != 1) {
-            free(buf);
-            return NULL;
-        }
-    }
-    return buf;
-}
-
-/* Records why an SSL call with result ret failed, with ssl (um_tls_error); returns
- * UM_ERR. */
-static int io_error(SSL *ssl, int ret, int saved_errno)
-{
-    int err = SSL_get_error(ssl, ret);
-    unsigned long e = ERR_peek_error();
-    char *buf = error_buf(ssl);
-    if (buf == NULL)
-        ;
-    else if (err == SSL_ERROR_SYSCALL && e == 0)
-        snprintf(buf, ERROR_LEN, "%s",
-                 saved_errno != 0 ? strerror(saved_errno) : "connection closed by the peer");
-    else if (err == SSL_ERROR_ZERO_RETURN)
-        snprintf(buf, ERROR_LEN, "connection closed by the peer");
-    else
-        describe(e, buf, ERROR_LEN);
-    ERR_clear_error();
-    return UM_ERR;
-}
-
-/* Maps the result of a failed SSL call to UM_AGAIN (+want) or UM_ERR. */
-static int io_result(SSL *ssl, int ret, int saved_errno, int *want)
-{
-    switch (SSL_get_error(ssl, ret)) {
-    case SSL_ERROR_WANT_READ:
-        *want = UM_TLS_WANT_READ;
-        return UM_AGAIN;
-    case SSL_ERROR_WANT_WRITE:
-        *want = UM_TLS_WANT_WRITE;
-        return UM_AGAIN;
-    default:
-        return io_error(ssl, ret, saved_errno);
-    }
 }
 
 /* --- contexts -------------------------------------------------------------------------- */
@@ -273,7 +223,7 @@ static void load_error(const char *what, char *reason, size_t len)
     } else if (queue_says_no_pem()) {
         snprintf(reason, len, "no PEM %s in the file", what);
     } else {
-        describe(e, why, sizeof why);
+        um__tls_describe(e, why, sizeof why);
         snprintf(reason, len, "bad %s: %s", what, why);
     }
     ERR_clear_error();
@@ -1012,79 +962,4 @@ static int on_ticket_key(SSL *ssl, unsigned char key_name[16], unsigned char *iv
         ret = -1;
     OPENSSL_cleanse(&k, sizeof k);
     return ret;
-}
-
-/* --- connections ----------------------------------------------------------------------- */
-
-int um_tls_handshake(SSL *ssl, int *want)
-{
-    ERR_clear_error();
-    errno = 0;
-    int r = SSL_do_handshake(ssl);
-    if (r == 1)
-        return UM_OK;
-    return io_result(ssl, r, errno, want);
-}
-
-ssize_t um_tls_read(SSL *ssl, void *buf, size_t len, int *want)
-{
-    size_t n = 0;
-    UM_ASSERT(len > 0); /* 0 would be taken for the end of the stream */
-    ERR_clear_error();
-    errno = 0;
-    if (SSL_read_ex(ssl, buf, len, &n) == 1)
-        return (ssize_t)n;
-    int saved = errno;
-    if (SSL_get_error(ssl, 0) == SSL_ERROR_ZERO_RETURN)
-        return 0;
-    return io_result(ssl, 0, saved, want);
-}
-
-ssize_t um_tls_write(SSL *ssl, const void *buf, size_t len, int *want)
-{
-    size_t n = 0;
-    if (len == 0)
-        return 0;
-    ERR_clear_error();
-    errno = 0;
-    if (SSL_write_ex(ssl, buf, len, &n) == 1)
-        return (ssize_t)n;
-    return io_result(ssl, 0, errno, want);
-}
-
-int um_tls_shutdown(SSL *ssl, int *want)
-{
-    if (!SSL_is_init_finished(ssl))
-        return UM_OK;
-    ERR_clear_error();
-    errno = 0;
-    int r = SSL_shutdown(ssl);
-    if (r >= 0)
-        return UM_OK;
-    return io_result(ssl, r, errno, want);
-}
-
-size_t um_tls_pending(SSL *ssl)
-{
-    int n = SSL_pending(ssl);
-    return n > 0 ? (size_t)n : 0;
-}
-
-const char *um_tls_error(SSL *ssl)
-{
-    const char *buf = error_index >= 0 ? SSL_get_ex_data(ssl, error_index) : NULL;
-    return buf ? buf : "";
-}
-
-const char *um_tls_server_name(SSL *ssl)
-{
-    return SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-}
-
-um_str um_tls_alpn(SSL *ssl)
-{
-    const unsigned char *p = NULL;
-    unsigned int n = 0;
-    SSL_get0_alpn_selected(ssl, &p, &n);
-    return (um_str){(const char *)p, p != NULL ? n : 0};
 }

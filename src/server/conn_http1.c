@@ -1,0 +1,357 @@
+/* HTTP/1.1 messages on a client connection (conn.h): the exchange's sends, which frame
+ * its response (the head, chunked coding, the connection's end) into the output queue,
+ * and the requests: heads parsed from the read buffer, bodies decoded in place, each
+ * request begun as the exchange and completed for the next one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+
+#define PAUSE_ORIGIN_AT (256 * 1024) /* output backlog that pauses a streaming origin */
+
+/* ---------------------------------------------------------------- the exchange's sends */
+
+static void send_head(struct um__exchange *x, const struct um_response_head *h)
+{
+    struct um__conn *c = um__conn_of(x);
+    struct um__outq *q = &c->out;
+    um__outq_reserve(q, 256); /* may rewind a buffer whose bytes were all sent: measure after */
+    size_t head_start = q->buf.len;
+    um__outq_append_str(q, "HTTP/1.1 ");
+    um__outq_append_u64(q, (uint64_t)h->status);
+    um__outq_append_str(q, " ");
+    if (h->reason.len > 0)
+        um__outq_append(q, h->reason.base, h->reason.len);
+    else
+        um__outq_append_str(q, um__reason_phrase(h->status));
+    um__outq_append_str(q, "\r\n");
+    /* An origin's Date is kept (a cache computes ages from it); else ours. */
+    bool has_date = false;
+    for (size_t i = 0; i < h->num_headers && !has_date; i++)
+        has_date = h->headers[i].name.len == 4 && um_str_eq_ci(h->headers[i].name, "date");
+    if (!has_date) {
+        um__outq_append_str(q, "Date: ");
+        um__outq_append(q, um__worker_date(c->w), UM_HTTP_DATE_LEN);
+        um__outq_append_str(q, "\r\n");
+    }
+    um__outq_append_str(q, "Server: umbra/" UMBRA_VERSION "\r\n");
+    for (size_t i = 0; i < h->num_headers; i++) {
+        const struct um_header *f = &h->headers[i];
+        um__outq_reserve(q, f->name.len + f->value.len + 4);
+        um__outq_append(q, f->name.base, f->name.len);
+        um__outq_append(q, ": ", 2);
+        um__outq_append(q, f->value.base, f->value.len);
+        um__outq_append(q, "\r\n", 2);
+    }
+    bool bodiless = h->status == 304 || h->status == 204 || h->status < 200;
+    if (!bodiless) {
+        if (h->content_length >= 0) {
+            um__outq_append_str(q, "Content-Length: ");
+            um__outq_append_u64(q, (uint64_t)h->content_length);
+            um__outq_append_str(q, "\r\n");
+        } else if (x->req.minor_version == 1) {
+            um__outq_append_str(q, "Transfer-Encoding: chunked\r\n");
+            c->resp_chunked = !x->head_only;
+        } else {
+            x->keepalive = false; /* close-delimited */
+        }
+    }
+    /* Answered by us (an error, a hook) before the request's body was read: the rest of
+     * it cannot be told from a next request, so the connection ends with this answer. */
+    if (x->origin == NULL && !x->body_done)
+        x->keepalive = false;
+    if (!x->keepalive)
+        um__outq_append_str(q, "Connection: close\r\n");
+    else if (x->req.minor_version == 0)
+        um__outq_append_str(q, "Connection: keep-alive\r\n");
+    um__outq_append(q, "\r\n", 2);
+    x->resp_bytes += q->buf.len - head_start;
+    um__conn_wake(c);
+}
+
+static size_t send_data(struct um__exchange *x, const char *data, size_t len, bool may_refuse)
+{
+    struct um__conn *c = um__conn_of(x);
+    struct um__outq *q = &c->out;
+    if (may_refuse && um__outq_backlog(q) > PAUSE_ORIGIN_AT)
+        return 0;
+    if (c->resp_chunked) {
+        char size[24];
+        int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+        um__outq_reserve(q, (size_t)n + len + 2);
+        um__outq_append(q, size, (size_t)n);
+        um__outq_append(q, data, len);
+        um__outq_append(q, "\r\n", 2);
+    } else {
+        um__outq_append(q, data, len);
+    }
+    um__conn_wake(c);
+    return len;
+}
+
+static size_t send_ref(struct um__exchange *x, const char *data, size_t len,
+                       void (*release)(void *ctx), void *ctx, bool may_refuse)
+{
+    struct um__conn *c = um__conn_of(x);
+    if (c->resp_chunked) {
+        /* Framed bytes go through the buffer. */
+        size_t taken = send_data(x, data, len, may_refuse);
+        if (taken)
+            release(ctx);
+        return taken;
+    }
+    if (!um__outq_ref(&c->out, data, len, release, ctx))
+        return 0;
+    um__conn_wake(c);
+    return len;
+}
+
+static void send_file(struct um__exchange *x, int fd, uint64_t off, uint64_t len)
+{
+    struct um__conn *c = um__conn_of(x);
+    um__outq_file(&c->out, fd, off, len, c->t->ops->sendfile == NULL);
+    um__conn_wake(c);
+}
+
+static void end(struct um__exchange *x)
+{
+    struct um__conn *c = um__conn_of(x);
+    if (c->resp_chunked)
+        um__outq_append_str(&c->out, "0\r\n\r\n");
+    um__conn_wake(c);
+}
+
+static void abort_response(struct um__exchange *x)
+{
+    /* A body cut short must not look complete: no last chunk, and close. */
+    x->keepalive = false;
+    um__conn_wake(um__conn_of(x));
+}
+
+static ssize_t read_body(struct um__exchange *x, char *buf, size_t len);
+
+const struct um__exchange_conn_ops um__conn_exchange_ops = {
+    .send_head = send_head,
+    .send_data = send_data,
+    .send_ref = send_ref,
+    .send_file = send_file,
+    .end = end,
+    .abort = abort_response,
+    .read_body = read_body,
+};
+
+/* Prepares the exchange for the parsed request (or for an error before one). */
+static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
+{
+    c->resp_chunked = false;
+    um__exchange_begin(&c->x, head_only, keepalive && !c->draining && !c->peer_closed);
+}
+
+void um__conn_fail(struct um__conn *c, int status)
+{
+    begin_response(c, false, false);
+    um__exchange_respond(&c->x, status, NULL, 0);
+    um__exchange_log(&c->x, 0);
+    c->state = S_DONE;
+    c->closing = true;
+    c->linger = true;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+/* The request is answered (its response may still be draining): get ready for the next. */
+static void complete_request(struct um__conn *c)
+{
+    struct um__exchange *x = &c->x;
+    um__exchange_log(x, 0);
+    c->requests++;
+    c->head_started = false;
+    if (!x->body_done || c->bdec > 0) {
+        /* The origin answered without reading the whole body: the rest cannot be told
+         * from a next request without reading it, so end the connection instead. */
+        x->keepalive = false;
+        c->linger = true;
+    }
+    c->rpos = c->bpos + c->bdec;
+    if (c->rpos == c->rlen)
+        c->rpos = c->rlen = 0;
+    um_http1_parser_init(&c->parser);
+    um__exchange_finish(x);
+    if (!x->keepalive) {
+        c->state = S_DONE;
+        c->closing = true;
+        c->linger = c->linger || c->rpos < c->rlen;
+    } else {
+        c->state = S_HEAD;
+    }
+}
+
+/* Decodes buffered body bytes into the decoded region. Returns UM_ERR (with body_error
+ * set) on a malformed or oversized body. */
+static int body_decode(struct um__conn *c)
+{
+    struct um__exchange *x = &c->x;
+    size_t raw = c->bpos + c->bdec, avail = c->rlen - raw;
+    if (x->body_done || avail == 0)
+        return UM_OK;
+    if (x->req.flags & UM_REQ_F_CHUNKED) {
+        size_t consumed, out;
+        int r = um_chunked_decode(&c->chunked, c->rbuf + raw, avail, &consumed, &out);
+        if (r == UM_ERR) {
+            x->body_error = 400;
+            return UM_ERR;
+        }
+        /* Decoded bytes sit at rbuf+raw; close the gap the chunk framing leaves. */
+        memmove(c->rbuf + raw + out, c->rbuf + raw + consumed, avail - consumed);
+        c->rlen -= consumed - out;
+        c->bdec += out;
+        c->body_seen += out;
+        x->body_done = r == UM_DONE;
+    } else {
+        size_t take = avail < c->body_left ? avail : (size_t)c->body_left;
+        c->bdec += take;
+        c->body_left -= take;
+        c->body_seen += take;
+        x->body_done = c->body_left == 0;
+    }
+    if (c->body_seen > c->config->limits.max_body_bytes) {
+        x->body_error = 413;
+        return UM_ERR;
+    }
+    return UM_OK;
+}
+
+/* Drops n decoded body bytes from the front of the decoded region. */
+static void body_drop(struct um__conn *c, size_t n)
+{
+    memmove(c->rbuf + c->bpos, c->rbuf + c->bpos + n, c->rlen - c->bpos - n);
+    c->rlen -= n;
+    c->bdec -= n;
+}
+
+static ssize_t read_body(struct um__exchange *x, char *buf, size_t len)
+{
+    struct um__conn *c = um__conn_of(x);
+    if (x->body_error || body_decode(c) != UM_OK)
+        return UM_ERR;
+    size_t n = c->bdec < len ? c->bdec : len;
+    if (n > 0) {
+        memcpy(buf, c->rbuf + c->bpos, n);
+        body_drop(c, n);
+        um__conn_wake(c); /* room to read more from the client */
+        return (ssize_t)n;
+    }
+    if (x->body_done)
+        return 0;
+    return UM_AGAIN;
+}
+
+/* A head has been parsed: route it, then read its body or hand it over. */
+static void begin_request(struct um__conn *c)
+{
+    struct um__exchange *x = &c->x;
+    struct um_request *req = &x->req;
+    x->req_parsed = true;
+    bool has_body = (req->flags & UM_REQ_F_CHUNKED) ||
+                    ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > 0);
+    if (has_body && c->rpos > 0) {
+        /* Give the body room: move this request to the front and parse it again there
+         * (its slices point at the old place). Only pipelined requests with bodies. */
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        c->rpos = 0;
+        int status;
+        um_http1_parser_init(&c->parser);
+        int r = um_http1_parse_request(&c->parser, c->rbuf, c->rlen,
+                                       c->config->limits.max_request_line,
+                                       c->config->limits.max_header_bytes, req, &status);
+        UM_ASSERT(r == UM_OK);
+    }
+    c->bpos = c->rpos + req->head_len;
+    c->bdec = 0;
+    c->body_left = req->content_length;
+    c->body_seen = 0;
+    x->body_done = !has_body;
+    x->body_wanted = false;
+    x->body_error = 0;
+    um_chunked_init(&c->chunked);
+    if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > c->config->limits.max_body_bytes) {
+        um__conn_fail(c, 413);
+        return;
+    }
+    begin_response(c, req->method_id == UM_METHOD_HEAD, (req->flags & UM_REQ_F_KEEPALIVE) != 0);
+    if (has_body && (req->flags & UM_REQ_F_EXPECT_CONTINUE) && req->minor_version == 1 &&
+        c->rlen == c->bpos)
+        um__outq_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+    /* Answered or handed over, the request is the origin's business from now on (an
+     * origin may answer before start returns). */
+    c->state = S_ORIGIN;
+    if (um__exchange_start(x, has_body) == UM__START_BODY_FIRST)
+        c->state = S_BODY;
+}
+
+enum input_result um__conn_process_input(struct um__conn *c)
+{
+    struct um__exchange *x = &c->x;
+    for (;;) {
+        if (um__outq_full(&c->out)) {
+            if (c->state != S_ORIGIN || x->ended)
+                return IN_BACKLOG;
+        }
+        switch (c->state) {
+        case S_HEAD: {
+            if (c->rpos == c->rlen)
+                return IN_NEED_INPUT;
+            int status;
+            int r = um_http1_parse_request(&c->parser, c->rbuf + c->rpos, c->rlen - c->rpos,
+                                           c->config->limits.max_request_line,
+                                           c->config->limits.max_header_bytes, &x->req, &status);
+            if (r == UM_AGAIN) {
+                if (c->rlen == c->rcap) {
+                    if (c->rpos == 0) {
+                        um__conn_fail(c, 431); /* cannot happen with rcap > limits; be safe */
+                        continue;
+                    }
+                    memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+                    c->rlen -= c->rpos;
+                    c->rpos = 0;
+                }
+                return IN_NEED_INPUT;
+            }
+            if (r == UM_ERR) {
+                x->req.minor_version = 1;
+                um__conn_fail(c, status);
+                continue;
+            }
+            begin_request(c);
+            continue;
+        }
+        case S_BODY: {
+            if (body_decode(c) != UM_OK) {
+                um__conn_fail(c, x->body_error);
+                continue;
+            }
+            body_drop(c, c->bdec); /* nobody wants it */
+            if (!x->body_done)
+                return IN_NEED_INPUT;
+            c->state = S_ORIGIN;
+            um__exchange_dispatch_pending(x);
+            continue;
+        }
+        case S_ORIGIN:
+            if (x->ended) {
+                complete_request(c);
+                continue;
+            }
+            /* Keep reading while the origin streams a body that has not all arrived. */
+            if (!x->body_done && c->rlen < c->rcap && !x->body_error)
+                return IN_NEED_INPUT;
+            return IN_WAIT;
+        case S_HANDSHAKE:
+        case S_DONE:
+        case S_LINGER:
+            return IN_DONE;
+        }
+    }
+}

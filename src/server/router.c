@@ -1,0 +1,230 @@
+/* The router (exchange.h's um__route): picks the route of a parsed request, runs its
+ * on_request hooks, and finds the origin that answers it, or answers itself (a bad path,
+ * no route, a redirect to https, a hook's own answer). It sees the exchange only. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exchange.h"
+#include "umbra/hooks.h"
+#include "umbra/log.h"
+#include "umbra/runtime.h"
+
+/* The origin that answers route r: the only place that knows where it is kept. */
+static struct um_origin *route_origin(const struct um__exchange *x, const struct um_route *r)
+{
+    return um_runtime_route(x->runtime, r)->origin;
+}
+
+/* The origin of upstream number i, which an on_request hook chose (req.upstream). */
+static struct um_origin *upstream_origin(const struct um__exchange *x, int i)
+{
+    return x->runtime->upstreams[i];
+}
+
+static bool host_matches(const char *want, um_str authority)
+{
+    return um_str_eq_ci(um_url_host(authority), want);
+}
+
+/* True when route r's path prefix matches path; *rest is then the part below it. */
+static bool route_prefix(const struct um_route *r, um_str path, um_str *rest)
+{
+    size_t plen = strlen(r->path);
+    if (path.len >= plen && memcmp(path.base, r->path, plen) == 0) {
+        *rest = (um_str){path.base + plen, path.len - plen};
+        return true;
+    }
+    /* "/dir" reaches the route "/dir/", whose origin redirects it. */
+    if (plen > 1 && r->path[plen - 1] == '/' && path.len == plen - 1 &&
+        memcmp(path.base, r->path, plen - 1) == 0) {
+        *rest = (um_str){path.base + path.len, 0};
+        return true;
+    }
+    return false;
+}
+
+/* First route whose host and path prefix match; *rest is the path below the prefix. */
+static const struct um_route *find_route(const struct um_config *cfg, um_str authority,
+                                         um_str path, um_str *rest)
+{
+    for (size_t i = 0; i < cfg->num_routes; i++) {
+        const struct um_route *r = &cfg->routes[i];
+        if ((r->host == NULL || host_matches(r->host, authority)) && route_prefix(r, path, rest))
+            return r;
+    }
+    return NULL;
+}
+
+/* The canonical form of path, in the worker's path buffer: routes match it, so that
+ * "/stat%69c/" is "/static/" and no spelling of a path reaches another route than the
+ * plain one would. */
+static bool canon_path(struct um__exchange *x, um_str path, um_str *out)
+{
+    size_t clen;
+    if (path.len >= sizeof(x->w->path_buf) ||
+        !um_url_path_canon(path, x->w->path_buf, sizeof(x->w->path_buf), &clen))
+        return false;
+    *out = (um_str){x->w->path_buf, clen};
+    return true;
+}
+
+static bool secure(const struct um__exchange *x)
+{
+    return x->transport->ops->secure;
+}
+
+/* 308 to the same target over https (RFC 9110 15.4.9 keeps the method and body). */
+static void redirect_https(struct um__exchange *x)
+{
+    const struct um_request *req = &x->req;
+    /* The host without the plain listener's port, as nginx's "https://$host$request_uri":
+     * HTTPS is on its own (default) port. */
+    um_str host = um_url_host(req->authority);
+    size_t n = 8 + host.len + req->target.len;
+    char *loc = um_malloc(n + 1);
+    memcpy(loc, "https://", 8);
+    memcpy(loc + 8, host.base, host.len);
+    if (req->flags & UM_REQ_F_ABSOLUTE_FORM) {
+        /* The path and query of an absolute-form target. */
+        size_t tail = req->path.len + ((req->flags & UM_REQ_F_HAS_QUERY) ? req->query.len + 1 : 0);
+        memcpy(loc + 8 + host.len, req->path.base, tail);
+        n = 8 + host.len + tail;
+    } else {
+        memcpy(loc + 8 + host.len, req->target.base, req->target.len);
+    }
+    struct um_header h = {UM_STR("Location"), {loc, n}};
+    um__exchange_respond(x, 308, &h, 1);
+    free(loc);
+}
+
+/* Answers with what an on_request hook gave umbra.respond / umbra.redirect. */
+static void respond_hook(struct um__exchange *x, const struct um_hook_request *hr)
+{
+    struct um_header headers[66];
+    size_t n = 0;
+    bool has_type = false;
+    for (size_t i = 0; i < hr->num_headers && n < UM_NELEMS(headers) - 1; i++) {
+        has_type = has_type || um_str_eq_ci(hr->headers[i].name, "content-type");
+        headers[n++] = hr->headers[i];
+    }
+    if (!has_type && hr->resp_body.len > 0)
+        headers[n++] = (struct um_header){UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")};
+    struct um_response_head h = {.status = hr->status, .headers = headers, .num_headers = n, .content_length = (int64_t)hr->resp_body.len, .reason = {NULL, 0}};
+    x->origin = NULL;
+    struct um_sink *s = &x->sink;
+    s->ops->on_head(s, &h);
+    if (hr->resp_body.len > 0)
+        s->ops->on_data(s, hr->resp_body.base, hr->resp_body.len);
+    s->ops->on_end(s, UM_OK);
+}
+
+/* The canonical form of path into the worker's path buffer, and the part of it below the
+ * route's prefix (all of it when a hook's path is outside the prefix). */
+static bool route_rest(struct um__exchange *x, const struct um_route *route, um_str path,
+                       um_str *rest)
+{
+    um_str cpath;
+    if (!canon_path(x, path, &cpath))
+        return false;
+    if (route == NULL || !route_prefix(route, cpath, rest))
+        *rest = cpath;
+    return true;
+}
+
+/* Runs the request hooks that apply. Returns the origin to use, or NULL after answering. */
+static struct um_origin *hook_request(struct um__exchange *x, const struct um_route **route,
+                                      um_str *rest, struct um_hook_request *hr)
+{
+    struct um_transport *t = x->transport;
+    *hr = (struct um_hook_request){.req = &x->req, .route = *route, .client_ip = x->peer_ip,
+                                   .client_port = x->peer_port,
+                                   .scheme = secure(x) ? "https" : "http",
+                                   .server_name = t->ops->server_name(t),
+                                   .arena = &x->arena, .upstream = -1};
+    switch (um_hooks_on_request(&x->w->ctx, x->runtime->hooks, hr)) {
+    case UM_HOOK_FAIL:
+        um__exchange_respond(x, 500, NULL, 0);
+        return NULL;
+    case UM_HOOK_ANSWER:
+        respond_hook(x, hr);
+        return NULL;
+    case UM_HOOK_CONTINUE:
+        break;
+    }
+    if ((hr->path_changed || hr->route != *route) && !route_rest(x, hr->route, x->req.path, rest)) {
+        um_log_warn("lua: on_request made a path that cannot be normalised: %.*s",
+                    (int)x->req.path.len, x->req.path.base);
+        um__exchange_respond(x, 500, NULL, 0);
+        return NULL;
+    }
+    *route = hr->route;
+    if (*route == NULL) {
+        if (hr->upstream >= 0)
+            return upstream_origin(x, hr->upstream);
+        um__exchange_respond(x, 404, NULL, 0);
+        return NULL;
+    }
+    return route_origin(x, *route);
+}
+
+struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
+{
+    struct um_request *req = &x->req;
+    if (req->path.len == 0 || req->path.base[0] != '/') {
+        /* asterisk-form (OPTIONS *): the server itself */
+        if (req->method_id == UM_METHOD_OPTIONS) {
+            struct um_header allow = {UM_STR("Allow"), UM_STR("GET, HEAD, OPTIONS")};
+            struct um_response_head h = {.status = 200, .headers = &allow, .num_headers = 1, .content_length = 0, .reason = {NULL, 0}};
+            x->sink.ops->on_head(&x->sink, &h);
+            x->sink.ops->on_end(&x->sink, UM_OK);
+        } else {
+            um__exchange_respond(x, 400, NULL, 0);
+        }
+        return NULL;
+    }
+    um_str cpath, rest;
+    if (!canon_path(x, req->path, &cpath)) {
+        um__exchange_respond(x, 400, NULL, 0);
+        return NULL;
+    }
+    const struct um_route *route = find_route(x->config, req->authority, cpath, &rest);
+    if (route && route->redirect_https && !secure(x)) {
+        redirect_https(x);
+        return NULL;
+    }
+    struct um_origin *origin = route ? route_origin(x, route) : NULL;
+    if (route) {
+        x->route_slot = um_runtime_route(x->runtime, route)->metrics_slot;
+        x->via_upstream = route->upstream >= 0;
+    }
+    struct um_hook_request hr;
+    bool hooked = um_hooks_want_request(x->config, route);
+    if (hooked) {
+        origin = hook_request(x, &route, &rest, &hr);
+        if (origin == NULL)
+            return NULL;
+    } else if (origin == NULL) {
+        um__exchange_respond(x, 404, NULL, 0);
+        return NULL;
+    }
+    *f = (struct um_fetch){.ctx = &x->w->ctx, .req = req, .route = route, .config = x->config,
+                           .path = rest, .client_ip = x->peer_ip, .client_port = x->peer_port,
+                           .scheme = secure(x) ? "https" : "http"};
+    if (hooked) {
+        if (hr.upstream >= 0 && route)
+            f->backend = upstream_origin(x, hr.upstream);
+        f->cache_key = hr.cache_key;
+        f->no_cache = hr.no_cache;
+        f->has_ttl = hr.has_ttl;
+        f->ttl = hr.ttl;
+        f->upstream_url = hr.upstream_url;
+        f->has_body = hr.has_body;
+        f->body = hr.body;
+        f->server_name = hr.server_name;
+    }
+    if (route) {
+        x->route_slot = um_runtime_route(x->runtime, route)->metrics_slot;
+        x->via_upstream = route->upstream >= 0 || f->backend != NULL;
+    }
+    return origin;
+}
