@@ -19,6 +19,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include "umbra/buf.h"
 #include "umbra/http1.h"
 #include "umbra/log.h"
 #include "umbra/loop.h"
@@ -57,8 +58,7 @@ struct attempt {
     struct worker_curl *wc;
     struct xfer *x;             /* NULL while pooled */
     struct curl_slist *headers; /* x->fields as libcurl's list (fields_to_slist) */
-    char *hbuf;                 /* the response head's lines so far */
-    size_t hlen, hcap;
+    struct um_buf head;         /* the response head's lines so far */
     enum um_up_err head_err; /* why on_header refused a line; UM_UP_OK: it did not */
     int socket_errno;        /* errno of a failed socket() (EMFILE...), or 0 */
     char err[CURL_ERROR_SIZE];
@@ -142,7 +142,7 @@ static int timer_cb(CURLM *multi, long ms, void *userp)
 static void attempt_free(struct attempt *a)
 {
     curl_easy_cleanup(a->easy);
-    free(a->hbuf);
+    um_buf_dispose(&a->head);
     free(a);
 }
 
@@ -259,33 +259,26 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *userp)
     struct xfer *x = a->x;
     size_t len = size * nitems;
     if (x->head_sent) return len;
-    if (a->hlen + len > MAX_RESPONSE_HEAD) {
+    if (a->head.len + len > MAX_RESPONSE_HEAD) {
         a->head_err = UM_UP_HEAD_TOO_LARGE;
         return 0;
     }
-    if (a->hlen + len > a->hcap) {
-        size_t cap = a->hcap ? a->hcap * 2 : 2048;
-        while (cap < a->hlen + len)
-            cap *= 2;
-        a->hbuf = um_realloc(a->hbuf, cap);
-        a->hcap = cap;
-    }
-    memcpy(a->hbuf + a->hlen, data, len);
-    a->hlen += len;
+    um_buf_append(&a->head, data, len);
     if (!(len == 1 && data[0] == '\n') && !(len == 2 && data[0] == '\r' && data[1] == '\n'))
         return len;
     struct um_http1_resp_parser p;
     struct um_http1_response resp;
     enum um_http1_resp_err why = UM_HTTP1_RESP_MALFORMED;
     um_http1_resp_parser_init(&p);
-    int rc = um_http1_parse_response(&p, a->hbuf, a->hlen, MAX_RESPONSE_HEAD, &resp, &why);
-    if (rc != UM_OK || resp.head_len != a->hlen) {
+    int rc = um_http1_parse_response(&p, a->head.base, a->head.len, MAX_RESPONSE_HEAD, &resp,
+                                     &why);
+    if (rc != UM_OK || resp.head_len != a->head.len) {
         /* UM_AGAIN too: an empty line that does not end the head follows a bare CR. */
         a->head_err =
             rc == UM_ERR && why == UM_HTTP1_RESP_TOO_LARGE ? UM_UP_HEAD_TOO_LARGE : UM_UP_BAD_HEAD;
         return 0;
     }
-    a->hlen = 0;
+    um_buf_reset(&a->head);
     if (resp.status >= 200) um__up_head(x, &resp);
     return len;
 }
@@ -415,7 +408,7 @@ static void curl_start(struct xfer *x)
     struct worker_curl *wc = worker_curl(x->ctx);
     struct attempt *a = attempt_get(wc);
     a->x = x;
-    a->hlen = 0;
+    um_buf_reset(&a->head);
     a->head_err = UM_UP_OK;
     a->socket_errno = 0;
     a->err[0] = '\0';
@@ -466,10 +459,9 @@ static void curl_release(struct xfer *x)
     a->x = NULL;
     free(a->headers); /* fields_to_slist's single allocation */
     a->headers = NULL;
-    if (a->hcap > HBUF_KEEP) {
-        free(a->hbuf);
-        a->hbuf = NULL;
-        a->hcap = 0;
+    if (a->head.cap > HBUF_KEEP) {
+        um_buf_dispose(&a->head);
+        um_buf_init(&a->head);
     }
     if (wc->num_pooled < POOL_MAX)
         wc->pool[wc->num_pooled++] = a;
