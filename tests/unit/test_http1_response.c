@@ -273,8 +273,7 @@ static void test_malformed(void **state)
         "HTTP/1.1 200 OK\r\r\n\r\n",
         "HTTP/1.1 200 OK\r\nX-A: \x7f\r\n\r\n", /* DEL */
         "HTTP/1.1 200 OK\r\nX-A: \x01\r\n\r\n",
-        "HTTP/1.1 404 Not\x01"
-        "Found\r\n\r\n", /* control byte in the reason */
+        "HTTP/1.1 404 Not\001Found\r\n\r\n", /* control byte in the reason */
         "HTTP/1.1 600 Odd\r\n\r\n",
         "HTTP/1.1 099 Odd\r\n\r\n",
         "HTTP/1.1 20 OK\r\n\r\n",
