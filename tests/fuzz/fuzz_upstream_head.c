@@ -151,7 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t r = on_header(line, 1, len, &a);
         free(line);
         FUZZ_CHECK(r == 0 || r == len);
-        FUZZ_CHECK(a.hlen <= MAX_RESPONSE_HEAD);
+        FUZZ_CHECK(a.head.len <= MAX_RESPONSE_HEAD);
         FUZZ_CHECK(heads <= 1);
         FUZZ_CHECK(heads == (x->head_sent ? 1 : 0));
         if (sent_before)
@@ -163,7 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(a.head_err == UM_UP_OK);
         pos = end;
     }
-    free(a.hbuf);
+    um_buf_dispose(&a.head);
     free(x);
     free(buf);
     return 0;
