@@ -91,7 +91,7 @@ bool um__cfg_parse_listen(struct um__cfg_load *ld, lua_State *L, const char *pat
     return true;
 }
 
-#define LISTEN_HINT "a \"HOST:PORT\" string or { \"HOST:PORT\", tls = true }"
+#define LISTEN_HINT "a \"HOST:PORT\" string or { \"HOST:PORT\", tls = true, http2 = false }"
 
 /* The listen entry at idx, at path: "HOST:PORT" or { "HOST:PORT", tls = true }. */
 static bool load_listen_entry(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
@@ -106,7 +106,8 @@ static bool load_listen_entry(struct um__cfg_load *ld, lua_State *L, int idx, co
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
         if ((lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) == 1) ||
-            (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "tls") == 0))
+            (lua_type(L, -1) == LUA_TSTRING && (strcmp(lua_tostring(L, -1), "tls") == 0 ||
+                                                strcmp(lua_tostring(L, -1), "http2") == 0)))
             continue;
         um__cfg_key_text(L, -1, key, sizeof key);
         um__cfg_subpath(sub, sizeof sub, path, key);
@@ -120,6 +121,15 @@ static bool load_listen_entry(struct um__cfg_load *ld, lua_State *L, int idx, co
             return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
                                 lua_typename(L, t));
         out->tls = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    um__cfg_subpath(sub, sizeof sub, path, "http2");
+    t = um__cfg_get_field(L, idx, "http2");
+    if (t != LUA_TNIL) {
+        if (t != LUA_TBOOLEAN)
+            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                                lua_typename(L, t));
+        out->no_http2 = !lua_toboolean(L, -1);
     }
     lua_pop(L, 1);
     lua_rawgeti(L, idx, 1);

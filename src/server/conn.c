@@ -151,6 +151,9 @@ static void drive(struct um__conn *c)
                 um_counter_add(&um_metrics_worker()->tls_handshakes, 1);
                 c->state = S_HEAD;
                 c->can_read = true; /* the request may sit decrypted-ready in OpenSSL */
+                if (c->t->ops->alpn && um_str_eq(c->t->ops->alpn(c->t), "h2") &&
+                    !um__conn_h2_start(c))
+                    goto out;
                 continue;
             }
             if (r == UM_AGAIN) {
@@ -169,7 +172,7 @@ static void drive(struct um__conn *c)
         if (c->state == S_LINGER) {
             c->rpos = c->rlen = 0; /* discard */
         } else {
-            in = um__conn_process_input(c);
+            in = c->proto->process_input(c);
         }
         if (um__outq_pending(&c->out)) {
             if (!c->can_write) {
@@ -192,11 +195,8 @@ static void drive(struct um__conn *c)
             if (r == UM_DONE)
                 break;
         }
-        if (c->x.origin_paused) {
-            /* Drained: let the origin go on (it may hand over more at once). */
-            um__exchange_proceed(&c->x);
-            continue;
-        }
+        if (c->proto->on_drained(c))
+            continue; /* an origin went on: it may have handed over more at once */
         if (c->closing) {
             if (c->linger && !c->peer_closed)
                 start_linger(c);
@@ -223,7 +223,7 @@ static void drive(struct um__conn *c)
             goto out;
         }
         if (!c->can_read) {
-            arm_input_timer(c);
+            c->proto->arm_timer(c);
             goto out;
         }
         int r = read_some(c);
@@ -232,7 +232,7 @@ static void drive(struct um__conn *c)
             goto out;
         }
         if (r == UM_AGAIN) {
-            arm_input_timer(c);
+            c->proto->arm_timer(c);
             goto out;
         }
         if (r == UM_DONE && c->state == S_LINGER) {
@@ -249,8 +249,9 @@ out:
     um_log_set_conn(log_conn);
 }
 
-void um__conn_accept(struct um__worker *w, int fd, bool tls)
+void um__conn_accept(struct um__worker *w, int fd, int flags)
 {
+    bool tls = (flags & UM__ACCEPT_F_TLS) != 0;
     struct um__conn *c = um_calloc(1, sizeof(*c));
     c->links.tq_kind = -1;
     c->w = w;
@@ -267,6 +268,8 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
     c->can_write = true;
     c->can_read = true; /* TCP_DEFER_ACCEPT: the first bytes are usually there already */
     c->draining = w->draining;
+    c->proto = &um__conn_proto_h1;
+    c->h2_allowed = (flags & UM__ACCEPT_F_H2) != 0;
     um_http1_parser_init(&c->parser);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -297,6 +300,8 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
         }
         c->t = t;
         c->state = S_HANDSHAKE;
+        if (!c->h2_allowed)
+            um_tls_transport_h1_only(t);
     }
     um__exchange_init(&c->x, &um__conn_exchange_ops, w, c->runtime, c->t, c->peer_ip,
                       c->peer_port, c->id);
@@ -344,6 +349,11 @@ void um__conn_on_timeout(struct um__conn *c)
         um__conn_close(c);
         return;
     }
+    c->proto->on_timeout(c);
+}
+
+static void h1_on_timeout(struct um__conn *c)
+{
     if (c->state == S_HEAD && c->rpos < c->rlen && !um__outq_pending(&c->out)) {
         /* A request head that did not arrive in time (slowloris): say so, then close. */
         c->x.req.minor_version = 1;
@@ -359,6 +369,17 @@ void um__conn_on_timeout(struct um__conn *c)
 void um__conn_drain(struct um__conn *c)
 {
     c->draining = true;
+    c->proto->drain(c);
+}
+
+void um__conn_reloaded(struct um__conn *c)
+{
+    if (!c->closed && c->proto->on_reload)
+        c->proto->on_reload(c);
+}
+
+static void h1_drain(struct um__conn *c)
+{
     if (c->state == S_HEAD && c->rpos == c->rlen && !um__outq_pending(&c->out))
         um__conn_close(c);
 }
@@ -369,8 +390,7 @@ void um__conn_close(struct um__conn *c)
         return;
     struct um__worker *w = c->w;
     c->closed = true;
-    if (c->state == S_ORIGIN)
-        um__exchange_cancel(&c->x);
+    c->proto->on_close(c);
     um_counter_add(&um_metrics_worker()->conns_closed, 1);
     um__tq_disarm(w, c);
     if (c->links.in_ready) {
@@ -404,9 +424,61 @@ void um__conn_close(struct um__conn *c)
 
 void um__conn_free(struct um__conn *c)
 {
+    c->proto->dispose(c);
     rbuf_put(c);
     um__outq_dispose(&c->out);
     um_arena_reset(&c->x.arena);
     um_runtime_unref(c->runtime);
     free(c);
 }
+
+/* ---------------------------------------------------------------- HTTP/1.1's table */
+
+/* Before the first request on a listener that speaks HTTP/2, the client preface says
+ * that this is a prior-knowledge HTTP/2 connection instead (RFC 9113 section 3.3). */
+static enum input_result h1_process_input(struct um__conn *c)
+{
+    if (c->h2_allowed && c->requests == 0 && c->state == S_HEAD && !c->t->ops->secure) {
+        size_t n = c->rlen - c->rpos, m = n < UM__H2_PREFACE_LEN ? n : UM__H2_PREFACE_LEN;
+        if (memcmp(c->rbuf + c->rpos, UM__H2_PREFACE, m) != 0) {
+            c->h2_allowed = false; /* HTTP/1.1 it is */
+        } else if (n < UM__H2_PREFACE_LEN) {
+            return IN_NEED_INPUT;
+        } else {
+            if (!um__conn_h2_start(c))
+                return IN_DONE;
+            return c->proto->process_input(c);
+        }
+    }
+    return um__conn_process_input(c);
+}
+
+static bool h1_on_drained(struct um__conn *c)
+{
+    if (!c->x.origin_paused)
+        return false;
+    um__exchange_proceed(&c->x);
+    return true;
+}
+
+static void h1_on_close(struct um__conn *c)
+{
+    if (c->state == S_ORIGIN)
+        um__exchange_cancel(&c->x);
+}
+
+static void h1_dispose(struct um__conn *c)
+{
+    (void)c;
+}
+
+const struct um__conn_proto um__conn_proto_h1 = {
+    .name = "HTTP/1.1",
+    .process_input = h1_process_input,
+    .on_drained = h1_on_drained,
+    .arm_timer = arm_input_timer,
+    .on_timeout = h1_on_timeout,
+    .drain = h1_drain,
+    .on_close = h1_on_close,
+    .dispose = h1_dispose,
+};

@@ -17,6 +17,7 @@ enum conn_state {
     S_ORIGIN, /* the origin is answering (and maybe reading the body) */
     S_DONE,   /* no more requests: write what is queued, then close */
     S_LINGER, /* write side shut, discarding input until EOF or the linger timeout */
+    S_H2,     /* HTTP/2: the streams have states of their own (conn_h2.c) */
 };
 
 enum input_result {
@@ -24,6 +25,33 @@ enum input_result {
     IN_BACKLOG,    /* output must drain first */
     IN_WAIT,       /* waiting for the origin */
     IN_DONE,       /* no more requests on this connection */
+};
+
+struct um__conn;
+struct um__h2;
+
+/* The protocol on a connection: how drive() and the worker reach the messages without
+ * knowing which protocol frames them. HTTP/1.1 (conn.c, conn_http1.c) and HTTP/2
+ * (conn_h2.c). */
+struct um__conn_proto {
+    const char *name; /* "HTTP/1.1", "HTTP/2": for logs and metrics */
+    /* Parses and begins what is buffered, as far as the state allows. */
+    enum input_result (*process_input)(struct um__conn *c);
+    /* The output queue drained: lets paused origins go on. True when it did something
+     * (drive() then goes round again). */
+    bool (*on_drained)(struct um__conn *c);
+    /* Nothing more can be read now: arms the timer that bounds the wait. */
+    void (*arm_timer)(struct um__conn *c);
+    /* A timer fired (not during a TLS handshake). */
+    void (*on_timeout)(struct um__conn *c);
+    /* The server stops gracefully. */
+    void (*drain)(struct um__conn *c);
+    /* A reload: new connections take the new configuration. NULL: nothing to do. */
+    void (*on_reload)(struct um__conn *c);
+    /* The connection closes: every exchange still running is cancelled. */
+    void (*on_close)(struct um__conn *c);
+    /* Frees the protocol's state (the connection is being freed). */
+    void (*dispose)(struct um__conn *c);
 };
 
 struct um__conn {
@@ -61,7 +89,11 @@ struct um__conn {
     struct um__outq out;
     bool resp_chunked; /* the response body is framed with chunked coding */
 
-    struct um__exchange x; /* the request being answered */
+    struct um__exchange x; /* HTTP/1.1: the request being answered */
+
+    const struct um__conn_proto *proto;
+    bool h2_allowed;   /* the listener speaks HTTP/2 (ALPN h2, or prior knowledge) */
+    struct um__h2 *h2; /* HTTP/2's state (conn_h2.c), once switched */
 };
 
 static inline struct um__conn *um__conn_of(struct um__exchange *x)
@@ -75,6 +107,18 @@ static inline void um__conn_wake(struct um__conn *c)
     if (!c->in_drive)
         um__worker_ready(c->w, c);
 }
+
+/* conn.c */
+extern const struct um__conn_proto um__conn_proto_h1;
+
+/* conn_h2.c */
+extern const struct um__conn_proto um__conn_proto_h2;
+/* The client preface ("PRI * HTTP/2.0...") that begins a prior-knowledge connection. */
+#define UM__H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define UM__H2_PREFACE_LEN 24
+/* Switches c to HTTP/2 (after ALPN h2, or on the preface in rbuf); the bytes buffered
+ * are HTTP/2's from the preface on. False when the session cannot be made (c closes). */
+bool um__conn_h2_start(struct um__conn *c);
 
 /* conn_http1.c */
 /* How the exchange reaches the connection. */
