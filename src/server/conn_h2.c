@@ -42,7 +42,9 @@
 #define STREAM_BUF_MAX (64 * 1024)  /* response bytes a stream buffers before refusing */
 #define STREAM_BUF_LOW (16 * 1024)  /* ...and below which its origin goes on */
 #define OUT_SOFT_MAX (256 * 1024)   /* output queue bytes past which frames wait */
-#define MAX_CONTINUATIONS 32        /* CONTINUATION frames after one HEADERS */
+#define MAX_CONTINUATIONS 8         /* CONTINUATION frames after one HEADERS (8 x 16 KiB
+                                       frames hold any head under max_header_list's 64 KiB
+                                       default) */
 #define RST_BURST 200               /* client resets allowed at once... */
 #define RST_PER_SEC 50              /* ...and replenished per second */
 #define MAX_OUTBOUND_ACK 1000       /* SETTINGS/PING acks queued before GOAWAY */
@@ -102,7 +104,12 @@ struct um__h2 {
     /* Rapid reset: tokens left and when they were last replenished (loop ms). */
     double rst_tokens;
     uint64_t rst_at;
-    int32_t cont_stream;  /* the stream whose head is being continued */
+    /* The frame boundaries in what the client sends, tracked before nghttp2 sees it:
+     * the bytes of the frame being skipped, a partial frame header, and the count of
+     * CONTINUATION frames in a row. */
+    size_t scan_skip;
+    uint8_t scan_hdr[9];
+    size_t scan_hdr_len;
     unsigned num_cont;
 };
 
@@ -625,24 +632,6 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame,
     return 0;
 }
 
-static int on_begin_frame(nghttp2_session *session, const nghttp2_frame_hd *hd, void *user)
-{
-    (void)session;
-    struct um__h2 *h = user;
-    if (hd->type == NGHTTP2_HEADERS) {
-        h->cont_stream = hd->stream_id;
-        h->num_cont = 0;
-    } else if (hd->type == NGHTTP2_CONTINUATION) {
-        /* nghttp2 1.52 accepts any number of CONTINUATION frames, each of which costs a
-         * decoding pass even when empty: cap them. */
-        if (++h->num_cont > MAX_CONTINUATIONS) {
-            fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "too many CONTINUATION frames");
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        }
-    }
-    return 0;
-}
-
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user)
 {
     struct um__h2 *h = user;
@@ -666,6 +655,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         h->rst_tokens += (double)(now - h->rst_at) * RST_PER_SEC / 1000.0;
         if (h->rst_tokens > RST_BURST)
             h->rst_tokens = RST_BURST;
+    h->scan_skip = UM__H2_PREFACE_LEN; /* the client preface is not a frame */
         h->rst_at = now;
         if (h->rst_tokens < 1) {
             fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "too many stream resets");
@@ -721,7 +711,6 @@ static nghttp2_session_callbacks *callbacks(void)
         nghttp2_session_callbacks_new(&cbs);
         nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
         nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
-        nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame);
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
@@ -735,6 +724,7 @@ bool um__conn_h2_start(struct um__conn *c)
     struct um__h2 *h = um_calloc(1, sizeof(*h));
     h->c = c;
     h->rst_tokens = RST_BURST;
+    h->scan_skip = UM__H2_PREFACE_LEN; /* the client preface is not a frame */
     h->rst_at = um_loop_now(c->w->loop);
     nghttp2_option *opt;
     nghttp2_option_new(&opt);
@@ -794,10 +784,46 @@ static void send_frames(struct um__conn *c)
     }
 }
 
+/* Follows the frame headers in p[0..n) (the client's bytes, in order) and counts the
+ * CONTINUATION frames that follow one HEADERS: nghttp2 1.52 as released takes any number
+ * of them, each one a decoding pass even when empty (CVE-2024-27316's kind of flood).
+ * False past MAX_CONTINUATIONS. */
+static bool scan_frames(struct um__h2 *h, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        if (h->scan_skip > 0) {
+            size_t k = n < h->scan_skip ? n : h->scan_skip;
+            h->scan_skip -= k;
+            p += k;
+            n -= k;
+            continue;
+        }
+        size_t k = sizeof(h->scan_hdr) - h->scan_hdr_len;
+        if (k > n)
+            k = n;
+        memcpy(h->scan_hdr + h->scan_hdr_len, p, k);
+        h->scan_hdr_len += k;
+        p += k;
+        n -= k;
+        if (h->scan_hdr_len < sizeof(h->scan_hdr))
+            break;
+        h->scan_hdr_len = 0;
+        h->scan_skip = (size_t)h->scan_hdr[0] << 16 | (size_t)h->scan_hdr[1] << 8 | h->scan_hdr[2];
+        if (h->scan_hdr[3] != NGHTTP2_CONTINUATION)
+            h->num_cont = 0;
+        else if (++h->num_cont > MAX_CONTINUATIONS)
+            return false;
+    }
+    return true;
+}
+
 static enum input_result h2_process_input(struct um__conn *c)
 {
     struct um__h2 *h = c->h2;
     if (c->rpos < c->rlen) {
+        if (!h->failed &&
+            !scan_frames(h, (const uint8_t *)c->rbuf + c->rpos, c->rlen - c->rpos))
+            fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "too many CONTINUATION frames");
         if (!h->failed) {
             ssize_t r = nghttp2_session_mem_recv(h->session, (const uint8_t *)c->rbuf + c->rpos,
                                                  c->rlen - c->rpos);
@@ -809,8 +835,12 @@ static enum input_result h2_process_input(struct um__conn *c)
                     um_log_info("http2: %s:%d: %s", c->peer_ip, c->peer_port,
                                 nghttp2_strerror((int)r));
                 if (!h->failed) {
+                    /* Floods nghttp2 itself detects are abuse, not mistakes. */
+                    bool calm = r == NGHTTP2_ERR_FLOODED || r == -905 /* TOO_MANY_CONTINUATIONS
+                                                                         in patched 1.52 */;
                     h->failed = true;
-                    nghttp2_session_terminate_session(h->session, NGHTTP2_PROTOCOL_ERROR);
+                    nghttp2_session_terminate_session(
+                        h->session, calm ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
                 }
             }
         }
@@ -830,7 +860,9 @@ static enum input_result h2_process_input(struct um__conn *c)
         /* Done: the last frames (a GOAWAY) go out, then the connection closes. */
         send_frames(c);
         c->closing = true;
-        c->linger = false;
+        /* After an error the client may still be sending: a lingering close lets it read
+         * the GOAWAY instead of a reset. */
+        c->linger = h->failed;
         return IN_DONE;
     }
     if (um__outq_backlog(&c->out) >= OUT_SOFT_MAX)
