@@ -210,9 +210,14 @@ static um_str tt_alpn(struct um_transport *t)
     return um_tls_alpn(ssl_of(t));
 }
 
+void um_tls_set_h1_only(SSL *ssl)
+{
+    SSL_set_app_data(ssl, (void *)1); /* read by the ALPN callback (tls.c) */
+}
+
 void um_tls_transport_h1_only(struct um_transport *t)
 {
-    SSL_set_app_data(ssl_of(t), (void *)1);
+    um_tls_set_h1_only(ssl_of(t));
 }
 
 static const struct um_transport_ops tls_ops = {
