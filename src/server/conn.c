@@ -438,7 +438,8 @@ void um__conn_free(struct um__conn *c)
  * that this is a prior-knowledge HTTP/2 connection instead (RFC 9113 section 3.3). */
 static enum input_result h1_process_input(struct um__conn *c)
 {
-    if (c->h2_allowed && c->requests == 0 && c->state == S_HEAD && !c->t->ops->secure) {
+    if (c->h2_allowed && c->requests == 0 && c->state == S_HEAD && !c->t->ops->secure &&
+        c->rlen > c->rpos) {
         size_t n = c->rlen - c->rpos, m = n < UM__H2_PREFACE_LEN ? n : UM__H2_PREFACE_LEN;
         if (memcmp(c->rbuf + c->rpos, UM__H2_PREFACE, m) != 0) {
             c->h2_allowed = false; /* HTTP/1.1 it is */

@@ -29,6 +29,7 @@
  * counted, header lists are capped (431), and SETTINGS and PING floods are bounded with
  * nghttp2's options. Each of these ends with GOAWAY ENHANCE_YOUR_CALM. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -704,17 +705,25 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t err, v
 
 /* ---------------------------------------------------------------- the connection */
 
-static nghttp2_session_callbacks *callbacks(void)
+/* The callbacks table: made once for the process, read-only afterwards. */
+static nghttp2_session_callbacks *cbs;
+static pthread_once_t cbs_once = PTHREAD_ONCE_INIT;
+
+static void make_callbacks(void)
 {
-    static _Thread_local nghttp2_session_callbacks *cbs; /* made once per worker */
-    if (cbs == NULL) {
-        nghttp2_session_callbacks_new(&cbs);
+    {
+        UM_ASSERT(nghttp2_session_callbacks_new(&cbs) == 0);
         nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
         nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     }
+}
+
+static nghttp2_session_callbacks *callbacks(void)
+{
+    pthread_once(&cbs_once, make_callbacks);
     return cbs;
 }
 

@@ -601,7 +601,7 @@ class H2GoawayTest(unittest.TestCase):
                 frames2, _ = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM, timeout=5)
                 self.assertTrue(stream_done(frames + frames2, 1))
                 self.assertEqual(data_bytes(frames + frames2, 1), 30000)
-            self.assertEqual(u.proc.wait(10), 0)
+            self.assertEqual(u.proc.wait(10), 0, u.log())
 
 
 ROUTES = 'routes = { { path = "/", root = "www" } }\n'
