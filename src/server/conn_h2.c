@@ -894,12 +894,14 @@ static bool h2_on_drained(struct um__conn *c)
 static void h2_arm_timer(struct um__conn *c)
 {
     struct um__h2 *h = c->h2;
-    bool head_pending = h->total_streams == 0, body_pending = false;
+    bool head_pending = h->total_streams == 0, body_pending = false, stalled = false;
     for (struct h2_stream *s = h->streams; s; s = s->next) {
         if (!s->head_done)
             head_pending = true;
         else if (s->started && !s->body_eof && !s->x.ended)
             body_pending = true;
+        if (s->submitted && !s->deferred && out_buffered(s) > 0)
+            stalled = true; /* bytes wait for window the client does not open */
     }
     if (head_pending) {
         /* A head must be complete within the header timeout, however it trickles in. */
@@ -910,7 +912,12 @@ static void h2_arm_timer(struct um__conn *c)
         return;
     }
     h->head_timer = false;
-    if (body_pending)
+    if (stalled) {
+        /* A client that keeps its windows shut is a reader that never reads: the send
+         * timeout bounds it, as a full socket does over HTTP/1.1. */
+        if (um__links(c)->tq_kind != UM__TQ_SEND)
+            um__tq_arm(c->w, c, UM__TQ_SEND);
+    } else if (body_pending)
         um__tq_arm(c->w, c, UM__TQ_HEADER); /* each pause of an upload */
     else if (h->num_streams > 0)
         um__tq_disarm(c->w, c); /* the origins' timeouts apply */

@@ -74,9 +74,9 @@ tls = { { hosts = { "localhost" }, cert = "c.pem", key = "k.pem" } }
 
 
 def config(url, http2='{ max_concurrent_streams = 64, initial_window = "64KB", '
-           'max_header_list = "16KB" }', extra=""):
+           'max_header_list = "16KB" }', extra="", send=30):
     return LISTEN + """
-timeouts = { header = %(ht)g, shutdown = 5 }
+timeouts = { header = %(ht)g, shutdown = 5, send = %(send)g }
 admin = { listen = "127.0.0.1:0" }
 access_log = { path = "access.log" }
 upstreams = { app = { servers = { "%(url)s" }, timeout = 10 } }
@@ -89,7 +89,7 @@ routes = {
   { path = "/", root = "www" },
 }
 %(extra)s
-""" % {"ht": HEADER_TIMEOUT, "url": url, "http2": http2, "extra": extra}
+""" % {"ht": HEADER_TIMEOUT, "url": url, "http2": http2, "extra": extra, "send": send}
 
 
 def files():
@@ -605,6 +605,19 @@ class H2GoawayTest(unittest.TestCase):
 
 
 ROUTES = 'routes = { { path = "/", root = "www" } }\n'
+
+
+class H2SendTimeoutTest(unittest.TestCase):
+    def test_window_never_opened_hits_the_send_timeout(self):
+        # SETTINGS_INITIAL_WINDOW_SIZE = 0 and never a WINDOW_UPDATE: the response cannot
+        # move, and the send timeout ends the connection (and cancels the origin).
+        with Origin() as o, Umbra(config(o.url, send=1), files=files()) as u:
+            with RawH2(u.ports[0], settings=struct.pack(">HI", 0x4, 0)) as c:
+                c.headers(1, request_fields(u.ports[0], "/nocache/stuck?size=5000000"))
+                start = time.monotonic()
+                self.assertTrue(c.wait_closed(1 + SLACK + 2))
+                self.assertLess(time.monotonic() - start, 1 + SLACK + 1)
+            self.assertEqual(h2c(u.ports[0], "/index.html").status, 200)
 
 
 class H2ConfigTest(unittest.TestCase):
