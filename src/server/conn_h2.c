@@ -459,6 +459,32 @@ static int build_request(struct h2_stream *s)
                 req->flags |= UM_REQ_F_EXPECT_CONTINUE;
         }
     }
+    /* Cookie crumbs travel as separate fields on HTTP/2; an HTTP/1.1 origin expects one
+     * field, joined with "; " (section 8.2.3). */
+    size_t first_cookie = SIZE_MAX, num_cookies = 0;
+    for (size_t i = 0; i < req->num_headers; i++)
+        if (um_str_eq(req->headers[i].name, "cookie") && num_cookies++ == 0)
+            first_cookie = i;
+    if (num_cookies > 1) {
+        struct um_buf b;
+        um_buf_init(&b);
+        size_t keep = 0;
+        for (size_t i = 0; i < req->num_headers; i++) {
+            if (um_str_eq(req->headers[i].name, "cookie")) {
+                if (b.len > 0)
+                    um_buf_append(&b, "; ", 2);
+                um_buf_append(&b, req->headers[i].value.base, req->headers[i].value.len);
+                if (i != first_cookie)
+                    continue;
+            }
+            req->headers[keep++] = req->headers[i];
+        }
+        req->num_headers = keep;
+        for (size_t i = 0; i < req->num_headers; i++)
+            if (um_str_eq(req->headers[i].name, "cookie"))
+                req->headers[i].value = (um_str){um_arena_strdup(&s->x.arena, b.base, b.len), b.len};
+        um_buf_dispose(&b);
+    }
     /* :authority is the Host (section 8.3.1); the layers above read a host field too. */
     if (s->has_authority) {
         req->authority = field_str(s, s->authority.value_off, s->authority.value_len);

@@ -338,6 +338,17 @@ class H2Test(unittest.TestCase):
         self.assertRegex(head, r"(?i)via: 2 umbra")
         self.assertRegex(head, r"(?i)x-test: yes")
 
+    def test_cookie_crumbs_are_joined_for_the_origin(self):
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/nocache/cookie?echo=head",
+                                        extra=[("cookie", "a=1"), ("x-mid", "m"),
+                                               ("cookie", "b=2"), ("cookie", "c=3")]))
+            frames, f = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM)
+            self.assertIsNotNone(f)
+        head = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1).decode("latin-1")
+        self.assertEqual(re.findall(r"(?im)^cookie: (.*?)\r$", head), ["a=1; b=2; c=3"], head)
+        self.assertRegex(head, r"(?im)^x-mid: m\r$")
+
     def test_large_response_through_small_windows(self):
         n = 6 << 20
         r = h2c(self.plain, "/nocache/big?size=%d" % n, "--limit-rate", "8M")
