@@ -717,6 +717,20 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id,
     return 0;
 }
 
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user)
+{
+    (void)user;
+    if ((frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) ||
+        !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    struct h2_stream *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    /* The whole response is out before the request body ended: the client may stop
+     * sending it (section 8.1). */
+    if (s && !s->body_eof)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
 static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t err, void *user)
 {
     (void)err;
@@ -744,6 +758,7 @@ static void make_callbacks(void)
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+        nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     }
 }
 

@@ -349,6 +349,21 @@ class H2Test(unittest.TestCase):
         self.assertEqual(re.findall(r"(?im)^cookie: (.*?)\r$", head), ["a=1; b=2; c=3"], head)
         self.assertRegex(head, r"(?im)^x-mid: m\r$")
 
+    def test_early_answer_resets_the_upload_with_no_error(self):
+        # Answered before its body ended (a hook answers at once): the full response,
+        # then RST_STREAM NO_ERROR so that the client stops sending (RFC 9113 8.1).
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/lua", "POST"), end_stream=False)
+            c.send(frame(DATA, 0, 1, b"x" * 1000))
+            frames, f = c.until(lambda f: f[2] == 1 and f[0] == RST_STREAM)
+            self.assertIsNotNone(f, frames)
+            self.assertEqual(rst_code(f), NO_ERROR)
+            self.assertTrue(stream_done(frames, 1), frames)
+            # The connection goes on.
+            c.headers(3, request_fields(self.plain))
+            _, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
+            self.assertIsNotNone(f)
+
     def test_large_response_through_small_windows(self):
         n = 6 << 20
         r = h2c(self.plain, "/nocache/big?size=%d" % n, "--limit-rate", "8M")
