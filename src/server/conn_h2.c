@@ -198,6 +198,8 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
 {
     struct h2_stream *s = stream_of(x);
     struct um__conn *c = s->h2->c;
+    if (s->closed)
+        return; /* the client reset it; run_streams cancels the origin */
     nghttp2_nv nva[UM_HTTP1_MAX_RESPONSE_FIELDS + 8];
     size_t n = 0;
     char status[4] = {(char)('0' + h->status / 100 % 10), (char)('0' + h->status / 10 % 10),
@@ -595,10 +597,11 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     if (h->goaway || h->c->draining) {
-        /* Past a graceful GOAWAY nghttp2 ignores new streams itself; be explicit. */
+        /* Past a graceful GOAWAY nghttp2 ignores streams above its last id itself; one
+         * that slips in before it goes out is refused (retried elsewhere, section 8.7). */
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                   NGHTTP2_REFUSED_STREAM);
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        return 0; /* no stream: its fields and body are ignored */
     }
     struct h2_stream *s = stream_new(h, frame->hd.stream_id);
     nghttp2_session_set_stream_user_data(session, s->id, s);
@@ -905,9 +908,9 @@ static enum input_result h2_process_input(struct um__conn *c)
     }
     if (h->failed || (!nghttp2_session_want_read(h->session) &&
                       !nghttp2_session_want_write(h->session))) {
-        if (!h->failed && h->num_streams > 0)
-            return IN_NEED_INPUT;
-        /* Done: the last frames (a GOAWAY) go out, then the connection closes. */
+        /* Done (after a graceful GOAWAY nghttp2 wants to read until its streams are
+         * closed, so this is after them, or after a connection error): the last frames
+         * go out, then the connection closes. */
         send_frames(c);
         c->closing = true;
         /* After an error the client may still be sending: a lingering close lets it read

@@ -477,6 +477,43 @@ class H2Test(unittest.TestCase):
             with self.subTest(case=name):
                 self.assertStreamError(fields)
 
+    def test_streams_past_max_concurrent_streams_are_refused(self):
+        # max_concurrent_streams = 64: of 70 streams opened at once (before the client
+        # acknowledged the server's SETTINGS), 6 are refused with REFUSED_STREAM (RFC 9113
+        # 5.1.2, 8.7: safe to retry) and 64 are answered.
+        with RawH2(self.plain) as c:
+            ids = [1 + 2 * i for i in range(70)]
+            c.send(b"".join(frame(HEADERS, END_STREAM | END_HEADERS, sid, hpack(
+                request_fields(self.plain, "/nocache/conc?delay=300&n=%d" % sid))) for sid in ids))
+            done, refused = set(), set()
+
+            def progress(f):
+                if f[0] == RST_STREAM:
+                    self.assertEqual(rst_code(f), 0x7)
+                    refused.add(f[2])
+                elif f[0] in (HEADERS, DATA) and f[1] & END_STREAM:
+                    done.add(f[2])
+                return len(done) + len(refused) == 70
+            _, f = c.until(progress, timeout=15)
+            self.assertIsNotNone(f, (len(done), len(refused)))
+            self.assertEqual((len(done), len(refused)), (64, 6))
+
+    def test_streams_past_acknowledged_limit_end_the_connection(self):
+        # Once the client acknowledged SETTINGS_MAX_CONCURRENT_STREAMS, going past it is a
+        # connection error (nghttp2's choice, RFC 9113 5.1.2): GOAWAY, then the close.
+        with RawH2(self.plain) as c:
+            c.until(lambda f: f[0] == SETTINGS and f[1] & ACK)
+            c.send(b"".join(frame(HEADERS, END_STREAM | END_HEADERS, 1 + 2 * i, hpack(
+                request_fields(self.plain, "/nocache/conc2?delay=2000&n=%d" % i)))
+                for i in range(70)))
+            _, f = c.until(lambda f: f[0] == GOAWAY, timeout=5)
+            self.assertIsNotNone(f)
+            self.assertEqual(goaway(f), (127, PROTOCOL_ERROR))
+            self.assertTrue(c.wait_closed(5))
+        # The upstream work of the 64 streams it had begun is cancelled.
+        self.assertTrue(wait_until(lambda: self.origin_active() == 0, timeout=5),
+                        self.origin_stats())
+
     def test_header_list_past_the_limit_gets_431(self):
         r = h2c(self.plain, "/index.html", "-H", "X-Big: " + "a" * 20000)
         self.assertEqual((r.version, r.status), ("2", 431))
