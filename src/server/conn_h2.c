@@ -514,6 +514,7 @@ static void stream_start(struct um__h2 *h, struct h2_stream *s)
         body_discard(s);
         x->req_parsed = false;
         um__exchange_respond(x, status, NULL, 0);
+        um__exchange_log(x, 0); /* a request we could not take: logged as "-" */
         return;
     }
     struct um_request *req = &x->req;
