@@ -1,6 +1,8 @@
-/* An HTTP/1.1 client connection (conn.h): accepts the socket, drives reads and writes
- * through its transport (plain or TLS, transport.h), keeps its timers, and closes it. The
- * exchange (exchange.h) owns the request and its response; conn_http1.c frames them.
+/* A client connection (conn.h): accepts the socket, drives reads and writes through its
+ * transport (plain or TLS, transport.h), keeps its timers, and closes it. The exchange
+ * (exchange.h) owns the request and its response; the connection's protocol table frames
+ * them: HTTP/1.1 (conn_http1.c, and the table at the end of this file) or HTTP/2
+ * (conn_h2.c).
  *
  * The socket is registered once, edge-triggered, for both directions; can_read and
  * can_write remember what the last edge promised, so no epoll_ctl call is made per

@@ -1,7 +1,10 @@
-/* The HTTP/1.1 client connection, shared by its two files: conn.c (the connection: its
- * transport, read buffer, timers, keep-alive and drive loop) and conn_http1.c (the
- * HTTP/1.1 messages on it: requests parsed and their bodies decoded, responses framed into
- * the output queue for the exchange). */
+/* The client connection, shared by its files: conn.c (the connection: its transport, read
+ * buffer, timers, keep-alive and drive loop), conn_http1.c (the HTTP/1.1 messages on it:
+ * requests parsed and their bodies decoded, responses framed into the output queue for
+ * the exchange) and conn_h2.c (HTTP/2 with nghttp2: many streams, each an exchange).
+ * drive() reaches the messages through the connection's protocol table (struct
+ * um__conn_proto); a connection starts as HTTP/1.1 and switches to HTTP/2 after ALPN h2
+ * or on the client preface. */
 #ifndef UMBRA_SERVER_CONN_H
 #define UMBRA_SERVER_CONN_H
 
