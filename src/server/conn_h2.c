@@ -436,11 +436,19 @@ static int build_request(struct h2_stream *s)
     req->minor_version = 1;
     req->flags |= UM_REQ_F_HTTP2 | UM_REQ_F_KEEPALIVE;
     bool has_host = false;
+    um_str authority = s->has_authority
+                           ? field_str(s, s->authority.value_off, s->authority.value_len)
+                           : (um_str){NULL, 0};
     for (size_t i = 0; i < s->num_fields; i++) {
         struct um_header *f = &req->headers[req->num_headers++];
         f->name = field_str(s, s->fields[i].name_off, s->fields[i].name_len);
         f->value = field_str(s, s->fields[i].value_off, s->fields[i].value_len);
         if (um_str_eq(f->name, "host")) {
+            /* One Host, naming what :authority names, if both are there (8.3.1). */
+            if (has_host || (s->has_authority && (f->value.len != authority.len ||
+                                                  memcmp(f->value.base, authority.base,
+                                                         authority.len) != 0)))
+                return 400;
             has_host = true;
             if (!s->has_authority)
                 req->authority = f->value;
@@ -489,7 +497,7 @@ static int build_request(struct h2_stream *s)
     }
     /* :authority is the Host (section 8.3.1); the layers above read a host field too. */
     if (s->has_authority) {
-        req->authority = field_str(s, s->authority.value_off, s->authority.value_len);
+        req->authority = authority;
         if (!has_host && req->num_headers < UM_HTTP1_MAX_HEADERS)
             req->headers[req->num_headers++] = (struct um_header){UM_STR("host"), req->authority};
     }

@@ -514,6 +514,17 @@ class H2Test(unittest.TestCase):
         self.assertTrue(wait_until(lambda: self.origin_active() == 0, timeout=5),
                         self.origin_stats())
 
+    def test_host_must_agree_with_authority(self):
+        # (curl turns a Host header into :authority: raw frames say both.)
+        def body(extra):
+            with RawH2(self.plain) as c:
+                c.headers(1, request_fields(self.plain, extra=extra))
+                frames, f = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM)
+                self.assertIsNotNone(f)
+                return b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1)
+        self.assertEqual(body([("host", "elsewhere.test")]), b"400 Bad Request\n")
+        self.assertEqual(body([("host", "127.0.0.1:%d" % self.plain)]), b"hello over h2\n")
+
     def test_header_list_past_the_limit_gets_431(self):
         r = h2c(self.plain, "/index.html", "-H", "X-Big: " + "a" * 20000)
         self.assertEqual((r.version, r.status), ("2", 431))
