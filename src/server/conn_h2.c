@@ -538,6 +538,12 @@ static void stream_start(struct um__h2 *h, struct h2_stream *s)
         um__exchange_respond(x, 413, NULL, 0);
         return;
     }
+    if (has_body && (req->flags & UM_REQ_F_EXPECT_CONTINUE) && s->body.len == 0) {
+        /* The client waits for a go-ahead before it sends the body (RFC 9110 10.1.1). */
+        static const nghttp2_nv cont[] = {
+            {(uint8_t *)":status", (uint8_t *)"100", 7, 3, NGHTTP2_NV_FLAG_NONE}};
+        nghttp2_submit_headers(h->session, NGHTTP2_FLAG_NONE, s->id, NULL, cont, 1, NULL);
+    }
     enum um__start r = um__exchange_start(x, has_body);
     if (r == UM__START_BODY_FIRST) {
         s->body_first = true;

@@ -364,6 +364,21 @@ class H2Test(unittest.TestCase):
             _, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
             self.assertIsNotNone(f)
 
+    def test_expect_100_continue(self):
+        # An interim HEADERS (the 100) comes before any body is sent; then the response.
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/nocache/cont?echo=1", "POST",
+                                        [("expect", "100-continue"), ("content-length", "5")]),
+                      end_stream=False)
+            frames, f = c.until(lambda f: f[2] == 1 and f[0] == HEADERS, timeout=5)
+            self.assertIsNotNone(f, frames)
+            self.assertFalse(f[1] & END_STREAM)
+            c.send(frame(DATA, END_STREAM, 1, b"hello"))
+            frames, f = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM)
+            self.assertIsNotNone(f, frames)
+            self.assertEqual(len([f for f in frames if f[0] == HEADERS and f[2] == 1]), 1)
+            self.assertTrue(b"".join(f[3] for f in frames if f[0] == DATA).endswith(b"hello"))
+
     def test_large_response_through_small_windows(self):
         n = 6 << 20
         r = h2c(self.plain, "/nocache/big?size=%d" % n, "--limit-rate", "8M")
