@@ -416,10 +416,12 @@ class H2Test(unittest.TestCase):
 
     @unittest.skipUnless(have("h2load"), "h2load (nghttp2-client) not installed")
     def test_many_streams_on_few_connections(self):
-        for path in ("/index.html", "/nocache/many?size=3000"):
+        for scheme, port, path in (("http", self.plain, "/index.html"),
+                                   ("http", self.plain, "/nocache/many?size=3000"),
+                                   ("https", self.tls, "/nocache/many-tls?size=3000")):
             before = self.seen(path)
             p = subprocess.run(["h2load", "-n", "400", "-c", "2", "-m", "64",
-                                "http://127.0.0.1:%d%s" % (self.plain, path)],
+                                "%s://127.0.0.1:%d%s" % (scheme, port, path)],
                                capture_output=True, timeout=60)
             out = p.stdout.decode()
             self.assertIn("400 succeeded, 0 failed", out, out)
