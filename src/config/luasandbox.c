@@ -225,6 +225,44 @@ static int sb_print(lua_State *L)
     return 0;
 }
 
+/* xpcall's message handler, guarded. LuaJIT runs a message handler before it unwinds, and
+ * when the error comes from the count hook (the budget or the cap ran out), it is still
+ * inside the hook, where no hook fires: a handler that loops (a Lua function, or a C one
+ * that runs Lua, like a coroutine.wrap) would never be stopped. Then the handler is not
+ * run: the message goes through as it is, and the call fails anyway. */
+static int guarded_handler(lua_State *L)
+{
+    struct sandbox *sb = sandbox_of(L);
+    if (sb->every) {
+        lua_settop(L, 1);
+        return 1;
+    }
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+static int guard_handler(lua_State *L)
+{
+    lua_settop(L, 1);
+    lua_pushcclosure(L, guarded_handler, 1);
+    return 1;
+}
+
+/* xpcall(f, handler, ...) with the handler guarded; in Lua, so that it stays a tail call to
+ * the built-in one (a coroutine may yield through it). */
+static const char XPCALL[] = "local xpcall, guard = xpcall, ...\n"
+                             "_G.xpcall = function(f, h, ...) return xpcall(f, guard(h), ...) end\n";
+
+static void guard_xpcall(lua_State *L)
+{
+    if (luaL_loadbuffer(L, XPCALL, sizeof XPCALL - 1, "=sandbox") != 0)
+        lua_error(L);
+    lua_pushcfunction(L, guard_handler);
+    lua_call(L, 1, 0);
+}
+
 static void open_lib(lua_State *L, lua_CFunction open, const char *name)
 {
     lua_pushcfunction(L, open);
@@ -286,6 +324,7 @@ static int open_request_libs(lua_State *L)
     keep_only(L, LUA_OSLIBNAME, os_keep);
     static const char *const debug_keep[] = {"traceback", NULL}; /* for xpcall */
     keep_only(L, LUA_DBLIBNAME, debug_keep);
+    guard_xpcall(L);
     return 0;
 }
 
@@ -294,6 +333,7 @@ static int open_request_libs(lua_State *L)
 static int open_full_libs(lua_State *L)
 {
     luaL_openlibs(L);
+    guard_xpcall(L);
     return 0;
 }
 

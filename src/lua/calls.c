@@ -46,12 +46,15 @@ bool um__hooks_pcall(struct um__hook_state *h, int nargs, unsigned budget, const
         }
     }
     line[n] = '\0';
+    /* The state is closed after the request's calls (um__hooks_state_done): said here, so
+     * that the failure stays one line. */
+    const char *anew = r == LUA_ERRMEM ? " (the worker's Lua state is made anew)" : "";
     if (cl && cl->req)
-        um_log_err("lua: %s failed for %.*s %.*s from %s: %s", what, (int)cl->req->method.len,
-                   cl->req->method.base, (int)cl->req->target.len, cl->req->target.base,
-                   cl->client_ip ? cl->client_ip : "-", line);
+        um_log_err("lua: %s failed for %.*s %.*s from %s: %s%s", what,
+                   (int)cl->req->method.len, cl->req->method.base, (int)cl->req->target.len,
+                   cl->req->target.base, cl->client_ip ? cl->client_ip : "-", line, anew);
     else
-        um_log_err("lua: %s failed: %s", what, line);
+        um_log_err("lua: %s failed: %s%s", what, line, anew);
     lua_settop(L, 1);
     return false;
 }

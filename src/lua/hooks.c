@@ -209,9 +209,6 @@ static void state_remake(struct um_hooks *h, int w)
     h->states[w] = state_new(h->config, w, err, sizeof err);
     if (h->states[w] == NULL)
         um_log_err("lua: cannot make worker %d's request state anew: %s", w, err);
-    else
-        um_log_warn("lua: worker %d's request state was made anew (its memory went past "
-                    "limits.lua_memory)", w);
 }
 
 /* The worker's state in h, made when h's snapshot loaded (or anew after it failed). */
