@@ -42,6 +42,12 @@
  * traceback a message handler writes) can be made. */
 #define UM_LUA_MEMORY_RESERVE (1u << 20)
 
+/* How far the C stack may grow in a budgeted call through library functions that call Lua
+ * from C (string.gsub, table.sort, ...: luasandbox.c); past it they raise "C stack
+ * overflow". Well under the smallest thread stack Umbra runs Lua on (glibc's default,
+ * RLIMIT_STACK: 8 MB on Debian). */
+#define UM_LUA_CSTACK (512u << 10)
+
 enum um_lua_sandbox_kind {
     /* The whole standard library (the loader). */
     UM_LUA_SANDBOX_FULL,

@@ -21,6 +21,7 @@
 #include "umbra/luasandbox.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,7 @@ struct sandbox {
     size_t used, cap;
     const char *cap_name; /* the setting the message names */
     unsigned ticks, max_ticks;
+    uintptr_t cstack_base; /* the C stack where the budgeted call began */
     bool counting; /* a budgeted call runs */
     bool every;    /* the hook fires at every instruction (a budget or the cap ran out) */
     bool over;     /* the call went past the cap */
@@ -112,6 +114,63 @@ static void on_count(lua_State *L, lua_Debug *ar)
     lua_error(L);
 }
 
+/* ---------------------------------------------------------------- the C stack */
+
+/* LuaJIT does not bound how deep calls from C into Lua nest (PUC Lua stops at 200): a
+ * function that calls itself through string.gsub, string.format's __tostring, table.sort,
+ * os.time's __index or coroutine.resume grows the C stack until the thread dies of it,
+ * well before the Lua stack or the memory cap runs out. Every library function of a state
+ * that calls Lua from C is wrapped in a check of how far the C stack has grown since the
+ * budgeted call began (a measure, not a count, so that no error can leave it wrong). */
+static void check_cstack(lua_State *L, struct sandbox *sb)
+{
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (sb->counting && sb->cstack_base > here && sb->cstack_base - here > UM_LUA_CSTACK)
+        luaL_error(L, "C stack overflow (calls from C functions into Lua nested too deep)");
+}
+
+/* The function in upvalue 1, called with the arguments, after the check. */
+static int cstack_guarded(lua_State *L)
+{
+    check_cstack(L, sandbox_of(L));
+    int n = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* coroutine.wrap(f): the built-in one's function, guarded. */
+static int guarded_wrap(lua_State *L)
+{
+    lua_settop(L, 1);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 1, 1);
+    lua_pushcclosure(L, cstack_guarded, 1);
+    return 1;
+}
+
+/* Wraps lib.name (a global table's field) in f with the original as its upvalue. */
+static void guard_field(lua_State *L, const char *lib, const char *name, lua_CFunction f)
+{
+    lua_getfield(L, LUA_GLOBALSINDEX, lib);
+    lua_getfield(L, -1, name);
+    lua_pushcclosure(L, f, 1);
+    lua_setfield(L, -2, name);
+    lua_pop(L, 1);
+}
+
+static void guard_cstack(lua_State *L)
+{
+    guard_field(L, LUA_STRLIBNAME, "gsub", cstack_guarded);
+    guard_field(L, LUA_STRLIBNAME, "format", cstack_guarded);
+    guard_field(L, LUA_TABLIBNAME, "sort", cstack_guarded);
+    guard_field(L, LUA_OSLIBNAME, "time", cstack_guarded);
+    guard_field(L, LUA_COLIBNAME, "resume", cstack_guarded);
+    guard_field(L, LUA_COLIBNAME, "wrap", guarded_wrap);
+}
+
 /* ---------------------------------------------------------------- the request library */
 
 /* load and loadstring read text only: LuaJIT does not verify bytecode, and a crafted
@@ -130,6 +189,7 @@ static int load_text(lua_State *L, const char *s, size_t n, const char *name)
  * pieces; mode is ignored (text only). */
 static int sb_load(lua_State *L)
 {
+    check_cstack(L, sandbox_of(L));
     const char *name = luaL_optstring(L, 2, NULL);
     int r;
     if (lua_type(L, 1) == LUA_TSTRING) {
@@ -199,6 +259,7 @@ static int sb_collectgarbage(lua_State *L)
  * and a write to it would block the worker). */
 static int sb_print(lua_State *L)
 {
+    check_cstack(L, sandbox_of(L));
     int top = lua_gettop(L);
     luaL_Buffer b;
     lua_getfield(L, LUA_GLOBALSINDEX, "tostring");
@@ -237,6 +298,7 @@ static int guarded_handler(lua_State *L)
         lua_settop(L, 1);
         return 1;
     }
+    check_cstack(L, sb);
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, lua_gettop(L) - 1, 1);
@@ -325,6 +387,7 @@ static int open_request_libs(lua_State *L)
     static const char *const debug_keep[] = {"traceback", NULL}; /* for xpcall */
     keep_only(L, LUA_DBLIBNAME, debug_keep);
     guard_xpcall(L);
+    guard_cstack(L);
     return 0;
 }
 
@@ -334,6 +397,7 @@ static int open_full_libs(lua_State *L)
 {
     luaL_openlibs(L);
     guard_xpcall(L);
+    guard_cstack(L);
     return 0;
 }
 
@@ -390,6 +454,7 @@ int um_lua_sandbox_pcall(lua_State *L, int nargs, int nresults, int errfunc, uns
     int base = lua_gettop(L) - nargs - 1;
     sb->ticks = 0;
     sb->max_ticks = budget / UM_LUA_TICK;
+    sb->cstack_base = (uintptr_t)__builtin_frame_address(0);
     sb->over = false;
     sb->counting = true;
     if (sb->every) {

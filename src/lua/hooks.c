@@ -60,9 +60,17 @@ bool um_hooks_want_response(const struct um_config *c, const struct um_route *ro
     return c->lua.on_response || (route && route->on_response);
 }
 
+/* Raw accesses only, here and below: these run outside a budgeted call, where a
+ * metamethod of the file's (on _G or a route table) could loop or raise unprotected. */
+static void raw_field(lua_State *L, int idx, const char *name)
+{
+    lua_pushstring(L, name);
+    lua_rawget(L, idx < 0 && idx > LUA_REGISTRYINDEX ? idx - 1 : idx);
+}
+
 static int ref_global_function(lua_State *L, const char *name)
 {
-    lua_getfield(L, LUA_GLOBALSINDEX, name);
+    raw_field(L, LUA_GLOBALSINDEX, name);
     if (lua_type(L, -1) != LUA_TFUNCTION) {
         lua_pop(L, 1);
         return LUA_NOREF;
@@ -158,15 +166,15 @@ static struct um__hook_state *state_new(const struct um_config *c, int worker, c
     h->on_request = ref_global_function(L, "on_request");
     h->on_response = ref_global_function(L, "on_response");
     h->upstream_set = ref_global_function(L, "upstream_set");
-    lua_getfield(L, LUA_GLOBALSINDEX, "routes");
+    raw_field(L, LUA_GLOBALSINDEX, "routes");
     if (lua_istable(L, -1)) {
         for (size_t i = 0; i < c->num_routes; i++) {
             lua_rawgeti(L, -1, (int)i + 1);
             if (lua_istable(L, -1)) {
-                lua_getfield(L, -1, "on_request");
+                raw_field(L, -1, "on_request");
                 h->route_req[i] = lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX)
                                                         : (lua_pop(L, 1), LUA_NOREF);
-                lua_getfield(L, -1, "on_response");
+                raw_field(L, -1, "on_response");
                 h->route_resp[i] = lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX)
                                                          : (lua_pop(L, 1), LUA_NOREF);
             }

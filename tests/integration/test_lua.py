@@ -826,6 +826,33 @@ routes = { { path = "/", on_request = function(req)
     f()
     error("recursion through pcall ended")
   end
+  -- Calls from C into Lua nest on the C stack, which LuaJIT does not bound.
+  if p == "/gsub-recursion" then
+    local function f() return (string.gsub("x", "x", f)) end
+    f()
+  end
+  if p == "/sort-recursion" then
+    local function f(a, b) table.sort({ 3, 2, 1 }, f); return a < b end
+    f(1, 2)
+  end
+  if p == "/format-recursion" then
+    local function f() return (string.format("%s", setmetatable({}, { __tostring = f }))) end
+    f()
+  end
+  if p == "/time-recursion" then
+    local t
+    t = setmetatable({}, { __index = function() return (os.time(t)) end })
+    os.time(t)
+  end
+  if p == "/resume-recursion" then
+    local function f()
+      local ok, e = coroutine.resume(coroutine.create(f))
+      if not ok then error(e, 0) end
+    end
+    f()
+  end
+  if p == "/wrap-recursion" then local function f() return (coroutine.wrap(f)()) end; f() end
+  if p == "/load-recursion" then local function f() return (load(f)) end; f() end
   if p == "/memory" then
     return umbra.respond(200, string.format("%d", collectgarbage("count")))
   end
@@ -934,6 +961,10 @@ end } }
         with Umbra(self.BODY, files=self.FILES, workers=1) as u, Client(u.port) as c:
             self.answers_500(u, c, "/recurse", "stack overflow")
             self.answers_500(u, c, "/recurse-pcall", "recursion through pcall ended")
+            for name in ("gsub", "sort", "format", "time", "resume", "wrap", "load"):
+                # It was a SIGSEGV: the worker's thread ran out of C stack.
+                self.answers_500(u, c, "/%s-recursion" % name, "C stack overflow")
+            self.assertTrue(u.alive())
             self.stops_at_once(u)
 
     def test_lua_memory_setting_errors_name_file_and_line(self):
@@ -957,6 +988,17 @@ end } }
                'routes = { { path = "/", on_request = function() ' \
                'return umbra.respond(200, "ok") end } }\n'
         with Umbra(body, files=self.FILES) as u:
+            self.assertEqual(fetch_req(u.port, "/").body, b"ok")
+
+    def test_bug_metatable_on_globals_ran_outside_the_budget(self):
+        # The request state looked its hooks up with metamethods on: an __index on _G (or
+        # a route table) that loops ran unbudgeted while the state was made, and the
+        # server never started.
+        body = '\nroutes = { setmetatable({ path = "/", on_request = function() ' \
+               'return umbra.respond(200, "ok") end }, { __index = function() ' \
+               'while true do end end }) }\n' \
+               'setmetatable(_G, { __index = function() while true do end end })\n'
+        with Umbra(body, start_timeout=10) as u:
             self.assertEqual(fetch_req(u.port, "/").body, b"ok")
 
     def test_print_goes_to_the_log(self):
