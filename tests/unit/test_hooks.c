@@ -17,6 +17,11 @@
 #include "umbra/hooks.h"
 #include "umbra/http1.h"
 #include "umbra/log.h"
+#include "umbra/luasandbox.h"
+
+#include <lauxlib.h>
+
+#include "lua/internal.h"
 
 static char path[] = "/tmp/umbra-test-hooks-XXXXXX";
 static struct um_context ctx; /* the worker the hooks run for (no loop: none is needed) */
@@ -402,6 +407,132 @@ static void test_states_made_at_load(void **state)
     drop_file();
 }
 
+/* Runs code in a fresh request sandbox under the hooks' budget; returns the pcall result
+ * and copies the error message (if any) to msg. */
+static int sandbox_run(size_t memory, const char *code, char *msg, size_t msglen)
+{
+    lua_State *L = um_lua_sandbox_new(UM_LUA_SANDBOX_REQUEST, memory);
+    assert_non_null(L);
+    assert_int_equal(luaL_loadstring(L, code), 0);
+    int r = um_lua_sandbox_pcall(L, 0, 0, 0, UM_HOOK_BUDGET);
+    snprintf(msg, msglen, "%s", r != 0 && lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    um_lua_sandbox_close(L);
+    return r;
+}
+
+/* What a request state has, and that nothing in it lifts the budget or loads bytecode. */
+static void test_sandbox_library(void **state)
+{
+    (void)state;
+    char msg[512];
+    assert_int_equal(
+        sandbox_run(1u << 20,
+                    "assert(jit == nil and io == nil and require == nil and package == nil)\n"
+                    "assert(dofile == nil and loadfile == nil and newproxy == nil)\n"
+                    "assert(module == nil and ffi == nil and string.dump == nil)\n"
+                    "assert(debug.sethook == nil and debug.getregistry == nil)\n"
+                    "assert(debug.traceback and os.time and os.clock and os.date and os.difftime)\n"
+                    "assert(os.exit == nil and os.execute == nil and os.getenv == nil)\n"
+                    "assert(coroutine.wrap and bit.band and table.concat and math.floor)\n"
+                    "assert(load('return 1')() == 1 and loadstring('return 2')() == 2)\n"
+                    "local f, e = load('\\27LJ\\2\\10'); assert(f == nil and e:find('mode'))\n"
+                    "f, e = load('\\27LJ\\2\\10', 'x', 'b'); assert(f == nil and e:find('mode'))\n"
+                    "f, e = loadstring('\\27LJ\\2\\10'); assert(f == nil and e:find('mode'))\n"
+                    "local parts, i = { 'return ', '3' }, 0\n"
+                    "assert(load(function() i = i + 1; return parts[i] end)() == 3)\n"
+                    "assert(load('return x', 'n', 't', { x = 4 })() == 4)\n"
+                    "assert(not pcall(collectgarbage, 'stop'))\n"
+                    "assert(collectgarbage('count') > 0 and collectgarbage() == 0)\n"
+                    "assert(select(2, xpcall(error, function(m) return 'handled ' .. m end, 'e'))\n"
+                    "       == 'handled e')\n",
+                    msg, sizeof msg),
+        0);
+}
+
+static void test_sandbox_budget_and_cap(void **state)
+{
+    (void)state;
+    char msg[512];
+    /* A loop whose xpcall handler loops too: the handler does not run past the budget. */
+    assert_int_not_equal(sandbox_run(1u << 20,
+                                     "xpcall(function() while true do end end,\n"
+                                     "       function() while true do end end)\n"
+                                     "while true do end\n",
+                                     msg, sizeof msg),
+                         0);
+    assert_non_null(strstr(msg, "instruction budget of 1000000 exceeded"));
+    /* Growth: at the line it reached, or refused at once when too large. */
+    assert_int_equal(sandbox_run(2u << 20,
+                                 "local t = {}\n"
+                                 "while true do t[#t + 1] = string.rep('x', 1000) .. #t end\n",
+                                 msg, sizeof msg),
+                     LUA_ERRMEM);
+    assert_string_equal(msg, "[string \"local t = {}...\"]:2: Lua memory limit of 2MB exceeded "
+                             "(limits.lua_memory)");
+    assert_int_equal(sandbox_run(2u << 20, "local s = string.rep('x', 2 ^ 30)\n", msg, sizeof msg),
+                     LUA_ERRMEM);
+    assert_string_equal(msg, "Lua memory limit of 2MB exceeded (limits.lua_memory)");
+    /* Caught by the script: the call fails all the same. */
+    assert_int_equal(sandbox_run(2u << 20,
+                                 "pcall(string.rep, 'x', 2 ^ 30)\n"
+                                 "pcall(function() local s = 'x' while true do s = s .. s end end)\n",
+                                 msg, sizeof msg),
+                     LUA_ERRMEM);
+    assert_non_null(strstr(msg, "Lua memory limit of 2MB exceeded"));
+    /* C functions calling Lua, nested: an error, not a crash. */
+    assert_int_not_equal(sandbox_run(1u << 20,
+                                     "local function f(a, b) table.sort({3, 2, 1}, f) end\n"
+                                     "f(1, 2)\n",
+                                     msg, sizeof msg),
+                         0);
+    assert_non_null(strstr(msg, "C stack overflow"));
+}
+
+/* A hook past limits.lua_memory fails; its state is made anew, with its memory back and its
+ * globals started over, and the next request is served. */
+static void test_state_made_anew_past_the_cap(void **state)
+{
+    (void)state;
+    struct um_config *c = load("limits = { lua_memory = '4MB' }\n"
+                               "local kept = {}\n"
+                               "routes = { { path = '/', on_request = function(req)\n"
+                               "  if req.path == '/grow' then\n"
+                               "    kept[#kept + 1] = string.rep('k', 256 * 1024) .. #kept\n"
+                               "  end\n"
+                               "  return umbra.respond(200, tostring(#kept))\n"
+                               "end } }\n");
+    assert_int_equal(c->limits.lua_memory, 4u << 20);
+    struct parsed p;
+    int served = 0;
+    for (;;) {
+        parse(&p, "GET /grow HTTP/1.1\r\nHost: h\r\n\r\n", c);
+        enum um_hook_result r = um_hooks_on_request(&ctx, hooks, &p.hr);
+        um_arena_reset(&p.arena);
+        if (r == UM_HOOK_FAIL)
+            break;
+        assert_int_equal(r, UM_HOOK_ANSWER);
+        assert_true(++served < 40);
+    }
+    assert_true(served >= 4);
+    assert_true(um_lua_sandbox_memory(hooks->states[0]->L) < (1u << 20));
+    parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
+    assert_int_equal(um_hooks_on_request(&ctx, hooks, &p.hr), UM_HOOK_ANSWER);
+    assert_true(str_is(p.hr.resp_body, "0"));
+    um_arena_reset(&p.arena);
+    unload(c);
+}
+
+static void test_lua_memory_setting(void **state)
+{
+    (void)state;
+    assert_non_null(strstr(load_error("limits = { lua_memory = '512KB' }\n"
+                                      "routes = { { path = '/', root = '.' } }\n"),
+                           "1: limits.lua_memory: 524288 bytes is out of range"));
+    assert_non_null(strstr(load_error("routes = { { path = '/', root = '.' } }\n"
+                                      "limits = {\n  lua_memory = 'lots' }\n"),
+                           "3: limits.lua_memory: bad size"));
+}
+
 static void test_fold_shifts(void **state)
 {
     (void)state;
@@ -444,6 +575,10 @@ int main(void)
         cmocka_unit_test(test_on_response),
         cmocka_unit_test(test_yunying),
         cmocka_unit_test(test_states_made_at_load),
+        cmocka_unit_test(test_sandbox_library),
+        cmocka_unit_test(test_sandbox_budget_and_cap),
+        cmocka_unit_test(test_state_made_anew_past_the_cap),
+        cmocka_unit_test(test_lua_memory_setting),
         cmocka_unit_test(test_fold_shifts),
         cmocka_unit_test(test_fold_shifts_keeps_precedence),
     };
