@@ -11,7 +11,12 @@
  *
  * The JIT compiler is off in every state, from C, and the request states have no way to
  * turn it on (no jit library, no require): compiled traces do not run count hooks, and the
- * budget must stop any loop.
+ * budget must stop any loop. What runs in C without the hook is covered otherwise: pattern
+ * matching (string.find, match, gmatch, gsub) is Umbra's own, which charges its steps to
+ * the budget (src/config/luapattern.c); C functions that call Lua are bounded in how deep
+ * they nest (UM_LUA_CSTACK); xpcall's message handler does not run when the budget raised
+ * the error (LuaJIT runs it inside the hook, where no hook fires); and no finalizer can
+ * be made (no newproxy), since LuaJIT runs those with the hooks off.
  *
  * The memory cap is an allocator wrapped around LuaJIT's own (lua_getallocf and
  * lua_setallocf, which work whether LuaJIT is built with GC64 or not, and keep its fast

@@ -29,6 +29,7 @@
 #include <luajit.h>
 #include <lualib.h>
 
+#include "luapattern.h"
 #include "umbra/common.h"
 #include "umbra/log.h"
 
@@ -38,6 +39,7 @@ struct sandbox {
     size_t used, cap;
     const char *cap_name; /* the setting the message names */
     unsigned ticks, max_ticks;
+    unsigned charged; /* instructions charged by C code (patterns), short of a tick */
     uintptr_t cstack_base; /* the C stack where the budgeted call began */
     bool counting; /* a budgeted call runs */
     bool every;    /* the hook fires at every instruction (a budget or the cap ran out) */
@@ -112,6 +114,24 @@ static void on_count(lua_State *L, lua_Debug *ar)
                         (int)(sb->max_ticks * UM_LUA_TICK));
     lua_concat(L, 2);
     lua_error(L);
+}
+
+void um__lua_sandbox_charge(lua_State *L, unsigned n)
+{
+    struct sandbox *sb = sandbox_of(L);
+    if (!sb->counting)
+        return;
+    sb->charged += n;
+    sb->ticks += sb->charged / UM_LUA_TICK;
+    sb->charged %= UM_LUA_TICK;
+    if (sb->ticks <= sb->max_ticks)
+        return;
+    if (!sb->every) {
+        lua_sethook(L, on_count, LUA_MASKCOUNT, 1);
+        sb->every = true;
+    }
+    luaL_error(L, "instruction budget of %d exceeded (in a pattern match)",
+               (int)(sb->max_ticks * UM_LUA_TICK));
 }
 
 /* ---------------------------------------------------------------- the C stack */
@@ -386,6 +406,7 @@ static int open_request_libs(lua_State *L)
     keep_only(L, LUA_OSLIBNAME, os_keep);
     static const char *const debug_keep[] = {"traceback", NULL}; /* for xpcall */
     keep_only(L, LUA_DBLIBNAME, debug_keep);
+    um__luapattern_open(L);
     guard_xpcall(L);
     guard_cstack(L);
     return 0;
@@ -396,6 +417,7 @@ static int open_request_libs(lua_State *L)
 static int open_full_libs(lua_State *L)
 {
     luaL_openlibs(L);
+    um__luapattern_open(L);
     guard_xpcall(L);
     guard_cstack(L);
     return 0;
@@ -453,6 +475,7 @@ int um_lua_sandbox_pcall(lua_State *L, int nargs, int nresults, int errfunc, uns
     struct sandbox *sb = sandbox_of(L);
     int base = lua_gettop(L) - nargs - 1;
     sb->ticks = 0;
+    sb->charged = 0;
     sb->max_ticks = budget / UM_LUA_TICK;
     sb->cstack_base = (uintptr_t)__builtin_frame_address(0);
     sb->over = false;

@@ -853,6 +853,15 @@ routes = { { path = "/", on_request = function(req)
   end
   if p == "/wrap-recursion" then local function f() return (coroutine.wrap(f)()) end; f() end
   if p == "/load-recursion" then local function f() return (load(f)) end; f() end
+  -- Pattern matching runs in C: its backtracking is charged to the budget.
+  if p == "/pattern" then string.rep("a", 3000):find(".-.-.-.-b") end
+  if p == "/pattern-gsub" then
+    for i = 1, 100 do pcall(string.gsub, string.rep("a", 5000), "a*a*a*b", "") end
+    return umbra.respond(200, "escaped the budget")
+  end
+  if p == "/pattern-gmatch" then
+    for x in string.rep("ab", 2000):gmatch("(.-)(.-)(.-)c") do end
+  end
   if p == "/memory" then
     return umbra.respond(200, string.format("%d", collectgarbage("count")))
   end
@@ -894,7 +903,10 @@ end } }
                                    ("/coroutine-loop", "instruction budget"),
                                    ("/coroutine-caught", "instruction budget"),
                                    ("/xpcall-loop", "instruction budget"),
-                                   ("/xpcall-c-handler", "instruction budget")):
+                                   ("/xpcall-c-handler", "instruction budget"),
+                                   ("/pattern", "exceeded (in a pattern match)"),
+                                   ("/pattern-gsub", "instruction budget"),
+                                   ("/pattern-gmatch", "exceeded (in a pattern match)")):
                 self.answers_500(u, c, target, needle)
             self.stops_at_once(u)
 

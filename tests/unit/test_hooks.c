@@ -20,6 +20,7 @@
 #include "umbra/luasandbox.h"
 
 #include <lauxlib.h>
+#include <lualib.h>
 
 #include "lua/internal.h"
 
@@ -488,6 +489,117 @@ static void test_sandbox_budget_and_cap(void **state)
     assert_non_null(strstr(msg, "C stack overflow"));
 }
 
+/* The sandbox's string.find, match, gmatch and gsub (src/config/luapattern.c) answer what
+ * LuaJIT's do, errors included, over random patterns and subjects made of the pieces where
+ * matchers go wrong; and their backtracking is charged to the budget. */
+static const char PATTERN_RUN[] =
+    "local fn, s, p, a3, a4 = ...\n"
+    "local function ser(ok, ...)\n"
+    "  if not ok then return 'error ' .. (tostring((...)):gsub('^.-: ', '')) end\n"
+    "  local t = { 'ok' }\n"
+    "  for i = 1, select('#', ...) do\n"
+    "    local v = select(i, ...); t[#t + 1] = type(v) .. ':' .. tostring(v)\n"
+    "  end\n"
+    "  return table.concat(t, '|')\n"
+    "end\n"
+    "if fn == 'gmatch' then\n"
+    "  return ser(pcall(function()\n"
+    "    local r, n = {}, 0\n"
+    "    for a, b in string.gmatch(s, p) do\n"
+    "      n = n + 1; r[#r + 1] = tostring(a) .. ',' .. tostring(b); if n > 50 then break end\n"
+    "    end\n"
+    "    return table.concat(r, ';')\n"
+    "  end))\n"
+    "elseif fn == 'gsubf' then\n"
+    "  return ser(pcall(string.gsub, s, p, function(a) return a and '<' .. a .. '>' end, a4))\n"
+    "elseif fn == 'gsubt' then\n"
+    "  return ser(pcall(string.gsub, s, p, { a = 'A', ab = false, [1] = 'one' }, a4))\n"
+    "end\n"
+    "return ser(pcall(string[fn], s, p, a3, a4))\n";
+
+static void pattern_run(lua_State *L, char *out, size_t outlen, const char *fn, const char *s,
+                        size_t ls, const char *p, size_t lp, int a3, int a4)
+{
+    lua_settop(L, 0);
+    assert_int_equal(luaL_loadbuffer(L, PATTERN_RUN, sizeof PATTERN_RUN - 1, "=run"), 0);
+    lua_pushstring(L, fn);
+    lua_pushlstring(L, s, ls);
+    lua_pushlstring(L, p, lp);
+    if (strcmp(fn, "gsub") == 0)
+        lua_pushstring(L, a3 & 1 ? "<%0|%1>" : "x%%y%2");
+    else if (a3 % 3 == 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, a3 % 17 - 8);
+    if (a4 % 3 == 0)
+        lua_pushnil(L);
+    else if (a4 % 3 == 1 || strncmp(fn, "gsub", 4) == 0)
+        lua_pushinteger(L, a4 % 4);
+    else
+        lua_pushboolean(L, a4 & 4);
+    assert_int_equal(lua_pcall(L, 5, 1, 0), 0);
+    size_t n;
+    const char *res = lua_tolstring(L, -1, &n);
+    snprintf(out, outlen, "%.*s", (int)n, res);
+}
+
+static void test_patterns_match_luajit(void **state)
+{
+    (void)state;
+    static const char *const atoms[] = {
+        "a", "b", ".", "%a", "%d", "%s", "%w", "%A", "[ab]", "[^a]", "[a-c]", "[%d-]", "[]a]",
+        "[^]]", "*", "+", "-", "?", "(", ")", "()", "%1", "%2", "%b()", "%bab", "%f[%w]",
+        "%f[%W]", "^", "$", "%", "[", "x", "%%", "%.", "]", "%z", "%b"};
+    static const char *const pieces[] = {"a", "b", "ab", "(", ")", " ", "1", "x", "-", "]", "%"};
+    static const char *const fns[] = {"find", "match", "gmatch", "gsub", "gsubf", "gsubt"};
+    lua_State *mine = um_lua_sandbox_new(UM_LUA_SANDBOX_REQUEST, 64u << 20);
+    lua_State *luajit = luaL_newstate();
+    luaL_openlibs(luajit);
+    unsigned seed = 14;
+    for (int it = 0; it < 20000; it++) {
+        char p[64], s[64];
+        size_t lp = 0, ls = 0;
+        for (int i = rand_r(&seed) % 7; i > 0; i--) {
+            const char *a = atoms[rand_r(&seed) % UM_NELEMS(atoms)];
+            if (lp + strlen(a) < sizeof p) {
+                memcpy(p + lp, a, strlen(a));
+                lp += strlen(a);
+            }
+        }
+        for (int i = rand_r(&seed) % 12; i > 0; i--) {
+            const char *a = pieces[rand_r(&seed) % UM_NELEMS(pieces)];
+            memcpy(s + ls, a, strlen(a));
+            ls += strlen(a);
+        }
+        if (rand_r(&seed) % 8 == 0)
+            s[ls++] = '\0'; /* a NUL in the subject (LuaJIT's patterns end at one) */
+        const char *fn = fns[rand_r(&seed) % UM_NELEMS(fns)];
+        int a3 = rand_r(&seed), a4 = rand_r(&seed);
+        char want[2048], got[2048];
+        pattern_run(luajit, want, sizeof want, fn, s, ls, p, lp, a3, a4);
+        pattern_run(mine, got, sizeof got, fn, s, ls, p, lp, a3, a4);
+        if (strcmp(want, got) != 0)
+            fail_msg("string.%s(\"%.*s\", \"%.*s\"): LuaJIT: %s, the sandbox: %s", fn, (int)ls, s,
+                     (int)lp, p, want, got);
+    }
+    lua_close(luajit);
+    um_lua_sandbox_close(mine);
+
+    char msg[512];
+    assert_int_not_equal(sandbox_run(1u << 20, "string.rep('a', 3000):find('.-.-.-.-b')\n", msg,
+                                     sizeof msg),
+                         0);
+    assert_non_null(strstr(msg, ":1: instruction budget of 1000000 exceeded (in a pattern match)"));
+    /* Caught, it stops the script at its next instruction. */
+    assert_int_not_equal(sandbox_run(1u << 20,
+                                     "for i = 1, 100 do\n"
+                                     "  pcall(string.find, string.rep('a', 3000), '.-.-.-.-b')\n"
+                                     "end\n",
+                                     msg, sizeof msg),
+                         0);
+    assert_non_null(strstr(msg, "instruction budget of 1000000 exceeded (endless loop?)"));
+}
+
 /* A hook past limits.lua_memory fails; its state is made anew, with its memory back and its
  * globals started over, and the next request is served. */
 static void test_state_made_anew_past_the_cap(void **state)
@@ -577,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_states_made_at_load),
         cmocka_unit_test(test_sandbox_library),
         cmocka_unit_test(test_sandbox_budget_and_cap),
+        cmocka_unit_test(test_patterns_match_luajit),
         cmocka_unit_test(test_state_made_anew_past_the_cap),
         cmocka_unit_test(test_lua_memory_setting),
         cmocka_unit_test(test_fold_shifts),
