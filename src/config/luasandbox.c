@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,8 @@ struct sandbox {
     void *ud;
     size_t used, cap;
     const char *cap_name; /* the setting the message names */
+    lua_State *L;         /* the state of the budgeted call */
+    char where[LUA_IDSIZE + 32]; /* "SOURCE:LINE: " where the cap was first passed, or "" */
     unsigned ticks, max_ticks;
     unsigned charged; /* instructions charged by C code (patterns), short of a tick */
     uintptr_t cstack_base; /* the C stack where the budgeted call began */
@@ -46,6 +49,20 @@ struct sandbox {
     bool over;     /* the call went past the cap */
 };
 
+/* Notes the line of the innermost Lua function running, for the cap's message when the
+ * allocation is refused at once (the error then unwinds with no line). Reads the frames
+ * only: LuaJIT keeps them walkable at every allocation, since one may throw. */
+static void note_where(struct sandbox *sb)
+{
+    lua_Debug ar;
+    for (int level = 0; level < 4 && lua_getstack(sb->L, level, &ar); level++) {
+        if (lua_getinfo(sb->L, "Sl", &ar) && ar.currentline > 0) {
+            snprintf(sb->where, sizeof sb->where, "%s:%d: ", ar.short_src, ar.currentline);
+            return;
+        }
+    }
+}
+
 static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     struct sandbox *sb = ud;
@@ -53,6 +70,8 @@ static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     if (nsize > old && sb->counting) {
         size_t grow = nsize - old;
         if (sb->used + grow > sb->cap) {
+            if (!sb->over)
+                note_where(sb);
             sb->over = true;
             if (sb->used + grow > sb->cap + UM_LUA_MEMORY_RESERVE)
                 return NULL;
@@ -447,7 +466,7 @@ lua_State *um_lua_sandbox_new(enum um_lua_sandbox_kind kind, size_t memory)
     sb->f = lua_getallocf(L, &sb->ud);
     sb->used = (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB, 0);
     sb->cap = memory < (1u << 20) ? (1u << 20) : memory;
-    sb->cap_name = kind == UM_LUA_SANDBOX_FULL ? "the loader's" : "limits.lua_memory";
+    sb->cap_name = kind == UM_LUA_SANDBOX_FULL ? "the config loader's cap" : "limits.lua_memory";
     lua_setallocf(L, sandbox_alloc, sb);
     lua_sethook(L, on_count, LUA_MASKCOUNT, UM_LUA_TICK);
     return L;
@@ -479,6 +498,8 @@ int um_lua_sandbox_pcall(lua_State *L, int nargs, int nresults, int errfunc, uns
     sb->max_ticks = budget / UM_LUA_TICK;
     sb->cstack_base = (uintptr_t)__builtin_frame_address(0);
     sb->over = false;
+    sb->where[0] = '\0';
+    sb->L = L;
     sb->counting = true;
     if (sb->every) {
         lua_sethook(L, on_count, LUA_MASKCOUNT, UM_LUA_TICK);
@@ -492,7 +513,9 @@ int um_lua_sandbox_pcall(lua_State *L, int nargs, int nresults, int errfunc, uns
         const char *msg = r == LUA_ERRRUN ? lua_tostring(L, -1) : NULL;
         if (msg == NULL || strstr(msg, "Lua memory limit") == NULL) {
             lua_settop(L, base);
+            lua_pushstring(L, sb->where);
             push_memory_message(L, sb);
+            lua_concat(L, 2);
         }
         r = LUA_ERRMEM;
     }

@@ -987,6 +987,13 @@ end } }
                 self.assertNotEqual(u.returncode, 0)
                 self.assertRegex(u.log(), r"config\.lua:4: limits\.lua_memory: .*" + msg)
 
+    def test_loader_memory_cap_names_file_and_line(self):
+        body = '\nlocal s = "x"\nfor i = 1, 40 do s = s .. s end\nroutes = {}\n'
+        with Umbra(body, expect_fail=True) as u:
+            self.assertNotEqual(u.returncode, 0)
+            self.assertRegex(u.log(), r"config\.lua:5: Lua memory limit of 1024MB exceeded "
+                                      r"\(the config loader's cap\)")
+
     def test_top_level_runs_with_the_hooks_library(self):
         # A top level that needs more than the hooks have fails in the request states,
         # with the file and the line, before the server serves.
