@@ -48,20 +48,16 @@ static const char *class_end(struct mstate *ms, const char *p)
 {
     char c = *p++;
     if (c == '%') {
-        if (p >= ms->pat_end)
-            luaL_error(ms->L, "malformed pattern (ends with '%%')");
+        if (p >= ms->pat_end) luaL_error(ms->L, "malformed pattern (ends with '%%')");
         return p + 1;
     }
     if (c == '[') {
-        if (p < ms->pat_end && *p == '^')
-            p++;
+        if (p < ms->pat_end && *p == '^') p++;
         do { /* a ']' right after '[' or '[^' is a member */
-            if (p >= ms->pat_end)
-                luaL_error(ms->L, "malformed pattern (missing ']')");
+            if (p >= ms->pat_end) luaL_error(ms->L, "malformed pattern (missing ']')");
             c = *p++;
             if (c == '%') {
-                if (p >= ms->pat_end)
-                    luaL_error(ms->L, "malformed pattern (missing ']')");
+                if (p >= ms->pat_end) luaL_error(ms->L, "malformed pattern (missing ']')");
                 p++;
             }
         } while (p >= ms->pat_end || *p != ']');
@@ -74,20 +70,40 @@ static int match_class(int c, int cl)
 {
     int r;
     switch (tolower(cl)) {
-    case 'a': r = isalpha(c); break;
-    case 'c': r = iscntrl(c); break;
-    case 'd': r = isdigit(c); break;
-    case 'l': r = islower(c); break;
-    case 'p': r = ispunct(c); break;
-    case 's': r = isspace(c); break;
-    case 'u': r = isupper(c); break;
-    case 'w': r = isalnum(c); break;
-    case 'x': r = isxdigit(c); break;
-    case 'z': r = (c == 0); break;
-    default: return cl == c;
+    case 'a':
+        r = isalpha(c);
+        break;
+    case 'c':
+        r = iscntrl(c);
+        break;
+    case 'd':
+        r = isdigit(c);
+        break;
+    case 'l':
+        r = islower(c);
+        break;
+    case 'p':
+        r = ispunct(c);
+        break;
+    case 's':
+        r = isspace(c);
+        break;
+    case 'u':
+        r = isupper(c);
+        break;
+    case 'w':
+        r = isalnum(c);
+        break;
+    case 'x':
+        r = isxdigit(c);
+        break;
+    case 'z':
+        r = (c == 0);
+        break;
+    default:
+        return cl == c;
     }
-    if (isupper(cl))
-        r = !r;
+    if (isupper(cl)) r = !r;
     return r != 0;
 }
 
@@ -102,11 +118,9 @@ static int match_bracket(int c, const char *p, const char *ec)
     while (++p < ec) {
         if (*p == '%') {
             p++;
-            if (match_class(c, (unsigned char)*p))
-                return want;
+            if (match_class(c, (unsigned char)*p)) return want;
         } else if (*(p + 1) == '-' && p + 2 < ec) {
-            if ((unsigned char)*p <= c && c <= (unsigned char)*(p + 2))
-                return want;
+            if ((unsigned char)*p <= c && c <= (unsigned char)*(p + 2)) return want;
             p += 2;
         } else if ((unsigned char)*p == c) {
             return want;
@@ -118,10 +132,14 @@ static int match_bracket(int c, const char *p, const char *ec)
 static int single_match(int c, const char *p, const char *ep)
 {
     switch (*p) {
-    case '.': return 1;
-    case '%': return match_class(c, (unsigned char)*(p + 1));
-    case '[': return match_bracket(c, p, ep - 1);
-    default: return (unsigned char)*p == c;
+    case '.':
+        return 1;
+    case '%':
+        return match_class(c, (unsigned char)*(p + 1));
+    case '[':
+        return match_bracket(c, p, ep - 1);
+    default:
+        return (unsigned char)*p == c;
     }
 }
 
@@ -129,16 +147,13 @@ static const char *do_match(struct mstate *ms, const char *s, const char *p);
 
 static const char *match_balance(struct mstate *ms, const char *s, const char *p)
 {
-    if (p + 1 >= ms->pat_end)
-        luaL_error(ms->L, "unbalanced pattern");
-    if (s >= ms->src_end || *s != *p)
-        return NULL;
+    if (p + 1 >= ms->pat_end) luaL_error(ms->L, "unbalanced pattern");
+    if (s >= ms->src_end || *s != *p) return NULL;
     int b = *p, e = *(p + 1), cont = 1;
     while (++s < ms->src_end) {
         step(ms);
         if (*s == e) {
-            if (--cont == 0)
-                return s + 1;
+            if (--cont == 0) return s + 1;
         } else if (*s == b) {
             cont++;
         }
@@ -155,8 +170,7 @@ static const char *max_expand(struct mstate *ms, const char *s, const char *p, c
     }
     for (; i >= 0; i--) {
         const char *r = do_match(ms, s + i, ep + 1);
-        if (r)
-            return r;
+        if (r) return r;
     }
     return NULL;
 }
@@ -165,8 +179,7 @@ static const char *min_expand(struct mstate *ms, const char *s, const char *p, c
 {
     for (;;) {
         const char *r = do_match(ms, s, ep + 1);
-        if (r)
-            return r;
+        if (r) return r;
         if (s < ms->src_end && single_match((unsigned char)*s, p, ep))
             s++;
         else
@@ -176,14 +189,12 @@ static const char *min_expand(struct mstate *ms, const char *s, const char *p, c
 
 static const char *start_capture(struct mstate *ms, const char *s, const char *p, ptrdiff_t what)
 {
-    if (ms->level >= MAX_CAPTURES)
-        luaL_error(ms->L, "too many captures");
+    if (ms->level >= MAX_CAPTURES) luaL_error(ms->L, "too many captures");
     ms->capture[ms->level].init = s;
     ms->capture[ms->level].len = what;
     ms->level++;
     const char *r = do_match(ms, s, p);
-    if (r == NULL)
-        ms->level--;
+    if (r == NULL) ms->level--;
     return r;
 }
 
@@ -195,12 +206,10 @@ static const char *end_capture(struct mstate *ms, const char *s, const char *p)
             l = i;
             break;
         }
-    if (l < 0)
-        luaL_error(ms->L, "invalid pattern capture");
+    if (l < 0) luaL_error(ms->L, "invalid pattern capture");
     ms->capture[l].len = s - ms->capture[l].init;
     const char *r = do_match(ms, s, p + 1);
-    if (r == NULL)
-        ms->capture[l].len = CAP_UNFINISHED;
+    if (r == NULL) ms->capture[l].len = CAP_UNFINISHED;
     return r;
 }
 
@@ -223,12 +232,10 @@ static const char *match_capture(struct mstate *ms, const char *s, int c)
 
 static const char *do_match(struct mstate *ms, const char *s, const char *p)
 {
-    if (++ms->depth > MAX_DEPTH)
-        luaL_error(ms->L, "pattern too complex");
+    if (++ms->depth > MAX_DEPTH) luaL_error(ms->L, "pattern too complex");
     for (;;) {
         step(ms);
-        if (p >= ms->pat_end)
-            break;
+        if (p >= ms->pat_end) break;
         switch (*p) {
         case '(':
             s = p + 1 < ms->pat_end && *(p + 1) == ')'
@@ -240,16 +247,14 @@ static const char *do_match(struct mstate *ms, const char *s, const char *p)
             goto out;
         case '$':
             if (p + 1 == ms->pat_end) {
-                if (s != ms->src_end)
-                    s = NULL;
+                if (s != ms->src_end) s = NULL;
                 goto out;
             }
             goto dflt;
         case '%':
             if (p + 1 < ms->pat_end && *(p + 1) == 'b') {
                 s = match_balance(ms, s, p + 2);
-                if (s == NULL)
-                    goto out;
+                if (s == NULL) goto out;
                 p += 4;
                 continue;
             }
@@ -269,14 +274,13 @@ static const char *do_match(struct mstate *ms, const char *s, const char *p)
             }
             if (p + 1 < ms->pat_end && isdigit((unsigned char)*(p + 1))) {
                 s = match_capture(ms, s, (unsigned char)*(p + 1));
-                if (s == NULL)
-                    goto out;
+                if (s == NULL) goto out;
                 p += 2;
                 continue;
             }
             goto dflt;
         default:
-        dflt: {
+        dflt : {
             const char *ep = class_end(ms, p);
             int m = s < ms->src_end && single_match((unsigned char)*s, p, ep);
             char q = ep < ms->pat_end ? *ep : '\0';
@@ -321,14 +325,12 @@ out:
 static void push_onecapture(struct mstate *ms, int i, const char *s, const char *e)
 {
     if (i >= ms->level) {
-        if (i != 0)
-            luaL_error(ms->L, "invalid capture index");
+        if (i != 0) luaL_error(ms->L, "invalid capture index");
         lua_pushlstring(ms->L, s, (size_t)(e - s)); /* the whole match */
         return;
     }
     ptrdiff_t l = ms->capture[i].len;
-    if (l == CAP_UNFINISHED)
-        luaL_error(ms->L, "unfinished capture");
+    if (l == CAP_UNFINISHED) luaL_error(ms->L, "unfinished capture");
     if (l == CAP_POSITION)
         lua_pushinteger(ms->L, ms->capture[i].init - ms->src + 1);
     else
@@ -372,17 +374,14 @@ static ptrdiff_t posrelat(ptrdiff_t pos, size_t len)
 static int no_specials(const char *p, size_t lp)
 {
     for (size_t i = 0; i < lp; i++)
-        if (strchr("^$*+?.([%-", p[i]) != NULL && p[i] != '\0')
-            return 0;
+        if (strchr("^$*+?.([%-", p[i]) != NULL && p[i] != '\0') return 0;
     return 1;
 }
 
 static const char *find_plain(const char *s, size_t ls, const char *p, size_t lp)
 {
-    if (lp == 0)
-        return s;
-    if (lp > ls)
-        return NULL;
+    if (lp == 0) return s;
+    if (lp > ls) return NULL;
     return memmem(s, ls, p, lp);
 }
 
@@ -457,8 +456,7 @@ static int gmatch_next(lua_State *L)
         const char *e = do_match(&ms, src, p);
         if (e != NULL) {
             ptrdiff_t next = e - s;
-            if (e == src)
-                next++; /* an empty match: go on one further */
+            if (e == src) next++; /* an empty match: go on one further */
             lua_pushinteger(L, next);
             lua_replace(L, lua_upvalueindex(3));
             ms_done(&ms);
@@ -490,8 +488,7 @@ static void add_s(struct mstate *ms, luaL_Buffer *b, const char *s, const char *
         }
         i++;
         if (i >= l || !isdigit((unsigned char)news[i])) {
-            if (i < l)
-                luaL_addchar(b, news[i]);
+            if (i < l) luaL_addchar(b, news[i]);
             continue;
         }
         if (news[i] == '0') {
@@ -540,8 +537,8 @@ static int str_gsub(lua_State *L)
     const char *p = luaL_checklstring(L, 2, &lp);
     int tr = lua_type(L, 3);
     lua_Integer max_s = luaL_optinteger(L, 4, (lua_Integer)srcl + 1);
-    luaL_argcheck(L, tr == LUA_TNUMBER || tr == LUA_TSTRING || tr == LUA_TFUNCTION ||
-                         tr == LUA_TTABLE,
+    luaL_argcheck(L,
+                  tr == LUA_TNUMBER || tr == LUA_TSTRING || tr == LUA_TFUNCTION || tr == LUA_TTABLE,
                   3, "string/function/table expected");
     int anchor = lp > 0 && *p == '^';
     if (anchor) {
@@ -569,8 +566,7 @@ static int str_gsub(lua_State *L)
         } else {
             break;
         }
-        if (anchor)
-            break;
+        if (anchor) break;
     }
     luaL_addlstring(&b, src, (size_t)(ms.src_end - src));
     ms_done(&ms);
