@@ -13,8 +13,9 @@
  * allocation past the cap is let through when it fits in UM_LUA_MEMORY_RESERVE: the count
  * hook then raises the error at the script's next tick, at a line that can be named, and
  * the reserve pays for the message and its traceback; a larger one is refused at once (a
- * "not enough memory" error without a line, which the call's result replaces by the
- * cap's message). From then on the hook raises at every instruction, as for the budget,
+ * "not enough memory" error, which unwinds without a message handler: the call's result
+ * replaces it by the cap's message, with the line note_where read when the cap was
+ * passed). From then on the hook raises at every instruction, as for the budget,
  * so that a pcall in the script cannot carry on, and the call fails even if the script
  * swallowed every error. LuaJIT collects no garbage before it reports an allocation
  * failure, so garbage counts against the cap. */
