@@ -16,13 +16,30 @@
 #include "umbra/log.h"
 
 #define WRITE_BUDGET (1024 * 1024) /* bytes per connection per loop turn */
-#define WBUF_KEEP (64 * 1024)      /* larger write buffers are freed when idle */
 #define COPY_CHUNK (16 * 1024)     /* file bytes read at once for a copying transport */
 
-void um__outq_init(struct um__outq *q)
+void um__outq_pools_init(struct um__outq_pools *p, size_t keep)
+{
+    um_bufpool_init(&p->bufs, UM__OUTQ_BUF, keep);
+    um_bufpool_init(&p->refs, UM__OUTQ_MAX_REFS * sizeof(struct um__outq_ref), keep);
+}
+
+void um__outq_pools_dispose(struct um__outq_pools *p)
+{
+    um_bufpool_dispose(&p->bufs);
+    um_bufpool_dispose(&p->refs);
+}
+
+void um__outq_init(struct um__outq *q, struct um__outq_pools *pools)
 {
     memset(q, 0, sizeof(*q));
+    q->pools = pools;
     q->file_fd = -1;
+}
+
+void um__outq_take_buf(struct um__outq *q)
+{
+    um_buf_adopt(&q->buf, um_bufpool_get(&q->pools->bufs), UM__OUTQ_BUF);
 }
 
 /* Releases borrowed segments from the front: n of them, or all when n is UINT_MAX. */
@@ -62,19 +79,25 @@ void um__outq_drop(struct um__outq *q)
 
 void um__outq_dispose(struct um__outq *q)
 {
-    um_buf_dispose(&q->buf);
-    free(q->fbuf);
-    free(q->refs);
-    q->fbuf = NULL;
-    q->refs = NULL;
+    um__outq_shrink(q);
 }
 
 void um__outq_shrink(struct um__outq *q)
 {
-    if (q->buf.cap > WBUF_KEEP) {
+    /* A buffer that grew past the pool's size (a large head, copied body bytes) goes back
+     * to the system; so does a file's copy buffer (TLS only, large files only). */
+    if (q->buf.cap == UM__OUTQ_BUF)
+        um_bufpool_put(&q->pools->bufs, um_buf_detach(&q->buf));
+    else
         um_buf_dispose(&q->buf);
-        q->pos = 0;
-    }
+    q->pos = 0;
+    UM_ASSERT(q->ref_head == q->num_refs);
+    um_bufpool_put(&q->pools->refs, q->refs);
+    q->refs = NULL;
+    q->ref_head = q->num_refs = 0;
+    free(q->fbuf);
+    q->fbuf = NULL;
+    q->fpos = q->flen = 0;
 }
 
 void um__outq_file(struct um__outq *q, int fd, uint64_t off, uint64_t len, bool copy_small)

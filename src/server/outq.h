@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "umbra/buf.h"
+#include "umbra/bufpool.h"
 #include "umbra/common.h"
 #include "umbra/transport.h"
 
@@ -30,8 +31,18 @@ struct um__outq_ref {
     void *ctx;
 };
 
+/* A worker's free lists of the queues' memory, shared by its connections: an idle queue
+ * holds none of it (um__outq_shrink). */
+struct um__outq_pools {
+    struct um_bufpool bufs; /* UM__OUTQ_BUF-byte buffers */
+    struct um_bufpool refs; /* UM__OUTQ_MAX_REFS segment tables */
+};
+/* The buffer a queue takes when its first byte arrives (larger responses grow it). */
+#define UM__OUTQ_BUF 4096
+
 struct um__outq {
     struct um_buf buf;
+    struct um__outq_pools *pools; /* where the memory comes from and goes back to */
     size_t pos;
     struct um__outq_ref *refs; /* UM__OUTQ_MAX_REFS, allocated on first use */
     unsigned ref_head, num_refs;
@@ -43,15 +54,25 @@ struct um__outq {
     size_t fpos, flen;
 };
 
-/* An empty queue. */
-void um__outq_init(struct um__outq *q);
+/* Sets up the pools of a worker (keep: blocks each pool keeps at most); um__outq_pools_dispose
+ * frees what they keep. */
+void um__outq_pools_init(struct um__outq_pools *p, size_t keep);
+void um__outq_pools_dispose(struct um__outq_pools *p);
+
+/* An empty queue, holding no memory, that takes its memory from pools (which must outlive
+ * it). */
+void um__outq_init(struct um__outq *q, struct um__outq_pools *pools);
 /* Closes the file and releases the segments (the connection closes); the memory stays
  * until um__outq_dispose. */
 void um__outq_drop(struct um__outq *q);
 /* Frees the queue's memory; call um__outq_drop first. */
 void um__outq_dispose(struct um__outq *q);
-/* Gives a large buffer's memory back (the connection waits idle with nothing queued). */
+/* Gives all the queue's memory back to the pools (a grown buffer to the system): the
+ * connection waits idle with nothing queued (um__outq_pending is false). */
 void um__outq_shrink(struct um__outq *q);
+
+/* um__outq_reserve's way when the queue holds no buffer: takes one from the pool. */
+void um__outq_take_buf(struct um__outq *q);
 
 /* Queues len bytes of fd at off; the queue owns fd from now on. copy_small: the transport
  * has no sendfile, so a small file is read into the buffer at once. Only one file at a
@@ -70,12 +91,14 @@ static inline void um__outq_reserve(struct um__outq *q, size_t n)
 {
     if (n <= um_buf_room(&q->buf))
         return;
-    if (q->pos > 0 && q->pos == q->buf.len) {
+    if (q->buf.base == NULL)
+        um__outq_take_buf(q);
+    else if (q->pos > 0 && q->pos == q->buf.len) {
         q->pos = 0;
         um_buf_reset(&q->buf);
-        if (n <= um_buf_room(&q->buf))
-            return;
     }
+    if (n <= um_buf_room(&q->buf))
+        return;
     um_buf_reserve(&q->buf, n);
 }
 
@@ -109,7 +132,7 @@ static inline bool um__outq_ref(struct um__outq *q, const char *p, size_t len,
     if (q->num_refs == UM__OUTQ_MAX_REFS)
         return false;
     if (q->refs == NULL)
-        q->refs = um_malloc(UM__OUTQ_MAX_REFS * sizeof(*q->refs));
+        q->refs = um_bufpool_get(&q->pools->refs);
     q->refs[q->num_refs++] = (struct um__outq_ref){p, len, release, ctx};
     q->ref_bytes += len;
     return true;
