@@ -35,7 +35,8 @@
  * Taking and giving back is a pointer move (bufpool.h), so a client that sends request
  * after request on one connection costs no malloc; a pool keeps a small reserve and hands
  * the rest back to the system. A connection with anything in progress (a partial head,
- * pipelined requests, a body, a response being sent) keeps everything. */
+ * pipelined requests, a body, a response being sent) keeps everything; a new connection
+ * whose first bytes have not come yet holds nothing either. */
 
 const size_t um__conn_req_size = sizeof(struct um__conn_req);
 
@@ -154,6 +155,7 @@ static void arm_input_timer(struct um__conn *c)
             um__tq_arm(w, c, UM__TQ_HEADER);
             c->head_started = true;
         }
+        go_idle(c); /* a new connection whose first bytes have not come holds nothing */
     } else {
         um__tq_arm(w, c, UM__TQ_IDLE);
         go_idle(c);
