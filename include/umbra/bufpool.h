@@ -53,7 +53,8 @@ static inline void um_bufpool_put(struct um_bufpool *p, void *blk)
 {
     if (blk == NULL)
         return;
-    p->out--;
+    if (p->out > 0) /* 0 after a resize, for blocks taken before it */
+        p->out--;
     if (p->num >= p->keep) {
         um__bufpool_release(p, blk);
         return;

@@ -23,8 +23,6 @@
 
 #define TURN_BUDGET 32 /* drive() iterations before yielding */
 
-/* ---------------------------------------------------------------- socket I/O */
-
 /* ---------------------------------------------------------------- idle connections
  *
  * A keep-alive connection spends most of its life waiting for its next request. While it
@@ -48,7 +46,9 @@ size_t um__conn_rbuf_size(const struct um_config *cfg)
     return n + 4096;
 }
 
-void um__conn_activate(struct um__conn *c)
+/* Takes the read buffer and the request state from the worker's pools (what the
+ * connection does not hold already): bytes are about to be read. */
+static void activate(struct um__conn *c)
 {
     struct um__worker *w = c->w;
     if (c->rbuf == NULL) {
@@ -90,6 +90,8 @@ static void deactivate(struct um__conn *c)
     c->rcap = c->rlen = c->rpos = c->bpos = 0;
 }
 
+/* ---------------------------------------------------------------- socket I/O */
+
 /* A transport said what to wait for: the edge it promised is used up. */
 static void await(struct um__conn *c, int want)
 {
@@ -103,7 +105,7 @@ static void await(struct um__conn *c, int want)
 static int read_some(struct um__conn *c)
 {
     if (c->rbuf == NULL)
-        um__conn_activate(c);
+        activate(c);
     size_t space = c->rcap - c->rlen;
     if (space == 0)
         return UM_OK; /* nothing fits; processing must make room (or fail) first */

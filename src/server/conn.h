@@ -87,17 +87,13 @@ static inline void um__conn_wake(struct um__conn *c)
         um__worker_ready(c->w, c);
 }
 
-/* conn.c: takes the read buffer and the request state from the worker's pools (nothing
- * when the connection holds them already). */
-void um__conn_activate(struct um__conn *c);
-
 /* conn_http1.c */
 /* How the exchange reaches the connection. */
 extern const struct um__exchange_conn_ops um__conn_exchange_ops;
 /* Parses and begins what is buffered, as far as the state allows. */
 enum input_result um__conn_process_input(struct um__conn *c);
 /* Answers an unusable request with status and stops reading from the connection (c->r
- * must be set: conn.c's um__conn_activate). */
+ * is set: bytes were read). */
 void um__conn_fail(struct um__conn *c, int status);
 
 #endif
