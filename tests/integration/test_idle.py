@@ -5,8 +5,7 @@ a large response."""
 
 import os
 import shutil
-import socket
-import ssl
+import signal
 import sys
 import tempfile
 import time
@@ -14,8 +13,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (CertAuthority, Client, Origin, TlsClient, Umbra,  # noqa: E402
-                           class_context, connect, echoed, parse_responses, read_response,
-                           sanitizer_build, tls_context, vm_rss_kb)
+                           class_context, connect, echoed, log_lines_with, read_response,
+                           sanitizer_build, tls_context, vm_rss_kb, wait_until)
 
 IDLE_CONNECTIONS = 400
 # Bytes of RSS per idle plain connection at most. An idle connection holds its core (about
@@ -210,6 +209,54 @@ class AfterIdleTest(unittest.TestCase):
         finally:
             for c in conns:
                 c.close()
+
+
+class ReloadTest(unittest.TestCase):
+    def test_reload_with_other_head_limits(self):
+        # Read buffers are sized by a snapshot's limits: after a reload that changes them,
+        # idle connections of the old snapshot take buffers of their own size (not the
+        # pool's), new ones the new size, and both keep their own limits.
+        def conf(max_head):
+            return ('listen = { "127.0.0.1:%d" }\nworkers = 1\n'
+                    'limits = { max_header_bytes = %d }\n'
+                    'routes = { { path = "/", root = "www" } }\n' % (u.port, max_head))
+
+        def reload(max_head):
+            with open(u.config_path + ".tmp", "w") as f:
+                f.write(conf(max_head))
+            os.rename(u.config_path + ".tmp", u.config_path)
+            n = len(log_lines_with(u, "configuration reloaded"))
+            u.proc.send_signal(signal.SIGHUP)
+            self.assertTrue(wait_until(
+                lambda: len(log_lines_with(u, "configuration reloaded")) > n, 5), u.log())
+
+        def head(size):
+            pad = b"X-Pad: %s\r\n" % (b"p" * (size - 60))
+            return b"GET /a.txt HTTP/1.1\r\nHost: example.com\r\n%s\r\n" % pad
+
+        with Umbra('limits = { max_header_bytes = 4096 }\n'
+                   'routes = { { path = "/", root = "www" } }\n',
+                   files={"www/a.txt": "aaa\n"}) as u:
+            old = Client(u.port)
+            try:
+                for max_head in (32768, 4096, 32768):
+                    old.send(get("/a.txt"))
+                    self.assertEqual(old.read_response().body, b"aaa\n")
+                    time.sleep(IDLE_PAUSE)
+                    reload(max_head)
+                    with Client(u.port) as new:
+                        new.send(head(max_head - 2048))
+                        self.assertEqual(new.read_response().status, 200)
+                        time.sleep(IDLE_PAUSE)
+                        new.send(head(max_head + 100))
+                        self.assertEqual(new.read_response().status, 431)
+                    old.send(head(3000))
+                    self.assertEqual(old.read_response().status, 200)
+                old.send(head(6000))  # over the limit of the old connection's snapshot
+                self.assertEqual(old.read_response().status, 431)
+            finally:
+                old.close()
+            self.assertTrue(u.alive(), u.log())
 
 
 if __name__ == "__main__":
