@@ -48,6 +48,14 @@ static inline void *um_bufpool_get(struct um_bufpool *p)
     return blk;
 }
 
+/* A block taken from p will not come back: its taker grew it with realloc or frees it
+ * (only p->out counts it). */
+static inline void um_bufpool_forget(struct um_bufpool *p)
+{
+    if (p->out > 0)
+        p->out--;
+}
+
 /* Gives back a block of p->size bytes taken from p (NULL: nothing). */
 static inline void um_bufpool_put(struct um_bufpool *p, void *blk)
 {

@@ -32,13 +32,17 @@ struct um__outq_ref {
 };
 
 /* A worker's free lists of the queues' memory, shared by its connections: an idle queue
- * holds none of it (um__outq_shrink). */
+ * holds none of it (um__outq_shrink). A queue takes a small buffer for its first bytes and
+ * moves to a big one when they outgrow it (a TLS response with a file copied in, a
+ * proxied body), so that neither is a malloc per request; past the big size the buffer
+ * grows on the heap and goes back to the system when idle. */
 struct um__outq_pools {
     struct um_bufpool bufs; /* UM__OUTQ_BUF-byte buffers */
+    struct um_bufpool big;  /* UM__OUTQ_BIG-byte buffers (and copies of file bytes) */
     struct um_bufpool refs; /* UM__OUTQ_MAX_REFS segment tables */
 };
-/* The buffer a queue takes when its first byte arrives (larger responses grow it). */
 #define UM__OUTQ_BUF 4096
+#define UM__OUTQ_BIG (32 * 1024)
 
 struct um__outq {
     struct um_buf buf;
@@ -71,8 +75,9 @@ void um__outq_dispose(struct um__outq *q);
  * connection waits idle with nothing queued (um__outq_pending is false). */
 void um__outq_shrink(struct um__outq *q);
 
-/* um__outq_reserve's way when the queue holds no buffer: takes one from the pool. */
-void um__outq_take_buf(struct um__outq *q);
+/* um__outq_reserve's way when the bytes do not fit: takes a buffer from the pools, or
+ * rewinds a buffer whose bytes were all sent, or grows it. */
+void um__outq_grow(struct um__outq *q, size_t n);
 
 /* Queues len bytes of fd at off; the queue owns fd from now on. copy_small: the transport
  * has no sendfile, so a small file is read into the buffer at once. Only one file at a
@@ -89,17 +94,8 @@ int um__outq_flush(struct um__outq *q, struct um_transport *t, int *want);
  * (so a head's length must be measured after making room for it). */
 static inline void um__outq_reserve(struct um__outq *q, size_t n)
 {
-    if (n <= um_buf_room(&q->buf))
-        return;
-    if (q->buf.base == NULL)
-        um__outq_take_buf(q);
-    else if (q->pos > 0 && q->pos == q->buf.len) {
-        q->pos = 0;
-        um_buf_reset(&q->buf);
-    }
-    if (n <= um_buf_room(&q->buf))
-        return;
-    um_buf_reserve(&q->buf, n);
+    if (n > um_buf_room(&q->buf))
+        um__outq_grow(q, n);
 }
 
 static inline void um__outq_append(struct um__outq *q, const void *p, size_t n)

@@ -13,7 +13,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (CertAuthority, Client, Origin, TlsClient, Umbra,  # noqa: E402
-                           class_context, connect, echoed, log_lines_with, read_response,
+                           class_context, connect, echoed, log_lines_with, origin_body,
+                           read_response,
                            sanitizer_build, tls_context, vm_rss_kb, wait_until)
 
 IDLE_CONNECTIONS = 400
@@ -21,6 +22,7 @@ IDLE_CONNECTIONS = 400
 # 400 bytes) and nothing else; before the buffers were given back it held 8 KiB.
 IDLE_BOUND = 1536
 BIG = os.urandom(1 << 20)
+MID = os.urandom(10000)  # over TLS, copied into the output buffer with its head
 IDLE_PAUSE = 0.2  # long enough for the server to read EAGAIN and give its buffers back
 
 CA = None
@@ -53,7 +55,7 @@ routes = {
 
 
 def files():
-    f = {"www/a.txt": "aaa\n", "www/big.bin": BIG}
+    f = {"www/a.txt": "aaa\n", "www/big.bin": BIG, "www/mid.bin": MID}
     f.update(CERT)
     return f
 
@@ -130,15 +132,25 @@ class AfterIdleTest(unittest.TestCase):
         for name, make in self.clients():
             with self.subTest(name), make() as c:
                 self.idle(c)
-                c.send(get("/a.txt") + get("/up/x?echo=1") + get("/big.bin") + get("/a.txt"))
-                rs = [c.read_response(timeout=20) for _ in range(4)]
-                self.assertEqual([r.status for r in rs], [200] * 4)
+                c.send(get("/a.txt") + get("/up/x?echo=1") + get("/big.bin") + get("/a.txt")
+                       + get("/mid.bin") + get("/up/x?size=20000"))
+                rs = [c.read_response(timeout=20) for _ in range(6)]
+                self.assertEqual([r.status for r in rs], [200] * 6)
                 self.assertEqual(rs[0].body, b"aaa\n")
                 self.assertEqual(echoed(rs[1])[0], "GET /up/x?echo=1 HTTP/1.1")
                 self.assertEqual(rs[2].body, BIG)
                 self.assertEqual(rs[3].body, b"aaa\n")
-                # ...and idle again after a large response, then once more.
+                self.assertEqual(rs[4].body, MID)
+                self.assertEqual(rs[5].body, origin_body(20000))
+                # ...and idle again after large responses, and again after medium ones
+                # (their buffers come back from the pools).
                 self.idle(c)
+                for _ in range(3):
+                    c.send(get("/mid.bin"))
+                    self.assertEqual(c.read_response().body, MID)
+                    c.send(get("/up/x?size=20000"))
+                    self.assertEqual(c.read_response().body, origin_body(20000))
+                    time.sleep(IDLE_PAUSE)
 
     def test_head_in_pieces_after_idle(self):
         for name, make in self.clients():

@@ -24,11 +24,21 @@
 
 static int fetches;
 
-/* Answers 200 with "path=REST", REST being the path below the route's prefix. */
+/* Answers 200 with "path=REST", REST being the path below the route's prefix; for
+ * "size/N", N bytes of 'x' (at most 64 KiB). */
 static void origin_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *sink)
 {
     (void)o;
     fetches++;
+    if (f->path.len > 5 && memcmp(f->path.base, "size/", 5) == 0) {
+        static char big[65537];
+        size_t n = (size_t)strtoul(f->path.base + 5, NULL, 10);
+        n = n < sizeof big - 1 ? n : sizeof big - 1;
+        memset(big, 'x', n);
+        big[n] = '\0';
+        um_sink_answer_text(sink, 200, big);
+        return;
+    }
     char body[256];
     snprintf(body, sizeof body, "path=%.*s", (int)f->path.len, f->path.base);
     um_sink_answer_text(sink, 200, body);
@@ -314,6 +324,39 @@ static void test_idle_gives_memory_back(void **state)
     assert_int_equal(fetches, 4);
 }
 
+static void test_larger_responses_reuse_pooled_buffers(void **state)
+{
+    struct fixture *fx = *state;
+    struct um__outq_pools *p = &fx->w.outq_pools;
+    static char buf[65536];
+    bool eof;
+    /* A response of 10,000 bytes outgrows the small output buffer: it moves to a big one
+     * from the pool, and both go back when the connection waits idle. */
+    send_all(fx, "GET /size/10000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    size_t n = receive(fx, buf, sizeof buf, 50, &eof);
+    assert_non_null(strstr(buf, "\r\nContent-Length: 10000\r\n"));
+    assert_true(n > 10000);
+    assert_int_equal(held(fx), 0);
+    assert_int_equal(p->big.num, 1);
+    void *big = p->big._free;
+    /* The next one takes the same buffer again: no allocation per request. */
+    for (int i = 0; i < 3; i++) {
+        send_all(fx, "GET /size/20000 HTTP/1.1\r\nHost: a\r\n\r\n");
+        n = receive(fx, buf, sizeof buf, 50, &eof);
+        assert_non_null(strstr(buf, "\r\nContent-Length: 20000\r\n"));
+        assert_int_equal(held(fx), 0);
+        assert_int_equal(p->big.num, 1);
+        assert_ptr_equal(p->big._free, big);
+    }
+    /* Past the big size, the buffer is the system's, and goes back to it. */
+    send_all(fx, "GET /size/50000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    receive(fx, buf, sizeof buf, 50, &eof);
+    assert_non_null(strstr(buf, "\r\nContent-Length: 50000\r\n"));
+    assert_false(eof);
+    assert_int_equal(held(fx), 0);
+    assert_null(fx->w.all->out.buf.base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +365,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_body_read_before_dispatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_gives_memory_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_larger_responses_reuse_pooled_buffers, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
