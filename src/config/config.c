@@ -1,8 +1,8 @@
 /* Loading config.lua into an immutable, reference-counted snapshot.
  *
  * The file runs once in a fresh LuaJIT state of the sandbox (umbra/luasandbox.h: the whole
- * standard library, JIT off, and an instruction budget, so that a runaway loop ends in an
- * error instead of a hang). Then the
+ * standard library, JIT off, an instruction budget, so that a runaway loop ends in an
+ * error instead of a hang, and a memory cap of UM_LUA_LOAD_MEMORY). Then the
  * globals it assigned are read into C structs and validated, inside lua_cpcall so that
  * even an allocation failure in the Lua state comes back as a message, and only raw table
  * accesses are used, so that no metamethod of the script runs during validation.
@@ -289,6 +289,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->limits.max_header_bytes = 16384;
     c->limits.max_body_bytes = 16u << 20;
     c->limits.max_request_line = 8192;
+    c->limits.lua_memory = 64u << 20;
     c->timeouts.header = 10;
     c->timeouts.idle = 60;
     c->timeouts.send = 30;
@@ -302,7 +303,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->cache.max_object = CACHE_DEFAULT_MAX_OBJECT;
     c->cache.clean_interval = 10;
 
-    L = um_lua_sandbox_new();
+    L = um_lua_sandbox_new(UM_LUA_SANDBOX_FULL, UM_LUA_LOAD_MEMORY);
     if (L == NULL) {
         um__cfg_fail_at(&ld, 0, "cannot create a Lua state (out of memory)");
         goto out;
@@ -344,8 +345,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
         fail_lua(&ld, L);
 
 out:
-    if (L != NULL)
-        lua_close(L);
+    um_lua_sandbox_close(L);
     if (!ld.failed) {
         /* Each worker's request state runs the same text again. They are made by the
          * server (umbra/hooks.h), which knows how many workers run: a reload keeps the

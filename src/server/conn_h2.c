@@ -953,6 +953,15 @@ static bool h2_on_drained(struct um__conn *c)
 static void h2_arm_timer(struct um__conn *c)
 {
     struct um__h2 *h = c->h2;
+    /* Waiting for the client: nghttp2 took every byte read (it keeps a partial frame
+     * itself), so the read buffer goes back to the worker's pool until bytes arrive, as
+     * an idle HTTP/1.1 connection's does. With no stream and nothing queued, so does the
+     * output queue's memory. */
+    if (c->rbuf != NULL && c->rpos == c->rlen)
+        um__conn_rbuf_release(c);
+    if (h->num_streams == 0 && !um__outq_pending(&c->out) &&
+        !nghttp2_session_want_write(h->session))
+        um__outq_shrink(&c->out);
     bool head_pending = h->total_streams == 0, body_pending = false, stalled = false;
     for (struct h2_stream *s = h->streams; s; s = s->next) {
         if (!s->head_done)
