@@ -700,7 +700,6 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         h->rst_tokens += (double)(now - h->rst_at) * RST_PER_SEC / 1000.0;
         if (h->rst_tokens > RST_BURST)
             h->rst_tokens = RST_BURST;
-    h->scan_skip = UM__H2_PREFACE_LEN; /* the client preface is not a frame */
         h->rst_at = now;
         if (h->rst_tokens < 1) {
             fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "too many stream resets");

@@ -607,6 +607,27 @@ class H2Test(unittest.TestCase):
             _, f = c.until(lambda f: f[2] == 7 and f[1] & END_STREAM)
             self.assertIsNotNone(f)
 
+    def test_rst_stream_keeps_the_frame_scan_in_step(self):
+        # Bug: a received RST_STREAM set the CONTINUATION counter's scan back to "skip the
+        # 24-byte client preface", so it read the client's next bytes out of step with
+        # their frames. A legal SETTINGS frame whose payload, read 24 bytes in, looks like
+        # ten empty CONTINUATION frame headers then got GOAWAY ENHANCE_YOUR_CALM.
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/nocache/scan?delay=2000"))
+            c.send(frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)))
+            time.sleep(0.3)  # the reset is read alone: the next bytes come in a read of their own
+            fake = b"\x00\x00\x00" + bytes([CONTINUATION]) + b"\x00" * 5
+            payload = bytearray(18 * 6)  # 18 entries; unknown identifiers are ignored
+            pos = 24 - 9  # the scan's wrong start, in the payload
+            for _ in range(10):
+                payload[pos:pos + 9] = fake
+                pos += 9
+            c.send(frame(SETTINGS, 0, 0, bytes(payload)))
+            c.headers(3, request_fields(self.plain))
+            frames, f = c.until(lambda f: f[0] == GOAWAY or (f[2] == 3 and f[1] & END_STREAM))
+            self.assertIsNotNone(f, frames)
+            self.assertNotEqual(f[0], GOAWAY, "GOAWAY %r" % (goaway(f),) if f[0] == GOAWAY else "")
+
     def test_head_that_never_ends_times_out(self):
         with RawH2(self.plain) as c:
             c.headers(1, request_fields(self.plain), end_headers=False)
