@@ -789,11 +789,15 @@ static int spawn(struct cgi_fetch *f, const char *script, const char *dir, char 
     if ((e = posix_spawnattr_init(&at)) != 0)
         goto out;
     at_ok = true;
-    sigset_t none, all;
+    /* Handlers do not survive exec, but an ignored signal stays ignored: the server ignores
+     * SIGPIPE, which a script must not inherit. */
+    sigset_t none, dfl;
     sigemptyset(&none);
-    sigfillset(&all);
+    sigemptyset(&dfl);
+    sigaddset(&dfl, SIGPIPE);
+    sigaddset(&dfl, SIGCHLD);
     posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &all);
+    posix_spawnattr_setsigdefault(&at, &dfl);
     posix_spawnattr_setpgroup(&at, 0);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
                                       POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_USEVFORK);
