@@ -321,8 +321,14 @@ static void on_child_timer(struct um_timer *t)
 {
     struct cgi_child *c = (struct cgi_child *)((char *)t - offsetof(struct cgi_child, timer));
     if (c->kill_stage == 0) {
-        if (c->fetch)
-            fetch_timeout(c->fetch); /* detaches */
+        struct cgi_fetch *f = c->fetch;
+        if (f) {
+            /* Detached here, so that ending the fetch does not SIGKILL at once: the script
+             * gets its SIGTERM and the grace period first. */
+            c->fetch = NULL;
+            f->child = NULL;
+            fetch_timeout(f);
+        }
         child_signal(c, SIGTERM);
         c->kill_stage = 1;
         um_loop_timer_start(c->wc->ctx->loop, &c->timer, KILL_GRACE_MS);
@@ -928,7 +934,7 @@ static int start_script(struct cgi_fetch *f, um_str path, um_str query, bool has
     int e = spawn(f, abs, dir, argv);
     if (e != 0) {
         um_log_err("cgi: %s: cannot run %s: %s", f->tag, abs, strerror(e));
-        status = e == ENOENT ? 404 : e == EACCES ? 403 : 502;
+        status = e == EACCES ? 403 : 502; /* ENOENT: its interpreter is missing */
     }
     free(dir);
     free(argv);

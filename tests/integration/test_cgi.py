@@ -83,6 +83,7 @@ FILES = {
     "cgi-bin/garbage.sh": "#!/bin/sh\nprintf 'this is not a header line\\n\\nat all\\n'\n",
     "cgi-bin/binary.sh": "#!/bin/sh\nhead -c 3000 /dev/urandom\n",
     "cgi-bin/silent.sh": "#!/bin/sh\nexit 0\n",
+    "cgi-bin/nointerp.sh": "#!/nonexistent/interpreter\nprint\n",
     "cgi-bin/headonly.sh": "#!/bin/sh\nprintf 'Content-Type: text/plain\\nX-Half: 1\\n'\n",
     "cgi-bin/stderr.sh": "#!/bin/sh\necho 'a line on stderr from the script' >&2\nprintf 'Content-Type: text/plain\\n\\nok\\n'\n",
     "cgi-bin/cached.sh": "#!/bin/sh\nn=$(cat ../count 2>/dev/null || echo 0); n=$((n+1)); echo $n > ../count\nprintf 'Content-Type: text/plain\\nCache-Control: max-age=60\\n\\nrun %s\\n' $n\n",
@@ -400,6 +401,10 @@ routes = { { path = "/cgi-bin/", cgi = "cgi-bin" } }
     def test_no_output_is_502(self):
         self.assertEqual(self.get("/cgi-bin/silent.sh").status, 502)
         self.assertEqual(self.get("/cgi-bin/headonly.sh").status, 502)
+
+    def test_missing_interpreter_is_502(self):
+        self.assertEqual(self.get("/cgi-bin/nointerp.sh").status, 502)
+        self.assertTrue(wait_until(lambda: "cannot run" in self.umbra.log()), self.umbra.log())
 
     def test_crash_is_502(self):
         r = self.get("/cgi-bin/crash.py")
