@@ -536,7 +536,7 @@ static bool skip_field(um_str name)
            um_str_eq_ci(name, "proxy-connection");
 }
 
-static int start_script(struct cgi_fetch *f, um_str path, um_str query, bool has_query);
+static int start_script(struct cgi_fetch *f, um_str path, um_str query);
 
 /* The head is complete: answer, redirect or fail. Returns false when the fetch is over. */
 static bool send_head(struct cgi_fetch *f)
@@ -607,7 +607,7 @@ static bool send_head(struct cgi_fetch *f)
                 env_set(&f->env, "REQUEST_URI", copy, loc.len);
                 env_del(&f->env, "CONTENT_LENGTH");
                 env_del(&f->env, "CONTENT_TYPE");
-                int st = start_script(f, p, query, q != NULL);
+                int st = start_script(f, p, query);
                 if (st != 0) {
                     fetch_fail(f, st);
                     return false;
@@ -863,7 +863,7 @@ out:
 /* Finds and starts the script for path (below the route's prefix, still encoded) and
  * query, with f->env holding the request's variables. Returns 0 or the status to answer
  * with. Used for the request and for a local redirect (then as a GET without body). */
-static int start_script(struct cgi_fetch *f, um_str path, um_str query, bool has_query)
+static int start_script(struct cgi_fetch *f, um_str path, um_str query)
 {
     struct cgi_origin *o = f->o;
     char rel[MAX_PATH];
@@ -905,7 +905,6 @@ static int start_script(struct cgi_fetch *f, um_str path, um_str query, bool has
         free(pt);
     }
     env_set(&f->env, "QUERY_STRING", query.base, query.len);
-    (void)has_query;
     free(sn);
 
     char **args = um_cgi_query_args(query, MAX_ARGS);
@@ -1085,7 +1084,7 @@ static void cgi_fetch(struct um_origin *base, struct um_fetch *uf, struct um_sin
                   ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > 0);
     build_env(f, uf);
     um_str query = (req->flags & UM_REQ_F_HAS_QUERY) ? req->query : (um_str){"", 0};
-    int status = start_script(f, uf->path, query, (req->flags & UM_REQ_F_HAS_QUERY) != 0);
+    int status = start_script(f, uf->path, query);
     if (status != 0) {
         fetch_fail(f, status);
         return;

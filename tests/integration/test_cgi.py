@@ -83,6 +83,7 @@ FILES = {
     "cgi-bin/garbage.sh": "#!/bin/sh\nprintf 'this is not a header line\\n\\nat all\\n'\n",
     "cgi-bin/binary.sh": "#!/bin/sh\nhead -c 3000 /dev/urandom\n",
     "cgi-bin/silent.sh": "#!/bin/sh\nexit 0\n",
+    "cgi-bin/endless_head.sh": "#!/bin/sh\necho $$ > ../endless_head.pid\nwhile :; do printf 'X-Field: 0123456789012345678901234567890123456789\\n'; done\n",
     "cgi-bin/nointerp.sh": "#!/nonexistent/interpreter\nprint\n",
     "cgi-bin/headonly.sh": "#!/bin/sh\nprintf 'Content-Type: text/plain\\nX-Half: 1\\n'\n",
     "cgi-bin/stderr.sh": "#!/bin/sh\necho 'a line on stderr from the script' >&2\nprintf 'Content-Type: text/plain\\n\\nok\\n'\n",
@@ -405,6 +406,14 @@ routes = { { path = "/cgi-bin/", cgi = "cgi-bin" } }
     def test_missing_interpreter_is_502(self):
         self.assertEqual(self.get("/cgi-bin/nointerp.sh").status, 502)
         self.assertTrue(wait_until(lambda: "cannot run" in self.umbra.log()), self.umbra.log())
+
+    def test_endless_head_is_502_and_killed(self):
+        t0 = time.monotonic()
+        r = self.get("/cgi-bin/endless_head.sh")
+        self.assertEqual(r.status, 502)
+        self.assertLess(time.monotonic() - t0, 2.5, "a head past the limit waited for the timeout")
+        pid = int(read_file(self.umbra.path("endless_head.pid")))
+        self.assertTrue(wait_until(lambda: pid_gone(pid), 5), "script %d still there" % pid)
 
     def test_crash_is_502(self):
         r = self.get("/cgi-bin/crash.py")
