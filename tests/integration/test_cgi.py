@@ -503,6 +503,69 @@ routes = { { path = "/cgi-bin/", cgi = "cgi-bin" } }
                         "zombies left: %r" % zombies_of(self.umbra.proc.pid))
 
 
+class CgiSpawnRaceTest(unittest.TestCase):
+    """Bug: a CGI child being spawned holds a copy of every descriptor of the server until
+    its exec, so a client socket closed meanwhile on another worker stayed in that
+    worker's epoll set, which then reported events of the freed connection (a crash).
+    Two workers spawn scripts while clients hang up in the middle of their requests."""
+
+    def test_clients_leaving_while_scripts_spawn_do_not_crash(self):
+        cfg = """
+workers = 2
+routes = { { path = "/cgi-bin/", cgi = "cgi-bin" }, { path = "/static/", root = "www" } }
+"""
+        with Umbra(cfg, files=FILES, setup=setup_scripts) as u:
+            stop = time.monotonic() + 4
+            errors = []
+
+            def leaver():
+                n = 0
+                while time.monotonic() < stop and n < 3000:
+                    n += 1
+                    try:
+                        with connect(u.port, 2) as s:
+                            s.sendall(req("/cgi-bin/empty.sh", close=False))
+                    except OSError:
+                        pass
+
+            def asker():
+                n = 0
+                while time.monotonic() < stop and n < 3000:
+                    n += 1
+                    try:
+                        r = fetch_req(u.port, "/cgi-bin/empty.sh", timeout=5)
+                        # 503: the leavers' scripts can fill max_children for a moment.
+                        if r.status not in (200, 503):
+                            errors.append(r.status)
+                    except Exception as e:  # noqa: BLE001 - reported below
+                        errors.append(repr(e))
+                        return
+            def closer():
+                # The server closes first (Connection: close), then the client's FIN comes:
+                # an event on a socket the server has closed.
+                n = 0
+                while time.monotonic() < stop and n < 5000:
+                    n += 1
+                    try:
+                        with connect(u.port, 2) as s:
+                            s.sendall(req("/static/a.txt"))
+                            while s.recv(4096):
+                                pass
+                    except OSError:
+                        pass
+            threads = [threading.Thread(target=f)
+                       for f in (leaver, leaver, asker, asker, closer, closer, closer)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(20)
+            self.assertTrue(u.alive(), "umbra died:\n" + u.log()[-3000:])
+            self.assertEqual(errors, [])
+            self.assertEqual(fetch_req(u.port, "/cgi-bin/empty.sh").status, 200)
+            self.assertTrue(wait_until(lambda: zombies_of(u.proc.pid) == [], 5),
+                            "zombies left: %r" % zombies_of(u.proc.pid))
+
+
 class CgiLimitTest(unittest.TestCase):
     def test_max_children_503(self):
         cfg = """
