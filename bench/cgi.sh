@@ -7,6 +7,7 @@ set -euo pipefail
 # This scenario compares Umbra with Apache, whatever SERVERS says for the others
 # (CGI_SERVERS chooses here).
 SERVERS=${CGI_SERVERS:-apache umbra}
+# shellcheck disable=SC2034 # read by lib.sh (check_knobs)
 BENCH_KNOWN_SERVERS="apache umbra"
 # A process per request on 2 shared CPUs: fewer connections than the other scenarios
 # (each keeps one script running), CGI_CONNECTIONS of them.
