@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -73,6 +74,7 @@ struct cgi_origin {
 
 struct worker_cgi;
 struct cgi_fetch;
+struct spawn_job;
 
 struct cgi_child {
     struct cgi_child *prev, *next;
@@ -81,7 +83,8 @@ struct cgi_child {
     pid_t pid;
     struct um_io pidio;
     struct um_timer timer;
-    int kill_stage; /* 0: none, 1: SIGTERM sent, 2: SIGKILL sent */
+    int kill_stage; /* 0: none, 1: SIGTERM sent, 2: SIGKILL sent (or due, while spawning) */
+    bool spawning;  /* with a spawner: no pid yet */
     bool reaped;
     int wstatus_code; /* siginfo's si_code / si_status, for the log */
     int wstatus;
@@ -123,6 +126,7 @@ struct worker_cgi {
     struct um_context *ctx;
     struct cgi_fetch *fetches;
     struct cgi_child *children;
+    struct spawn_job *jobs; /* spawns not done yet */
     struct um_task on_stop;
 };
 
@@ -232,10 +236,12 @@ static void close_io(struct worker_cgi *wc, struct um_io *io)
 
 static void child_free(struct cgi_child *c);
 static void fetch_free(struct cgi_fetch *f);
+static void drain_jobs(struct worker_cgi *wc);
 
 static void on_worker_stop(struct um_task *t)
 {
     struct worker_cgi *wc = (struct worker_cgi *)((char *)t - offsetof(struct worker_cgi, on_stop));
+    drain_jobs(wc);
     while (wc->fetches)
         fetch_free(wc->fetches);
     while (wc->children) {
@@ -291,8 +297,8 @@ static void child_free_task(struct um_task *t)
 
 static void child_signal(struct cgi_child *c, int sig)
 {
-    if (c->reaped)
-        return;
+    if (c->reaped || c->pid <= 0)
+        return; /* gone, or not started yet: the spawn's end applies kill_stage */
     /* The group first (what the script started), then the script, in case it left it. */
     kill(-c->pid, sig);
     kill(c->pid, sig);
@@ -300,7 +306,7 @@ static void child_signal(struct cgi_child *c, int sig)
 
 static void child_maybe_free(struct cgi_child *c)
 {
-    if (c->reaped && c->fetch == NULL)
+    if (c->reaped && c->fetch == NULL && !c->spawning)
         um_loop_defer(c->wc->ctx->loop, &c->free_task);
 }
 
@@ -770,31 +776,76 @@ static int set_nonblock(int fd)
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-/* Runs script (absolute) in dir with argv and f's environment; on success the pipes and
- * the child are in the loop. Returns 0 or an errno value. */
-static int spawn(struct cgi_fetch *f, const char *script, const char *dir, char *const argv[])
+/* The spawners. posix_spawn holds its caller from the clone to the exec, which on a busy
+ * machine is a millisecond or more (the new process waits for a CPU, then loads its
+ * interpreter); a worker would serve nobody meanwhile. So the workers queue the spawn to a
+ * few threads of the process, started on first use and living as long as it, that do
+ * nothing else, and go on: the script's pipes are in the worker's loop from the start (its
+ * stdin takes the body into the pipe's buffer, its stdout is simply not readable yet), and
+ * the result (the pid and a pidfd, or the error) comes back to the worker's loop with
+ * um_loop_post. A child that the worker wanted killed before its pid was known is signalled
+ * then. */
+#define SPAWNERS 4
+
+struct spawn_job {
+    struct um_task done; /* posted to the worker's loop once the spawn is over */
+    struct spawn_job *qnext;       /* the spawners' queue */
+    struct spawn_job *next, *prev; /* the worker's jobs not done yet */
+    struct worker_cgi *wc;
+    struct cgi_child *child;
+    char *script, *dir, **argv, **envp; /* the job's own copies */
+    int child_fds[3];    /* stdin, stdout, stderr ends for the child; the spawner closes them */
+    /* Results, written by the spawner before it posts done. */
+    int err;             /* 0 or an errno value */
+    pid_t pid;
+    int pidfd;
+    int finished;        /* atomic: the spawner is done with the job */
+};
+
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct spawn_job *head, *tail;
+} spawners = {PTHREAD_ONCE_INIT, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL};
+
+static char **strv_copy(char *const *v)
 {
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-    int e = 0;
+    size_t n = 0;
+    while (v[n])
+        n++;
+    char **c = um_calloc(n + 1, sizeof(*c));
+    for (size_t i = 0; i < n; i++)
+        c[i] = um_strndup(v[i], strlen(v[i]));
+    return c;
+}
+
+static void strv_free(char **v)
+{
+    if (v == NULL)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+static void run_job(struct spawn_job *j)
+{
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
-    bool fa_ok = false, at_ok = false;
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-        e = errno;
+    int e = posix_spawn_file_actions_init(&fa);
+    if (e != 0)
+        goto out;
+    /* dup2 clears close-on-exec on 0, 1 and 2; every other descriptor is closed. */
+    posix_spawn_file_actions_adddup2(&fa, j->child_fds[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, j->child_fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, j->child_fds[2], 2);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    posix_spawn_file_actions_addchdir_np(&fa, j->dir);
+    if ((e = posix_spawnattr_init(&at)) != 0) {
+        posix_spawn_file_actions_destroy(&fa);
         goto out;
     }
-    if ((e = posix_spawn_file_actions_init(&fa)) != 0)
-        goto out;
-    fa_ok = true;
-    /* dup2 clears close-on-exec on 0, 1 and 2; every other descriptor is closed. */
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    posix_spawn_file_actions_addchdir_np(&fa, dir);
-    if ((e = posix_spawnattr_init(&at)) != 0)
-        goto out;
-    at_ok = true;
     /* Handlers do not survive exec, but an ignored signal stays ignored: the server ignores
      * SIGPIPE, which a script must not inherit. */
     sigset_t none, dfl;
@@ -808,7 +859,10 @@ static int spawn(struct cgi_fetch *f, const char *script, const char *dir, char 
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
                                       POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_USEVFORK);
     pid_t pid;
-    if ((e = posix_spawn(&pid, script, &fa, &at, argv, f->env.v)) != 0)
+    e = posix_spawn(&pid, j->script, &fa, &at, j->argv, j->envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (e != 0)
         goto out;
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pidfd < 0) {
@@ -820,12 +874,124 @@ static int spawn(struct cgi_fetch *f, const char *script, const char *dir, char 
             ;
         goto out;
     }
+    j->pid = pid;
+    j->pidfd = pidfd;
+out:
+    j->err = e;
+    for (int i = 0; i < 3; i++)
+        close(j->child_fds[i]);
+}
+
+static void *spawner_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&spawners.lock);
+        while (spawners.head == NULL)
+            pthread_cond_wait(&spawners.cond, &spawners.lock);
+        struct spawn_job *j = spawners.head;
+        spawners.head = j->qnext;
+        if (spawners.head == NULL)
+            spawners.tail = NULL;
+        pthread_mutex_unlock(&spawners.lock);
+        run_job(j);
+        struct um_loop *loop = j->wc->ctx->loop;
+        __atomic_store_n(&j->finished, 1, __ATOMIC_RELEASE);
+        /* After this the job may be gone (a stopping worker takes finished jobs itself). */
+        um_loop_post(loop, &j->done);
+    }
+    return NULL;
+}
+
+static void start_spawners(void)
+{
+    /* The spawners take no signal: the server's signals belong to its main thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (int i = 0; i < SPAWNERS; i++) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&a, 256 << 10);
+        UM_ASSERT(pthread_create(&t, &a, spawner_main, NULL) == 0);
+        pthread_attr_destroy(&a);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* The worker's side of a finished job: the child gets its pid and pidfd (or, when the spawn
+ * failed, counts as gone: the fetch sees its stdout end with nothing, a 502). */
+static void job_done(struct spawn_job *j)
+{
+    struct worker_cgi *wc = j->wc;
+    struct cgi_child *c = j->child;
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        wc->jobs = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    c->spawning = false;
+    if (j->err != 0) {
+        um_log_err("cgi: %s: cannot run %s: %s", c->fetch ? c->fetch->tag : "-", j->script,
+                   strerror(j->err));
+        c->reaped = true; /* there is no process */
+    } else {
+        c->pid = j->pid;
+        UM_ASSERT(um_loop_io_set(wc->ctx->loop, &c->pidio, j->pidfd, EPOLLIN) == UM_OK);
+        /* What was decided while the pid was not known yet. */
+        if (c->kill_stage == 2)
+            child_signal(c, SIGKILL);
+        else if (c->kill_stage == 1)
+            child_signal(c, SIGTERM);
+    }
+    free(j->script);
+    free(j->dir);
+    strv_free(j->argv);
+    strv_free(j->envp);
+    free(j);
+    child_maybe_free(c);
+}
+
+static void on_job_done(struct um_task *t)
+{
+    job_done((struct spawn_job *)((char *)t - offsetof(struct spawn_job, done)));
+}
+
+/* At a worker's end: waits for its jobs still with the spawners, and takes them. */
+static void drain_jobs(struct worker_cgi *wc)
+{
+    while (wc->jobs) {
+        struct spawn_job *j = wc->jobs;
+        while (!__atomic_load_n(&j->finished, __ATOMIC_ACQUIRE))
+            usleep(1000); /* a spawn takes about a millisecond */
+        um_loop_unpost(wc->ctx->loop, &j->done);
+        job_done(j);
+    }
+}
+
+/* Starts script (absolute) in dir with argv and f's environment: the pipes go into the
+ * loop, the spawn to a spawner. Returns 0 or an errno value (then nothing started). */
+static int spawn(struct cgi_fetch *f, const char *script, const char *dir, char *const argv[])
+{
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+        int e = errno;
+        int fds[] = {in[0], in[1], out[0], out[1], err[0], err[1]};
+        for (size_t i = 0; i < UM_NELEMS(fds); i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+        return e;
+    }
+    pthread_once(&spawners.once, start_spawners);
     struct worker_cgi *wc = f->wc;
     struct um_loop *loop = wc->ctx->loop;
     struct cgi_child *c = um_calloc(1, sizeof(*c));
     c->wc = wc;
-    c->pid = pid;
     c->fetch = f;
+    c->spawning = true;
     c->pidio.cb = on_child_exit;
     c->pidio.fd = -1;
     c->timer.cb = on_child_timer;
@@ -834,7 +1000,6 @@ static int spawn(struct cgi_fetch *f, const char *script, const char *dir, char 
     if (c->next)
         c->next->prev = c;
     wc->children = c;
-    UM_ASSERT(um_loop_io_set(loop, &c->pidio, pidfd, EPOLLIN) == UM_OK);
     um_loop_timer_start(loop, &c->timer, f->o->timeout_ms);
     f->child = c;
 
@@ -847,17 +1012,33 @@ static int spawn(struct cgi_fetch *f, const char *script, const char *dir, char 
     UM_ASSERT(um_loop_io_set(loop, &f->outio, out[0], EPOLLIN) == UM_OK);
     UM_ASSERT(um_loop_io_set(loop, &f->errio, err[0], EPOLLIN) == UM_OK);
     f->inio.fd = in[1];
-    in[1] = out[0] = err[0] = -1; /* the fetch's now */
-out:
-    if (fa_ok)
-        posix_spawn_file_actions_destroy(&fa);
-    if (at_ok)
-        posix_spawnattr_destroy(&at);
-    int fds[] = {in[0], in[1], out[0], out[1], err[0], err[1]};
-    for (size_t i = 0; i < UM_NELEMS(fds); i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    return e;
+
+    struct spawn_job *j = um_calloc(1, sizeof(*j));
+    j->done.cb = on_job_done;
+    j->wc = wc;
+    j->child = c;
+    j->script = um_strndup(script, strlen(script));
+    j->dir = um_strndup(dir, strlen(dir));
+    j->argv = strv_copy(argv);
+    j->envp = strv_copy(f->env.v);
+    j->child_fds[0] = in[0];
+    j->child_fds[1] = out[1];
+    j->child_fds[2] = err[1];
+    j->pidfd = -1;
+    j->next = wc->jobs;
+    if (j->next)
+        j->next->prev = j;
+    wc->jobs = j;
+    pthread_mutex_lock(&spawners.lock);
+    j->qnext = NULL;
+    if (spawners.tail)
+        spawners.tail->qnext = j;
+    else
+        spawners.head = j;
+    spawners.tail = j;
+    pthread_cond_signal(&spawners.cond);
+    pthread_mutex_unlock(&spawners.lock);
+    return 0;
 }
 
 /* Finds and starts the script for path (below the route's prefix, still encoded) and
