@@ -2,9 +2,9 @@
  *
  * Design. A fetch finds the script by walking the request path below the route (each step
  * opened with openat2(RESOLVE_BENEATH) from the directory, like the static origin, so
- * neither ".." nor a symlink leaves it), builds the meta-variables, and spawns the script
- * with posix_spawn (glibc's is a vfork-style clone: no copy of the worker's memory, no
- * shell). The child gets an empty signal mask and default dispositions (the server blocks
+ * neither ".." nor a symlink leaves it), builds the meta-variables, and has a spawner
+ * thread run the script with posix_spawn (glibc's is a vfork-style clone: no copy of the
+ * server's memory; no shell). The child gets an empty signal mask and default dispositions (the server blocks
  * or ignores some), its own process group (so a timeout kills what it started too), the
  * script's folder as working directory and no descriptor but its three pipes.
  *
@@ -20,8 +20,14 @@
  *   timeout: the fetch, if still attached, answers 504 (or aborts a body in flight), then
  *   SIGTERM goes to the group, and SIGKILL after a grace period. A fetch that ends detaches
  *   from its child; the child object stays until it is reaped.
- * Both are listed in the worker's slot (UM_CONTEXT_CGI) so that a worker that stops kills
- * and reaps what is left and frees it.
+ * Both are listed in the worker's slot (UM_CONTEXT_CGI), with the spawns still queued to
+ * the spawners, so that a worker that stops waits for those, kills and reaps what is left
+ * and frees it.
+ *
+ * Descriptors: between its clone and its exec, a child holds a copy of every descriptor of
+ * the server (close-on-exec ones go only at the exec). A descriptor closed meanwhile stays
+ * in its epoll set, since epoll watches the open file, which the copy keeps alive: every
+ * um_io here (and the server's connections) leaves the epoll set before its close.
  *
  * The origin itself may be destroyed once no fetch of it runs (a reload): only a live
  * fetch reads it, and a fetch gives back its max_children slot when its sink is done, so
