@@ -805,7 +805,7 @@ struct spawn_job {
     int err;             /* 0 or an errno value */
     pid_t pid;
     int pidfd;
-    int finished;        /* atomic: the spawner is done with the job */
+    int finished;        /* under spawners.lock: done, and posted to the worker */
 };
 
 static struct {
@@ -901,10 +901,13 @@ static void *spawner_main(void *arg)
             spawners.tail = NULL;
         pthread_mutex_unlock(&spawners.lock);
         run_job(j);
-        struct um_loop *loop = j->wc->ctx->loop;
-        __atomic_store_n(&j->finished, 1, __ATOMIC_RELEASE);
-        /* After this the job may be gone (a stopping worker takes finished jobs itself). */
-        um_loop_post(loop, &j->done);
+        /* Finished and posted in one hold of the lock: a stopping worker that sees the job
+         * finished (under the lock) knows it is posted, takes it back and frees it; and
+         * after the post, the job is the worker's (it may be freed at once). */
+        pthread_mutex_lock(&spawners.lock);
+        j->finished = 1;
+        um_loop_post(j->wc->ctx->loop, &j->done);
+        pthread_mutex_unlock(&spawners.lock);
     }
     return NULL;
 }
@@ -971,8 +974,14 @@ static void drain_jobs(struct worker_cgi *wc)
 {
     while (wc->jobs) {
         struct spawn_job *j = wc->jobs;
-        while (!__atomic_load_n(&j->finished, __ATOMIC_ACQUIRE))
+        for (;;) {
+            pthread_mutex_lock(&spawners.lock);
+            int finished = j->finished;
+            pthread_mutex_unlock(&spawners.lock);
+            if (finished)
+                break;
             usleep(1000); /* a spawn takes about a millisecond */
+        }
         um_loop_unpost(wc->ctx->loop, &j->done);
         job_done(j);
     }
