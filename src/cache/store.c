@@ -131,6 +131,7 @@ static struct um_cache_obj *obj_new(struct um_cache *c, um_str key, uint64_t has
     atomic_init(&o->body_len, 0);
     atomic_init(&o->progress, 0);
     atomic_init(&o->nwaiters, 0);
+    atomic_init(&o->wlock_taken, 0);
     atomic_init(&o->expires, INT64_MAX);
     atomic_init(&o->stale_until, INT64_MAX);
     if (tag_len > 0) {

@@ -69,6 +69,7 @@ struct um_cache_obj {
     size_t acct; /* bytes charged for this struct and the key */
 
     pthread_mutex_t wlock; /* the two waiter lists and each waiter's private fields */
+    atomic_ulong wlock_taken; /* times wlock was taken (written under it; for tests) */
     struct um_cache_waiter *waiting, *firing;
 
     size_t key_len;
