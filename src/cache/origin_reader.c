@@ -19,7 +19,8 @@ struct tag_view {
 
 static bool tag_parse(um_str tag, struct tag_view *tv)
 {
-    memset(tv, 0, sizeof(*tv));
+    tv->flags = 0;
+    tv->n = 0; /* the entries are written as they are parsed */
     if (tag.len == 0)
         return true;
     const unsigned char *p = (const unsigned char *)tag.base, *end = p + tag.len;
@@ -46,6 +47,10 @@ static bool tag_parse(um_str tag, struct tag_view *tv)
 
 static bool tag_matches(um_str tag, const struct um_request *req)
 {
+    /* No Vary values (the usual case; flags alone match every request): nothing to
+     * compare. */
+    if (tag.len <= 1)
+        return true;
     struct tag_view tv;
     if (!tag_parse(tag, &tv))
         return false;
@@ -267,6 +272,19 @@ static void reader_fall_back(struct reader *r, const char *detail)
 }
 
 
+/* The Age value: whole seconds, never negative (a clock that stepped back), written at
+ * the end of buf (24 bytes); returns the slice. */
+static um_str format_age(char buf[24], int64_t age)
+{
+    uint64_t v = age < 0 ? 0 : (uint64_t)age;
+    size_t i = 24;
+    do {
+        buf[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    return (um_str){buf + i, 24 - i};
+}
+
 /* Sends the head of the stored response (status may become 304, 206, 412, 416). Returns
  * false when the reader is finished (nothing more to send). */
 static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
@@ -313,8 +331,7 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
         }
     }
     char agebuf[24], csbuf[256];
-    int k = snprintf(agebuf, sizeof(agebuf), "%lld", (long long)(age < 0 ? 0 : age));
-    out[no++] = (struct um_header){UM_STR("Age"), {agebuf, (size_t)k}};
+    out[no++] = (struct um_header){UM_STR("Age"), format_age(agebuf, age)};
     if (r->cs.hit) {
         r->cs.has_ttl = true;
         r->cs.ttl = m->lifetime - age;
