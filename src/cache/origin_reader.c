@@ -91,6 +91,15 @@ size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max)
 
 /* ---------------------------------------------------------------- meta blocks */
 
+/* struct meta_cc copies the scalars of struct um_cc: a field added there must be added to
+ * meta_cc, um__cache_meta_build and um__cache_meta_cc too, or a hit would not see it. The
+ * size check makes the build say so. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(struct um_cc) == 344,
+               "struct um_cc changed: update struct meta_cc (cache/internal.h), "
+               "um__cache_meta_build and um__cache_meta_cc");
+#endif
+
 struct meta *um__cache_meta_build(const struct meta *base, um_str head, size_t *len)
 {
     struct um_header f[MAX_OUT_FIELDS];
