@@ -83,6 +83,23 @@ static void on_release(void *ctx)
     released++;
 }
 
+/* The worker's pools the queues take their memory from. */
+static struct um__outq_pools pools;
+
+static int setup(void **state)
+{
+    (void)state;
+    um__outq_pools_init(&pools, 4);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    um__outq_pools_dispose(&pools);
+    return 0;
+}
+
 static const char HEAD[] = "HTTP/1.1 200 OK\r\nContent-Length: 1024\r\nAge: 3\r\n\r\n";
 
 /* Queues HEAD and a 1024-byte borrowed body; flushes until everything is sent. Returns
@@ -90,7 +107,7 @@ static const char HEAD[] = "HTTP/1.1 200 OK\r\nContent-Length: 1024\r\nAge: 3\r\
 static int send_hit(struct fake *f, char *body)
 {
     struct um__outq q;
-    um__outq_init(&q);
+    um__outq_init(&q, &pools);
     for (int i = 0; i < 1024; i++)
         body[i] = (char)('a' + i % 26);
     um__outq_append(&q, HEAD, sizeof(HEAD) - 1);
@@ -149,7 +166,7 @@ static void test_buffer_alone_is_one_write(void **state)
     (void)state;
     struct fake f = {.t = {.ops = &fake_ops, .fd = -1}};
     struct um__outq q;
-    um__outq_init(&q);
+    um__outq_init(&q, &pools);
     um__outq_append(&q, HEAD, sizeof(HEAD) - 1);
     int want = 0;
     assert_int_equal(um__outq_flush(&q, &f.t, &want), UM_OK);
@@ -167,5 +184,5 @@ int main(void)
         cmocka_unit_test(test_short_writes_keep_the_order),
         cmocka_unit_test(test_buffer_alone_is_one_write),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }
