@@ -63,6 +63,8 @@ struct um_route {
     char *name;       /* name = "api": what an on_request hook sets req.route to; or NULL */
     bool on_request;  /* the route has its own on_request / on_response function */
     bool on_response;
+    char *cgi; /* cgi = "DIR": CGI scripts under this directory (absolute after loading);
+                  NULL for other routes */
 };
 
 struct um_mime_type {
@@ -192,6 +194,12 @@ struct um_config {
     } lua;
     struct um_admin_conf admin;
     struct um_access_log_conf access_log;
+    /* cgi = { max_children = N, timeout = S }: the limits of every cgi route */
+    struct {
+        int max_children; /* scripts running at once per cgi route; default 64 */
+        double timeout;   /* seconds a script may run; default 30 */
+        int line;
+    } cgi;
     int _refcnt;
 };
 

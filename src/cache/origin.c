@@ -65,15 +65,35 @@ char *um__cache_make_key(const struct um_request *req, size_t *len)
     return k;
 }
 
-/* The key of fetch f: a hook's (f->cache_key), else the URL's. */
-static char *fetch_key(const struct um_fetch *f, size_t *len)
+/* The key of fetch f: a hook's (f->cache_key), else the URL's, NUL-terminated, written
+ * into buf (size bytes, on the caller's stack) when it fits, else malloc'd: give it back
+ * with key_drop, or make it the fill's with key_keep. */
+static char *fetch_key(const struct um_fetch *f, char *buf, size_t size, size_t *len)
 {
-    if (f->cache_key.base) {
-        *len = f->cache_key.len;
-        return um_strndup(f->cache_key.base, f->cache_key.len);
-    }
-    return um__cache_make_key(f->req, len);
+    size_t n = f->cache_key.base ? f->cache_key.len : um_cache_url_key_len(f->req);
+    char *k = n < size ? buf : um_malloc(n + 1);
+    if (f->cache_key.base)
+        memcpy(k, f->cache_key.base, n);
+    else
+        um_cache_url_key_write(f->req, k);
+    k[n] = '\0';
+    *len = n;
+    return k;
 }
+
+static void key_drop(char *key, const char *buf)
+{
+    if (key != buf)
+        free(key);
+}
+
+/* A key the caller owns from now on (a fill keeps its key). */
+static char *key_keep(char *key, const char *buf, size_t len)
+{
+    return key == buf ? um_strndup(key, len) : key;
+}
+
+#define KEY_STACK 512
 
 /* Whether obj is a stored response at all (not a hit-for-pass marker), whatever it Varies
  * on: the match callback of the vary-miss check. */
@@ -117,7 +137,8 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     /* The client reads from the object (or, for a revalidation, waits for its answer). A
      * background refresh has no client. */
     if (client) {
-        struct reader *r = um__cache_reader_new(co, f, client, um_cache_obj_ref(obj ? obj : old));
+        struct reader *r =
+            um__cache_reader_new(co, f, client, um_cache_obj_ref(obj ? obj : old), NULL);
         r->cs.fwd = fwd;
         r->waiting = obj == NULL;
         fl->own = r;
@@ -210,10 +231,11 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             respond_small(client, 403, "403 Forbidden: PURGE is not allowed from here\n");
             return;
         }
+        char kbuf[KEY_STACK];
         size_t klen;
-        char *key = fetch_key(f, &klen);
+        char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
         size_t n = um_cache_purge(co->cache, (um_str){key, klen});
-        free(key);
+        key_drop(key, kbuf);
         respond_small(client, n ? 200 : 404, n ? "200 Purged\n" : "404 Not in the cache\n");
         return;
     }
@@ -233,8 +255,9 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         um__cache_pass_start(co, f, client, UM_FWD_REQUEST, "no-store");
         return;
     }
+    char kbuf[KEY_STACK];
     size_t klen;
-    char *key = fetch_key(f, &klen);
+    char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
     um_str k = {key, klen};
     struct um_cache_obj *obj = um_cache_lookup(co->cache, k, um__cache_match, (void *)req);
     if (obj) {
@@ -242,28 +265,26 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         enum um_cache_state st = um_cache_obj_state(obj);
         if (st == UM_CACHE_FILLING || !um_cache_obj_head(obj, &ms, &hs)) {
             /* Coalesced: stream it as it arrives. */
-            free(key);
-            struct reader *r = um__cache_reader_new(co, f, client, obj);
+            key_drop(key, kbuf);
+            struct reader *r = um__cache_reader_new(co, f, client, obj, &qm);
             r->cs.fwd = UM_FWD_URI_MISS;
             r->cs.collapsed = true;
             um__cache_reader_pump(r);
             return;
         }
-        struct meta m;
-        memcpy(&m, ms.base, sizeof(m));
-        if (m.flags & META_F_PASS) {
-            free(key);
+        const struct meta *m = (const struct meta *)(const void *)ms.base;
+        if (m->flags & META_F_PASS) {
+            key_drop(key, kbuf);
             um_cache_obj_unref(obj);
             um__cache_pass_start(co, f, client, UM_FWD_URI_MISS, "hit-for-pass");
             return;
         }
-        struct um_header fields[MAX_OUT_FIELDS];
-        size_t nf = um__cache_head_fields(hs, fields, MAX_OUT_FIELDS);
-        struct um_resp_meta rm;
-        um_resp_meta_scan(&rm, m.status, fields, nf);
+        /* What the stored head says was parsed when it was stored. */
+        struct um_cc scc;
+        um__cache_meta_cc(m, &scc);
         time_t now = now_sec();
-        struct um_stored_view v = {&rm.cc, m.lifetime, um_current_age(&m.times, now),
-                                   rm.etag.len > 0 || rm.has_last_modified};
+        struct um_stored_view v = {&scc, m->lifetime, um_current_age(&m->times, now),
+                                   m->etag_len > 0 || m->has_last_modified};
         enum um_cache_use use = um_cache_decide(&v, &qm);
         if (use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE) {
             if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET) {
@@ -275,25 +296,25 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
                     fill_start(co, f, NULL, nobj, um_cache_obj_ref(obj), um_strndup(key, klen),
                                klen, UM_FWD_STALE);
             }
-            free(key);
-            struct reader *r = um__cache_reader_new(co, f, client, obj);
+            key_drop(key, kbuf);
+            struct reader *r = um__cache_reader_new(co, f, client, obj, &qm);
             r->cs.hit = true;
             um__cache_reader_pump(r);
             return;
         }
         if (use == UM_USE_GATEWAY_TIMEOUT) {
-            free(key);
+            key_drop(key, kbuf);
             um_cache_obj_unref(obj);
             respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
             return;
         }
         /* Stored and fresh, yet forwarded: the request asked for it (no-cache, max-age). */
         bool asked = qm.cc.no_cache || qm.cc.max_age >= 0 || qm.cc.min_fresh >= 0;
-        enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !rm.cc.no_cache && asked
+        enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !scc.no_cache && asked
                                     ? UM_FWD_REQUEST
                                     : UM_FWD_STALE;
         if (use == UM_USE_REVALIDATE && req->method_id == UM_METHOD_GET) {
-            fill_start(co, f, client, NULL, obj, key, klen, why);
+            fill_start(co, f, client, NULL, obj, key_keep(key, kbuf, klen), klen, why);
             return;
         }
         if (req->method_id == UM_METHOD_GET) {
@@ -302,18 +323,18 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             static const char pend = TAG_PENDING;
             struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
             if (nobj) {
-                fill_start(co, f, client, nobj, obj, key, klen, why);
+                fill_start(co, f, client, nobj, obj, key_keep(key, kbuf, klen), klen, why);
                 return;
             }
         }
         um_cache_obj_unref(obj);
         if (req->method_id == UM_METHOD_GET) {
-            free(key);
+            key_drop(key, kbuf);
             um__cache_pass_start(co, f, client, UM_FWD_MISS, "no-room");
             return;
         }
     } else if (qm.cc.only_if_cached) {
-        free(key);
+        key_drop(key, kbuf);
         respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
         return;
     }
@@ -327,7 +348,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         }
     }
     if (req->method_id == UM_METHOD_HEAD) {
-        free(key);
+        key_drop(key, kbuf);
         um__cache_pass_start(co, f, client, UM_FWD_URI_MISS, NULL);
         return;
     }
@@ -336,19 +357,19 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
     enum um_cache_result res =
         um_cache_lookup_or_insert(co->cache, k, um__cache_match, (void *)req, &pending, 1, &nobj);
     if (res == UM_CACHE_NOSPACE) {
-        free(key);
+        key_drop(key, kbuf);
         um__cache_pass_start(co, f, client, UM_FWD_URI_MISS, "no-room");
         return;
     }
     if (res == UM_CACHE_FOUND) {
-        free(key);
-        struct reader *r = um__cache_reader_new(co, f, client, nobj);
+        key_drop(key, kbuf);
+        struct reader *r = um__cache_reader_new(co, f, client, nobj, &qm);
         r->cs.fwd = UM_FWD_URI_MISS;
         r->cs.collapsed = true;
         um__cache_reader_pump(r);
         return;
     }
-    fill_start(co, f, client, nobj, NULL, key, klen, miss);
+    fill_start(co, f, client, nobj, NULL, key_keep(key, kbuf, klen), klen, miss);
 }
 
 static void cache_resume(struct um_origin *o, struct um_sink *client)
@@ -384,7 +405,7 @@ static void cache_cancel(struct um_origin *o, struct um_sink *client)
         struct reader *r = d;
         um__cache_forget_own(r);
         um__cache_reader_release(r);
-        free(r);
+        um__cache_reader_free(r);
     } else if (*(enum kind *)d == K_PASS) {
         struct pass *p = d;
         if (p->fill) {

@@ -35,7 +35,7 @@
 const char *const um__cfg_settings[] = {"listen",   "workers", "upstreams", "routes",
                                        "limits",   "timeouts", "mime",     "log_level",
                                        "tls",      "cache",   "admin",    "access_log",
-                                       "http2",    NULL};
+                                       "http2",    "cgi",      NULL};
 
 #define CACHE_DEFAULT_MEMORY (256ull << 20)
 #define CACHE_DEFAULT_MAX_OBJECT (64ull << 20)
@@ -113,6 +113,7 @@ static int extract(lua_State *L)
         um__cfg_load_upstreams, um__cfg_load_routes,    um__cfg_load_limits,
         um__cfg_load_timeouts,  um__cfg_load_mime,      um__cfg_load_log_level,
         um__cfg_load_cache,     um__cfg_load_admin,     um__cfg_load_access_log, um__cfg_load_http2,
+        um__cfg_load_cgi,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -207,6 +208,7 @@ static void config_free(struct um_config *c)
         free(r->root);
         free(r->index);
         free(r->name);
+        free(r->cgi);
     }
     free(c->routes);
     free(c->lua.source);

@@ -140,5 +140,6 @@ bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L);      /* cache.c 
 bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L);      /* ops.c */
 bool um__cfg_load_http2(struct um__cfg_load *ld, lua_State *L);      /* http2.c */
 bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L); /* ops.c */
+bool um__cfg_load_cgi(struct um__cfg_load *ld, lua_State *L);        /* cgi.c */
 
 #endif

@@ -499,6 +499,10 @@ void um__conn_close(struct um__conn *c)
         int want;
         c->t->ops->shutdown(c->t, &want); /* TLS close_notify, best effort */
     }
+    /* Out of the epoll set before the close: a CGI script being spawned on another
+     * worker holds a copy of every descriptor until its exec, and epoll reports the
+     * events of a descriptor's open file, which that copy keeps alive. */
+    um_loop_io_set(w->loop, &um__links(c)->io, um__links(c)->io.fd, 0);
     c->t->ops->close(c->t); /* the socket too */
     c->t = NULL;
     um__outq_drop(&c->out);

@@ -2,9 +2,9 @@
  * transport.
  *
  * Two ways to flush. A transport with writev and sendfile (a plain socket) sends the
- * buffer with one write, flagged MSG_MORE when segments or a file follow, the borrowed
- * segments gathered into one writev, and the file with sendfile, so that the bytes are
- * never copied. A transport without them (TLS) encrypts from memory: each buffer is
+ * buffer and the borrowed segments behind it gathered into one writev (a head and a cached
+ * body in one system call), a buffer alone with one write, flagged MSG_MORE when a file
+ * follows, and the file with sendfile, so that the bytes are never copied. A transport without them (TLS) encrypts from memory: each buffer is
  * written in turn, and file bytes are read into fbuf first. Both stop after a turn's
  * budget of bytes. */
 #include "outq.h"
@@ -223,16 +223,22 @@ int um__outq_flush(struct um__outq *q, struct um_transport *t, int *want)
     size_t budget = WRITE_BUDGET;
     for (;;) {
         ssize_t n;
-        if (q->pos < q->buf.len) {
+        if (q->pos < q->buf.len && q->ref_head == q->num_refs) {
             n = t->ops->write(t, q->buf.base + q->pos, q->buf.len - q->pos,
-                              q->file_left || q->num_refs ? UM_TRANSPORT_F_MORE : 0, want);
+                              q->file_left ? UM_TRANSPORT_F_MORE : 0, want);
             if (n > 0)
                 q->pos += (size_t)n;
         } else if (q->ref_head < q->num_refs) {
-            /* Borrowed segments, gathered into one writev. */
-            struct iovec iov[UM__OUTQ_MAX_REFS];
+            /* The buffered bytes (a response head) and the borrowed segments behind them,
+             * gathered into one writev: a cache hit leaves in one system call. */
+            struct iovec iov[UM__OUTQ_MAX_REFS + 1];
             int k = 0;
-            size_t total = 0;
+            size_t total = 0, from_buf = 0;
+            if (q->pos < q->buf.len) {
+                from_buf = q->buf.len - q->pos;
+                iov[k++] = (struct iovec){q->buf.base + q->pos, from_buf};
+                total = from_buf;
+            }
             /* No more than this turn's budget, so that one large response cannot hold the
              * loop while other connections wait. */
             for (unsigned i = q->ref_head; i < q->num_refs && total < budget; i++, k++) {
@@ -245,6 +251,11 @@ int um__outq_flush(struct um__outq *q, struct um_transport *t, int *want)
             n = t->ops->writev(t, iov, k, want);
             if (n > 0) {
                 size_t left = (size_t)n;
+                if (from_buf > 0) {
+                    size_t b = left < from_buf ? left : from_buf;
+                    q->pos += b;
+                    left -= b;
+                }
                 while (left > 0) {
                     size_t len = q->refs[q->ref_head].len;
                     if (left >= len) {
