@@ -36,7 +36,13 @@
  * after request on one connection costs no malloc; a pool keeps a small reserve and hands
  * the rest back to the system. A connection with anything in progress (a partial head,
  * pipelined requests, a body, a response being sent) keeps everything; a new connection
- * whose first bytes have not come yet holds nothing either. */
+ * whose first bytes have not come yet holds nothing either.
+ *
+ * An HTTP/2 connection (conn_h2.c) holds no struct um__conn_req (its streams hold their
+ * requests; the one taken before the client preface goes back at the switch). It gives
+ * its read buffer back whenever it waits for the client, since nghttp2 takes every byte
+ * read and keeps a partial frame itself, and its output memory when no stream is open;
+ * the nghttp2 session (HPACK tables, windows, settings) stays as long as the connection. */
 
 /* The core is what each of (say) 100,000 idle clients costs: 408 bytes on x86-64 today
  * (the protocol table and HTTP/2 state pointers included).
