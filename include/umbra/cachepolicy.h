@@ -154,7 +154,7 @@ struct um_resp_meta {
     bool has_last_modified; /* a valid Last-Modified */
     time_t last_modified;
     um_str etag;       /* a well-formed ETag (first line), or {NULL, 0} */
-    int64_t age_value; /* Age: 0 when absent, UM_DELTA_MAX when malformed */
+    int64_t age_value; /* Age: 0 when absent or invalid (ignored, RFC 9111 5.1) */
     bool has_set_cookie;
     const struct um_header *headers; /* the scanned fields (for Connection and the like) */
     size_t num_headers;
@@ -411,8 +411,8 @@ size_t um_cache_status_format(char *out, size_t n, const struct um_cache_status 
  * - Conflicting or malformed max-age/s-maxage: 0, i.e. stale (RFC 9111 4.2.1 allows "first"
  *   or "stale"; stale is the safe one); differing Expires lines likewise. An invalid s-maxage
  *   does not let a response to an Authorization request be shared.
- * - Age: a list uses its first member (RFC 9111 5.1); anything else malformed makes the
- *   response stale (rather than ignoring it, which would make it look younger).
+ * - Age: a list uses its first member; a value that is then not a non-negative integer is
+ *   ignored (RFC 9111 5.1), as if the response had no Age.
  * - Heuristic freshness (Last-Modified) and default TTLs only for heuristically cacheable
  *   statuses or public responses, never with explicit expiry (RFC 9111 4.2.2). A configured
  *   default_ttl/negative_ttl comes before the heuristic: both are guesses, and the
