@@ -42,6 +42,7 @@ struct cache_origin {
     struct um_cache *cache;
     const struct um_config *config;
     struct um_cache_policy pol;
+    um_str targeted[UM_CACHE_TARGETED_MAX]; /* pol.targeted: the config's names */
 };
 
 struct fill;

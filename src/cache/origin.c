@@ -261,6 +261,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         size_t nf = um__cache_head_fields(hs, fields, MAX_OUT_FIELDS);
         struct um_resp_meta rm;
         um_resp_meta_scan(&rm, m.status, fields, nf);
+        um_resp_meta_target(&rm, &co->pol);
         time_t now = now_sec();
         struct um_stored_view v = {&rm.cc, m.lifetime, um_current_age(&m.times, now),
                                    rm.etag.len > 0 || rm.has_last_modified};
@@ -430,5 +431,9 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
     um_cache_policy_init(&co->pol);
     co->pol.default_ttl = (int64_t)config->cache.default_ttl;
     co->pol.stale_if_error = (int64_t)config->cache.stale_if_error;
+    for (size_t i = 0; i < config->cache.num_targeted; i++)
+        co->targeted[i] = (um_str){config->cache.targeted[i], strlen(config->cache.targeted[i])};
+    co->pol.targeted = co->targeted;
+    co->pol.num_targeted = config->cache.num_targeted;
     return &co->base;
 }

@@ -217,6 +217,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
     fl->status = h->status;
     struct um_resp_meta rm;
     um_resp_meta_scan(&rm, h->status, h->headers, h->num_headers);
+    um_resp_meta_target(&rm, &co->pol);
     struct um_req_meta qm;
     um_req_meta_scan(&qm, fl->req.method_id, fl->req.headers, fl->req.num_headers);
 
@@ -243,6 +244,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
                 merged[mn++] = h->headers[j];
         struct um_resp_meta mm;
         um_resp_meta_scan(&mm, m.status, merged, mn);
+        um_resp_meta_target(&mm, &co->pol);
         um_age_times_init(&m.times, &mm, fl->request_time, response_time);
         enum um_fresh_source src;
         m.lifetime = um_freshness_lifetime(&mm, &co->pol, response_time, &src);
@@ -284,6 +286,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         size_t on = um__cache_head_fields(ohead, of, MAX_OUT_FIELDS);
         struct um_resp_meta om;
         um_resp_meta_scan(&om, m.status, of, on);
+        um_resp_meta_target(&om, &co->pol);
         struct um_stored_view v = {&om.cc, m.lifetime, um_current_age(&m.times, response_time),
                                    true};
         if (um_cache_stale_if_error_ok(&v, &qm, &co->pol, h->status)) {

@@ -409,6 +409,8 @@ void um_cache_policy_init(struct um_cache_policy *p)
     p->negative_ttl = 0;
     p->heuristic_max = UM_CACHE_HEURISTIC_MAX_DEFAULT;
     p->stale_if_error = 0;
+    p->targeted = NULL;
+    p->num_targeted = 0;
 }
 
 /* ---- storability --------------------------------------------------------------------- */

@@ -57,5 +57,142 @@ class AgeTest(unittest.TestCase, CacheAssertions):
         self.assertLessEqual(int(cs_param(r, "ttl")), 30)
 
 
+def hdrs(*pairs):
+    """The origin query for response fields: hdrs(("CDN-Cache-Control", "max-age=600"))."""
+    return "".join("&header=%s:%s" % (q(n), q(v)) for n, v in pairs)
+
+
+class TargetedTest(unittest.TestCase, CacheAssertions):
+    """RFC 9213: CDN-Cache-Control and Umbra-Cache-Control take precedence over
+    Cache-Control (and Expires) for the cache, in the configured order; a targeted field
+    that fails to parse is ignored as a whole; clients still get Cache-Control."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url)))
+
+    def stored(self, name, fields, cc=None):
+        """Fetches a fresh URL twice; returns (second response, origin requests)."""
+        t = "/tgt/%s?x=1%s%s" % (name, "&cc=" + q(cc) if cc else "", hdrs(*fields))
+        fetch_req(self.umbra.port, t)
+        r = fetch_req(self.umbra.port, t)
+        self.assertEqual(r.status, 200, r.raw_head)
+        return r, seen(self.origin, t)
+
+    def test_cdn_cache_control_overrides_no_store(self):
+        r, n = self.stored("a", [("CDN-Cache-Control", "max-age=600")], cc="no-store")
+        self.assertHit(r)
+        self.assertEqual(n, 1)
+        # Downstream clients still get the origin's Cache-Control.
+        self.assertEqual(r.header("Cache-Control"), "no-store")
+        self.assertGreaterEqual(int(cs_param(r, "ttl")), 590)
+
+    def test_cdn_no_store_overrides_max_age(self):
+        r, n = self.stored("b", [("CDN-Cache-Control", "no-store")], cc="max-age=600")
+        self.assertNotHit(r)
+        self.assertEqual(n, 2)
+        self.assertEqual(r.header("Cache-Control"), "max-age=600")
+
+    def test_umbra_cache_control_comes_first(self):
+        r, n = self.stored("c", [("CDN-Cache-Control", "no-store"),
+                                 ("Umbra-Cache-Control", "max-age=600")])
+        self.assertHit(r)
+        self.assertEqual(n, 1)
+        r, n = self.stored("d", [("Umbra-Cache-Control", "no-store"),
+                                 ("CDN-Cache-Control", "max-age=600")], cc="max-age=600")
+        self.assertNotHit(r)
+        self.assertEqual(n, 2)
+
+    def test_invalid_targeted_field_is_ignored_whole(self):
+        # Upper-case keys, a trailing comma, an unterminated string: each fails to parse,
+        # so the next field in the list (or Cache-Control) decides.
+        for i, bad in enumerate(("MAX-AGE=600", "max-age=600,", 'max-age=600, private="x',
+                                 "max-age=600 no-store", "max-age=6 00", "max-age=?2")):
+            with self.subTest(bad=bad):
+                r, n = self.stored("inv%d" % i, [("Umbra-Cache-Control", bad),
+                                                 ("CDN-Cache-Control", "no-store")],
+                                   cc="max-age=600")
+                self.assertNotHit(r)
+                self.assertEqual(n, 2)
+                r, n = self.stored("inv-cc%d" % i, [("CDN-Cache-Control", bad)], cc="no-store")
+                self.assertNotHit(r)
+                self.assertEqual(n, 2)
+
+    def test_empty_targeted_field_is_ignored(self):
+        r, n = self.stored("empty", [("CDN-Cache-Control", "")], cc="max-age=600")
+        self.assertHit(r)
+        self.assertEqual(n, 1)
+
+    def test_parameters_are_ignored(self):
+        r, n = self.stored("params", [("CDN-Cache-Control", "max-age=600;foo=bar, public")],
+                           cc="no-store")
+        self.assertHit(r)
+        self.assertEqual(n, 1)
+
+    def test_wrong_value_type_makes_directive_absent(self):
+        # max-age as a decimal or a string counts as absent: nothing makes it fresh, and
+        # with no validator it is not stored at all.
+        for i, v in enumerate(('max-age=1.5', 'max-age="600"', "max-age=-1")):
+            with self.subTest(v=v):
+                r, n = self.stored("type%d" % i, [("CDN-Cache-Control", v)], cc="max-age=600")
+                self.assertNotHit(r)
+                self.assertEqual(n, 2)
+
+    def test_expires_ignored_under_targeted_field(self):
+        exp = email_date(time.time() + 3600)
+        r, n = self.stored("exp", [("Expires", exp), ("CDN-Cache-Control", "must-revalidate"),
+                                   ("ETag", '"e1"')])
+        self.assertNotHit(r)
+        self.assertEqual(n, 2)
+        r, n = self.stored("exp2", [("Expires", exp), ("ETag", '"e2"')])
+        self.assertHit(r)
+
+    def test_targeted_lines_combine(self):
+        r, n = self.stored("lines", [("CDN-Cache-Control", "public"),
+                                     ("CDN-Cache-Control", "max-age=600")], cc="no-store")
+        self.assertHit(r)
+        self.assertEqual(n, 1)
+
+    def test_targeted_setting_order(self):
+        with Origin() as o, Umbra(config(o.url, targeted='{ "CDN-Cache-Control" }')) as u:
+            t = "/tgt/setting?x=1" + hdrs(("Umbra-Cache-Control", "max-age=600"),
+                                          ("CDN-Cache-Control", "no-store"))
+            fetch_req(u.port, t)
+            self.assertNotHit(fetch_req(u.port, t))
+            self.assertEqual(seen(o, t), 2)
+        with Origin() as o, Umbra(config(o.url, targeted="{}")) as u:
+            t = "/tgt/none?cc=max-age%3D600" + hdrs(("CDN-Cache-Control", "no-store"))
+            fetch_req(u.port, t)
+            self.assertHit(fetch_req(u.port, t))
+            self.assertEqual(seen(o, t), 1)
+
+    def test_targeted_setting_errors_name_the_line(self):
+        for bad in ('{ "Cache-Control" }', '{ "bad name" }', '"CDN-Cache-Control"',
+                    '{ "A", "a" }'):
+            with self.subTest(bad=bad):
+                errors = config_errors('cache = {\n  targeted = %s,\n}\n' % bad)
+                self.assertRegex(errors, r"config\.lua:\d+: cache\.targeted")
+
+
+def email_date(t):
+    import email.utils
+    return email.utils.formatdate(t, usegmt=True)
+
+
+def config_errors(cfg):
+    """Runs umbra -t on a config with one upstream route plus cfg; returns its output."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "config.lua")
+        with open(path, "w") as f:
+            f.write('upstreams = { app = { servers = { "http://127.0.0.1:9" } } }\n'
+                    'routes = { { path = "/", upstream = "app" } }\n' + cfg)
+        p = subprocess.run([os.environ["UMBRA_BIN"], "-t", path], capture_output=True,
+                           text=True, timeout=20)
+        return p.stdout + p.stderr
+
+
 if __name__ == "__main__":
     unittest.main()
