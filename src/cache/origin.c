@@ -27,6 +27,7 @@
 
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -200,6 +201,74 @@ static void respond_small(struct um_sink *client, int status, const char *body)
     um_sink_answer(client, &h, body);
 }
 
+/* PURGE, from an allowed client: with Surrogate-Key (or Cache-Tag, xkey) every object
+ * with any of the listed tags; for a target ending in '*' every object of the Host whose
+ * target starts with the rest; else the URL's (or the hook's) key. Umbra-Purge: soft marks
+ * the objects stale instead of dropping them. The answer says how many were affected
+ * (Umbra-Purged); a URL not in the cache is a 404. */
+static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_sink *client)
+{
+    const struct um_request *req = f->req;
+    bool soft = false;
+    um_str tags[UM_CACHE_MAX_TAGS * 4];
+    size_t ntags = 0;
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const struct um_header *h = &req->headers[i];
+        if (um_str_eq_ci(h->name, "umbra-purge"))
+            soft = soft || um_str_eq_ci(um_str_trim(h->value), "soft");
+        else if (um__cache_is_tag_field(h->name))
+            ntags = um__cache_split_tags(h->value, tags, ntags, UM_NELEMS(tags));
+    }
+    size_t n;
+    bool by_url = false;
+    bool has_query = (req->flags & UM_REQ_F_HAS_QUERY) != 0;
+    um_str last = has_query ? req->query : req->path;
+    if (ntags > 0) {
+        n = um_cache_purge_tags(co->cache, tags, ntags, soft);
+    } else if (last.len > 0 && last.base[last.len - 1] == '*') {
+        /* The key's target is path[?query]: the prefix is that without the '*'. */
+        size_t tl = req->path.len + (has_query ? 1 + req->query.len : 0) - 1;
+        char *pre = um_malloc(tl + 1), *host = um_malloc(req->authority.len + 1);
+        memcpy(pre, req->path.base, req->path.len < tl ? req->path.len : tl);
+        if (has_query && tl > req->path.len) {
+            pre[req->path.len] = '?';
+            memcpy(pre + req->path.len + 1, req->query.base, tl - req->path.len - 1);
+        }
+        for (size_t i = 0; i < req->authority.len; i++) {
+            char ch = req->authority.base[i];
+            host[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+        }
+        n = um_cache_purge_prefix(co->cache, (um_str){host, req->authority.len},
+                                  (um_str){pre, tl}, soft);
+        free(pre);
+        free(host);
+    } else {
+        by_url = true;
+        size_t klen;
+        char *key = fetch_key(f, &klen);
+        n = soft ? um_cache_purge_soft(co->cache, (um_str){key, klen})
+                 : um_cache_purge(co->cache, (um_str){key, klen});
+        free(key);
+    }
+    int status = n == 0 && by_url ? 404 : 200;
+    char body[96], count[24];
+    int bl = status == 404 ? snprintf(body, sizeof(body), "404 Not in the cache\n")
+                           : snprintf(body, sizeof(body), "200 %s %zu\n",
+                                      soft ? "Marked stale:" : "Purged", n);
+    int cl = snprintf(count, sizeof(count), "%zu", n);
+    struct um_cache_status cs = {.cache_name = CACHE_NAME, .fwd = UM_FWD_MISS};
+    char csbuf[128];
+    size_t csl = um_cache_status_format(csbuf, sizeof(csbuf), &cs);
+    struct um_header hs[3] = {{UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")},
+                              {UM_STR("Umbra-Purged"), {count, (size_t)cl}},
+                              {UM_STR("Cache-Status"), {csbuf, csl < sizeof(csbuf) ? csl : 0}}};
+    struct um_response_head h = {.status = status, .headers = hs,
+                                 .num_headers = csl < sizeof(csbuf) ? 3 : 2, .cache = &cs};
+    client->origin_data = NULL;
+    (void)bl;
+    um_sink_answer(client, &h, body);
+}
+
 static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *client)
 {
     struct cache_origin *co = (struct cache_origin *)o;
@@ -210,11 +279,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             respond_small(client, 403, "403 Forbidden: PURGE is not allowed from here\n");
             return;
         }
-        size_t klen;
-        char *key = fetch_key(f, &klen);
-        size_t n = um_cache_purge(co->cache, (um_str){key, klen});
-        free(key);
-        respond_small(client, n ? 200 : 404, n ? "200 Purged\n" : "404 Not in the cache\n");
+        cache_purge(co, f, client);
         return;
     }
     bool body = (req->flags & UM_REQ_F_CHUNKED) ||
@@ -265,6 +330,8 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         time_t now = now_sec();
         struct um_stored_view v = {&rm.cc, m.lifetime, um_current_age(&m.times, now),
                                    rm.etag.len > 0 || rm.has_last_modified};
+        if (v.age < v.lifetime && um_cache_obj_marked_stale(obj))
+            v.age = v.lifetime; /* soft-purged: stale from now on */
         enum um_cache_use use = um_cache_decide(&v, &qm);
         if (use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE) {
             if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET) {

@@ -52,17 +52,21 @@ static bool skip_stored_field(um_str name)
            um_str_eq_ci(name, "cache-status") || um_str_eq_ci(name, "transfer-encoding");
 }
 
-/* Serialises the fields of a response worth storing. Returns a malloc'd block. */
-static char *head_block(const struct um_header *h, size_t n, const struct um_resp_meta *m,
-                        size_t *len)
+/* Serialises the fields of a response worth storing. Returns a malloc'd block. The tag
+ * fields are kept in the object's tags, and in the head only when clients are to see
+ * them (cache.expose_tags). */
+static char *head_block(const struct cache_origin *co, const struct um_header *h, size_t n,
+                        const struct um_resp_meta *m, size_t *len)
 {
+    bool strip_tags = !co->config->cache.expose_tags;
     size_t cap = 0;
     for (size_t i = 0; i < n; i++)
         cap += h[i].name.len + h[i].value.len + 4;
     char *b = um_malloc(cap + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (skip_stored_field(h[i].name) || !um_cache_field_storable(h[i].name, m))
+        if (skip_stored_field(h[i].name) || !um_cache_field_storable(h[i].name, m) ||
+            (strip_tags && um__cache_is_tag_field(h[i].name)))
             continue;
         memcpy(b + o, h[i].name.base, h[i].name.len);
         o += h[i].name.len;
@@ -251,11 +255,17 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         if (hook_ttl(fl, h) >= 0)
             m.lifetime = hook_ttl(fl, h);
         size_t blen;
-        char *block = head_block(merged, mn, &mm, &blen);
+        char *block = head_block(co, merged, mn, &mm, &blen);
         um_str otag = um_cache_obj_tag(fl->old);
         struct um_cache_obj *no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len},
                                                   otag.base, otag.len);
-        if (no && um_cache_obj_set_head(no, &m, sizeof(m), block, blen) == UM_OK &&
+        /* The tags: the 304's own tag fields, else the stored object's. */
+        um_str tags[UM_CACHE_MAX_TAGS * 2];
+        size_t ntags = um__cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
+        if (ntags == 0)
+            ntags = um_cache_obj_tags(fl->old, tags, UM_NELEMS(tags));
+        if (no && um_cache_obj_set_tags(no, tags, ntags) == UM_OK &&
+            um_cache_obj_set_head(no, &m, sizeof(m), block, blen) == UM_OK &&
             um_cache_obj_adopt_body(no, fl->old) == UM_OK) {
             int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
             um_cache_obj_set_expires(no, expires);
@@ -335,9 +345,12 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         m.lifetime = ttl >= 0 ? ttl : um_freshness_lifetime(&rm, &co->pol, response_time, &src);
         m.content_length = h->content_length;
         size_t blen;
-        char *block = head_block(h->headers, h->num_headers, &rm, &blen);
+        char *block = head_block(co, h->headers, h->num_headers, &rm, &blen);
+        um_str tags[UM_CACHE_MAX_TAGS * 2];
+        size_t ntags = um__cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
         if (um_cache_obj_set_tag(fl->obj, tag, taglen) == UM_OK &&
             (h->content_length < 0 || um_cache_obj_expect(fl->obj, (size_t)h->content_length) == UM_OK) &&
+            um_cache_obj_set_tags(fl->obj, tags, ntags) == UM_OK &&
             um_cache_obj_set_head(fl->obj, &m, sizeof(m), block, blen) == UM_OK) {
             int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
             int64_t keep = 0;

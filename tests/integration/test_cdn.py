@@ -18,8 +18,8 @@ from urllib.parse import quote
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, class_context, connect, fetch_req,  # noqa: E402
                            origin_body, parse_response, req, wait_until)
-from test_cache import (CacheAssertions, EXPIRE, concurrent, config, cs_param,  # noqa: E402
-                        is_hit, seen)
+from test_cache import (CacheAssertions, EXPIRE, PyOrigin, concurrent, config,  # noqa: E402
+                        cs_param, is_hit, seen)
 
 
 def q(value):
@@ -173,6 +173,159 @@ class TargetedTest(unittest.TestCase, CacheAssertions):
             with self.subTest(bad=bad):
                 errors = config_errors('cache = {\n  targeted = %s,\n}\n' % bad)
                 self.assertRegex(errors, r"config\.lua:\d+: cache\.targeted")
+
+
+class SurrogateKeyTest(unittest.TestCase, CacheAssertions):
+    """Surrogate-Key, Cache-Tag and xkey tag stored objects; PURGE by tag, by prefix,
+    softly; the tag fields are not sent to clients."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url)))
+
+    def get(self, t, **kw):
+        return fetch_req(self.umbra.port, t, **kw)
+
+    def purge(self, t, headers=()):
+        return fetch_req(self.umbra.port, t, method="PURGE", headers=headers)
+
+    def stored(self, t):
+        self.get(t)
+        r = self.get(t)
+        self.assertHit(r)
+        return r
+
+    def test_purge_by_several_tags(self):
+        a = "/sk/a?cc=max-age%3D600" + hdrs(("Surrogate-Key", "p1 shared"))
+        b = "/sk/b?cc=max-age%3D600" + hdrs(("Cache-Tag", "p2,shared2"))
+        c = "/sk/c?cc=max-age%3D600" + hdrs(("xkey", "p3"))
+        d = "/sk/d?cc=max-age%3D600" + hdrs(("Surrogate-Key", "other"))
+        for t in (a, b, c, d):
+            r = self.stored(t)
+            for name in ("Surrogate-Key", "Cache-Tag", "xkey"):
+                self.assertIsNone(r.header(name), "tag field sent to a client: %r" % r.raw_head)
+        r = self.purge("/", headers=[("Surrogate-Key", "p1 p2  p3 nothing")])
+        self.assertEqual(r.status, 200, r.raw_head)
+        self.assertEqual(r.header("Umbra-Purged"), "3")
+        for t in (a, b, c):
+            self.assertNotHit(self.get(t))
+            self.assertEqual(seen(self.origin, t), 2)
+        self.assertHit(self.get(d))
+        # An object with two purged tags counts once.
+        e = "/sk/e?cc=max-age%3D600" + hdrs(("Surrogate-Key", "x1 x2"))
+        self.stored(e)
+        r = self.purge("/", headers=[("Surrogate-Key", "x1 x2")])
+        self.assertEqual(r.header("Umbra-Purged"), "1")
+        r = self.purge("/", headers=[("Surrogate-Key", "x1")])
+        self.assertEqual((r.status, r.header("Umbra-Purged")), (200, "0"))
+
+    def test_tags_not_sent_on_pass_either(self):
+        t = "/sk/pass?cc=no-store" + hdrs(("Surrogate-Key", "np"))
+        r = self.get(t)
+        self.assertEqual(r.status, 200)
+        self.assertIsNone(r.header("Surrogate-Key"))
+
+    def test_prefix_purge(self):
+        ts = ["/pre/x/%d?cc=max-age%%3D600" % i for i in range(5)]
+        keep = ["/pre/y/1?cc=max-age%3D600", "/pre/x?cc=max-age%3D600"]
+        for t in ts + keep:
+            self.stored(t)
+        r = self.purge("/pre/x/*")
+        self.assertEqual(r.status, 200, r.raw_head)
+        self.assertEqual(r.header("Umbra-Purged"), "5")
+        for t in ts:
+            self.assertNotHit(self.get(t))
+        for t in keep:
+            self.assertHit(self.get(t))
+        # Another Host's objects are not touched.
+        t = "/pre/h/1?cc=max-age%3D600"
+        fetch_req(self.umbra.port, t, host="other.test")
+        self.assertHit(fetch_req(self.umbra.port, t, host="other.test"))
+        r = self.purge("/pre/h/*")
+        self.assertEqual(r.header("Umbra-Purged"), "0")
+        self.assertHit(fetch_req(self.umbra.port, t, host="other.test"))
+
+    def test_soft_purge_then_serve_stale(self):
+        # stale-while-revalidate: after a soft purge the object is served stale at once,
+        # and one refresh goes to the origin in the background.
+        t = "/soft/a?cc=max-age%3D600%2C+stale-while-revalidate%3D60&delay=300" + \
+            hdrs(("Surrogate-Key", "soft1"), ("ETag", '"s1"'))
+        self.stored(t)
+        r = self.purge("/", headers=[("Surrogate-Key", "soft1"), ("Umbra-Purge", "soft")])
+        self.assertEqual((r.status, r.header("Umbra-Purged")), (200, "1"))
+        t0 = time.monotonic()
+        r = self.get(t)
+        self.assertLess(time.monotonic() - t0, 0.25, "a soft-purged object waited for the origin")
+        self.assertEqual(r.status, 200)
+        self.assertTrue(wait_until(lambda: seen(self.origin, t) == 2, timeout=3))
+        time.sleep(0.2)
+        self.assertEqual(seen(self.origin, t), 2)
+        self.assertTrue(wait_until(lambda: is_hit(self.get(t)), timeout=3))
+        self.assertEqual(seen(self.origin, t), 2)
+
+    def test_soft_purge_without_stale_window_refetches(self):
+        t = "/soft/b?cc=max-age%3D600" + hdrs(("Surrogate-Key", "soft2"))
+        self.stored(t)
+        r = self.purge("/", headers=[("Surrogate-Key", "soft2"), ("Umbra-Purge", "soft")])
+        self.assertEqual(r.header("Umbra-Purged"), "1")
+        self.assertNotHit(self.get(t))
+        self.assertEqual(seen(self.origin, t), 2)
+        self.assertHit(self.get(t))
+
+    def test_soft_purge_keeps_stale_if_error(self):
+        # The origin fails after a soft purge: stale-if-error still serves the object.
+        state = {"fail": False}
+
+        def app(method, path, headers):
+            if state["fail"]:
+                return 503, [], b"down"
+            return 200, [("Cache-Control", "max-age=600, stale-if-error=600"),
+                         ("xkey", "sie")], b"the body"
+
+        with PyOrigin(app) as o, Umbra(config(o.url)) as u:
+            t = "/soft/sie"
+            fetch_req(u.port, t)
+            self.assertHit(fetch_req(u.port, t))
+            r = fetch_req(u.port, "/", method="PURGE",
+                          headers=[("xkey", "sie"), ("Umbra-Purge", "soft")])
+            self.assertEqual(r.header("Umbra-Purged"), "1")
+            state["fail"] = True
+            r = fetch_req(u.port, t)
+            self.assertEqual((r.status, r.body), (200, b"the body"), r.raw_head)
+            self.assertEqual(cs_param(r, "detail"), "stale-if-error", r.raw_head)
+            self.assertEqual(len(o.requests(t)), 2)
+            # A hard purge leaves nothing to stand in.
+            fetch_req(u.port, "/", method="PURGE", headers=[("xkey", "sie")])
+            self.assertEqual(fetch_req(u.port, t).status, 503)
+
+    def test_soft_purge_url(self):
+        t = "/soft/url?cc=max-age%3D600"
+        self.stored(t)
+        r = self.purge(t, headers=[("Umbra-Purge", "soft")])
+        self.assertEqual((r.status, r.header("Umbra-Purged")), (200, "1"))
+        self.assertNotHit(self.get(t))
+
+    def test_purge_forbidden(self):
+        with Origin() as o, Umbra(config(o.url, purge='{ allow = { "10.9.8.7" } }')) as u:
+            t = "/sk/403?cc=max-age%3D600" + hdrs(("Surrogate-Key", "f"))
+            fetch_req(u.port, t)
+            for hs, target in (([("Surrogate-Key", "f")], "/"), ([], "/sk/*"),
+                               ([("Umbra-Purge", "soft")], t)):
+                r = fetch_req(u.port, target, method="PURGE", headers=hs)
+                self.assertEqual(r.status, 403)
+            self.assertHit(fetch_req(u.port, t))
+            self.assertEqual(seen(o, t), 1)
+
+    def test_expose_tags(self):
+        with Origin() as o, Umbra(config(o.url, expose_tags="true")) as u:
+            t = "/sk/exp?cc=max-age%3D600" + hdrs(("Surrogate-Key", "e1 e2"))
+            self.assertEqual(fetch_req(u.port, t).header("Surrogate-Key"), "e1 e2")
+            r = fetch_req(u.port, t)
+            self.assertHit(r)
+            self.assertEqual(r.header("Surrogate-Key"), "e1 e2")
+            r = fetch_req(u.port, "/", method="PURGE", headers=[("Surrogate-Key", "e2")])
+            self.assertEqual(r.header("Umbra-Purged"), "1")
 
 
 def email_date(t):
