@@ -64,11 +64,37 @@ static size_t node_acct(size_t len)
 void um__tags_init(struct um_cache *c)
 {
     struct um__tags *t = &c->tags;
+    /* The buckets are made by the first tagging: a store without tags costs nothing. */
     pthread_mutex_init(&t->lock, NULL);
-    t->mask = TAG_BUCKETS_INIT - 1;
-    t->acct = um_cache_alloc_size(TAG_BUCKETS_INIT * sizeof(struct um__tag_node *));
-    UM_ASSERT(try_charge(c, t->acct) && "memory_cap too small for the tag index");
-    t->buckets = um_calloc(TAG_BUCKETS_INIT, sizeof(struct um__tag_node *));
+    t->buckets = NULL;
+    t->mask = 0;
+    t->acct = 0;
+}
+
+/* Makes the bucket array if there is none yet; false when there is no room. No lock held. */
+static bool tags_ensure_buckets(struct um_cache *c)
+{
+    struct um__tags *t = &c->tags;
+    pthread_mutex_lock(&t->lock);
+    bool have = t->buckets != NULL;
+    pthread_mutex_unlock(&t->lock);
+    if (have) return true;
+    size_t acct = um_cache_alloc_size(TAG_BUCKETS_INIT * sizeof(struct um__tag_node *));
+    if (!um__store_charge(c, acct)) return false;
+    struct um__tag_node **b = um_calloc(TAG_BUCKETS_INIT, sizeof(*b));
+    pthread_mutex_lock(&t->lock);
+    if (t->buckets == NULL) {
+        t->buckets = b;
+        t->mask = TAG_BUCKETS_INIT - 1;
+        t->acct = acct;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (b != NULL) {
+        free(b);
+        uncharge(c, acct);
+    }
+    return true;
 }
 
 void um__tags_dispose(struct um_cache *c)
@@ -76,7 +102,7 @@ void um__tags_dispose(struct um_cache *c)
     struct um__tags *t = &c->tags;
     UM_ASSERT(t->count == 0 && "tags left at destroy");
     free(t->buckets);
-    uncharge(c, t->acct);
+    if (t->acct > 0) uncharge(c, t->acct);
     pthread_mutex_destroy(&t->lock);
 }
 
@@ -106,6 +132,7 @@ static void tags_grow(struct um_cache *c)
 /* Under the lock. */
 static struct um__tag_node *tags_find(struct um__tags *t, uint64_t hash, um_str name)
 {
+    if (t->buckets == NULL) return NULL;
     for (struct um__tag_node *nd = t->buckets[hash & t->mask]; nd != NULL; nd = nd->next)
         if (nd->hash == hash && nd->len == name.len && memcmp(nd->name, name.base, name.len) == 0)
             return nd;
@@ -147,7 +174,7 @@ int um_cache_obj_set_tags(struct um_cache_obj *o, const um_str *tags, size_t n)
         worst += node_acct(keep[i].len);
         hashes[i] = tag_hash(c, keep[i].base, keep[i].len);
     }
-    if (!um__store_charge(c, worst)) {
+    if (!tags_ensure_buckets(c) || !um__store_charge(c, worst)) {
         atomic_fetch_add_explicit(&c->nospace, 1, memory_order_relaxed);
         return UM_ERR;
     }
