@@ -16,8 +16,9 @@ import unittest
 from urllib.parse import quote
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, class_context, connect, fetch_req,  # noqa: E402
-                           origin_body, parse_response, req, wait_until)
+from umbra_harness import (Origin, Umbra, admin_port, class_context, connect,  # noqa: E402
+                           fetch_req, http_get, origin_body, parse_response, req, request,
+                           wait_until)
 from test_cache import (CacheAssertions, EXPIRE, PyOrigin, concurrent, config,  # noqa: E402
                         cs_param, is_hit, seen)
 
@@ -326,6 +327,78 @@ class SurrogateKeyTest(unittest.TestCase, CacheAssertions):
             self.assertEqual(r.header("Surrogate-Key"), "e1 e2")
             r = fetch_req(u.port, "/", method="PURGE", headers=[("Surrogate-Key", "e2")])
             self.assertEqual(r.header("Umbra-Purged"), "1")
+
+
+class AdminPurgeTest(unittest.TestCase, CacheAssertions):
+    """POST /purge on the admin listener, with a JSON or a form body."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url) +
+                                             'admin = { listen = "127.0.0.1:0" }\n'))
+        cls.admin = admin_port(cls.umbra)
+
+    def post(self, body, ctype="application/json"):
+        status, _, out = http_get(self.admin, "/purge", method="POST",
+                                  body=body.encode(), headers={"Content-Type": ctype})
+        return status, json.loads(out)
+
+    def put(self, t, host="umbra.test"):
+        fetch_req(self.umbra.port, t, host=host)
+        self.assertHit(fetch_req(self.umbra.port, t, host=host))
+
+    def test_json_tags(self):
+        a = "/adm/a?cc=max-age%3D600" + hdrs(("Surrogate-Key", "ja shared"))
+        b = "/adm/b?cc=max-age%3D600" + hdrs(("Cache-Tag", "jb"))
+        for t in (a, b):
+            self.put(t)
+        self.assertEqual(self.post('{"tags": ["ja", "jb"]}'), (200, {"purged": 2, "soft": False}))
+        self.assertNotHit(fetch_req(self.umbra.port, a))
+        self.assertNotHit(fetch_req(self.umbra.port, b))
+
+    def test_form_soft_and_prefix(self):
+        t = "/adm/f?cc=max-age%3D600" + hdrs(("xkey", "fa"))
+        self.put(t)
+        st, out = self.post("tag=fa&soft=1", "application/x-www-form-urlencoded")
+        self.assertEqual((st, out["purged"], out["soft"]), (200, 1, True))
+        self.assertNotHit(fetch_req(self.umbra.port, t))
+        ts = ["/adm/p/%d?cc=max-age%%3D600" % i for i in range(3)]
+        for x in ts:
+            self.put(x, host="Site.test")
+        self.put("/adm/p/0?cc=max-age%3D600", host="other.test")
+        st, out = self.post('{"host": "site.test", "path": "/adm/p/*"}')
+        self.assertEqual((st, out["purged"]), (200, 3))
+        self.assertHit(fetch_req(self.umbra.port, "/adm/p/0?cc=max-age%3D600", host="other.test"))
+        st, out = self.post("path=%2Fadm%2Fp%2F*", "application/x-www-form-urlencoded")
+        self.assertEqual((st, out["purged"]), (200, 1))
+        # One URL, by host and path.
+        self.put("/adm/one?cc=max-age%3D600")
+        self.assertEqual(self.post('{"host": "umbra.test", "path": "/adm/one?cc=max-age%3D600"}')[1]["purged"], 1)
+
+    def test_bad_bodies(self):
+        for body, ctype in (('{"tags": ', "application/json"), ('{"nope": 1}', "application/json"),
+                            ("{}", "application/json"), ("tag=%zz", "text/plain"),
+                            ('{"path": "/no-host"}', "application/json"),
+                            ('{"color": "red"}', "application/json")):
+            with self.subTest(body=body):
+                st, out = self.post(body, ctype)
+                self.assertEqual(st, 400)
+                self.assertIn("error", out)
+        status, _, _ = http_get(self.admin, "/purge", method="POST", body=b"x" * 8000)
+        self.assertEqual(status, 413)
+        self.assertTrue(self.umbra.alive())
+
+    def test_refused_outside_admin_allow(self):
+        cfg = config(self.origin.url) + \
+            'admin = { listen = "127.0.0.1:0", allow = { "10.9.8.7" } }\n'
+        with Umbra(cfg) as u:
+            t = "/adm/403?cc=max-age%3D600" + hdrs(("Surrogate-Key", "n"))
+            fetch_req(u.port, t)
+            raw = request(admin_port(u), b'POST /purge HTTP/1.1\r\nHost: a\r\n'
+                          b'Content-Length: 15\r\n\r\n{"tags": ["n"]}')
+            self.assertTrue(raw.startswith(b"HTTP/1.1 403"), raw)
+            self.assertHit(fetch_req(u.port, t))
 
 
 def email_date(t):
