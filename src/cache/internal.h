@@ -127,15 +127,6 @@ static inline time_t now_sec(void)
 #define TAG_PASS 1
 #define TAG_PENDING 2
 
-/* origin_tags.c */
-/* Surrogate-Key, Cache-Tag or xkey. */
-bool um__cache_is_tag_field(um_str name);
-/* Appends the tags of one field value (separated by spaces, tabs or commas) to out[n..max);
- * returns the new count. Slices of v. */
-size_t um__cache_split_tags(um_str v, um_str *out, size_t n, size_t max);
-/* The tags of a response's tag fields, at most max (slices of h's values). */
-size_t um__cache_response_tags(const struct um_header *h, size_t nh, um_str *out, size_t max);
-
 /* origin.c */
 /* The URL's key of req ("host target"), NUL-terminated; *len is its length. */
 char *um__cache_make_key(const struct um_request *req, size_t *len);

@@ -216,8 +216,8 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         const struct um_header *h = &req->headers[i];
         if (um_str_eq_ci(h->name, "umbra-purge"))
             soft = soft || um_str_eq_ci(um_str_trim(h->value), "soft");
-        else if (um__cache_is_tag_field(h->name))
-            ntags = um__cache_split_tags(h->value, tags, ntags, UM_NELEMS(tags));
+        else if (um_cache_is_tag_field(h->name))
+            ntags = um_cache_split_tags(h->value, tags, ntags, UM_NELEMS(tags));
     }
     size_t n;
     bool by_url = false;

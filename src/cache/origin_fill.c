@@ -66,7 +66,7 @@ static char *head_block(const struct cache_origin *co, const struct um_header *h
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         if (skip_stored_field(h[i].name) || !um_cache_field_storable(h[i].name, m) ||
-            (strip_tags && um__cache_is_tag_field(h[i].name)))
+            (strip_tags && um_cache_is_tag_field(h[i].name)))
             continue;
         memcpy(b + o, h[i].name.base, h[i].name.len);
         o += h[i].name.len;
@@ -261,7 +261,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
                                                   otag.base, otag.len);
         /* The tags: the 304's own tag fields, else the stored object's. */
         um_str tags[UM_CACHE_MAX_TAGS * 2];
-        size_t ntags = um__cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
+        size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
         if (ntags == 0)
             ntags = um_cache_obj_tags(fl->old, tags, UM_NELEMS(tags));
         if (no && um_cache_obj_set_tags(no, tags, ntags) == UM_OK &&
@@ -347,7 +347,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         size_t blen;
         char *block = head_block(co, h->headers, h->num_headers, &rm, &blen);
         um_str tags[UM_CACHE_MAX_TAGS * 2];
-        size_t ntags = um__cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
+        size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
         if (um_cache_obj_set_tag(fl->obj, tag, taglen) == UM_OK &&
             (h->content_length < 0 || um_cache_obj_expect(fl->obj, (size_t)h->content_length) == UM_OK) &&
             um_cache_obj_set_tags(fl->obj, tags, ntags) == UM_OK &&

@@ -17,7 +17,7 @@ void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
     size_t n = 0;
     bool strip_tags = !p->co->config->cache.expose_tags;
     for (size_t i = 0; i < h->num_headers && n < MAX_OUT_FIELDS; i++) {
-        if (strip_tags && um__cache_is_tag_field(h->headers[i].name))
+        if (strip_tags && um_cache_is_tag_field(h->headers[i].name))
             continue;
         out[n++] = h->headers[i];
         if (!p->invalidate)

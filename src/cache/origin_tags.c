@@ -5,13 +5,13 @@
 
 #include <string.h>
 
-bool um__cache_is_tag_field(um_str name)
+bool um_cache_is_tag_field(um_str name)
 {
     return um_str_eq_ci(name, "surrogate-key") || um_str_eq_ci(name, "cache-tag") ||
            um_str_eq_ci(name, "xkey");
 }
 
-size_t um__cache_split_tags(um_str v, um_str *out, size_t n, size_t max)
+size_t um_cache_split_tags(um_str v, um_str *out, size_t n, size_t max)
 {
     const char *p = v.base, *end = v.base + v.len;
     while (p < end && n < max) {
@@ -26,11 +26,11 @@ size_t um__cache_split_tags(um_str v, um_str *out, size_t n, size_t max)
     return n;
 }
 
-size_t um__cache_response_tags(const struct um_header *h, size_t nh, um_str *out, size_t max)
+size_t um_cache_response_tags(const struct um_header *h, size_t nh, um_str *out, size_t max)
 {
     size_t n = 0;
     for (size_t i = 0; i < nh && n < max; i++)
-        if (um__cache_is_tag_field(h[i].name))
-            n = um__cache_split_tags(h[i].value, out, n, max);
+        if (um_cache_is_tag_field(h[i].name))
+            n = um_cache_split_tags(h[i].value, out, n, max);
     return n;
 }

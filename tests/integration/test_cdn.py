@@ -401,6 +401,43 @@ class AdminPurgeTest(unittest.TestCase, CacheAssertions):
             self.assertHit(fetch_req(u.port, t))
 
 
+class LuaTagsTest(unittest.TestCase, CacheAssertions):
+    """on_response reads and sets res.tags; the cache tags the object with what it set."""
+
+    def test_res_tags(self):
+        hook = """
+function on_response(req, res)
+  if req.path == "/lua/add" then
+    local t = res.tags
+    t[#t + 1] = "added"
+    res.tags = t
+    res:set_header("X-Tags-Seen", table.concat(res.tags, "|"))
+  elseif req.path == "/lua/none" then
+    res.tags = nil
+  elseif req.path == "/lua/bad" then
+    res.tags = { "a\\1b" }
+  end
+end
+"""
+        with Origin() as o, Umbra(config(o.url) + hook) as u:
+            add = "/lua/add?cc=max-age%3D600" + hdrs(("Cache-Tag", "o1, o2"))
+            r = fetch_req(u.port, add)
+            self.assertEqual(r.header("X-Tags-Seen"), "o1|o2|added")
+            self.assertIsNone(r.header("Surrogate-Key"))
+            self.assertIsNone(r.header("Cache-Tag"))
+            self.assertHit(fetch_req(u.port, add))
+            none = "/lua/none?cc=max-age%3D600" + hdrs(("Surrogate-Key", "added"))
+            fetch_req(u.port, none)
+            self.assertHit(fetch_req(u.port, none))
+            r = fetch_req(u.port, "/", method="PURGE", headers=[("Surrogate-Key", "added")])
+            self.assertEqual(r.header("Umbra-Purged"), "1")
+            self.assertNotHit(fetch_req(u.port, add))
+            self.assertHit(fetch_req(u.port, none))
+            r = fetch_req(u.port, "/lua/bad?cc=max-age%3D600")
+            self.assertEqual(r.status, 500)
+            self.assertTrue(u.alive())
+
+
 def email_date(t):
     import email.utils
     return email.utils.formatdate(t, usegmt=True)
