@@ -438,6 +438,118 @@ end
             self.assertTrue(u.alive())
 
 
+def pipeline_fill(port, targets, conns=4, batch=250, timeout=120):
+    """GETs every target over conns keep-alive connections, batch requests pipelined at a
+    time; returns the statuses. Bounded: raises after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    parts = [targets[i::conns] for i in range(conns)]
+    statuses = [[] for _ in range(conns)]
+    errors = []
+
+    def run(i):
+        try:
+            with connect(port, 30) as s:
+                todo = parts[i]
+                for b in range(0, len(todo), batch):
+                    chunk = todo[b:b + batch]
+                    s.sendall(b"".join(req(t, close=False) for t in chunk))
+                    data = b""
+                    got = 0
+                    pos = 0
+                    while got < len(chunk):
+                        if time.monotonic() > deadline:
+                            raise AssertionError("fill took too long")
+                        d = s.recv(1 << 20)
+                        if not d:
+                            raise AssertionError("connection closed")
+                        data += d
+                        while True:
+                            end = data.find(b"\r\n\r\n", pos)
+                            if end < 0:
+                                break
+                            head = data[pos:end].decode("latin-1")
+                            cl = 0
+                            for line in head.split("\r\n")[1:]:
+                                k, _, v = line.partition(":")
+                                if k.strip().lower() == "content-length":
+                                    cl = int(v)
+                            if len(data) < end + 4 + cl:
+                                break
+                            statuses[i].append(int(head.split(" ", 2)[1]))
+                            pos = end + 4 + cl
+                            got += 1
+                    data = data[pos:]
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    if errors:
+        raise errors[0]
+    return [x for st in statuses for x in st]
+
+
+class BigPurgeTest(unittest.TestCase, CacheAssertions):
+    """A tag on 100,000 objects is purged in bounded time, and other requests keep being
+    served while it runs."""
+
+    N = 100000
+
+    def test_purge_tag_of_100000_objects(self):
+        with Origin() as o, Umbra(config(o.url, memory='"1GB"', max_object='"1MB"'),
+                                  workers=2) as u:
+            targets = ["/big/%d?cc=max-age%%3D600&body=x&header=Surrogate-Key:big+k%d" % (i, i % 10)
+                       for i in range(self.N)]
+            t0 = time.monotonic()
+            st = pipeline_fill(u.port, targets)
+            fill = time.monotonic() - t0
+            self.assertEqual(len(st), self.N)
+            self.assertEqual(set(st), {200})
+            other = "/big/other?cc=max-age%3D600"
+            fetch_req(u.port, other)
+            self.assertHit(fetch_req(u.port, other))
+            # Hits on other connections while the purge runs.
+            stop = threading.Event()
+            lat = []
+
+            def hits():
+                while not stop.is_set() and len(lat) < 100000:
+                    t1 = time.monotonic()
+                    r = fetch_req(u.port, other)
+                    lat.append((time.monotonic() - t1, r.status, is_hit(r)))
+
+            hitters = [threading.Thread(target=hits, daemon=True) for _ in range(2)]
+            for h in hitters:
+                h.start()
+            time.sleep(0.2)
+            before = len(lat)
+            t0 = time.monotonic()
+            r = fetch_req(u.port, "/", method="PURGE", headers=[("Surrogate-Key", "big")],
+                          timeout=60)
+            took = time.monotonic() - t0
+            time.sleep(0.2)
+            stop.set()
+            for h in hitters:
+                h.join(10)
+            self.assertEqual(r.status, 200, r.raw_head)
+            self.assertEqual(r.header("Umbra-Purged"), str(self.N))
+            if os.environ.get("UMBRA_TEST_VERBOSE"):
+                print("\nfill %.2f s, purge of %d objects %.3f s, %d hits during it, worst %.3f s"
+                      % (fill, self.N, took, len(lat) - before, max(x[0] for x in lat)))
+            self.assertLess(took, 10 if os.environ.get("UMBRA_SANITIZE") else 3)
+            self.assertGreater(len(lat) - before, 10, "no hits were served during the purge")
+            self.assertTrue(all(s == 200 and h for _, s, h in lat))
+            self.assertLess(max(x[0] for x in lat), 5)
+            # All gone; the other object stays; the tag index is empty again.
+            self.assertNotHit(fetch_req(u.port, targets[7]))
+            self.assertHit(fetch_req(u.port, other))
+            r = fetch_req(u.port, "/", method="PURGE", headers=[("Surrogate-Key", "k3")])
+            self.assertEqual(r.header("Umbra-Purged"), "0")
+
+
 def email_date(t):
     import email.utils
     return email.utils.formatdate(t, usegmt=True)
