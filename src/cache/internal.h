@@ -82,6 +82,7 @@ struct fill {
     struct reader *own; /* the reader of the client that caused the fill, or NULL */
     struct pass *fwd;   /* the fill stopped storing and forwards to its client's pass */
     bool revalidating;
+    bool claimed; /* holds old's refresh claim (a background refresh): released at free */
     bool has_ttl; /* an on_request hook's ttl (a hook's on the head wins) */
     int64_t ttl;
     bool discard; /* the rest of the inner answer is not wanted */

@@ -85,13 +85,20 @@ static bool match_any(const struct um_cache_obj *obj, void *arg)
     return tag.len == 0 || !(tag.base[0] & TAG_PASS);
 }
 
+/* A fill in progress that the request arg can read (the match callback that joins a
+ * running revalidation or refetch). */
+static bool match_filling(const struct um_cache_obj *obj, void *arg)
+{
+    return um_cache_obj_state(obj) == UM_CACHE_FILLING && um__cache_match(obj, arg);
+}
+
 /* ---------------------------------------------------------------- starting fills */
 
 /* Starts a fill of obj (NULL for a revalidation of old) for the request f; the client
  * becomes a reader of obj. */
 static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
                        struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
-                       size_t key_len, enum um_cache_fwd fwd)
+                       size_t key_len, enum um_cache_fwd fwd, bool conditional)
 {
     struct fill *fl = um_calloc(1, sizeof(*fl));
     fl->kind = K_FILL;
@@ -103,6 +110,8 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->ctx = f->ctx;
     fl->obj = obj;
     fl->old = old;
+    /* A background refresh (no client, nothing to fill yet) holds old's refresh claim. */
+    fl->claimed = client == NULL && obj == NULL && old != NULL;
     fl->key = key;
     fl->key_len = key_len;
     fl->request_time = now_sec();
@@ -129,7 +138,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     struct um_header extra[2];
     size_t nextra = 0;
     char etag_buf[256], lm_buf[64];
-    if (old && obj == NULL) {
+    if (old && (obj == NULL || conditional)) {
         /* Conditional request with the stored validators (RFC 9111 4.3.1). */
         fl->revalidating = true;
         um_str ometa, ohead;
@@ -334,14 +343,14 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             v.age = v.lifetime; /* soft-purged: stale from now on */
         enum um_cache_use use = um_cache_decide(&v, &qm);
         if (use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE) {
-            if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET) {
-                /* Served stale; one refresh in the background. Requests arriving meanwhile
-                 * find the refreshing object first and stream from it. */
-                static const char pend = TAG_PENDING;
-                struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
-                if (nobj)
-                    fill_start(co, f, NULL, nobj, um_cache_obj_ref(obj), um_strndup(key, klen),
-                               klen, UM_FWD_STALE);
+            if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET &&
+                um_cache_obj_claim_refresh(obj)) {
+                /* Served stale; one refresh in the background (a conditional request when
+                 * there are validators), claimed on the object so that the requests
+                 * arriving meanwhile, on any worker, get the stale object too and send
+                 * nothing. The answer replaces the object. */
+                fill_start(co, f, NULL, NULL, um_cache_obj_ref(obj), um_strndup(key, klen), klen,
+                           UM_FWD_STALE, true);
             }
             free(key);
             struct reader *r = um__cache_reader_new(co, f, client, obj);
@@ -360,17 +369,28 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !rm.cc.no_cache && asked
                                     ? UM_FWD_REQUEST
                                     : UM_FWD_STALE;
-        if (use == UM_USE_REVALIDATE && req->method_id == UM_METHOD_GET) {
-            fill_start(co, f, client, NULL, obj, key, klen, why);
-            return;
-        }
         if (req->method_id == UM_METHOD_GET) {
-            /* Unusable as it is and nothing to validate with: fetch it again into a new
-             * object ahead of this one (which may still stand in if the origin fails). */
+            /* Revalidate (with validators) or fetch again (without), into a new object
+             * ahead of this one, which may still stand in if the origin fails. The new
+             * object is made atomically with the check for one already being filled, so
+             * that of many requests for a stale object, on any worker, one goes to the
+             * origin and the others stream its answer (a 304 fills it from the stored
+             * body). */
             static const char pend = TAG_PENDING;
-            struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
-            if (nobj) {
-                fill_start(co, f, client, nobj, obj, key, klen, why);
+            struct um_cache_obj *nobj = NULL;
+            enum um_cache_result res = um_cache_lookup_or_insert(
+                co->cache, k, match_filling, (void *)req, &pend, 1, &nobj);
+            if (res == UM_CACHE_FOUND) {
+                free(key);
+                um_cache_obj_unref(obj);
+                struct reader *r = um__cache_reader_new(co, f, client, nobj);
+                r->cs.fwd = why;
+                r->cs.collapsed = true;
+                um__cache_reader_pump(r);
+                return;
+            }
+            if (res == UM_CACHE_CREATED) {
+                fill_start(co, f, client, nobj, obj, key, klen, why, use == UM_USE_REVALIDATE);
                 return;
             }
         }
@@ -416,7 +436,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         um__cache_reader_pump(r);
         return;
     }
-    fill_start(co, f, client, nobj, NULL, key, klen, miss);
+    fill_start(co, f, client, nobj, NULL, key, klen, miss, false);
 }
 
 static void cache_resume(struct um_origin *o, struct um_sink *client)

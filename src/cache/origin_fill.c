@@ -152,8 +152,11 @@ void um__cache_fill_free(struct fill *fl)
         um_cache_obj_finish(fl->obj, false); /* no-op when already finished */
         um_cache_obj_unref(fl->obj);
     }
-    if (fl->old)
+    if (fl->old) {
+        if (fl->claimed)
+            um_cache_obj_release_refresh(fl->old);
         um_cache_obj_unref(fl->old);
+    }
     free(fl->key);
     free(fl->head_copy);
     um_config_unref(fl->co->config);
@@ -257,8 +260,17 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         size_t blen;
         char *block = head_block(co, merged, mn, &mm, &blen);
         um_str otag = um_cache_obj_tag(fl->old);
-        struct um_cache_obj *no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len},
-                                                  otag.base, otag.len);
+        /* A coalesced revalidation fills the object its waiters read (fl->obj); a
+         * background one makes a new object. */
+        struct um_cache_obj *no = fl->obj;
+        fl->obj = NULL;
+        if (no && um_cache_obj_set_tag(no, otag.base, otag.len) != UM_OK) {
+            um_cache_obj_unref(no);
+            no = NULL;
+        } else if (no == NULL) {
+            no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len}, otag.base,
+                                 otag.len);
+        }
         /* The tags: the 304's own tag fields, else the stored object's. */
         um_str tags[UM_CACHE_MAX_TAGS * 2];
         size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
@@ -301,15 +313,42 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
                                    true};
         if (um_cache_stale_if_error_ok(&v, &qm, &co->pol, h->status)) {
             fl->revalidating = false;
+            struct um_cache_obj *stand_in = fl->old;
             if (fl->obj) {
-                /* The refetch that was to replace it: given up (its waiters ask again). */
-                um_cache_obj_finish(fl->obj, false);
-                um_cache_obj_unref(fl->obj);
+                /* The object that was to replace it, which the coalesced requests wait on:
+                 * it becomes a copy of the stale one (same head, times and marks, the body
+                 * shared), so that they get the stale answer too rather than asking the
+                 * failing origin one by one. */
+                struct um_cache_obj *no = fl->obj;
                 fl->obj = NULL;
+                um_str otag = um_cache_obj_tag(fl->old);
+                um_str tags[UM_CACHE_MAX_TAGS];
+                size_t nt = um_cache_obj_tags(fl->old, tags, UM_CACHE_MAX_TAGS);
+                if (um_cache_obj_set_tag(no, otag.base, otag.len) == UM_OK &&
+                    um_cache_obj_set_tags(no, tags, nt) == UM_OK &&
+                    um_cache_obj_set_head(no, ometa.base, ometa.len, ohead.base, ohead.len) ==
+                        UM_OK &&
+                    um_cache_obj_adopt_body(no, fl->old) == UM_OK) {
+                    um_cache_obj_set_expires(no, um_cache_obj_expires(fl->old));
+                    um_cache_obj_set_stale_until(no, um_cache_obj_stale_until(fl->old));
+                    if (um_cache_obj_marked_stale(fl->old))
+                        um_cache_obj_mark_stale(no);
+                    um_cache_obj_finish(no, true);
+                    um_cache_unlink(co->cache, fl->old);
+                    stand_in = no;
+                } else {
+                    um_cache_obj_finish(no, false);
+                }
+                if (fl->own)
+                    fl->own->cs.detail = "stale-if-error";
+                own_switch(fl, stand_in, h->status);
+                um_cache_obj_unref(no);
+                fl->discard = true;
+                return;
             }
             if (fl->own)
                 fl->own->cs.detail = "stale-if-error";
-            own_switch(fl, fl->old, h->status);
+            own_switch(fl, stand_in, h->status);
             fl->discard = true; /* the rest of this answer goes nowhere */
             return;
         }

@@ -438,6 +438,69 @@ end
             self.assertTrue(u.alive())
 
 
+class CoalescedRevalidationTest(unittest.TestCase, CacheAssertions):
+    """Many requests for one stale object: the origin sees one conditional request; the
+    others wait for it (or, under stale-while-revalidate, get the stale object)."""
+
+    def origin(self, cc, delay=0.4, status=None):
+        def app(method, path, headers):
+            time.sleep(delay)
+            if status is not None and headers.get("if-none-match"):
+                return status, [], b"down"
+            if headers.get("if-none-match") == '"v1"':
+                # The 304 freshens it for longer: the check after the herd is a hit.
+                return 304, [("ETag", '"v1"'),
+                             ("Cache-Control", cc.replace("max-age=1", "max-age=60"))], b""
+            return 200, [("ETag", '"v1"'), ("Cache-Control", cc)], b"x" * 5000
+        return app
+
+    def herd(self, cc, workers, n=200):
+        with PyOrigin(self.origin(cc)) as o, Umbra(config(o.url), workers=workers) as u:
+            t = "/reval/herd"
+            fetch_req(u.port, t)
+            time.sleep(EXPIRE)
+            n0 = len(o.requests(t))
+            t0 = time.monotonic()
+            results = concurrent(u.port, [t] * n)
+            took = time.monotonic() - t0
+            for i, (r, _) in enumerate(results):
+                self.assertNotIsInstance(r, Exception, "request %d: %r" % (i, r))
+                self.assertEqual((r.status, r.body), (200, b"x" * 5000), "request %d" % i)
+            reqs = o.requests(t)[n0:]
+            conditional = [h for _, _, h in reqs if h.get("if-none-match")]
+            self.assertEqual(len(conditional), 1, "%d conditional requests" % len(conditional))
+            self.assertEqual(len(reqs), 1, [h.get("if-none-match") for _, _, h in reqs])
+            # Freshened: the next request is a hit.
+            self.assertTrue(wait_until(lambda: is_hit(fetch_req(u.port, t)), timeout=3))
+            self.assertEqual(len(o.requests(t)), n0 + 1)
+            return results, took
+
+    def test_200_requests_for_a_stale_object(self):
+        results, took = self.herd("max-age=1", workers=1)
+        self.assertLess(took, 10)
+
+    def test_200_requests_for_a_stale_object_two_workers(self):
+        self.herd("max-age=1", workers=2)
+
+    def test_stale_while_revalidate_herd_gets_stale(self):
+        results, took = self.herd("max-age=1, stale-while-revalidate=60", workers=2)
+        # Nobody waited for the origin's 400 ms.
+        slow = [d for r, d in results if d > 0.35]
+        self.assertLessEqual(len(slow), len(results) // 10, "waited: %r" % slow[:10])
+
+    def test_failing_revalidation_gives_every_waiter_stale_if_error(self):
+        cc = "max-age=1, stale-if-error=60"
+        with PyOrigin(self.origin(cc, status=503)) as o, Umbra(config(o.url)) as u:
+            t = "/reval/sie"
+            fetch_req(u.port, t)
+            time.sleep(EXPIRE)
+            results = concurrent(u.port, [t] * 50)
+            for r, _ in results:
+                self.assertNotIsInstance(r, Exception)
+                self.assertEqual((r.status, r.body), (200, b"x" * 5000), r.raw_head)
+            self.assertEqual(len(o.requests(t)), 2)
+
+
 def pipeline_fill(port, targets, conns=4, batch=250, timeout=120):
     """GETs every target over conns keep-alive connections, batch requests pipelined at a
     time; returns the statuses. Bounded: raises after timeout seconds."""
