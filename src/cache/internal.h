@@ -154,6 +154,7 @@ void um__cache_pass_start(struct cache_origin *co, struct um_fetch *f, struct um
 /* The pass's sink calls, for a fill that forwards its answer to a pass. */
 void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h);
 size_t um__cache_pass_on_data(struct um_sink *s, const char *data, size_t len);
+void um__cache_pass_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n);
 void um__cache_pass_on_end(struct um_sink *s, int err);
 
 /* origin_fill.c */

@@ -555,7 +555,20 @@ static ssize_t fill_read_body(struct um_sink *s, char *buf, size_t len)
     return 0; /* fills are for GET without a body */
 }
 
-const struct um_sink_ops um__cache_fill_ops = {.on_head = fill_on_head,
+/* An interim response (103 Early Hints...): never stored; passed to the client that caused
+ * the fill while it waits for the head (the coalesced readers get none). */
+static void fill_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
+{
+    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct pass *p = fill_forward(fl);
+    if (p)
+        um__cache_pass_on_info(&p->sink, status, h, n);
+    else if (fl->own && !fl->own->head_sent)
+        um_sink_info(fl->own->client, status, h, n);
+}
+
+const struct um_sink_ops um__cache_fill_ops = {.on_info = fill_on_info,
+                                               .on_head = fill_on_head,
                                                .on_data = fill_on_data,
                                                .on_file = fill_on_file,
                                                .on_end = fill_on_end,

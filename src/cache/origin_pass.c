@@ -99,7 +99,14 @@ static ssize_t pass_read_body(struct um_sink *s, char *buf, size_t len)
     return p->client->ops->read_body(p->client, buf, len);
 }
 
-const struct um_sink_ops um__cache_pass_ops = {.on_head = um__cache_pass_on_head,
+void um__cache_pass_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
+{
+    struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
+    um_sink_info(p->client, status, h, n);
+}
+
+const struct um_sink_ops um__cache_pass_ops = {.on_info = um__cache_pass_on_info,
+                                               .on_head = um__cache_pass_on_head,
                                                .on_data = um__cache_pass_on_data,
                                                .on_file = pass_on_file,
                                                .on_end = um__cache_pass_on_end,

@@ -710,6 +710,53 @@ static int l_respond(lua_State *L)
     return 1;
 }
 
+/* umbra.early_hints({ link = "</a.css>; rel=preload; as=style" }): a 103 Early Hints
+ * (RFC 8297) with these fields goes to the client before the answer (an HTTP/1.1 client;
+ * others get none). A value may be a list (repeated fields); several calls add up. */
+static int l_early_hints(lua_State *L)
+{
+    struct um_hook_request *hr =
+        um__hooks_request_call(L, "umbra.early_hints", "only on_request can send early hints");
+    luaL_checktype(L, 1, LUA_TTABLE);
+    size_t cap = hr->num_hints;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        cap += lua_istable(L, -1) ? lua_objlen(L, -1) : 1;
+        lua_pop(L, 1);
+    }
+    if (cap > 64)
+        return luaL_error(L, "umbra.early_hints: too many fields (at most 64)");
+    struct um_header *hs = um_arena_alloc(hr->arena, (cap ? cap : 1) * sizeof(*hs));
+    if (hr->num_hints)
+        memcpy(hs, hr->hints, hr->num_hints * sizeof(*hs));
+    size_t nh = hr->num_hints;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        size_t n, vn;
+        if (lua_type(L, -2) != LUA_TSTRING)
+            return luaL_error(L, "umbra.early_hints: field names must be strings");
+        const char *name = lua_tolstring(L, -2, &n);
+        if (!um_http_is_token((um_str){name, n}) || is_framing(name, n))
+            return luaL_error(L, "umbra.early_hints: bad or reserved field name '%s'", name);
+        bool list = lua_istable(L, -1);
+        size_t count = list ? lua_objlen(L, -1) : 1;
+        for (size_t i = 1; i <= count; i++) {
+            if (list)
+                lua_rawgeti(L, -1, (int)i);
+            const char *v = check_value(L, -1, "umbra.early_hints: field value",
+                                        "umbra.early_hints", name, &vn);
+            hs[nh++] = (struct um_header){{um_arena_strdup(hr->arena, name, n), n},
+                                          {um_arena_strdup(hr->arena, v, vn), vn}};
+            if (list)
+                lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    hr->hints = hs;
+    hr->num_hints = nh;
+    return 0;
+}
+
 /* umbra.redirect(url, status = 302) */
 static int l_redirect(lua_State *L)
 {
@@ -824,6 +871,7 @@ static void new_proxy(lua_State *L, const char *name, lua_CFunction index,
 void um__hooks_open_bindings(lua_State *L, struct um__hook_state *h, int worker)
 {
     static const luaL_Reg umbra[] = {{"respond", l_respond}, {"redirect", l_redirect},
+                                     {"early_hints", l_early_hints},
                                      {"log", l_log},         {"now", l_now},
                                      {"unescape", l_unescape}, {NULL, NULL}};
     lua_newtable(L);

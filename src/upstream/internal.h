@@ -141,6 +141,9 @@ struct xfer {
  * counts the server as answering, and hands the head to the sink (x->head_sent). resp
  * is borrowed for the call. */
 void um__up_head(struct xfer *x, const struct um_http1_response *resp);
+/* An interim (1xx) response head before the final one: 100, 102 and 103 go to the sink
+ * (their end-to-end fields), others are dropped. */
+void um__up_info(struct xfer *x, const struct um_http1_response *resp);
 /* Body bytes for the sink. Returns len when taken, or 0 when the client is behind:
  * x->paused_recv is set and the transport stops reading until its resume. */
 size_t um__up_body(struct xfer *x, const char *data, size_t len);

@@ -17,7 +17,8 @@ from urllib.parse import quote
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, admin_port, class_context, connect,  # noqa: E402
-                           fetch_req, http_get, origin_body, parse_response, req, request,
+                           fetch_req, http_get, origin_body, parse_response, parse_responses,
+                           req, request,
                            wait_until)
 from test_cache import (CacheAssertions, EXPIRE, PyOrigin, concurrent, config,  # noqa: E402
                         cs_param, is_hit, seen)
@@ -499,6 +500,94 @@ class CoalescedRevalidationTest(unittest.TestCase, CacheAssertions):
                 self.assertNotIsInstance(r, Exception)
                 self.assertEqual((r.status, r.body), (200, b"x" * 5000), r.raw_head)
             self.assertEqual(len(o.requests(t)), 2)
+
+
+def responses(port, target, version="1.1", headers=()):
+    """The responses (interim ones first) that one request on its own connection gets."""
+    raw = ("GET %s HTTP/%s\r\nHost: umbra.test\r\nConnection: close\r\n" % (target, version) +
+           "".join("%s: %s\r\n" % h for h in headers) + "\r\n").encode()
+    return parse_responses(request(port, raw))
+
+
+LINK = "</a.css>; rel=preload; as=style"
+
+
+class InterimTest(unittest.TestCase, CacheAssertions):
+    """1xx from the origin reach HTTP/1.1 clients (both transports), never the cache;
+    umbra.early_hints sends a 103 from a hook."""
+
+    HOOK = """
+function on_request(req)
+  if req.path:find("^/hint/") then
+    umbra.early_hints({ link = { "</h.css>; rel=preload", "</h.js>; rel=preload" } })
+    if req.path == "/hint/answer" then umbra.respond(200, "from the hook") end
+  elseif req.path == "/hint-bad" then
+    umbra.early_hints({ link = "a\\r\\nx: y" })
+  end
+end
+function on_response(req, res)
+  if req.path == "/hint-late" then umbra.early_hints({ link = "</x>" }) end
+end
+"""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        url = cls.origin.url
+        cfg = """
+upstreams = { app = { servers = { "%s" } }, viacurl = { servers = { "%s" }, client = "curl" } }
+routes = { { path = "/curl/", upstream = "viacurl" }, { path = "/", upstream = "app" } }
+""" % (url, url)
+        cls.umbra = class_context(cls, Umbra(cfg + cls.HOOK))
+
+    def info_target(self, path, extra=""):
+        return path + "?info=103&infoh=" + q("Link: " + LINK) + extra
+
+    def test_103_passed_to_http11_clients(self):
+        for path in ("/i/h1", "/curl/i"):
+            with self.subTest(path=path):
+                rs = responses(self.umbra.port, self.info_target(path, "&cc=no-store"))
+                self.assertEqual([r.status for r in rs], [103, 200])
+                self.assertEqual(rs[0].header("Link"), LINK)
+                self.assertIsNone(rs[1].header("Link"))
+                self.assertEqual(rs[1].body, (self.info_target(path, "&cc=no-store") + "\n").encode())
+
+    def test_100_102_103_in_order_others_dropped(self):
+        for path in ("/i/many", "/curl/many"):
+            with self.subTest(path=path):
+                t = path + "?info=100&info=102&info=199&info=103&infoh=" + q("Link: " + LINK)
+                rs = responses(self.umbra.port, t)
+                self.assertEqual([r.status for r in rs], [100, 102, 103, 200])
+
+    def test_interim_never_stored(self):
+        t = self.info_target("/i/stored", "&cc=max-age%3D600")
+        rs = responses(self.umbra.port, t)
+        self.assertEqual([r.status for r in rs], [103, 200])
+        rs = responses(self.umbra.port, t)
+        self.assertEqual([r.status for r in rs], [200])
+        self.assertHit(rs[0])
+        self.assertIsNone(rs[0].header("Link"))
+
+    def test_http10_client_gets_no_interim(self):
+        rs = responses(self.umbra.port, self.info_target("/i/h10", "&cc=no-store"), version="1.0")
+        self.assertEqual([r.status for r in rs], [200])
+
+    def test_early_hints_from_a_hook(self):
+        rs = responses(self.umbra.port, "/hint/x?cc=no-store")
+        self.assertEqual([r.status for r in rs], [103, 200])
+        self.assertEqual(rs[0].header_all("Link"), ["</h.css>; rel=preload", "</h.js>; rel=preload"])
+        rs = responses(self.umbra.port, "/hint/answer")
+        self.assertEqual([r.status for r in rs], [103, 200])
+        self.assertEqual(rs[1].body, b"from the hook")
+        rs = responses(self.umbra.port, "/hint/x?cc=no-store", version="1.0")
+        self.assertEqual([r.status for r in rs], [200])
+
+    def test_early_hints_refused_where_wrong(self):
+        rs = responses(self.umbra.port, "/hint-bad")
+        self.assertEqual([r.status for r in rs], [500])
+        rs = responses(self.umbra.port, "/hint-late?cc=no-store")
+        self.assertEqual([r.status for r in rs], [500])
+        self.assertTrue(self.umbra.alive())
 
 
 def pipeline_fill(port, targets, conns=4, batch=250, timeout=120):
