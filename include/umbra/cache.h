@@ -146,16 +146,22 @@ int um_cache_obj_set_tags(struct um_cache_obj *obj, const um_str *tags, size_t n
  * returns how many. Once the head is published (or by the filler). */
 size_t um_cache_obj_tags(const struct um_cache_obj *obj, um_str *out, size_t max);
 
+/* Flags of the purges below. */
+#define UM_CACHE_PURGE_SOFT 0x1  /* mark stale (um_cache_obj_marked_stale) instead of unlink */
+#define UM_CACHE_PURGE_PACED 0x2 /* sleep as long as it worked after each 1,024 objects, so
+                                    that a large purge takes at most half a CPU from the
+                                    workers; only for threads that may block (the admin's) */
+
 /* Purges every linked object tagged with any of tags[0..n): hard unlinks (FILLING objects
- * too), soft marks COMPLETE ones stale (um_cache_obj_marked_stale) and keeps them. Returns
+ * too), soft (flags UM_CACHE_PURGE_SOFT) marks COMPLETE ones stale and keeps them. Returns
  * how many objects were affected, each counted once. Time linear in the objects tagged;
  * the tag index's lock is held only while they are collected, and never taken by hits. */
-size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t n, bool soft);
+size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t n, unsigned flags);
 
 /* Purges (as above) every object whose key is "HOST TARGET" with TARGET starting with
  * prefix and, when host.len > 0, HOST equal to host. Walks the whole index, one shard lock
  * at a time. Returns how many were affected. */
-size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, bool soft);
+size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, unsigned flags);
 
 /* Marks every COMPLETE variant of key stale. Returns how many. */
 size_t um_cache_purge_soft(struct um_cache *c, um_str key);

@@ -233,7 +233,7 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
     bool has_query = (req->flags & UM_REQ_F_HAS_QUERY) != 0;
     um_str last = has_query ? req->query : req->path;
     if (ntags > 0) {
-        n = um_cache_purge_tags(co->cache, tags, ntags, soft);
+        n = um_cache_purge_tags(co->cache, tags, ntags, soft ? UM_CACHE_PURGE_SOFT : 0);
     } else if (last.len > 0 && last.base[last.len - 1] == '*') {
         /* The key's target is path[?query]: the prefix is that without the '*'. */
         size_t tl = req->path.len + (has_query ? 1 + req->query.len : 0) - 1;
@@ -248,7 +248,7 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
             host[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
         }
         n = um_cache_purge_prefix(co->cache, (um_str){host, req->authority.len},
-                                  (um_str){pre, tl}, soft);
+                                  (um_str){pre, tl}, soft ? UM_CACHE_PURGE_SOFT : 0);
         free(pre);
         free(host);
     } else {

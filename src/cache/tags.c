@@ -27,6 +27,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "store_internal.h"
 
@@ -335,11 +336,26 @@ static bool try_ref(struct um_cache_obj *o)
 
 /* Unlinks (or, soft, marks stale) the collected objects and gives their references back.
  * Returns how many were affected: unlinked by this call, or marked. */
-static size_t purge_collected(struct um_cache *c, struct objvec *ov, bool soft)
+static size_t purge_collected(struct um_cache *c, struct objvec *ov, unsigned flags)
 {
+    bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
     size_t n = 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (size_t i = 0; i < ov->n; i++) {
         struct um_cache_obj *o = ov->v[i];
+        if ((flags & UM_CACHE_PURGE_PACED) && i > 0 && i % 1024 == 0) {
+            /* As long asleep as at work: half a CPU at most. */
+            struct timespec t1, d;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+            if (ns > 0) {
+                d.tv_sec = (time_t)(ns / 1000000000);
+                d.tv_nsec = (long)(ns % 1000000000);
+                nanosleep(&d, NULL);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+        }
         if (soft) {
             if (atomic_load_explicit(&o->linked, memory_order_relaxed)) {
                 um_cache_obj_mark_stale(o);
@@ -364,8 +380,9 @@ static bool purgeable(const struct um_cache_obj *o, bool soft)
     return st == UM_CACHE_COMPLETE || (!soft && st == UM_CACHE_FILLING);
 }
 
-size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags, bool soft)
+size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags, unsigned flags)
 {
+    bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
     struct um__tags *t = &c->tags;
     struct objvec ov = {0};
     pthread_mutex_lock(&t->lock);
@@ -384,11 +401,12 @@ size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags,
         }
     }
     pthread_mutex_unlock(&t->lock);
-    return purge_collected(c, &ov, soft);
+    return purge_collected(c, &ov, flags);
 }
 
-size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, bool soft)
+size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, unsigned flags)
 {
+    bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
     struct objvec ov = {0};
     for (unsigned i = 0; i < (1u << c->shard_bits); i++) {
         struct shard *sh = &c->shards[i];
@@ -407,7 +425,7 @@ size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, boo
         }
         pthread_mutex_unlock(&sh->lock);
     }
-    return purge_collected(c, &ov, soft);
+    return purge_collected(c, &ov, flags);
 }
 
 size_t um_cache_purge_soft(struct um_cache *c, um_str key)
@@ -424,5 +442,5 @@ size_t um_cache_purge_soft(struct um_cache *c, um_str key)
         objvec_push(&ov, o);
     }
     pthread_mutex_unlock(&sh->lock);
-    return purge_collected(c, &ov, true);
+    return purge_collected(c, &ov, UM_CACHE_PURGE_SOFT);
 }

@@ -290,11 +290,14 @@ int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t 
         if (*ch >= 'A' && *ch <= 'Z')
             *ch = (char)(*ch + 32);
     }
+    /* The admin thread may sleep: a large purge is paced so that the workers keep most of
+     * the CPU. */
+    unsigned flags = UM_CACHE_PURGE_PACED | (p.soft ? UM_CACHE_PURGE_SOFT : 0);
     size_t n = 0;
     if (p.ntags > 0)
-        n += um_cache_purge_tags(cache, p.tags, p.ntags, p.soft);
+        n += um_cache_purge_tags(cache, p.tags, p.ntags, flags);
     if (p.path.len > 0 && p.path.base[p.path.len - 1] == '*') {
-        n += um_cache_purge_prefix(cache, p.host, (um_str){p.path.base, p.path.len - 1}, p.soft);
+        n += um_cache_purge_prefix(cache, p.host, (um_str){p.path.base, p.path.len - 1}, flags);
     } else if (p.path.len > 0) {
         size_t kl = p.host.len + 1 + p.path.len;
         char *k = um_malloc(kl);
