@@ -174,7 +174,9 @@ class TargetedTest(unittest.TestCase, CacheAssertions):
                     '{ "A", "a" }'):
             with self.subTest(bad=bad):
                 errors = config_errors('cache = {\n  targeted = %s,\n}\n' % bad)
-                self.assertRegex(errors, r"config\.lua:\d+: cache\.targeted")
+                self.assertRegex(errors, r"config\.lua:4: cache\.targeted")
+        errors = config_errors('cache = {\n  expose_tags = "yes",\n}\n')
+        self.assertRegex(errors, r"config\.lua:4: cache\.expose_tags: expected true or false")
 
 
 class SurrogateKeyTest(unittest.TestCase, CacheAssertions):
