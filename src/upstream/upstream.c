@@ -240,8 +240,10 @@ void um__up_head(struct xfer *x, const struct um_http1_response *resp)
 
 void um__up_info(struct xfer *x, const struct um_http1_response *resp)
 {
-    if (x->head_sent || (resp->status != 100 && resp->status != 102 && resp->status != 103))
+    if (x->head_sent || (resp->status != 100 && resp->status != 102 && resp->status != 103) ||
+        x->infos >= UM_UP_MAX_INFOS)
         return;
+    x->infos++;
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS];
     size_t n = 0;
     for (size_t i = 0; i < resp->num_headers; i++) {

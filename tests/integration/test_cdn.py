@@ -573,6 +573,15 @@ routes = { { path = "/curl/", upstream = "viacurl" }, { path = "/", upstream = "
         self.assertHit(rs[0])
         self.assertIsNone(rs[0].header("Link"))
 
+    def test_endless_interim_responses_are_bounded(self):
+        # A hostile origin's many 1xx: at most 8 reach the client, then the answer.
+        for path in ("/i/flood", "/curl/flood"):
+            with self.subTest(path=path):
+                t = path + "?cc=no-store" + "&info=102" * 8 + "&info=103" * 8
+                rs = responses(self.umbra.port, t)
+                self.assertEqual([r.status for r in rs], [102] * 8 + [200])
+                self.assertTrue(self.umbra.alive())
+
     def test_http10_client_gets_no_interim(self):
         rs = responses(self.umbra.port, self.info_target("/i/h10", "&cc=no-store"), version="1.0")
         self.assertEqual([r.status for r in rs], [200])

@@ -288,7 +288,7 @@ struct params {
     size_t header_lens[MAX_PARAM_HEADERS];
     /* Interim responses sent before the final one: their codes, and the fields each has. */
     size_t num_infos, num_info_headers;
-    int infos[8];
+    int infos[32];
     const char *info_headers[8];
     size_t info_header_lens[8];
 };
@@ -642,7 +642,7 @@ static void parse_params(struct conn *c)
             p->body = v, p->body_len = vlen, p->has_body = true;
         else if (token_eq(kv, klen, "chunked"))
             p->chunked = on;
-        else if (token_eq(kv, klen, "info") && num && n >= 100 && n <= 199 && p->num_infos < 8)
+        else if (token_eq(kv, klen, "info") && num && n >= 100 && n <= 199 && p->num_infos < 32)
             p->infos[p->num_infos++] = (int)n;
         else if (token_eq(kv, klen, "infoh") && p->num_info_headers < 8) {
             p->info_headers[p->num_info_headers] = v;
