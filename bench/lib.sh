@@ -360,7 +360,7 @@ error_log $dir/error.log warn;
 $main
 
 events {
-    worker_connections 4096;
+    worker_connections ${NGINX_WORKER_CONNECTIONS:-4096};
 }
 
 http {

@@ -5,7 +5,7 @@ set -eu
 pkgs="build-essential cmake pkg-config libluajit-5.1-dev libcurl4-openssl-dev libssl-dev
 libcmocka-dev python3 curl openssl clang prometheus chromium"
 if [ "${1:-}" = "--bench" ]; then
-    pkgs="$pkgs wrk apache2-utils nginx-light varnish nghttp2-client"
+    pkgs="$pkgs wrk apache2-utils apache2 nginx-light varnish nghttp2-client"
 fi
 missing=""
 for p in $pkgs; do

@@ -35,6 +35,11 @@ void um_buf_init_fixed(struct um_buf *b, char *storage, size_t size);
  * afterwards and may be used again. */
 void um_buf_dispose(struct um_buf *b);
 
+/* Gives an empty growable buffer the heap memory mem of cap > 0 bytes (from malloc, e.g. a
+ * pool's block), which it owns from now on as if it had allocated it: it may realloc it,
+ * and um_buf_dispose frees it (or um_buf_detach hands it back). */
+void um_buf_adopt(struct um_buf *b, char *mem, size_t cap);
+
 /* Forgets the bytes, keeps the memory. */
 void um_buf_reset(struct um_buf *b);
 

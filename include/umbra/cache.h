@@ -243,6 +243,10 @@ bool um_cache_obj_linked(const struct um_cache_obj *obj);
  * the caller holds a reference, never change. Returns false (and leaves them alone) when
  * the filler has not set it yet. Match-safe. */
 bool um_cache_obj_head(const struct um_cache_obj *obj, um_str *meta, um_str *head);
+/* How many times the object's waiter lock has been taken (waits, unwaits, wake-ups).
+ * A reader of a complete object that never had to wait takes it no time: tests check
+ * that a hit stays off it. Match-safe. */
+unsigned long um_cache_obj_waiter_locks(const struct um_cache_obj *obj);
 /* Body bytes published so far (final once COMPLETE). Match-safe. */
 size_t um_cache_obj_body_len(const struct um_cache_obj *obj);
 

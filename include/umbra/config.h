@@ -61,6 +61,8 @@ struct um_route {
     char *name;       /* name = "api": what an on_request hook sets req.route to; or NULL */
     bool on_request;  /* the route has its own on_request / on_response function */
     bool on_response;
+    char *cgi; /* cgi = "DIR": CGI scripts under this directory (absolute after loading);
+                  NULL for other routes */
 };
 
 struct um_mime_type {
@@ -164,6 +166,7 @@ struct um_config {
         size_t max_request_line; /* 414 past it */
         size_t max_header_bytes; /* 431 past it */
         uint64_t max_body_bytes; /* 413 past it */
+        size_t lua_memory;       /* bytes each request state may hold (umbra/luasandbox.h) */
     } limits;
     struct {
         double header;   /* seconds to receive a complete head */
@@ -189,6 +192,12 @@ struct um_config {
     } lua;
     struct um_admin_conf admin;
     struct um_access_log_conf access_log;
+    /* cgi = { max_children = N, timeout = S }: the limits of every cgi route */
+    struct {
+        int max_children; /* scripts running at once per cgi route; default 64 */
+        double timeout;   /* seconds a script may run; default 30 */
+        int line;
+    } cgi;
     int _refcnt;
 };
 

@@ -20,6 +20,7 @@ enum um_context_slot {
     UM_CONTEXT_CURL,        /* upstream: the CURLM, its sockets and easy handles */
     UM_CONTEXT_H1_CLIENT,   /* upstream: the HTTP/1.1 client's connection pools */
     UM_CONTEXT_ACCESS_LOG,  /* access log: the buffer of lines and its flush timer */
+    UM_CONTEXT_CGI,         /* cgi: the scripts running on the worker */
     UM_CONTEXT_NUM_SLOTS
 };
 

@@ -114,7 +114,9 @@ time_t um_loop_wall(const struct um_loop *l);
 /* ---------------------------------------------------------------- services */
 
 /* Watches fd for events (the EPOLLIN/EPOLLOUT/EPOLLRDHUP/EPOLLET bits of epoll); events 0
- * stops watching. Returns UM_OK or UM_ERR (errno set). Closing fd also stops it. */
+ * stops watching. Returns UM_OK or UM_ERR (errno set). Closing fd stops it only when no
+ * copy of the descriptor lives on: a child being spawned (CGI) holds one until its exec,
+ * so call this with events 0 before closing a descriptor whose um_io is then freed. */
 int um_loop_io_set(struct um_loop *l, struct um_io *io, int fd, uint32_t events);
 
 /* Arms t to fire once after ms milliseconds (re-arming moves it). */

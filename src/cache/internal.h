@@ -28,12 +28,36 @@ enum kind { K_READER = 0x52454144, K_FILL = 0x46494c4c, K_PASS = 0x50415353 };
 
 #define META_F_PASS 0x1
 
+/* The scalar part of a stored response's Cache-Control (struct um_cc without the lists of
+ * field names, which only matter when the response is stored). */
+struct meta_cc {
+    bool present, no_store, no_cache, private_, public_, must_revalidate, proxy_revalidate,
+        must_understand, no_transform, immutable, only_if_cached;
+    unsigned invalid;
+    int64_t max_age, s_maxage, max_stale, min_fresh, stale_while_revalidate, stale_if_error;
+};
+
+/* One field of the stored head block: offsets into it. */
+struct meta_field {
+    uint32_t name_off, name_len, value_off, value_len;
+};
+
+/* An object's meta block (the store keeps it 16-byte aligned, so it is read in place).
+ * Everything below content_length is parsed from the stored head block when the object
+ * is stored (um__cache_meta_build), so that a hit parses nothing: it is what
+ * um_resp_meta_scan and um__cache_head_fields give for that block. */
 struct meta {
     uint32_t flags;
     int status;
     struct um_age_times times;
     int64_t lifetime;
     int64_t content_length; /* -1: unknown until complete */
+    struct meta_cc cc;
+    uint32_t etag_off, etag_len; /* a well-formed ETag in the head block; len 0: none */
+    bool has_last_modified, has_date;
+    time_t last_modified, date;
+    uint32_t nfields;
+    struct meta_field fields[]; /* nfields of them */
 };
 
 struct cache_origin {
@@ -49,6 +73,7 @@ struct fill;
 
 struct reader {
     enum kind kind;
+    struct reader *next_free; /* on the worker's list of spare readers */
     struct cache_origin *co;
     struct um_sink *client;
     struct um_context *ctx;
@@ -59,6 +84,12 @@ struct reader {
     const struct um_request *req; /* the client's; valid until our on_end */
     struct um_fetch fetch;        /* for falling back to the inner origin */
     bool head_sent, head_only, done, waiting;
+    /* The waiter has been registered with an object at least once: only then can a
+     * progress call post the task, and only then does release take the object's waiter
+     * lock and the loop's mailbox lock. A hit on a complete object takes neither. */
+    bool registered;
+    bool has_qm;
+    struct um_req_meta qm; /* the request's metadata, scanned once (has_qm) */
     bool ranged;
     uint64_t range_skip; /* body bytes before the range, still to pass over */
     uint64_t range_left;
@@ -115,6 +146,9 @@ struct worker_fills {
     struct um_context *ctx;
     struct fill *active;
     struct um_task stop;
+    /* Spare readers, so that a hit allocates nothing. */
+    struct reader *free_readers;
+    unsigned num_free_readers;
 };
 
 static inline time_t now_sec(void)
@@ -137,10 +171,25 @@ char *um__cache_make_key(const struct um_request *req, size_t *len);
 bool um__cache_match(const struct um_cache_obj *obj, void *arg);
 /* Splits a stored head block into at most max fields (slices of it); returns how many. */
 size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max);
+/* The meta block of a stored response: base's first fields (flags .. content_length) and
+ * what a hit needs parsed from head (the stored head block); with pol (may be NULL), its
+ * targeted fields (RFC 9213) give the Cache-Control kept. Returns a malloc'd block of
+ * *len bytes, for um_cache_obj_set_head; the caller frees it. */
+struct meta *um__cache_meta_build(const struct meta *base, um_str head,
+                                  const struct um_cache_policy *pol, size_t *len);
+/* A stored response's Cache-Control as the policy functions take it. */
+void um__cache_meta_cc(const struct meta *m, struct um_cc *cc);
+/* The stored head's fields (slices of head, which m was built from); returns how many. */
+size_t um__cache_meta_fields(const struct meta *m, um_str head, struct um_header *f, size_t max);
 /* A reader of obj (the caller's reference passes to it) for client, whose origin_data it
- * becomes; it starts with um__cache_reader_pump. */
+ * becomes; it starts with um__cache_reader_pump. qm: the request's metadata when the
+ * caller has scanned it (copied), or NULL. Taken from the worker's spare readers when
+ * there is one. */
 struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
-                                    struct um_sink *client, struct um_cache_obj *obj);
+                                    struct um_sink *client, struct um_cache_obj *obj,
+                                    const struct um_req_meta *qm);
+/* Gives a released reader back to the worker's spares (or frees it). */
+void um__cache_reader_free(struct reader *r);
 /* Sends the client what there is to send, and waits for the rest (or ends). */
 void um__cache_reader_pump(struct reader *r);
 /* Detaches r from everything; the caller frees it. */

@@ -66,15 +66,35 @@ char *um__cache_make_key(const struct um_request *req, size_t *len)
     return k;
 }
 
-/* The key of fetch f: a hook's (f->cache_key), else the URL's. */
-static char *fetch_key(const struct um_fetch *f, size_t *len)
+/* The key of fetch f: a hook's (f->cache_key), else the URL's, NUL-terminated, written
+ * into buf (size bytes, on the caller's stack) when it fits, else malloc'd: give it back
+ * with key_drop, or make it the fill's with key_keep. */
+static char *fetch_key(const struct um_fetch *f, char *buf, size_t size, size_t *len)
 {
-    if (f->cache_key.base) {
-        *len = f->cache_key.len;
-        return um_strndup(f->cache_key.base, f->cache_key.len);
-    }
-    return um__cache_make_key(f->req, len);
+    size_t n = f->cache_key.base ? f->cache_key.len : um_cache_url_key_len(f->req);
+    char *k = n < size ? buf : um_malloc(n + 1);
+    if (f->cache_key.base)
+        memcpy(k, f->cache_key.base, n);
+    else
+        um_cache_url_key_write(f->req, k);
+    k[n] = '\0';
+    *len = n;
+    return k;
 }
+
+static void key_drop(char *key, const char *buf)
+{
+    if (key != buf)
+        free(key);
+}
+
+/* A key the caller owns from now on (a fill keeps its key). */
+static char *key_keep(char *key, const char *buf, size_t len)
+{
+    return key == buf ? um_strndup(key, len) : key;
+}
+
+#define KEY_STACK 512
 
 /* Whether obj is a stored response at all (not a hit-for-pass marker), whatever it Varies
  * on: the match callback of the vary-miss check. */
@@ -127,7 +147,8 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     /* The client reads from the object (or, for a revalidation, waits for its answer). A
      * background refresh has no client. */
     if (client) {
-        struct reader *r = um__cache_reader_new(co, f, client, um_cache_obj_ref(obj ? obj : old));
+        struct reader *r =
+            um__cache_reader_new(co, f, client, um_cache_obj_ref(obj ? obj : old), NULL);
         r->cs.fwd = fwd;
         r->waiting = obj == NULL;
         fl->own = r;
@@ -253,11 +274,12 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         free(host);
     } else {
         by_url = true;
+        char kbuf[KEY_STACK];
         size_t klen;
-        char *key = fetch_key(f, &klen);
+        char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
         n = soft ? um_cache_purge_soft(co->cache, (um_str){key, klen})
                  : um_cache_purge(co->cache, (um_str){key, klen});
-        free(key);
+        key_drop(key, kbuf);
     }
     int status = n == 0 && by_url ? 404 : 200;
     char body[96], count[24];
@@ -307,8 +329,9 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         um__cache_pass_start(co, f, client, UM_FWD_REQUEST, "no-store");
         return;
     }
+    char kbuf[KEY_STACK];
     size_t klen;
-    char *key = fetch_key(f, &klen);
+    char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
     um_str k = {key, klen};
     struct um_cache_obj *obj = um_cache_lookup(co->cache, k, um__cache_match, (void *)req);
     if (obj) {
@@ -316,29 +339,26 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         enum um_cache_state st = um_cache_obj_state(obj);
         if (st == UM_CACHE_FILLING || !um_cache_obj_head(obj, &ms, &hs)) {
             /* Coalesced: stream it as it arrives. */
-            free(key);
-            struct reader *r = um__cache_reader_new(co, f, client, obj);
+            key_drop(key, kbuf);
+            struct reader *r = um__cache_reader_new(co, f, client, obj, &qm);
             r->cs.fwd = UM_FWD_URI_MISS;
             r->cs.collapsed = true;
             um__cache_reader_pump(r);
             return;
         }
-        struct meta m;
-        memcpy(&m, ms.base, sizeof(m));
-        if (m.flags & META_F_PASS) {
-            free(key);
+        const struct meta *m = (const struct meta *)(const void *)ms.base;
+        if (m->flags & META_F_PASS) {
+            key_drop(key, kbuf);
             um_cache_obj_unref(obj);
             um__cache_pass_start(co, f, client, UM_FWD_URI_MISS, "hit-for-pass");
             return;
         }
-        struct um_header fields[MAX_OUT_FIELDS];
-        size_t nf = um__cache_head_fields(hs, fields, MAX_OUT_FIELDS);
-        struct um_resp_meta rm;
-        um_resp_meta_scan(&rm, m.status, fields, nf);
-        um_resp_meta_target(&rm, &co->pol);
+        /* What the stored head says was parsed when it was stored. */
+        struct um_cc scc;
+        um__cache_meta_cc(m, &scc);
         time_t now = now_sec();
-        struct um_stored_view v = {&rm.cc, m.lifetime, um_current_age(&m.times, now),
-                                   rm.etag.len > 0 || rm.has_last_modified};
+        struct um_stored_view v = {&scc, m->lifetime, um_current_age(&m->times, now),
+                                   m->etag_len > 0 || m->has_last_modified};
         if (v.age < v.lifetime && um_cache_obj_marked_stale(obj))
             v.age = v.lifetime; /* soft-purged: stale from now on */
         enum um_cache_use use = um_cache_decide(&v, &qm);
@@ -352,21 +372,21 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
                 fill_start(co, f, NULL, NULL, um_cache_obj_ref(obj), um_strndup(key, klen), klen,
                            UM_FWD_STALE, true);
             }
-            free(key);
-            struct reader *r = um__cache_reader_new(co, f, client, obj);
+            key_drop(key, kbuf);
+            struct reader *r = um__cache_reader_new(co, f, client, obj, &qm);
             r->cs.hit = true;
             um__cache_reader_pump(r);
             return;
         }
         if (use == UM_USE_GATEWAY_TIMEOUT) {
-            free(key);
+            key_drop(key, kbuf);
             um_cache_obj_unref(obj);
             respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
             return;
         }
         /* Stored and fresh, yet forwarded: the request asked for it (no-cache, max-age). */
         bool asked = qm.cc.no_cache || qm.cc.max_age >= 0 || qm.cc.min_fresh >= 0;
-        enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !rm.cc.no_cache && asked
+        enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !scc.no_cache && asked
                                     ? UM_FWD_REQUEST
                                     : UM_FWD_STALE;
         if (req->method_id == UM_METHOD_GET) {
@@ -381,27 +401,28 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             enum um_cache_result res = um_cache_lookup_or_insert(
                 co->cache, k, match_filling, (void *)req, &pend, 1, &nobj);
             if (res == UM_CACHE_FOUND) {
-                free(key);
+                key_drop(key, kbuf);
                 um_cache_obj_unref(obj);
-                struct reader *r = um__cache_reader_new(co, f, client, nobj);
+                struct reader *r = um__cache_reader_new(co, f, client, nobj, &qm);
                 r->cs.fwd = why;
                 r->cs.collapsed = true;
                 um__cache_reader_pump(r);
                 return;
             }
             if (res == UM_CACHE_CREATED) {
-                fill_start(co, f, client, nobj, obj, key, klen, why, use == UM_USE_REVALIDATE);
+                fill_start(co, f, client, nobj, obj, key_keep(key, kbuf, klen), klen, why,
+                           use == UM_USE_REVALIDATE);
                 return;
             }
         }
         um_cache_obj_unref(obj);
         if (req->method_id == UM_METHOD_GET) {
-            free(key);
+            key_drop(key, kbuf);
             um__cache_pass_start(co, f, client, UM_FWD_MISS, "no-room");
             return;
         }
     } else if (qm.cc.only_if_cached) {
-        free(key);
+        key_drop(key, kbuf);
         respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
         return;
     }
@@ -415,7 +436,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         }
     }
     if (req->method_id == UM_METHOD_HEAD) {
-        free(key);
+        key_drop(key, kbuf);
         um__cache_pass_start(co, f, client, UM_FWD_URI_MISS, NULL);
         return;
     }
@@ -424,19 +445,19 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
     enum um_cache_result res =
         um_cache_lookup_or_insert(co->cache, k, um__cache_match, (void *)req, &pending, 1, &nobj);
     if (res == UM_CACHE_NOSPACE) {
-        free(key);
+        key_drop(key, kbuf);
         um__cache_pass_start(co, f, client, UM_FWD_URI_MISS, "no-room");
         return;
     }
     if (res == UM_CACHE_FOUND) {
-        free(key);
-        struct reader *r = um__cache_reader_new(co, f, client, nobj);
+        key_drop(key, kbuf);
+        struct reader *r = um__cache_reader_new(co, f, client, nobj, &qm);
         r->cs.fwd = UM_FWD_URI_MISS;
         r->cs.collapsed = true;
         um__cache_reader_pump(r);
         return;
     }
-    fill_start(co, f, client, nobj, NULL, key, klen, miss, false);
+    fill_start(co, f, client, nobj, NULL, key_keep(key, kbuf, klen), klen, miss, false);
 }
 
 static void cache_resume(struct um_origin *o, struct um_sink *client)
@@ -472,7 +493,7 @@ static void cache_cancel(struct um_origin *o, struct um_sink *client)
         struct reader *r = d;
         um__cache_forget_own(r);
         um__cache_reader_release(r);
-        free(r);
+        um__cache_reader_free(r);
     } else if (*(enum kind *)d == K_PASS) {
         struct pass *p = d;
         if (p->fill) {

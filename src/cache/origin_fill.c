@@ -168,8 +168,12 @@ static void leave_pass_marker(struct fill *fl)
     struct um_cache_obj *o = um_cache_insert(fl->co->cache, (um_str){fl->key, fl->key_len}, "\1", 1);
     if (o == NULL)
         return;
-    struct meta m = {.flags = META_F_PASS, .content_length = -1};
-    if (um_cache_obj_set_head(o, &m, sizeof(m), "", 0) == UM_OK) {
+    struct meta base = {.flags = META_F_PASS, .content_length = -1};
+    size_t mlen;
+    struct meta *m = um__cache_meta_build(&base, (um_str){"", 0}, NULL, &mlen);
+    int rc = um_cache_obj_set_head(o, m, mlen, "", 0);
+    free(m);
+    if (rc == UM_OK) {
         um_cache_obj_set_expires(o, now_sec() + PASS_TTL);
         um_cache_obj_set_stale_until(o, now_sec() + PASS_TTL);
         um_cache_obj_finish(o, true);
@@ -187,7 +191,7 @@ static struct um_sink *fill_take_own_client(struct fill *fl, struct um_fetch *f)
     struct um_sink *client = r->client;
     *f = r->fetch;
     um__cache_reader_release(r);
-    free(r);
+    um__cache_reader_free(r);
     return client;
 }
 
@@ -257,8 +261,9 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         m.lifetime = um_freshness_lifetime(&mm, &co->pol, response_time, &src);
         if (hook_ttl(fl, h) >= 0)
             m.lifetime = hook_ttl(fl, h);
-        size_t blen;
+        size_t blen, mlen;
         char *block = head_block(co, merged, mn, &mm, &blen);
+        struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &co->pol, &mlen);
         um_str otag = um_cache_obj_tag(fl->old);
         /* A coalesced revalidation fills the object its waiters read (fl->obj); a
          * background one makes a new object. */
@@ -277,7 +282,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         if (ntags == 0)
             ntags = um_cache_obj_tags(fl->old, tags, UM_NELEMS(tags));
         if (no && um_cache_obj_set_tags(no, tags, ntags) == UM_OK &&
-            um_cache_obj_set_head(no, &m, sizeof(m), block, blen) == UM_OK &&
+            um_cache_obj_set_head(no, mb, mlen, block, blen) == UM_OK &&
             um_cache_obj_adopt_body(no, fl->old) == UM_OK) {
             int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
             um_cache_obj_set_expires(no, expires);
@@ -287,6 +292,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         } else if (no) {
             um_cache_obj_finish(no, false);
         }
+        free(mb);
         free(block);
         fl->revalidating = false;
         if (no && um_cache_obj_state(no) == UM_CACHE_COMPLETE)
@@ -383,14 +389,18 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         enum um_fresh_source src;
         m.lifetime = ttl >= 0 ? ttl : um_freshness_lifetime(&rm, &co->pol, response_time, &src);
         m.content_length = h->content_length;
-        size_t blen;
+        size_t blen, mlen;
         char *block = head_block(co, h->headers, h->num_headers, &rm, &blen);
+        struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &co->pol, &mlen);
         um_str tags[UM_CACHE_MAX_TAGS * 2];
         size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
+        int rc = UM_ERR;
         if (um_cache_obj_set_tag(fl->obj, tag, taglen) == UM_OK &&
             (h->content_length < 0 || um_cache_obj_expect(fl->obj, (size_t)h->content_length) == UM_OK) &&
-            um_cache_obj_set_tags(fl->obj, tags, ntags) == UM_OK &&
-            um_cache_obj_set_head(fl->obj, &m, sizeof(m), block, blen) == UM_OK) {
+            um_cache_obj_set_tags(fl->obj, tags, ntags) == UM_OK)
+            rc = um_cache_obj_set_head(fl->obj, mb, mlen, block, blen);
+        free(mb);
+        if (rc == UM_OK) {
             int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
             int64_t keep = 0;
             if (rm.cc.stale_while_revalidate > keep)
@@ -586,6 +596,11 @@ static void fills_stop(struct um_task *t)
         fl->fwd = NULL;
         fl->own = NULL;
         um__cache_fill_free(fl);
+    }
+    while (wf->free_readers) {
+        struct reader *r = wf->free_readers;
+        wf->free_readers = r->next_free;
+        free(r);
     }
     um_context_set(wf->ctx, UM_CONTEXT_CACHE_FILLS, NULL);
     free(wf);

@@ -19,7 +19,8 @@ struct tag_view {
 
 static bool tag_parse(um_str tag, struct tag_view *tv)
 {
-    memset(tv, 0, sizeof(*tv));
+    tv->flags = 0;
+    tv->n = 0; /* the entries are written as they are parsed */
     if (tag.len == 0)
         return true;
     const unsigned char *p = (const unsigned char *)tag.base, *end = p + tag.len;
@@ -46,6 +47,10 @@ static bool tag_parse(um_str tag, struct tag_view *tv)
 
 static bool tag_matches(um_str tag, const struct um_request *req)
 {
+    /* No Vary values (the usual case; flags alone match every request): nothing to
+     * compare. */
+    if (tag.len <= 1)
+        return true;
     struct tag_view tv;
     if (!tag_parse(tag, &tv))
         return false;
@@ -84,7 +89,99 @@ size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max)
     return n;
 }
 
+/* ---------------------------------------------------------------- meta blocks */
+
+/* struct meta_cc copies the scalars of struct um_cc: a field added there must be added to
+ * meta_cc, um__cache_meta_build and um__cache_meta_cc too, or a hit would not see it. The
+ * size check makes the build say so. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(struct um_cc) == 344,
+               "struct um_cc changed: update struct meta_cc (cache/internal.h), "
+               "um__cache_meta_build and um__cache_meta_cc");
+#endif
+
+struct meta *um__cache_meta_build(const struct meta *base, um_str head,
+                                  const struct um_cache_policy *pol, size_t *len)
+{
+    struct um_header f[MAX_OUT_FIELDS];
+    size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
+    struct um_resp_meta rm;
+    um_resp_meta_scan(&rm, base->status, f, n);
+    if (pol)
+        um_resp_meta_target(&rm, pol); /* RFC 9213: a targeted field's directives, if any */
+    *len = sizeof(struct meta) + n * sizeof(struct meta_field);
+    struct meta *m = um_calloc(1, *len);
+    m->flags = base->flags;
+    m->status = base->status;
+    m->times = base->times;
+    m->lifetime = base->lifetime;
+    m->content_length = base->content_length;
+    const struct um_cc *cc = &rm.cc;
+    m->cc = (struct meta_cc){
+        .present = cc->present, .no_store = cc->no_store, .no_cache = cc->no_cache,
+        .private_ = cc->private_, .public_ = cc->public_,
+        .must_revalidate = cc->must_revalidate, .proxy_revalidate = cc->proxy_revalidate,
+        .must_understand = cc->must_understand, .no_transform = cc->no_transform,
+        .immutable = cc->immutable, .only_if_cached = cc->only_if_cached,
+        .invalid = cc->invalid, .max_age = cc->max_age, .s_maxage = cc->s_maxage,
+        .max_stale = cc->max_stale, .min_fresh = cc->min_fresh,
+        .stale_while_revalidate = cc->stale_while_revalidate,
+        .stale_if_error = cc->stale_if_error};
+    if (rm.etag.len > 0) {
+        m->etag_off = (uint32_t)(rm.etag.base - head.base);
+        m->etag_len = (uint32_t)rm.etag.len;
+    }
+    m->has_last_modified = rm.has_last_modified;
+    m->last_modified = rm.last_modified;
+    m->has_date = rm.has_date;
+    m->date = rm.date;
+    m->nfields = (uint32_t)n;
+    for (size_t i = 0; i < n; i++)
+        m->fields[i] = (struct meta_field){(uint32_t)(f[i].name.base - head.base),
+                                           (uint32_t)f[i].name.len,
+                                           (uint32_t)(f[i].value.base - head.base),
+                                           (uint32_t)f[i].value.len};
+    return m;
+}
+
+void um__cache_meta_cc(const struct meta *m, struct um_cc *cc)
+{
+    um_cc_init(cc);
+    const struct meta_cc *s = &m->cc;
+    cc->present = s->present;
+    cc->no_store = s->no_store;
+    cc->no_cache = s->no_cache;
+    cc->private_ = s->private_;
+    cc->public_ = s->public_;
+    cc->must_revalidate = s->must_revalidate;
+    cc->proxy_revalidate = s->proxy_revalidate;
+    cc->must_understand = s->must_understand;
+    cc->no_transform = s->no_transform;
+    cc->immutable = s->immutable;
+    cc->only_if_cached = s->only_if_cached;
+    cc->invalid = s->invalid;
+    cc->max_age = s->max_age;
+    cc->s_maxage = s->s_maxage;
+    cc->max_stale = s->max_stale;
+    cc->min_fresh = s->min_fresh;
+    cc->stale_while_revalidate = s->stale_while_revalidate;
+    cc->stale_if_error = s->stale_if_error;
+}
+
+size_t um__cache_meta_fields(const struct meta *m, um_str head, struct um_header *f, size_t max)
+{
+    size_t n = m->nfields < max ? m->nfields : max;
+    for (size_t i = 0; i < n; i++) {
+        const struct meta_field *mf = &m->fields[i];
+        f[i].name = (um_str){head.base + mf->name_off, mf->name_len};
+        f[i].value = (um_str){head.base + mf->value_off, mf->value_len};
+    }
+    return n;
+}
+
 /* ---------------------------------------------------------------- readers */
+
+#define SPARE_READERS_MAX 256
 
 static void on_progress(struct um_cache_waiter *w)
 {
@@ -101,9 +198,27 @@ static void on_reader_task(struct um_task *t)
 }
 
 struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
-                                    struct um_sink *client, struct um_cache_obj *obj)
+                                    struct um_sink *client, struct um_cache_obj *obj,
+                                    const struct um_req_meta *qm)
 {
-    struct reader *r = um_calloc(1, sizeof(*r));
+    struct worker_fills *wf = um__cache_worker_fills(f->ctx);
+    struct reader *r = wf->free_readers;
+    if (r != NULL) {
+        wf->free_readers = r->next_free;
+        wf->num_free_readers--;
+        /* Only what the rest of this function does not set. */
+        r->next_free = NULL;
+        r->head_sent = r->done = r->waiting = r->registered = false;
+        r->ranged = false;
+        r->range_skip = r->range_left = 0;
+        memset(&r->cs, 0, sizeof(r->cs));
+        memset(&r->task, 0, sizeof(r->task));
+    } else {
+        r = um_calloc(1, sizeof(*r));
+    }
+    r->has_qm = qm != NULL;
+    if (qm != NULL)
+        r->qm = *qm;
     r->kind = K_READER;
     r->co = co;
     r->client = client;
@@ -124,10 +239,25 @@ struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
 void um__cache_reader_release(struct reader *r)
 {
     um__cache_forget_own(r);
-    um_cache_obj_unwait(r->obj, &r->waiter);
-    um_loop_unpost(r->ctx->loop, &r->task);
+    if (r->registered) {
+        um_cache_obj_unwait(r->obj, &r->waiter);
+        um_loop_unpost(r->ctx->loop, &r->task);
+    }
     um_cache_obj_unref(r->obj);
     r->obj = NULL;
+}
+
+void um__cache_reader_free(struct reader *r)
+{
+    struct worker_fills *wf = um_context_get(r->ctx, UM_CONTEXT_CACHE_FILLS);
+    if (wf == NULL || wf->num_free_readers >= SPARE_READERS_MAX) {
+        free(r);
+        return;
+    }
+    r->kind = 0; /* not a live reader any more */
+    r->next_free = wf->free_readers;
+    wf->free_readers = r;
+    wf->num_free_readers++;
 }
 
 /* The end of a reader: after on_end nothing may touch the client. */
@@ -138,7 +268,7 @@ static void reader_finish(struct reader *r, int err)
     um__cache_reader_release(r);
     client->origin_data = NULL;
     client->ops->on_end(client, err);
-    free(r);
+    um__cache_reader_free(r);
 }
 
 /* The stored object cannot answer this request after all (hit-for-pass, another variant,
@@ -149,40 +279,50 @@ static void reader_fall_back(struct reader *r, const char *detail)
     struct um_fetch f = r->fetch;
     struct um_sink *client = r->client;
     um__cache_reader_release(r);
-    free(r);
+    um__cache_reader_free(r);
     um__cache_pass_start(co, &f, client, UM_FWD_MISS, detail);
 }
 
+
+/* The Age value: whole seconds, never negative (a clock that stepped back), written at
+ * the end of buf (24 bytes); returns the slice. */
+static um_str format_age(char buf[24], int64_t age)
+{
+    uint64_t v = age < 0 ? 0 : (uint64_t)age;
+    size_t i = 24;
+    do {
+        buf[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    return (um_str){buf + i, 24 - i};
+}
 
 /* Sends the head of the stored response (status may become 304, 206, 412, 416). Returns
  * false when the reader is finished (nothing more to send). */
 static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
 {
-    struct meta m;
-    memcpy(&m, meta_s.base, sizeof(m));
-    struct um_header in[MAX_OUT_FIELDS], out[MAX_OUT_FIELDS + 3];
-    size_t n = um__cache_head_fields(head, in, MAX_OUT_FIELDS);
+    const struct meta *m = (const struct meta *)(const void *)meta_s.base;
+    struct um_header out[MAX_OUT_FIELDS + 3];
+    size_t no = um__cache_meta_fields(m, head, out, MAX_OUT_FIELDS);
     time_t now = now_sec();
-    int64_t age = um_current_age(&m.times, now);
+    int64_t age = um_current_age(&m->times, now);
     bool complete = um_cache_obj_state(r->obj) == UM_CACHE_COMPLETE;
-    int64_t length = complete ? (int64_t)um_cache_obj_body_len(r->obj) : m.content_length;
+    int64_t length = complete ? (int64_t)um_cache_obj_body_len(r->obj) : m->content_length;
 
-    int status = m.status;
+    int status = m->status;
     uint64_t first = 0, last = 0;
     char cr[96];
-    size_t no = 0;
-    for (size_t i = 0; i < n; i++)
-        out[no++] = in[i];
     if (complete) {
         /* Conditionals and Range, answered from what is stored. */
-        struct um_resp_meta rm;
-        um_resp_meta_scan(&rm, m.status, in, n);
-        struct um_req_meta qm;
-        um_req_meta_scan(&qm, r->req->method_id, r->req->headers, r->req->num_headers);
-        struct um_cond_stored cs = {m.status, rm.etag, rm.has_last_modified, rm.last_modified,
-                                    rm.has_date, rm.date, m.times.response_time,
+        if (!r->has_qm) {
+            um_req_meta_scan(&r->qm, r->req->method_id, r->req->headers, r->req->num_headers);
+            r->has_qm = true;
+        }
+        um_str etag = {m->etag_len ? head.base + m->etag_off : NULL, m->etag_len};
+        struct um_cond_stored cs = {m->status, etag, m->has_last_modified, m->last_modified,
+                                    m->has_date, m->date, m->times.response_time,
                                     (uint64_t)length};
-        int c = um_cache_conditional(&qm, &cs, false, &first, &last);
+        int c = um_cache_conditional(&r->qm, &cs, false, &first, &last);
         if (c == 304 || c == 412) {
             status = c;
             length = 0;
@@ -203,13 +343,11 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
         }
     }
     char agebuf[24], csbuf[256];
-    int k = snprintf(agebuf, sizeof(agebuf), "%lld", (long long)(age < 0 ? 0 : age));
-    out[no++] = (struct um_header){UM_STR("Age"), {agebuf, (size_t)k}};
+    out[no++] = (struct um_header){UM_STR("Age"), format_age(agebuf, age)};
     if (r->cs.hit) {
         r->cs.has_ttl = true;
-        r->cs.ttl = m.lifetime - age;
+        r->cs.ttl = m->lifetime - age;
     }
-    (void)now;
     size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &r->cs);
     if (cl < sizeof(csbuf))
         out[no++] = (struct um_header){UM_STR("Cache-Status"), {csbuf, cl}};
@@ -241,6 +379,7 @@ void um__cache_reader_pump(struct reader *r)
                 reader_fall_back(r, "aborted");
                 return;
             }
+            r->registered = true;
             if (um_cache_obj_wait(r->obj, &r->cur, &r->waiter)) {
                 r->waiting = true;
                 return;
@@ -248,10 +387,9 @@ void um__cache_reader_pump(struct reader *r)
             um__cache_reader_pump(r);
             return;
         }
-        struct meta m;
-        memcpy(&m, meta_s.base, sizeof(m));
-        if ((m.flags & META_F_PASS) || !tag_matches(um_cache_obj_tag(r->obj), r->req)) {
-            reader_fall_back(r, (m.flags & META_F_PASS) ? "hit-for-pass" : "vary-mismatch");
+        const struct meta *m = (const struct meta *)(const void *)meta_s.base;
+        if ((m->flags & META_F_PASS) || !tag_matches(um_cache_obj_tag(r->obj), r->req)) {
+            reader_fall_back(r, (m->flags & META_F_PASS) ? "hit-for-pass" : "vary-mismatch");
             return;
         }
         if (!reader_send_head(r, meta_s, head))
@@ -322,13 +460,14 @@ void um__cache_reader_pump(struct reader *r)
                 fl->fwd = p;
                 r->client->origin_data = p;
                 um__cache_reader_release(r);
-                free(r);
+                um__cache_reader_free(r);
                 fl->co->inner->ops->resume(fl->co->inner, &fl->sink);
                 return;
             }
             reader_finish(r, UM_ERR); /* the body was cut short */
             return;
         }
+        r->registered = true;
         if (um_cache_obj_wait(r->obj, &r->cur, &r->waiter)) {
             r->waiting = true;
             return;

@@ -136,6 +136,7 @@ static struct um_cache_obj *obj_new(struct um_cache *c, um_str key, uint64_t has
     atomic_init(&o->body_len, 0);
     atomic_init(&o->progress, 0);
     atomic_init(&o->nwaiters, 0);
+    atomic_init(&o->wlock_taken, 0);
     atomic_init(&o->expires, INT64_MAX);
     atomic_init(&o->stale_until, INT64_MAX);
     if (tag_len > 0) {
@@ -283,6 +284,19 @@ void um__store_obj_unlink(struct um_cache *c, struct um_cache_obj *o)
     }
 }
 
+size_t um__store_free_dead(struct um_cache *c, struct um_cache_obj *dead)
+{
+    size_t n = 0;
+    while (dead != NULL) {
+        struct um_cache_obj *o = dead;
+        dead = o->h_next;
+        um__store_queue_remove(c, o);
+        um_cache_obj_unref(o);
+        n++;
+    }
+    return n;
+}
+
 /* Sets the visited bit; a plain load first, so that a hot object's line stays shared. */
 static void mark_hit(struct um_cache_obj *o)
 {
@@ -380,12 +394,7 @@ void um_cache_destroy(struct um_cache *c)
             }
         }
         pthread_mutex_unlock(&sh->lock);
-        while (dead != NULL) {
-            struct um_cache_obj *o = dead;
-            dead = o->h_next;
-            um__store_queue_remove(c, o);
-            um_cache_obj_unref(o);
-        }
+        um__store_free_dead(c, dead);
     }
     UM_ASSERT(atomic_load(&c->nalloc) == 0 && "cache objects still referenced at destroy");
     UM_ASSERT(c->qhead == NULL && c->qlen == 0);
@@ -487,12 +496,7 @@ size_t um_cache_purge(struct um_cache *c, um_str key)
         }
     }
     pthread_mutex_unlock(&sh->lock);
-    while (dead != NULL) {
-        struct um_cache_obj *o = dead;
-        dead = o->h_next;
-        um__store_queue_remove(c, o);
-        um_cache_obj_unref(o);
-    }
+    um__store_free_dead(c, dead);
     return n;
 }
 

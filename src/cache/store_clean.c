@@ -51,13 +51,7 @@ size_t um_cache_clean_now(struct um_cache *c)
             }
         }
         pthread_mutex_unlock(&sh->lock);
-        while (dead != NULL) {
-            struct um_cache_obj *o = dead;
-            dead = o->h_next;
-            um__store_queue_remove(c, o);
-            um_cache_obj_unref(o);
-            n++;
-        }
+        n += um__store_free_dead(c, dead);
     }
     atomic_fetch_add_explicit(&c->expired, n, memory_order_relaxed);
     return n;

@@ -69,6 +69,7 @@ struct um_cache_obj {
     size_t acct; /* bytes charged for this struct and the key */
 
     pthread_mutex_t wlock; /* the two waiter lists and each waiter's private fields */
+    atomic_ulong wlock_taken; /* times wlock was taken (written under it; for tests) */
     struct um_cache_waiter *waiting, *firing;
 
     /* Surrogate keys (tags.c): set once by the filler before the head is published. */
@@ -164,6 +165,9 @@ struct um_cache_obj *um__store_shard_take(struct um_cache *c, struct shard *sh,
 bool um__store_index_remove(struct um_cache *c, struct um_cache_obj *o);
 /* Takes o out of the index and the queue, and drops the index's reference. */
 void um__store_obj_unlink(struct um_cache *c, struct um_cache_obj *o);
+/* Frees a private list (chained through h_next) of objects taken out of the index with no
+ * lock held: each leaves the queue and loses the index's reference. Returns how many. */
+size_t um__store_free_dead(struct um_cache *c, struct um_cache_obj *dead);
 
 /* store_evict.c: memory and the eviction queue */
 /* Charges n bytes, evicting synchronously when the cap is in the way; false when no room

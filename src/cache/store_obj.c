@@ -123,11 +123,25 @@ static void wlist_remove(struct um_cache_waiter **head, struct um_cache_waiter *
     w->_next = w->_prev = NULL;
 }
 
+/* Takes the waiter lock and counts it (a plain store: only holders of the lock write). */
+static void wlock_take(struct um_cache_obj *o)
+{
+    pthread_mutex_lock(&o->wlock);
+    atomic_store_explicit(&o->wlock_taken,
+                          atomic_load_explicit(&o->wlock_taken, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+unsigned long um_cache_obj_waiter_locks(const struct um_cache_obj *o)
+{
+    return atomic_load_explicit(&o->wlock_taken, memory_order_relaxed);
+}
+
 /* Calls every registered waiter once, on this thread, with no lock held during a call. */
 static void notify(struct um_cache_obj *o)
 {
     struct um_cache_waiter *w;
-    pthread_mutex_lock(&o->wlock);
+    wlock_take(o);
     while ((w = o->waiting) != NULL) {
         wlist_remove(&o->waiting, w);
         atomic_fetch_sub(&o->nwaiters, 1);
@@ -141,7 +155,7 @@ static void notify(struct um_cache_obj *o)
         w->_runner = pthread_self();
         pthread_mutex_unlock(&o->wlock);
         w->on_progress(w);
-        pthread_mutex_lock(&o->wlock);
+        wlock_take(o);
         /* w is still valid: its owner's unwait waits for this. */
         w->_running--;
     }
@@ -165,7 +179,7 @@ bool um_cache_obj_wait(struct um_cache_obj *o, struct um_cache_cursor *cur,
                        struct um_cache_waiter *w)
 {
     UM_ASSERT(cur->_obj == o);
-    pthread_mutex_lock(&o->wlock);
+    wlock_take(o);
     if (w->_list != W_NONE) {
         /* Already waiting, or about to be called: either way a call is coming. */
         UM_ASSERT(w->_obj == o);
@@ -192,7 +206,7 @@ bool um_cache_obj_wait(struct um_cache_obj *o, struct um_cache_cursor *cur,
 
 void um_cache_obj_unwait(struct um_cache_obj *o, struct um_cache_waiter *w)
 {
-    pthread_mutex_lock(&o->wlock);
+    wlock_take(o);
     if (w->_list == W_WAITING && w->_obj == o) {
         wlist_remove(&o->waiting, w);
         atomic_fetch_sub(&o->nwaiters, 1);
@@ -206,7 +220,7 @@ void um_cache_obj_unwait(struct um_cache_obj *o, struct um_cache_waiter *w)
     while (w->_running > 0 && !pthread_equal(w->_runner, pthread_self())) {
         pthread_mutex_unlock(&o->wlock);
         sched_yield();
-        pthread_mutex_lock(&o->wlock);
+        wlock_take(o);
     }
     pthread_mutex_unlock(&o->wlock);
 }

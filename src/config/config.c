@@ -1,8 +1,8 @@
 /* Loading config.lua into an immutable, reference-counted snapshot.
  *
  * The file runs once in a fresh LuaJIT state of the sandbox (umbra/luasandbox.h: the whole
- * standard library, JIT off, and an instruction budget, so that a runaway loop ends in an
- * error instead of a hang). Then the
+ * standard library, JIT off, an instruction budget, so that a runaway loop ends in an
+ * error instead of a hang, and a memory cap of UM_LUA_LOAD_MEMORY). Then the
  * globals it assigned are read into C structs and validated, inside lua_cpcall so that
  * even an allocation failure in the Lua state comes back as a message, and only raw table
  * accesses are used, so that no metamethod of the script runs during validation.
@@ -35,7 +35,7 @@
 const char *const um__cfg_settings[] = {"listen",   "workers", "upstreams", "routes",
                                        "limits",   "timeouts", "mime",     "log_level",
                                        "tls",      "cache",   "admin",    "access_log",
-                                       NULL};
+                                       "cgi",      NULL};
 
 #define CACHE_DEFAULT_MEMORY (256ull << 20)
 #define CACHE_DEFAULT_MAX_OBJECT (64ull << 20)
@@ -113,6 +113,7 @@ static int extract(lua_State *L)
         um__cfg_load_upstreams, um__cfg_load_routes,    um__cfg_load_limits,
         um__cfg_load_timeouts,  um__cfg_load_mime,      um__cfg_load_log_level,
         um__cfg_load_cache,     um__cfg_load_admin,     um__cfg_load_access_log,
+        um__cfg_load_cgi,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -207,6 +208,7 @@ static void config_free(struct um_config *c)
         free(r->root);
         free(r->index);
         free(r->name);
+        free(r->cgi);
     }
     free(c->routes);
     free(c->lua.source);
@@ -289,6 +291,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->limits.max_header_bytes = 16384;
     c->limits.max_body_bytes = 16u << 20;
     c->limits.max_request_line = 8192;
+    c->limits.lua_memory = 64u << 20;
     c->timeouts.header = 10;
     c->timeouts.idle = 60;
     c->timeouts.send = 30;
@@ -302,7 +305,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     memcpy(c->cache.targeted[1], "CDN-Cache-Control", sizeof("CDN-Cache-Control"));
     c->cache.num_targeted = 2;
 
-    L = um_lua_sandbox_new();
+    L = um_lua_sandbox_new(UM_LUA_SANDBOX_FULL, UM_LUA_LOAD_MEMORY);
     if (L == NULL) {
         um__cfg_fail_at(&ld, 0, "cannot create a Lua state (out of memory)");
         goto out;
@@ -344,8 +347,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
         fail_lua(&ld, L);
 
 out:
-    if (L != NULL)
-        lua_close(L);
+    um_lua_sandbox_close(L);
     if (!ld.failed) {
         /* Each worker's request state runs the same text again. They are made by the
          * server (umbra/hooks.h), which knows how many workers run: a reload keeps the

@@ -108,6 +108,7 @@ bool um__cfg_get_size(struct um__cfg_load *ld, lua_State *L, int idx, const char
                       uint64_t lo, uint64_t hi, uint64_t *out);
 /* Resolves name against the config's folder into an absolute, existing path (a directory
  * when want_dir, else a regular file); *out is the caller's to free. */
+char *um__cfg_dir_join(const struct um__cfg_load *ld, const char *name);
 bool um__cfg_resolve_path(struct um__cfg_load *ld, lua_State *L, const char *path,
                           const char *name, bool want_dir, char **out);
 
@@ -138,5 +139,6 @@ bool um__cfg_load_log_level(struct um__cfg_load *ld, lua_State *L);  /* ops.c */
 bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L);      /* cache.c */
 bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L);      /* ops.c */
 bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L); /* ops.c */
+bool um__cfg_load_cgi(struct um__cfg_load *ld, lua_State *L);        /* cgi.c */
 
 #endif

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/luasandbox.h"
 
 static const char *const LIMIT_KEYS[] = {"max_connections", "max_header_bytes",
-                                         "max_body_bytes", "max_request_line", NULL};
+                                         "max_body_bytes", "max_request_line", "lua_memory",
+                                         NULL};
 static const char *const TIMEOUT_KEYS[] = {"header", "idle", "send", "shutdown", NULL};
 
 bool um__cfg_load_workers(struct um__cfg_load *ld, lua_State *L)
@@ -71,6 +73,12 @@ bool um__cfg_load_limits(struct um__cfg_load *ld, lua_State *L)
         if (!um__cfg_get_size(ld, L, -1, "limits.max_body_bytes", 0, UINT64_MAX, &v))
             return false;
         c->limits.max_body_bytes = v;
+    }
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, idx, "lua_memory") != LUA_TNIL) {
+        if (!um__cfg_get_size(ld, L, -1, "limits.lua_memory", 1u << 20, UM_LUA_LOAD_MEMORY, &v))
+            return false;
+        c->limits.lua_memory = (size_t)v;
     }
     lua_pop(L, 1);
     return true;

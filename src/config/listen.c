@@ -206,17 +206,8 @@ bool um__cfg_any_tls_listener(const struct um_config *c)
 static bool resolve_tls_file(struct um__cfg_load *ld, lua_State *L, const char *path,
                              const char *name, char **out)
 {
-    char *joined;
+    char *joined = um__cfg_dir_join(ld, name);
     struct stat st;
-    if (name[0] == '/') {
-        joined = um_strndup(name, strlen(name));
-    } else {
-        size_t dl = strlen(ld->dir), nl = strlen(name);
-        joined = um_malloc(dl + 1 + nl + 1);
-        memcpy(joined, ld->dir, dl);
-        joined[dl] = '/';
-        memcpy(joined + dl + 1, name, nl + 1);
-    }
     bool ok = true;
     if (stat(joined, &st) != 0)
         ok = errno == ENOENT ? um__cfg_fail(ld, L, path, "%s: no such file '%s' (looked for %s)",

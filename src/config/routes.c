@@ -7,7 +7,7 @@
 
 static const char *const ROUTE_KEYS[] = {"host",  "path",           "root",  "upstream",
                                          "index", "redirect_https", "cache", "name",
-                                         "on_request", "on_response", NULL};
+                                         "on_request", "on_response", "cgi", NULL};
 
 /* The route's upstream = "NAME" (on top of the stack), at path. */
 static bool resolve_upstream(struct um__cfg_load *ld, lua_State *L, const char *path,
@@ -39,6 +39,42 @@ static bool resolve_upstream(struct um__cfg_load *ld, lua_State *L, const char *
     }
     return um__cfg_fail(ld, L, path, "%s: unknown upstream '%s' (upstreams are: %s)", path, s,
                         names);
+}
+
+/* { path = "/cgi-bin/", cgi = "DIR", cache = BOOL }: scripts under DIR (its value on top
+ * of the stack). cache is off unless asked for. */
+static bool load_cgi_route(struct um__cfg_load *ld, lua_State *L, int idx, const char *rpath,
+                           struct um_route *r)
+{
+    char sub[PATH_LEN];
+    const char *s;
+    static const char *const others[] = {"root", "upstream", "index", NULL};
+    for (const char *const *k = others; *k; k++) {
+        int t = um__cfg_get_field(L, idx, *k);
+        lua_pop(L, 1);
+        if (t != LUA_TNIL) {
+            um__cfg_subpath(sub, sizeof sub, rpath, *k);
+            return um__cfg_fail(ld, L, sub,
+                                "%s: a cgi route runs the scripts of its directory (it has "
+                                "no %s)",
+                                sub, *k);
+        }
+    }
+    um__cfg_subpath(sub, sizeof sub, rpath, "cgi");
+    if (!um__cfg_get_string(ld, L, -1, sub, "a directory of CGI scripts", &s) ||
+        !um__cfg_resolve_path(ld, L, sub, s, true, &r->cgi))
+        return false;
+    lua_pop(L, 1);
+    um__cfg_subpath(sub, sizeof sub, rpath, "cache");
+    int ct = um__cfg_get_field(L, idx, "cache");
+    if (ct != LUA_TNIL) {
+        if (ct != LUA_TBOOLEAN)
+            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                                lua_typename(L, ct));
+        r->cache = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    return true;
 }
 
 static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const char *rpath,
@@ -121,6 +157,10 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
             *(h == um__cfg_hooks ? &r->on_request : &r->on_response) = true;
         lua_pop(L, 1);
     }
+
+    if (um__cfg_get_field(L, idx, "cgi") != LUA_TNIL)
+        return load_cgi_route(ld, L, idx, rpath, r);
+    lua_pop(L, 1);
 
     bool has_root = um__cfg_get_field(L, idx, "root") != LUA_TNIL;
     bool has_upstream = um__cfg_get_field(L, idx, "upstream") != LUA_TNIL;

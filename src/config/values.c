@@ -329,22 +329,26 @@ bool um__cfg_get_size(struct um__cfg_load *ld, lua_State *L, int idx, const char
     return true;
 }
 
+/* name joined to the config file's folder (name itself when absolute), malloc'ed. */
+char *um__cfg_dir_join(const struct um__cfg_load *ld, const char *name)
+{
+    if (name[0] == '/')
+        return um_strndup(name, strlen(name));
+    size_t dl = strlen(ld->dir), nl = strlen(name);
+    char *joined = um_malloc(dl + 1 + nl + 1);
+    memcpy(joined, ld->dir, dl);
+    joined[dl] = '/';
+    memcpy(joined + dl + 1, name, nl + 1);
+    return joined;
+}
+
 /* Resolves name (as written at path) against the config's directory into an absolute,
  * existing path: a directory when want_dir, else a regular file. */
 bool um__cfg_resolve_path(struct um__cfg_load *ld, lua_State *L, const char *path, const char *name,
                          bool want_dir, char **out)
 {
     const char *kind = want_dir ? "directory" : "file";
-    char *joined;
-    if (name[0] == '/') {
-        joined = um_strndup(name, strlen(name));
-    } else {
-        size_t dl = strlen(ld->dir), nl = strlen(name);
-        joined = um_malloc(dl + 1 + nl + 1);
-        memcpy(joined, ld->dir, dl);
-        joined[dl] = '/';
-        memcpy(joined + dl + 1, name, nl + 1);
-    }
+    char *joined = um__cfg_dir_join(ld, name);
     char *real = realpath(joined, NULL);
     int e = errno;
     if (real == NULL) {

@@ -26,6 +26,15 @@ void um_buf_dispose(struct um_buf *b)
     memset(b, 0, sizeof *b);
 }
 
+void um_buf_adopt(struct um_buf *b, char *mem, size_t cap)
+{
+    UM_ASSERT(!b->_fixed && b->base == NULL && mem != NULL && cap > 0);
+    b->base = mem;
+    b->len = 0;
+    b->cap = cap;
+    b->base[0] = '\0';
+}
+
 void um_buf_reset(struct um_buf *b)
 {
     b->len = 0;

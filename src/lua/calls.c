@@ -31,6 +31,8 @@ bool um__hooks_pcall(struct um__hook_state *h, int nargs, unsigned budget, const
     int r = um_lua_sandbox_pcall(L, nargs, 1, 1, budget);
     if (r == 0)
         return true;
+    if (r == LUA_ERRMEM)
+        h->broken = true;
     um_counter_add(&um_metrics_worker()->lua_errors, 1);
     const char *msg = lua_tostring(L, -1);
     char line[2048];
@@ -44,12 +46,15 @@ bool um__hooks_pcall(struct um__hook_state *h, int nargs, unsigned budget, const
         }
     }
     line[n] = '\0';
+    /* The state is closed after the request's calls (um__hooks_state_done): said here, so
+     * that the failure stays one line. */
+    const char *anew = r == LUA_ERRMEM ? " (the worker's Lua state is made anew)" : "";
     if (cl && cl->req)
-        um_log_err("lua: %s failed for %.*s %.*s from %s: %s", what, (int)cl->req->method.len,
-                   cl->req->method.base, (int)cl->req->target.len, cl->req->target.base,
-                   cl->client_ip ? cl->client_ip : "-", line);
+        um_log_err("lua: %s failed for %.*s %.*s from %s: %s%s", what,
+                   (int)cl->req->method.len, cl->req->method.base, (int)cl->req->target.len,
+                   cl->req->target.base, cl->client_ip ? cl->client_ip : "-", line, anew);
     else
-        um_log_err("lua: %s failed: %s", what, line);
+        um_log_err("lua: %s failed: %s%s", what, line, anew);
     lua_settop(L, 1);
     return false;
 }
@@ -73,8 +78,8 @@ static bool run(struct um__hook_state *h, int ref, bool with_res, const char *wh
     return ok;
 }
 
-enum um_hook_result um_hooks_on_request(const struct um_context *ctx, struct um_hooks *hooks,
-                                        struct um_hook_request *hr)
+static enum um_hook_result on_request(const struct um_context *ctx, struct um_hooks *hooks,
+                                      struct um_hook_request *hr)
 {
     const struct um_config *c = hooks->config;
     struct um__hook_state *h = um__hooks_state_get(ctx, hooks);
@@ -108,10 +113,10 @@ enum um_hook_result um_hooks_on_request(const struct um_context *ctx, struct um_
     return UM_HOOK_CONTINUE;
 }
 
-bool um_hooks_on_response(const struct um_context *ctx, struct um_hooks *hooks,
-                          const struct um_route *route, const struct um_request *req,
-                          const char *client_ip, const struct um_response_head *in,
-                          struct um_hook_response *out)
+static bool on_response(const struct um_context *ctx, struct um_hooks *hooks,
+                        const struct um_route *route, const struct um_request *req,
+                        const char *client_ip, const struct um_response_head *in,
+                        struct um_hook_response *out)
 {
     const struct um_config *c = hooks->config;
     out->head = *in;
@@ -128,4 +133,22 @@ bool um_hooks_on_response(const struct um_context *ctx, struct um_hooks *hooks,
     if (h->on_response != LUA_NOREF && !run(h, h->on_response, true, "on_response", &cl))
         return false;
     return true;
+}
+
+enum um_hook_result um_hooks_on_request(const struct um_context *ctx, struct um_hooks *hooks,
+                                        struct um_hook_request *hr)
+{
+    enum um_hook_result r = on_request(ctx, hooks, hr);
+    um__hooks_state_done(ctx, hooks);
+    return r;
+}
+
+bool um_hooks_on_response(const struct um_context *ctx, struct um_hooks *hooks,
+                          const struct um_route *route, const struct um_request *req,
+                          const char *client_ip, const struct um_response_head *in,
+                          struct um_hook_response *out)
+{
+    bool ok = on_response(ctx, hooks, route, req, client_ip, in, out);
+    um__hooks_state_done(ctx, hooks);
+    return ok;
 }

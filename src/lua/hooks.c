@@ -13,8 +13,12 @@
  * worker's thread only. The runtime's publication (the start of the worker threads, or a
  * reload's mailbox, under its lock) orders the making before the first use.
  *
- * A state is made and budgeted by the sandbox the loader uses too (umbra/luasandbox.h),
- * and restricted by it once the file has run. The req and res objects are one userdata
+ * A state is made, budgeted and capped by the sandbox the loader uses too
+ * (umbra/luasandbox.h), with the request library from the start: the file's top level
+ * runs in it with what the hooks have, so that nothing it keeps (local df = dofile) gives
+ * a hook more. A call that went past the memory cap leaves the state broken: at the end
+ * of the request's calls the state is closed (its memory goes back) and made anew on the
+ * worker's thread (um__hooks_state_done); its globals start over. The req and res objects are one userdata
  * each per state; they read and change the call in progress (the state's, which the C
  * functions find through the registry), so nothing is allocated per request for them and
  * one kept past its call cannot reach freed memory. */
@@ -56,9 +60,17 @@ bool um_hooks_want_response(const struct um_config *c, const struct um_route *ro
     return c->lua.on_response || (route && route->on_response);
 }
 
+/* Raw accesses only, here and below: these run outside a budgeted call, where a
+ * metamethod of the file's (on _G or a route table) could loop or raise unprotected. */
+static void raw_field(lua_State *L, int idx, const char *name)
+{
+    lua_pushstring(L, name);
+    lua_rawget(L, idx < 0 && idx > LUA_REGISTRYINDEX ? idx - 1 : idx);
+}
+
 static int ref_global_function(lua_State *L, const char *name)
 {
-    lua_getfield(L, LUA_GLOBALSINDEX, name);
+    raw_field(L, LUA_GLOBALSINDEX, name);
     if (lua_type(L, -1) != LUA_TFUNCTION) {
         lua_pop(L, 1);
         return LUA_NOREF;
@@ -70,8 +82,7 @@ static void state_free(struct um__hook_state *h)
 {
     if (h == NULL)
         return;
-    if (h->L)
-        lua_close(h->L);
+    um_lua_sandbox_close(h->L);
     free(h->route_req);
     free(h->route_resp);
     free(h);
@@ -108,7 +119,7 @@ static bool run_file(struct um__hook_state *h, const struct um_config *c, int wo
     if (luaL_loadbuffer(L, "", 0, c->lua.chunkname) == 0 && lua_getinfo(L, ">S", &ar))
         snprintf(short_src, sizeof short_src, "%s", ar.short_src);
     lua_settop(L, 1);
-    if (luaL_loadbuffer(L, c->lua.source, c->lua.source_len, c->lua.chunkname) != 0) {
+    if (luaL_loadbufferx(L, c->lua.source, c->lua.source_len, c->lua.chunkname, "t") != 0) {
         format_load_error(L, c, short_src, worker, err, errlen);
         return false;
     }
@@ -132,7 +143,7 @@ static struct um__hook_state *state_new(const struct um_config *c, int worker, c
         h->route_req[i] = h->route_resp[i] = LUA_NOREF;
     if (c->lua.yy_host)
         h->yy_host = (um_str){c->lua.yy_host, strlen(c->lua.yy_host)};
-    lua_State *L = h->L = um_lua_sandbox_new();
+    lua_State *L = h->L = um_lua_sandbox_new(UM_LUA_SANDBOX_REQUEST, c->limits.lua_memory);
     if (L == NULL) {
         snprintf(err, errlen, "%s: cannot create worker %d's Lua state (out of memory)",
                  c->file, worker);
@@ -155,15 +166,15 @@ static struct um__hook_state *state_new(const struct um_config *c, int worker, c
     h->on_request = ref_global_function(L, "on_request");
     h->on_response = ref_global_function(L, "on_response");
     h->upstream_set = ref_global_function(L, "upstream_set");
-    lua_getfield(L, LUA_GLOBALSINDEX, "routes");
+    raw_field(L, LUA_GLOBALSINDEX, "routes");
     if (lua_istable(L, -1)) {
         for (size_t i = 0; i < c->num_routes; i++) {
             lua_rawgeti(L, -1, (int)i + 1);
             if (lua_istable(L, -1)) {
-                lua_getfield(L, -1, "on_request");
+                raw_field(L, -1, "on_request");
                 h->route_req[i] = lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX)
                                                         : (lua_pop(L, 1), LUA_NOREF);
-                lua_getfield(L, -1, "on_response");
+                raw_field(L, -1, "on_response");
                 h->route_resp[i] = lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX)
                                                          : (lua_pop(L, 1), LUA_NOREF);
             }
@@ -171,7 +182,6 @@ static struct um__hook_state *state_new(const struct um_config *c, int worker, c
         }
     }
     lua_settop(L, 1);
-    um_lua_sandbox_restrict(L);
     return h;
 }
 
@@ -200,16 +210,43 @@ size_t um_hooks_num_states(const struct um_hooks *h)
     return h->num_states;
 }
 
-/* The worker's state in h, made when h's snapshot loaded. */
+/* Makes worker w's state anew (on that worker's thread). */
+static void state_remake(struct um_hooks *h, int w)
+{
+    char err[1024];
+    h->states[w] = state_new(h->config, w, err, sizeof err);
+    if (h->states[w] == NULL)
+        um_log_err("lua: cannot make worker %d's request state anew: %s", w, err);
+}
+
+/* The worker's state in h, made when h's snapshot loaded (or anew after it failed). */
 struct um__hook_state *um__hooks_state_get(const struct um_context *ctx, struct um_hooks *h)
 {
     int w = ctx ? ctx->worker_id : -1;
-    if (w < 0 || (size_t)w >= h->num_states || h->states[w] == NULL) {
+    if (w < 0 || (size_t)w >= h->num_states) {
         um_log_err("lua: no request state for this worker (worker %d of %zu)", w,
                    h->num_states);
         return NULL;
     }
+    if (h->states[w] == NULL)
+        state_remake(h, w); /* the last try failed: try again */
     return h->states[w];
+}
+
+void um__hooks_state_done(const struct um_context *ctx, struct um_hooks *h)
+{
+    int w = ctx ? ctx->worker_id : -1;
+    if (w < 0 || (size_t)w >= h->num_states)
+        return;
+    struct um__hook_state *s = h->states[w];
+    if (s == NULL || !s->broken)
+        return;
+    /* Its data may be half-made, and what it holds is near the cap: all of it goes back,
+     * and the file's top level runs again in a new state (bounded by the budget and the
+     * cap, and without I/O: the request library has none). */
+    state_free(s);
+    h->states[w] = NULL;
+    state_remake(h, w);
 }
 
 void um_hooks_destroy(struct um_hooks *h)

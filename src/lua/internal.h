@@ -23,6 +23,7 @@ struct um__hook_state {
     int *route_req, *route_resp;               /* per route */
     int req_ud, res_ud;
     um_str yy_host; /* Yunying: the Host upstream_set starts from */
+    bool broken;    /* a call went past the memory cap: make the state anew */
 };
 
 /* A hook call in progress. */
@@ -60,6 +61,9 @@ extern const char um__hooks_state_key;
 
 /* The state of ctx's worker in h, or NULL (logged) when h has none for it. */
 struct um__hook_state *um__hooks_state_get(const struct um_context *ctx, struct um_hooks *h);
+/* After the calls of a request on ctx's worker: a state a call broke (past its memory cap)
+ * is closed and made anew. The state um__hooks_state_get gave is invalid after this. */
+void um__hooks_state_done(const struct um_context *ctx, struct um_hooks *h);
 
 /* --- calls.c ------------------------------------------------------------------------------ */
 

@@ -23,9 +23,26 @@
 
 #define TURN_BUDGET 32 /* drive() iterations before yielding */
 
-/* ---------------------------------------------------------------- socket I/O */
+/* ---------------------------------------------------------------- idle connections
+ *
+ * A keep-alive connection spends most of its life waiting for its next request. While it
+ * waits with nothing buffered and nothing queued, it holds only its core (struct um__conn,
+ * a few hundred bytes) and its transport: the read buffer, the request state (struct
+ * um__conn_req: the parsed head's fields and the exchange, about 4 KiB) and the output
+ * queue's memory go back to the worker's pools, and are taken again when bytes arrive.
+ * Taking and giving back is a pointer move (bufpool.h), so a client that sends request
+ * after request on one connection costs no malloc; a pool keeps a small reserve and hands
+ * the rest back to the system. A connection with anything in progress (a partial head,
+ * pipelined requests, a body, a response being sent) keeps everything; a new connection
+ * whose first bytes have not come yet holds nothing either. */
 
-static size_t rbuf_size(const struct um_config *cfg)
+/* The core is what each of (say) 100,000 idle clients costs: 392 bytes on x86-64 today.
+ * What a connection needs only while a request is on it belongs in struct um__conn_req. */
+_Static_assert(sizeof(struct um__conn) <= 512, "an idle connection's core stays small");
+
+const size_t um__conn_req_size = sizeof(struct um__conn_req);
+
+size_t um__conn_rbuf_size(const struct um_config *cfg)
 {
     size_t n = cfg->limits.max_header_bytes;
     if (cfg->limits.max_request_line > n)
@@ -33,31 +50,51 @@ static size_t rbuf_size(const struct um_config *cfg)
     return n + 4096;
 }
 
-static void rbuf_get(struct um__conn *c)
+/* Takes the read buffer and the request state from the worker's pools (what the
+ * connection does not hold already): bytes are about to be read. */
+static void activate(struct um__conn *c)
 {
     struct um__worker *w = c->w;
-    c->rcap = rbuf_size(c->config);
-    if (w->num_free_bufs > 0 && c->rcap == rbuf_size(w->config))
-        c->rbuf = w->free_bufs[--w->num_free_bufs];
-    else
-        c->rbuf = um_malloc(c->rcap);
+    if (c->rbuf == NULL) {
+        c->rcap = um__conn_rbuf_size(c->config);
+        /* A connection of an older snapshot with other limits takes its own. */
+        c->rbuf = c->rcap == w->rbufs.size ? um_bufpool_get(&w->rbufs) : um_malloc(c->rcap);
+        c->rlen = c->rpos = c->bpos = 0;
+    }
+    if (c->r == NULL) {
+        struct um__conn_req *r = um_bufpool_get(&w->reqs);
+        /* All but the header table, which the parser fills as far as it needs. */
+        memset(r, 0, offsetof(struct um__conn_req, x.req.headers));
+        char *rest = (char *)&r->x.req.num_headers;
+        memset(rest, 0, sizeof(*r) - (size_t)(rest - (char *)r));
+        r->c = c;
+        um_http1_parser_init(&r->parser);
+        um__exchange_init(&r->x, &um__conn_exchange_ops, w, c->runtime, c->t, c->peer_ip,
+                          c->peer_port, c->id);
+        c->r = r;
+    }
 }
 
-static void rbuf_put(struct um__conn *c)
+/* Gives the request state and the read buffer back (idle, or freed). */
+static void deactivate(struct um__conn *c)
 {
     struct um__worker *w = c->w;
-    if (c->rbuf == NULL)
-        return;
-    if (c->rcap == rbuf_size(w->config) && w->num_free_bufs < 256) {
-        if ((w->num_free_bufs & (w->num_free_bufs - 1)) == 0)
-            w->free_bufs = um_realloc(w->free_bufs, (w->num_free_bufs ? w->num_free_bufs * 2 : 1) * sizeof(char *));
-        w->free_bufs[w->num_free_bufs++] = c->rbuf;
-    } else {
-        free(c->rbuf);
+    if (c->r != NULL) {
+        um_arena_reset(&c->r->x.arena);
+        um_bufpool_put(&w->reqs, c->r);
+        c->r = NULL;
     }
-    c->rbuf = NULL;
+    if (c->rbuf != NULL) {
+        if (c->rcap == w->rbufs.size)
+            um_bufpool_put(&w->rbufs, c->rbuf);
+        else
+            free(c->rbuf);
+        c->rbuf = NULL;
+    }
     c->rcap = c->rlen = c->rpos = c->bpos = 0;
 }
+
+/* ---------------------------------------------------------------- socket I/O */
 
 /* A transport said what to wait for: the edge it promised is used up. */
 static void await(struct um__conn *c, int want)
@@ -72,7 +109,7 @@ static void await(struct um__conn *c, int want)
 static int read_some(struct um__conn *c)
 {
     if (c->rbuf == NULL)
-        rbuf_get(c);
+        activate(c);
     size_t space = c->rcap - c->rlen;
     if (space == 0)
         return UM_OK; /* nothing fits; processing must make room (or fail) first */
@@ -100,10 +137,11 @@ static int read_some(struct um__conn *c)
 
 static void go_idle(struct um__conn *c)
 {
-    /* Waiting for a request with nothing buffered: give memory back. */
-    if (c->rlen == 0)
-        rbuf_put(c);
-    um__outq_shrink(&c->out);
+    /* Waiting for a request with nothing buffered and nothing queued: give memory back. */
+    if (c->rlen == 0 && c->state == S_HEAD && !um__outq_pending(&c->out)) {
+        deactivate(c);
+        um__outq_shrink(&c->out);
+    }
 }
 
 static void arm_input_timer(struct um__conn *c)
@@ -112,7 +150,7 @@ static void arm_input_timer(struct um__conn *c)
     if (c->state == S_LINGER) {
         if (um__links(c)->tq_kind != UM__TQ_LINGER)
             um__tq_arm(w, c, UM__TQ_LINGER);
-    } else if (c->state == S_BODY || (c->state == S_ORIGIN && !c->x.body_done)) {
+    } else if (c->state == S_BODY || (c->state == S_ORIGIN && !c->r->x.body_done)) {
         /* Between two reads of the body, whether it is read before dispatch or streamed to
          * the origin as it arrives: the header timeout bounds each pause, not the upload. */
         um__tq_arm(w, c, UM__TQ_HEADER);
@@ -123,6 +161,7 @@ static void arm_input_timer(struct um__conn *c)
             um__tq_arm(w, c, UM__TQ_HEADER);
             c->head_started = true;
         }
+        go_idle(c); /* a new connection whose first bytes have not come holds nothing */
     } else {
         um__tq_arm(w, c, UM__TQ_IDLE);
         go_idle(c);
@@ -131,7 +170,7 @@ static void arm_input_timer(struct um__conn *c)
 
 static void start_linger(struct um__conn *c)
 {
-    shutdown(c->fd, SHUT_WR);
+    shutdown(c->t->fd, SHUT_WR);
     c->state = S_LINGER;
     c->closing = false;
     c->rpos = c->rlen = 0;
@@ -192,9 +231,9 @@ static void drive(struct um__conn *c)
             if (r == UM_DONE)
                 break;
         }
-        if (c->x.origin_paused) {
+        if (c->r != NULL && c->r->x.origin_paused) {
             /* Drained: let the origin go on (it may hand over more at once). */
-            um__exchange_proceed(&c->x);
+            um__exchange_proceed(&c->r->x);
             continue;
         }
         if (c->closing) {
@@ -239,8 +278,8 @@ static void drive(struct um__conn *c)
             um__conn_close(c);
             goto out;
         }
-        if (c->state == S_ORIGIN && c->x.body_wanted && (r == UM_OK || r == UM_DONE))
-            um__exchange_body_ready(&c->x);
+        if (c->state == S_ORIGIN && c->r->x.body_wanted && (r == UM_OK || r == UM_DONE))
+            um__exchange_body_ready(&c->r->x);
     }
     um__tq_disarm(c->w, c);
     um__worker_ready(c->w, c);
@@ -259,15 +298,13 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
     c->config = w->config;
     c->id = ++w->next_conn_id;
     um_counter_add(&um_metrics_worker()->conns_total, 1);
-    c->fd = fd;
     um_transport_plain_init(&c->plain, fd);
     c->t = &c->plain;
-    um__outq_init(&c->out);
+    um__outq_init(&c->out, &w->outq_pools);
     c->state = S_HEAD;
     c->can_write = true;
     c->can_read = true; /* TCP_DEFER_ACCEPT: the first bytes are usually there already */
     c->draining = w->draining;
-    um_http1_parser_init(&c->parser);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct sockaddr_storage ss;
@@ -298,8 +335,6 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
         c->t = t;
         c->state = S_HANDSHAKE;
     }
-    um__exchange_init(&c->x, &um__conn_exchange_ops, w, c->runtime, c->t, c->peer_ip,
-                      c->peer_port, c->id);
     if (um__worker_watch(w, c, fd) != UM_OK) {
         um_log_err("worker %d: epoll_ctl: %s", w->id, strerror(errno));
         um__conn_close(c);
@@ -312,8 +347,9 @@ void um__conn_on_event(struct um__conn *c, uint32_t events)
 {
     if (c->closed)
         return;
-    if (c->state == S_ORIGIN && !c->x.ended && (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&
-        (c->x.body_done || (events & (EPOLLHUP | EPOLLERR)))) {
+    if (c->state == S_ORIGIN && !c->r->x.ended &&
+        (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&
+        (c->r->x.body_done || (events & (EPOLLHUP | EPOLLERR)))) {
         /* The client went away while the origin was answering: stop the origin. */
         um__conn_close(c);
         return;
@@ -346,7 +382,7 @@ void um__conn_on_timeout(struct um__conn *c)
     }
     if (c->state == S_HEAD && c->rpos < c->rlen && !um__outq_pending(&c->out)) {
         /* A request head that did not arrive in time (slowloris): say so, then close. */
-        c->x.req.minor_version = 1;
+        c->r->x.req.minor_version = 1;
         um__conn_fail(c, 408);
         c->linger = false;
         c->can_write = true;
@@ -370,7 +406,7 @@ void um__conn_close(struct um__conn *c)
     struct um__worker *w = c->w;
     c->closed = true;
     if (c->state == S_ORIGIN)
-        um__exchange_cancel(&c->x);
+        um__exchange_cancel(&c->r->x);
     um_counter_add(&um_metrics_worker()->conns_closed, 1);
     um__tq_disarm(w, c);
     if (c->links.in_ready) {
@@ -392,6 +428,10 @@ void um__conn_close(struct um__conn *c)
         int want;
         c->t->ops->shutdown(c->t, &want); /* TLS close_notify, best effort */
     }
+    /* Out of the epoll set before the close: a CGI script being spawned on another
+     * worker holds a copy of every descriptor until its exec, and epoll reports the
+     * events of a descriptor's open file, which that copy keeps alive. */
+    um_loop_io_set(w->loop, &um__links(c)->io, um__links(c)->io.fd, 0);
     c->t->ops->close(c->t); /* the socket too */
     c->t = NULL;
     um__outq_drop(&c->out);
@@ -404,9 +444,8 @@ void um__conn_close(struct um__conn *c)
 
 void um__conn_free(struct um__conn *c)
 {
-    rbuf_put(c);
+    deactivate(c);
     um__outq_dispose(&c->out);
-    um_arena_reset(&c->x.arena);
     um_runtime_unref(c->runtime);
     free(c);
 }

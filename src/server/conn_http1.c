@@ -52,7 +52,7 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
             um__outq_append_str(q, "\r\n");
         } else if (x->req.minor_version == 1) {
             um__outq_append_str(q, "Transfer-Encoding: chunked\r\n");
-            c->resp_chunked = !x->head_only;
+            c->r->resp_chunked = !x->head_only;
         } else {
             x->keepalive = false; /* close-delimited */
         }
@@ -76,7 +76,7 @@ static size_t send_data(struct um__exchange *x, const char *data, size_t len, bo
     struct um__outq *q = &c->out;
     if (may_refuse && um__outq_backlog(q) > PAUSE_ORIGIN_AT)
         return 0;
-    if (c->resp_chunked) {
+    if (c->r->resp_chunked) {
         char size[24];
         int n = snprintf(size, sizeof(size), "%zx\r\n", len);
         um__outq_reserve(q, (size_t)n + len + 2);
@@ -94,7 +94,7 @@ static size_t send_ref(struct um__exchange *x, const char *data, size_t len,
                        void (*release)(void *ctx), void *ctx, bool may_refuse)
 {
     struct um__conn *c = um__conn_of(x);
-    if (c->resp_chunked) {
+    if (c->r->resp_chunked) {
         /* Framed bytes go through the buffer. */
         size_t taken = send_data(x, data, len, may_refuse);
         if (taken)
@@ -117,7 +117,7 @@ static void send_file(struct um__exchange *x, int fd, uint64_t off, uint64_t len
 static void end(struct um__exchange *x)
 {
     struct um__conn *c = um__conn_of(x);
-    if (c->resp_chunked)
+    if (c->r->resp_chunked)
         um__outq_append_str(&c->out, "0\r\n\r\n");
     um__conn_wake(c);
 }
@@ -173,15 +173,15 @@ const struct um__exchange_conn_ops um__conn_exchange_ops = {
 /* Prepares the exchange for the parsed request (or for an error before one). */
 static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
 {
-    c->resp_chunked = false;
-    um__exchange_begin(&c->x, head_only, keepalive && !c->draining && !c->peer_closed);
+    c->r->resp_chunked = false;
+    um__exchange_begin(&c->r->x, head_only, keepalive && !c->draining && !c->peer_closed);
 }
 
 void um__conn_fail(struct um__conn *c, int status)
 {
     begin_response(c, false, false);
-    um__exchange_respond(&c->x, status, NULL, 0);
-    um__exchange_log(&c->x, 0);
+    um__exchange_respond(&c->r->x, status, NULL, 0);
+    um__exchange_log(&c->r->x, 0);
     c->state = S_DONE;
     c->closing = true;
     c->linger = true;
@@ -192,20 +192,20 @@ void um__conn_fail(struct um__conn *c, int status)
 /* The request is answered (its response may still be draining): get ready for the next. */
 static void complete_request(struct um__conn *c)
 {
-    struct um__exchange *x = &c->x;
+    struct um__exchange *x = &c->r->x;
     um__exchange_log(x, 0);
     c->requests++;
     c->head_started = false;
-    if (!x->body_done || c->bdec > 0) {
+    if (!x->body_done || c->r->bdec > 0) {
         /* The origin answered without reading the whole body: the rest cannot be told
          * from a next request without reading it, so end the connection instead. */
         x->keepalive = false;
         c->linger = true;
     }
-    c->rpos = c->bpos + c->bdec;
+    c->rpos = c->bpos + c->r->bdec;
     if (c->rpos == c->rlen)
         c->rpos = c->rlen = 0;
-    um_http1_parser_init(&c->parser);
+    um_http1_parser_init(&c->r->parser);
     um__exchange_finish(x);
     if (!x->keepalive) {
         c->state = S_DONE;
@@ -220,13 +220,13 @@ static void complete_request(struct um__conn *c)
  * set) on a malformed or oversized body. */
 static int body_decode(struct um__conn *c)
 {
-    struct um__exchange *x = &c->x;
-    size_t raw = c->bpos + c->bdec, avail = c->rlen - raw;
+    struct um__exchange *x = &c->r->x;
+    size_t raw = c->bpos + c->r->bdec, avail = c->rlen - raw;
     if (x->body_done || avail == 0)
         return UM_OK;
     if (x->req.flags & UM_REQ_F_CHUNKED) {
         size_t consumed, out;
-        int r = um_chunked_decode(&c->chunked, c->rbuf + raw, avail, &consumed, &out);
+        int r = um_chunked_decode(&c->r->chunked, c->rbuf + raw, avail, &consumed, &out);
         if (r == UM_ERR) {
             x->body_error = 400;
             return UM_ERR;
@@ -234,17 +234,17 @@ static int body_decode(struct um__conn *c)
         /* Decoded bytes sit at rbuf+raw; close the gap the chunk framing leaves. */
         memmove(c->rbuf + raw + out, c->rbuf + raw + consumed, avail - consumed);
         c->rlen -= consumed - out;
-        c->bdec += out;
-        c->body_seen += out;
+        c->r->bdec += out;
+        c->r->body_seen += out;
         x->body_done = r == UM_DONE;
     } else {
-        size_t take = avail < c->body_left ? avail : (size_t)c->body_left;
-        c->bdec += take;
-        c->body_left -= take;
-        c->body_seen += take;
-        x->body_done = c->body_left == 0;
+        size_t take = avail < c->r->body_left ? avail : (size_t)c->r->body_left;
+        c->r->bdec += take;
+        c->r->body_left -= take;
+        c->r->body_seen += take;
+        x->body_done = c->r->body_left == 0;
     }
-    if (c->body_seen > c->config->limits.max_body_bytes) {
+    if (c->r->body_seen > c->config->limits.max_body_bytes) {
         x->body_error = 413;
         return UM_ERR;
     }
@@ -256,7 +256,7 @@ static void body_drop(struct um__conn *c, size_t n)
 {
     memmove(c->rbuf + c->bpos, c->rbuf + c->bpos + n, c->rlen - c->bpos - n);
     c->rlen -= n;
-    c->bdec -= n;
+    c->r->bdec -= n;
 }
 
 static ssize_t read_body(struct um__exchange *x, char *buf, size_t len)
@@ -264,7 +264,7 @@ static ssize_t read_body(struct um__exchange *x, char *buf, size_t len)
     struct um__conn *c = um__conn_of(x);
     if (x->body_error || body_decode(c) != UM_OK)
         return UM_ERR;
-    size_t n = c->bdec < len ? c->bdec : len;
+    size_t n = c->r->bdec < len ? c->r->bdec : len;
     if (n > 0) {
         memcpy(buf, c->rbuf + c->bpos, n);
         body_drop(c, n);
@@ -279,7 +279,7 @@ static ssize_t read_body(struct um__exchange *x, char *buf, size_t len)
 /* A head has been parsed: route it, then read its body or hand it over. */
 static void begin_request(struct um__conn *c)
 {
-    struct um__exchange *x = &c->x;
+    struct um__exchange *x = &c->r->x;
     struct um_request *req = &x->req;
     x->req_parsed = true;
     bool has_body = (req->flags & UM_REQ_F_CHUNKED) ||
@@ -291,20 +291,20 @@ static void begin_request(struct um__conn *c)
         c->rlen -= c->rpos;
         c->rpos = 0;
         int status;
-        um_http1_parser_init(&c->parser);
-        int r = um_http1_parse_request(&c->parser, c->rbuf, c->rlen,
+        um_http1_parser_init(&c->r->parser);
+        int r = um_http1_parse_request(&c->r->parser, c->rbuf, c->rlen,
                                        c->config->limits.max_request_line,
                                        c->config->limits.max_header_bytes, req, &status);
         UM_ASSERT(r == UM_OK);
     }
     c->bpos = c->rpos + req->head_len;
-    c->bdec = 0;
-    c->body_left = req->content_length;
-    c->body_seen = 0;
+    c->r->bdec = 0;
+    c->r->body_left = req->content_length;
+    c->r->body_seen = 0;
     x->body_done = !has_body;
     x->body_wanted = false;
     x->body_error = 0;
-    um_chunked_init(&c->chunked);
+    um_chunked_init(&c->r->chunked);
     if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > c->config->limits.max_body_bytes) {
         um__conn_fail(c, 413);
         return;
@@ -322,7 +322,9 @@ static void begin_request(struct um__conn *c)
 
 enum input_result um__conn_process_input(struct um__conn *c)
 {
-    struct um__exchange *x = &c->x;
+    if (c->r == NULL) /* idle, or new: nothing buffered, nothing in flight */
+        return c->state == S_HEAD ? IN_NEED_INPUT : IN_DONE;
+    struct um__exchange *x = &c->r->x;
     for (;;) {
         if (um__outq_full(&c->out)) {
             if (c->state != S_ORIGIN || x->ended)
@@ -333,7 +335,7 @@ enum input_result um__conn_process_input(struct um__conn *c)
             if (c->rpos == c->rlen)
                 return IN_NEED_INPUT;
             int status;
-            int r = um_http1_parse_request(&c->parser, c->rbuf + c->rpos, c->rlen - c->rpos,
+            int r = um_http1_parse_request(&c->r->parser, c->rbuf + c->rpos, c->rlen - c->rpos,
                                            c->config->limits.max_request_line,
                                            c->config->limits.max_header_bytes, &x->req, &status);
             if (r == UM_AGAIN) {
@@ -361,7 +363,7 @@ enum input_result um__conn_process_input(struct um__conn *c)
                 um__conn_fail(c, x->body_error);
                 continue;
             }
-            body_drop(c, c->bdec); /* nobody wants it */
+            body_drop(c, c->r->bdec); /* nobody wants it */
             if (!x->body_done)
                 return IN_NEED_INPUT;
             c->state = S_ORIGIN;

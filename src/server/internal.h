@@ -15,6 +15,8 @@
 #include "umbra/runtime.h"
 #include "umbra/tls.h"
 #include "umbra/cache.h"
+#include "umbra/bufpool.h"
+#include "outq.h"
 
 struct um__conn;
 struct um__worker;
@@ -74,9 +76,11 @@ struct um__worker {
     size_t num_conns;
     bool draining;
     uint64_t drain_deadline;
-    /* Free list of read buffers (connections waiting idle give theirs back). */
-    char **free_bufs;
-    size_t num_free_bufs;
+    /* What connections take when bytes arrive and give back when they wait idle (conn.c,
+     * "Idle connections"): read buffers, request states, output queue memory. */
+    struct um_bufpool rbufs;
+    struct um_bufpool reqs;
+    struct um__outq_pools outq_pools;
     char path_buf[4096]; /* the normalised path of the request being dispatched */
 };
 
@@ -157,6 +161,12 @@ int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t 
                     struct um_buf *out);
 
 /* conn.c */
+/* Blocks each of a worker's pools keeps for its connections at most. */
+#define UM__CONN_POOL_KEEP 64
+/* The size of a connection's read buffer under cfg's limits. */
+size_t um__conn_rbuf_size(const struct um_config *cfg);
+/* The size of a connection's request state (struct um__conn_req). */
+extern const size_t um__conn_req_size;
 void um__conn_accept(struct um__worker *w, int fd, bool tls);
 void um__conn_on_event(struct um__conn *c, uint32_t events);
 void um__conn_on_timeout(struct um__conn *c);

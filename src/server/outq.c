@@ -2,9 +2,9 @@
  * transport.
  *
  * Two ways to flush. A transport with writev and sendfile (a plain socket) sends the
- * buffer with one write, flagged MSG_MORE when segments or a file follow, the borrowed
- * segments gathered into one writev, and the file with sendfile, so that the bytes are
- * never copied. A transport without them (TLS) encrypts from memory: each buffer is
+ * buffer and the borrowed segments behind it gathered into one writev (a head and a cached
+ * body in one system call), a buffer alone with one write, flagged MSG_MORE when a file
+ * follows, and the file with sendfile, so that the bytes are never copied. A transport without them (TLS) encrypts from memory: each buffer is
  * written in turn, and file bytes are read into fbuf first. Both stop after a turn's
  * budget of bytes. */
 #include "outq.h"
@@ -16,13 +16,63 @@
 #include "umbra/log.h"
 
 #define WRITE_BUDGET (1024 * 1024) /* bytes per connection per loop turn */
-#define WBUF_KEEP (64 * 1024)      /* larger write buffers are freed when idle */
 #define COPY_CHUNK (16 * 1024)     /* file bytes read at once for a copying transport */
+_Static_assert(COPY_CHUNK <= UM__OUTQ_BIG, "file copies are read into a big buffer");
 
-void um__outq_init(struct um__outq *q)
+void um__outq_pools_init(struct um__outq_pools *p, size_t keep)
+{
+    um_bufpool_init(&p->bufs, UM__OUTQ_BUF, keep);
+    um_bufpool_init(&p->big, UM__OUTQ_BIG, keep / 4);
+    um_bufpool_init(&p->refs, UM__OUTQ_MAX_REFS * sizeof(struct um__outq_ref), keep);
+}
+
+void um__outq_pools_dispose(struct um__outq_pools *p)
+{
+    um_bufpool_dispose(&p->bufs);
+    um_bufpool_dispose(&p->big);
+    um_bufpool_dispose(&p->refs);
+}
+
+void um__outq_init(struct um__outq *q, struct um__outq_pools *pools)
 {
     memset(q, 0, sizeof(*q));
+    q->pools = pools;
     q->file_fd = -1;
+}
+
+void um__outq_grow(struct um__outq *q, size_t n)
+{
+    struct um_buf *b = &q->buf;
+    if (q->pos > 0 && q->pos == b->len) {
+        q->pos = 0;
+        um_buf_reset(b);
+        if (n <= um_buf_room(b))
+            return;
+    }
+    if (b->base == NULL) {
+        if (n < UM__OUTQ_BUF)
+            um_buf_adopt(b, um_bufpool_get(&q->pools->bufs), UM__OUTQ_BUF);
+        else if (n < UM__OUTQ_BIG)
+            um_buf_adopt(b, um_bufpool_get(&q->pools->big), UM__OUTQ_BIG);
+        else
+            um_buf_reserve(b, n);
+        return;
+    }
+    if (b->cap == UM__OUTQ_BUF && b->len + n < UM__OUTQ_BIG) {
+        /* Outgrown: into a big buffer from the pool, the small one back to it. */
+        struct um_buf small = *b;
+        um_buf_init(b);
+        um_buf_adopt(b, um_bufpool_get(&q->pools->big), UM__OUTQ_BIG);
+        um_buf_append(b, small.base, small.len);
+        um_bufpool_put(&q->pools->bufs, small.base);
+        return;
+    }
+    /* Larger still: the heap's, from now until the queue is idle. */
+    if (b->cap == UM__OUTQ_BUF)
+        um_bufpool_forget(&q->pools->bufs);
+    else if (b->cap == UM__OUTQ_BIG)
+        um_bufpool_forget(&q->pools->big);
+    um_buf_reserve(b, n);
 }
 
 /* Releases borrowed segments from the front: n of them, or all when n is UINT_MAX. */
@@ -62,19 +112,26 @@ void um__outq_drop(struct um__outq *q)
 
 void um__outq_dispose(struct um__outq *q)
 {
-    um_buf_dispose(&q->buf);
-    free(q->fbuf);
-    free(q->refs);
-    q->fbuf = NULL;
-    q->refs = NULL;
+    um__outq_shrink(q);
 }
 
 void um__outq_shrink(struct um__outq *q)
 {
-    if (q->buf.cap > WBUF_KEEP) {
+    /* A buffer that grew past the pools' sizes goes back to the system. */
+    if (q->buf.cap == UM__OUTQ_BUF)
+        um_bufpool_put(&q->pools->bufs, um_buf_detach(&q->buf));
+    else if (q->buf.cap == UM__OUTQ_BIG)
+        um_bufpool_put(&q->pools->big, um_buf_detach(&q->buf));
+    else
         um_buf_dispose(&q->buf);
-        q->pos = 0;
-    }
+    q->pos = 0;
+    UM_ASSERT(q->ref_head == q->num_refs);
+    um_bufpool_put(&q->pools->refs, q->refs);
+    q->refs = NULL;
+    q->ref_head = q->num_refs = 0;
+    um_bufpool_put(&q->pools->big, q->fbuf);
+    q->fbuf = NULL;
+    q->fpos = q->flen = 0;
 }
 
 void um__outq_file(struct um__outq *q, int fd, uint64_t off, uint64_t len, bool copy_small)
@@ -120,7 +177,7 @@ static int flush_copying(struct um__outq *q, struct um_transport *t, int *want)
         } else if (q->fpos < q->flen || q->file_left > 0) {
             if (q->fpos == q->flen) {
                 if (q->fbuf == NULL)
-                    q->fbuf = um_malloc(COPY_CHUNK);
+                    q->fbuf = um_bufpool_get(&q->pools->big); /* COPY_CHUNK of it */
                 size_t n = q->file_left < COPY_CHUNK ? (size_t)q->file_left : COPY_CHUNK;
                 ssize_t r = pread(q->file_fd, q->fbuf, n, (off_t)q->file_off);
                 if (r <= 0) {
@@ -166,16 +223,22 @@ int um__outq_flush(struct um__outq *q, struct um_transport *t, int *want)
     size_t budget = WRITE_BUDGET;
     for (;;) {
         ssize_t n;
-        if (q->pos < q->buf.len) {
+        if (q->pos < q->buf.len && q->ref_head == q->num_refs) {
             n = t->ops->write(t, q->buf.base + q->pos, q->buf.len - q->pos,
-                              q->file_left || q->num_refs ? UM_TRANSPORT_F_MORE : 0, want);
+                              q->file_left ? UM_TRANSPORT_F_MORE : 0, want);
             if (n > 0)
                 q->pos += (size_t)n;
         } else if (q->ref_head < q->num_refs) {
-            /* Borrowed segments, gathered into one writev. */
-            struct iovec iov[UM__OUTQ_MAX_REFS];
+            /* The buffered bytes (a response head) and the borrowed segments behind them,
+             * gathered into one writev: a cache hit leaves in one system call. */
+            struct iovec iov[UM__OUTQ_MAX_REFS + 1];
             int k = 0;
-            size_t total = 0;
+            size_t total = 0, from_buf = 0;
+            if (q->pos < q->buf.len) {
+                from_buf = q->buf.len - q->pos;
+                iov[k++] = (struct iovec){q->buf.base + q->pos, from_buf};
+                total = from_buf;
+            }
             /* No more than this turn's budget, so that one large response cannot hold the
              * loop while other connections wait. */
             for (unsigned i = q->ref_head; i < q->num_refs && total < budget; i++, k++) {
@@ -188,6 +251,11 @@ int um__outq_flush(struct um__outq *q, struct um_transport *t, int *want)
             n = t->ops->writev(t, iov, k, want);
             if (n > 0) {
                 size_t left = (size_t)n;
+                if (from_buf > 0) {
+                    size_t b = left < from_buf ? left : from_buf;
+                    q->pos += b;
+                    left -= b;
+                }
                 while (left > 0) {
                     size_t len = q->refs[q->ref_head].len;
                     if (left >= len) {

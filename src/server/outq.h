@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "umbra/buf.h"
+#include "umbra/bufpool.h"
 #include "umbra/common.h"
 #include "umbra/transport.h"
 
@@ -30,8 +31,22 @@ struct um__outq_ref {
     void *ctx;
 };
 
+/* A worker's free lists of the queues' memory, shared by its connections: an idle queue
+ * holds none of it (um__outq_shrink). A queue takes a small buffer for its first bytes and
+ * moves to a big one when they outgrow it (a TLS response with a file copied in, a
+ * proxied body), so that neither is a malloc per request; past the big size the buffer
+ * grows on the heap and goes back to the system when idle. */
+struct um__outq_pools {
+    struct um_bufpool bufs; /* UM__OUTQ_BUF-byte buffers */
+    struct um_bufpool big;  /* UM__OUTQ_BIG-byte buffers (and copies of file bytes) */
+    struct um_bufpool refs; /* UM__OUTQ_MAX_REFS segment tables */
+};
+#define UM__OUTQ_BUF 4096
+#define UM__OUTQ_BIG (32 * 1024)
+
 struct um__outq {
     struct um_buf buf;
+    struct um__outq_pools *pools; /* where the memory comes from and goes back to */
     size_t pos;
     struct um__outq_ref *refs; /* UM__OUTQ_MAX_REFS, allocated on first use */
     unsigned ref_head, num_refs;
@@ -43,15 +58,26 @@ struct um__outq {
     size_t fpos, flen;
 };
 
-/* An empty queue. */
-void um__outq_init(struct um__outq *q);
+/* Sets up the pools of a worker (keep: blocks each pool keeps at most); um__outq_pools_dispose
+ * frees what they keep. */
+void um__outq_pools_init(struct um__outq_pools *p, size_t keep);
+void um__outq_pools_dispose(struct um__outq_pools *p);
+
+/* An empty queue, holding no memory, that takes its memory from pools (which must outlive
+ * it). */
+void um__outq_init(struct um__outq *q, struct um__outq_pools *pools);
 /* Closes the file and releases the segments (the connection closes); the memory stays
  * until um__outq_dispose. */
 void um__outq_drop(struct um__outq *q);
 /* Frees the queue's memory; call um__outq_drop first. */
 void um__outq_dispose(struct um__outq *q);
-/* Gives a large buffer's memory back (the connection waits idle with nothing queued). */
+/* Gives all the queue's memory back to the pools (a grown buffer to the system): the
+ * connection waits idle with nothing queued (um__outq_pending is false). */
 void um__outq_shrink(struct um__outq *q);
+
+/* um__outq_reserve's way when the bytes do not fit: takes a buffer from the pools, or
+ * rewinds a buffer whose bytes were all sent, or grows it. */
+void um__outq_grow(struct um__outq *q, size_t n);
 
 /* Queues len bytes of fd at off; the queue owns fd from now on. copy_small: the transport
  * has no sendfile, so a small file is read into the buffer at once. Only one file at a
@@ -68,15 +94,8 @@ int um__outq_flush(struct um__outq *q, struct um_transport *t, int *want);
  * (so a head's length must be measured after making room for it). */
 static inline void um__outq_reserve(struct um__outq *q, size_t n)
 {
-    if (n <= um_buf_room(&q->buf))
-        return;
-    if (q->pos > 0 && q->pos == q->buf.len) {
-        q->pos = 0;
-        um_buf_reset(&q->buf);
-        if (n <= um_buf_room(&q->buf))
-            return;
-    }
-    um_buf_reserve(&q->buf, n);
+    if (n > um_buf_room(&q->buf))
+        um__outq_grow(q, n);
 }
 
 static inline void um__outq_append(struct um__outq *q, const void *p, size_t n)
@@ -109,7 +128,7 @@ static inline bool um__outq_ref(struct um__outq *q, const char *p, size_t len,
     if (q->num_refs == UM__OUTQ_MAX_REFS)
         return false;
     if (q->refs == NULL)
-        q->refs = um_malloc(UM__OUTQ_MAX_REFS * sizeof(*q->refs));
+        q->refs = um_bufpool_get(&q->pools->refs);
     q->refs[q->num_refs++] = (struct um__outq_ref){p, len, release, ctx};
     q->ref_bytes += len;
     return true;

@@ -4,6 +4,7 @@
 
 #include "umbra/cache.h"
 #include "umbra/cacheorigin.h"
+#include "umbra/cgi.h"
 #include "umbra/hooks.h"
 #include "umbra/metrics.h"
 #include "umbra/origin.h"
@@ -38,6 +39,21 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
         rr->metrics_slot = um_metrics_route_slot(msg);
         if (r->upstream >= 0) {
             rr->origin = um_upstream_origin_ref(rt->upstreams[r->upstream]);
+            if (hooks)
+                rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
+            if (r->cache) {
+                if (*cache == NULL)
+                    __atomic_store_n(cache, create_cache(config), __ATOMIC_RELEASE);
+                rr->origin = um_cache_origin_create(*cache, rr->origin, r, config);
+            }
+            continue;
+        }
+        if (r->cgi) {
+            rr->origin = um_cgi_origin_create(r, config, msg, sizeof(msg));
+            if (rr->origin == NULL) {
+                snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
+                return false;
+            }
             if (hooks)
                 rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
             if (r->cache) {

@@ -148,6 +148,9 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
     for (int k = 0; k < UM__TQ_COUNT; k++)
         um_loop_tq_init(w->loop, &w->tq[k], 0, on_conn_timeout);
     set_durations(w);
+    um_bufpool_init(&w->rbufs, um__conn_rbuf_size(w->config), UM__CONN_POOL_KEEP);
+    um_bufpool_init(&w->reqs, um__conn_req_size, UM__CONN_POOL_KEEP);
+    um__outq_pools_init(&w->outq_pools, UM__CONN_POOL_KEEP);
     pthread_mutex_init(&w->mailbox.lock, NULL);
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(efd >= 0);
@@ -166,9 +169,9 @@ void um__worker_dispose(struct um__worker *w)
         um_loop_tq_dispose(&w->tq[k]);
     um_loop_destroy(w->loop);
     um_context_dispose(&w->ctx);
-    for (size_t i = 0; i < w->num_free_bufs; i++)
-        free(w->free_bufs[i]);
-    free(w->free_bufs);
+    um_bufpool_dispose(&w->rbufs);
+    um_bufpool_dispose(&w->reqs);
+    um__outq_pools_dispose(&w->outq_pools);
     if (w->mailbox.has_next)
         um_runtime_unref(w->mailbox.next_runtime);
     um_runtime_unref(w->runtime);
@@ -209,10 +212,11 @@ static void on_mailbox(struct um_io *io, uint32_t events)
         w->runtime = next_rt;
         w->config = next_rt->config;
         set_durations(w);
-        /* Read buffers are sized by the limits of the snapshot: the new one's may differ. */
-        for (size_t i = 0; i < w->num_free_bufs; i++)
-            free(w->free_bufs[i]);
-        w->num_free_bufs = 0;
+        /* Read buffers are sized by the limits of the snapshot: the new one's may differ
+         * (the connections of the old one then free theirs instead of giving them back). */
+        size_t rsize = um__conn_rbuf_size(w->config);
+        if (rsize != w->rbufs.size)
+            um_bufpool_resize(&w->rbufs, rsize);
     }
     for (size_t i = 0; i < n; i++)
         um__conn_accept(w, fds[i] >> 1, fds[i] & 1);

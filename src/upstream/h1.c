@@ -108,7 +108,9 @@ static void conn_close(struct h1conn *c)
         c->pool->num_idle--;
     }
     um_loop_timer_stop(hw->loop, &c->timer);
-    /* close() takes the descriptor out of the epoll set. */
+    /* Out of the epoll set first: close() alone does not take it out while a copy of the
+     * descriptor lives on (in a child being spawned by another thread, until its exec). */
+    um_loop_io_set(hw->loop, &c->io, c->io.fd, 0);
     close(c->io.fd);
     c->io.fd = -1;
     if (c->prev_all)

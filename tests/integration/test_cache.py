@@ -367,6 +367,24 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
         self.assertHit(self.get(young))
         self.assertEqual(self.seen(young), 1)
 
+    def test_age_on_a_hit_advances(self):
+        # A hit's Age comes from the times parsed when the object was stored: the origin's
+        # Age plus the time it has been resident, advancing with the clock.
+        t = "/age/advances?cc=max-age%3D60&header=Age:5&size=1024"
+        self.get(t)
+        r1 = self.get(t)
+        self.assertHit(r1)
+        a1 = int(r1.header("Age"))
+        self.assertIn(a1, (5, 6, 7))
+        self.assertEqual(r1.body, origin_body(1024))
+        time.sleep(2.1)
+        r2 = self.get(t)
+        self.assertHit(r2)
+        self.assertIn(int(r2.header("Age")) - a1, (2, 3), r2.raw_head)
+        self.assertEqual(int(cs_param(r2, "ttl")), 60 - int(r2.header("Age")))
+        self.assertEqual(r2.body, origin_body(1024))
+        self.assertEqual(self.seen(t), 1)
+
     def test_heuristic_freshness(self):
         lm = q(http_date(time.time() - 1000))  # 10% of 1000 s: about 100 s
         t = "/heur/200?header=Last-Modified:" + lm

@@ -748,5 +748,285 @@ end } }
             self.assertEqual(c.read_response().body, b"false inner")
 
 
+class BoxTest(unittest.TestCase):
+    """Issue #14: Lua that stays in its box. A hook that tries to leave it (turn the JIT or
+    the count hook off, grow without end, overflow its stack, reach the file and process
+    functions the loader had, load bytecode) answers 500 within the budget with one log
+    line, the next request on the same worker is served, and SIGTERM still stops the
+    server at once."""
+
+    FILES = {"side.lua": 'return umbra.respond(200, "side.lua ran")\n'}
+    # The top level runs in the loader (with the whole library) and again in the request
+    # state: what it keeps there is what the hooks may have.
+    BODY = r"""
+local df, lf, ld, ls, J, dbg, IO, OS = dofile, loadfile, load, loadstring, jit, debug, io, os
+local rq, pk, np, dump = require, package, newproxy, string.dump
+local kept = {}
+routes = { { path = "/", on_request = function(req)
+  local p = req.path
+  -- The compiler or the count hook back on: neither exists in a request state.
+  if p == "/jit-on" then jit.on(); while true do end end
+  if p == "/jit-kept" then J.on(); while true do end end
+  if p == "/jit-require" then require("jit").on(); while true do end end
+  if p == "/sethook" then debug.sethook(); while true do end end
+  if p == "/sethook-kept" then dbg.sethook(); while true do end end
+  if p == "/getregistry" then local r = debug.getregistry(); return r end
+  -- What the loader's top level had.
+  if p == "/dofile-kept" then local r = df("side.lua"); return r end
+  if p == "/loadfile-kept" then local f = lf("side.lua"); return f() end
+  if p == "/io-kept" then local f = IO.open("side.lua"); return f end
+  if p == "/os-exit-kept" then OS.exit(3) end
+  if p == "/require-kept" then local r = rq("side"); return r end
+  if p == "/package-kept" then local r = pk.loaders[2]("side")(); return r end
+  -- Bytecode (LuaJIT does not verify it): load, loadstring and the kept ones take text.
+  if p == "/load-bytecode" then assert(load("\27LJ\2\10\0\0")) end
+  if p == "/loadstring-bytecode" then assert(loadstring("\27LJ\2\10\0\0")) end
+  if p == "/load-kept-bytecode" then assert(ld("\27LJ\2\10\0\0", "x", "b")) end
+  if p == "/load-reader-bytecode" then
+    local parts = { "\27LJ", "\2\10\0\0" }
+    local i = 0
+    assert(load(function() i = i + 1; return parts[i] end))
+  end
+  if p == "/dump" then local r = string.dump(function() end); return r end
+  if p == "/dump-method" then local r = ("x").dump(function() end); return r end
+  if p == "/newproxy" then local r = newproxy(true); return r end
+  if p == "/collectgarbage-stop" then collectgarbage("stop") end
+  -- Runaways: loops in a coroutine, in a message handler; memory growth; recursion.
+  if p == "/coroutine-loop" then coroutine.wrap(function() while true do end end)() end
+  if p == "/coroutine-caught" then
+    pcall(coroutine.wrap(function() while true do end end))
+    coroutine.resume(coroutine.create(function() while true do end end))
+    while true do end
+  end
+  if p == "/xpcall-c-handler" then
+    xpcall(function() while true do end end, coroutine.wrap(function() while true do end end))
+    return umbra.respond(200, "escaped the budget")
+  end
+  if p == "/xpcall-loop" then
+    xpcall(function() while true do end end, function() while true do end end)
+    return umbra.respond(200, "escaped the budget")
+  end
+  if p == "/grow-string" then local s = "x"; while true do s = s .. s end end
+  if p == "/grow-table" then
+    local t = {}
+    while true do t[#t + 1] = string.rep("t", 4096) .. #t end
+  end
+  if p == "/grow-rep" then local s = string.rep("x", 2 ^ 30); return umbra.respond(200, s) end
+  if p == "/grow-caught" then
+    pcall(function() local s = "x"; while true do s = s .. s end end)
+    return umbra.respond(200, "escaped the memory limit")
+  end
+  if p == "/grow-global" then
+    kept[#kept + 1] = string.rep("g", 1024 * 1024) .. #kept
+    return umbra.respond(200, tostring(#kept))
+  end
+  if p == "/recurse" then local function f(n) return 1 + f(n + 1) end; f(1) end
+  if p == "/recurse-pcall" then
+    local function f() return pcall(f) end
+    f()
+    error("recursion through pcall ended")
+  end
+  -- Calls from C into Lua nest on the C stack, which LuaJIT does not bound.
+  if p == "/gsub-recursion" then
+    local function f() return (string.gsub("x", "x", f)) end
+    f()
+  end
+  if p == "/sort-recursion" then
+    local function f(a, b) table.sort({ 3, 2, 1 }, f); return a < b end
+    f(1, 2)
+  end
+  if p == "/format-recursion" then
+    local function f() return (string.format("%s", setmetatable({}, { __tostring = f }))) end
+    f()
+  end
+  if p == "/time-recursion" then
+    local t
+    t = setmetatable({}, { __index = function() return (os.time(t)) end })
+    os.time(t)
+  end
+  if p == "/resume-recursion" then
+    local function f()
+      local ok, e = coroutine.resume(coroutine.create(f))
+      if not ok then error(e, 0) end
+    end
+    f()
+  end
+  if p == "/wrap-recursion" then local function f() return (coroutine.wrap(f)()) end; f() end
+  if p == "/load-recursion" then local function f() return (load(f)) end; f() end
+  -- Pattern matching runs in C: its backtracking is charged to the budget.
+  if p == "/pattern" then string.rep("a", 3000):find(".-.-.-.-b") end
+  if p == "/pattern-gsub" then
+    for i = 1, 100 do pcall(string.gsub, string.rep("a", 5000), "a*a*a*b", "") end
+    return umbra.respond(200, "escaped the budget")
+  end
+  if p == "/pattern-gmatch" then
+    for x in string.rep("ab", 2000):gmatch("(.-)(.-)(.-)c") do end
+  end
+  if p == "/memory" then
+    return umbra.respond(200, string.format("%d", collectgarbage("count")))
+  end
+  return umbra.respond(200, "fine")
+end } }
+"""
+
+    def answers_500(self, u, c, target, needle, within=5):
+        """target answers 500 within `within` seconds and the log has one line about it,
+        with needle; the same connection (the same worker) serves the next request."""
+        mark = len(u.log())
+        started = time.monotonic()
+        c.send(req(target, close=False))
+        r = c.read_response(timeout=10)
+        self.assertLess(time.monotonic() - started, within, target)
+        self.assertEqual((r.status, r.body), (500, b"500 Internal Server Error\n"), target)
+        log = log_since(u, mark, needle)
+        c.send(req("/fine", close=False))
+        self.assertEqual(c.read_response().body, b"fine", target)
+        log = u.log()[mark:]
+        self.assertEqual(len(log.splitlines()), 1, log)
+        self.assertIn("GET %s from" % target, log)
+        self.assertIn(needle, log)
+        return log
+
+    def stops_at_once(self, u):
+        started = time.monotonic()
+        self.assertEqual(u.stop(timeout=10), 0)
+        self.assertLess(time.monotonic() - started, 5)
+
+    def test_no_way_to_turn_the_budget_off(self):
+        with Umbra(self.BODY, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            for target, needle in (("/jit-on", "attempt to index global 'jit'"),
+                                   ("/jit-kept", "attempt to index upvalue 'J'"),
+                                   ("/jit-require", "attempt to call global 'require'"),
+                                   ("/sethook", "attempt to call field 'sethook'"),
+                                   ("/sethook-kept", "attempt to call field 'sethook'"),
+                                   ("/getregistry", "attempt to call field 'getregistry'"),
+                                   ("/coroutine-loop", "instruction budget"),
+                                   ("/coroutine-caught", "instruction budget"),
+                                   ("/xpcall-loop", "instruction budget"),
+                                   ("/xpcall-c-handler", "instruction budget"),
+                                   ("/pattern", "exceeded (in a pattern match)"),
+                                   ("/pattern-gsub", "instruction budget"),
+                                   ("/pattern-gmatch", "exceeded (in a pattern match)")):
+                self.answers_500(u, c, target, needle)
+            self.stops_at_once(u)
+
+    def test_bug_top_level_kept_what_the_hooks_must_not_have(self):
+        # The request state ran the file's top level with the whole library and took it
+        # away afterwards: a local the top level kept (local df = dofile) still had it.
+        with Umbra(self.BODY, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            for target, needle in (("/dofile-kept", "attempt to call upvalue 'df'"),
+                                   ("/loadfile-kept", "attempt to call upvalue 'lf'"),
+                                   ("/io-kept", "attempt to index upvalue 'IO'"),
+                                   ("/os-exit-kept", "attempt to call field 'exit'"),
+                                   ("/require-kept", "attempt to call upvalue 'rq'"),
+                                   ("/package-kept", "attempt to index upvalue 'pk'")):
+                self.answers_500(u, c, target, needle)
+            self.assertNotIn("side.lua ran", u.log())
+            self.stops_at_once(u)
+
+    def test_bug_load_took_bytecode(self):
+        with Umbra(self.BODY, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            for target, needle in (("/load-bytecode", "wrong mode"),
+                                   ("/loadstring-bytecode", "wrong mode"),
+                                   ("/load-kept-bytecode", "wrong mode"),
+                                   ("/load-reader-bytecode", "wrong mode"),
+                                   ("/dump", "attempt to call field 'dump'"),
+                                   ("/dump-method", "attempt to call field 'dump'"),
+                                   ("/newproxy", "attempt to call global 'newproxy'"),
+                                   ("/collectgarbage-stop", "invalid option 'stop'")):
+                self.answers_500(u, c, target, needle)
+            self.stops_at_once(u)
+
+    def test_memory_cap(self):
+        body = self.BODY + 'limits = { lua_memory = "16MB" }\n'
+        with Umbra(body, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            for target in ("/grow-string", "/grow-table", "/grow-rep", "/grow-caught"):
+                log = self.answers_500(u, c, target, "Lua memory limit of 16MB exceeded")
+                self.assertIn("made anew", log)
+                c.send(req("/memory", close=False))
+                self.assertLess(int(c.read_response().body), 4096)  # KB: it went back
+            # The hook at the line it was at, when the script was in Lua code.
+            self.assertIn("config.lua:%d:" % (self.BODY.count("\n", 0, self.BODY.index(
+                "t[#t + 1] = string.rep")) + 3), u.log())
+            self.assertTrue(u.alive())
+            self.stops_at_once(u)
+
+    def test_memory_held_across_requests_goes_back(self):
+        # A hook that keeps 1 MB more in a global on every request: past the cap it gets a
+        # 500, its state is made anew (the global starts over) and the next one is served.
+        body = self.BODY + 'limits = { lua_memory = "8MB" }\n'
+        with Umbra(body, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            statuses = []
+            for _ in range(20):
+                c.send(req("/grow-global", close=False))
+                r = c.read_response(timeout=10)
+                statuses.append((r.status, r.body))
+                if r.status == 500:
+                    break
+            self.assertEqual(statuses[-1][0], 500, statuses)
+            self.assertGreater(len(statuses), 3)
+            c.send(req("/grow-global", close=False))
+            self.assertEqual(c.read_response().body, b"1")
+            self.stops_at_once(u)
+
+    def test_deep_recursion(self):
+        with Umbra(self.BODY, files=self.FILES, workers=1) as u, Client(u.port) as c:
+            self.answers_500(u, c, "/recurse", "stack overflow")
+            self.answers_500(u, c, "/recurse-pcall", "recursion through pcall ended")
+            for name in ("gsub", "sort", "format", "time", "resume", "wrap", "load"):
+                # It was a SIGSEGV: the worker's thread ran out of C stack.
+                self.answers_500(u, c, "/%s-recursion" % name, "C stack overflow")
+            self.assertTrue(u.alive())
+            self.stops_at_once(u)
+
+    def test_lua_memory_setting_errors_name_file_and_line(self):
+        for value, msg in (('"512KB"', "out of range"), ('"2GB"', "out of range"),
+                           ('"lots"', "bad size"), ("{}", "expected a size")):
+            with Umbra('\nlimits = { lua_memory = %s }\nroutes = { { path = "/", '
+                       'on_request = function() end } }\n' % value, expect_fail=True) as u:
+                self.assertNotEqual(u.returncode, 0)
+                self.assertRegex(u.log(), r"config\.lua:4: limits\.lua_memory: .*" + msg)
+
+    def test_loader_memory_cap_names_file_and_line(self):
+        body = '\nlocal s = "x"\nfor i = 1, 40 do s = s .. s end\nroutes = {}\n'
+        with Umbra(body, expect_fail=True) as u:
+            self.assertNotEqual(u.returncode, 0)
+            self.assertRegex(u.log(), r"config\.lua:5: Lua memory limit of 1024MB exceeded "
+                                      r"\(the config loader's cap\)")
+
+    def test_top_level_runs_with_the_hooks_library(self):
+        # A top level that needs more than the hooks have fails in the request states,
+        # with the file and the line, before the server serves.
+        body = '\nlocal text = io.open("side.lua"):read("*a")\n' \
+               'routes = { { path = "/", on_request = function() end } }\n'
+        with Umbra(body, files=self.FILES, expect_fail=True) as u:
+            self.assertNotEqual(u.returncode, 0)
+            self.assertRegex(u.log(), r"config\.lua:4: attempt to index global 'io'")
+        # The loader alone (no umbra table) may: a guarded top level works.
+        body = '\nif not umbra then assert(io.open("side.lua")) end\n' \
+               'routes = { { path = "/", on_request = function() ' \
+               'return umbra.respond(200, "ok") end } }\n'
+        with Umbra(body, files=self.FILES) as u:
+            self.assertEqual(fetch_req(u.port, "/").body, b"ok")
+
+    def test_bug_metatable_on_globals_ran_outside_the_budget(self):
+        # The request state looked its hooks up with metamethods on: an __index on _G (or
+        # a route table) that loops ran unbudgeted while the state was made, and the
+        # server never started.
+        body = '\nroutes = { setmetatable({ path = "/", on_request = function() ' \
+               'return umbra.respond(200, "ok") end }, { __index = function() ' \
+               'while true do end end }) }\n' \
+               'setmetatable(_G, { __index = function() while true do end end })\n'
+        with Umbra(body, start_timeout=10) as u:
+            self.assertEqual(fetch_req(u.port, "/").body, b"ok")
+
+    def test_print_goes_to_the_log(self):
+        body = '\nroutes = { { path = "/", on_request = function(req) ' \
+               'print("printed", 1, nil, true); return umbra.respond(200, "ok") end } }\n'
+        with Umbra(body) as u:
+            self.assertEqual(fetch_req(u.port, "/").body, b"ok")
+            wait_until(lambda: "lua: printed\t1\tnil\ttrue" in u.log())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -18,9 +18,41 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/internal.h"
 #include "umbra/cacheorigin.h"
 #include "umbra/context.h"
 #include "umbra/loop.h"
+
+/* ---------------------------------------------------------------- allocations counted */
+
+/* This test is linked with --wrap=malloc,--wrap=calloc,--wrap=realloc (CMakeLists.txt):
+ * every allocation the cache layer (a static library linked in) makes is counted, so that
+ * a test can check that a hit makes none. */
+static unsigned long allocations;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+
+void *__wrap_malloc(size_t n)
+{
+    allocations++;
+    return __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    allocations++;
+    return __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+    allocations++;
+    return __real_realloc(p, n);
+}
 
 /* ---------------------------------------------------------------- the scripted origin */
 
@@ -519,6 +551,160 @@ static void test_stale_while_revalidate(void **state)
     assert_true(c->cs.ttl > 0);
 }
 
+/* The stored object of GET path (a new reference), or NULL. */
+static struct um_cache_obj *stored(const char *path)
+{
+    char key[128];
+    int n = snprintf(key, sizeof(key), "example.com %s", path);
+    return um_cache_lookup(fx->cache, (um_str){key, (size_t)n}, NULL, NULL);
+}
+
+static void test_hit_takes_no_waiter_lock_and_allocates_nothing(void **state)
+{
+    (void)state;
+    struct client *a = get("/fast");
+    send_head(fetch_no(0), 200, "Cache-Control", "max-age=60", "ETag", "\"f1\"", NULL);
+    send_data(fetch_no(0), "fast body");
+    send_end(fetch_no(0));
+    run_loop();
+    done_with(a, 200, "fast body");
+    done_with(get("/fast"), 200, "fast body"); /* the worker's spare reader is made */
+
+    struct um_cache_obj *obj = stored("/fast");
+    assert_non_null(obj);
+    unsigned long locks = um_cache_obj_waiter_locks(obj);
+    unsigned long before = allocations;
+    struct client *b = get("/fast");
+    unsigned long hit_allocations = allocations - before;
+    unsigned long hit_locks = um_cache_obj_waiter_locks(obj) - locks;
+    um_cache_obj_unref(obj);
+    done_with(b, 200, "fast body");
+    assert_true(b->cs.hit);
+    assert_true(has_field(b, "ETag: \"f1\"\n"));
+    assert_int_equal(hit_allocations, 0);
+    assert_int_equal(hit_locks, 0);
+
+    /* A reader of an object still filling does wait, and the counter sees it. */
+    struct client *c = get("/slow");
+    struct um_cache_obj *slow = stored("/slow");
+    assert_non_null(slow);
+    unsigned long waited = um_cache_obj_waiter_locks(slow);
+    um_cache_obj_unref(slow);
+    assert_true(waited > 0);
+    send_head(fetch_no(1), 200, "Cache-Control", "max-age=60", NULL);
+    send_data(fetch_no(1), "slow body");
+    send_end(fetch_no(1));
+    run_loop();
+    done_with(c, 200, "slow body");
+}
+
+/* A hit takes a conditional and a Range from the meta parsed at fill time. */
+static void test_hit_conditional_and_range_from_meta(void **state)
+{
+    (void)state;
+    struct client *a = get("/cond");
+    send_head(fetch_no(0), 200, "Cache-Control", "max-age=60", "ETag", "\"c1\"", NULL);
+    send_data(fetch_no(0), "0123456789");
+    send_end(fetch_no(0));
+    run_loop();
+    done_with(a, 200, "0123456789");
+
+    assert_true(fx->num_clients + 2 <= UM_NELEMS(fx->clients));
+    /* get() sends at once: build the two requests by hand with their extra field. */
+    const char *extra_name[2] = {"If-None-Match", "Range"};
+    const char *extra_value[2] = {"\"c1\"", "bytes=2-4"};
+    struct client *cs[2];
+    for (int i = 0; i < 2; i++) {
+        struct client *c = &fx->clients[fx->num_clients++];
+        memset(c, 0, sizeof(*c));
+        c->sink.ops = &rec_ops;
+        struct um_request *r = &c->req;
+        r->method = (um_str)UM_STR("GET");
+        r->method_id = UM_METHOD_GET;
+        r->target = (um_str)UM_STR("/cond");
+        r->path = r->target;
+        r->authority = (um_str)UM_STR("example.com");
+        r->minor_version = 1;
+        r->headers[r->num_headers++] = (struct um_header){UM_STR("Host"), UM_STR("example.com")};
+        r->headers[r->num_headers++] =
+            (struct um_header){{extra_name[i], strlen(extra_name[i])},
+                               {extra_value[i], strlen(extra_value[i])}};
+        r->flags = UM_REQ_F_KEEPALIVE;
+        c->fetch = (struct um_fetch){.ctx = &fx->ctx, .req = r, .config = fx->config,
+                                     .path = r->path, .client_ip = "127.0.0.1",
+                                     .client_port = 40000, .scheme = "http"};
+        fx->co->ops->fetch(fx->co, &c->fetch, &c->sink);
+        cs[i] = c;
+    }
+    done_with(cs[0], 304, "");
+    assert_true(cs[0]->cs.hit);
+    done_with(cs[1], 206, "234");
+    assert_true(has_field(cs[1], "Content-Range: bytes 2-4/10\n"));
+    assert_int_equal(fx->inner.num_fetches, 1);
+}
+
+/* The meta block a fill stores says what parsing its head block says. */
+static void test_meta_matches_parsed_head(void **state)
+{
+    (void)state;
+    static const char block[] =
+        "Cache-Control: max-age=60, s-maxage=30, must-revalidate\r\n"
+        "Cache-Control: stale-if-error=5, immutable, no-cache=\"X-A\"\r\n"
+        "ETag: W/\"v9\"\r\n"
+        "Last-Modified: Tue, 01 Dec 2026 10:00:00 GMT\r\n"
+        "Date: Tue, 01 Dec 2026 11:00:00 GMT\r\n"
+        "Content-Type: text/html\r\n"
+        "X-A: b\r\n";
+    um_str head = {block, sizeof(block) - 1};
+    struct meta base = {.flags = 0, .status = 200, .lifetime = 42, .content_length = 7};
+    size_t len;
+    struct meta *m = um__cache_meta_build(&base, head, NULL, &len);
+    assert_int_equal(len, sizeof(struct meta) + 7 * sizeof(struct meta_field));
+    assert_int_equal(m->status, 200);
+    assert_int_equal(m->lifetime, 42);
+    assert_int_equal(m->content_length, 7);
+
+    struct um_header f[MAX_OUT_FIELDS], g[MAX_OUT_FIELDS];
+    size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
+    assert_int_equal(n, 7);
+    assert_int_equal(um__cache_meta_fields(m, head, g, MAX_OUT_FIELDS), n);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(g[i].name.base == f[i].name.base && g[i].name.len == f[i].name.len);
+        assert_true(g[i].value.base == f[i].value.base && g[i].value.len == f[i].value.len);
+    }
+    struct um_resp_meta rm;
+    um_resp_meta_scan(&rm, 200, f, n);
+    struct um_cc cc;
+    um__cache_meta_cc(m, &cc);
+    assert_int_equal(cc.present, rm.cc.present);
+    assert_int_equal(cc.no_cache, rm.cc.no_cache);
+    assert_int_equal(cc.must_revalidate, rm.cc.must_revalidate);
+    assert_int_equal(cc.immutable, rm.cc.immutable);
+    assert_int_equal(cc.max_age, 60);
+    assert_int_equal(cc.max_age, rm.cc.max_age);
+    assert_int_equal(cc.s_maxage, rm.cc.s_maxage);
+    assert_int_equal(cc.stale_if_error, rm.cc.stale_if_error);
+    assert_int_equal(cc.stale_while_revalidate, rm.cc.stale_while_revalidate);
+    assert_int_equal(cc.invalid, rm.cc.invalid);
+    assert_int_equal(m->etag_len, rm.etag.len);
+    assert_true(rm.etag.len > 0 && head.base + m->etag_off == rm.etag.base);
+    assert_true(m->has_last_modified && rm.has_last_modified);
+    assert_int_equal(m->last_modified, rm.last_modified);
+    assert_true(m->has_date && rm.has_date);
+    assert_int_equal(m->date, rm.date);
+    free(m);
+
+    /* A hit-for-pass marker's empty head. */
+    struct meta pass = {.flags = META_F_PASS, .content_length = -1};
+    m = um__cache_meta_build(&pass, (um_str){"", 0}, NULL, &len);
+    assert_int_equal(len, sizeof(struct meta));
+    assert_int_equal(m->flags, META_F_PASS);
+    assert_int_equal(m->nfields, 0);
+    assert_int_equal(m->etag_len, 0);
+    assert_false(m->cc.present);
+    free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -527,6 +713,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_revalidated_with_304, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_store_passes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_while_revalidate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hit_takes_no_waiter_lock_and_allocates_nothing,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hit_conditional_and_range_from_meta, setup,
+                                        teardown),
+        cmocka_unit_test(test_meta_matches_parsed_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "server/conn.h"
 #include "server/internal.h"
 #include "umbra/hooks.h"
 #include "umbra/runtime.h"
@@ -23,11 +24,21 @@
 
 static int fetches;
 
-/* Answers 200 with "path=REST", REST being the path below the route's prefix. */
+/* Answers 200 with "path=REST", REST being the path below the route's prefix; for
+ * "size/N", N bytes of 'x' (at most 64 KiB). */
 static void origin_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *sink)
 {
     (void)o;
     fetches++;
+    if (f->path.len > 5 && memcmp(f->path.base, "size/", 5) == 0) {
+        static char big[65537];
+        size_t n = (size_t)strtoul(f->path.base + 5, NULL, 10);
+        n = n < sizeof big - 1 ? n : sizeof big - 1;
+        memset(big, 'x', n);
+        big[n] = '\0';
+        um_sink_answer_text(sink, 200, big);
+        return;
+    }
     char body[256];
     snprintf(body, sizeof body, "path=%.*s", (int)f->path.len, f->path.base);
     um_sink_answer_text(sink, 200, body);
@@ -260,6 +271,92 @@ static void test_body_read_before_dispatch(void **state)
     assert_null(strstr(buf, "Connection: close"));
 }
 
+/* What the connection holds from its worker's pools (read buffers, request states, output
+ * buffers and segment tables), taken and not given back. */
+static size_t held(struct fixture *fx)
+{
+    struct um__worker *w = &fx->w;
+    return w->rbufs.out + w->reqs.out + w->outq_pools.bufs.out + w->outq_pools.refs.out;
+}
+
+static void test_idle_gives_memory_back(void **state)
+{
+    struct fixture *fx = *state;
+    struct um__conn *c = fx->w.all;
+    char buf[8192];
+    bool eof;
+    assert_non_null(c);
+    assert_int_equal(held(fx), 0); /* accepted, nothing read yet: only the core */
+    send_all(fx, "GET /one HTTP/1.1\r\nHost: a\r\n\r\n");
+    receive(fx, buf, sizeof buf, 50, &eof);
+    assert_non_null(strstr(buf, "path=one"));
+    /* Answered, waiting for the next request: everything went back to the pools. */
+    assert_null(c->r);
+    assert_null(c->rbuf);
+    assert_null(c->out.buf.base);
+    assert_int_equal(held(fx), 0);
+    assert_true(fx->w.rbufs.num >= 1 && fx->w.reqs.num >= 1 && fx->w.outq_pools.bufs.num >= 1);
+    void *rbuf = fx->w.rbufs._free;
+
+    /* Half a head: the connection keeps what it read (and takes the kept buffer back: a
+     * pointer move). */
+    send_all(fx, "GET /two HTTP/1.1\r\nHo");
+    assert_int_equal(receive(fx, buf, sizeof buf, 3, &eof), 0);
+    assert_ptr_equal(c->rbuf, rbuf);
+    assert_non_null(c->r);
+    assert_int_equal(fx->w.rbufs.out, 1);
+    send_all(fx, "st: a\r\n\r\nGET /three HTTP/1.1\r\nHost: a\r\n\r\n");
+    receive(fx, buf, sizeof buf, 50, &eof);
+    assert_false(eof);
+    assert_int_equal(count(buf, "HTTP/1.1 200 OK\r\n"), 2);
+    assert_true(strstr(buf, "path=two") < strstr(buf, "path=three"));
+    assert_int_equal(held(fx), 0);
+
+    /* A body that arrives in two parts keeps the buffers between them. */
+    send_all(fx, "POST /form HTTP/1.1\r\nHost: a\r\nContent-Length: 6\r\n\r\nabc");
+    assert_int_equal(receive(fx, buf, sizeof buf, 3, &eof), 0);
+    assert_true(held(fx) >= 2);
+    send_all(fx, "def");
+    receive(fx, buf, sizeof buf, 50, &eof);
+    assert_non_null(strstr(buf, "path=form"));
+    assert_null(strstr(buf, "Connection: close"));
+    assert_int_equal(held(fx), 0);
+    assert_int_equal(fetches, 4);
+}
+
+static void test_larger_responses_reuse_pooled_buffers(void **state)
+{
+    struct fixture *fx = *state;
+    struct um__outq_pools *p = &fx->w.outq_pools;
+    static char buf[65536];
+    bool eof;
+    /* A response of 10,000 bytes outgrows the small output buffer: it moves to a big one
+     * from the pool, and both go back when the connection waits idle. */
+    send_all(fx, "GET /size/10000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    size_t n = receive(fx, buf, sizeof buf, 50, &eof);
+    assert_non_null(strstr(buf, "\r\nContent-Length: 10000\r\n"));
+    assert_true(n > 10000);
+    assert_int_equal(held(fx), 0);
+    assert_int_equal(p->big.num, 1);
+    void *big = p->big._free;
+    /* The next one takes the same buffer again: no allocation per request. */
+    for (int i = 0; i < 3; i++) {
+        send_all(fx, "GET /size/20000 HTTP/1.1\r\nHost: a\r\n\r\n");
+        n = receive(fx, buf, sizeof buf, 50, &eof);
+        assert_non_null(strstr(buf, "\r\nContent-Length: 20000\r\n"));
+        assert_int_equal(held(fx), 0);
+        assert_int_equal(p->big.num, 1);
+        assert_ptr_equal(p->big._free, big);
+    }
+    /* Past the big size, the buffer is the system's, and goes back to it. */
+    send_all(fx, "GET /size/50000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    receive(fx, buf, sizeof buf, 50, &eof);
+    assert_non_null(strstr(buf, "\r\nContent-Length: 50000\r\n"));
+    assert_false(eof);
+    assert_int_equal(held(fx), 0);
+    assert_null(fx->w.all->out.buf.base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +364,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pipelined_keepalive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_body_read_before_dispatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_gives_memory_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_larger_responses_reuse_pooled_buffers, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,12 @@
 #include "umbra/hooks.h"
 #include "umbra/http1.h"
 #include "umbra/log.h"
+#include "umbra/luasandbox.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "lua/internal.h"
 
 static char path[] = "/tmp/umbra-test-hooks-XXXXXX";
 static struct um_context ctx; /* the worker the hooks run for (no loop: none is needed) */
@@ -402,6 +408,244 @@ static void test_states_made_at_load(void **state)
     drop_file();
 }
 
+/* Runs code in a fresh request sandbox under the hooks' budget; returns the pcall result
+ * and copies the error message (if any) to msg. */
+static int sandbox_run(size_t memory, const char *code, char *msg, size_t msglen)
+{
+    lua_State *L = um_lua_sandbox_new(UM_LUA_SANDBOX_REQUEST, memory);
+    assert_non_null(L);
+    assert_int_equal(luaL_loadstring(L, code), 0);
+    int r = um_lua_sandbox_pcall(L, 0, 0, 0, UM_HOOK_BUDGET);
+    snprintf(msg, msglen, "%s", r != 0 && lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+    um_lua_sandbox_close(L);
+    return r;
+}
+
+/* What a request state has, and that nothing in it lifts the budget or loads bytecode. */
+static void test_sandbox_library(void **state)
+{
+    (void)state;
+    char msg[512];
+    assert_int_equal(
+        sandbox_run(1u << 20,
+                    "assert(jit == nil and io == nil and require == nil and package == nil)\n"
+                    "assert(dofile == nil and loadfile == nil and newproxy == nil)\n"
+                    "assert(module == nil and ffi == nil and string.dump == nil)\n"
+                    "assert(debug.sethook == nil and debug.getregistry == nil)\n"
+                    "assert(debug.traceback and os.time and os.clock and os.date and os.difftime)\n"
+                    "assert(os.exit == nil and os.execute == nil and os.getenv == nil)\n"
+                    "assert(coroutine.wrap and bit.band and table.concat and math.floor)\n"
+                    "assert(load('return 1')() == 1 and loadstring('return 2')() == 2)\n"
+                    "local f, e = load('\\27LJ\\2\\10'); assert(f == nil and e:find('mode'))\n"
+                    "f, e = load('\\27LJ\\2\\10', 'x', 'b'); assert(f == nil and e:find('mode'))\n"
+                    "f, e = loadstring('\\27LJ\\2\\10'); assert(f == nil and e:find('mode'))\n"
+                    "local parts, i = { 'return ', '3' }, 0\n"
+                    "assert(load(function() i = i + 1; return parts[i] end)() == 3)\n"
+                    "assert(load('return x', 'n', 't', { x = 4 })() == 4)\n"
+                    "assert(not pcall(collectgarbage, 'stop'))\n"
+                    "assert(collectgarbage('count') > 0 and collectgarbage() == 0)\n"
+                    "assert(select(2, xpcall(error, function(m) return 'handled ' .. m end, 'e'))\n"
+                    "       == 'handled e')\n",
+                    msg, sizeof msg),
+        0);
+}
+
+static void test_sandbox_budget_and_cap(void **state)
+{
+    (void)state;
+    char msg[512];
+    /* A loop whose xpcall handler loops too: the handler does not run past the budget. */
+    assert_int_not_equal(sandbox_run(1u << 20,
+                                     "xpcall(function() while true do end end,\n"
+                                     "       function() while true do end end)\n"
+                                     "while true do end\n",
+                                     msg, sizeof msg),
+                         0);
+    assert_non_null(strstr(msg, "instruction budget of 1000000 exceeded"));
+    /* Growth: at the line it reached, or refused at once when too large. */
+    assert_int_equal(sandbox_run(2u << 20,
+                                 "local t = {}\n"
+                                 "while true do t[#t + 1] = string.rep('x', 1000) .. #t end\n",
+                                 msg, sizeof msg),
+                     LUA_ERRMEM);
+    assert_string_equal(msg, "[string \"local t = {}...\"]:2: Lua memory limit of 2MB exceeded "
+                             "(limits.lua_memory)");
+    assert_int_equal(sandbox_run(2u << 20, "local s = string.rep('x', 2 ^ 30)\n", msg, sizeof msg),
+                     LUA_ERRMEM);
+    assert_string_equal(msg, "[string \"local s = string.rep('x', 2 ^ 30)...\"]:1: Lua memory "
+                             "limit of 2MB exceeded (limits.lua_memory)");
+    /* Caught by the script: the call fails all the same. */
+    assert_int_equal(sandbox_run(2u << 20,
+                                 "pcall(string.rep, 'x', 2 ^ 30)\n"
+                                 "pcall(function() local s = 'x' while true do s = s .. s end end)\n",
+                                 msg, sizeof msg),
+                     LUA_ERRMEM);
+    assert_non_null(strstr(msg, "Lua memory limit of 2MB exceeded"));
+    /* C functions calling Lua, nested: an error, not a crash. */
+    assert_int_not_equal(sandbox_run(1u << 20,
+                                     "local function f(a, b) table.sort({3, 2, 1}, f) end\n"
+                                     "f(1, 2)\n",
+                                     msg, sizeof msg),
+                         0);
+    assert_non_null(strstr(msg, "C stack overflow"));
+}
+
+/* The sandbox's string.find, match, gmatch and gsub (src/config/luapattern.c) answer what
+ * LuaJIT's do, errors included, over random patterns and subjects made of the pieces where
+ * matchers go wrong; and their backtracking is charged to the budget. */
+static const char PATTERN_RUN[] =
+    "local fn, s, p, a3, a4 = ...\n"
+    "local function ser(ok, ...)\n"
+    "  if not ok then return 'error ' .. (tostring((...)):gsub('^.-: ', '')) end\n"
+    "  local t = { 'ok' }\n"
+    "  for i = 1, select('#', ...) do\n"
+    "    local v = select(i, ...); t[#t + 1] = type(v) .. ':' .. tostring(v)\n"
+    "  end\n"
+    "  return table.concat(t, '|')\n"
+    "end\n"
+    "if fn == 'gmatch' then\n"
+    "  return ser(pcall(function()\n"
+    "    local r, n = {}, 0\n"
+    "    for a, b in string.gmatch(s, p) do\n"
+    "      n = n + 1; r[#r + 1] = tostring(a) .. ',' .. tostring(b); if n > 50 then break end\n"
+    "    end\n"
+    "    return table.concat(r, ';')\n"
+    "  end))\n"
+    "elseif fn == 'gsubf' then\n"
+    "  return ser(pcall(string.gsub, s, p, function(a) return a and '<' .. a .. '>' end, a4))\n"
+    "elseif fn == 'gsubt' then\n"
+    "  return ser(pcall(string.gsub, s, p, { a = 'A', ab = false, [1] = 'one' }, a4))\n"
+    "end\n"
+    "return ser(pcall(string[fn], s, p, a3, a4))\n";
+
+static void pattern_run(lua_State *L, char *out, size_t outlen, const char *fn, const char *s,
+                        size_t ls, const char *p, size_t lp, int a3, int a4)
+{
+    lua_settop(L, 0);
+    assert_int_equal(luaL_loadbuffer(L, PATTERN_RUN, sizeof PATTERN_RUN - 1, "=run"), 0);
+    lua_pushstring(L, fn);
+    lua_pushlstring(L, s, ls);
+    lua_pushlstring(L, p, lp);
+    if (strcmp(fn, "gsub") == 0)
+        lua_pushstring(L, a3 & 1 ? "<%0|%1>" : "x%%y%2");
+    else if (a3 % 3 == 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, a3 % 17 - 8);
+    if (a4 % 3 == 0)
+        lua_pushnil(L);
+    else if (a4 % 3 == 1 || strncmp(fn, "gsub", 4) == 0)
+        lua_pushinteger(L, a4 % 4);
+    else
+        lua_pushboolean(L, a4 & 4);
+    assert_int_equal(lua_pcall(L, 5, 1, 0), 0);
+    size_t n;
+    const char *res = lua_tolstring(L, -1, &n);
+    snprintf(out, outlen, "%.*s", (int)n, res);
+}
+
+static void test_patterns_match_luajit(void **state)
+{
+    (void)state;
+    static const char *const atoms[] = {
+        "a", "b", ".", "%a", "%d", "%s", "%w", "%A", "[ab]", "[^a]", "[a-c]", "[%d-]", "[]a]",
+        "[^]]", "*", "+", "-", "?", "(", ")", "()", "%1", "%2", "%b()", "%bab", "%f[%w]",
+        "%f[%W]", "^", "$", "%", "[", "x", "%%", "%.", "]", "%z", "%b"};
+    static const char *const pieces[] = {"a", "b", "ab", "(", ")", " ", "1", "x", "-", "]", "%"};
+    static const char *const fns[] = {"find", "match", "gmatch", "gsub", "gsubf", "gsubt"};
+    lua_State *mine = um_lua_sandbox_new(UM_LUA_SANDBOX_REQUEST, 64u << 20);
+    lua_State *luajit = luaL_newstate();
+    luaL_openlibs(luajit);
+    unsigned seed = 14;
+    for (int it = 0; it < 20000; it++) {
+        char p[64], s[64];
+        size_t lp = 0, ls = 0;
+        for (int i = rand_r(&seed) % 7; i > 0; i--) {
+            const char *a = atoms[rand_r(&seed) % UM_NELEMS(atoms)];
+            if (lp + strlen(a) < sizeof p) {
+                memcpy(p + lp, a, strlen(a));
+                lp += strlen(a);
+            }
+        }
+        for (int i = rand_r(&seed) % 12; i > 0; i--) {
+            const char *a = pieces[rand_r(&seed) % UM_NELEMS(pieces)];
+            memcpy(s + ls, a, strlen(a));
+            ls += strlen(a);
+        }
+        if (rand_r(&seed) % 8 == 0)
+            s[ls++] = '\0'; /* a NUL in the subject (LuaJIT's patterns end at one) */
+        const char *fn = fns[rand_r(&seed) % UM_NELEMS(fns)];
+        int a3 = rand_r(&seed), a4 = rand_r(&seed);
+        char want[2048], got[2048];
+        pattern_run(luajit, want, sizeof want, fn, s, ls, p, lp, a3, a4);
+        pattern_run(mine, got, sizeof got, fn, s, ls, p, lp, a3, a4);
+        if (strcmp(want, got) != 0)
+            fail_msg("string.%s(\"%.*s\", \"%.*s\"): LuaJIT: %s, the sandbox: %s", fn, (int)ls, s,
+                     (int)lp, p, want, got);
+    }
+    lua_close(luajit);
+    um_lua_sandbox_close(mine);
+
+    char msg[512];
+    assert_int_not_equal(sandbox_run(1u << 20, "string.rep('a', 3000):find('.-.-.-.-b')\n", msg,
+                                     sizeof msg),
+                         0);
+    assert_non_null(strstr(msg, ":1: instruction budget of 1000000 exceeded (in a pattern match)"));
+    /* Caught, it stops the script at its next instruction. */
+    assert_int_not_equal(sandbox_run(1u << 20,
+                                     "for i = 1, 100 do\n"
+                                     "  pcall(string.find, string.rep('a', 3000), '.-.-.-.-b')\n"
+                                     "end\n",
+                                     msg, sizeof msg),
+                         0);
+    assert_non_null(strstr(msg, "instruction budget of 1000000 exceeded (endless loop?)"));
+}
+
+/* A hook past limits.lua_memory fails; its state is made anew, with its memory back and its
+ * globals started over, and the next request is served. */
+static void test_state_made_anew_past_the_cap(void **state)
+{
+    (void)state;
+    struct um_config *c = load("limits = { lua_memory = '4MB' }\n"
+                               "local kept = {}\n"
+                               "routes = { { path = '/', on_request = function(req)\n"
+                               "  if req.path == '/grow' then\n"
+                               "    kept[#kept + 1] = string.rep('k', 256 * 1024) .. #kept\n"
+                               "  end\n"
+                               "  return umbra.respond(200, tostring(#kept))\n"
+                               "end } }\n");
+    assert_int_equal(c->limits.lua_memory, 4u << 20);
+    struct parsed p;
+    int served = 0;
+    for (;;) {
+        parse(&p, "GET /grow HTTP/1.1\r\nHost: h\r\n\r\n", c);
+        enum um_hook_result r = um_hooks_on_request(&ctx, hooks, &p.hr);
+        um_arena_reset(&p.arena);
+        if (r == UM_HOOK_FAIL)
+            break;
+        assert_int_equal(r, UM_HOOK_ANSWER);
+        assert_true(++served < 40);
+    }
+    assert_true(served >= 4);
+    assert_true(um_lua_sandbox_memory(hooks->states[0]->L) < (1u << 20));
+    parse(&p, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", c);
+    assert_int_equal(um_hooks_on_request(&ctx, hooks, &p.hr), UM_HOOK_ANSWER);
+    assert_true(str_is(p.hr.resp_body, "0"));
+    um_arena_reset(&p.arena);
+    unload(c);
+}
+
+static void test_lua_memory_setting(void **state)
+{
+    (void)state;
+    assert_non_null(strstr(load_error("limits = { lua_memory = '512KB' }\n"
+                                      "routes = { { path = '/', root = '.' } }\n"),
+                           "1: limits.lua_memory: 524288 bytes is out of range"));
+    assert_non_null(strstr(load_error("routes = { { path = '/', root = '.' } }\n"
+                                      "limits = {\n  lua_memory = 'lots' }\n"),
+                           "3: limits.lua_memory: bad size"));
+}
+
 static void test_fold_shifts(void **state)
 {
     (void)state;
@@ -444,6 +688,11 @@ int main(void)
         cmocka_unit_test(test_on_response),
         cmocka_unit_test(test_yunying),
         cmocka_unit_test(test_states_made_at_load),
+        cmocka_unit_test(test_sandbox_library),
+        cmocka_unit_test(test_sandbox_budget_and_cap),
+        cmocka_unit_test(test_patterns_match_luajit),
+        cmocka_unit_test(test_state_made_anew_past_the_cap),
+        cmocka_unit_test(test_lua_memory_setting),
         cmocka_unit_test(test_fold_shifts),
         cmocka_unit_test(test_fold_shifts_keeps_precedence),
     };

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "guard.h"
+#include "strassert.h"
 #include "umbra/http1.h"
 
 #define MAX_LINE 8190
@@ -17,19 +18,6 @@
 
 static struct guard g_after, g_before, g_inc;
 static struct um_request r_before, r_inc;
-
-static void assert_str(um_str s, const char *lit)
-{
-    size_t n = strlen(lit);
-    if (s.len != n || memcmp(s.base, lit, n) != 0)
-        fail_msg("got \"%.*s\", want \"%s\"", (int)s.len, s.base, lit);
-}
-
-static void assert_same_str(um_str a, um_str b)
-{
-    assert_int_equal(a.len, b.len);
-    if (a.len > 0) assert_memory_equal(a.base, b.base, a.len);
-}
 
 static void assert_same_req(const struct um_request *a, const struct um_request *b)
 {

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "guard.h"
+#include "strassert.h"
 #include "umbra/http1.h"
 
 #define MAX_HEAD (64 * 1024)
@@ -18,19 +19,6 @@
 static struct guard g_after, g_before, g_inc;
 static struct um_http1_response r_before, r_inc, resp;
 static enum um_http1_resp_err err;
-
-static void assert_str(um_str s, const char *lit)
-{
-    size_t n = strlen(lit);
-    if (s.len != n || (n > 0 && memcmp(s.base, lit, n) != 0))
-        fail_msg("got \"%.*s\", want \"%s\"", (int)s.len, s.base ? s.base : "", lit);
-}
-
-static void assert_same_str(um_str a, um_str b)
-{
-    assert_int_equal(a.len, b.len);
-    if (a.len > 0) assert_memory_equal(a.base, b.base, a.len);
-}
 
 static void assert_same_resp(const struct um_http1_response *a, const struct um_http1_response *b)
 {

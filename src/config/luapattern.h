@@ -1,0 +1,19 @@
+/* Lua patterns for the sandbox, with their work counted (luapattern.c). Internal to the
+ * config floor: luasandbox.c opens them and charges their steps. */
+#ifndef UMBRA_CONFIG_LUAPATTERN_H
+#define UMBRA_CONFIG_LUAPATTERN_H
+
+#include <lua.h>
+
+/* Matching steps that cost one instruction of the budget. */
+#define UM_LUA_PATTERN_STEPS_PER_INSTRUCTION 8
+
+/* Replaces string.find, string.match, string.gmatch and string.gsub of L (the global
+ * string table, which is also what strings index) with the counted ones. */
+void um__luapattern_open(lua_State *L);
+
+/* Charges steps matching steps to the budgeted call running on L: past the budget it
+ * raises the budget's error (luasandbox.c). */
+void um__lua_sandbox_charge(lua_State *L, unsigned steps);
+
+#endif
