@@ -148,9 +148,10 @@ size_t um_cache_obj_tags(const struct um_cache_obj *obj, um_str *out, size_t max
 
 /* Flags of the purges below. */
 #define UM_CACHE_PURGE_SOFT 0x1  /* mark stale (um_cache_obj_marked_stale) instead of unlink */
-#define UM_CACHE_PURGE_PACED 0x2 /* sleep as long as it worked after each 1,024 objects, so
-                                    that a large purge takes at most half a CPU from the
-                                    workers; only for threads that may block (the admin's) */
+#define UM_CACHE_PURGE_PACED 0x2 /* sleep twice as long as it worked after each 1,024
+                                    objects, so that a large purge takes at most a third of
+                                    a CPU from the workers; only for threads that may block
+                                    (the admin's) */
 
 /* Purges every linked object tagged with any of tags[0..n): hard unlinks (FILLING objects
  * too), soft (flags UM_CACHE_PURGE_SOFT) marks COMPLETE ones stale and keeps them. Returns
