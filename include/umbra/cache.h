@@ -129,6 +129,57 @@ void um_cache_unlink(struct um_cache *c, struct um_cache_obj *obj);
  * many were unlinked. key is borrowed. */
 size_t um_cache_purge(struct um_cache *c, um_str key);
 
+/* ---- Surrogate keys and purges (tags.c) ------------------------------------------------ */
+
+#define UM_CACHE_MAX_TAGS 64      /* tags kept per object; more are ignored */
+#define UM_CACHE_TAG_MAX_LEN 256  /* bytes of one tag; longer ones are ignored */
+
+/* Tags obj with tags[0..n) (copied): empty, longer than UM_CACHE_TAG_MAX_LEN, with
+ * spaces or control bytes, and repeated tags are skipped, and at most UM_CACHE_MAX_TAGS
+ * are kept. Filler only, once, while FILLING and before set_head (the head publishes
+ * them). The index and the links are charged against the cap (evicting if needed).
+ * Returns UM_OK, or UM_ERR when there is no room (the object is then untagged; the
+ * caller should not store it, or it would escape tag purges). */
+int um_cache_obj_set_tags(struct um_cache_obj *obj, const um_str *tags, size_t n);
+
+/* The object's tags (slices valid while the caller holds a reference), at most max;
+ * returns how many. Once the head is published (or by the filler). */
+size_t um_cache_obj_tags(const struct um_cache_obj *obj, um_str *out, size_t max);
+
+/* Flags of the purges below. */
+#define UM_CACHE_PURGE_SOFT 0x1  /* mark stale (um_cache_obj_marked_stale) instead of unlink */
+#define UM_CACHE_PURGE_PACED 0x2 /* sleep twice as long as it worked after each 1,024
+                                    objects, so that a large purge takes at most a third of
+                                    a CPU from the workers; only for threads that may block
+                                    (the admin's) */
+
+/* Purges every linked object tagged with any of tags[0..n): hard unlinks (FILLING objects
+ * too), soft (flags UM_CACHE_PURGE_SOFT) marks COMPLETE ones stale and keeps them. Returns
+ * how many objects were affected, each counted once. Time linear in the objects tagged;
+ * the tag index's lock is held only while they are collected, and never taken by hits. */
+size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t n, unsigned flags);
+
+/* Purges (as above) every object whose key is "HOST TARGET" with TARGET starting with
+ * prefix and, when host.len > 0, HOST equal to host. Walks the whole index, one shard lock
+ * at a time. Returns how many were affected. */
+size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, unsigned flags);
+
+/* Marks every COMPLETE variant of key stale. Returns how many. */
+size_t um_cache_purge_soft(struct um_cache *c, um_str key);
+
+/* Distinct tags in the index. */
+size_t um_cache_tag_count(const struct um_cache *c);
+
+/* Soft purge marks: set by the purges above; readable from any thread (relaxed). A
+ * marked object is to be treated as stale (its age at least its lifetime). Match-safe. */
+void um_cache_obj_mark_stale(struct um_cache_obj *obj);
+bool um_cache_obj_marked_stale(const struct um_cache_obj *obj);
+
+/* Claims the one background refresh of obj: true for the first caller, false while a
+ * claim is held. The claimer releases it when the refresh ends (obj referenced). */
+bool um_cache_obj_claim_refresh(struct um_cache_obj *obj);
+void um_cache_obj_release_refresh(struct um_cache_obj *obj);
+
 /* ---- Memory, counters, cleaner ------------------------------------------------------ */
 
 /* Bytes currently reserved for content (never above the cap). */

@@ -25,4 +25,13 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
 size_t um_cache_url_key_len(const struct um_request *req);
 void um_cache_url_key_write(const struct um_request *req, char *out);
 
+/* Surrogate keys: whether name is a field that tags a response (Surrogate-Key, Cache-Tag,
+ * xkey; case-insensitive). */
+bool um_cache_is_tag_field(um_str name);
+/* Appends the tags of one tag field value (separated by spaces, tabs or commas) to
+ * out[n..max); returns the new count. The tags are slices of v. */
+size_t um_cache_split_tags(um_str v, um_str *out, size_t n, size_t max);
+/* The tags of all the tag fields of h[0..nh), at most max (slices of the values). */
+size_t um_cache_response_tags(const struct um_header *h, size_t nh, um_str *out, size_t max);
+
 #endif

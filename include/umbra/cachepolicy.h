@@ -154,10 +154,12 @@ struct um_resp_meta {
     bool has_last_modified; /* a valid Last-Modified */
     time_t last_modified;
     um_str etag;       /* a well-formed ETag (first line), or {NULL, 0} */
-    int64_t age_value; /* Age: 0 when absent, UM_DELTA_MAX when malformed */
+    int64_t age_value; /* Age: 0 when absent or invalid (ignored, RFC 9111 5.1) */
     bool has_set_cookie;
     const struct um_header *headers; /* the scanned fields (for Connection and the like) */
     size_t num_headers;
+    um_str targeted; /* the targeted field whose directives cc holds (um_resp_meta_target),
+                        or {NULL, 0}: cc is Cache-Control's */
 };
 
 /* Summarises a response head. h must outlive m. */
@@ -172,6 +174,25 @@ struct um_req_meta {
     const struct um_header *headers; /* for conditionals and Vary */
     size_t num_headers;
 };
+
+/* ---- Targeted cache-control fields (RFC 9213) ------------------------------------------ */
+
+/* Parses the lines of field name in h[0..n) as a targeted cache-control field: a Structured
+ * Field Dictionary (RFC 8941) of Cache-Control directives. Returns true and fills cc when
+ * the field is present, parses and is not empty; otherwise returns false with cc reset (a
+ * field that fails to parse is ignored as a whole). Members repeat by replacing (RFC 8941:
+ * the last wins); a directive whose value has the wrong type (max-age=1.5, max-age="1",
+ * max-age=-1) counts as absent; booleans false (no-store=?0) are absent; parameters are
+ * ignored. no-cache and private take a string or an inner list of strings as the
+ * qualified form. cc keeps slices of h's values. */
+bool um_cc_parse_targeted(struct um_cc *cc, const struct um_header *h, size_t n, um_str name);
+
+/* Applies pol's targeted fields to a scanned response: the first one that
+ * um_cc_parse_targeted accepts replaces m->cc, and Expires is then ignored (RFC 9213 2.2);
+ * m->targeted names it. Returns whether one did. Call right after um_resp_meta_scan, with
+ * the same headers. */
+struct um_cache_policy;
+bool um_resp_meta_target(struct um_resp_meta *m, const struct um_cache_policy *pol);
 
 /* Summarises a request head. h must outlive m. */
 void um_req_meta_scan(struct um_req_meta *m, enum um_method method, const struct um_header *h,
@@ -193,9 +214,14 @@ struct um_cache_policy {
     /* stale-if-error window when neither the response nor the request gives one (an
      * "out-of-band contract", RFC 9111 4.2.4). 0: none. */
     int64_t stale_if_error;
+    /* Targeted cache-control fields (RFC 9213) in order of precedence, e.g.
+     * "Umbra-Cache-Control", "CDN-Cache-Control"; the array is borrowed. NULL/0: none. */
+    const um_str *targeted;
+    size_t num_targeted;
 };
 
-/* Defaults: no default_ttl/negative_ttl, heuristic capped at 24 h, no stale-if-error. */
+/* Defaults: no default_ttl/negative_ttl, heuristic capped at 24 h, no stale-if-error, no
+ * targeted fields. */
 void um_cache_policy_init(struct um_cache_policy *p);
 
 /* ---- Storing (RFC 9111 section 3) -------------------------------------------------------- */
@@ -411,8 +437,8 @@ size_t um_cache_status_format(char *out, size_t n, const struct um_cache_status 
  * - Conflicting or malformed max-age/s-maxage: 0, i.e. stale (RFC 9111 4.2.1 allows "first"
  *   or "stale"; stale is the safe one); differing Expires lines likewise. An invalid s-maxage
  *   does not let a response to an Authorization request be shared.
- * - Age: a list uses its first member (RFC 9111 5.1); anything else malformed makes the
- *   response stale (rather than ignoring it, which would make it look younger).
+ * - Age: a list uses its first member; a value that is then not a non-negative integer is
+ *   ignored (RFC 9111 5.1), as if the response had no Age.
  * - Heuristic freshness (Last-Modified) and default TTLs only for heuristically cacheable
  *   statuses or public responses, never with explicit expiry (RFC 9111 4.2.2). A configured
  *   default_ttl/negative_ttl comes before the heuristic: both are guesses, and the

@@ -112,6 +112,8 @@ struct um_netmask {
 };
 
 /* cache = { ... } */
+#define UM_CACHE_TARGETED_MAX 8
+#define UM_CACHE_TARGETED_NAME_MAX 63
 struct um_cache_conf {
     uint64_t memory;       /* hard cap, bytes; default 256MB */
     uint64_t max_object;   /* largest body stored, bytes; default 64MB (at most memory) */
@@ -122,6 +124,12 @@ struct um_cache_conf {
                               the response does not say; default 0 */
     struct um_netmask *purge_allow; /* PURGE allowed from these; default 127.0.0.1 and ::1 */
     size_t num_purge_allow;
+    /* Targeted cache-control fields (RFC 9213) honoured instead of Cache-Control for the
+     * cache's decisions, first valid one wins; default Umbra-Cache-Control, then
+     * CDN-Cache-Control. Names are tokens of at most UM_CACHE_TARGETED_NAME_MAX bytes. */
+    char targeted[UM_CACHE_TARGETED_MAX][UM_CACHE_TARGETED_NAME_MAX + 1];
+    size_t num_targeted;
+    bool expose_tags; /* send Surrogate-Key, Cache-Tag and xkey on to clients; default false */
     int line;
 };
 

@@ -56,6 +56,10 @@ struct um_hook_request {
     struct um_header *headers;
     size_t num_headers;
     um_str resp_body;
+    /* Early Hints (umbra.early_hints): the fields of a 103 to send before the answer, in
+     * arena; NULL/0: none. */
+    struct um_header *hints;
+    size_t num_hints;
 };
 
 enum um_hook_result {

@@ -61,12 +61,26 @@ struct um_sink_ops {
      * into buf. Returns the count (> 0), 0 at the end of the body, or UM_AGAIN when nothing
      * is buffered yet (the connection calls the origin's body_ready when there is). */
     ssize_t (*read_body)(struct um_sink *s, char *buf, size_t len);
+    /* Optional (NULL: interim responses are dropped): an interim response (100, 102 or 103)
+     * before the head, its fields borrowed for the call. Never stored by a cache; the
+     * connection passes it on to clients that can take it (HTTP/1.1), and drops it once
+     * the head went out. */
+    void (*on_info)(struct um_sink *s, int status, const struct um_header *h, size_t n);
 };
+
 
 struct um_sink {
     const struct um_sink_ops *ops;
     void *origin_data; /* the origin's state for this fetch; set by fetch */
 };
+
+/* Passes an interim response to s when its ops take one. */
+static inline void um_sink_info(struct um_sink *s, int status, const struct um_header *h,
+                                size_t n)
+{
+    if (s->ops->on_info)
+        s->ops->on_info(s, status, h, n);
+}
 /* A small answer an origin makes itself (an error page, a redirect, a purge result): the
  * head h, with its content_length set to body's length, then body, then the end. (No
  * resume: a client takes such a body whole, right after its head; a layer that refuses it

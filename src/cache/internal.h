@@ -66,6 +66,7 @@ struct cache_origin {
     struct um_cache *cache;
     const struct um_config *config;
     struct um_cache_policy pol;
+    um_str targeted[UM_CACHE_TARGETED_MAX]; /* pol.targeted: the config's names */
 };
 
 struct fill;
@@ -112,6 +113,7 @@ struct fill {
     struct reader *own; /* the reader of the client that caused the fill, or NULL */
     struct pass *fwd;   /* the fill stopped storing and forwards to its client's pass */
     bool revalidating;
+    bool claimed; /* holds old's refresh claim (a background refresh): released at free */
     bool has_ttl; /* an on_request hook's ttl (a hook's on the head wins) */
     int64_t ttl;
     bool discard; /* the rest of the inner answer is not wanted */
@@ -170,9 +172,11 @@ bool um__cache_match(const struct um_cache_obj *obj, void *arg);
 /* Splits a stored head block into at most max fields (slices of it); returns how many. */
 size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max);
 /* The meta block of a stored response: base's first fields (flags .. content_length) and
- * what a hit needs parsed from head (the stored head block). Returns a malloc'd block of
+ * what a hit needs parsed from head (the stored head block); with pol (may be NULL), its
+ * targeted fields (RFC 9213) give the Cache-Control kept. Returns a malloc'd block of
  * *len bytes, for um_cache_obj_set_head; the caller frees it. */
-struct meta *um__cache_meta_build(const struct meta *base, um_str head, size_t *len);
+struct meta *um__cache_meta_build(const struct meta *base, um_str head,
+                                  const struct um_cache_policy *pol, size_t *len);
 /* A stored response's Cache-Control as the policy functions take it. */
 void um__cache_meta_cc(const struct meta *m, struct um_cc *cc);
 /* The stored head's fields (slices of head, which m was built from); returns how many. */
@@ -199,6 +203,7 @@ void um__cache_pass_start(struct cache_origin *co, struct um_fetch *f, struct um
 /* The pass's sink calls, for a fill that forwards its answer to a pass. */
 void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h);
 size_t um__cache_pass_on_data(struct um_sink *s, const char *data, size_t len);
+void um__cache_pass_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n);
 void um__cache_pass_on_end(struct um_sink *s, int err);
 
 /* origin_fill.c */

@@ -27,6 +27,7 @@
 
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -104,13 +105,20 @@ static bool match_any(const struct um_cache_obj *obj, void *arg)
     return tag.len == 0 || !(tag.base[0] & TAG_PASS);
 }
 
+/* A fill in progress that the request arg can read (the match callback that joins a
+ * running revalidation or refetch). */
+static bool match_filling(const struct um_cache_obj *obj, void *arg)
+{
+    return um_cache_obj_state(obj) == UM_CACHE_FILLING && um__cache_match(obj, arg);
+}
+
 /* ---------------------------------------------------------------- starting fills */
 
 /* Starts a fill of obj (NULL for a revalidation of old) for the request f; the client
  * becomes a reader of obj. */
 static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
                        struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
-                       size_t key_len, enum um_cache_fwd fwd)
+                       size_t key_len, enum um_cache_fwd fwd, bool conditional)
 {
     struct fill *fl = um_calloc(1, sizeof(*fl));
     fl->kind = K_FILL;
@@ -122,6 +130,8 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->ctx = f->ctx;
     fl->obj = obj;
     fl->old = old;
+    /* A background refresh (no client, nothing to fill yet) holds old's refresh claim. */
+    fl->claimed = client == NULL && obj == NULL && old != NULL;
     fl->key = key;
     fl->key_len = key_len;
     fl->request_time = now_sec();
@@ -149,7 +159,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     struct um_header extra[2];
     size_t nextra = 0;
     char etag_buf[256], lm_buf[64];
-    if (old && obj == NULL) {
+    if (old && (obj == NULL || conditional)) {
         /* Conditional request with the stored validators (RFC 9111 4.3.1). */
         fl->revalidating = true;
         um_str ometa, ohead;
@@ -221,6 +231,75 @@ static void respond_small(struct um_sink *client, int status, const char *body)
     um_sink_answer(client, &h, body);
 }
 
+/* PURGE, from an allowed client: with Surrogate-Key (or Cache-Tag, xkey) every object
+ * with any of the listed tags; for a target ending in '*' every object of the Host whose
+ * target starts with the rest; else the URL's (or the hook's) key. Umbra-Purge: soft marks
+ * the objects stale instead of dropping them. The answer says how many were affected
+ * (Umbra-Purged); a URL not in the cache is a 404. */
+static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_sink *client)
+{
+    const struct um_request *req = f->req;
+    bool soft = false;
+    um_str tags[UM_CACHE_MAX_TAGS * 4];
+    size_t ntags = 0;
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const struct um_header *h = &req->headers[i];
+        if (um_str_eq_ci(h->name, "umbra-purge"))
+            soft = soft || um_str_eq_ci(um_str_trim(h->value), "soft");
+        else if (um_cache_is_tag_field(h->name))
+            ntags = um_cache_split_tags(h->value, tags, ntags, UM_NELEMS(tags));
+    }
+    size_t n;
+    bool by_url = false;
+    bool has_query = (req->flags & UM_REQ_F_HAS_QUERY) != 0;
+    um_str last = has_query ? req->query : req->path;
+    if (ntags > 0) {
+        n = um_cache_purge_tags(co->cache, tags, ntags, soft ? UM_CACHE_PURGE_SOFT : 0);
+    } else if (last.len > 0 && last.base[last.len - 1] == '*') {
+        /* The key's target is path[?query]: the prefix is that without the '*'. */
+        size_t tl = req->path.len + (has_query ? 1 + req->query.len : 0) - 1;
+        char *pre = um_malloc(tl + 1), *host = um_malloc(req->authority.len + 1);
+        memcpy(pre, req->path.base, req->path.len < tl ? req->path.len : tl);
+        if (has_query && tl > req->path.len) {
+            pre[req->path.len] = '?';
+            memcpy(pre + req->path.len + 1, req->query.base, tl - req->path.len - 1);
+        }
+        for (size_t i = 0; i < req->authority.len; i++) {
+            char ch = req->authority.base[i];
+            host[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+        }
+        n = um_cache_purge_prefix(co->cache, (um_str){host, req->authority.len},
+                                  (um_str){pre, tl}, soft ? UM_CACHE_PURGE_SOFT : 0);
+        free(pre);
+        free(host);
+    } else {
+        by_url = true;
+        char kbuf[KEY_STACK];
+        size_t klen;
+        char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
+        n = soft ? um_cache_purge_soft(co->cache, (um_str){key, klen})
+                 : um_cache_purge(co->cache, (um_str){key, klen});
+        key_drop(key, kbuf);
+    }
+    int status = n == 0 && by_url ? 404 : 200;
+    char body[96], count[24];
+    int bl = status == 404 ? snprintf(body, sizeof(body), "404 Not in the cache\n")
+                           : snprintf(body, sizeof(body), "200 %s %zu\n",
+                                      soft ? "Marked stale:" : "Purged", n);
+    int cl = snprintf(count, sizeof(count), "%zu", n);
+    struct um_cache_status cs = {.cache_name = CACHE_NAME, .fwd = UM_FWD_MISS};
+    char csbuf[128];
+    size_t csl = um_cache_status_format(csbuf, sizeof(csbuf), &cs);
+    struct um_header hs[3] = {{UM_STR("Content-Type"), UM_STR("text/plain; charset=utf-8")},
+                              {UM_STR("Umbra-Purged"), {count, (size_t)cl}},
+                              {UM_STR("Cache-Status"), {csbuf, csl < sizeof(csbuf) ? csl : 0}}};
+    struct um_response_head h = {.status = status, .headers = hs,
+                                 .num_headers = csl < sizeof(csbuf) ? 3 : 2, .cache = &cs};
+    client->origin_data = NULL;
+    (void)bl;
+    um_sink_answer(client, &h, body);
+}
+
 static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *client)
 {
     struct cache_origin *co = (struct cache_origin *)o;
@@ -231,12 +310,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             respond_small(client, 403, "403 Forbidden: PURGE is not allowed from here\n");
             return;
         }
-        char kbuf[KEY_STACK];
-        size_t klen;
-        char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
-        size_t n = um_cache_purge(co->cache, (um_str){key, klen});
-        key_drop(key, kbuf);
-        respond_small(client, n ? 200 : 404, n ? "200 Purged\n" : "404 Not in the cache\n");
+        cache_purge(co, f, client);
         return;
     }
     bool body = (req->flags & UM_REQ_F_CHUNKED) ||
@@ -285,16 +359,18 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         time_t now = now_sec();
         struct um_stored_view v = {&scc, m->lifetime, um_current_age(&m->times, now),
                                    m->etag_len > 0 || m->has_last_modified};
+        if (v.age < v.lifetime && um_cache_obj_marked_stale(obj))
+            v.age = v.lifetime; /* soft-purged: stale from now on */
         enum um_cache_use use = um_cache_decide(&v, &qm);
         if (use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE) {
-            if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET) {
-                /* Served stale; one refresh in the background. Requests arriving meanwhile
-                 * find the refreshing object first and stream from it. */
-                static const char pend = TAG_PENDING;
-                struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
-                if (nobj)
-                    fill_start(co, f, NULL, nobj, um_cache_obj_ref(obj), um_strndup(key, klen),
-                               klen, UM_FWD_STALE);
+            if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET &&
+                um_cache_obj_claim_refresh(obj)) {
+                /* Served stale; one refresh in the background (a conditional request when
+                 * there are validators), claimed on the object so that the requests
+                 * arriving meanwhile, on any worker, get the stale object too and send
+                 * nothing. The answer replaces the object. */
+                fill_start(co, f, NULL, NULL, um_cache_obj_ref(obj), um_strndup(key, klen), klen,
+                           UM_FWD_STALE, true);
             }
             key_drop(key, kbuf);
             struct reader *r = um__cache_reader_new(co, f, client, obj, &qm);
@@ -313,17 +389,29 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !scc.no_cache && asked
                                     ? UM_FWD_REQUEST
                                     : UM_FWD_STALE;
-        if (use == UM_USE_REVALIDATE && req->method_id == UM_METHOD_GET) {
-            fill_start(co, f, client, NULL, obj, key_keep(key, kbuf, klen), klen, why);
-            return;
-        }
         if (req->method_id == UM_METHOD_GET) {
-            /* Unusable as it is and nothing to validate with: fetch it again into a new
-             * object ahead of this one (which may still stand in if the origin fails). */
+            /* Revalidate (with validators) or fetch again (without), into a new object
+             * ahead of this one, which may still stand in if the origin fails. The new
+             * object is made atomically with the check for one already being filled, so
+             * that of many requests for a stale object, on any worker, one goes to the
+             * origin and the others stream its answer (a 304 fills it from the stored
+             * body). */
             static const char pend = TAG_PENDING;
-            struct um_cache_obj *nobj = um_cache_insert(co->cache, k, &pend, 1);
-            if (nobj) {
-                fill_start(co, f, client, nobj, obj, key_keep(key, kbuf, klen), klen, why);
+            struct um_cache_obj *nobj = NULL;
+            enum um_cache_result res = um_cache_lookup_or_insert(
+                co->cache, k, match_filling, (void *)req, &pend, 1, &nobj);
+            if (res == UM_CACHE_FOUND) {
+                key_drop(key, kbuf);
+                um_cache_obj_unref(obj);
+                struct reader *r = um__cache_reader_new(co, f, client, nobj, &qm);
+                r->cs.fwd = why;
+                r->cs.collapsed = true;
+                um__cache_reader_pump(r);
+                return;
+            }
+            if (res == UM_CACHE_CREATED) {
+                fill_start(co, f, client, nobj, obj, key_keep(key, kbuf, klen), klen, why,
+                           use == UM_USE_REVALIDATE);
                 return;
             }
         }
@@ -369,7 +457,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         um__cache_reader_pump(r);
         return;
     }
-    fill_start(co, f, client, nobj, NULL, key_keep(key, kbuf, klen), klen, miss);
+    fill_start(co, f, client, nobj, NULL, key_keep(key, kbuf, klen), klen, miss, false);
 }
 
 static void cache_resume(struct um_origin *o, struct um_sink *client)
@@ -451,5 +539,9 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
     um_cache_policy_init(&co->pol);
     co->pol.default_ttl = (int64_t)config->cache.default_ttl;
     co->pol.stale_if_error = (int64_t)config->cache.stale_if_error;
+    for (size_t i = 0; i < config->cache.num_targeted; i++)
+        co->targeted[i] = (um_str){config->cache.targeted[i], strlen(config->cache.targeted[i])};
+    co->pol.targeted = co->targeted;
+    co->pol.num_targeted = config->cache.num_targeted;
     return &co->base;
 }

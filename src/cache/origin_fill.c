@@ -52,17 +52,21 @@ static bool skip_stored_field(um_str name)
            um_str_eq_ci(name, "cache-status") || um_str_eq_ci(name, "transfer-encoding");
 }
 
-/* Serialises the fields of a response worth storing. Returns a malloc'd block. */
-static char *head_block(const struct um_header *h, size_t n, const struct um_resp_meta *m,
-                        size_t *len)
+/* Serialises the fields of a response worth storing. Returns a malloc'd block. The tag
+ * fields are kept in the object's tags, and in the head only when clients are to see
+ * them (cache.expose_tags). */
+static char *head_block(const struct cache_origin *co, const struct um_header *h, size_t n,
+                        const struct um_resp_meta *m, size_t *len)
 {
+    bool strip_tags = !co->config->cache.expose_tags;
     size_t cap = 0;
     for (size_t i = 0; i < n; i++)
         cap += h[i].name.len + h[i].value.len + 4;
     char *b = um_malloc(cap + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (skip_stored_field(h[i].name) || !um_cache_field_storable(h[i].name, m))
+        if (skip_stored_field(h[i].name) || !um_cache_field_storable(h[i].name, m) ||
+            (strip_tags && um_cache_is_tag_field(h[i].name)))
             continue;
         memcpy(b + o, h[i].name.base, h[i].name.len);
         o += h[i].name.len;
@@ -148,8 +152,11 @@ void um__cache_fill_free(struct fill *fl)
         um_cache_obj_finish(fl->obj, false); /* no-op when already finished */
         um_cache_obj_unref(fl->obj);
     }
-    if (fl->old)
+    if (fl->old) {
+        if (fl->claimed)
+            um_cache_obj_release_refresh(fl->old);
         um_cache_obj_unref(fl->old);
+    }
     free(fl->key);
     free(fl->head_copy);
     um_config_unref(fl->co->config);
@@ -163,7 +170,7 @@ static void leave_pass_marker(struct fill *fl)
         return;
     struct meta base = {.flags = META_F_PASS, .content_length = -1};
     size_t mlen;
-    struct meta *m = um__cache_meta_build(&base, (um_str){"", 0}, &mlen);
+    struct meta *m = um__cache_meta_build(&base, (um_str){"", 0}, NULL, &mlen);
     int rc = um_cache_obj_set_head(o, m, mlen, "", 0);
     free(m);
     if (rc == UM_OK) {
@@ -221,6 +228,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
     fl->status = h->status;
     struct um_resp_meta rm;
     um_resp_meta_scan(&rm, h->status, h->headers, h->num_headers);
+    um_resp_meta_target(&rm, &co->pol);
     struct um_req_meta qm;
     um_req_meta_scan(&qm, fl->req.method_id, fl->req.headers, fl->req.num_headers);
 
@@ -247,18 +255,34 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
                 merged[mn++] = h->headers[j];
         struct um_resp_meta mm;
         um_resp_meta_scan(&mm, m.status, merged, mn);
+        um_resp_meta_target(&mm, &co->pol);
         um_age_times_init(&m.times, &mm, fl->request_time, response_time);
         enum um_fresh_source src;
         m.lifetime = um_freshness_lifetime(&mm, &co->pol, response_time, &src);
         if (hook_ttl(fl, h) >= 0)
             m.lifetime = hook_ttl(fl, h);
         size_t blen, mlen;
-        char *block = head_block(merged, mn, &mm, &blen);
-        struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &mlen);
+        char *block = head_block(co, merged, mn, &mm, &blen);
+        struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &co->pol, &mlen);
         um_str otag = um_cache_obj_tag(fl->old);
-        struct um_cache_obj *no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len},
-                                                  otag.base, otag.len);
-        if (no && um_cache_obj_set_head(no, mb, mlen, block, blen) == UM_OK &&
+        /* A coalesced revalidation fills the object its waiters read (fl->obj); a
+         * background one makes a new object. */
+        struct um_cache_obj *no = fl->obj;
+        fl->obj = NULL;
+        if (no && um_cache_obj_set_tag(no, otag.base, otag.len) != UM_OK) {
+            um_cache_obj_unref(no);
+            no = NULL;
+        } else if (no == NULL) {
+            no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len}, otag.base,
+                                 otag.len);
+        }
+        /* The tags: the 304's own tag fields, else the stored object's. */
+        um_str tags[UM_CACHE_MAX_TAGS * 2];
+        size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
+        if (ntags == 0)
+            ntags = um_cache_obj_tags(fl->old, tags, UM_NELEMS(tags));
+        if (no && um_cache_obj_set_tags(no, tags, ntags) == UM_OK &&
+            um_cache_obj_set_head(no, mb, mlen, block, blen) == UM_OK &&
             um_cache_obj_adopt_body(no, fl->old) == UM_OK) {
             int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
             um_cache_obj_set_expires(no, expires);
@@ -290,19 +314,47 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         size_t on = um__cache_head_fields(ohead, of, MAX_OUT_FIELDS);
         struct um_resp_meta om;
         um_resp_meta_scan(&om, m.status, of, on);
+        um_resp_meta_target(&om, &co->pol);
         struct um_stored_view v = {&om.cc, m.lifetime, um_current_age(&m.times, response_time),
                                    true};
         if (um_cache_stale_if_error_ok(&v, &qm, &co->pol, h->status)) {
             fl->revalidating = false;
+            struct um_cache_obj *stand_in = fl->old;
             if (fl->obj) {
-                /* The refetch that was to replace it: given up (its waiters ask again). */
-                um_cache_obj_finish(fl->obj, false);
-                um_cache_obj_unref(fl->obj);
+                /* The object that was to replace it, which the coalesced requests wait on:
+                 * it becomes a copy of the stale one (same head, times and marks, the body
+                 * shared), so that they get the stale answer too rather than asking the
+                 * failing origin one by one. */
+                struct um_cache_obj *no = fl->obj;
                 fl->obj = NULL;
+                um_str otag = um_cache_obj_tag(fl->old);
+                um_str tags[UM_CACHE_MAX_TAGS];
+                size_t nt = um_cache_obj_tags(fl->old, tags, UM_CACHE_MAX_TAGS);
+                if (um_cache_obj_set_tag(no, otag.base, otag.len) == UM_OK &&
+                    um_cache_obj_set_tags(no, tags, nt) == UM_OK &&
+                    um_cache_obj_set_head(no, ometa.base, ometa.len, ohead.base, ohead.len) ==
+                        UM_OK &&
+                    um_cache_obj_adopt_body(no, fl->old) == UM_OK) {
+                    um_cache_obj_set_expires(no, um_cache_obj_expires(fl->old));
+                    um_cache_obj_set_stale_until(no, um_cache_obj_stale_until(fl->old));
+                    if (um_cache_obj_marked_stale(fl->old))
+                        um_cache_obj_mark_stale(no);
+                    um_cache_obj_finish(no, true);
+                    um_cache_unlink(co->cache, fl->old);
+                    stand_in = no;
+                } else {
+                    um_cache_obj_finish(no, false);
+                }
+                if (fl->own)
+                    fl->own->cs.detail = "stale-if-error";
+                own_switch(fl, stand_in, h->status);
+                um_cache_obj_unref(no);
+                fl->discard = true;
+                return;
             }
             if (fl->own)
                 fl->own->cs.detail = "stale-if-error";
-            own_switch(fl, fl->old, h->status);
+            own_switch(fl, stand_in, h->status);
             fl->discard = true; /* the rest of this answer goes nowhere */
             return;
         }
@@ -338,11 +390,14 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         m.lifetime = ttl >= 0 ? ttl : um_freshness_lifetime(&rm, &co->pol, response_time, &src);
         m.content_length = h->content_length;
         size_t blen, mlen;
-        char *block = head_block(h->headers, h->num_headers, &rm, &blen);
-        struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &mlen);
+        char *block = head_block(co, h->headers, h->num_headers, &rm, &blen);
+        struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &co->pol, &mlen);
+        um_str tags[UM_CACHE_MAX_TAGS * 2];
+        size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
         int rc = UM_ERR;
         if (um_cache_obj_set_tag(fl->obj, tag, taglen) == UM_OK &&
-            (h->content_length < 0 || um_cache_obj_expect(fl->obj, (size_t)h->content_length) == UM_OK))
+            (h->content_length < 0 || um_cache_obj_expect(fl->obj, (size_t)h->content_length) == UM_OK) &&
+            um_cache_obj_set_tags(fl->obj, tags, ntags) == UM_OK)
             rc = um_cache_obj_set_head(fl->obj, mb, mlen, block, blen);
         free(mb);
         if (rc == UM_OK) {
@@ -510,7 +565,20 @@ static ssize_t fill_read_body(struct um_sink *s, char *buf, size_t len)
     return 0; /* fills are for GET without a body */
 }
 
-const struct um_sink_ops um__cache_fill_ops = {.on_head = fill_on_head,
+/* An interim response (103 Early Hints...): never stored; passed to the client that caused
+ * the fill while it waits for the head (the coalesced readers get none). */
+static void fill_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
+{
+    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct pass *p = fill_forward(fl);
+    if (p)
+        um__cache_pass_on_info(&p->sink, status, h, n);
+    else if (fl->own && !fl->own->head_sent)
+        um_sink_info(fl->own->client, status, h, n);
+}
+
+const struct um_sink_ops um__cache_fill_ops = {.on_info = fill_on_info,
+                                               .on_head = fill_on_head,
                                                .on_data = fill_on_data,
                                                .on_file = fill_on_file,
                                                .on_end = fill_on_end,

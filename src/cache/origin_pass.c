@@ -15,7 +15,10 @@ void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
     p->status = h->status;
     struct um_header out[MAX_OUT_FIELDS + 1];
     size_t n = 0;
+    bool strip_tags = !p->co->config->cache.expose_tags;
     for (size_t i = 0; i < h->num_headers && n < MAX_OUT_FIELDS; i++) {
+        if (strip_tags && um_cache_is_tag_field(h->headers[i].name))
+            continue;
         out[n++] = h->headers[i];
         if (!p->invalidate)
             continue;
@@ -96,7 +99,14 @@ static ssize_t pass_read_body(struct um_sink *s, char *buf, size_t len)
     return p->client->ops->read_body(p->client, buf, len);
 }
 
-const struct um_sink_ops um__cache_pass_ops = {.on_head = um__cache_pass_on_head,
+void um__cache_pass_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
+{
+    struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
+    um_sink_info(p->client, status, h, n);
+}
+
+const struct um_sink_ops um__cache_pass_ops = {.on_info = um__cache_pass_on_info,
+                                               .on_head = um__cache_pass_on_head,
                                                .on_data = um__cache_pass_on_data,
                                                .on_file = pass_on_file,
                                                .on_end = um__cache_pass_on_end,

@@ -100,12 +100,15 @@ _Static_assert(sizeof(struct um_cc) == 344,
                "um__cache_meta_build and um__cache_meta_cc");
 #endif
 
-struct meta *um__cache_meta_build(const struct meta *base, um_str head, size_t *len)
+struct meta *um__cache_meta_build(const struct meta *base, um_str head,
+                                  const struct um_cache_policy *pol, size_t *len)
 {
     struct um_header f[MAX_OUT_FIELDS];
     size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
     struct um_resp_meta rm;
     um_resp_meta_scan(&rm, base->status, f, n);
+    if (pol)
+        um_resp_meta_target(&rm, pol); /* RFC 9213: a targeted field's directives, if any */
     *len = sizeof(struct meta) + n * sizeof(struct meta_field);
     struct meta *m = um_calloc(1, *len);
     m->flags = base->flags;

@@ -315,14 +315,15 @@ static bool etag_valid(um_str e)
     return true;
 }
 
-/* Age (RFC 9111 5.1): the first member of a list; a malformed value makes the response
- * stale rather than being ignored, which would make it look younger than it is. */
+/* Age (RFC 9111 5.1): the first member of a list; a value that is not a non-negative
+ * integer after that ("abc", "-5", "1.5") is ignored, as the RFC says a cache SHOULD do:
+ * the response is then stored and served as if it had no Age at all. */
 static int64_t parse_age(um_str v)
 {
     const char *comma = v.len > 0 ? memchr(v.base, ',', v.len) : NULL;
     if (comma != NULL) v.len = (size_t)(comma - v.base);
     int64_t a;
-    return parse_delta(um_str_trim(v), &a) ? a : UM_DELTA_MAX;
+    return parse_delta(um_str_trim(v), &a) ? a : 0;
 }
 
 void um_resp_meta_scan(struct um_resp_meta *m, int status, const struct um_header *h, size_t n)
@@ -408,6 +409,8 @@ void um_cache_policy_init(struct um_cache_policy *p)
     p->negative_ttl = 0;
     p->heuristic_max = UM_CACHE_HEURISTIC_MAX_DEFAULT;
     p->stale_if_error = 0;
+    p->targeted = NULL;
+    p->num_targeted = 0;
 }
 
 /* ---- storability --------------------------------------------------------------------- */

@@ -99,6 +99,11 @@ static uint64_t key_hash(const struct um_cache *c, um_str key)
     return siphash13(c->sipkey, key.base, key.len);
 }
 
+uint64_t um__store_key_hash(const struct um_cache *c, um_str key)
+{
+    return key_hash(c, key);
+}
+
 /* ---- Objects' lives: made, referenced, freed --------------------------------------------- */
 
 /* Chunks are counted too (um_cache_obj_adopt_body shares them): the last object that holds
@@ -159,6 +164,7 @@ static void obj_free(struct um_cache_obj *o)
         next = ch->next;
         chunk_unref(c, ch);
     }
+    if (o->tlinks != NULL) um__tags_obj_free(c, o);
     free(o->headblk);
     free(o->tag);
     uncharge(c, o->acct + o->tag_acct + o->head_acct);
@@ -369,6 +375,7 @@ struct um_cache *um_cache_create(const struct um_cache_opts *opts)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->clean_cond, &ca);
     pthread_condattr_destroy(&ca);
+    um__tags_init(c);
     return c;
 }
 
@@ -391,6 +398,7 @@ void um_cache_destroy(struct um_cache *c)
     }
     UM_ASSERT(atomic_load(&c->nalloc) == 0 && "cache objects still referenced at destroy");
     UM_ASSERT(c->qhead == NULL && c->qlen == 0);
+    um__tags_dispose(c);
     for (unsigned i = 0; i < (1u << c->shard_bits); i++) {
         struct shard *sh = &c->shards[i];
         free(sh->buckets);

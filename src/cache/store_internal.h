@@ -72,8 +72,32 @@ struct um_cache_obj {
     atomic_ulong wlock_taken; /* times wlock was taken (written under it; for tests) */
     struct um_cache_waiter *waiting, *firing;
 
+    /* Surrogate keys (tags.c): set once by the filler before the head is published. */
+    struct um__tag_link *tlinks;
+    size_t ntags, tags_acct;
+    uint64_t purge_gen;      /* tags lock: the last tag purge that saw this object */
+    atomic_uchar cdn_flags; /* OBJ_F_* below */
+
     size_t key_len;
     char key[];
+};
+
+#define OBJ_F_SOFT_PURGED 0x1 /* marked stale by a soft purge */
+#define OBJ_F_REFRESHING 0x2  /* a background refresh of this object is running */
+
+/* The tag index (tags.c): tag -> the objects it tags. One lock, never taken on a hit. */
+struct um__tag_node;
+struct um__tag_link {
+    struct um__tag_link *prev, *next; /* in the node's list */
+    struct um__tag_node *node;
+    struct um_cache_obj *obj;
+};
+struct um__tags {
+    _Alignas(CACHELINE) pthread_mutex_t lock;
+    struct um__tag_node **buckets;
+    size_t mask, count; /* buckets - 1; distinct tags */
+    size_t acct;        /* bytes charged for buckets */
+    uint64_t gen;       /* purges so far */
 };
 
 struct shard {
@@ -104,6 +128,8 @@ struct um_cache {
     pthread_t clean_thread;
     bool clean_running, clean_stop, clean_kick;
     atomic_bool kick_pending;
+
+    struct um__tags tags;
 };
 
 static inline struct shard *shard_of(struct um_cache *c, uint64_t hash)
@@ -129,6 +155,8 @@ static inline void uncharge(struct um_cache *c, size_t n)
 }
 
 /* store.c: the index */
+/* The index's hash of a key. */
+uint64_t um__store_key_hash(const struct um_cache *c, um_str key);
 /* Under the shard lock: takes *pp out of its chain; the index's reference is the caller's. */
 struct um_cache_obj *um__store_shard_take(struct um_cache *c, struct shard *sh,
                                           struct um_cache_obj **pp);
@@ -148,6 +176,13 @@ bool um__store_charge(struct um_cache *c, size_t n);
 /* Queues a new object at the head (unless it was unlinked meanwhile); takes one out. */
 void um__store_queue_add(struct um_cache *c, struct um_cache_obj *o);
 void um__store_queue_remove(struct um_cache *c, struct um_cache_obj *o);
+
+/* tags.c: the tag index */
+void um__tags_init(struct um_cache *c);
+/* Frees the index's buckets; every tagged object must be gone. */
+void um__tags_dispose(struct um_cache *c);
+/* Takes o's links out of the index (o is being freed). */
+void um__tags_obj_free(struct um_cache *c, struct um_cache_obj *o);
 
 /* store_clean.c: the cleaner */
 /* Wakes the cleaner thread to evict down to the low-water mark. */

@@ -1,14 +1,18 @@
 /* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
- * stale_if_error = S, purge = { allow = {...} } }. */
+ * stale_if_error = S, purge = { allow = {...} }, targeted = { "NAME", ... },
+ * expose_tags = BOOL }. */
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
+#include "umbra/httpfield.h"
 
 static const char *const CACHE_KEYS[] = {"memory",      "max_object",     "clean_interval",
-                                         "default_ttl", "stale_if_error", "purge", NULL};
+                                         "default_ttl", "stale_if_error", "purge",
+                                         "targeted",    "expose_tags",    NULL};
 static const char *const PURGE_KEYS[] = {"allow", NULL};
 
 /* Writes a size as "64MB", "512KB" or "1000 bytes", whichever is exact. */
@@ -90,6 +94,55 @@ static bool load_cache_purge(struct um__cfg_load *ld, lua_State *L, int idx)
     return true;
 }
 
+/* targeted = { "Umbra-Cache-Control", "CDN-Cache-Control" } of the cache table at idx: the
+ * field names, in order of precedence; {} honours none. */
+static bool load_cache_targeted(struct um__cfg_load *ld, lua_State *L, int idx)
+{
+    struct um_cache_conf *cc = &ld->c->cache;
+    char el[PATH_LEN];
+    const char *s;
+    size_t n = 0;
+    int t = um__cfg_get_field(L, idx, "targeted");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (t != LUA_TTABLE)
+        return um__cfg_fail(ld, L, "cache.targeted",
+                            "cache.targeted: expected a list of field names such as "
+                            "{ \"CDN-Cache-Control\" }, got %s",
+                            lua_typename(L, t));
+    int tidx = lua_gettop(L);
+    if (!um__cfg_check_list(ld, L, tidx, "cache.targeted", &n))
+        return false;
+    if (n > UM_CACHE_TARGETED_MAX)
+        return um__cfg_fail(ld, L, "cache.targeted",
+                            "cache.targeted: at most %d field names, got %zu",
+                            UM_CACHE_TARGETED_MAX, n);
+    cc->num_targeted = 0;
+    for (size_t i = 0; i < n; i++) {
+        um__cfg_subpath_i(el, sizeof el, "cache.targeted", i + 1);
+        lua_rawgeti(L, tidx, (int)i + 1);
+        if (!um__cfg_get_string(ld, L, -1, el, "a field name such as \"CDN-Cache-Control\"", &s))
+            return false;
+        size_t sl = strlen(s);
+        if (sl > UM_CACHE_TARGETED_NAME_MAX || !um_http_is_token((um_str){s, sl}))
+            return um__cfg_fail(ld, L, el, "%s: '%s' is not a field name (a token of at most %d "
+                                "characters)", el, s, UM_CACHE_TARGETED_NAME_MAX);
+        if (um_str_eq_ci((um_str){s, sl}, "cache-control"))
+            return um__cfg_fail(ld, L, el, "%s: Cache-Control is what targeted fields take "
+                                "precedence over; list only targeted fields", el);
+        for (size_t j = 0; j < i; j++)
+            if (strcasecmp(cc->targeted[j], s) == 0)
+                return um__cfg_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
+        memcpy(cc->targeted[i], s, sl + 1);
+        cc->num_targeted++;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
 /* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
  * stale_if_error = S, purge = { allow = {...} } }; defaults for what is missing. */
 bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
@@ -159,5 +212,15 @@ bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
         return false;
     lua_pop(L, 1);
 
-    return load_cache_purge(ld, L, idx);
+    t = um__cfg_get_field(L, idx, "expose_tags");
+    if (t != LUA_TNIL) {
+        if (t != LUA_TBOOLEAN)
+            return um__cfg_fail(ld, L, "cache.expose_tags",
+                                "cache.expose_tags: expected true or false, got %s",
+                                lua_typename(L, t));
+        cc->expose_tags = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+
+    return load_cache_targeted(ld, L, idx) && load_cache_purge(ld, L, idx);
 }

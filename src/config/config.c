@@ -304,6 +304,9 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->cache.memory = CACHE_DEFAULT_MEMORY;
     c->cache.max_object = CACHE_DEFAULT_MAX_OBJECT;
     c->cache.clean_interval = 10;
+    memcpy(c->cache.targeted[0], "Umbra-Cache-Control", sizeof("Umbra-Cache-Control"));
+    memcpy(c->cache.targeted[1], "CDN-Cache-Control", sizeof("CDN-Cache-Control"));
+    c->cache.num_targeted = 2;
 
     L = um_lua_sandbox_new(UM_LUA_SANDBOX_FULL, UM_LUA_LOAD_MEMORY);
     if (L == NULL) {

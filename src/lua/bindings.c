@@ -12,6 +12,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "umbra/cacheorigin.h"
 #include "umbra/config.h"
 #include "umbra/hooks.h"
 #include "umbra/httpfield.h"
@@ -541,6 +542,74 @@ static int res_remove_header(lua_State *L)
     return res_set_header(L);
 }
 
+/* res.tags = { "a", "b" } (or "a b"; nil or {} for none): the surrogate keys the cache
+ * tags the response with; they replace every Surrogate-Key, Cache-Tag and xkey field with
+ * one Surrogate-Key. */
+static int res_set_tags(lua_State *L, struct um__hook_call *cl)
+{
+    char buf[UM_CACHE_MAX_TAGS * (UM_CACHE_TAG_MAX_LEN + 1)];
+    size_t len = 0, count = 0;
+    int t = lua_type(L, 3);
+    if (t != LUA_TNIL && t != LUA_TTABLE && t != LUA_TSTRING)
+        return luaL_error(L, "res.tags: expected a list of strings, got %s", lua_typename(L, t));
+    size_t n = t == LUA_TTABLE ? lua_objlen(L, 3) : t == LUA_TSTRING ? 1 : 0;
+    for (size_t i = 1; i <= n; i++) {
+        if (t == LUA_TTABLE)
+            lua_rawgeti(L, 3, (int)i);
+        else
+            lua_pushvalue(L, 3);
+        size_t sl;
+        const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &sl) : NULL;
+        if (s == NULL)
+            return luaL_error(L, "res.tags[%d]: expected a string", (int)i);
+        um_str parts[UM_CACHE_MAX_TAGS];
+        size_t np = um_cache_split_tags((um_str){s, sl}, parts, 0, UM_CACHE_MAX_TAGS);
+        for (size_t k = 0; k < np; k++) {
+            for (size_t j = 0; j < parts[k].len; j++) {
+                unsigned char ch = (unsigned char)parts[k].base[j];
+                if (ch < 0x21 || ch == 0x7f)
+                    return luaL_error(L, "res.tags: a tag has a control character");
+            }
+            if (parts[k].len > UM_CACHE_TAG_MAX_LEN)
+                return luaL_error(L, "res.tags: a tag is longer than %d bytes",
+                                  UM_CACHE_TAG_MAX_LEN);
+            if (count == UM_CACHE_MAX_TAGS)
+                return luaL_error(L, "res.tags: more than %d tags", UM_CACHE_MAX_TAGS);
+            if (len > 0)
+                buf[len++] = ' ';
+            memcpy(buf + len, parts[k].base, parts[k].len);
+            len += parts[k].len;
+            count++;
+        }
+        lua_pop(L, 1);
+    }
+    struct um_header *f = res_fields(cl);
+    struct um_response_head *h = &cl->out->head;
+    size_t out = 0;
+    for (size_t i = 0; i < h->num_headers; i++)
+        if (!um_cache_is_tag_field(f[i].name))
+            f[out++] = f[i];
+    h->num_headers = out;
+    if (count > 0) {
+        if (h->num_headers >= cl->cap_headers)
+            return luaL_error(L, "res.tags: too many fields");
+        f[h->num_headers++] = (struct um_header){UM_STR("Surrogate-Key"),
+                                                 {um_arena_strdup(cl->arena, buf, len), len}};
+    }
+    return 0;
+}
+
+static void push_tags(lua_State *L, const struct um_response_head *h)
+{
+    um_str tags[UM_CACHE_MAX_TAGS];
+    size_t n = um_cache_response_tags(h->headers, h->num_headers, tags, UM_CACHE_MAX_TAGS);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushlstring(L, tags[i].base, tags[i].len);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
 static int res_index(lua_State *L)
 {
     struct um__hook_call *cl = response_call(L);
@@ -561,6 +630,8 @@ static int res_index(lua_State *L)
         lua_pushnumber(L, (lua_Number)h->ttl);
     else if (strcmp(k, "cacheable") == 0)
         lua_pushboolean(L, !h->no_store);
+    else if (strcmp(k, "tags") == 0)
+        push_tags(L, h);
     else
         lua_pushnil(L);
     return 1;
@@ -575,9 +646,11 @@ static int res_newindex(lua_State *L)
         set_ttl(L, 3, "res.ttl", &h->has_ttl, &h->ttl);
     } else if (strcmp(k, "cacheable") == 0) {
         h->no_store = !lua_toboolean(L, 3);
+    } else if (strcmp(k, "tags") == 0) {
+        return res_set_tags(L, cl);
     } else {
-        return luaL_error(L, "res.%s cannot be set (settable: ttl, cacheable; fields with "
-                          "res:set_header)", k);
+        return luaL_error(L, "res.%s cannot be set (settable: ttl, cacheable, tags; fields "
+                          "with res:set_header)", k);
     }
     return 0;
 }
@@ -641,6 +714,53 @@ static int l_respond(lua_State *L)
     hr->resp_body = (um_str){um_arena_strdup(hr->arena, body, blen), blen};
     lua_pushlightuserdata(L, (void *)&RESPOND_KEY);
     return 1;
+}
+
+/* umbra.early_hints({ link = "</a.css>; rel=preload; as=style" }): a 103 Early Hints
+ * (RFC 8297) with these fields goes to the client before the answer (an HTTP/1.1 client;
+ * others get none). A value may be a list (repeated fields); several calls add up. */
+static int l_early_hints(lua_State *L)
+{
+    struct um_hook_request *hr =
+        um__hooks_request_call(L, "umbra.early_hints", "only on_request can send early hints");
+    luaL_checktype(L, 1, LUA_TTABLE);
+    size_t cap = hr->num_hints;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        cap += lua_istable(L, -1) ? lua_objlen(L, -1) : 1;
+        lua_pop(L, 1);
+    }
+    if (cap > 64)
+        return luaL_error(L, "umbra.early_hints: too many fields (at most 64)");
+    struct um_header *hs = um_arena_alloc(hr->arena, (cap ? cap : 1) * sizeof(*hs));
+    if (hr->num_hints)
+        memcpy(hs, hr->hints, hr->num_hints * sizeof(*hs));
+    size_t nh = hr->num_hints;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        size_t n, vn;
+        if (lua_type(L, -2) != LUA_TSTRING)
+            return luaL_error(L, "umbra.early_hints: field names must be strings");
+        const char *name = lua_tolstring(L, -2, &n);
+        if (!um_http_is_token((um_str){name, n}) || is_framing(name, n))
+            return luaL_error(L, "umbra.early_hints: bad or reserved field name '%s'", name);
+        bool list = lua_istable(L, -1);
+        size_t count = list ? lua_objlen(L, -1) : 1;
+        for (size_t i = 1; i <= count; i++) {
+            if (list)
+                lua_rawgeti(L, -1, (int)i);
+            const char *v = check_value(L, -1, "umbra.early_hints: field value",
+                                        "umbra.early_hints", name, &vn);
+            hs[nh++] = (struct um_header){{um_arena_strdup(hr->arena, name, n), n},
+                                          {um_arena_strdup(hr->arena, v, vn), vn}};
+            if (list)
+                lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    hr->hints = hs;
+    hr->num_hints = nh;
+    return 0;
 }
 
 /* umbra.redirect(url, status = 302) */
@@ -757,6 +877,7 @@ static void new_proxy(lua_State *L, const char *name, lua_CFunction index,
 void um__hooks_open_bindings(lua_State *L, struct um__hook_state *h, int worker)
 {
     static const luaL_Reg umbra[] = {{"respond", l_respond}, {"redirect", l_redirect},
+                                     {"early_hints", l_early_hints},
                                      {"log", l_log},         {"now", l_now},
                                      {"unescape", l_unescape}, {NULL, NULL}};
     lua_newtable(L);

@@ -140,7 +140,15 @@ static ssize_t hf_read_body(struct um_sink *s, char *buf, size_t len)
     return hf->client->ops->read_body(hf->client, buf, len);
 }
 
+static void hf_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
+{
+    struct hook_fetch *hf = hf_of(s);
+    if (!hf->failed && hf->client)
+        um_sink_info(hf->client, status, h, n);
+}
+
 static const struct um_sink_ops hf_ops = {
+    .on_info = hf_on_info,
     .on_head = hf_on_head,
     .on_data = hf_on_data,
     .on_file = hf_on_file,

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -418,6 +419,32 @@ static void respond(struct client *cl, int status, const char *reason, const cha
     cl->outpos = 0;
 }
 
+/* The value of field name (lower case, with its colon) in the head, or NULL; *len is its
+ * length without surrounding whitespace. */
+static const char *head_field(const char *head, size_t hlen, const char *name, size_t *len)
+{
+    size_t nl = strlen(name);
+    for (const char *p = head; p && p < head + hlen;) {
+        const char *eol = memchr(p, '\n', (size_t)(head + hlen - p));
+        if (eol == NULL)
+            break;
+        const char *line = eol + 1;
+        if ((size_t)(head + hlen - line) > nl && strncasecmp(line, name, nl) == 0) {
+            const char *v = line + nl, *e = memchr(v, '\r', (size_t)(head + hlen - v));
+            if (e == NULL)
+                e = head + hlen;
+            while (v < e && (*v == ' ' || *v == '\t'))
+                v++;
+            while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
+                e--;
+            *len = (size_t)(e - v);
+            return v;
+        }
+        p = line;
+    }
+    return NULL;
+}
+
 static void handle_request(struct um__admin *a, struct client *cl)
 {
     char *sp1 = memchr(cl->in, ' ', cl->inlen);
@@ -435,6 +462,21 @@ static void handle_request(struct um__admin *a, struct client *cl)
     if (q)
         plen = (size_t)(q - path);
     bool head = mlen == 4 && memcmp(cl->in, "HEAD", 4) == 0;
+    if (mlen == 4 && memcmp(cl->in, "POST", 4) == 0 && plen == 6 &&
+        memcmp(path, "/purge", 6) == 0) {
+        /* The body follows the head (on_client waited for all of it). */
+        const char *end = strstr(cl->in, "\r\n\r\n");
+        size_t hl = (size_t)(end + 4 - cl->in), tl = 0;
+        const char *ct = head_field(cl->in, hl, "content-type:", &tl);
+        bool json = ct == NULL ? (hl < cl->inlen && cl->in[hl] == '{')
+                               : memmem(ct, tl, "json", 4) != NULL;
+        struct um_buf b = {0};
+        int st = um__admin_purge(cache_of(a->s), json, cl->in + hl, cl->inlen - hl, &b);
+        respond(cl, st, st == 200 ? "OK" : st == 400 ? "Bad Request" : "Service Unavailable",
+                "application/json", b.base, b.len, false);
+        um_buf_dispose(&b);
+        return;
+    }
     if (!head && !(mlen == 3 && memcmp(cl->in, "GET", 3) == 0)) {
         static const char msg[] = "405 Method Not Allowed\n";
         respond(cl, 405, "Method Not Allowed", "text/plain", msg, sizeof(msg) - 1, false);
@@ -506,9 +548,30 @@ static void on_client(struct um__admin *a, struct client *cl, short revents)
         }
         cl->inlen += (size_t)n;
         cl->in[cl->inlen] = '\0';
-        if (strstr(cl->in, "\r\n\r\n") != NULL)
-            handle_request(a, cl);
-        else if (cl->inlen == sizeof(cl->in) - 1) {
+        const char *hend = strstr(cl->in, "\r\n\r\n");
+        if (hend != NULL) {
+            /* A body (POST /purge): wait for all of it; it must fit the buffer. */
+            size_t hl = (size_t)(hend + 4 - cl->in), vl = 0;
+            const char *v = head_field(cl->in, hl, "content-length:", &vl);
+            unsigned long long want = 0;
+            bool ok = true;
+            if (v != NULL) {
+                ok = vl > 0 && vl < 8;
+                for (size_t i = 0; ok && i < vl; i++)
+                    ok = v[i] >= '0' && v[i] <= '9';
+                for (size_t i = 0; ok && i < vl; i++)
+                    want = want * 10 + (unsigned long long)(v[i] - '0');
+            }
+            if (!ok || hl + want > sizeof(cl->in) - 1) {
+                static const char msg[] = "413 Content Too Large (or a bad Content-Length)\n";
+                respond(cl, 413, "Content Too Large", "text/plain", msg, sizeof(msg) - 1, false);
+            } else if (cl->inlen >= hl + want) {
+                cl->inlen = hl + want;
+                cl->in[cl->inlen] = '\0';
+                handle_request(a, cl);
+            }
+        }
+        if (cl->out == NULL && cl->inlen == sizeof(cl->in) - 1) {
             static const char msg[] = "431 Request Header Fields Too Large\n";
             respond(cl, 431, "Request Header Fields Too Large", "text/plain", msg,
                     sizeof(msg) - 1, false);

@@ -131,6 +131,34 @@ static void abort_response(struct um__exchange *x)
 
 static ssize_t read_body(struct um__exchange *x, char *buf, size_t len);
 
+/* 1xx (RFC 9110 15.2): only to HTTP/1.1 clients (an HTTP/1.0 one cannot take them), and a
+ * 100 only when we did not send one ourselves for Expect: 100-continue. */
+static void send_info(struct um__exchange *x, int status, const struct um_header *h, size_t n)
+{
+    struct um__conn *c = um__conn_of(x);
+    if (x->req.minor_version != 1 || status < 100 || status > 199 || status == 101 ||
+        (status == 100 && (x->req.flags & UM_REQ_F_EXPECT_CONTINUE)))
+        return;
+    struct um__outq *q = &c->out;
+    um__outq_reserve(q, 64);
+    size_t start = q->buf.len;
+    um__outq_append_str(q, "HTTP/1.1 ");
+    um__outq_append_u64(q, (uint64_t)status);
+    um__outq_append_str(q, " ");
+    um__outq_append_str(q, um__reason_phrase(status));
+    um__outq_append_str(q, "\r\n");
+    for (size_t i = 0; i < n; i++) {
+        um__outq_reserve(q, h[i].name.len + h[i].value.len + 4);
+        um__outq_append(q, h[i].name.base, h[i].name.len);
+        um__outq_append(q, ": ", 2);
+        um__outq_append(q, h[i].value.base, h[i].value.len);
+        um__outq_append(q, "\r\n", 2);
+    }
+    um__outq_append(q, "\r\n", 2);
+    x->resp_bytes += q->buf.len - start;
+    um__conn_wake(c);
+}
+
 const struct um__exchange_conn_ops um__conn_exchange_ops = {
     .send_head = send_head,
     .send_data = send_data,
@@ -138,6 +166,7 @@ const struct um__exchange_conn_ops um__conn_exchange_ops = {
     .send_file = send_file,
     .end = end,
     .abort = abort_response,
+    .send_info = send_info,
     .read_body = read_body,
 };
 

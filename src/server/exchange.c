@@ -17,6 +17,8 @@ const char *um__reason_phrase(int status)
 {
     switch (status) {
     case 100: return "Continue";
+    case 102: return "Processing";
+    case 103: return "Early Hints";
     case 200: return "OK";
     case 204: return "No Content";
     case 206: return "Partial Content";
@@ -153,7 +155,15 @@ static ssize_t read_body(struct um_sink *s, char *buf, size_t len)
     return n;
 }
 
+static void on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
+{
+    struct um__exchange *x = sink_x(s);
+    if (!x->head_sent && !x->ended && x->conn_ops->send_info)
+        x->conn_ops->send_info(x, status, h, n);
+}
+
 static const struct um_sink_ops sink_ops = {
+    .on_info = on_info,
     .on_head = on_head,
     .on_data = on_data,
     .on_data_ref = on_data_ref,

@@ -48,6 +48,9 @@ struct um__exchange_conn_ops {
      * (> 0), 0 at its end, UM_AGAIN when none are buffered, UM_ERR when it is bad (with
      * x->body_error set). */
     ssize_t (*read_body)(struct um__exchange *x, char *buf, size_t len);
+    /* Queues an interim response (1xx) before the head, when the client can take one
+     * (HTTP/1.1); NULL or a client that cannot: dropped. */
+    void (*send_info)(struct um__exchange *x, int status, const struct um_header *h, size_t n);
 };
 
 struct um__exchange {

@@ -162,6 +162,11 @@ struct um__admin *um__admin_start(struct um_server *s, int fd);
 /* Replaces the admin listening socket (the old one is closed; -1: none). */
 void um__admin_set_listener(struct um__admin *a, int fd);
 void um__admin_stop(struct um__admin *a);
+/* admin_purge.c: POST /purge with a JSON (json) or form body; writes the answer's JSON to
+ * out and returns its status. cache may be NULL (no route caches: 503). */
+struct um_buf;
+int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t len,
+                    struct um_buf *out);
 
 /* conn.c */
 /* Blocks each of a worker's pools keeps for its connections at most. */

@@ -250,7 +250,7 @@ static curl_socket_t on_open_socket(void *userp, curlsocktype purpose, struct cu
 /* ---------------------------------------------------------------- response */
 
 /* One line of the response head, with its line end; the empty line ends a head, which is
- * parsed then (an interim 1xx head is dropped, the final one goes to the sink). Lines
+ * parsed then (an interim 1xx head is passed on, the final one goes to the sink). Lines
  * after the final head are trailers, dropped. Returns len, or 0 when the head is
  * malformed or too large (a->head_err says which). */
 static size_t on_header(char *data, size_t size, size_t nitems, void *userp)
@@ -278,8 +278,11 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *userp)
             rc == UM_ERR && why == UM_HTTP1_RESP_TOO_LARGE ? UM_UP_HEAD_TOO_LARGE : UM_UP_BAD_HEAD;
         return 0;
     }
+    if (resp.status >= 200)
+        um__up_head(x, &resp);
+    else
+        um__up_info(x, &resp); /* interim: passed on, never the answer */
     um_buf_reset(&a->head);
-    if (resp.status >= 200) um__up_head(x, &resp);
     return len;
 }
 

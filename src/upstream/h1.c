@@ -414,8 +414,8 @@ static void head_done(struct h1conn *c, struct xfer *x, const struct um_http1_re
     um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
 }
 
-/* Parses the response heads in the buffer: interim (1xx) ones are dropped, the final one
- * goes to the sink. Returns false when the connection is gone. */
+/* Parses the response heads in the buffer: interim (1xx) ones are passed on (100, 102,
+ * 103) or dropped, the final one goes to the sink. Returns false when the connection is gone. */
 static bool parse_head(struct h1conn *c, struct xfer *x)
 {
     while (!c->head_done) {
@@ -435,8 +435,11 @@ static bool parse_head(struct h1conn *c, struct xfer *x)
         c->in_pos += resp.head_len;
         c->in_len -= resp.head_len;
         um_http1_resp_parser_init(&c->hp);
-        if (resp.status < 200)
+        if (resp.status < 200) {
+            /* Interim: passed on, never the answer. Its fields are still in c->in. */
+            um__up_info(x, &resp);
             continue;
+        }
         um__up_head(x, &resp);
         head_done(c, x, &resp);
     }

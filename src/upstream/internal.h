@@ -18,6 +18,9 @@
 #include "umbra/upstream.h"
 
 #define MAX_RESPONSE_HEAD (64 * 1024)
+/* Interim responses passed on per fetch: an origin that sends 1xx without end must not
+ * fill a client's output queue (the first-byte timeout still ends it). */
+#define UM_UP_MAX_INFOS 8
 #define UM_UP_ERRBUF 256 /* curl.c checks that it holds CURL_ERROR_SIZE */
 
 /* How an attempt ended, in what the common code decides by: whether the server is to
@@ -125,6 +128,7 @@ struct xfer {
     int attempts;
     bool idempotent, is_head, has_body, body_started, body_failed;
     bool head_sent;
+    unsigned infos; /* interim responses passed on (at most UM_UP_MAX_INFOS) */
     bool counted;    /* counted in the server's active fetches */
     bool paused_recv, paused_send;
     uint64_t key_hash;
@@ -141,6 +145,9 @@ struct xfer {
  * counts the server as answering, and hands the head to the sink (x->head_sent). resp
  * is borrowed for the call. */
 void um__up_head(struct xfer *x, const struct um_http1_response *resp);
+/* An interim (1xx) response head before the final one: 100, 102 and 103 go to the sink
+ * (their end-to-end fields), at most UM_UP_MAX_INFOS of them; others are dropped. */
+void um__up_info(struct xfer *x, const struct um_http1_response *resp);
 /* Body bytes for the sink. Returns len when taken, or 0 when the client is behind:
  * x->paused_recv is set and the transport stops reading until its resume. */
 size_t um__up_body(struct xfer *x, const char *data, size_t len);

@@ -238,6 +238,24 @@ void um__up_head(struct xfer *x, const struct um_http1_response *resp)
     x->sink->ops->on_head(x->sink, &head);
 }
 
+void um__up_info(struct xfer *x, const struct um_http1_response *resp)
+{
+    if (x->head_sent || (resp->status != 100 && resp->status != 102 && resp->status != 103) ||
+        x->infos >= UM_UP_MAX_INFOS)
+        return;
+    x->infos++;
+    struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS];
+    size_t n = 0;
+    for (size_t i = 0; i < resp->num_headers; i++) {
+        um_str name = resp->headers[i].name;
+        if (um_str_eq_ci(name, "content-length") || is_hop_by_hop(name) ||
+            named_in_connection(resp->headers, resp->num_headers, name))
+            continue;
+        fields[n++] = resp->headers[i];
+    }
+    um_sink_info(x->sink, resp->status, fields, n);
+}
+
 size_t um__up_body(struct xfer *x, const char *data, size_t len)
 {
     if (x->sink->ops->on_data(x->sink, data, len) == 0) {

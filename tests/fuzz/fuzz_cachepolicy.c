@@ -8,7 +8,8 @@
  * and as the request. The status is 100 + byte * 2 (100..610).
  *
  * Properties:
- * - um_cc_parse keeps durations in -1..UM_DELTA_MAX, at most UM_CC_MAX_FIELDS qualified
+ * - um_cc_parse (and um_cc_parse_targeted, which either accepts a targeted field whole or
+ *   leaves nothing) keeps durations in -1..UM_DELTA_MAX, at most UM_CC_MAX_FIELDS qualified
  *   names per list, each a non-empty slice of the parsed value;
  * - um_vary_parse keeps at most UM_VARY_MAX names, each a slice of the value;
  * - for every Vary name, um_vary_normalize gives the same bytes whatever the buffer size
@@ -117,6 +118,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct um_resp_meta rm;
     um_resp_meta_scan(&rm, status, h, n);
     check_cc(&rm.cc, buf, size);
+    /* Targeted fields (RFC 9213): a Structured Field Dictionary, all or nothing. */
+    struct um_cc tcc;
+    if (um_cc_parse_targeted(&tcc, h, n, (um_str){"CDN-Cache-Control", 17}))
+        check_cc(&tcc, buf, size);
+    else
+        FUZZ_CHECK(!tcc.present && tcc.max_age == -1 && tcc.private_nfields == 0);
+    static const um_str targeted[2] = {{"Umbra-Cache-Control", 19}, {"CDN-Cache-Control", 17}};
+    struct um_cache_policy tpol;
+    um_cache_policy_init(&tpol);
+    tpol.targeted = targeted;
+    tpol.num_targeted = 2;
+    if (um_resp_meta_target(&rm, &tpol)) {
+        check_cc(&rm.cc, buf, size);
+        FUZZ_CHECK(!rm.has_expires);
+    }
     FUZZ_CHECK(rm.age_value >= 0 && rm.age_value <= UM_DELTA_MAX);
     FUZZ_CHECK(within(rm.etag, buf, size));
     struct um_req_meta qm;

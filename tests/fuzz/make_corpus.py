@@ -398,6 +398,10 @@ cachepolicy = {
     "negative": S404 + "Cache-Control: max-age=5",
     "only_if_cached": S200 + "Cache-Control: only-if-cached, max-stale=100, min-fresh=5",
     "garbage": S200 + "Cache-Control: ,,;=\"\\\n:\n:::\nVary: ,,\n\x00",
+    "targeted": S200 + "Cache-Control: no-store\nCDN-Cache-Control: max-age=600;a=1, public\n"
+    "Umbra-Cache-Control: MAX-AGE=1\nExpires: 0",
+    "targeted_types": S200 + 'CDN-Cache-Control: max-age=1.5, s-maxage="3", private=("a" "b"), '
+    "no-cache=?0, x=:AAA=:, y=*tok/en",
 }
 write_all("cachepolicy", cachepolicy)
 

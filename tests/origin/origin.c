@@ -286,6 +286,11 @@ struct params {
     size_t num_headers;
     const char *headers[MAX_PARAM_HEADERS];
     size_t header_lens[MAX_PARAM_HEADERS];
+    /* Interim responses sent before the final one: their codes, and the fields each has. */
+    size_t num_infos, num_info_headers;
+    int infos[32];
+    const char *info_headers[8];
+    size_t info_header_lens[8];
 };
 
 struct worker;
@@ -637,7 +642,12 @@ static void parse_params(struct conn *c)
             p->body = v, p->body_len = vlen, p->has_body = true;
         else if (token_eq(kv, klen, "chunked"))
             p->chunked = on;
-        else if (token_eq(kv, klen, "header") && p->num_headers < MAX_PARAM_HEADERS) {
+        else if (token_eq(kv, klen, "info") && num && n >= 100 && n <= 199 && p->num_infos < 32)
+            p->infos[p->num_infos++] = (int)n;
+        else if (token_eq(kv, klen, "infoh") && p->num_info_headers < 8) {
+            p->info_headers[p->num_info_headers] = v;
+            p->info_header_lens[p->num_info_headers++] = vlen;
+        } else if (token_eq(kv, klen, "header") && p->num_headers < MAX_PARAM_HEADERS) {
             p->headers[p->num_headers] = v;
             p->header_lens[p->num_headers++] = vlen;
         } else if (token_eq(kv, klen, "cc"))
@@ -734,6 +744,14 @@ static void start_response(struct conn *c)
     c->resp_finished = c->req_is_head || bodyless;
     c->piece_left = p->piece;
 
+    for (size_t i = 0; i < p->num_infos; i++) {
+        buf_appendf(o, "HTTP/1.1 %d %s\r\n", p->infos[i], reason_phrase(p->infos[i]));
+        for (size_t j = 0; j < p->num_info_headers; j++) {
+            buf_append(o, p->info_headers[j], p->info_header_lens[j]);
+            buf_append(o, "\r\n", 2);
+        }
+        buf_append(o, "\r\n", 2);
+    }
     buf_appendf(o, "HTTP/1.1 %d %s\r\n", status, p->reason ? p->reason : reason_phrase(status));
     buf_appendf(o,
                 "Date: %s\r\nServer: umbra-test-origin\r\nX-Origin-Port: %u\r\n"
@@ -1343,6 +1361,8 @@ static void usage(FILE *f)
           "  body=TEXT       literal body (default: the request target and a newline)\n"
           "  chunked=1       Transfer-Encoding: chunked      nolength=1   close-delimited body\n"
           "  header=N:V      extra response field (repeatable, in order)\n"
+          "  info=N          an interim response N (1xx) before the final one (repeatable)\n"
+          "  infoh=N:V       a field of every interim response (repeatable)\n"
           "  cc=V            Cache-Control: V                ct=V         Content-Type (empty: "
           "none)\n"
           "  drop=head       close without answering\n"

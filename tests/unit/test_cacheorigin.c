@@ -658,7 +658,7 @@ static void test_meta_matches_parsed_head(void **state)
     um_str head = {block, sizeof(block) - 1};
     struct meta base = {.flags = 0, .status = 200, .lifetime = 42, .content_length = 7};
     size_t len;
-    struct meta *m = um__cache_meta_build(&base, head, &len);
+    struct meta *m = um__cache_meta_build(&base, head, NULL, &len);
     assert_int_equal(len, sizeof(struct meta) + 7 * sizeof(struct meta_field));
     assert_int_equal(m->status, 200);
     assert_int_equal(m->lifetime, 42);
@@ -696,7 +696,7 @@ static void test_meta_matches_parsed_head(void **state)
 
     /* A hit-for-pass marker's empty head. */
     struct meta pass = {.flags = META_F_PASS, .content_length = -1};
-    m = um__cache_meta_build(&pass, (um_str){"", 0}, &len);
+    m = um__cache_meta_build(&pass, (um_str){"", 0}, NULL, &len);
     assert_int_equal(len, sizeof(struct meta));
     assert_int_equal(m->flags, META_F_PASS);
     assert_int_equal(m->nfields, 0);

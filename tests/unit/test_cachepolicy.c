@@ -386,12 +386,18 @@ static void test_resp_meta_bad_fields(void **state)
     assert_false(m->expires_valid);
     assert_false(m->has_last_modified);
     assert_null(m->etag.base);
-    assert_int_equal(m->age_value, UM_DELTA_MAX);
+    assert_int_equal(m->age_value, 0); /* 5.1: an invalid Age is ignored */
     m = resp(200, KV("ETag", "W/\"w\"", "ETag", "\"second\"", "Age", "10, 20", "Age", "99"));
     assert_true(um_str_eq(m->etag, "W/\"w\""));
     assert_int_equal(m->age_value, 10); /* 5.1: the first member of a list, the first line */
     m = resp(200, KV("Age", "-1"));
-    assert_int_equal(m->age_value, UM_DELTA_MAX);
+    assert_int_equal(m->age_value, 0);
+    m = resp(200, KV("Age", "-5"));
+    assert_int_equal(m->age_value, 0);
+    m = resp(200, KV("Age", "1.5"));
+    assert_int_equal(m->age_value, 0);
+    m = resp(200, KV("Age", "99999999999999"));
+    assert_int_equal(m->age_value, UM_DELTA_MAX); /* valid but too large: 2^31 */
     m = resp(200, NOKV);
     assert_int_equal(m->age_value, 0);
     assert_false(m->has_expires);
@@ -910,7 +916,7 @@ static void test_age_clock_skew(void **state)
 
 static void test_age_saturation(void **state)
 {
-    /* A malformed Age made the response stale: it stays at 2^31. */
+    /* An Age of 2^31 or more ("infinity") keeps the response at 2^31. */
     assert_int_equal(age_of(1000, 1002, 1000, UM_DELTA_MAX, 5000), UM_DELTA_MAX);
     assert_int_equal(age_of(0, 0, -INT64_C(100000000000), 0, INT64_C(100000000000)), UM_DELTA_MAX);
 }

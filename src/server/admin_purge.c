@@ -1,0 +1,314 @@
+/* POST /purge on the admin listener: the purges of the cache (by tag, by path prefix, by
+ * URL, hard or soft) for operators and deploy scripts, with a JSON or a form body:
+ *
+ *   {"tags": ["product-17", "home"], "soft": true}
+ *   {"host": "example.com", "path": "/products/" followed by an asterisk}
+ *   tag=product-17&tag=home&soft=1        (application/x-www-form-urlencoded)
+ *
+ * "tags" (or "tag", a string or a list; a string may hold several, space separated) purges
+ * every object with any of them; "path" purges one URL, or every URL starting with the
+ * rest when it ends in '*', of "host" (every host when a prefix has none); "soft" marks
+ * stale instead of dropping. The answer is {"purged": N}, the number of objects affected.
+ * Runs on the admin thread: a large purge never holds up a worker. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "umbra/buf.h"
+#include "umbra/cache.h"
+
+#define PURGE_MAX_ITEMS (UM_CACHE_MAX_TAGS * 4)
+
+struct purge_req {
+    /* Slices of the decoded copy. */
+    um_str tags[PURGE_MAX_ITEMS];
+    size_t ntags;
+    um_str host, path;
+    bool soft;
+    const char *error;
+};
+
+static void add_tags(struct purge_req *p, char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && p->ntags < PURGE_MAX_ITEMS) {
+        while (i < n && (s[i] == ' ' || s[i] == ',' || s[i] == '\t'))
+            i++;
+        size_t b = i;
+        while (i < n && s[i] != ' ' && s[i] != ',' && s[i] != '\t')
+            i++;
+        if (i > b)
+            p->tags[p->ntags++] = (um_str){s + b, i - b};
+    }
+}
+
+static bool truthy(um_str v)
+{
+    return um_str_eq_ci(v, "1") || um_str_eq_ci(v, "true") || um_str_eq_ci(v, "yes") ||
+           um_str_eq_ci(v, "soft");
+}
+
+static void set_field(struct purge_req *p, um_str key, char *v, size_t vl)
+{
+    if (um_str_eq(key, "tags") || um_str_eq(key, "tag"))
+        add_tags(p, v, vl);
+    else if (um_str_eq(key, "host"))
+        p->host = (um_str){v, vl};
+    else if (um_str_eq(key, "path"))
+        p->path = (um_str){v, vl};
+    else if (um_str_eq(key, "soft"))
+        p->soft = truthy((um_str){v, vl});
+    else
+        p->error = "unknown field (expected tags, tag, host, path or soft)";
+}
+
+/* ---- application/x-www-form-urlencoded ---- */
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                                : -1;
+}
+
+/* Decodes s[0..n) in place; returns the new length, or SIZE_MAX when malformed. */
+static size_t form_decode(char *s, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '+') {
+            s[o++] = ' ';
+        } else if (s[i] == '%') {
+            if (i + 2 >= n)
+                return SIZE_MAX;
+            int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
+            if (h < 0 || l < 0 || (h == 0 && l == 0))
+                return SIZE_MAX;
+            s[o++] = (char)(h * 16 + l);
+            i += 2;
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    return o;
+}
+
+static void parse_form(struct purge_req *p, char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && p->error == NULL) {
+        size_t b = i;
+        while (i < n && s[i] != '&')
+            i++;
+        char *kv = s + b;
+        size_t kvl = i - b;
+        i++;
+        if (kvl == 0)
+            continue;
+        char *eq = memchr(kv, '=', kvl);
+        size_t kl = eq ? (size_t)(eq - kv) : kvl;
+        char *v = eq ? eq + 1 : kv + kvl;
+        size_t vl = eq ? kvl - kl - 1 : 0;
+        kl = form_decode(kv, kl);
+        vl = form_decode(v, vl);
+        if (kl == SIZE_MAX || vl == SIZE_MAX) {
+            p->error = "malformed percent-encoding";
+            return;
+        }
+        set_field(p, (um_str){kv, kl}, v, vl);
+    }
+}
+
+/* ---- JSON: one object of strings, lists of strings and booleans ---- */
+
+struct js {
+    char *p, *end;
+};
+
+static void js_ws(struct js *j)
+{
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+        j->p++;
+}
+
+/* A string, decoded in place (printable ASCII escapes only); *out is a slice of the body. */
+static bool js_string(struct js *j, um_str *out)
+{
+    if (j->p >= j->end || *j->p != '"')
+        return false;
+    char *w = ++j->p, *b = w;
+    while (j->p < j->end) {
+        char c = *j->p++;
+        if (c == '"') {
+            *out = (um_str){b, (size_t)(w - b)};
+            return true;
+        }
+        if ((unsigned char)c < 0x20)
+            return false;
+        if (c == '\\') {
+            if (j->p >= j->end)
+                return false;
+            char e = *j->p++;
+            if (e == '"' || e == '\\' || e == '/')
+                c = e;
+            else if (e == 'u' && j->end - j->p >= 4) {
+                int v = 0;
+                for (int k = 0; k < 4; k++) {
+                    int h = hexval(j->p[k]);
+                    if (h < 0)
+                        return false;
+                    v = v * 16 + h;
+                }
+                if (v < 0x20 || v > 0x7e)
+                    return false;
+                c = (char)v;
+                j->p += 4;
+            } else {
+                return false;
+            }
+        }
+        *w++ = c;
+    }
+    return false;
+}
+
+static bool js_lit(struct js *j, const char *lit)
+{
+    size_t n = strlen(lit);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0)
+        return false;
+    j->p += n;
+    return true;
+}
+
+static void parse_json(struct purge_req *p, char *s, size_t n)
+{
+    struct js j = {s, s + n};
+    js_ws(&j);
+    if (j.p >= j.end || *j.p++ != '{')
+        goto bad;
+    js_ws(&j);
+    if (j.p < j.end && *j.p == '}') {
+        j.p++;
+        goto end;
+    }
+    for (;;) {
+        um_str key, v;
+        js_ws(&j);
+        if (!js_string(&j, &key))
+            goto bad;
+        js_ws(&j);
+        if (j.p >= j.end || *j.p++ != ':')
+            goto bad;
+        js_ws(&j);
+        if (j.p < j.end && *j.p == '[') {
+            j.p++;
+            if (!um_str_eq(key, "tags") && !um_str_eq(key, "tag"))
+                goto bad;
+            js_ws(&j);
+            if (j.p < j.end && *j.p == ']') {
+                j.p++;
+            } else {
+                for (;;) {
+                    js_ws(&j);
+                    if (!js_string(&j, &v))
+                        goto bad;
+                    add_tags(p, (char *)v.base, v.len);
+                    js_ws(&j);
+                    if (j.p < j.end && *j.p == ',') {
+                        j.p++;
+                        continue;
+                    }
+                    if (j.p < j.end && *j.p == ']') {
+                        j.p++;
+                        break;
+                    }
+                    goto bad;
+                }
+            }
+        } else if (js_lit(&j, "true")) {
+            set_field(p, key, "1", 1);
+        } else if (js_lit(&j, "false")) {
+            set_field(p, key, "0", 1);
+        } else if (js_string(&j, &v)) {
+            set_field(p, key, (char *)v.base, v.len);
+        } else {
+            goto bad;
+        }
+        if (p->error)
+            return;
+        js_ws(&j);
+        if (j.p < j.end && *j.p == ',') {
+            j.p++;
+            continue;
+        }
+        if (j.p < j.end && *j.p == '}') {
+            j.p++;
+            break;
+        }
+        goto bad;
+    }
+end:
+    js_ws(&j);
+    if (j.p == j.end)
+        return;
+bad:
+    p->error = "malformed JSON (expected an object of tags, host, path, soft)";
+}
+
+int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t len,
+                    struct um_buf *out)
+{
+    if (cache == NULL) {
+        um_buf_printf(out, "{\"error\":\"no route uses the cache\"}\n");
+        return 503;
+    }
+    char *copy = um_malloc(len + 1);
+    memcpy(copy, body, len);
+    copy[len] = '\0';
+    struct purge_req p;
+    memset(&p, 0, sizeof(p));
+    if (json)
+        parse_json(&p, copy, len);
+    else
+        parse_form(&p, copy, len);
+    if (p.error == NULL && p.ntags == 0 && p.path.len == 0)
+        p.error = "nothing to purge: give tags, or a path";
+    if (p.error == NULL && p.path.len > 0 && p.path.base[0] != '/')
+        p.error = "path must start with /";
+    if (p.error == NULL && p.path.len > 0 && p.path.base[p.path.len - 1] != '*' &&
+        p.host.len == 0)
+        p.error = "a path without * needs its host";
+    if (p.error) {
+        um_buf_printf(out, "{\"error\":\"%s\"}\n", p.error);
+        free(copy);
+        return 400;
+    }
+    for (size_t i = 0; i < p.host.len; i++) {
+        char *ch = (char *)&p.host.base[i];
+        if (*ch >= 'A' && *ch <= 'Z')
+            *ch = (char)(*ch + 32);
+    }
+    /* The admin thread may sleep: a large purge is paced so that the workers keep most of
+     * the CPU. */
+    unsigned flags = UM_CACHE_PURGE_PACED | (p.soft ? UM_CACHE_PURGE_SOFT : 0);
+    size_t n = 0;
+    if (p.ntags > 0)
+        n += um_cache_purge_tags(cache, p.tags, p.ntags, flags);
+    if (p.path.len > 0 && p.path.base[p.path.len - 1] == '*') {
+        n += um_cache_purge_prefix(cache, p.host, (um_str){p.path.base, p.path.len - 1}, flags);
+    } else if (p.path.len > 0) {
+        size_t kl = p.host.len + 1 + p.path.len;
+        char *k = um_malloc(kl);
+        memcpy(k, p.host.base, p.host.len);
+        k[p.host.len] = ' ';
+        memcpy(k + p.host.len + 1, p.path.base, p.path.len);
+        n += p.soft ? um_cache_purge_soft(cache, (um_str){k, kl})
+                    : um_cache_purge(cache, (um_str){k, kl});
+        free(k);
+    }
+    um_buf_printf(out, "{\"purged\":%zu,\"soft\":%s}\n", n, p.soft ? "true" : "false");
+    free(copy);
+    return 200;
+}
