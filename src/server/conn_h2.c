@@ -342,6 +342,43 @@ static ssize_t read_body(struct um__exchange *x, char *buf, size_t len)
     return UM_AGAIN;
 }
 
+/* An interim response (1xx, RFC 9113 8.1): a HEADERS frame of its own before the
+ * response's; a 100 only when the stream did not get ours for Expect: 100-continue (as
+ * over HTTP/1.1, conn_http1.c). */
+static void send_info(struct um__exchange *x, int status, const struct um_header *h, size_t n)
+{
+    struct h2_stream *s = stream_of(x);
+    if (s->closed || s->submitted || status < 100 || status > 199 || status == 101 ||
+        (status == 100 && (x->req.flags & UM_REQ_F_EXPECT_CONTINUE)))
+        return;
+    nghttp2_nv nva[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
+    size_t k = 0;
+    char st[3] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10),
+                  (char)('0' + status % 10)};
+    nva[k++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)st, 7, 3, NGHTTP2_NV_FLAG_NONE};
+    size_t bytes = 0;
+    for (size_t i = 0; i < n && k < UM_NELEMS(nva); i++) {
+        if (hop_by_hop(h[i].name) || h[i].name.len == 0)
+            continue;
+        char *name = um_arena_strdup(&x->arena, h[i].name.base, h[i].name.len);
+        for (size_t j = 0; j < h[i].name.len; j++)
+            if (name[j] >= 'A' && name[j] <= 'Z')
+                name[j] = (char)(name[j] + 32);
+        nva[k++] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)h[i].value.base, h[i].name.len,
+                                h[i].value.len, NGHTTP2_NV_FLAG_NONE};
+        bytes += h[i].name.len + h[i].value.len + 32;
+    }
+    /* nghttp2 copies the fields: they need not outlive the call. */
+    int rv = nghttp2_submit_headers(s->h2->session, NGHTTP2_FLAG_NONE, s->id, NULL, nva, k, NULL);
+    if (rv != 0) {
+        um_log_err("http2: stream %d: cannot submit a %d: %s", s->id, status,
+                   nghttp2_strerror(rv));
+        return;
+    }
+    x->resp_bytes += bytes + 16; /* an estimate: HPACK decides the real size */
+    um__conn_wake(s->h2->c);
+}
+
 static const struct um__exchange_conn_ops h2_exchange_ops = {
     .send_head = send_head,
     .send_data = send_data,
@@ -349,6 +386,7 @@ static const struct um__exchange_conn_ops h2_exchange_ops = {
     .send_file = send_file,
     .end = end,
     .abort = abort_response,
+    .send_info = send_info,
     .read_body = read_body,
 };
 

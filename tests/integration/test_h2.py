@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, admin_port, class_context, origin_body,  # noqa: E402
@@ -378,6 +379,29 @@ class H2Test(unittest.TestCase):
             self.assertIsNotNone(f, frames)
             self.assertEqual(len([f for f in frames if f[0] == HEADERS and f[2] == 1]), 1)
             self.assertTrue(b"".join(f[3] for f in frames if f[0] == DATA).endswith(b"hello"))
+
+    def test_interim_responses_reach_http2_clients(self):
+        # 1xx from the origin (and Early Hints from a hook) are HEADERS frames of their own
+        # before the response's, as over HTTP/1.1 (i17's send_info, conn_h2.c).
+        link = "</h2.css>; rel=preload"
+        target = ("/nocache/info?info=102&info=103&infoh=" +
+                  urllib.parse.quote("Link: " + link))
+        for port, scheme, flag in ((self.plain, "http", "--http2-prior-knowledge"),
+                                   (self.tls, "https", "--http2")):
+            with tempfile.TemporaryDirectory() as d:
+                hfile = os.path.join(d, "h")
+                p = subprocess.run(
+                    ["curl", "-s", "-k", "--max-time", "20", flag, "-D", hfile, "-o", os.devnull,
+                     "--resolve", "localhost:%d:127.0.0.1" % port,
+                     "%s://localhost:%d%s" % (scheme, port, target)],
+                    capture_output=True, timeout=30)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                with open(hfile, "rb") as f:
+                    text = f.read().decode("latin-1")
+            statuses = re.findall(r"^HTTP/2 (\d+)", text, re.M)
+            self.assertEqual(statuses, ["102", "103", "200"], text)
+            hints = text.split("HTTP/2 103")[1].split("HTTP/2 200")[0]
+            self.assertIn("link: " + link, hints.lower(), text)
 
     def test_large_response_through_small_windows(self):
         n = 6 << 20
