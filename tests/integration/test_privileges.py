@@ -15,7 +15,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import Umbra, http_get, port_is_free, wait_until  # noqa: E402
+from umbra_harness import (TlsClient, Umbra, http_get, make_cert, port_is_free,  # noqa: E402
+                           tls_context, wait_until)
 
 NOBODY = pwd.getpwnam("nobody")
 # A group other than nobody's own, to see the group setting take.
@@ -188,6 +189,36 @@ class DropTest(unittest.TestCase):
             self.assertTrue(wait_until(
                 lambda: "configuration reloaded" in u.log()[mark:], 10), u.log())
             self.assertTrue(wait_until(lambda: http_get(old, "/")[2] == b"v3\n", 5))
+
+    def test_keys_read_as_root_at_start_and_as_the_user_on_reload(self):
+        # A key only root may read: read before the drop, it serves; a reload after the
+        # drop cannot read it: the certificate reload and the configuration reload say so
+        # (file and line), and the certificate loaded at start keeps serving.
+        def setup(d):
+            open_up(d)
+            os.mkdir(os.path.join(d, "tls"), 0o755)
+            cert, key = make_cert(os.path.join(d, "tls"), cn="umbra.test", san="DNS:umbra.test")
+            os.chmod(key, 0o600)
+
+        body = ('listen = { "127.0.0.1:0", { "127.0.0.1:0", tls = true } }\nuser = "nobody"\n'
+                'tls = { { hosts = { "umbra.test" }, cert = "tls/cert.pem", key = "tls/key.pem" } }\n'
+                + HOOK % "tls")
+        with Umbra(body, as_root=False, setup=setup, files=FILES) as u:
+            tls_port = u.ports[1]
+            with TlsClient(tls_port, tls_context(), server_name="umbra.test") as c:
+                self.assertEqual(c.get("/").body, b"tls\n")
+            mark = len(u.log())
+            u.proc.send_signal(signal.SIGHUP)
+            self.assertTrue(wait_until(lambda: "SIGHUP: configuration" in u.log()[mark:], 10),
+                            u.log())
+            tail = u.log()[mark:]
+            self.assertIn("key.pem: Permission denied (keeping the certificate loaded before "
+                          "for umbra.test)", tail)
+            self.assertIn("config.lua:5: tls.1.key: tls/key.pem: Permission denied", tail)
+            self.assertIn("configuration not reloaded", tail)
+            with TlsClient(tls_port, tls_context(), server_name="umbra.test") as c:
+                self.assertEqual(c.get("/").body, b"tls\n")
+            self.assertTrue(u.alive())
 
 
 if __name__ == "__main__":
