@@ -10,6 +10,10 @@
 local proxy_port, origin_port = 8080, 8081
 
 listen = { "127.0.0.1:" .. proxy_port, "127.0.0.1:" .. origin_port }
+-- Started as root, Umbra serves only once the file names the user to become (README,
+-- "Privileges"). This demo stays whoever starts it, so that it can read config/www wherever
+-- the repository is; a deployment names an unprivileged user (the package's does: "umbra").
+user = "root"
 -- workers = 2                -- default: one per CPU
 
 upstreams = {

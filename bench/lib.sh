@@ -401,6 +401,7 @@ start_umbra_with() {
     cat >"$dir/config.lua" <<EOF
 listen = { "127.0.0.1:$UMBRA_PORT" }
 workers = 2
+$( ((EUID == 0)) && echo 'user = "root" -- the bench runs as root; Umbra refuses root unless told' || true)
 $lua
 ${UMBRA_EXTRA_CONFIG:-}
 EOF

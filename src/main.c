@@ -9,12 +9,25 @@
 #include "umbra/tls.h"
 #include "umbra/upstream.h"
 
+/* The commit the binary was built from (build/gen/commit.c, cmake/commit.cmake). */
+extern const char um_build_commit[];
+
+static void print_version(void)
+{
+    printf("umbra %s (commit %s)\n"
+           "OpenSSL: %s\n"
+           "LuaJIT: %s\n"
+           "libcurl: %s\n",
+           UMBRA_VERSION, um_build_commit, um_tls_library_version(), um_hooks_library_version(),
+           um_upstream_library_version());
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: umbra [-t] [-h] [-v] [-a HOST:PORT]... [config.lua]\n"
                  "  -t  check the configuration and exit\n"
                  "  -h  show this help\n"
-                 "  -v  show the version\n"
+                 "  -v  show the version, the commit and the libraries' versions\n"
                  "  -a  listen on HOST:PORT instead of the addresses the file gives\n"
                  "      (repeatable; for instance to run a Yunying-style file, whose port\n"
                  "      setting listens on every interface, on 127.0.0.1 only)\n"
@@ -42,7 +55,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) {
-            printf("umbra %s\n", UMBRA_VERSION);
+            print_version();
             return 0;
         } else if (a[0] == '-' || have_file) {
             fprintf(stderr, "umbra: unexpected argument '%s'\n", a);

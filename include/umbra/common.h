@@ -7,7 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define UMBRA_VERSION "0.1.0"
+/* The version comes from CMake's project(VERSION), its one source, as a definition on the
+ * compiler's command line. */
+#ifndef UMBRA_VERSION
+#error "UMBRA_VERSION is defined by CMakeLists.txt (project VERSION)"
+#endif
 
 /* Status convention for paths that may have to wait (nginx NGX_AGAIN, curl CURLE_AGAIN). */
 #define UM_OK 0

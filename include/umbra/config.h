@@ -7,6 +7,7 @@
 #define UMBRA_CONFIG_H
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "umbra/common.h"
 
@@ -208,6 +209,16 @@ struct um_config {
         double timeout;   /* seconds a script may run; default 30 */
         int line;
     } cgi;
+    /* user = "NAME", group = "NAME": who the process becomes once it has bound its
+     * listeners and read its keys (when started as root). */
+    struct um_user_conf {
+        bool set;    /* user is set */
+        char *name;  /* the user's name; "root" keeps root */
+        char *group; /* group as written, or NULL: the user's primary group */
+        uid_t uid;
+        gid_t gid;   /* the group's, else the user's primary group */
+        int line;    /* of user in the file */
+    } user;
     int _refcnt;
 };
 
@@ -237,6 +248,13 @@ int um_config_route_index(const struct um_config *c, const char *name);
 /* Listen addresses that replace the config file's in every later um_config_load (the
  * command line's -a), or n 0 for the file's own. The strings must stay valid. */
 void um_config_listen_override(const char *const *addrs, size_t n);
+
+/* Calls cb once with each setting the loader knows, as the documentation names it: a
+ * global ("workers"), a key of a table ("limits.max_connections"), of each entry of a list
+ * ("routes[N].path") or of each named entry ("upstreams.NAME.servers"); also the request
+ * hooks and the settings of Yunying-style files. A table of settings comes before its keys.
+ * For the documentation's checks (tests/docs). */
+void um_config_settings(void (*cb)(const char *setting, void *arg), void *arg);
 
 /* Parses a size such as 1024, "512KB", "16MB", "1GB" (units of 1024). */
 bool um_config_parse_size(const char *s, uint64_t *out);

@@ -120,4 +120,7 @@ size_t um_hooks_num_states(const struct um_hooks *h);
 /* Closes the states (any thread, once nothing uses them); h may be NULL. */
 void um_hooks_destroy(struct um_hooks *h);
 
+/* The Lua engine the hooks run on ("LuaJIT 2.1.0-beta3"): static text. */
+const char *um_hooks_library_version(void);
+
 #endif

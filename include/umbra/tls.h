@@ -167,4 +167,7 @@ enum um_tls_fault um_tls_check_pair(const char *cert, const char *key, char *rea
  * operators and not checked one by one. false with a reason otherwise. */
 bool um_tls_check_ciphers(const char *list, bool tls13, char *reason, size_t len);
 
+/* The TLS library's name and version as loaded ("OpenSSL 3.0.x ..."): static text. */
+const char *um_tls_library_version(void);
+
 #endif

@@ -20,4 +20,8 @@ void um_upstream_global_cleanup(void);
 struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf);
 struct um_origin *um_upstream_origin_ref(struct um_origin *o);
 
+/* libcurl's version as loaded, with the libraries it uses ("libcurl/7.88.1 OpenSSL/3.0.x
+ * zlib/1.2.13 ... nghttp2/1.52.0"): static text. */
+const char *um_upstream_library_version(void);
+
 #endif

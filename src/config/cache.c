@@ -10,10 +10,10 @@
 #include "internal.h"
 #include "umbra/httpfield.h"
 
-static const char *const CACHE_KEYS[] = {"memory",      "max_object",     "clean_interval",
-                                         "default_ttl", "stale_if_error", "purge",
-                                         "targeted",    "expose_tags",    NULL};
-static const char *const PURGE_KEYS[] = {"allow", NULL};
+const char *const um__cfg_cache_keys[] = {"memory",      "max_object",     "clean_interval",
+                                          "default_ttl", "stale_if_error", "purge",
+                                          "targeted",    "expose_tags",    NULL};
+const char *const um__cfg_purge_keys[] = {"allow", NULL};
 
 /* Writes a size as "64MB", "512KB" or "1000 bytes", whichever is exact. */
 static const char *size_text(uint64_t v, char *buf, size_t n)
@@ -47,7 +47,7 @@ static bool load_cache_purge(struct um__cfg_load *ld, lua_State *L, int idx)
                             "\"127.0.0.1\", \"::1\" } }, got %s",
                             lua_typename(L, t));
     int pidx = lua_gettop(L);
-    if (!um__cfg_check_keys(ld, L, pidx, "cache.purge", PURGE_KEYS))
+    if (!um__cfg_check_keys(ld, L, pidx, "cache.purge", um__cfg_purge_keys))
         return false;
     t = um__cfg_get_field(L, pidx, "allow");
     if (t == LUA_TNIL) {
@@ -166,7 +166,7 @@ bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
                             lua_typename(L, t));
     int idx = lua_gettop(L);
     cc->line = um__cfg_line_of(ld, L, "cache");
-    if (!um__cfg_check_keys(ld, L, idx, "cache", CACHE_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, "cache", um__cfg_cache_keys))
         return false;
 
     if (um__cfg_get_field(L, idx, "memory") != LUA_TNIL) {

@@ -2,7 +2,7 @@
  * cgi = "DIR" itself is read with the route, in routes.c). */
 #include "internal.h"
 
-static const char *const CGI_KEYS[] = {"max_children", "timeout", NULL};
+const char *const um__cfg_cgi_keys[] = {"max_children", "timeout", NULL};
 
 bool um__cfg_load_cgi(struct um__cfg_load *ld, lua_State *L)
 {
@@ -19,7 +19,7 @@ bool um__cfg_load_cgi(struct um__cfg_load *ld, lua_State *L)
                             lua_typename(L, t));
     int idx = lua_gettop(L);
     c->cgi.line = um__cfg_line_of(ld, L, "cgi");
-    if (!um__cfg_check_keys(ld, L, idx, "cgi", CGI_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, "cgi", um__cfg_cgi_keys))
         return false;
     if (um__cfg_get_field(L, idx, "max_children") != LUA_TNIL) {
         long long n;

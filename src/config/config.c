@@ -76,6 +76,7 @@ static bool check_globals(struct um__cfg_load *ld, lua_State *L)
         if (lua_type(L, -1) != LUA_TSTRING ||
             um__cfg_in_list(um__cfg_settings, lua_tostring(L, -1)) ||
             um__cfg_in_list(um__cfg_hooks, lua_tostring(L, -1)) ||
+            um__cfg_in_list(um__cfg_process, lua_tostring(L, -1)) ||
             um__cfg_in_list(um__cfg_yunying, lua_tostring(L, -1)))
             continue;
         lua_pushvalue(L, -1);
@@ -96,8 +97,10 @@ static bool check_globals(struct um__cfg_load *ld, lua_State *L)
         return true;
     int line = um__cfg_line_of(ld, L, bad);
     char msg[512];
-    snprintf(msg, sizeof msg, "unknown setting '%s' (settings are: %s; use local for helper "
-             "variables)", bad, um__cfg_join(um__cfg_settings, names, sizeof names));
+    char process[32];
+    snprintf(msg, sizeof msg, "unknown setting '%s' (settings are: %s, %s; use local for helper "
+             "variables)", bad, um__cfg_join(um__cfg_settings, names, sizeof names),
+             um__cfg_join(um__cfg_process, process, sizeof process));
     free(bad);
     return um__cfg_fail_at(ld, line, "%s", msg);
 }
@@ -114,6 +117,7 @@ static int extract(lua_State *L)
         um__cfg_load_timeouts,  um__cfg_load_mime,      um__cfg_load_log_level,
         um__cfg_load_cache,     um__cfg_load_admin,     um__cfg_load_access_log, um__cfg_load_http2,
         um__cfg_load_cgi,
+        um__cfg_load_user,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -248,6 +252,8 @@ static void config_free(struct um_config *c)
     free(c->admin.listen.text);
     free(c->admin.allow);
     free(c->access_log.path);
+    free(c->user.name);
+    free(c->user.group);
     free(c->file);
     free(c);
 }

@@ -4,8 +4,8 @@
 
 #include "internal.h"
 
-static const char *const HTTP2_KEYS[] = {"max_concurrent_streams", "initial_window",
-                                         "max_header_list", NULL};
+const char *const um__cfg_http2_keys[] = {"max_concurrent_streams", "initial_window",
+                                          "max_header_list", NULL};
 
 bool um__cfg_load_http2(struct um__cfg_load *ld, lua_State *L)
 {
@@ -20,7 +20,7 @@ bool um__cfg_load_http2(struct um__cfg_load *ld, lua_State *L)
                             lua_typename(L, t));
     c->http2.line = um__cfg_line_of(ld, L, "http2");
     int idx = lua_gettop(L);
-    if (!um__cfg_check_keys(ld, L, idx, "http2", HTTP2_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, "http2", um__cfg_http2_keys))
         return false;
     if (um__cfg_get_field(L, idx, "max_concurrent_streams") != LUA_TNIL) {
         if (!um__cfg_get_integer(L, -1, 1, 65536, &n))

@@ -45,6 +45,25 @@ struct um__cfg_load {
 extern const char *const um__cfg_settings[];
 extern const char *const um__cfg_hooks[];
 extern const char *const um__cfg_yunying[];
+/* user.c: the process's settings (user, group), which a Yunying-style file may set too. */
+extern const char *const um__cfg_process[];
+
+/* The named keys each table of settings allows (the files that read them say what they
+ * mean); settings.c lists them all, with where each table sits. */
+extern const char *const um__cfg_listen_keys[];     /* listen.c: listen[N] */
+extern const char *const um__cfg_http2_keys[];      /* http2.c: http2 */
+extern const char *const um__cfg_tls_keys[];        /* listen.c: tls */
+extern const char *const um__cfg_cert_keys[];       /* listen.c: tls[N] */
+extern const char *const um__cfg_upstream_keys[];   /* upstreams.c: upstreams.NAME */
+extern const char *const um__cfg_upstream_tls_keys[]; /* upstreams.c: upstreams.NAME.tls */
+extern const char *const um__cfg_route_keys[];      /* routes.c: routes[N] */
+extern const char *const um__cfg_limit_keys[];      /* limits.c: limits */
+extern const char *const um__cfg_timeout_keys[];    /* limits.c: timeouts */
+extern const char *const um__cfg_cache_keys[];      /* cache.c: cache */
+extern const char *const um__cfg_purge_keys[];      /* cache.c: cache.purge */
+extern const char *const um__cfg_admin_keys[];      /* ops.c: admin */
+extern const char *const um__cfg_access_log_keys[]; /* ops.c: access_log */
+extern const char *const um__cfg_cgi_keys[];        /* cgi.c: cgi */
 
 /* Registry key (its address) of the table global name -> line of its first assignment,
  * which config.c fills while the chunk runs. */
@@ -141,5 +160,6 @@ bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L);      /* ops.c */
 bool um__cfg_load_http2(struct um__cfg_load *ld, lua_State *L);      /* http2.c */
 bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L); /* ops.c */
 bool um__cfg_load_cgi(struct um__cfg_load *ld, lua_State *L);        /* cgi.c */
+bool um__cfg_load_user(struct um__cfg_load *ld, lua_State *L);       /* user.c */
 
 #endif

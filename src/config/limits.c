@@ -7,10 +7,10 @@
 #include "internal.h"
 #include "umbra/luasandbox.h"
 
-static const char *const LIMIT_KEYS[] = {"max_connections", "max_header_bytes",
+const char *const um__cfg_limit_keys[] = {"max_connections", "max_header_bytes",
                                          "max_body_bytes", "max_request_line", "lua_memory",
                                          NULL};
-static const char *const TIMEOUT_KEYS[] = {"header", "idle", "send", "shutdown", NULL};
+const char *const um__cfg_timeout_keys[] = {"header", "idle", "send", "shutdown", NULL};
 
 bool um__cfg_load_workers(struct um__cfg_load *ld, lua_State *L)
 {
@@ -46,7 +46,7 @@ bool um__cfg_load_limits(struct um__cfg_load *ld, lua_State *L)
         return um__cfg_fail(ld, L, "limits", "limits: expected a table, got %s",
                             lua_typename(L, t));
     int idx = lua_gettop(L);
-    if (!um__cfg_check_keys(ld, L, idx, "limits", LIMIT_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, "limits", um__cfg_limit_keys))
         return false;
 
     if ((t = um__cfg_get_field(L, idx, "max_connections")) != LUA_TNIL) {
@@ -97,11 +97,11 @@ bool um__cfg_load_timeouts(struct um__cfg_load *ld, lua_State *L)
         return um__cfg_fail(ld, L, "timeouts", "timeouts: expected a table, got %s",
                             lua_typename(L, t));
     int idx = lua_gettop(L);
-    if (!um__cfg_check_keys(ld, L, idx, "timeouts", TIMEOUT_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, "timeouts", um__cfg_timeout_keys))
         return false;
     for (size_t i = 0; i < UM_NELEMS(fields); i++) {
-        um__cfg_subpath(sub, sizeof sub, "timeouts", TIMEOUT_KEYS[i]);
-        if (um__cfg_get_field(L, idx, TIMEOUT_KEYS[i]) != LUA_TNIL &&
+        um__cfg_subpath(sub, sizeof sub, "timeouts", um__cfg_timeout_keys[i]);
+        if (um__cfg_get_field(L, idx, um__cfg_timeout_keys[i]) != LUA_TNIL &&
             !um__cfg_get_seconds(ld, L, -1, sub, fields[i]))
             return false;
         lua_pop(L, 1);

@@ -12,9 +12,11 @@
 #include "internal.h"
 
 /* The server's tls = { ENTRY, ..., protocols = ..., ... }: the named keys, and an entry's. */
-static const char *const SERVER_TLS_KEYS[] = {"protocols", "ciphers", "ciphersuites", "default",
+const char *const um__cfg_tls_keys[] = {"protocols", "ciphers", "ciphersuites", "default",
                                               NULL};
-static const char *const CERT_KEYS[] = {"hosts", "cert", "key", NULL};
+const char *const um__cfg_cert_keys[] = {"hosts", "cert", "key", NULL};
+/* A listen entry's named keys, beside its address at [1]. */
+const char *const um__cfg_listen_keys[] = {"tls", "http2", NULL};
 /* In the order of the UM_TLS_PROTO_* bits. */
 static const char *const TLS_PROTOCOLS[] = {"TLSv1.2", "TLSv1.3", NULL};
 
@@ -106,8 +108,8 @@ static bool load_listen_entry(struct um__cfg_load *ld, lua_State *L, int idx, co
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
         if ((lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) == 1) ||
-            (lua_type(L, -1) == LUA_TSTRING && (strcmp(lua_tostring(L, -1), "tls") == 0 ||
-                                                strcmp(lua_tostring(L, -1), "http2") == 0)))
+            (lua_type(L, -1) == LUA_TSTRING &&
+             um__cfg_in_list(um__cfg_listen_keys, lua_tostring(L, -1))))
             continue;
         um__cfg_key_text(L, -1, key, sizeof key);
         um__cfg_subpath(sub, sizeof sub, path, key);
@@ -332,7 +334,7 @@ static bool load_tls_cert(struct um__cfg_load *ld, lua_State *L, int idx, const 
             "%s: expected a certificate entry such as { hosts = { "
             "\"example.com\" }, cert = \"example.crt\", key = \"example.key\" }, got %s",
             cpath, lua_typename(L, lua_type(L, idx)));
-    if (!um__cfg_check_keys(ld, L, idx, cpath, CERT_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, cpath, um__cfg_cert_keys))
         return false;
     cc->line = um__cfg_line_of(ld, L, cpath);
     if (!load_tls_hosts(ld, L, idx, cpath, i, cc))
@@ -486,7 +488,7 @@ bool um__cfg_load_tls(struct um__cfg_load *ld, lua_State *L)
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
         int kt = lua_type(L, -1);
-        if (kt == LUA_TSTRING && um__cfg_in_list(SERVER_TLS_KEYS, lua_tostring(L, -1)))
+        if (kt == LUA_TSTRING && um__cfg_in_list(um__cfg_tls_keys, lua_tostring(L, -1)))
             continue;
         if (kt == LUA_TNUMBER) {
             double d = lua_tonumber(L, -1);
@@ -499,7 +501,7 @@ bool um__cfg_load_tls(struct um__cfg_load *ld, lua_State *L)
             return um__cfg_fail(ld, L, sub,
                                 "tls: unknown key '%s' (expected certificate entries and: "
                                 "%s)",
-                                key, um__cfg_join(SERVER_TLS_KEYS, names, sizeof names));
+                                key, um__cfg_join(um__cfg_tls_keys, names, sizeof names));
         return um__cfg_fail(ld, L, sub,
                             "tls: expected a list of certificate entries without holes "
                             "(found index %s)",

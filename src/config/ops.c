@@ -9,8 +9,8 @@
 #include "umbra/log.h"
 
 static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug", NULL};
-static const char *const ADMIN_KEYS[] = {"listen", "allow", NULL};
-static const char *const ACCESS_LOG_KEYS[] = {"path", "format", NULL};
+const char *const um__cfg_admin_keys[] = {"listen", "allow", NULL};
+const char *const um__cfg_access_log_keys[] = {"path", "format", NULL};
 /* In the order of enum um_access_format. */
 static const char *const ACCESS_FORMATS[] = {"combined", "json", NULL};
 
@@ -87,7 +87,7 @@ bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L)
                             lua_typename(L, t));
     int idx = lua_gettop(L);
     ac->line = um__cfg_line_of(ld, L, "admin");
-    if (!um__cfg_check_keys(ld, L, idx, "admin", ADMIN_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, "admin", um__cfg_admin_keys))
         return false;
     if (um__cfg_get_field(L, idx, "listen") == LUA_TNIL)
         return um__cfg_fail(ld, L, "admin",
@@ -129,7 +129,7 @@ bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L)
                             lua_typename(L, t));
     int idx = lua_gettop(L);
     al->line = um__cfg_line_of(ld, L, "access_log");
-    if (!um__cfg_check_keys(ld, L, idx, "access_log", ACCESS_LOG_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, "access_log", um__cfg_access_log_keys))
         return false;
     if (um__cfg_get_field(L, idx, "path") == LUA_TNIL)
         return um__cfg_fail(ld, L, "access_log",

@@ -5,7 +5,7 @@
 
 #include "internal.h"
 
-static const char *const ROUTE_KEYS[] = {"host",  "path",           "root",  "upstream",
+const char *const um__cfg_route_keys[] = {"host",  "path",           "root",  "upstream",
                                          "index", "redirect_https", "cache", "name",
                                          "on_request", "on_response", "cgi", NULL};
 
@@ -88,7 +88,7 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
             "%s: expected a route table such as { path = \"/\", root = \"www\" }, got %s", rpath,
             lua_typename(L, lua_type(L, idx)));
     r->upstream = -1;
-    if (!um__cfg_check_keys(ld, L, idx, rpath, ROUTE_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, rpath, um__cfg_route_keys))
         return false;
     r->line = um__cfg_line_of(ld, L, rpath);
 

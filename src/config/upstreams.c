@@ -14,11 +14,11 @@
 #define MAX_RETRIES 10
 #define MAX_FAILS 100
 
-static const char *const UPSTREAM_KEYS[] = {"servers", "balance",   "connect_timeout",
+const char *const um__cfg_upstream_keys[] = {"servers", "balance",   "connect_timeout",
                                             "timeout", "retries",   "host",
                                             "tls",     "max_fails", "fail_timeout",
                                             "client",  NULL};
-static const char *const TLS_KEYS[] = {"verify", "ca", NULL};
+const char *const um__cfg_upstream_tls_keys[] = {"verify", "ca", NULL};
 /* In the order of enum um_balance. */
 static const char *const BALANCE_NAMES[] = {"round_robin", "least_conn", "hash", NULL};
 
@@ -210,7 +210,7 @@ static bool load_upstream_tls(struct um__cfg_load *ld, lua_State *L, int idx, co
                             "\"ca.pem\" }, got %s",
                             tpath, lua_typename(L, t));
     int tidx = lua_gettop(L);
-    if (!um__cfg_check_keys(ld, L, tidx, tpath, TLS_KEYS))
+    if (!um__cfg_check_keys(ld, L, tidx, tpath, um__cfg_upstream_tls_keys))
         return false;
     um__cfg_subpath(sub, sizeof sub, tpath, "verify");
     if ((t = um__cfg_get_field(L, tidx, "verify")) != LUA_TNIL) {
@@ -243,7 +243,7 @@ static bool load_upstream(struct um__cfg_load *ld, lua_State *L, int idx, const 
                             "%s: expected a table such as { servers = { "
                             "\"http://127.0.0.1:9000\" } }, got %s",
                             upath, lua_typename(L, t));
-    if (!um__cfg_check_keys(ld, L, idx, upath, UPSTREAM_KEYS))
+    if (!um__cfg_check_keys(ld, L, idx, upath, um__cfg_upstream_keys))
         return false;
     u->line = um__cfg_line_of(ld, L, upath);
     u->balance = UM_BALANCE_ROUND_ROBIN;

@@ -146,6 +146,12 @@ void um__listener_start(struct um_server *s);
 void um__listener_stop(struct um_server *s);
 void um__log_listening(struct um_server *s, const char *what);
 
+/* privileges.c: before anything is bound, refuses root without the user setting (false
+ * with "FILE: message" in err); after the listeners and keys, switches to the user when
+ * running as root (false with "FILE:LINE: message"). */
+bool um__privileges_check(const struct um_config *c, char *err, size_t errlen);
+bool um__privileges_drop(const struct um_config *c, char *err, size_t errlen);
+
 /* notify.c: the systemd notification protocol (sd_notify), by hand: one datagram with
  * state ("READY=1", ...) to $NOTIFY_SOCKET when it is set; nothing otherwise. */
 void um__notify(const char *state);

@@ -20,8 +20,10 @@
  * and those hold the runtime or its snapshot.)
  *
  * The shared cache is the server's, not a runtime's: it keeps its contents. Settings that
- * cannot change while running (workers, cache memory) keep their old value, with a
- * warning. */
+ * cannot change while running (workers, cache memory, user and group) keep their old
+ * value, with a warning. A new listener is bound by the user the process runs as: once it
+ * has dropped root, a port below 1024 fails to bind (unless it kept CAP_NET_BIND_SERVICE),
+ * and the reload is refused whole, with the reason (server.c, um__bind_listen). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +112,12 @@ void um__server_reload(struct um_server *s)
         failed(s, err);
         return;
     }
+    /* Who the process runs as was settled at start (privileges.c): like workers, a reload
+     * keeps it, and says so. */
+    if (nc->user.set != old->user.set || nc->user.uid != old->user.uid ||
+        nc->user.gid != old->user.gid)
+        um_log_warn("SIGHUP: %s: user and group take a restart; still running as uid %u "
+                    "gid %u", nc->file, (unsigned)geteuid(), (unsigned)getegid());
     if (nc->workers != s->num_workers)
         um_log_warn("SIGHUP: workers = %d takes a restart; keeping %d", nc->workers,
                     s->num_workers);
@@ -146,9 +154,12 @@ void um__server_reload(struct um_server *s)
             }
         if (fds[i] >= 0)
             continue;
-        fds[i] = um__bind_listen(&nc->listen[i], err, sizeof(err));
-        if (fds[i] < 0)
+        char why[900];
+        fds[i] = um__bind_listen(&nc->listen[i], why, sizeof(why));
+        if (fds[i] < 0) {
+            snprintf(err, sizeof(err), "%s: %s", nc->file, why);
             goto fail;
+        }
         bound++;
     }
     if (nc->admin.enabled != old->admin.enabled ||

@@ -54,7 +54,17 @@ int um__bind_listen(const struct um_listen *l, char *err, size_t errlen)
     if (l->addr.ss_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
     if (bind(fd, (const struct sockaddr *)&l->addr, l->addrlen) != 0 || listen(fd, 4096) != 0) {
-        snprintf(err, errlen, "listen %s: %s", l->text, strerror(errno));
+        int e = errno;
+        in_port_t port = l->addr.ss_family == AF_INET6
+                             ? ntohs(((const struct sockaddr_in6 *)&l->addr)->sin6_port)
+                             : ntohs(((const struct sockaddr_in *)&l->addr)->sin_port);
+        if (e == EACCES && port < 1024 && geteuid() != 0)
+            snprintf(err, errlen, "listen %s: %s: a port below 1024 needs root or "
+                     "CAP_NET_BIND_SERVICE, and Umbra runs as uid %u (once it has dropped "
+                     "root, a new privileged port takes a restart)",
+                     l->text, strerror(e), (unsigned)geteuid());
+        else
+            snprintf(err, errlen, "listen %s: %s", l->text, strerror(e));
         close(fd);
         return -1;
     }
@@ -82,6 +92,10 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     sigset_t set;
     signal_set(&set);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (!um__privileges_check(config, err, errlen)) {
+        um_config_unref(config);
+        return NULL;
+    }
     struct um_server *s = um_calloc(1, sizeof(*s));
     s->config = config;
     s->admin_fd = -1;
@@ -112,6 +126,10 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
         if (s->tls == NULL)
             goto fail;
     }
+    /* What needs root is done (the ports are bound, the keys read): the access log is
+     * opened as the user, as SIGUSR1 will reopen it. */
+    if (!um__privileges_drop(config, err, errlen))
+        goto fail;
     if (!um_access_log_configure(config, err, errlen))
         goto fail;
     s->listener_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

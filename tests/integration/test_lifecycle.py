@@ -655,7 +655,9 @@ class BundledConfigTest(unittest.TestCase):
                 path = os.path.join(root, name)
                 with open(path, "rb") as f:
                     files[os.path.relpath(path, src)] = f.read()
-        with Umbra(text, files=files) as u:
+        # As the file stands (as_root=False: the harness adds no user of its own), so that
+        # it serves when the README's first command runs it as root.
+        with Umbra(text, files=files, as_root=False) as u:
             data, _ = exchange(u.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n"
                                        b"Connection: close\r\n\r\n")
             rs = parse_responses(data)

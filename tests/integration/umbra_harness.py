@@ -94,16 +94,23 @@ class Umbra:
     .returncode and its stderr in .log(). preexec_fn runs in the child before exec (e.g.
     to lower its RLIMIT_NOFILE with resource.setrlimit).
 
+    Run as root (as CI runs), the config also gets `user = "root"`, on its first line so
+    that no line number moves: Umbra refuses to serve as root unless the file says so
+    (README "Privileges"), and the tests' files and folders belong to root. A test of that
+    rule passes as_root=False and writes its own user setting.
+
     With UMBRA_SANITIZER_CHECK=1 in the environment (CMake sets it for sanitizer builds),
     leaving the context raises SanitizerReport when the process's stderr holds a sanitizer
     report, so that a report fails the test even when the server kept running.
     """
 
     def __init__(self, config_body, files=None, workers=None, expect_fail=False,
-                 start_timeout=10.0, args=(), setup=None, preexec_fn=None, raw=False):
+                 start_timeout=10.0, args=(), setup=None, preexec_fn=None, raw=False,
+                 as_root=True):
         self.config_body = config_body
         self.raw = raw  # config_body is the whole file (no listen/workers prepended)
         self.preexec_fn = preexec_fn
+        self.as_root = as_root
         self.setup = setup
         self.files = files or {}
         # Tests that do not choose take $UMBRA_TEST_WORKERS (default 1): CI runs the cache
@@ -132,6 +139,8 @@ class Umbra:
                 self.setup(self.dir)
             self.config_path = os.path.join(self.dir, "config.lua")
             with open(self.config_path, "w") as f:
+                if self.as_root and os.geteuid() == 0:
+                    f.write('user = "root" ')
                 if not self.raw:
                     f.write('listen = { "127.0.0.1:0" }\nworkers = %d\n' % self.workers)
                 f.write(self.config_body)
