@@ -3,9 +3,9 @@
 # Usage: third_party/install.sh [--bench]
 set -eu
 pkgs="build-essential cmake pkg-config libluajit-5.1-dev libcurl4-openssl-dev libssl-dev
-libcmocka-dev python3 curl openssl clang prometheus chromium"
+libnghttp2-dev libcmocka-dev python3 curl openssl nghttp2-client clang prometheus chromium"
 if [ "${1:-}" = "--bench" ]; then
-    pkgs="$pkgs wrk apache2-utils apache2 nginx-light varnish nghttp2-client"
+    pkgs="$pkgs wrk apache2-utils apache2 nginx-light varnish"
 fi
 missing=""
 for p in $pkgs; do

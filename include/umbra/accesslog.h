@@ -25,6 +25,7 @@ struct um_access_rec {
     const char *client_ip;
     um_str method, target;   /* empty when no request line could be parsed */
     int minor_version;       /* HTTP/1.x; -1 when no request line could be parsed */
+    bool http2;              /* ...the request came over HTTP/2 (logged as HTTP/2.0) */
     um_str host, referer, user_agent; /* empty when absent */
     int status;
     uint64_t body_bytes;     /* response body bytes */

@@ -16,6 +16,8 @@ struct um_listen {
     socklen_t addrlen;
     char *text; /* as written in the config, e.g. "127.0.0.1:8080" */
     bool tls;   /* { "HOST:PORT", tls = true }: TLS with the certificates of um_config.tls */
+    bool no_http2; /* { "HOST:PORT", http2 = false }: HTTP/1.1 only (no ALPN h2, no prior
+                      knowledge) */
 };
 
 enum um_balance { UM_BALANCE_ROUND_ROBIN, UM_BALANCE_LEAST_CONN, UM_BALANCE_HASH };
@@ -175,6 +177,14 @@ struct um_config {
         double send;     /* seconds a send may make no progress */
         double shutdown; /* seconds SIGTERM waits for requests in flight */
     } timeouts;
+    /* http2 = { max_concurrent_streams = N, initial_window = SIZE, max_header_list = SIZE } */
+    struct {
+        uint32_t max_concurrent_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS */
+        uint32_t initial_window;         /* SETTINGS_INITIAL_WINDOW_SIZE: request body
+                                            bytes a stream may buffer */
+        uint32_t max_header_list;        /* SETTINGS_MAX_HEADER_LIST_SIZE; 431 past it */
+        int line;
+    } http2;
     int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
     struct um_tls_conf tls;
     struct um_cache_conf cache;

@@ -36,6 +36,8 @@ enum um_method {
 #define UM_REQ_F_EXPECT_CONTINUE 0x08 /* Expect: 100-continue */
 #define UM_REQ_F_ABSOLUTE_FORM 0x10   /* request-target was absolute-form */
 #define UM_REQ_F_HAS_QUERY 0x20       /* target had a '?' (query may still be empty) */
+#define UM_REQ_F_HTTP2 0x40           /* the request came over HTTP/2 (minor_version is 1
+                                         then, for HTTP/1.1 semantics) */
 
 struct um_request {
     um_str method;

@@ -48,6 +48,7 @@ struct um_metrics_worker {
      * locked instruction; fine on an error path.) */
     um_counter lua_errors;
     um_counter tls_handshakes, tls_failures;
+    um_counter h2_conns, h2_streams; /* connections switched to HTTP/2; streams begun on them */
 };
 
 /* Bumps a counter owned by the calling thread (no atomic read-modify-write). */

@@ -3,7 +3,7 @@
  * A certificate store (struct um_tls) is built from one configuration's `tls` table: one
  * SSL_CTX per certificate entry, picked per connection by SNI (exact name, then a "*.x"
  * wildcard for one left-most label, then the default entry). Every context of a store has
- * the same settings: TLS 1.2 and/or 1.3, ALPN "http/1.1", session tickets encrypted with
+ * the same settings: TLS 1.2 and/or 1.3, ALPN "h2" then "http/1.1", session tickets encrypted with
  * keys the store generates and shares between its contexts, so a session resumes on any
  * worker and after a certificate reload.
  *
@@ -65,6 +65,11 @@ struct ssl_st *um_tls_accept_new(struct um_tls *t, int fd);
  * close_notify). It has no writev and no sendfile. Returns NULL on allocation failure
  * (logged; fd is then still the caller's). Any thread. */
 struct um_transport *um_tls_transport_new(struct um_tls *t, int fd);
+/* Offers only ALPN "http/1.1" on transport t (made by um_tls_transport_new, before its
+ * handshake): its listener has http2 = false. By default "h2" is offered first. */
+void um_tls_transport_h1_only(struct um_transport *t);
+/* The same for an SSL from um_tls_accept_new. */
+void um_tls_set_h1_only(struct ssl_st *ssl);
 
 /* Reloads every entry's certificate and key from their files (HUP). An entry whose new
  * files fail to load keeps its current certificate; the failure is logged as
@@ -132,7 +137,7 @@ const char *um_tls_error(struct ssl_st *ssl);
 /* The SNI host name the client sent, or NULL. Lives as long as ssl. */
 const char *um_tls_server_name(struct ssl_st *ssl);
 
-/* The ALPN protocol selected ("http/1.1"), or an empty slice. Lives as long as ssl. */
+/* The ALPN protocol selected ("h2", "http/1.1"), or an empty slice. Lives as long as ssl. */
 um_str um_tls_alpn(struct ssl_st *ssl);
 
 /* --- checks of a loaded config ---------------------------------------------------------- */

@@ -65,6 +65,9 @@ struct um_transport_ops {
     const char *(*error)(struct um_transport *t);
     /* The host name the client asked for (TLS SNI), or NULL; lives as long as t. */
     const char *(*server_name)(struct um_transport *t);
+    /* The ALPN protocol the handshake agreed on ("h2", "http/1.1"), or an empty slice;
+     * lives as long as t. NULL: no ALPN (a plain socket). */
+    um_str (*alpn)(struct um_transport *t);
 };
 
 /* Embed it or allocate it; ops and fd are set by the kind's constructor. */

@@ -35,7 +35,7 @@
 const char *const um__cfg_settings[] = {"listen",   "workers", "upstreams", "routes",
                                        "limits",   "timeouts", "mime",     "log_level",
                                        "tls",      "cache",   "admin",    "access_log",
-                                       "cgi",      NULL};
+                                       "http2",    "cgi",      NULL};
 
 #define CACHE_DEFAULT_MEMORY (256ull << 20)
 #define CACHE_DEFAULT_MAX_OBJECT (64ull << 20)
@@ -115,7 +115,7 @@ static int extract(lua_State *L)
         um__cfg_load_listen,    um__cfg_load_tls,       um__cfg_load_workers,
         um__cfg_load_upstreams, um__cfg_load_routes,    um__cfg_load_limits,
         um__cfg_load_timeouts,  um__cfg_load_mime,      um__cfg_load_log_level,
-        um__cfg_load_cache,     um__cfg_load_admin,     um__cfg_load_access_log,
+        um__cfg_load_cache,     um__cfg_load_admin,     um__cfg_load_access_log, um__cfg_load_http2,
         um__cfg_load_cgi,
         um__cfg_load_user,
     };
@@ -302,6 +302,9 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->timeouts.idle = 60;
     c->timeouts.send = 30;
     c->timeouts.shutdown = 10;
+    c->http2.max_concurrent_streams = 128;
+    c->http2.initial_window = 1u << 20;
+    c->http2.max_header_list = 64u << 10;
     c->log_level = UM_LOG_INFO;
     c->tls.protocols = UM_TLS_PROTO_TLS12 | UM_TLS_PROTO_TLS13;
     c->cache.memory = CACHE_DEFAULT_MEMORY;

@@ -51,6 +51,7 @@ extern const char *const um__cfg_process[];
 /* The named keys each table of settings allows (the files that read them say what they
  * mean); settings.c lists them all, with where each table sits. */
 extern const char *const um__cfg_listen_keys[];     /* listen.c: listen[N] */
+extern const char *const um__cfg_http2_keys[];      /* http2.c: http2 */
 extern const char *const um__cfg_tls_keys[];        /* listen.c: tls */
 extern const char *const um__cfg_cert_keys[];       /* listen.c: tls[N] */
 extern const char *const um__cfg_upstream_keys[];   /* upstreams.c: upstreams.NAME */
@@ -156,6 +157,7 @@ bool um__cfg_load_mime(struct um__cfg_load *ld, lua_State *L);       /* mime.c *
 bool um__cfg_load_log_level(struct um__cfg_load *ld, lua_State *L);  /* ops.c */
 bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L);      /* cache.c */
 bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L);      /* ops.c */
+bool um__cfg_load_http2(struct um__cfg_load *ld, lua_State *L);      /* http2.c */
 bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L); /* ops.c */
 bool um__cfg_load_cgi(struct um__cfg_load *ld, lua_State *L);        /* cgi.c */
 bool um__cfg_load_user(struct um__cfg_load *ld, lua_State *L);       /* user.c */

@@ -16,7 +16,7 @@ const char *const um__cfg_tls_keys[] = {"protocols", "ciphers", "ciphersuites", 
                                               NULL};
 const char *const um__cfg_cert_keys[] = {"hosts", "cert", "key", NULL};
 /* A listen entry's named keys, beside its address at [1]. */
-const char *const um__cfg_listen_keys[] = {"tls", NULL};
+const char *const um__cfg_listen_keys[] = {"tls", "http2", NULL};
 /* In the order of the UM_TLS_PROTO_* bits. */
 static const char *const TLS_PROTOCOLS[] = {"TLSv1.2", "TLSv1.3", NULL};
 
@@ -93,7 +93,7 @@ bool um__cfg_parse_listen(struct um__cfg_load *ld, lua_State *L, const char *pat
     return true;
 }
 
-#define LISTEN_HINT "a \"HOST:PORT\" string or { \"HOST:PORT\", tls = true }"
+#define LISTEN_HINT "a \"HOST:PORT\" string or { \"HOST:PORT\", tls = true, http2 = false }"
 
 /* The listen entry at idx, at path: "HOST:PORT" or { "HOST:PORT", tls = true }. */
 static bool load_listen_entry(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
@@ -123,6 +123,15 @@ static bool load_listen_entry(struct um__cfg_load *ld, lua_State *L, int idx, co
             return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
                                 lua_typename(L, t));
         out->tls = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    um__cfg_subpath(sub, sizeof sub, path, "http2");
+    t = um__cfg_get_field(L, idx, "http2");
+    if (t != LUA_TNIL) {
+        if (t != LUA_TBOOLEAN)
+            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                                lua_typename(L, t));
+        out->no_http2 = !lua_toboolean(L, -1);
     }
     lua_pop(L, 1);
     lua_rawgeti(L, idx, 1);

@@ -22,6 +22,7 @@ static const struct {
     {"admin", um__cfg_admin_keys},
     {"access_log", um__cfg_access_log_keys},
     {"cgi", um__cfg_cgi_keys},
+    {"http2", um__cfg_http2_keys},
 };
 
 void um_config_settings(void (*cb)(const char *setting, void *arg), void *arg)

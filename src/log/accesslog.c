@@ -99,7 +99,7 @@ size_t um_access_log_format(char *out, size_t n, enum um_access_format format,
         put_json(&o, has_req ? r->target : (um_str){NULL, 0});
         um_buf_append_str(&o, ",\"protocol\":");
         if (has_req)
-            um_buf_printf(&o, "\"HTTP/1.%d\"", r->minor_version);
+            um_buf_printf(&o, r->http2 ? "\"HTTP/2.0\"" : "\"HTTP/1.%d\"", r->minor_version);
         else
             um_buf_append_str(&o, "\"\"");
         um_buf_append_str(&o, ",\"host\":");
@@ -127,7 +127,7 @@ size_t um_access_log_format(char *out, size_t n, enum um_access_format format,
             put_escaped(&o, r->method);
             um_buf_append(&o, " ", 1);
             put_escaped(&o, r->target);
-            um_buf_printf(&o, " HTTP/1.%d", r->minor_version);
+            um_buf_printf(&o, r->http2 ? " HTTP/2.0" : " HTTP/1.%d", r->minor_version);
         } else {
             um_buf_append(&o, "-", 1);
         }

@@ -303,6 +303,12 @@ static int req_index(lua_State *L)
         }
         if (strcmp(k, "headers") == 0)
             return push_headers(L, req->headers, req->num_headers);
+        if (strcmp(k, "http_version") == 0) {
+            /* "2", "1.1" or "1.0": the protocol the client spoke. */
+            lua_pushstring(L, (req->flags & UM_REQ_F_HTTP2) ? "2"
+                              : req->minor_version == 0 ? "1.0" : "1.1");
+            return 1;
+        }
         if (strcmp(k, "hostname") == 0) {
             /* Lower case, without the port: what host-based routing compares. */
             char name[256];

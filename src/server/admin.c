@@ -85,7 +85,7 @@ struct totals {
     uint64_t up_requests[UM_METRICS_MAX_SERVERS], up_errors[UM_METRICS_MAX_SERVERS];
     uint64_t up_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
     uint64_t up_latency_sum[UM_METRICS_MAX_SERVERS];
-    uint64_t lua_errors, tls_handshakes, tls_failures;
+    uint64_t lua_errors, tls_handshakes, tls_failures, h2_conns, h2_streams;
 };
 
 static void sum(struct totals *t, int nroutes, int nservers)
@@ -119,6 +119,8 @@ static void sum(struct totals *t, int nroutes, int nservers)
         t->lua_errors += um_counter_get(&m->lua_errors);
         t->tls_handshakes += um_counter_get(&m->tls_handshakes);
         t->tls_failures += um_counter_get(&m->tls_failures);
+        t->h2_conns += um_counter_get(&m->h2_conns);
+        t->h2_streams += um_counter_get(&m->h2_streams);
     }
 }
 
@@ -259,6 +261,9 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
     one(b, "umbra_tls_handshakes_total", "counter", "TLS handshakes completed.", t->tls_handshakes);
     one(b, "umbra_tls_handshake_failures_total", "counter", "TLS handshakes that failed or timed out.",
         t->tls_failures);
+    one(b, "umbra_http2_connections_total", "counter", "Client connections that spoke HTTP/2.",
+        t->h2_conns);
+    one(b, "umbra_http2_streams_total", "counter", "HTTP/2 streams clients opened.", t->h2_streams);
     one(b, "umbra_config_reloads_total", "counter", "Configuration reloads attempted (SIGHUP).",
         atomic_load(&um_metrics_reloads));
     one(b, "umbra_config_reload_failures_total", "counter",

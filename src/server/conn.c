@@ -1,6 +1,8 @@
-/* An HTTP/1.1 client connection (conn.h): accepts the socket, drives reads and writes
- * through its transport (plain or TLS, transport.h), keeps its timers, and closes it. The
- * exchange (exchange.h) owns the request and its response; conn_http1.c frames them.
+/* A client connection (conn.h): accepts the socket, drives reads and writes through its
+ * transport (plain or TLS, transport.h), keeps its timers, and closes it. The exchange
+ * (exchange.h) owns the request and its response; the connection's protocol table frames
+ * them: HTTP/1.1 (conn_http1.c, and the table at the end of this file) or HTTP/2
+ * (conn_h2.c).
  *
  * The socket is registered once, edge-triggered, for both directions; can_read and
  * can_write remember what the last edge promised, so no epoll_ctl call is made per
@@ -34,9 +36,16 @@
  * after request on one connection costs no malloc; a pool keeps a small reserve and hands
  * the rest back to the system. A connection with anything in progress (a partial head,
  * pipelined requests, a body, a response being sent) keeps everything; a new connection
- * whose first bytes have not come yet holds nothing either. */
+ * whose first bytes have not come yet holds nothing either.
+ *
+ * An HTTP/2 connection (conn_h2.c) holds no struct um__conn_req (its streams hold their
+ * requests; the one taken before the client preface goes back at the switch). It gives
+ * its read buffer back whenever it waits for the client, since nghttp2 takes every byte
+ * read and keeps a partial frame itself, and its output memory when no stream is open;
+ * the nghttp2 session (HPACK tables, windows, settings) stays as long as the connection. */
 
-/* The core is what each of (say) 100,000 idle clients costs: 392 bytes on x86-64 today.
+/* The core is what each of (say) 100,000 idle clients costs: 408 bytes on x86-64 today
+ * (the protocol table and HTTP/2 state pointers included).
  * What a connection needs only while a request is on it belongs in struct um__conn_req. */
 _Static_assert(sizeof(struct um__conn) <= 512, "an idle connection's core stays small");
 
@@ -50,40 +59,19 @@ size_t um__conn_rbuf_size(const struct um_config *cfg)
     return n + 4096;
 }
 
-/* Takes the read buffer and the request state from the worker's pools (what the
- * connection does not hold already): bytes are about to be read. */
-static void activate(struct um__conn *c)
+/* Takes the read buffer from the worker's pool: bytes are about to be read. */
+static void rbuf_get(struct um__conn *c)
 {
     struct um__worker *w = c->w;
-    if (c->rbuf == NULL) {
-        c->rcap = um__conn_rbuf_size(c->config);
-        /* A connection of an older snapshot with other limits takes its own. */
-        c->rbuf = c->rcap == w->rbufs.size ? um_bufpool_get(&w->rbufs) : um_malloc(c->rcap);
-        c->rlen = c->rpos = c->bpos = 0;
-    }
-    if (c->r == NULL) {
-        struct um__conn_req *r = um_bufpool_get(&w->reqs);
-        /* All but the header table, which the parser fills as far as it needs. */
-        memset(r, 0, offsetof(struct um__conn_req, x.req.headers));
-        char *rest = (char *)&r->x.req.num_headers;
-        memset(rest, 0, sizeof(*r) - (size_t)(rest - (char *)r));
-        r->c = c;
-        um_http1_parser_init(&r->parser);
-        um__exchange_init(&r->x, &um__conn_exchange_ops, w, c->runtime, c->t, c->peer_ip,
-                          c->peer_port, c->id);
-        c->r = r;
-    }
+    c->rcap = um__conn_rbuf_size(c->config);
+    /* A connection of an older snapshot with other limits takes its own. */
+    c->rbuf = c->rcap == w->rbufs.size ? um_bufpool_get(&w->rbufs) : um_malloc(c->rcap);
+    c->rlen = c->rpos = c->bpos = 0;
 }
 
-/* Gives the request state and the read buffer back (idle, or freed). */
-static void deactivate(struct um__conn *c)
+static void rbuf_put(struct um__conn *c)
 {
     struct um__worker *w = c->w;
-    if (c->r != NULL) {
-        um_arena_reset(&c->r->x.arena);
-        um_bufpool_put(&w->reqs, c->r);
-        c->r = NULL;
-    }
     if (c->rbuf != NULL) {
         if (c->rcap == w->rbufs.size)
             um_bufpool_put(&w->rbufs, c->rbuf);
@@ -92,6 +80,65 @@ static void deactivate(struct um__conn *c)
         c->rbuf = NULL;
     }
     c->rcap = c->rlen = c->rpos = c->bpos = 0;
+}
+
+/* Takes an HTTP/1.1 request state from the worker's pool. */
+static void req_get(struct um__conn *c)
+{
+    struct um__worker *w = c->w;
+    struct um__conn_req *r = um_bufpool_get(&w->reqs);
+    /* All but the header table, which the parser fills as far as it needs. */
+    memset(r, 0, offsetof(struct um__conn_req, x.req.headers));
+    char *rest = (char *)&r->x.req.num_headers;
+    memset(rest, 0, sizeof(*r) - (size_t)(rest - (char *)r));
+    r->c = c;
+    um_http1_parser_init(&r->parser);
+    um__exchange_init(&r->x, &um__conn_exchange_ops, w, c->runtime, c->t, c->peer_ip,
+                      c->peer_port, c->id);
+    c->r = r;
+}
+
+static void req_put(struct um__conn *c)
+{
+    if (c->r != NULL) {
+        um_arena_reset(&c->r->x.arena);
+        um_bufpool_put(&c->w->reqs, c->r);
+        c->r = NULL;
+    }
+}
+
+/* Takes what the connection does not hold already of the read buffer and (HTTP/1.1) the
+ * request state: bytes are about to be read. An HTTP/2 connection's requests are its
+ * streams' (conn_h2.c). */
+static void activate(struct um__conn *c)
+{
+    if (c->rbuf == NULL)
+        rbuf_get(c);
+    if (c->r == NULL && c->h2 == NULL)
+        req_get(c);
+}
+
+/* Gives the request state and the read buffer back (idle, or freed). */
+static void deactivate(struct um__conn *c)
+{
+    req_put(c);
+    rbuf_put(c);
+}
+
+/* Switches to HTTP/2 (conn_h2.c): the HTTP/1.1 request state, unused, goes back at once;
+ * the read buffer stays (the client preface may be in it). */
+static bool switch_h2(struct um__conn *c)
+{
+    if (!um__conn_h2_start(c))
+        return false;
+    req_put(c);
+    return true;
+}
+
+void um__conn_rbuf_release(struct um__conn *c)
+{
+    UM_ASSERT(c->rpos == c->rlen);
+    rbuf_put(c);
 }
 
 /* ---------------------------------------------------------------- socket I/O */
@@ -168,6 +215,16 @@ static void arm_input_timer(struct um__conn *c)
     }
 }
 
+/* Nothing more can be read now. A lingering close is the connection's, whatever the
+ * protocol was. */
+static void arm_timer(struct um__conn *c)
+{
+    if (c->state == S_LINGER)
+        arm_input_timer(c);
+    else
+        c->proto->arm_timer(c);
+}
+
 static void start_linger(struct um__conn *c)
 {
     shutdown(c->t->fd, SHUT_WR);
@@ -190,6 +247,9 @@ static void drive(struct um__conn *c)
                 um_counter_add(&um_metrics_worker()->tls_handshakes, 1);
                 c->state = S_HEAD;
                 c->can_read = true; /* the request may sit decrypted-ready in OpenSSL */
+                if (c->t->ops->alpn && um_str_eq(c->t->ops->alpn(c->t), "h2") &&
+                    !switch_h2(c))
+                    goto out;
                 continue;
             }
             if (r == UM_AGAIN) {
@@ -208,7 +268,7 @@ static void drive(struct um__conn *c)
         if (c->state == S_LINGER) {
             c->rpos = c->rlen = 0; /* discard */
         } else {
-            in = um__conn_process_input(c);
+            in = c->proto->process_input(c);
         }
         if (um__outq_pending(&c->out)) {
             if (!c->can_write) {
@@ -231,11 +291,8 @@ static void drive(struct um__conn *c)
             if (r == UM_DONE)
                 break;
         }
-        if (c->r != NULL && c->r->x.origin_paused) {
-            /* Drained: let the origin go on (it may hand over more at once). */
-            um__exchange_proceed(&c->r->x);
-            continue;
-        }
+        if (c->proto->on_drained(c))
+            continue; /* an origin went on: it may have handed over more at once */
         if (c->closing) {
             if (c->linger && !c->peer_closed)
                 start_linger(c);
@@ -262,7 +319,7 @@ static void drive(struct um__conn *c)
             goto out;
         }
         if (!c->can_read) {
-            arm_input_timer(c);
+            arm_timer(c);
             goto out;
         }
         int r = read_some(c);
@@ -271,7 +328,7 @@ static void drive(struct um__conn *c)
             goto out;
         }
         if (r == UM_AGAIN) {
-            arm_input_timer(c);
+            arm_timer(c);
             goto out;
         }
         if (r == UM_DONE && c->state == S_LINGER) {
@@ -288,8 +345,9 @@ out:
     um_log_set_conn(log_conn);
 }
 
-void um__conn_accept(struct um__worker *w, int fd, bool tls)
+void um__conn_accept(struct um__worker *w, int fd, int flags)
 {
+    bool tls = (flags & UM__ACCEPT_F_TLS) != 0;
     struct um__conn *c = um_calloc(1, sizeof(*c));
     c->links.tq_kind = -1;
     c->w = w;
@@ -305,6 +363,8 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
     c->can_write = true;
     c->can_read = true; /* TCP_DEFER_ACCEPT: the first bytes are usually there already */
     c->draining = w->draining;
+    c->proto = &um__conn_proto_h1;
+    c->h2_allowed = (flags & UM__ACCEPT_F_H2) != 0;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct sockaddr_storage ss;
@@ -334,6 +394,8 @@ void um__conn_accept(struct um__worker *w, int fd, bool tls)
         }
         c->t = t;
         c->state = S_HANDSHAKE;
+        if (!c->h2_allowed)
+            um_tls_transport_h1_only(t);
     }
     if (um__worker_watch(w, c, fd) != UM_OK) {
         um_log_err("worker %d: epoll_ctl: %s", w->id, strerror(errno));
@@ -380,6 +442,11 @@ void um__conn_on_timeout(struct um__conn *c)
         um__conn_close(c);
         return;
     }
+    c->proto->on_timeout(c);
+}
+
+static void h1_on_timeout(struct um__conn *c)
+{
     if (c->state == S_HEAD && c->rpos < c->rlen && !um__outq_pending(&c->out)) {
         /* A request head that did not arrive in time (slowloris): say so, then close. */
         c->r->x.req.minor_version = 1;
@@ -395,6 +462,17 @@ void um__conn_on_timeout(struct um__conn *c)
 void um__conn_drain(struct um__conn *c)
 {
     c->draining = true;
+    c->proto->drain(c);
+}
+
+void um__conn_reloaded(struct um__conn *c)
+{
+    if (!c->closed && c->proto->on_reload)
+        c->proto->on_reload(c);
+}
+
+static void h1_drain(struct um__conn *c)
+{
     if (c->state == S_HEAD && c->rpos == c->rlen && !um__outq_pending(&c->out))
         um__conn_close(c);
 }
@@ -405,8 +483,7 @@ void um__conn_close(struct um__conn *c)
         return;
     struct um__worker *w = c->w;
     c->closed = true;
-    if (c->state == S_ORIGIN)
-        um__exchange_cancel(&c->r->x);
+    c->proto->on_close(c);
     um_counter_add(&um_metrics_worker()->conns_closed, 1);
     um__tq_disarm(w, c);
     if (c->links.in_ready) {
@@ -444,8 +521,62 @@ void um__conn_close(struct um__conn *c)
 
 void um__conn_free(struct um__conn *c)
 {
+    c->proto->dispose(c);
     deactivate(c);
     um__outq_dispose(&c->out);
     um_runtime_unref(c->runtime);
     free(c);
 }
+
+/* ---------------------------------------------------------------- HTTP/1.1's table */
+
+/* Before the first request on a listener that speaks HTTP/2, the client preface says
+ * that this is a prior-knowledge HTTP/2 connection instead (RFC 9113 section 3.3). */
+static enum input_result h1_process_input(struct um__conn *c)
+{
+    if (c->h2_allowed && c->requests == 0 && c->state == S_HEAD && !c->t->ops->secure &&
+        c->rlen > c->rpos) {
+        size_t n = c->rlen - c->rpos, m = n < UM__H2_PREFACE_LEN ? n : UM__H2_PREFACE_LEN;
+        if (memcmp(c->rbuf + c->rpos, UM__H2_PREFACE, m) != 0) {
+            c->h2_allowed = false; /* HTTP/1.1 it is */
+        } else if (n < UM__H2_PREFACE_LEN) {
+            return IN_NEED_INPUT;
+        } else {
+            if (!switch_h2(c))
+                return IN_DONE;
+            return c->proto->process_input(c);
+        }
+    }
+    return um__conn_process_input(c);
+}
+
+static bool h1_on_drained(struct um__conn *c)
+{
+    if (c->r == NULL || !c->r->x.origin_paused)
+        return false;
+    /* Drained: let the origin go on (it may hand over more at once). */
+    um__exchange_proceed(&c->r->x);
+    return true;
+}
+
+static void h1_on_close(struct um__conn *c)
+{
+    if (c->state == S_ORIGIN)
+        um__exchange_cancel(&c->r->x);
+}
+
+static void h1_dispose(struct um__conn *c)
+{
+    (void)c;
+}
+
+const struct um__conn_proto um__conn_proto_h1 = {
+    .name = "HTTP/1.1",
+    .process_input = h1_process_input,
+    .on_drained = h1_on_drained,
+    .arm_timer = arm_input_timer,
+    .on_timeout = h1_on_timeout,
+    .drain = h1_drain,
+    .on_close = h1_on_close,
+    .dispose = h1_dispose,
+};

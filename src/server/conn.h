@@ -1,7 +1,10 @@
-/* The HTTP/1.1 client connection, shared by its two files: conn.c (the connection: its
- * transport, read buffer, timers, keep-alive and drive loop) and conn_http1.c (the
- * HTTP/1.1 messages on it: requests parsed and their bodies decoded, responses framed into
- * the output queue for the exchange). */
+/* The client connection, shared by its files: conn.c (the connection: its transport, read
+ * buffer, timers, keep-alive and drive loop), conn_http1.c (the HTTP/1.1 messages on it:
+ * requests parsed and their bodies decoded, responses framed into the output queue for
+ * the exchange) and conn_h2.c (HTTP/2 with nghttp2: many streams, each an exchange).
+ * drive() reaches the messages through the connection's protocol table (struct
+ * um__conn_proto); a connection starts as HTTP/1.1 and switches to HTTP/2 after ALPN h2
+ * or on the client preface. */
 #ifndef UMBRA_SERVER_CONN_H
 #define UMBRA_SERVER_CONN_H
 
@@ -17,6 +20,7 @@ enum conn_state {
     S_ORIGIN, /* the origin is answering (and maybe reading the body) */
     S_DONE,   /* no more requests: write what is queued, then close */
     S_LINGER, /* write side shut, discarding input until EOF or the linger timeout */
+    S_H2,     /* HTTP/2: the streams have states of their own (conn_h2.c) */
 };
 
 enum input_result {
@@ -26,10 +30,38 @@ enum input_result {
     IN_DONE,       /* no more requests on this connection */
 };
 
+struct um__conn;
+struct um__h2;
+
+/* The protocol on a connection: how drive() and the worker reach the messages without
+ * knowing which protocol frames them. HTTP/1.1 (conn.c, conn_http1.c) and HTTP/2
+ * (conn_h2.c). */
+struct um__conn_proto {
+    const char *name; /* "HTTP/1.1", "HTTP/2": for logs and metrics */
+    /* Parses and begins what is buffered, as far as the state allows. */
+    enum input_result (*process_input)(struct um__conn *c);
+    /* The output queue drained: lets paused origins go on. True when it did something
+     * (drive() then goes round again). */
+    bool (*on_drained)(struct um__conn *c);
+    /* Nothing more can be read now: arms the timer that bounds the wait. */
+    void (*arm_timer)(struct um__conn *c);
+    /* A timer fired (not during a TLS handshake). */
+    void (*on_timeout)(struct um__conn *c);
+    /* The server stops gracefully. */
+    void (*drain)(struct um__conn *c);
+    /* A reload: new connections take the new configuration. NULL: nothing to do. */
+    void (*on_reload)(struct um__conn *c);
+    /* The connection closes: every exchange still running is cancelled. */
+    void (*on_close)(struct um__conn *c);
+    /* Frees the protocol's state (the connection is being freed). */
+    void (*dispose)(struct um__conn *c);
+};
+
 /* What a connection holds only while a request is on it: the parser's state, the request
  * (its head's fields: most of the size), its body's decoding and the exchange. Taken from
  * the worker's pool with the read buffer when bytes arrive, given back with it when the
- * connection waits idle (conn.c, "Idle connections"). */
+ * connection waits idle (conn.c, "Idle connections"). HTTP/1.1's only: an HTTP/2
+ * connection's streams hold their own (conn_h2.c). */
 struct um__conn_req {
     struct um__conn *c;
     struct um_http1_parser parser;
@@ -57,6 +89,7 @@ struct um__conn {
     bool draining;     /* server stopping: no keep-alive */
     bool head_started; /* header timer armed for the current request */
     bool in_drive;     /* the exchange's sends need no wake-up */
+    bool h2_allowed;   /* the listener speaks HTTP/2 (ALPN h2, or prior knowledge) */
 
     /* Input: rbuf[rpos..rlen) is unprocessed; while in S_BODY, rbuf[rpos..bpos) is the
      * parsed head and rbuf[bpos..rlen) the unconsumed body bytes. rbuf holds rcap bytes;
@@ -73,8 +106,12 @@ struct um__conn {
     struct um_transport plain;
     int peer_port;
     char peer_ip[46]; /* INET6_ADDRSTRLEN */
+
+    const struct um__conn_proto *proto; /* &um__conn_proto_h1 until a switch to HTTP/2 */
+    struct um__h2 *h2;                  /* HTTP/2's state (conn_h2.c), once switched */
 };
 
+/* The connection of an HTTP/1.1 exchange (an HTTP/2 stream's is its h2's, conn_h2.c). */
 static inline struct um__conn *um__conn_of(struct um__exchange *x)
 {
     return ((struct um__conn_req *)(void *)((char *)x - offsetof(struct um__conn_req, x)))->c;
@@ -86,6 +123,21 @@ static inline void um__conn_wake(struct um__conn *c)
     if (!c->in_drive)
         um__worker_ready(c->w, c);
 }
+
+/* conn.c */
+extern const struct um__conn_proto um__conn_proto_h1;
+/* Gives the read buffer back to the worker's pool (c waits with nothing buffered:
+ * rpos == rlen); the next read takes one again. */
+void um__conn_rbuf_release(struct um__conn *c);
+
+/* conn_h2.c */
+extern const struct um__conn_proto um__conn_proto_h2;
+/* The client preface ("PRI * HTTP/2.0...") that begins a prior-knowledge connection. */
+#define UM__H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define UM__H2_PREFACE_LEN 24
+/* Switches c to HTTP/2 (after ALPN h2, or on the preface in rbuf); the bytes buffered
+ * are HTTP/2's from the preface on. False when the session cannot be made (c closes). */
+bool um__conn_h2_start(struct um__conn *c);
 
 /* conn_http1.c */
 /* How the exchange reaches the connection. */

@@ -382,6 +382,7 @@ enum input_result um__conn_process_input(struct um__conn *c)
         case S_HANDSHAKE:
         case S_DONE:
         case S_LINGER:
+        case S_H2:
             return IN_DONE;
         }
     }

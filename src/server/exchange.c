@@ -261,6 +261,7 @@ void um__exchange_log(struct um__exchange *x, int status)
         r.method = req->method;
         r.target = req->target;
         r.minor_version = req->minor_version;
+        r.http2 = (req->flags & UM_REQ_F_HTTP2) != 0;
         r.host = req->authority;
         if (x->config->access_log.enabled) { /* only the log line needs them */
             const um_str *v = um_http1_find_header(req, "referer");

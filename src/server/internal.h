@@ -118,7 +118,15 @@ struct um__retired {
 void um__worker_init(struct um__worker *w, struct um_server *s, int id);
 void *um__worker_main(void *arg);
 void um__worker_dispose(struct um__worker *w);
-/* Queues accepted sockets for a worker (listener thread). An entry is fd * 2 + tls. */
+/* A mailbox entry: fd * UM__ACCEPT_SHIFT + UM__ACCEPT_F_* of its listener. */
+#define UM__ACCEPT_F_TLS 0x1
+#define UM__ACCEPT_F_H2 0x2 /* HTTP/2 allowed (ALPN h2 on TLS, prior knowledge on plain) */
+#define UM__ACCEPT_SHIFT 4
+static inline int um__accept_flags(const struct um_listen *l)
+{
+    return (l->tls ? UM__ACCEPT_F_TLS : 0) | (l->no_http2 ? 0 : UM__ACCEPT_F_H2);
+}
+/* Queues accepted sockets for a worker (listener thread). An entry is as above. */
 void um__mailbox_push(struct um__mailbox *mb, const int *fds, size_t n);
 void um__mailbox_signal(struct um__mailbox *mb, bool drain, bool quit);
 /* Hands a worker the runtime (taking a reference for it) and TLS store of a reload. */
@@ -173,7 +181,7 @@ int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t 
 size_t um__conn_rbuf_size(const struct um_config *cfg);
 /* The size of a connection's request state (struct um__conn_req). */
 extern const size_t um__conn_req_size;
-void um__conn_accept(struct um__worker *w, int fd, bool tls);
+void um__conn_accept(struct um__worker *w, int fd, int flags); /* UM__ACCEPT_F_* */
 void um__conn_on_event(struct um__conn *c, uint32_t events);
 void um__conn_on_timeout(struct um__conn *c);
 void um__conn_on_ready(struct um__conn *c);
@@ -181,6 +189,8 @@ void um__conn_on_ready(struct um__conn *c);
  * the request in flight finish and closes after it. */
 void um__conn_drain(struct um__conn *c);
 void um__conn_close(struct um__conn *c);
+/* A reload switched the worker to a new runtime (HTTP/2: GOAWAY, streams in flight end). */
+void um__conn_reloaded(struct um__conn *c);
 void um__conn_free(struct um__conn *c);
 
 #endif

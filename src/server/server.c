@@ -165,7 +165,7 @@ static void set_accepting(struct um_server *s, int epfd, bool on)
 
 /* Accepts until EAGAIN and hands the sockets to the workers in turn. Returns false when
  * accepting must pause (connection limit, or out of descriptors: then *no_fds is the errno). */
-static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_worker, int *no_fds)
+static bool accept_some(struct um_server *s, int lfd, int flags, unsigned *next_worker, int *no_fds)
 {
     size_t max = s->config->limits.max_connections;
     for (;;) {
@@ -191,7 +191,7 @@ static bool accept_some(struct um_server *s, int lfd, bool tls, unsigned *next_w
                 break;
             }
             atomic_fetch_add(&s->num_conns, 1);
-            batch[n++] = fd * 2 + (tls ? 1 : 0);
+            batch[n++] = fd * UM__ACCEPT_SHIFT + flags;
         }
         /* Spread the batch: one mailbox push (one wake-up) per worker. */
         for (int k = 0; k < s->num_workers && n > 0; k++) {
@@ -245,7 +245,7 @@ static void *listener_main(void *arg)
             size_t li = evs[i].data.u64;
             int no_fds = 0;
             if (!paused &&
-                !accept_some(s, s->listen_fds[li], s->config->listen[li].tls, &next_worker, &no_fds)) {
+                !accept_some(s, s->listen_fds[li], um__accept_flags(&s->config->listen[li]), &next_worker, &no_fds)) {
                 paused = true;
                 set_accepting(s, epfd, false);
                 if (no_fds) {

@@ -161,7 +161,7 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
 void um__worker_dispose(struct um__worker *w)
 {
     for (size_t i = 0; i < w->mailbox.len; i++)
-        close(w->mailbox.fds[i] >> 1);
+        close(w->mailbox.fds[i] / UM__ACCEPT_SHIFT);
     free(w->mailbox.fds);
     pthread_mutex_destroy(&w->mailbox.lock);
     close(w->mailbox.io.fd);
@@ -217,9 +217,13 @@ static void on_mailbox(struct um_io *io, uint32_t events)
         size_t rsize = um__conn_rbuf_size(w->config);
         if (rsize != w->rbufs.size)
             um_bufpool_resize(&w->rbufs, rsize);
+        for (struct um__conn *c = w->all, *next; c != NULL; c = next) {
+            next = um__links(c)->all_next;
+            um__conn_reloaded(c);
+        }
     }
     for (size_t i = 0; i < n; i++)
-        um__conn_accept(w, fds[i] >> 1, fds[i] & 1);
+        um__conn_accept(w, fds[i] / UM__ACCEPT_SHIFT, fds[i] % UM__ACCEPT_SHIFT);
     free(fds);
     uint64_t now = um_loop_now(w->loop);
     if (quit) {

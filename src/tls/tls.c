@@ -72,9 +72,11 @@
 /* A reload waits at most this long after the first change of a burst. */
 #define WATCH_MAX_DELAY_MS 1000
 
-/* ALPN protocols, in the server's order of preference, in wire format (length-prefixed).
- * "h2" goes first here once the connection code speaks it. */
-static const unsigned char ALPN_PROTOS[] = "\x08http/1.1";
+/* ALPN protocols, in the server's order of preference, in wire format (length-prefixed):
+ * "h2" first, unless the connection's listener has http2 = false (the SSL's app data is
+ * then set, um_tls_transport_h1_only). */
+static const unsigned char ALPN_PROTOS[] = "\x02h2\x08http/1.1";
+static const unsigned char ALPN_PROTOS_H1[] = "\x08http/1.1";
 
 struct file_sig {
     dev_t dev;
@@ -909,7 +911,10 @@ static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned int inlen, void *arg)
 {
     unsigned char *sel;
-    if (SSL_select_next_proto(&sel, outlen, ALPN_PROTOS, sizeof ALPN_PROTOS - 1, in, inlen) !=
+    bool h1_only = SSL_get_app_data(ssl) != NULL;
+    const unsigned char *protos = h1_only ? ALPN_PROTOS_H1 : ALPN_PROTOS;
+    unsigned protos_len = h1_only ? sizeof ALPN_PROTOS_H1 - 1 : sizeof ALPN_PROTOS - 1;
+    if (SSL_select_next_proto(&sel, outlen, protos, protos_len, in, inlen) !=
         OPENSSL_NPN_NEGOTIATED)
         /* RFC 7301: a client that offers only protocols we do not speak (e.g. "h2" alone)
          * gets no_application_protocol rather than a server talking past it. */

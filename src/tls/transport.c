@@ -205,6 +205,21 @@ static const char *tt_server_name(struct um_transport *t)
     return um_tls_server_name(ssl_of(t));
 }
 
+static um_str tt_alpn(struct um_transport *t)
+{
+    return um_tls_alpn(ssl_of(t));
+}
+
+void um_tls_set_h1_only(SSL *ssl)
+{
+    SSL_set_app_data(ssl, (void *)1); /* read by the ALPN callback (tls.c) */
+}
+
+void um_tls_transport_h1_only(struct um_transport *t)
+{
+    um_tls_set_h1_only(ssl_of(t));
+}
+
 static const struct um_transport_ops tls_ops = {
     .secure = true,
     .handshake = tt_handshake,
@@ -216,6 +231,7 @@ static const struct um_transport_ops tls_ops = {
     .close = tt_close,
     .error = tt_error,
     .server_name = tt_server_name,
+    .alpn = tt_alpn,
 };
 
 struct um_transport *um_tls_transport_new(struct um_tls *t, int fd)

@@ -192,11 +192,11 @@ static void build_fields(struct upstream *up, const struct um_fetch *f, struct x
     o = put_field(out, o, UM_STR("X-Forwarded-Proto"), (um_str){f->scheme, strlen(f->scheme)});
     if (req->authority.len > 0)
         o = put_field(out, o, UM_STR("X-Forwarded-Host"), req->authority);
+    const char *proto = (req->flags & UM_REQ_F_HTTP2) ? "2" : req->minor_version ? "1.1" : "1.0";
     if (via && via->len < 900)
-        n = snprintf(buf, sizeof(buf), "%.*s, 1.%d umbra", (int)via->len, via->base,
-                     req->minor_version);
+        n = snprintf(buf, sizeof(buf), "%.*s, %s umbra", (int)via->len, via->base, proto);
     else
-        n = snprintf(buf, sizeof(buf), "1.%d umbra", req->minor_version);
+        n = snprintf(buf, sizeof(buf), "%s umbra", proto);
     o = put_field(out, o, UM_STR("Via"), (um_str){buf, (size_t)n});
     UM_ASSERT(o <= size);
     x->fields = out;

@@ -233,22 +233,27 @@ class TlsServerTest(TlsBase):
             self.assertEqual(s.version(), "TLSv1.3")
 
     def test_alpn_http11(self):
-        for offer in (["h2", "http/1.1"], ["http/1.1"], ["http/1.1", "h2"]):
+        with TlsClient(self.tls, ctx(alpn=["http/1.1"]), "example.com") as c:
+            self.assertEqual(c.sock.selected_alpn_protocol(), "http/1.1")
+            self.assertEqual(c.get("/a.txt").status, 200)
+
+    def test_alpn_prefers_h2(self):
+        # The server's order: h2 first, whatever the client's order (test_h2.py speaks it).
+        for offer in (["h2", "http/1.1"], ["http/1.1", "h2"], ["h2"]):
             with self.subTest(offer=offer):
-                with TlsClient(self.tls, ctx(alpn=offer), "example.com") as c:
-                    self.assertEqual(c.sock.selected_alpn_protocol(), "http/1.1")
-                    self.assertEqual(c.get("/a.txt").status, 200)
+                with tls_connect(self.tls, ctx(alpn=offer), "example.com") as s:
+                    self.assertEqual(s.selected_alpn_protocol(), "h2")
 
     def test_no_alpn_is_fine(self):
         with TlsClient(self.tls, ctx(), "example.com") as c:
             self.assertIsNone(c.sock.selected_alpn_protocol())
             self.assertEqual(c.get("/a.txt").status, 200)
 
-    def test_alpn_h2_only_refused_and_logged(self):
+    def test_alpn_unknown_only_refused_and_logged(self):
         raw = connect(self.tls)
         port = raw.getsockname()[1]
         with self.assertRaises(ssl.SSLError) as cm:
-            ctx(alpn=["h2"]).wrap_socket(raw, server_hostname="example.com")
+            ctx(alpn=["spdy/3"]).wrap_socket(raw, server_hostname="example.com")
         raw.close()
         self.assertIn("NO_APPLICATION_PROTOCOL", str(cm.exception).upper().replace(" ", "_"))
         self.assertEqual(len(self.peer_lines(port)), 1, self.u.log())
@@ -466,7 +471,7 @@ class TlsServerTest(TlsBase):
                             "https://other.test:%d/a.txt" % self.tls],
                            capture_output=True, timeout=20)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout, b"other a\n\n1.1 0")
+        self.assertEqual(r.stdout, b"other a\n\n2 0")  # ALPN h2
 
     # -- redirect_https ------------------------------------------------------------------
 

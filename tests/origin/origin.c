@@ -1011,6 +1011,8 @@ static void take_body(struct conn *c, const char *p, size_t n)
 /* Parses a head at in_off. Returns true when it consumed one (or failed the request). */
 static bool parse_head(struct conn *c)
 {
+    if (c->in.base == NULL)
+        return false; /* nothing read yet (NULL + 0 is undefined behaviour) */
     char *base = c->in.base + c->in_off;
     size_t avail = c->in.len - c->in_off;
     /* Empty lines before a request line are allowed (RFC 9112, 2.2). */

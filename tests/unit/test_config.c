@@ -1335,6 +1335,34 @@ static void test_tls_full(void **state)
     um_config_unref(c);
 }
 
+static void test_http2(void **state)
+{
+    (void)state;
+    struct um_config *c = load_ok("listen = { '127.0.0.1:1', { '127.0.0.1:2', http2 = false } }\n"
+                                  ROUTE_WWW);
+    assert_false(c->listen[0].no_http2);
+    assert_true(c->listen[1].no_http2);
+    assert_int_equal(c->http2.max_concurrent_streams, 128);
+    assert_int_equal(c->http2.initial_window, 1 << 20);
+    assert_int_equal(c->http2.max_header_list, 64 << 10);
+    um_config_unref(c);
+    c = load_ok("http2 = { max_concurrent_streams = 10, initial_window = '256KB',\n"
+                "          max_header_list = 32768 }\n" ROUTE_WWW);
+    assert_int_equal(c->http2.max_concurrent_streams, 10);
+    assert_int_equal(c->http2.initial_window, 256 << 10);
+    assert_int_equal(c->http2.max_header_list, 32768);
+    um_config_unref(c);
+    expect_error("\nhttp2 = { max_concurrent_streams = 0 }\n" ROUTE_WWW, 2,
+                 "http2.max_concurrent_streams: expected an integer from 1 to 65536");
+    expect_error("http2 = {\n  initial_window = '3GB' }\n" ROUTE_WWW, 2,
+                 "http2.initial_window");
+    expect_error("http2 = { max_header_list = '100' }\n" ROUTE_WWW, 1, "http2.max_header_list");
+    expect_error("http2 = { window = 1 }\n" ROUTE_WWW, 1, "window");
+    expect_error("http2 = 'on'\n" ROUTE_WWW, 1, "http2: expected a table, got string");
+    expect_error("listen = { { '127.0.0.1:1',\n  http2 = 1 } }\n" ROUTE_WWW, 2,
+                 "listen.1.http2: expected true or false, got number");
+}
+
 static void test_err_tls_listen(void **state)
 {
     expect_error("listen = {\n"
@@ -1352,7 +1380,7 @@ static void test_err_tls_listen(void **state)
     expect_error("listen = { '127.0.0.1:1', { '127.0.0.1:8443',\n"
                  "                            tsl = true } }\n" ROUTE_WWW,
                  2, "listen.2: unexpected key 'tsl' (expected a \"HOST:PORT\" string or { "
-                    "\"HOST:PORT\", tls = true })");
+                    "\"HOST:PORT\", tls = true, http2 = false })");
     expect_error("listen = { { tls = true } }\n" ROUTE_WWW, 1,
                  "listen.1: missing the address");
     expect_error("listen = { { '127.0.0.1:99999', tls = true } }\n" ROUTE_WWW, 1,
@@ -1953,6 +1981,7 @@ int main(void)
         cmocka_unit_test(test_err_upstream_names_and_types),
         cmocka_unit_test(test_tls_full),
         cmocka_unit_test(test_err_tls_listen),
+        cmocka_unit_test(test_http2),
         cmocka_unit_test(test_err_tls_table),
         cmocka_unit_test(test_err_tls_hosts),
         cmocka_unit_test(test_err_tls_files),

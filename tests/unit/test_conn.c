@@ -1,5 +1,5 @@
-/* A client connection (src/server/conn.c, conn_http1.c, exchange.c, router.c, outq.c)
- * over a socketpair, on a real loop: one end is the accepted socket, the test holds the
+/* A client connection (src/server/conn.c, conn_http1.c, conn_h2.c, exchange.c, router.c,
+ * outq.c) over a socketpair, on a real loop: one end is the accepted socket, the test holds the
  * other and plays the client. The worker is made with um__worker_init but never runs its
  * thread: the test turns its loop and serves its ready list itself. The one route answers
  * from a test origin that says which path it was given. */
@@ -88,6 +88,8 @@ static struct um_runtime *load_runtime(void)
     return rt;
 }
 
+static int accept_flags; /* UM__ACCEPT_F_* of the next setup's connection */
+
 static int setup(void **state)
 {
     struct fixture *fx = calloc(1, sizeof(*fx));
@@ -99,9 +101,17 @@ static int setup(void **state)
     fx->client = sv[1];
     atomic_store(&fx->server.num_conns, 1); /* as the listener counts it */
     fetches = 0;
-    um__conn_accept(&fx->w, sv[0], false);
+    um__conn_accept(&fx->w, sv[0], accept_flags);
+    accept_flags = 0;
     *state = fx;
     return 0;
+}
+
+/* The same on a listener that speaks HTTP/2 (prior knowledge on a plain socket). */
+static int setup_h2(void **state)
+{
+    accept_flags = UM__ACCEPT_F_H2;
+    return setup(state);
 }
 
 static void free_closed(struct um__worker *w)
@@ -357,6 +367,65 @@ static void test_larger_responses_reuse_pooled_buffers(void **state)
     assert_null(fx->w.all->out.buf.base);
 }
 
+/* Receives until needle came (HTTP/2: the SETTINGS frames come before the answer).
+ * Returns whether it did. */
+static bool receive_until(struct fixture *fx, char *buf, size_t cap, const char *needle)
+{
+    size_t n = 0;
+    bool eof = false;
+    for (int i = 0; i < 20 && !eof; i++) {
+        n += receive(fx, buf + n, cap - n, 50, &eof);
+        if (memmem(buf, n, needle, strlen(needle)) != NULL)
+            return true;
+    }
+    fprintf(stderr, "received %zu bytes, eof %d:", n, eof);
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, " %02x", (unsigned char)buf[i]);
+    fprintf(stderr, "\n");
+    return false;
+}
+
+/* An HTTP/2 connection gives its read buffer and output memory back between requests too;
+ * its session and streams are its own (conn_h2.c). */
+static void test_h2_idle_gives_memory_back(void **state)
+{
+    struct fixture *fx = *state;
+    struct um__conn *c = fx->w.all;
+    char buf[8192];
+    static const unsigned char hello[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                                         "\x00\x00\x00\x04\x00\x00\x00\x00\x00"; /* SETTINGS */
+    /* HEADERS, END_STREAM | END_HEADERS, stream 1: :method GET, :scheme http (static
+     * table), :path /h2, :authority a (literals with indexed names). */
+    static const unsigned char get[] = "\x00\x00\x0a\x01\x05\x00\x00\x00\x01"
+                                       "\x82\x86\x04\x03/h2\x01\x01" "a";
+    assert_int_equal(write(fx->client, hello, sizeof hello - 1), (ssize_t)(sizeof hello - 1));
+    assert_int_equal(write(fx->client, get, sizeof get - 1), (ssize_t)(sizeof get - 1));
+    assert_true(receive_until(fx, buf, sizeof buf, "path=h2"));
+    assert_ptr_equal(c->proto, &um__conn_proto_h2);
+    for (int i = 0; i < 5; i++)
+        turn(fx);
+    /* The stream is done and nothing is buffered or queued: only the core and the
+     * session are held. No HTTP/1.1 request state was kept after the switch either. */
+    assert_null(c->r);
+    assert_null(c->rbuf);
+    assert_null(c->out.buf.base);
+    assert_int_equal(held(fx), 0);
+    void *rbuf = fx->w.rbufs._free;
+    assert_non_null(rbuf);
+
+    /* The next request takes the kept buffer back. */
+    static const unsigned char get3[] = "\x00\x00\x0a\x01\x05\x00\x00\x00\x03"
+                                        "\x82\x86\x04\x03/h3\x01\x01" "a";
+    assert_int_equal(write(fx->client, get3, sizeof get3 - 1), (ssize_t)(sizeof get3 - 1));
+    assert_true(receive_until(fx, buf, sizeof buf, "path=h3"));
+    for (int i = 0; i < 5; i++)
+        turn(fx);
+    assert_null(c->rbuf);
+    assert_int_equal(held(fx), 0);
+    assert_ptr_equal(fx->w.rbufs._free, rbuf);
+    assert_int_equal(fetches, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -367,6 +436,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_gives_memory_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_larger_responses_reuse_pooled_buffers, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_h2_idle_gives_memory_back, setup_h2, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

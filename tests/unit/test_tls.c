@@ -232,12 +232,16 @@ enum { HS_OK, HS_SERVER_FAILED, HS_CLIENT_FAILED, HS_STUCK };
 
 /* Runs a handshake between the store's server side and a client of cctx sending sni (may
  * be NULL) and offering session sess (may be NULL). c is set up even when it fails. */
+static bool hs_h1_only; /* the next handshakes' server SSL offers no h2 (http2 = false) */
+
 static int handshake(struct um_tls *t, SSL_CTX *cctx, const char *sni, SSL_SESSION *sess,
                      struct conn *c)
 {
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, c->fd) != 0)
         return HS_STUCK;
     c->srv = um_tls_accept_new(t, c->fd[0]);
+    if (c->srv != NULL && hs_h1_only)
+        um_tls_set_h1_only(c->srv);
     c->cli = SSL_new(cctx);
     if (c->srv == NULL || c->cli == NULL)
         return HS_STUCK;
@@ -443,26 +447,51 @@ static void test_ciphers(void **state)
 static void test_alpn(void **state)
 {
     struct um_tls *t = make_store(NULL);
-    static const char both[] = "\x02h2\x08http/1.1", h2[] = "\x02h2";
+    static const char both[] = "\x08http/1.1\x02h2", h2[] = "\x02h2", h1[] = "\x08http/1.1",
+                      other[] = "\x06spdy/3";
     SSL_CTX *cboth = client_ctx(0, 0, both, sizeof both - 1);
     SSL_CTX *ch2 = client_ctx(0, 0, h2, sizeof h2 - 1);
+    SSL_CTX *ch1 = client_ctx(0, 0, h1, sizeof h1 - 1);
+    SSL_CTX *cother = client_ctx(0, 0, other, sizeof other - 1);
     SSL_CTX *cnone = client_ctx(0, 0, NULL, 0);
     struct conn c;
     const unsigned char *p;
     unsigned n;
 
+    /* The server's preference wins: h2, whatever order the client lists them in. */
     assert_int_equal(handshake(t, cboth, "a.test", NULL, &c), HS_OK);
     um_str alpn = um_tls_alpn(c.srv);
+    assert_int_equal(alpn.len, 2);
+    assert_memory_equal(alpn.base, "h2", 2);
+    SSL_get0_alpn_selected(c.cli, &p, &n);
+    assert_int_equal(n, 2);
+    assert_memory_equal(p, "h2", 2);
+    conn_close(&c);
+
+    assert_int_equal(handshake(t, ch2, "a.test", NULL, &c), HS_OK);
+    assert_int_equal(um_tls_alpn(c.srv).len, 2);
+    conn_close(&c);
+
+    assert_int_equal(handshake(t, ch1, "a.test", NULL, &c), HS_OK);
+    alpn = um_tls_alpn(c.srv);
     assert_int_equal(alpn.len, 8);
     assert_memory_equal(alpn.base, "http/1.1", 8);
-    SSL_get0_alpn_selected(c.cli, &p, &n);
-    assert_int_equal(n, 8);
-    assert_memory_equal(p, "http/1.1", 8);
     conn_close(&c);
 
     /* Only protocols the server does not speak: no_application_protocol (RFC 7301). */
+    assert_int_equal(handshake(t, cother, "a.test", NULL, &c), HS_SERVER_FAILED);
+    conn_close(&c);
+
+    /* A listener with http2 = false: HTTP/1.1 only; h2 alone is refused. */
+    hs_h1_only = true;
+    assert_int_equal(handshake(t, cboth, "a.test", NULL, &c), HS_OK);
+    alpn = um_tls_alpn(c.srv);
+    assert_int_equal(alpn.len, 8);
+    assert_memory_equal(alpn.base, "http/1.1", 8);
+    conn_close(&c);
     assert_int_equal(handshake(t, ch2, "a.test", NULL, &c), HS_SERVER_FAILED);
     conn_close(&c);
+    hs_h1_only = false;
 
     /* No ALPN at all: HTTP/1.1 is implied. */
     assert_int_equal(handshake(t, cnone, "a.test", NULL, &c), HS_OK);
@@ -472,6 +501,8 @@ static void test_alpn(void **state)
     um_tls_destroy(t);
     SSL_CTX_free(cboth);
     SSL_CTX_free(ch2);
+    SSL_CTX_free(ch1);
+    SSL_CTX_free(cother);
     SSL_CTX_free(cnone);
 }
 

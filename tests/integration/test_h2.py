@@ -1,0 +1,792 @@
+"""HTTP/2 to clients (issue #15): real clients (curl --http2 over TLS, curl
+--http2-prior-knowledge on a plain port, nghttp, h2load) against the real binary for
+static files, the upstream (request bodies streamed both ways), the cache (hit, miss,
+Cache-Status, purge), Range and conditionals, Lua's req.http_version, many streams on one
+connection and GOAWAY on reload and stop; and a small raw-frame client (hand-written
+frames, HPACK literals without indexing) for RFC 9113 stream errors and hostile clients
+(CONTINUATION flood, rapid reset, header lists past the limit, heads that never end,
+PING floods).
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from umbra_harness import (Origin, Umbra, admin_port, class_context, origin_body,  # noqa: E402
+                           wait_until)
+
+HEADER_TIMEOUT = 1.5
+SLACK = 2.0
+CERT_DIR = None
+STATIC = os.urandom(300000)
+
+# Frame types and error codes (RFC 9113 sections 6 and 7).
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    0x0, 0x1, 0x3, 0x4, 0x6, 0x7, 0x8, 0x9)
+END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
+NO_ERROR, PROTOCOL_ERROR, CANCEL, ENHANCE_YOUR_CALM = 0x0, 0x1, 0x8, 0xb
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def have(tool):
+    return shutil.which(tool) is not None
+
+
+def setUpModule():
+    global CERT_DIR
+    CERT_DIR = tempfile.mkdtemp(prefix="umbra-h2-pki-")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                    os.path.join(CERT_DIR, "k.pem"), "-out", os.path.join(CERT_DIR, "c.pem"),
+                    "-days", "2", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+
+
+def tearDownModule():
+    if CERT_DIR:
+        shutil.rmtree(CERT_DIR, ignore_errors=True)
+
+
+def cert_files():
+    out = {}
+    for name in ("c.pem", "k.pem"):
+        with open(os.path.join(CERT_DIR, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+# listen order: plain (h2 by prior knowledge), TLS (ALPN h2), plain http2 = false,
+# TLS http2 = false.
+LISTEN = """listen = { "127.0.0.1:0", { "127.0.0.1:0", tls = true },
+  { "127.0.0.1:0", http2 = false }, { "127.0.0.1:0", tls = true, http2 = false } }
+tls = { { hosts = { "localhost" }, cert = "c.pem", key = "k.pem" } }
+"""
+
+
+def config(url, http2='{ max_concurrent_streams = 64, initial_window = "64KB", '
+           'max_header_list = "16KB" }', extra="", send=30):
+    return LISTEN + """
+timeouts = { header = %(ht)g, shutdown = 5, send = %(send)g }
+admin = { listen = "127.0.0.1:0" }
+access_log = { path = "access.log" }
+upstreams = { app = { servers = { "%(url)s" }, timeout = 10 } }
+cache = { memory = "64MB", purge = { allow = { "127.0.0.1" } } }
+http2 = %(http2)s
+routes = {
+  { path = "/up/", upstream = "app" },
+  { path = "/nocache/", upstream = "app", cache = false },
+  { path = "/lua", on_request = function(req) return umbra.respond(200, req.http_version) end },
+  { path = "/", root = "www" },
+}
+%(extra)s
+""" % {"ht": HEADER_TIMEOUT, "url": url, "http2": http2, "extra": extra, "send": send}
+
+
+def files():
+    f = cert_files()
+    f["www/index.html"] = b"hello over h2\n"
+    f["www/big.bin"] = STATIC
+    return f
+
+
+# -- curl ------------------------------------------------------------------------------------
+
+class CurlResult:
+    def __init__(self, version, status, headers, body):
+        self.version, self.status, self.headers, self.body = version, status, headers, body
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+
+def curl(url, *args, timeout=30):
+    """Runs curl on url; returns a CurlResult (headers of the final response, lower-case
+    names)."""
+    with tempfile.TemporaryDirectory() as d:
+        hfile, bfile = os.path.join(d, "h"), os.path.join(d, "b")
+        cmd = ["curl", "-s", "-k", "--max-time", str(timeout), "-D", hfile, "-o", bfile,
+               "-w", "%{http_version} %{http_code}"] + list(args) + [url]
+        p = subprocess.run(cmd, capture_output=True, timeout=timeout + 5)
+        version, status = p.stdout.decode().split()
+        headers = {}
+        if os.path.exists(hfile):
+            with open(hfile, "rb") as f:
+                for line in f.read().decode("latin-1").split("\r\n"):
+                    if ":" in line and not line.startswith("HTTP/"):
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                    elif line.startswith("HTTP/"):
+                        headers = {}
+        body = b""
+        if os.path.exists(bfile):
+            with open(bfile, "rb") as f:
+                body = f.read()
+        return CurlResult(version, int(status), headers, body)
+
+
+def h2c(port, path, *args, **kw):
+    return curl("http://127.0.0.1:%d%s" % (port, path), "--http2-prior-knowledge", *args, **kw)
+
+
+def h2s(port, path, *args, **kw):
+    return curl("https://localhost:%d%s" % (port, path), "--http2", "--resolve",
+                "localhost:%d:127.0.0.1" % port, *args, **kw)
+
+
+# -- a raw-frame client ----------------------------------------------------------------------
+
+def hpack_int(value, prefix_bits, first=0):
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first | value])
+    out = [first | limit]
+    value -= limit
+    while value >= 128:
+        out.append(value % 128 + 128)
+        value //= 128
+    out.append(value)
+    return bytes(out)
+
+
+def hpack_literal(name, value):
+    """A field as a literal without indexing, with a new (literal, not Huffman) name."""
+    name, value = name.encode() if isinstance(name, str) else name, \
+        value.encode() if isinstance(value, str) else value
+    return (b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value)
+
+
+def hpack(fields):
+    return b"".join(hpack_literal(n, v) for n, v in fields)
+
+
+def frame(ftype, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + \
+        struct.pack(">I", stream) + payload
+
+
+def request_fields(port, path="/index.html", method="GET", extra=()):
+    return [(":method", method), (":scheme", "http"), (":authority", "127.0.0.1:%d" % port),
+            (":path", path)] + list(extra)
+
+
+class RawH2:
+    """One prior-knowledge HTTP/2 connection with frames written and read by hand."""
+
+    def __init__(self, port, settings=b"", timeout=5):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+        self.eof = False
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def headers(self, stream, fields, end_stream=True, end_headers=True):
+        flags = (END_STREAM if end_stream else 0) | (END_HEADERS if end_headers else 0)
+        self.send(frame(HEADERS, flags, stream, hpack(fields)))
+
+    def read_frame(self, deadline):
+        """The next frame (type, flags, stream, payload), or None at EOF or the deadline."""
+        while True:
+            if len(self.buf) >= 9:
+                n = struct.unpack(">I", b"\x00" + self.buf[:3])[0]
+                if len(self.buf) >= 9 + n:
+                    t, fl = self.buf[3], self.buf[4]
+                    sid = struct.unpack(">I", self.buf[5:9])[0] & 0x7fffffff
+                    payload = self.buf[9:9 + n]
+                    self.buf = self.buf[9 + n:]
+                    if t == SETTINGS and not fl & ACK:
+                        try:
+                            self.send(frame(SETTINGS, ACK, 0))
+                        except OSError:
+                            pass
+                    return t, fl, sid, payload
+            left = deadline - time.monotonic()
+            if left <= 0 or self.eof:
+                return None
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                return None
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            if not data:
+                self.eof = True
+            self.buf += data
+
+    def until(self, pred, timeout=5):
+        """Frames read until pred(frame) is true: (frames, the matching frame or None)."""
+        deadline = time.monotonic() + timeout
+        seen = []
+        while True:
+            f = self.read_frame(deadline)
+            if f is None:
+                return seen, None
+            seen.append(f)
+            if pred(f):
+                return seen, f
+
+    def wait_closed(self, timeout):
+        deadline = time.monotonic() + timeout
+        while self.read_frame(deadline) is not None:
+            pass
+        return self.eof
+
+
+def rst_code(f):
+    return struct.unpack(">I", f[3][:4])[0]
+
+
+def goaway(f):
+    """(last stream id, error code) of a GOAWAY frame."""
+    return struct.unpack(">I", f[3][:4])[0] & 0x7fffffff, struct.unpack(">I", f[3][4:8])[0]
+
+
+def stream_done(frames, sid):
+    """Whether frames hold the end of stream sid's response (END_STREAM on HEADERS/DATA)."""
+    return any(f[2] == sid and f[0] in (HEADERS, DATA) and f[1] & END_STREAM for f in frames)
+
+
+def data_bytes(frames, sid):
+    return sum(len(f[3]) for f in frames if f[0] == DATA and f[2] == sid)
+
+
+# -- the tests -------------------------------------------------------------------------------
+
+class H2Test(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url), files=files()))
+        cls.plain, cls.tls, cls.plain_h1, cls.tls_h1 = cls.umbra.ports[:4]
+
+    def seen(self, target):
+        return len([r for r in self.origin.records() if r[1] == target])
+
+    # -- where HTTP/2 is spoken --------------------------------------------------------------
+
+    def test_static_prior_knowledge(self):
+        r = h2c(self.plain, "/index.html")
+        self.assertEqual((r.version, r.status), ("2", 200))
+        self.assertEqual(r.body, b"hello over h2\n")
+        self.assertEqual(r.header("content-length"), "14")
+        self.assertTrue(r.header("date"))
+        for hop in ("connection", "keep-alive", "transfer-encoding"):
+            self.assertIsNone(r.header(hop))
+        r = h2c(self.plain, "/big.bin")
+        self.assertEqual(r.body, STATIC)
+
+    def test_tls_alpn_offers_h2(self):
+        r = h2s(self.tls, "/big.bin")
+        self.assertEqual((r.version, r.status), ("2", 200))
+        self.assertEqual(r.body, STATIC)
+
+    def test_http2_false_listeners_speak_http1_only(self):
+        r = h2s(self.tls_h1, "/index.html")
+        self.assertEqual((r.version, r.status), ("1.1", 200))
+        with socket.create_connection(("127.0.0.1", self.plain_h1), timeout=5) as s:
+            s.sendall(PREFACE + frame(SETTINGS, 0, 0))
+            data = s.recv(4096)
+        self.assertTrue(data.startswith(b"HTTP/1.1 "), data)
+        # HTTP/1.1 still works on the listeners that speak both.
+        r = curl("http://127.0.0.1:%d/index.html" % self.plain, "--http1.1")
+        self.assertEqual((r.version, r.status), ("1.1", 200))
+
+    def test_lua_sees_http_version(self):
+        self.assertEqual(h2c(self.plain, "/lua").body, b"2")
+        self.assertEqual(h2s(self.tls, "/lua").body, b"2")
+        self.assertEqual(curl("http://127.0.0.1:%d/lua" % self.plain).body, b"1.1")
+
+    # -- the exchange over HTTP/2 -----------------------------------------------------------
+
+    def test_upstream_post_body_streams_past_the_window(self):
+        body = os.urandom(3 << 20)  # 48 times the 64 KB stream window
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(body)
+            f.flush()
+            for run in (h2c, h2s):
+                r = run(self.plain if run is h2c else self.tls, "/nocache/post?echo=1",
+                        "--data-binary", "@" + f.name)
+                self.assertEqual((r.version, r.status), ("2", 200))
+                self.assertEqual(r.header("x-echo-body-length"), str(len(body)))
+                self.assertEqual(r.header("x-echo-body-sha256"), hashlib.sha256(body).hexdigest())
+
+    def test_upstream_sees_host_and_via(self):
+        r = h2c(self.plain, "/nocache/head?echo=head", "-H", "X-Test: yes")
+        head = r.body.decode("latin-1")
+        self.assertIn("Host: 127.0.0.1:%d" % self.plain, head.replace("host:", "Host:"))
+        self.assertRegex(head, r"(?i)via: 2 umbra")
+        self.assertRegex(head, r"(?i)x-test: yes")
+
+    def test_cookie_crumbs_are_joined_for_the_origin(self):
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/nocache/cookie?echo=head",
+                                        extra=[("cookie", "a=1"), ("x-mid", "m"),
+                                               ("cookie", "b=2"), ("cookie", "c=3")]))
+            frames, f = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM)
+            self.assertIsNotNone(f)
+        head = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1).decode("latin-1")
+        self.assertEqual(re.findall(r"(?im)^cookie: (.*?)\r$", head), ["a=1; b=2; c=3"], head)
+        self.assertRegex(head, r"(?im)^x-mid: m\r$")
+
+    def test_early_answer_resets_the_upload_with_no_error(self):
+        # Answered before its body ended (a hook answers at once): the full response,
+        # then RST_STREAM NO_ERROR so that the client stops sending (RFC 9113 8.1).
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/lua", "POST"), end_stream=False)
+            c.send(frame(DATA, 0, 1, b"x" * 1000))
+            frames, f = c.until(lambda f: f[2] == 1 and f[0] == RST_STREAM)
+            self.assertIsNotNone(f, frames)
+            self.assertEqual(rst_code(f), NO_ERROR)
+            self.assertTrue(stream_done(frames, 1), frames)
+            # The connection goes on.
+            c.headers(3, request_fields(self.plain))
+            _, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
+            self.assertIsNotNone(f)
+
+    def test_expect_100_continue(self):
+        # An interim HEADERS (the 100) comes before any body is sent; then the response.
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/nocache/cont?echo=1", "POST",
+                                        [("expect", "100-continue"), ("content-length", "5")]),
+                      end_stream=False)
+            frames, f = c.until(lambda f: f[2] == 1 and f[0] == HEADERS, timeout=5)
+            self.assertIsNotNone(f, frames)
+            self.assertFalse(f[1] & END_STREAM)
+            c.send(frame(DATA, END_STREAM, 1, b"hello"))
+            frames, f = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM)
+            self.assertIsNotNone(f, frames)
+            self.assertEqual(len([f for f in frames if f[0] == HEADERS and f[2] == 1]), 1)
+            self.assertTrue(b"".join(f[3] for f in frames if f[0] == DATA).endswith(b"hello"))
+
+    def test_interim_responses_reach_http2_clients(self):
+        # 1xx from the origin (and Early Hints from a hook) are HEADERS frames of their own
+        # before the response's, as over HTTP/1.1 (i17's send_info, conn_h2.c).
+        link = "</h2.css>; rel=preload"
+        target = ("/nocache/info?info=102&info=103&infoh=" +
+                  urllib.parse.quote("Link: " + link))
+        for port, scheme, flag in ((self.plain, "http", "--http2-prior-knowledge"),
+                                   (self.tls, "https", "--http2")):
+            with tempfile.TemporaryDirectory() as d:
+                hfile = os.path.join(d, "h")
+                p = subprocess.run(
+                    ["curl", "-s", "-k", "--max-time", "20", flag, "-D", hfile, "-o", os.devnull,
+                     "--resolve", "localhost:%d:127.0.0.1" % port,
+                     "%s://localhost:%d%s" % (scheme, port, target)],
+                    capture_output=True, timeout=30)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                with open(hfile, "rb") as f:
+                    text = f.read().decode("latin-1")
+            statuses = re.findall(r"^HTTP/2 (\d+)", text, re.M)
+            self.assertEqual(statuses, ["102", "103", "200"], text)
+            hints = text.split("HTTP/2 103")[1].split("HTTP/2 200")[0]
+            self.assertIn("link: " + link, hints.lower(), text)
+
+    def test_large_response_through_small_windows(self):
+        n = 6 << 20
+        r = h2c(self.plain, "/nocache/big?size=%d" % n, "--limit-rate", "8M")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(len(r.body), n)
+        self.assertEqual(r.body, origin_body(n))
+
+    def test_cache_miss_hit_and_purge(self):
+        t = "/up/cached?cc=max-age%3D60&size=100000"
+        r1 = h2c(self.plain, t)
+        self.assertIn("fwd=uri-miss", r1.header("cache-status"))
+        r2 = h2c(self.plain, t)
+        self.assertEqual(r2.version, "2")
+        self.assertRegex(r2.header("cache-status"), r"umbra; hit")
+        self.assertEqual(r2.body, origin_body(100000))
+        self.assertEqual(self.seen(t), 1)
+        self.assertEqual(h2c(self.plain, t, "-X", "PURGE").status, 200)
+        r3 = h2c(self.plain, t)
+        self.assertNotRegex(r3.header("cache-status"), r"; hit")
+        self.assertEqual(self.seen(t), 2)
+
+    def test_range_and_conditionals(self):
+        r = h2c(self.plain, "/big.bin", "-r", "1000-1999")
+        self.assertEqual(r.status, 206)
+        self.assertEqual(r.body, STATIC[1000:2000])
+        etag = h2c(self.plain, "/big.bin", "-I").header("etag")
+        self.assertTrue(etag)
+        r = h2c(self.plain, "/big.bin", "-H", "If-None-Match: " + etag)
+        self.assertEqual((r.status, r.body), (304, b""))
+
+    def test_head_request(self):
+        r = h2c(self.plain, "/big.bin", "-I")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("content-length"), str(len(STATIC)))
+
+    @unittest.skipUnless(have("h2load"), "h2load (nghttp2-client) not installed")
+    def test_many_streams_on_few_connections(self):
+        for scheme, port, path in (("http", self.plain, "/index.html"),
+                                   ("http", self.plain, "/nocache/many?size=3000"),
+                                   ("https", self.tls, "/nocache/many-tls?size=3000")):
+            before = self.seen(path)
+            p = subprocess.run(["h2load", "-n", "400", "-c", "2", "-m", "64",
+                                "%s://127.0.0.1:%d%s" % (scheme, port, path)],
+                               capture_output=True, timeout=60)
+            out = p.stdout.decode()
+            self.assertIn("400 succeeded, 0 failed", out, out)
+            self.assertIn("400 2xx", out, out)
+            if path.startswith("/nocache"):
+                self.assertEqual(self.seen(path) - before, 400)
+
+    @unittest.skipUnless(have("nghttp"), "nghttp (nghttp2-client) not installed")
+    def test_nghttp_client(self):
+        p = subprocess.run(["nghttp", "-nv", "http://127.0.0.1:%d/index.html" % self.plain,
+                            "http://127.0.0.1:%d/nocache/ng?size=20000" % self.plain],
+                           capture_output=True, timeout=30)
+        out = p.stdout.decode()
+        self.assertEqual(p.returncode, 0, out)
+        self.assertEqual(len(re.findall(r":status: 200", out)), 2, out)
+
+    def test_metrics_and_access_log_say_http2(self):
+        h2c(self.plain, "/index.html?logged-h2")
+        body = curl("http://127.0.0.1:%d/metrics" % admin_port(self.umbra)).body.decode()
+        m = re.search(r"^umbra_http2_streams_total (\d+)", body, re.M)
+        self.assertTrue(m and int(m.group(1)) > 0, body)
+        m = re.search(r"^umbra_http2_connections_total (\d+)", body, re.M)
+        self.assertTrue(m and int(m.group(1)) > 0, body)
+        log = self.umbra.path("access.log")
+
+        def logged():
+            if not os.path.exists(log):
+                return False
+            with open(log, errors="replace") as f:
+                return "GET /index.html?logged-h2 HTTP/2.0" in f.read()
+        self.assertTrue(wait_until(logged, timeout=5))
+
+    # -- RFC 9113 stream errors --------------------------------------------------------------
+
+    def assertStreamError(self, fields, code=PROTOCOL_ERROR):
+        with RawH2(self.plain) as c:
+            c.headers(1, fields)
+            _, f = c.until(lambda f: f[2] == 1 and f[0] in (RST_STREAM, HEADERS, GOAWAY))
+            self.assertIsNotNone(f, "no answer on stream 1")
+            self.assertEqual(f[0], RST_STREAM, f)
+            self.assertEqual(rst_code(f), code)
+            # A stream error, not a connection error: the next stream is answered.
+            c.headers(3, request_fields(self.plain))
+            frames, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
+            self.assertIsNotNone(f, frames)
+
+    def test_uppercase_field_name_is_a_stream_error(self):
+        self.assertStreamError(request_fields(self.plain, extra=[("X-Upper", "1")]))
+
+    def test_connection_specific_fields_are_stream_errors(self):
+        for field in (("connection", "keep-alive"), ("transfer-encoding", "chunked"),
+                      ("keep-alive", "5"), ("te", "gzip")):
+            with self.subTest(field=field):
+                self.assertStreamError(request_fields(self.plain, extra=[field]))
+
+    def test_pseudo_field_rules(self):
+        p = self.plain
+        cases = {
+            "no :path": [f for f in request_fields(p) if f[0] != ":path"],
+            "no :method": [f for f in request_fields(p) if f[0] != ":method"],
+            "twice :path": request_fields(p) + [(":path", "/x")],
+            "pseudo after regular": [(":method", "GET"), ("accept", "*/*"), (":scheme", "http"),
+                                     (":path", "/"), (":authority", "x")],
+            "unknown pseudo": request_fields(p, extra=[(":protocol", "x")]),
+            "response pseudo": request_fields(p) + [(":status", "200")],
+            "empty :path": [(":method", "GET"), (":scheme", "http"), (":authority", "x"),
+                            (":path", "")],
+        }
+        for name, fields in cases.items():
+            with self.subTest(case=name):
+                self.assertStreamError(fields)
+
+    def test_streams_past_max_concurrent_streams_are_refused(self):
+        # max_concurrent_streams = 64: of 70 streams opened at once (before the client
+        # acknowledged the server's SETTINGS), 6 are refused with REFUSED_STREAM (RFC 9113
+        # 5.1.2, 8.7: safe to retry) and 64 are answered.
+        with RawH2(self.plain) as c:
+            ids = [1 + 2 * i for i in range(70)]
+            c.send(b"".join(frame(HEADERS, END_STREAM | END_HEADERS, sid, hpack(
+                request_fields(self.plain, "/nocache/conc?delay=300&n=%d" % sid))) for sid in ids))
+            done, refused = set(), set()
+
+            def progress(f):
+                if f[0] == RST_STREAM:
+                    self.assertEqual(rst_code(f), 0x7)
+                    refused.add(f[2])
+                elif f[0] in (HEADERS, DATA) and f[1] & END_STREAM:
+                    done.add(f[2])
+                return len(done) + len(refused) == 70
+            _, f = c.until(progress, timeout=15)
+            self.assertIsNotNone(f, (len(done), len(refused)))
+            self.assertEqual((len(done), len(refused)), (64, 6))
+
+    def test_streams_past_acknowledged_limit_end_the_connection(self):
+        # Once the client acknowledged SETTINGS_MAX_CONCURRENT_STREAMS, going past it is a
+        # connection error (nghttp2's choice, RFC 9113 5.1.2): GOAWAY, then the close.
+        with RawH2(self.plain) as c:
+            c.until(lambda f: f[0] == SETTINGS and f[1] & ACK)
+            c.send(b"".join(frame(HEADERS, END_STREAM | END_HEADERS, 1 + 2 * i, hpack(
+                request_fields(self.plain, "/nocache/conc2?delay=2000&n=%d" % i)))
+                for i in range(70)))
+            _, f = c.until(lambda f: f[0] == GOAWAY, timeout=5)
+            self.assertIsNotNone(f)
+            self.assertEqual(goaway(f), (127, PROTOCOL_ERROR))
+            self.assertTrue(c.wait_closed(5))
+        # The upstream work of the 64 streams it had begun is cancelled.
+        self.assertTrue(wait_until(lambda: self.origin_active() == 0, timeout=5),
+                        self.origin_stats())
+
+    def test_host_must_agree_with_authority(self):
+        # (curl turns a Host header into :authority: raw frames say both.)
+        def body(extra):
+            with RawH2(self.plain) as c:
+                c.headers(1, request_fields(self.plain, extra=extra))
+                frames, f = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM)
+                self.assertIsNotNone(f)
+                return b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1)
+        self.assertEqual(body([("host", "elsewhere.test")]), b"400 Bad Request\n")
+        self.assertEqual(body([("host", "127.0.0.1:%d" % self.plain)]), b"hello over h2\n")
+
+    def test_header_list_past_the_limit_gets_431(self):
+        r = h2c(self.plain, "/index.html", "-H", "X-Big: " + "a" * 20000)
+        self.assertEqual((r.version, r.status), ("2", 431))
+        # The connection's other streams are not affected.
+        self.assertEqual(h2c(self.plain, "/index.html").status, 200)
+
+    # -- hostile clients ---------------------------------------------------------------------
+
+    def test_continuation_flood_gets_goaway(self):
+        with RawH2(self.plain) as c:
+            fields = hpack(request_fields(self.plain))
+            c.send(frame(HEADERS, 0, 1, fields))
+            flood = b"".join(frame(CONTINUATION, 0, 1, b"") for _ in range(200))
+            try:
+                c.send(flood)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            _, f = c.until(lambda f: f[0] == GOAWAY, timeout=5)
+            self.assertIsNotNone(f, "no GOAWAY")
+            self.assertEqual(goaway(f)[1], ENHANCE_YOUR_CALM)
+            self.assertTrue(c.wait_closed(5))
+
+    def test_rapid_reset_gets_goaway(self):
+        with RawH2(self.plain) as c:
+            out = b""
+            for i in range(600):
+                sid = 1 + 2 * i
+                out += frame(HEADERS, END_STREAM | END_HEADERS, sid,
+                             hpack(request_fields(self.plain, "/nocache/rr?delay=3000")))
+                out += frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL))
+            try:
+                c.send(out)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            _, f = c.until(lambda f: f[0] == GOAWAY, timeout=10)
+            self.assertIsNotNone(f, "no GOAWAY")
+            self.assertEqual(goaway(f)[1], ENHANCE_YOUR_CALM)
+            self.assertTrue(c.wait_closed(5))
+        # The upstream work those streams began is cancelled, not left running.
+        self.assertTrue(wait_until(lambda: self.origin_active() == 0, timeout=5),
+                        self.origin_stats())
+        self.assertEqual(h2c(self.plain, "/index.html").status, 200)
+
+    def origin_stats(self):
+        return self.origin._control("/__stats")
+
+    def origin_active(self):
+        m = re.search(r"active\D*(\d+)", self.origin_stats())
+        return int(m.group(1)) if m else -1
+
+    def test_reset_stream_cancels_its_upstream_request(self):
+        with RawH2(self.plain) as c:
+            for sid in (1, 3, 5):
+                c.headers(sid, request_fields(self.plain, "/nocache/cancel?delay=5000&n=%d" % sid))
+            self.assertTrue(wait_until(lambda: self.origin_active() >= 3, timeout=5),
+                            self.origin_stats())
+            for sid in (1, 3, 5):
+                c.send(frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL)))
+            self.assertTrue(wait_until(lambda: self.origin_active() == 0, timeout=3),
+                            self.origin_stats())
+            # The connection carries on.
+            c.headers(7, request_fields(self.plain))
+            _, f = c.until(lambda f: f[2] == 7 and f[1] & END_STREAM)
+            self.assertIsNotNone(f)
+
+    def test_rst_stream_keeps_the_frame_scan_in_step(self):
+        # Bug: a received RST_STREAM set the CONTINUATION counter's scan back to "skip the
+        # 24-byte client preface", so it read the client's next bytes out of step with
+        # their frames. A legal SETTINGS frame whose payload, read 24 bytes in, looks like
+        # ten empty CONTINUATION frame headers then got GOAWAY ENHANCE_YOUR_CALM.
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/nocache/scan?delay=2000"))
+            c.send(frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)))
+            time.sleep(0.3)  # the reset is read alone: the next bytes come in a read of their own
+            fake = b"\x00\x00\x00" + bytes([CONTINUATION]) + b"\x00" * 5
+            payload = bytearray(18 * 6)  # 18 entries; unknown identifiers are ignored
+            pos = 24 - 9  # the scan's wrong start, in the payload
+            for _ in range(10):
+                payload[pos:pos + 9] = fake
+                pos += 9
+            c.send(frame(SETTINGS, 0, 0, bytes(payload)))
+            c.headers(3, request_fields(self.plain))
+            frames, f = c.until(lambda f: f[0] == GOAWAY or (f[2] == 3 and f[1] & END_STREAM))
+            self.assertIsNotNone(f, frames)
+            self.assertNotEqual(f[0], GOAWAY, "GOAWAY %r" % (goaway(f),) if f[0] == GOAWAY else "")
+
+    def test_head_that_never_ends_times_out(self):
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain), end_headers=False)
+            start = time.monotonic()
+            self.assertTrue(c.wait_closed(HEADER_TIMEOUT + SLACK + 1))
+            self.assertLess(time.monotonic() - start, HEADER_TIMEOUT + SLACK)
+
+    def test_silent_connection_times_out(self):
+        with socket.create_connection(("127.0.0.1", self.plain), timeout=10) as s:
+            s.sendall(PREFACE[:10])
+            start = time.monotonic()
+            s.settimeout(HEADER_TIMEOUT + SLACK + 1)
+            try:
+                while s.recv(4096):
+                    pass
+            except (socket.timeout, ConnectionResetError):
+                self.fail("not closed")
+            self.assertLess(time.monotonic() - start, HEADER_TIMEOUT + SLACK)
+
+    def test_ping_and_settings_floods_get_goaway(self):
+        # A client that sends PINGs (or SETTINGS) and never reads the ACKs: once more than
+        # nghttp2's outbound ACK limit wait, GOAWAY ENHANCE_YOUR_CALM, and the server
+        # serves everyone else meanwhile.
+        for name, one in (("PING", frame(PING, 0, 0, b"12345678")),
+                          ("SETTINGS", frame(SETTINGS, 0, 0))):
+            with self.subTest(flood=name), RawH2(self.plain) as c:
+                c.sock.settimeout(2)
+                try:
+                    for _ in range(20):
+                        c.send(one * 1000)
+                except (socket.timeout, BrokenPipeError, ConnectionResetError):
+                    pass
+                _, f = c.until(lambda f: f[0] == GOAWAY, timeout=10)
+                self.assertIsNotNone(f, "no GOAWAY")
+                self.assertEqual(goaway(f)[1], ENHANCE_YOUR_CALM)
+                self.assertEqual(h2c(self.plain, "/index.html").status, 200)
+
+    def test_bad_preface_closes(self):
+        with socket.create_connection(("127.0.0.1", self.plain), timeout=5) as s:
+            s.sendall(PREFACE + b"\x00\x00\x04\x07\x00\x00\x00\x00\x00garbage-frames-here")
+            s.settimeout(5)
+            data = b""
+            try:
+                while True:
+                    d = s.recv(4096)
+                    if not d:
+                        break
+                    data += d
+            except ConnectionResetError:
+                pass
+        self.assertTrue(self.umbra.alive())
+
+
+class H2GoawayTest(unittest.TestCase):
+    """Reload and stop: GOAWAY, and the streams in flight finish."""
+
+    def test_goaway_on_reload_lets_streams_finish(self):
+        with Origin() as o, Umbra(config(o.url), files=files()) as u:
+            with RawH2(u.ports[0]) as c:
+                c.headers(1, request_fields(u.ports[0], "/nocache/slow?delay=1000&size=50000"))
+                wait_until(lambda: len(o.records()) >= 1, timeout=5)
+                os.kill(u.proc.pid, signal.SIGHUP)
+                frames, f = c.until(lambda f: f[0] == GOAWAY, timeout=5)
+                self.assertIsNotNone(f, "no GOAWAY after the reload")
+                self.assertEqual(goaway(f), (1, NO_ERROR))
+                frames2, _ = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM, timeout=5)
+                frames += frames2
+                self.assertTrue(stream_done(frames, 1), frames)
+                self.assertEqual(data_bytes(frames, 1), 50000)
+                self.assertTrue(c.wait_closed(5))
+            # New connections are served by the new configuration.
+            self.assertEqual(h2c(u.ports[0], "/index.html").status, 200)
+
+    def test_goaway_on_stop_lets_streams_finish(self):
+        with Origin() as o, Umbra(config(o.url), files=files()) as u:
+            with RawH2(u.ports[0]) as c:
+                c.headers(1, request_fields(u.ports[0], "/nocache/slow?delay=1000&size=30000"))
+                wait_until(lambda: len(o.records()) >= 1, timeout=5)
+                os.kill(u.proc.pid, signal.SIGTERM)
+                frames, f = c.until(lambda f: f[0] == GOAWAY, timeout=5)
+                self.assertIsNotNone(f, "no GOAWAY on stop")
+                self.assertEqual(goaway(f)[1], NO_ERROR)
+                frames2, _ = c.until(lambda f: f[2] == 1 and f[1] & END_STREAM, timeout=5)
+                self.assertTrue(stream_done(frames + frames2, 1))
+                self.assertEqual(data_bytes(frames + frames2, 1), 30000)
+            self.assertEqual(u.proc.wait(10), 0, u.log())
+
+
+ROUTES = 'routes = { { path = "/", root = "www" } }\n'
+
+
+class H2SendTimeoutTest(unittest.TestCase):
+    def test_window_never_opened_hits_the_send_timeout(self):
+        # SETTINGS_INITIAL_WINDOW_SIZE = 0 and never a WINDOW_UPDATE: the response cannot
+        # move, and the send timeout ends the connection (and cancels the origin).
+        with Origin() as o, Umbra(config(o.url, send=1), files=files()) as u:
+            with RawH2(u.ports[0], settings=struct.pack(">HI", 0x4, 0)) as c:
+                c.headers(1, request_fields(u.ports[0], "/nocache/stuck?size=5000000"))
+                start = time.monotonic()
+                self.assertTrue(c.wait_closed(1 + SLACK + 2))
+                self.assertLess(time.monotonic() - start, 1 + SLACK + 1)
+            self.assertEqual(h2c(u.ports[0], "/index.html").status, 200)
+
+
+class H2ConfigTest(unittest.TestCase):
+    def test_bad_settings_name_file_and_line(self):
+        cases = [
+            ('http2 = { max_concurrent_streams = 0 }', "http2.max_concurrent_streams"),
+            ('http2 = { initial_window = "1KB" }', "http2.initial_window"),
+            ('http2 = { max_header_list = "1GB" }', "http2.max_header_list"),
+            ('http2 = { streams = 5 }', "http2"),
+            ('http2 = true', "http2"),
+            ('listen = { { "127.0.0.1:0", http2 = "yes" } }', "listen.1.http2"),
+        ]
+        for text, what in cases:
+            with self.subTest(text=text):
+                with Umbra("\n\n" + text + "\n" + ROUTES, files={"www/x": "x"},
+                           expect_fail=True) as u:
+                    self.assertNotEqual(u.returncode, 0)
+                    self.assertRegex(u.log(), r"config\.lua:5: .*%s" % re.escape(what))
+
+    def test_settings_are_announced(self):
+        with Umbra('http2 = { max_concurrent_streams = 7, initial_window = "100KB", '
+                   'max_header_list = "20KB" }\n' + ROUTES, files={"www/x": "x"}) as u:
+            with RawH2(u.port) as c:
+                _, f = c.until(lambda f: f[0] == SETTINGS and not f[1] & ACK)
+                self.assertIsNotNone(f)
+                got = {}
+                for i in range(0, len(f[3]), 6):
+                    k, v = struct.unpack(">HI", f[3][i:i + 6])
+                    got[k] = v
+                self.assertEqual(got.get(0x3), 7)
+                self.assertEqual(got.get(0x4), 100 * 1024)
+                self.assertEqual(got.get(0x6), 20 * 1024)
+
+
+if __name__ == "__main__":
+    unittest.main()
