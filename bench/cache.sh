@@ -68,8 +68,11 @@ if bench_uses umbra; then
     need cc pkg-config
     ensure_store_libs
     SIM_BIN=$BENCH_TMP/sieve_vs_lru
+    # The headers want the version CMake defines (project VERSION in CMakeLists.txt).
+    sim_version=$(sed -n 's/^project(umbra VERSION \([0-9.]*\).*/\1/p' "$BENCH_ROOT/CMakeLists.txt")
+    [[ -n $sim_version ]] || die "no project(umbra VERSION ...) in CMakeLists.txt"
     # shellcheck disable=SC2046
-    cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$BENCH_ROOT/include" \
+    cc -O2 -std=c11 -D_GNU_SOURCE -DUMBRA_VERSION="\"$sim_version\"" -Wall -Wextra -I"$BENCH_ROOT/include" \
         -o "$SIM_BIN" "$BENCH_DIR/sieve_vs_lru.c" "${STORE_LIBS[@]}" \
         $(pkg-config --libs luajit) -lpthread -lm >"$BENCH_TMP/sim-build.log" 2>&1 || {
         cat "$BENCH_TMP/sim-build.log" >&2

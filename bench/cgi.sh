@@ -67,7 +67,9 @@ ScriptAlias /cgi-bin/ $cgidir/
     Require all granted
 </Directory>
 EOF
-    bench_start apache "$dir/stderr.log" apache2 -f "$dir/httpd.conf" -DFOREGROUND
+    # In a session of its own: prefork's parent signals its whole process group when it
+    # stops, which would otherwise be bench/run's and end the run with it.
+    bench_start apache "$dir/stderr.log" setsid apache2 -f "$dir/httpd.conf" -DFOREGROUND
     APACHE_PID=$BENCH_LAST_PID
     wait_port apache "$APACHE_PID" "$APACHE_PORT" "$dir/error.log"
 }
