@@ -989,7 +989,8 @@ end } }
 
     def test_loader_memory_cap_names_file_and_line(self):
         body = '\nlocal s = "x"\nfor i = 1, 40 do s = s .. s end\nroutes = {}\n'
-        with Umbra(body, expect_fail=True) as u:
+        # Growing a string to 1 GB takes seconds: more under a sanitizer (TSan: past 10 s).
+        with Umbra(body, expect_fail=True, start_timeout=120.0) as u:
             self.assertNotEqual(u.returncode, 0)
             self.assertRegex(u.log(), r"config\.lua:5: Lua memory limit of 1024MB exceeded "
                                       r"\(the config loader's cap\)")
