@@ -24,6 +24,15 @@ struct um_origin *um_static_origin_create(const struct um_route *route,
  * Returns UM_OK with out NUL-terminated, *outlen set and *flags set. */
 int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsigned *flags);
 
+/* openat2 of path below dirfd with flags (O_CLOEXEC added; openat2 refuses other flags
+ * beside O_PATH), confined to it:
+ * no "..", absolute path or symlink may lead outside (RESOLVE_BENEATH, no magic links).
+ * For the origins that serve from a directory (static, cgi). */
+int um_static_open_beneath(int dirfd, const char *path, int flags);
+/* The status an open's errno gives a client: 404 (missing), 403 (outside, symlink loop,
+ * permissions), else 500. */
+int um_static_errno_status(int err);
+
 /* MIME type for a file name, by its extension (case-insensitive): overrides first, then
  * the built-in table; "application/octet-stream" when unknown. Returns a string that
  * lives as long as the overrides (built-in ones are static). */

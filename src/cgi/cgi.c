@@ -34,7 +34,6 @@
  * nothing touches the origin afterwards. */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -138,31 +137,6 @@ struct worker_cgi {
 
 /* ---------------------------------------------------------------- small helpers */
 
-static int open_beneath(int dirfd, const char *path, int flags)
-{
-    struct open_how how = {
-        .flags = (uint64_t)(flags | O_CLOEXEC),
-        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
-    };
-    return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-}
-
-static int errno_status(int err)
-{
-    switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-    case ENAMETOOLONG:
-        return 404;
-    case EXDEV: /* would leave the directory */
-    case ELOOP:
-    case EACCES:
-    case EPERM:
-        return 403;
-    default:
-        return 500;
-    }
-}
 
 static const char *status_text(int status)
 {
@@ -469,9 +443,9 @@ static int find_script(struct cgi_origin *o, const char *rel, size_t rel_len, bo
             i++;
         char save = sc->rel[i];
         sc->rel[i] = '\0';
-        int fd = open_beneath(o->root_fd, sc->rel, O_PATH);
+        int fd = um_static_open_beneath(o->root_fd, sc->rel, O_PATH);
         if (fd < 0)
-            return errno_status(errno);
+            return um_static_errno_status(errno);
         struct stat st;
         int r = fstat(fd, &st);
         close(fd);

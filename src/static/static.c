@@ -25,16 +25,16 @@ struct static_origin {
     char *index; /* NULL: no index file */
 };
 
-static int open_beneath(int dirfd, const char *path)
+int um_static_open_beneath(int dirfd, const char *path, int flags)
 {
     struct open_how how = {
-        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
+        .flags = (uint64_t)(flags | O_CLOEXEC),
         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
     };
     return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 
-static int errno_status(int err)
+int um_static_errno_status(int err)
 {
     switch (err) {
     case ENOENT:
@@ -135,9 +135,9 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
         return;
     }
     bool want_dir = req->path.len > 0 && req->path.base[req->path.len - 1] == '/';
-    int fd = open_beneath(o->root_fd, rel_len ? rel : ".");
+    int fd = um_static_open_beneath(o->root_fd, rel_len ? rel : ".", O_RDONLY | O_NOCTTY);
     if (fd < 0) {
-        respond_error(sink, errno_status(errno));
+        respond_error(sink, um_static_errno_status(errno));
         return;
     }
     struct stat st;
@@ -163,12 +163,12 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
                     rel[rel_len++] = '/';
                 memcpy(rel + rel_len, o->index, ilen + 1);
                 rel_len += ilen;
-                ifd = open_beneath(o->root_fd, rel);
+                ifd = um_static_open_beneath(o->root_fd, rel, O_RDONLY | O_NOCTTY);
                 err = errno;
             }
         }
         if (ifd < 0) {
-            respond_error(sink, o->index && err != ENOENT ? errno_status(err) : 403);
+            respond_error(sink, o->index && err != ENOENT ? um_static_errno_status(err) : 403);
             return;
         }
         fd = ifd;
