@@ -3,7 +3,8 @@
 # Usage: third_party/install.sh [--bench]
 set -eu
 pkgs="build-essential cmake pkg-config libluajit-5.1-dev libcurl4-openssl-dev libssl-dev
-libnghttp2-dev libcmocka-dev python3 curl openssl nghttp2-client clang prometheus chromium"
+libnghttp2-dev zlib1g-dev libbrotli-dev libzstd-dev libhiredis-dev libcmocka-dev python3 curl
+openssl nghttp2-client clang prometheus chromium brotli zstd redis-server"
 if [ "${1:-}" = "--bench" ]; then
     pkgs="$pkgs wrk apache2-utils apache2 nginx-light varnish"
 fi
