@@ -190,12 +190,14 @@ void um_cache_obj_unref(struct um_cache_obj *o)
 /* ---- The index ------------------------------------------------------------------------- */
 
 /* Under the shard lock. Doubles the table when memory allows (without evicting: we hold a
- * shard lock); a table that cannot grow just has longer chains. Keeps chain order. */
-static void shard_grow(struct um_cache *c, struct shard *sh)
+ * shard lock); a table that cannot grow just has longer chains. Keeps chain order. Returns
+ * whether it charged memory: the caller then wakes the cleaner past the high-water mark,
+ * once the shard lock is released (the cleaner's lock is taken with no store lock held). */
+static bool shard_grow(struct um_cache *c, struct shard *sh)
 {
     size_t oldn = sh->mask + 1, n = oldn * 2;
     size_t acct = um_cache_alloc_size(n * sizeof(struct um_cache_obj *));
-    if (!try_charge(c, acct)) return;
+    if (!try_charge(c, acct)) return false;
     struct um_cache_obj **nb = um_calloc(n, sizeof(*nb));
     for (size_t i = 0; i < oldn; i++) {
         struct um_cache_obj **tail[2] = {&nb[i], &nb[i + oldn]};
@@ -212,6 +214,13 @@ static void shard_grow(struct um_cache *c, struct shard *sh)
     sh->buckets = nb;
     sh->mask = n - 1;
     sh->acct = acct;
+    return true;
+}
+
+/* With no store lock held: what um__store_charge does after a charge, for the index's own. */
+static void kick_if_high(struct um_cache *c)
+{
+    if (atomic_load_explicit(&c->used, memory_order_relaxed) > c->high) um__store_kick_cleaner(c);
 }
 
 /* Under the shard lock: the newest linked, not aborted object with this key that match
@@ -229,10 +238,11 @@ static struct um_cache_obj *shard_find(struct shard *sh, um_str key, uint64_t ha
     return NULL;
 }
 
-/* Under the shard lock: links o at the front of its chain; the index takes a reference. */
-static void shard_add(struct um_cache *c, struct shard *sh, struct um_cache_obj *o)
+/* Under the shard lock: links o at the front of its chain; the index takes a reference.
+ * Returns whether the table grew (see shard_grow). */
+static bool shard_add(struct um_cache *c, struct shard *sh, struct um_cache_obj *o)
 {
-    if (sh->count > sh->mask) shard_grow(c, sh);
+    bool grew = sh->count > sh->mask && shard_grow(c, sh);
     struct um_cache_obj **b = &sh->buckets[o->hash & sh->mask];
     o->h_next = *b;
     *b = o;
@@ -240,6 +250,7 @@ static void shard_add(struct um_cache *c, struct shard *sh, struct um_cache_obj 
     atomic_fetch_add_explicit(&o->refcnt, 1, memory_order_relaxed);
     atomic_store_explicit(&o->linked, true, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->nlinked, 1, memory_order_relaxed);
+    return grew;
 }
 
 /* Under the shard lock: takes *pp (a linked object) out of its chain. The index's
@@ -448,8 +459,9 @@ enum um_cache_result um_cache_lookup_or_insert(struct um_cache *c, um_str key,
         *out = o;
         return UM_CACHE_FOUND;
     }
-    shard_add(c, sh, n);
+    bool grew = shard_add(c, sh, n);
     pthread_mutex_unlock(&sh->lock);
+    if (grew) kick_if_high(c);
     um__store_queue_add(c, n);
     *out = n;
     return UM_CACHE_CREATED;
@@ -463,8 +475,9 @@ struct um_cache_obj *um_cache_insert(struct um_cache *c, um_str key, const void 
     if (n == NULL) return NULL;
     struct shard *sh = shard_of(c, hash);
     pthread_mutex_lock(&sh->lock);
-    shard_add(c, sh, n);
+    bool grew = shard_add(c, sh, n);
     pthread_mutex_unlock(&sh->lock);
+    if (grew) kick_if_high(c);
     um__store_queue_add(c, n);
     return n;
 }

@@ -932,6 +932,67 @@ static void test_cleaner_thread(void **state)
     um_cache_destroy(c); /* stops the cleaner itself */
 }
 
+/* Inserts complete objects "/g/000000"... (a one-line head, no body), drops our references. */
+static void insert_small(struct um_cache *c, unsigned from, unsigned to)
+{
+    char key[16];
+    for (unsigned i = from; i < to; i++) {
+        snprintf(key, sizeof(key), "/g/%06u", i);
+        struct um_cache_obj *o = um_cache_insert(c, S(key), NULL, 0);
+        assert_non_null(o);
+        assert_int_equal(um_cache_obj_set_head(o, NULL, 0, HEAD, sizeof(HEAD) - 1), UM_OK);
+        um_cache_obj_finish(o, true);
+        um_cache_obj_unref(o);
+    }
+}
+
+static void test_cleaner_woken_by_index_growth(void **state)
+{
+    /* Regression: the index's own table growth charged memory without waking the cleaner,
+     * so a store pushed past the high-water mark by it stayed there until the next sweep
+     * (an hour here). On a probe store, measure the insert that doubles the one shard's
+     * 1024-bucket table (the 1025th key; the object is left filling, so nothing is charged
+     * after the growth); then put the high-water mark halfway through that growth. */
+    enum { N = 1025 };
+    struct um_cache_opts o = {.memory_cap = 64 << 20, .shards = 1, .clean_interval = 3600,
+                              .now = now_cb, .now_arg = &fake_now};
+    struct um_cache *c = um_cache_create(&o);
+    insert_small(c, 0, N - 1);
+    size_t before = um_cache_memory_used(c);
+    struct um_cache_obj *last = um_cache_insert(c, S("/g/last00"), NULL, 0);
+    size_t after = um_cache_memory_used(c);
+    um_cache_obj_finish(last, false);
+    um_cache_obj_unref(last);
+    um_cache_destroy(c);
+    /* The table's 8 bytes per new bucket, and one object without a head (a few hundred). */
+    assert_true(after - before > 8000);
+    size_t high = before + (after - before) / 2;
+
+    o.memory_cap = 2 * high;
+    o.high_water_pct = 50;
+    o.low_water_pct = 25;
+    c = um_cache_create(&o);
+    struct um_cache_stats st;
+    um_cache_stats(c, &st);
+    assert_true(st.high_water + 1 >= high && st.high_water <= high + 1);
+    um_cache_start_cleaner(c);
+    insert_small(c, 0, N - 1);
+    assert_true(um_cache_memory_used(c) < st.high_water);
+    usleep(50 * 1000);
+    assert_int_equal(um_cache_evictions(c), 0);
+    last = um_cache_insert(c, S("/g/last00"), NULL, 0);
+    assert_non_null(last);
+    double t0 = mono();
+    while (um_cache_memory_used(c) > st.low_water && mono() - t0 < 5)
+        usleep(1000);
+    assert_true(um_cache_memory_used(c) <= st.low_water);
+    assert_true(um_cache_evictions(c) > 0);
+    um_cache_obj_finish(last, false);
+    um_cache_obj_unref(last);
+    um_cache_destroy(c);
+    (void)state;
+}
+
 /* ---- References ------------------------------------------------------------------------- */
 
 static void test_unlink_reader_keeps_reading(void **state)
@@ -1189,6 +1250,7 @@ int main(void)
         cmocka_unit_test(test_sieve_hit_ratio),
         cmocka_unit_test(test_expiry_clean_now),
         cmocka_unit_test(test_cleaner_thread),
+        cmocka_unit_test(test_cleaner_woken_by_index_growth),
         cmocka_unit_test(test_unlink_reader_keeps_reading),
         cmocka_unit_test(test_adopt_body),
         cmocka_unit_test(test_refcount_asserts),
