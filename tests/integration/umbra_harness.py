@@ -790,13 +790,18 @@ def make_cert(dirpath, cn="127.0.0.1", san="IP:127.0.0.1"):
     return cert, key
 
 
+_held_ports = []
+
+
 def closed_port():
-    """A 127.0.0.1 port nothing listens on (bound once, then released)."""
+    """A 127.0.0.1 port nothing listens on, and nothing can: the socket stays bound, without
+    listening, for the life of the test process (connects to it are refused). A port bound
+    once and released could be taken again by an ephemeral connection or by another server
+    meanwhile, which made the dead-origin tests flaky."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    _held_ports.append(s)
+    return s.getsockname()[1]
 
 
 def vm_rss_kb(pid):
