@@ -22,7 +22,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Client, Origin, ParseError, Umbra, class_context,  # noqa: E402
                            closed_port, connect, echoed, exchange, fetch, make_cert, origin_body,
-                           parse_response, parse_responses, req, values, vm_rss_kb, wait_until)
+                           parse_response, parse_responses, release_port, req, values, vm_rss_kb,
+                           wait_until)
 
 
 def new_lines(u, mark):
@@ -931,6 +932,7 @@ routes = { { path = "/", upstream = "app" } }
             # B comes up while it is out. Its second down_until is at least t_first +
             # 2 * FAIL_TIMEOUT: every request answered before that goes to A (B, listening,
             # would record one sent to it); then B gets traffic again.
+            release_port(b_port)
             with Origin(args=["-l", "127.0.0.1:%d" % b_port]) as b:
                 first_b = None
                 deadline = time.monotonic() + 2 * self.FAIL_TIMEOUT + 15

@@ -804,6 +804,14 @@ def closed_port():
     return s.getsockname()[1]
 
 
+def release_port(port):
+    """Lets a server bind a port from closed_port() (a dead server coming back)."""
+    for s in list(_held_ports):
+        if s.getsockname()[1] == port:
+            _held_ports.remove(s)
+            s.close()
+
+
 def vm_rss_kb(pid):
     """Resident set size of process pid in kB, from /proc/PID/status."""
     with open("/proc/%d/status" % pid) as f:
