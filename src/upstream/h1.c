@@ -110,9 +110,11 @@ static void conn_close(struct h1conn *c)
     um_loop_timer_stop(hw->loop, &c->timer);
     /* Out of the epoll set first: close() alone does not take it out while a copy of the
      * descriptor lives on (in a child being spawned by another thread, until its exec). */
-    um_loop_io_set(hw->loop, &c->io, c->io.fd, 0);
-    close(c->io.fd);
-    c->io.fd = -1;
+    if (c->io.fd >= 0) {
+        um_loop_io_set(hw->loop, &c->io, c->io.fd, 0);
+        close(c->io.fd);
+        c->io.fd = -1;
+    }
     if (c->prev_all)
         c->prev_all->next_all = c->next_all;
     else
@@ -414,6 +416,25 @@ static void head_done(struct h1conn *c, struct xfer *x, const struct um_http1_re
     um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
 }
 
+/* The server switched protocols: the socket leaves this client (and the loop) for the
+ * tunnel, with the bytes read after the 101 head, the first of the new protocol. */
+static void hand_over(struct h1conn *c, struct xfer *x, const struct um_http1_response *resp)
+{
+    if (!c->req_done) {
+        /* The request's body was not all sent: its rest would go into the tunnel. */
+        fail(c, UM_UP_BAD_HEAD, "101 before the end of the request");
+        return;
+    }
+    int fd = c->io.fd;
+    um_loop_io_set(c->hw->loop, &c->io, fd, 0);
+    c->want = 0;
+    struct um_transport *t = um_transport_plain_new(fd);
+    c->io.fd = -1;
+    detach(c);
+    conn_close(c); /* freed after the loop turn: pre stays valid through the call */
+    um__up_upgraded(x, resp, t, c->in + c->in_pos, c->in_len);
+}
+
 /* Parses the response heads in the buffer: interim (1xx) ones are passed on (100, 102,
  * 103) or dropped, the final one goes to the sink. Returns false when the connection is gone. */
 static bool parse_head(struct h1conn *c, struct xfer *x)
@@ -435,6 +456,10 @@ static bool parse_head(struct h1conn *c, struct xfer *x)
         c->in_pos += resp.head_len;
         c->in_len -= resp.head_len;
         um_http1_resp_parser_init(&c->hp);
+        if (resp.status == 101 && x->upgrade) {
+            hand_over(c, x, &resp);
+            return false;
+        }
         if (resp.status < 200) {
             /* Interim: passed on, never the answer. Its fields are still in c->in. */
             um__up_info(x, &resp);
@@ -771,6 +796,7 @@ static void h1_body_ready(struct xfer *x)
 
 const struct um_up_transport um__up_h1 = {
     .name = "Umbra's HTTP/1.1 client",
+    .upgrade = true,
     .start = h1_start,
     .release = h1_release,
     .resume = h1_resume,

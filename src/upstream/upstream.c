@@ -164,6 +164,8 @@ static void build_fields(struct upstream *up, const struct um_fetch *f, struct x
             xff = req->headers[i].value;
     const um_str *via = um_http1_find_header(req, "via");
     size += xff.len + (via ? via->len : 0);
+    if (x->upgrade)
+        size += um_http1_find_header(req, "upgrade")->len + 64;
     char *out = um_malloc(size);
     size_t o = 0;
     for (size_t i = 0; i < req->num_headers; i++) {
@@ -198,6 +200,13 @@ static void build_fields(struct upstream *up, const struct um_fetch *f, struct x
     else
         n = snprintf(buf, sizeof(buf), "%s umbra", proto);
     o = put_field(out, o, UM_STR("Via"), (um_str){buf, (size_t)n});
+    if (x->upgrade) {
+        /* The one hop-by-hop request that crosses: the protocol switch the client asks
+         * for, whatever its token (websocket, h2c...), for the server to agree to. */
+        const um_str *up_val = um_http1_find_header(req, "upgrade");
+        o = put_field(out, o, UM_STR("Connection"), UM_STR("upgrade"));
+        o = put_field(out, o, UM_STR("Upgrade"), *up_val);
+    }
     UM_ASSERT(o <= size);
     x->fields = out;
     x->fields_len = o;
@@ -254,6 +263,39 @@ void um__up_info(struct xfer *x, const struct um_http1_response *resp)
         fields[n++] = resp->headers[i];
     }
     um_sink_info(x->sink, resp->status, fields, n);
+}
+
+static void xfer_free(struct xfer *x);
+
+void um__up_upgraded(struct xfer *x, const struct um_http1_response *resp,
+                     struct um_transport *backend, const char *pre, size_t pre_len)
+{
+    struct upstream *up = x->up;
+    um_loop_timer_stop(x->loop, &x->ttfb);
+    server_ok(up, x->server);
+    um_metrics_upstream_done(up->slots[x->server], um_loop_now(x->loop) - x->t_attempt, false);
+    /* The end-to-end fields, and the protocol the server switched to. */
+    struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < resp->num_headers; i++) {
+        um_str name = resp->headers[i].name;
+        bool upgrade_field = um_str_eq_ci(name, "upgrade");
+        if (!upgrade_field &&
+            (um_str_eq_ci(name, "content-length") || is_hop_by_hop(name) ||
+             um_str_eq_ci(name, "server") ||
+             named_in_connection(resp->headers, resp->num_headers, name)))
+            continue;
+        fields[n++] = resp->headers[i];
+    }
+    fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
+    struct um_response_head head = {.status = 101, .headers = fields, .num_headers = n,
+                                    .content_length = -1, .reason = resp->reason};
+    x->head_sent = true;
+    struct um_sink *sink = x->sink;
+    x->sink = NULL;
+    sink->origin_data = NULL;
+    sink->ops->on_upgrade(sink, &head, backend, pre, pre_len);
+    xfer_free(x);
 }
 
 size_t um__up_body(struct xfer *x, const char *data, size_t len)
@@ -424,6 +466,15 @@ static void start_attempt(struct xfer *x)
     atomic_fetch_add_explicit(&up->servers[x->server].active, 1, memory_order_relaxed);
     x->counted = true;
     x->tp = x->url ? &um__up_curl : up->transports[x->server];
+    if (x->upgrade && x->tp->upgrade == false) {
+        release_attempt(x);
+        um_loop_timer_stop(x->loop, &x->ttfb);
+        um_log_err("upstream %s: protocol upgrades through %s are not supported", up->conf->name,
+                   x->tp->name);
+        respond_error(x, 501);
+        xfer_free(x);
+        return;
+    }
     x->tp->start(x);
 }
 
@@ -518,11 +569,13 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
 {
     struct upstream *up = (struct upstream *)o;
     const struct um_request *req = f->req;
-    if (um_http1_find_header(req, "upgrade")) {
-        um_sink_answer_text(sink, 501, "501 Not Implemented: protocol upgrades are not supported\n");
+    bool upgrade = (req->flags & UM_REQ_F_UPGRADE) != 0;
+    if (upgrade && (sink->ops->on_upgrade == NULL || (req->flags & UM_REQ_F_HTTP2))) {
+        um_sink_answer_text(sink, 501, "501 Not Implemented: protocol upgrades are not supported here\n");
         return;
     }
     struct xfer *x = um_calloc(1, sizeof(*x));
+    x->upgrade = upgrade;
     x->up = up;
     x->ctx = f->ctx;
     x->loop = f->ctx->loop;
@@ -621,7 +674,7 @@ static void upstream_destroy(struct um_origin *o)
 }
 
 static const struct um_origin_ops upstream_ops = {
-    .flags = UM_ORIGIN_F_STREAM_BODY,
+    .flags = UM_ORIGIN_F_STREAM_BODY | UM_ORIGIN_F_UPGRADE,
     .fetch = upstream_fetch,
     .resume = upstream_resume,
     .body_ready = upstream_body_ready,
