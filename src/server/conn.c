@@ -429,6 +429,8 @@ void um__conn_on_event(struct um__conn *c, uint32_t events)
     }
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
         c->can_read = true;
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        c->rdhup = true;
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         c->can_write = true;
     drive(c);

@@ -90,6 +90,7 @@ struct um__conn {
     bool closed;
     bool can_read, can_write;
     bool peer_closed;  /* read returned 0 */
+    bool rdhup;        /* epoll said the peer's end (or an error) is there to read */
     bool closing;      /* close once the output is flushed */
     bool linger;       /* ...with a lingering close */
     bool draining;     /* server stopping: no keep-alive */

@@ -55,6 +55,7 @@ struct um__tunnel {
     struct um__conn *c;
     struct um_transport *backend;
     bool b_can_read, b_can_write;
+    bool b_rdhup; /* epoll said the backend's end (or an error) is there to read */
     bool begun; /* the connection is a tunnel (um__tunnel_begin) */
     struct tun_dir up;   /* client -> backend */
     struct tun_dir down; /* backend -> client */
@@ -177,7 +178,7 @@ enum { MOVE_IDLE, MOVE_PROGRESS, MOVE_ERR };
  * (*src_ok: src may have bytes), writes the buffer to dst (*dst_ok: dst may take bytes),
  * and passes an end on once everything before it is written. */
 static int move(struct um__worker *w, struct tun_dir *d, struct um_transport *src, bool *src_ok,
-                struct um_transport *dst, bool *dst_ok, um_counter *count)
+                bool src_hup, struct um_transport *dst, bool *dst_ok, um_counter *count)
 {
     int result = MOVE_IDLE;
     if (d->big && d->len == 0)
@@ -193,8 +194,10 @@ static int move(struct um__worker *w, struct tun_dir *d, struct um_transport *sr
         ssize_t n = src->ops->read(src, d->buf + d->pos + d->len, cap - d->pos - d->len, &want);
         if (n > 0) {
             d->len += (size_t)n;
-            if (want == UM_TRANSPORT_WANT_READ)
-                *src_ok = false; /* drained: the next bytes raise a new edge */
+            /* Drained: the next bytes raise a new edge; but an end that came with the
+             * bytes (the same edge) is only read by reading again. */
+            if (want == UM_TRANSPORT_WANT_READ && !src_hup)
+                *src_ok = false;
             result = MOVE_PROGRESS;
         } else if (n == 0) {
             d->eof = true;
@@ -265,13 +268,14 @@ static void pump(struct um__conn *c)
         bool head_out = !um__outq_pending(&c->out);
         if (head_out)
             um__outq_shrink(&c->out);
-        int r = move(w, &t->up, c->t, &c->can_read, t->backend, &t->b_can_write,
+        int r = move(w, &t->up, c->t, &c->can_read, c->rdhup, t->backend, &t->b_can_write,
                      &m->tunnel_bytes_up);
         if (r == MOVE_ERR)
             goto fail;
         progress |= r == MOVE_PROGRESS;
         bool cw = c->can_write && head_out;
-        r = move(w, &t->down, t->backend, &t->b_can_read, c->t, &cw, &m->tunnel_bytes_down);
+        r = move(w, &t->down, t->backend, &t->b_can_read, t->b_rdhup, c->t, &cw,
+                 &m->tunnel_bytes_down);
         if (head_out)
             c->can_write = cw;
         if (r == MOVE_ERR)
@@ -314,6 +318,8 @@ static void on_backend_io(struct um_io *io, uint32_t events)
         t->b_can_read = true;
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         t->b_can_write = true;
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        t->b_rdhup = true;
     if (!t->begun) {
         um__conn_wake(c); /* the 101 is still on its way: the tunnel begins after it */
         return;
