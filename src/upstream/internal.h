@@ -16,6 +16,7 @@
 #include "umbra/http1.h"
 #include "umbra/loop.h"
 #include "umbra/transport.h"
+#include "umbra/tls.h"
 #include "umbra/upstream.h"
 
 #define MAX_RESPONSE_HEAD (64 * 1024)
@@ -104,6 +105,9 @@ struct upstream {
     struct server_state *servers;
     int *slots; /* metrics slot per server */
     const struct um_up_transport **transports; /* per server */
+    /* TLS for the upgrades Umbra's client carries to https:// servers at an IP address
+     * (NULL: none, or it could not be set up). */
+    struct um_tls_client *tls_client;
     atomic_uint rr;
 };
 

@@ -466,6 +466,11 @@ static void start_attempt(struct xfer *x)
     atomic_fetch_add_explicit(&up->servers[x->server].active, 1, memory_order_relaxed);
     x->counted = true;
     x->tp = x->url ? &um__up_curl : up->transports[x->server];
+    const struct um_upstream_server *srv = &up->conf->servers[x->server];
+    /* Upgrades go through Umbra's own client whenever the server is at an IP address (it
+     * hands its socket, or its TLS session, to the tunnel; libcurl cannot). */
+    if (x->upgrade && !x->url && srv->addrlen > 0 && (!srv->https || up->tls_client))
+        x->tp = &um__up_h1;
     if (x->upgrade && x->tp->upgrade == false) {
         release_attempt(x);
         um_loop_timer_stop(x->loop, &x->ttfb);
@@ -667,6 +672,7 @@ static void upstream_destroy(struct um_origin *o)
     struct upstream *up = (struct upstream *)o;
     if (atomic_fetch_sub(&up->refcnt, 1) != 1)
         return;
+    um_tls_client_destroy(up->tls_client);
     free(up->servers);
     free(up->slots);
     free(up->transports);
@@ -700,6 +706,13 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
         up->transports[i] = h1 ? &um__up_h1 : &um__up_curl;
         native += h1;
         up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
+        if (s->https && s->addrlen > 0 && up->tls_client == NULL) {
+            char err[256] = "";
+            up->tls_client = um_tls_client_create(conf->tls_verify, conf->tls_ca, err, sizeof(err));
+            if (up->tls_client == NULL)
+                um_log_err("upstream %s: no TLS for upgrades to its https:// servers: %s",
+                           conf->name, err);
+        }
         /* A server taken out stays out across a reload. */
         atomic_init(&up->servers[i].down_until, um_metrics_server_down_until_get(up->slots[i]));
     }
