@@ -23,9 +23,10 @@ from umbra_harness import (Umbra, admin_port, class_context, closed_port, connec
                            make_cert, metric, parse_metrics, parse_response, recv_all,
                            scrape, tls_connect, tls_context, vm_rss_kb, wait_until)
 
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B65"
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 KEY = b"dGhlIHNhbXBsZSBub25jZQ=="
 ACCEPT = base64.b64encode(hashlib.sha1(KEY + GUID).digest())
+assert ACCEPT == b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # RFC 6455 section 1.3's example
 
 
 # -- RFC 6455 frames ----------------------------------------------------------------------
