@@ -426,6 +426,36 @@ class TunnelTests(unittest.TestCase):
             read_exactly(s, stuck, timeout=20)
             self.assertTrue(wait_until(lambda: self.backend.flooded > stuck + (1 << 20), 10))
 
+    def test_idle_tunnels_hold_no_buffers(self):
+        # Each tunnel moves bytes both ways once, then waits: its 64 KiB buffers must have
+        # gone back (RSS grows by far less than one buffer per tunnel).
+        def open_some(n):
+            socks = []
+            for i in range(n):
+                s = connect(self.umbra.port)
+                s.sendall(upgrade_head("/raw", token="idle"))
+                _, _, rest = read_head(s)
+                s.sendall(b"x" * 1000)
+                self.assertEqual(len(rest + read_exactly(s, 1000 - len(rest))), 1000)
+                socks.append(s)
+            return socks
+        for s in open_some(20):  # the worker's pools exist before the measurement
+            s.close()
+        time.sleep(0.3)
+        rss0 = vm_rss_kb(self.umbra.proc.pid)
+        socks = open_some(300)
+        try:
+            time.sleep(0.3)
+            grown = (vm_rss_kb(self.umbra.proc.pid) - rss0) * 1024 / len(socks)
+            self.assertLess(grown, 8192, "%.0f bytes per idle tunnel" % grown)
+            # They are all still tunnels.
+            for s in socks[::50]:
+                s.sendall(b"still")
+                self.assertEqual(read_exactly(s, 5), b"still")
+        finally:
+            for s in socks:
+                s.close()
+
     def _flood_settled(self):
         a = self.backend.flooded
         time.sleep(0.5)
