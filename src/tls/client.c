@@ -2,7 +2,17 @@
  * speak https, and a transport per connection to one of them, the same table as a
  * client connection's (transport.c) in connect state. Umbra's own HTTP/1.1 client uses it
  * for the upgrade requests it carries to https:// servers, so that the socket and its TLS
- * session can be handed to a tunnel as one transport. */
+ * session can be handed to a tunnel as one transport.
+ *
+ * Why not libcurl with CURLOPT_CONNECT_ONLY and curl_easy_send/recv: libcurl would then
+ * only connect, and the upgrade request, its answer (a 101, or any other response with
+ * its body framing) would have to be written and read a second time beside h1.c, which
+ * does all of that already; and the easy handle, its connection cache entry and the
+ * multi handle's socket callbacks would have to live as long as the tunnel, every byte
+ * crossing curl_easy_send/recv. A transport of our own is the same table as a TLS client
+ * connection's, so the tunnel moves bytes the same way on both sides. What this costs:
+ * only servers at an IP address (h1.c connects to an address; libcurl resolves names),
+ * so an upgrade to an https:// server named by host name is refused (501). */
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
