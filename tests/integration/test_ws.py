@@ -515,6 +515,18 @@ class TunnelTimeoutTests(unittest.TestCase):
                 self.assertTrue(wait_eof(s, 5))
                 self.assertLess(time.monotonic() - t0, 4)
 
+    def test_stop_does_not_wait_for_tunnels(self):
+        # A tunnel may last for hours: SIGTERM closes it instead of waiting for it.
+        with Backend() as b, Umbra(CONFIG % {"url": b.url, "extra": "timeouts = { shutdown = 30 }"},
+                                   files={"www/a.txt": "a\n"}) as u:
+            with connect(u.port) as s:
+                s.sendall(upgrade_head("/raw", token="long"))
+                self.assertIn("101", read_head(s)[0])
+                t0 = time.monotonic()
+                self.assertEqual(u.stop(timeout=10), 0)
+                self.assertLess(time.monotonic() - t0, 5)
+                self.assertTrue(wait_eof(s, 2))
+
     def test_https_backend_named_by_host_is_refused_clearly(self):
         # Umbra's own client needs an address: a server named by host name (libcurl's)
         # gets no tunnel, but a clear 501 and a log line.
