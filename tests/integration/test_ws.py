@@ -97,6 +97,7 @@ class Backend:
     /refuse    403 with a body (no switch)
     /flood     101, then sends 64 KiB blocks as fast as the socket takes them (.flooded)
     /halfclose 101, reads to the client's end, answers "got N" and closes
+    /stall     101, then reads nothing for 10 s
     /die       101, echoes one frame, then closes its socket
     Every request head is kept in .heads (lower-cased field names)."""
 
@@ -211,6 +212,14 @@ class Backend:
             c.sendall(block)
             with self.lock:
                 self.flooded += len(block)
+
+    def _stall(self, c, fields, rest):
+        # Switches, then reads nothing for a while.
+        self._switch(c, fields)
+        for _ in range(100):
+            if self.stopping:
+                return
+            time.sleep(0.1)
 
     def _halfclose(self, c, fields, rest):
         self._switch(c, fields)
@@ -428,6 +437,29 @@ class TunnelTests(unittest.TestCase):
             # Reading again lets the backend go on.
             read_exactly(s, stuck, timeout=20)
             self.assertTrue(wait_until(lambda: self.backend.flooded > stuck + (1 << 20), 10))
+
+    def test_backend_not_reading_is_bounded(self):
+        # The other direction: a backend that does not read stops the client's bytes.
+        rss0 = vm_rss_kb(self.umbra.proc.pid)
+        with connect(self.umbra.port) as s:
+            s.sendall(upgrade_head("/stall", token="raw"))
+            read_head(s)
+            s.setblocking(False)
+            sent, block, blocked_since = 0, b"u" * 65536, None
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                try:
+                    sent += s.send(block)
+                    blocked_since = None
+                except BlockingIOError:
+                    if blocked_since is None:
+                        blocked_since = time.monotonic()
+                    elif time.monotonic() - blocked_since > 1.0:
+                        break
+                    time.sleep(0.05)
+            self.assertIsNotNone(blocked_since, "the client could send forever: %d" % sent)
+            self.assertLess(sent, 32 << 20)
+            self.assertLess(vm_rss_kb(self.umbra.proc.pid) - rss0, 8 * 1024 * RSS_FACTOR)
 
     def test_idle_tunnels_hold_no_buffers(self):
         # Each tunnel moves bytes both ways once, then waits: its 64 KiB buffers must have
