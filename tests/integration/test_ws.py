@@ -97,7 +97,7 @@ class Backend:
     /refuse    403 with a body (no switch)
     /flood     101, then sends 64 KiB blocks as fast as the socket takes them (.flooded)
     /halfclose 101, reads to the client's end, answers "got N" and closes
-    /stall     101, then reads nothing for 10 s
+    /stall     101, then reads nothing until .unstall is set (10 s at most)
     /die       101, echoes one frame, then closes its socket
     Every request head is kept in .heads (lower-cased field names)."""
 
@@ -109,6 +109,7 @@ class Backend:
             self.tls.load_cert_chain(*tls_cert)
         self.heads = []
         self.flooded = 0
+        self.unstall = threading.Event()
         self.lock = threading.Lock()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -126,6 +127,7 @@ class Backend:
 
     def __exit__(self, *exc):
         self.stopping = True
+        self.unstall.set()
         self.sock.close()
         for c in list(self.conns):
             try:
@@ -214,12 +216,9 @@ class Backend:
                 self.flooded += len(block)
 
     def _stall(self, c, fields, rest):
-        # Switches, then reads nothing for a while.
+        # Switches, then reads nothing until told (at most 10 s), and closes.
         self._switch(c, fields)
-        for _ in range(100):
-            if self.stopping:
-                return
-            time.sleep(0.1)
+        self.unstall.wait(10)
 
     def _halfclose(self, c, fields, rest):
         self._switch(c, fields)
@@ -460,6 +459,10 @@ class TunnelTests(unittest.TestCase):
             self.assertIsNotNone(blocked_since, "the client could send forever: %d" % sent)
             self.assertLess(sent, 32 << 20)
             self.assertLess(vm_rss_kb(self.umbra.proc.pid) - rss0, 8 * 1024 * RSS_FACTOR)
+        # The backend goes away without reading: the tunnel (its client gone too) ends.
+        self.backend.unstall.set()
+        self.assertTrue(wait_until(
+            lambda: metric(self.metrics(), "umbra_tunnels_active") == 0, 5))
 
     def test_idle_tunnels_hold_no_buffers(self):
         # Each tunnel moves bytes both ways once, then waits: its 64 KiB buffers must have
@@ -497,6 +500,9 @@ class TunnelTests(unittest.TestCase):
         return a > 0 and self.backend.flooded == a
 
     def test_metrics_and_access_log(self):
+        # The tunnels of other tests are gone first.
+        self.assertTrue(wait_until(
+            lambda: metric(self.metrics(), "umbra_tunnels_active") == 0, 5))
         before = self.metrics()
         total0 = metric(before, "umbra_tunnels_total")
         up0 = metric(before, "umbra_tunnel_sent_bytes_total")
