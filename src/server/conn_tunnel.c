@@ -305,6 +305,11 @@ fail:
 
 static void tunnel_run(struct um__conn *c)
 {
+    if (c->draining) {
+        /* Its 101 came after the server began to stop (tunnel_drain). */
+        um__conn_close(c);
+        return;
+    }
     pump(c);
 }
 
