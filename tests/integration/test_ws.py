@@ -294,10 +294,16 @@ def wait_eof(sock, timeout=5):
 
 
 CONFIG = """
-upstreams = { app = { servers = { "%(url)s" } } }
+upstreams = { app = { servers = { "%(url)s" } }, other = { servers = { "%(other)s" } } }
 routes = {
   { path = "/hooked/", upstream = "app", on_request = function(req)
       if req.headers["upgrade"] then return umbra.respond(403, "no tunnels here\\n") end
+    end },
+  { path = "/routed/", upstream = "app", on_request = function(req)
+      if req.headers["upgrade"] == "websocket" then
+        req.upstream = "other"
+        req.path = "/ws"
+      end
     end },
   { path = "/static/", root = "www" },
   { path = "/", upstream = "app" },
@@ -312,10 +318,11 @@ class TunnelTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.backend = class_context(cls, Backend())
+        cls.other = class_context(cls, Backend())
         cls.umbra = class_context(cls, Umbra(
             'listen = { "127.0.0.1:0", { "127.0.0.1:0", tls = true } }\n' +
             'tls = { { hosts = { "localhost" }, cert = "cert.pem", key = "key.pem" } }\n' +
-            CONFIG % {"url": cls.backend.url, "extra": ""},
+            CONFIG % {"url": cls.backend.url, "other": cls.other.url, "extra": ""},
             files={"www/a.txt": "a\n"},
             setup=lambda d: make_cert(d, cn="localhost", san="DNS:localhost"), raw=False))
         cls.tls_port = cls.umbra.ports[1]
@@ -397,6 +404,16 @@ class TunnelTests(unittest.TestCase):
             body = rest + read_exactly(s, int(fields["content-length"]) - len(rest))
             self.assertEqual(body, b"no tunnels here\n")
         self.assertEqual(len(self.backend.heads), n)  # never reached the backend
+
+    def test_hook_routes_upgrade_to_another_upstream(self):
+        n = len(self.backend.heads)
+        with connect(self.umbra.port) as s:
+            r = self.open_ws(s, "/routed/chat")
+            s.sendall(frame(b"routed"))
+            self.assertEqual(r.read(), (2, b"routed"))
+        self.assertEqual(self.other.heads[-1][1], "/ws")
+        self.assertEqual(self.other.heads[-1][2]["upgrade"], "websocket")
+        self.assertEqual(len(self.backend.heads), n)
 
     def test_upgrade_on_a_static_route_is_501(self):
         with connect(self.umbra.port) as s:
@@ -540,7 +557,8 @@ class TunnelTests(unittest.TestCase):
 
 class TunnelTimeoutTests(unittest.TestCase):
     def test_silent_tunnel_is_closed(self):
-        with Backend() as b, Umbra(CONFIG % {"url": b.url, "extra": "timeouts = { tunnel = 1 }"},
+        with Backend() as b, Umbra(CONFIG % {"url": b.url, "other": b.url,
+                                            "extra": "timeouts = { tunnel = 1 }"},
                                    files={"www/a.txt": "a\n"}) as u:
             with connect(u.port) as s:
                 s.sendall(upgrade_head("/raw", token="quiet"))
@@ -557,7 +575,8 @@ class TunnelTimeoutTests(unittest.TestCase):
 
     def test_stop_does_not_wait_for_tunnels(self):
         # A tunnel may last for hours: SIGTERM closes it instead of waiting for it.
-        with Backend() as b, Umbra(CONFIG % {"url": b.url, "extra": "timeouts = { shutdown = 30 }"},
+        with Backend() as b, Umbra(CONFIG % {"url": b.url, "other": b.url,
+                                            "extra": "timeouts = { shutdown = 30 }"},
                                    files={"www/a.txt": "a\n"}) as u:
             with connect(u.port) as s:
                 s.sendall(upgrade_head("/raw", token="long"))
