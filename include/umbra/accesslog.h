@@ -37,6 +37,10 @@ struct um_access_rec {
     int64_t upstream_ms;     /* request handed over -> response head; -1: no upstream */
     uint64_t duration_ms;    /* first byte of the request -> response complete */
     int route_slot;          /* metrics slot of the route; 0: none */
+    /* A tunnel (status 101), logged when it ends: the bytes it passed from the client to
+     * the backend and back; duration_ms is then the tunnel's whole life. */
+    bool tunnel;
+    uint64_t tunnel_up, tunnel_down;
     int worker;
     uint64_t conn_id;
 };

@@ -176,6 +176,7 @@ struct um_config {
         double idle;     /* seconds a keep-alive connection may wait for its next request */
         double send;     /* seconds a send may make no progress */
         double shutdown; /* seconds SIGTERM waits for requests in flight */
+        double tunnel;   /* seconds an upgraded connection (tunnel) may stay silent */
     } timeouts;
     /* http2 = { max_concurrent_streams = N, initial_window = SIZE, max_header_list = SIZE } */
     struct {

@@ -38,6 +38,9 @@ enum um_method {
 #define UM_REQ_F_HAS_QUERY 0x20       /* target had a '?' (query may still be empty) */
 #define UM_REQ_F_HTTP2 0x40           /* the request came over HTTP/2 (minor_version is 1
                                          then, for HTTP/1.1 semantics) */
+#define UM_REQ_F_UPGRADE 0x80         /* HTTP/1.1 with an Upgrade field and the "upgrade"
+                                         option in Connection (RFC 9110 7.8): the client
+                                         asks to switch protocols */
 
 struct um_request {
     um_str method;

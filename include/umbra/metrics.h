@@ -49,6 +49,8 @@ struct um_metrics_worker {
     um_counter lua_errors;
     um_counter tls_handshakes, tls_failures;
     um_counter h2_conns, h2_streams; /* connections switched to HTTP/2; streams begun on them */
+    /* Tunnels (upgraded connections): begun, ended, bytes client -> backend and back. */
+    um_counter tunnels_opened, tunnels_closed, tunnel_bytes_up, tunnel_bytes_down;
 };
 
 /* Bumps a counter owned by the calling thread (no atomic read-modify-write). */

@@ -14,6 +14,7 @@ struct um_context;
 struct um_route;
 struct um_origin;
 struct um_sink;
+struct um_transport;
 
 /* The head of a response as an origin produces it. Borrowed for the duration of the
  * on_head call only: the sink copies what it keeps. */
@@ -66,6 +67,15 @@ struct um_sink_ops {
      * connection passes it on to clients that can take it (HTTP/1.1), and drops it once
      * the head went out. */
     void (*on_info)(struct um_sink *s, int status, const struct um_header *h, size_t n);
+    /* Optional (NULL: the sink cannot take a tunnel, and an origin answers an upgrade
+     * request 501 without forwarding it): the origin agreed to the client's protocol
+     * switch (a 101 answer, head's fields borrowed for the call: the end-to-end ones and
+     * Upgrade). The sink owns backend from now on (a connected transport, non-blocking,
+     * not in any loop: its close frees it) and copies the pre_len bytes the origin read
+     * after the 101 head, the first of the tunnel. Called instead of on_head, and last
+     * (no on_end follows). */
+    void (*on_upgrade)(struct um_sink *s, const struct um_response_head *head,
+                       struct um_transport *backend, const char *pre, size_t pre_len);
 };
 
 
@@ -121,6 +131,9 @@ struct um_fetch {
 /* The origin reads the request body itself through um_sink_ops.read_body (it is not
  * read, and discarded, before fetch). */
 #define UM_ORIGIN_F_STREAM_BODY 0x1
+/* The origin forwards protocol upgrades (UM_REQ_F_UPGRADE) and hands over a tunnel with
+ * um_sink_ops.on_upgrade when the server agrees (the upstream origin). */
+#define UM_ORIGIN_F_UPGRADE 0x2
 
 struct um_origin_ops {
     unsigned flags;

@@ -71,6 +71,24 @@ void um_tls_transport_h1_only(struct um_transport *t);
 /* The same for an SSL from um_tls_accept_new. */
 void um_tls_set_h1_only(struct ssl_st *ssl);
 
+/* The client side: the TLS settings of the connections to one upstream's https://
+ * servers. verify: check the server's certificate against ca_file (NULL: the system's
+ * store) and its name. Returns NULL with a reason in err. Made and destroyed on the main
+ * thread; used by any. */
+struct um_tls_client;
+struct um_tls_client *um_tls_client_create(bool verify, const char *ca_file, char *err,
+                                           size_t errlen);
+void um_tls_client_destroy(struct um_tls_client *c); /* NULL: nothing */
+/* A TLS transport (transport.h) over the socket fd, connected or connecting to host (an
+ * IP address, which the certificate must name; or a name, sent as SNI and checked): its
+ * handshake op must complete before reads and writes; it owns fd once made (its close
+ * closes fd and frees it). NULL on allocation failure (fd stays the caller's). Any
+ * thread. */
+struct um_transport *um_tls_client_transport_new(struct um_tls_client *c, int fd,
+                                                 const char *host);
+/* After a failed handshake of such a transport: the server's certificate did not verify. */
+bool um_tls_client_verify_failed(struct um_transport *t);
+
 /* Reloads every entry's certificate and key from their files (HUP). An entry whose new
  * files fail to load keeps its current certificate; the failure is logged as
  * "FILE: reason" and the first one is written to err (may be NULL; set to "" when all

@@ -80,4 +80,8 @@ struct um_transport {
  * from now on. t is the caller's (embedded, not allocated): close does not free it. */
 void um_transport_plain_init(struct um_transport *t, int fd);
 
+/* A plain transport over fd like um_transport_plain_init, allocated: its close closes fd
+ * and frees it (for a socket handed from one owner to another, as a tunnel's backend). */
+struct um_transport *um_transport_plain_new(int fd);
+
 #endif

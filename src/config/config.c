@@ -302,6 +302,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->timeouts.idle = 60;
     c->timeouts.send = 30;
     c->timeouts.shutdown = 10;
+    c->timeouts.tunnel = 3600;
     c->http2.max_concurrent_streams = 128;
     c->http2.initial_window = 1u << 20;
     c->http2.max_header_list = 64u << 10;

@@ -10,7 +10,7 @@
 const char *const um__cfg_limit_keys[] = {"max_connections", "max_header_bytes",
                                          "max_body_bytes", "max_request_line", "lua_memory",
                                          NULL};
-const char *const um__cfg_timeout_keys[] = {"header", "idle", "send", "shutdown", NULL};
+const char *const um__cfg_timeout_keys[] = {"header", "idle", "send", "shutdown", "tunnel", NULL};
 
 bool um__cfg_load_workers(struct um__cfg_load *ld, lua_State *L)
 {
@@ -88,7 +88,7 @@ bool um__cfg_load_timeouts(struct um__cfg_load *ld, lua_State *L)
 {
     struct um_config *c = ld->c;
     double *fields[] = {&c->timeouts.header, &c->timeouts.idle, &c->timeouts.send,
-                        &c->timeouts.shutdown};
+                        &c->timeouts.shutdown, &c->timeouts.tunnel};
     char sub[PATH_LEN];
     int t = um__cfg_get_global(L, "timeouts");
     if (t == LUA_TNIL)

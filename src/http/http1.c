@@ -188,6 +188,8 @@ struct fields {
     bool chunked_last;
     bool conn_close;
     bool conn_keepalive;
+    bool conn_upgrade;
+    bool has_upgrade;
     bool expect_continue;
     um_str host;
 };
@@ -271,6 +273,9 @@ static int on_field(struct fields *f, um_str name, um_str v, struct um_request *
     case 6:
         if (eq_ci(name.base, "expect", 6) && str_is(v, "100-continue")) f->expect_continue = true;
         break;
+    case 7:
+        if (eq_ci(name.base, "upgrade", 7) && v.len > 0) f->has_upgrade = true;
+        break;
     case 10:
         if (eq_ci(name.base, "connection", 10)) {
             struct list_iter it = list_begin(v);
@@ -280,6 +285,8 @@ static int on_field(struct fields *f, um_str name, um_str v, struct um_request *
                     f->conn_close = true;
                 else if (str_is(el, "keep-alive"))
                     f->conn_keepalive = true;
+                else if (str_is(el, "upgrade"))
+                    f->conn_upgrade = true;
             }
         }
         break;
@@ -364,6 +371,9 @@ static int parse_head(const char *buf, size_t head_len, size_t rl, size_t max_li
         req->authority = f.host;
     if (req->minor_version == 1 ? !f.conn_close : (f.conn_keepalive && !f.conn_close))
         req->flags |= UM_REQ_F_KEEPALIVE;
+    /* RFC 9110 7.8: Upgrade in an HTTP/1.0 request is ignored. */
+    if (f.conn_upgrade && f.has_upgrade && req->minor_version == 1)
+        req->flags |= UM_REQ_F_UPGRADE;
     /* RFC 9110 10.1.1: a 100-continue expectation in an HTTP/1.0 request is
      * ignored. */
     if (f.expect_continue && req->minor_version == 1) req->flags |= UM_REQ_F_EXPECT_CONTINUE;

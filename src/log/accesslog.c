@@ -115,6 +115,9 @@ size_t um_access_log_format(char *out, size_t n, enum um_access_format format,
             um_buf_printf(&o, ",\"upstream_time\":%.3f", (double)r->upstream_ms / 1000);
         else
             um_buf_append_str(&o, ",\"upstream_time\":null");
+        if (r->tunnel)
+            um_buf_printf(&o, ",\"tunnel_up\":%llu,\"tunnel_down\":%llu",
+                          (unsigned long long)r->tunnel_up, (unsigned long long)r->tunnel_down);
         um_buf_printf(&o, ",\"duration\":%.3f,\"worker\":%d,\"connection\":%llu}\n",
                       (double)r->duration_ms / 1000, r->worker, (unsigned long long)r->conn_id);
     } else {
@@ -139,9 +142,15 @@ size_t um_access_log_format(char *out, size_t n, enum um_access_format format,
         put_escaped(&o, r->cache_status);
         um_buf_append_str(&o, "\" ");
         if (r->upstream_ms >= 0)
-            um_buf_printf(&o, "%.3f\n", (double)r->upstream_ms / 1000);
+            um_buf_printf(&o, "%.3f", (double)r->upstream_ms / 1000);
         else
-            um_buf_append_str(&o, "-\n");
+            um_buf_append_str(&o, "-");
+        /* A tunnel adds its bytes each way and its duration. */
+        if (r->tunnel)
+            um_buf_printf(&o, " tunnel up=%llu down=%llu time=%.3f",
+                          (unsigned long long)r->tunnel_up, (unsigned long long)r->tunnel_down,
+                          (double)r->duration_ms / 1000);
+        um_buf_append_str(&o, "\n");
     }
     return o.len;
 }

@@ -3,6 +3,7 @@
 #include "umbra/transport.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -84,6 +85,12 @@ static void plain_close(struct um_transport *t)
     t->fd = -1;
 }
 
+static void plain_close_free(struct um_transport *t)
+{
+    close(t->fd);
+    free(t);
+}
+
 static const char *plain_error(struct um_transport *t)
 {
     (void)t;
@@ -113,4 +120,25 @@ void um_transport_plain_init(struct um_transport *t, int fd)
 {
     t->ops = &plain_ops;
     t->fd = fd;
+}
+
+static const struct um_transport_ops plain_heap_ops = {
+    .secure = false,
+    .handshake = NULL,
+    .read = plain_read,
+    .write = plain_write,
+    .writev = plain_writev,
+    .sendfile = plain_sendfile,
+    .shutdown = NULL,
+    .close = plain_close_free,
+    .error = plain_error,
+    .server_name = plain_server_name,
+};
+
+struct um_transport *um_transport_plain_new(int fd)
+{
+    struct um_transport *t = um_malloc(sizeof(*t));
+    t->ops = &plain_heap_ops;
+    t->fd = fd;
+    return t;
 }

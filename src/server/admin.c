@@ -86,6 +86,7 @@ struct totals {
     uint64_t up_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
     uint64_t up_latency_sum[UM_METRICS_MAX_SERVERS];
     uint64_t lua_errors, tls_handshakes, tls_failures, h2_conns, h2_streams;
+    uint64_t tun_opened, tun_closed, tun_up, tun_down;
 };
 
 static void sum(struct totals *t, int nroutes, int nservers)
@@ -121,6 +122,10 @@ static void sum(struct totals *t, int nroutes, int nservers)
         t->tls_failures += um_counter_get(&m->tls_failures);
         t->h2_conns += um_counter_get(&m->h2_conns);
         t->h2_streams += um_counter_get(&m->h2_streams);
+        t->tun_opened += um_counter_get(&m->tunnels_opened);
+        t->tun_closed += um_counter_get(&m->tunnels_closed);
+        t->tun_up += um_counter_get(&m->tunnel_bytes_up);
+        t->tun_down += um_counter_get(&m->tunnel_bytes_down);
     }
 }
 
@@ -264,6 +269,13 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
     one(b, "umbra_http2_connections_total", "counter", "Client connections that spoke HTTP/2.",
         t->h2_conns);
     one(b, "umbra_http2_streams_total", "counter", "HTTP/2 streams clients opened.", t->h2_streams);
+    one(b, "umbra_tunnels_total", "counter",
+        "Tunnels begun (upgraded connections: a 101 from the backend).", t->tun_opened);
+    one(b, "umbra_tunnels_active", "gauge", "Tunnels open.", t->tun_opened - t->tun_closed);
+    one(b, "umbra_tunnel_sent_bytes_total", "counter",
+        "Bytes tunnels passed from clients to backends.", t->tun_up);
+    one(b, "umbra_tunnel_received_bytes_total", "counter",
+        "Bytes tunnels passed from backends to clients.", t->tun_down);
     one(b, "umbra_config_reloads_total", "counter", "Configuration reloads attempted (SIGHUP).",
         atomic_load(&um_metrics_reloads));
     one(b, "umbra_config_reload_failures_total", "counter",

@@ -135,6 +135,11 @@ static bool switch_h2(struct um__conn *c)
     return true;
 }
 
+void um__conn_req_release(struct um__conn *c)
+{
+    req_put(c);
+}
+
 void um__conn_rbuf_release(struct um__conn *c)
 {
     UM_ASSERT(c->rpos == c->rlen);
@@ -240,6 +245,10 @@ static void drive(struct um__conn *c)
     for (int turn = 0; turn < TURN_BUDGET; turn++) {
         if (c->closed)
             goto out;
+        if (c->proto->run) {
+            c->proto->run(c);
+            goto out;
+        }
         if (c->state == S_HANDSHAKE) {
             int want = 0;
             int r = c->t->ops->handshake(c->t, &want);
@@ -269,6 +278,8 @@ static void drive(struct um__conn *c)
             c->rpos = c->rlen = 0; /* discard */
         } else {
             in = c->proto->process_input(c);
+            if (c->proto->run)
+                continue; /* the protocol takes the connection over (a tunnel) */
         }
         if (um__outq_pending(&c->out)) {
             if (!c->can_write) {
@@ -418,6 +429,8 @@ void um__conn_on_event(struct um__conn *c, uint32_t events)
     }
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
         c->can_read = true;
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        c->rdhup = true;
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         c->can_write = true;
     drive(c);
@@ -563,11 +576,12 @@ static void h1_on_close(struct um__conn *c)
 {
     if (c->state == S_ORIGIN)
         um__exchange_cancel(&c->r->x);
+    um__tunnel_free(c); /* a 101 whose tunnel had not begun */
 }
 
 static void h1_dispose(struct um__conn *c)
 {
-    (void)c;
+    um__tunnel_free(c);
 }
 
 const struct um__conn_proto um__conn_proto_h1 = {

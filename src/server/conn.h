@@ -21,6 +21,7 @@ enum conn_state {
     S_DONE,   /* no more requests: write what is queued, then close */
     S_LINGER, /* write side shut, discarding input until EOF or the linger timeout */
     S_H2,     /* HTTP/2: the streams have states of their own (conn_h2.c) */
+    S_TUNNEL, /* after a 101: bytes both ways between client and backend (conn_tunnel.c) */
 };
 
 enum input_result {
@@ -32,6 +33,7 @@ enum input_result {
 
 struct um__conn;
 struct um__h2;
+struct um__tunnel;
 
 /* The protocol on a connection: how drive() and the worker reach the messages without
  * knowing which protocol frames them. HTTP/1.1 (conn.c, conn_http1.c) and HTTP/2
@@ -55,6 +57,10 @@ struct um__conn_proto {
     void (*on_close)(struct um__conn *c);
     /* Frees the protocol's state (the connection is being freed). */
     void (*dispose)(struct um__conn *c);
+    /* NULL: drive()'s loop runs the connection (parse, write the output queue, read).
+     * Otherwise the protocol moves the connection's bytes itself (a tunnel) and drive()
+     * only calls this. */
+    void (*run)(struct um__conn *c);
 };
 
 /* What a connection holds only while a request is on it: the parser's state, the request
@@ -84,6 +90,7 @@ struct um__conn {
     bool closed;
     bool can_read, can_write;
     bool peer_closed;  /* read returned 0 */
+    bool rdhup;        /* epoll said the peer's end (or an error) is there to read */
     bool closing;      /* close once the output is flushed */
     bool linger;       /* ...with a lingering close */
     bool draining;     /* server stopping: no keep-alive */
@@ -109,6 +116,7 @@ struct um__conn {
 
     const struct um__conn_proto *proto; /* &um__conn_proto_h1 until a switch to HTTP/2 */
     struct um__h2 *h2;                  /* HTTP/2's state (conn_h2.c), once switched */
+    struct um__tunnel *tun; /* a 101's tunnel (conn_tunnel.c), from the upgrade on */
 };
 
 /* The connection of an HTTP/1.1 exchange (an HTTP/2 stream's is its h2's, conn_h2.c). */
@@ -129,6 +137,8 @@ extern const struct um__conn_proto um__conn_proto_h1;
 /* Gives the read buffer back to the worker's pool (c waits with nothing buffered:
  * rpos == rlen); the next read takes one again. */
 void um__conn_rbuf_release(struct um__conn *c);
+/* Gives the HTTP/1.1 request state back to the worker's pool (c->r is NULL after). */
+void um__conn_req_release(struct um__conn *c);
 
 /* conn_h2.c */
 extern const struct um__conn_proto um__conn_proto_h2;
@@ -138,6 +148,20 @@ extern const struct um__conn_proto um__conn_proto_h2;
 /* Switches c to HTTP/2 (after ALPN h2, or on the preface in rbuf); the bytes buffered
  * are HTTP/2's from the preface on. False when the session cannot be made (c closes). */
 bool um__conn_h2_start(struct um__conn *c);
+
+/* conn_tunnel.c */
+extern const struct um__conn_proto um__conn_proto_tunnel;
+/* The origin agreed to x's upgrade (HTTP/1.1, the 101 head queued): sets up c's tunnel
+ * with backend (owned from now on) and the pre_len bytes the backend sent first; the
+ * backend is watched from now on. */
+void um__tunnel_prepare(struct um__conn *c, struct um__exchange *x,
+                        struct um_transport *backend, const char *pre, size_t pre_len);
+/* The exchange of the upgrade is complete: c becomes a tunnel (um__conn_proto_tunnel);
+ * the unparsed client bytes rbuf[from..rlen) go to the backend first. c's request state
+ * and read buffer are given back. */
+void um__tunnel_begin(struct um__conn *c, size_t from);
+/* Closes and frees c's tunnel, begun or not (the connection is closed or freed). */
+void um__tunnel_free(struct um__conn *c);
 
 /* conn_http1.c */
 /* How the exchange reaches the connection. */

@@ -159,7 +159,36 @@ static void send_info(struct um__exchange *x, int status, const struct um_header
     um__conn_wake(c);
 }
 
+/* 101 (RFC 9110 15.2.2): the head, then the tunnel once the exchange completes. */
+static void send_upgrade(struct um__exchange *x, const struct um_response_head *h,
+                         struct um_transport *backend, const char *pre, size_t pre_len)
+{
+    struct um__conn *c = um__conn_of(x);
+    struct um__outq *q = &c->out;
+    um__outq_reserve(q, 256);
+    size_t start = q->buf.len;
+    um__outq_append_str(q, "HTTP/1.1 101 ");
+    if (h->reason.len > 0)
+        um__outq_append(q, h->reason.base, h->reason.len);
+    else
+        um__outq_append_str(q, um__reason_phrase(101));
+    um__outq_append_str(q, "\r\nServer: umbra/" UMBRA_VERSION "\r\n");
+    for (size_t i = 0; i < h->num_headers; i++) {
+        const struct um_header *f = &h->headers[i];
+        um__outq_reserve(q, f->name.len + f->value.len + 4);
+        um__outq_append(q, f->name.base, f->name.len);
+        um__outq_append(q, ": ", 2);
+        um__outq_append(q, f->value.base, f->value.len);
+        um__outq_append(q, "\r\n", 2);
+    }
+    um__outq_append_str(q, "Connection: upgrade\r\n\r\n");
+    x->resp_bytes += q->buf.len - start;
+    um__tunnel_prepare(c, x, backend, pre, pre_len);
+    um__conn_wake(c);
+}
+
 const struct um__exchange_conn_ops um__conn_exchange_ops = {
+    .upgrade = send_upgrade,
     .send_head = send_head,
     .send_data = send_data,
     .send_ref = send_ref,
@@ -193,6 +222,13 @@ void um__conn_fail(struct um__conn *c, int status)
 static void complete_request(struct um__conn *c)
 {
     struct um__exchange *x = &c->r->x;
+    if (x->upgraded) {
+        /* The 101 is logged when its tunnel ends. Bytes after the head are the client's
+         * first of the new protocol (a request body, too, went to the backend already). */
+        c->requests++;
+        um__tunnel_begin(c, c->bpos + c->r->bdec);
+        return;
+    }
     um__exchange_log(x, 0);
     c->requests++;
     c->head_started = false;
@@ -383,6 +419,7 @@ enum input_result um__conn_process_input(struct um__conn *c)
         case S_DONE:
         case S_LINGER:
         case S_H2:
+        case S_TUNNEL:
             return IN_DONE;
         }
     }

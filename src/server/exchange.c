@@ -17,6 +17,7 @@ const char *um__reason_phrase(int status)
 {
     switch (status) {
     case 100: return "Continue";
+    case 101: return "Switching Protocols";
     case 102: return "Processing";
     case 103: return "Early Hints";
     case 200: return "OK";
@@ -162,7 +163,27 @@ static void on_info(struct um_sink *s, int status, const struct um_header *h, si
         x->conn_ops->send_info(x, status, h, n);
 }
 
+static void on_upgrade(struct um_sink *s, const struct um_response_head *h,
+                       struct um_transport *backend, const char *pre, size_t pre_len)
+{
+    struct um__exchange *x = sink_x(s);
+    UM_ASSERT(!x->head_sent);
+    if (x->conn_ops->upgrade == NULL) {
+        backend->ops->close(backend);
+        x->keepalive = false;
+        um__exchange_respond(x, 502, NULL, 0);
+        return;
+    }
+    x->head_sent = true;
+    x->ended = true;
+    x->upgraded = true;
+    x->status = h->status;
+    x->t_head = um_loop_now(x->w->loop);
+    x->conn_ops->upgrade(x, h, backend, pre, pre_len);
+}
+
 static const struct um_sink_ops sink_ops = {
+    .on_upgrade = on_upgrade,
     .on_info = on_info,
     .on_head = on_head,
     .on_data = on_data,
@@ -194,7 +215,7 @@ void um__exchange_begin(struct um__exchange *x, bool head_only, bool keepalive)
 {
     x->head_only = head_only;
     x->keepalive = keepalive;
-    x->head_sent = x->ended = x->origin_paused = false;
+    x->head_sent = x->ended = x->origin_paused = x->upgraded = false;
     x->origin = NULL;
     x->sink.origin_data = NULL;
     x->t_start = um_loop_now(x->w->loop);

@@ -51,6 +51,12 @@ struct um__exchange_conn_ops {
     /* Queues an interim response (1xx) before the head, when the client can take one
      * (HTTP/1.1); NULL or a client that cannot: dropped. */
     void (*send_info)(struct um__exchange *x, int status, const struct um_header *h, size_t n);
+    /* The origin agreed to the client's protocol switch (um_sink_ops.on_upgrade): queues
+     * the 101 head h and takes backend (owned from now on) and the pre_len bytes it sent
+     * first, for the tunnel that follows once the exchange is complete (HTTP/1.1's
+     * conn_tunnel.c). NULL (HTTP/2): the backend is closed and the client gets 502. */
+    void (*upgrade)(struct um__exchange *x, const struct um_response_head *h,
+                    struct um_transport *backend, const char *pre, size_t pre_len);
 };
 
 struct um__exchange {
@@ -79,6 +85,7 @@ struct um__exchange {
     bool head_sent;
     bool ended;               /* on_end came */
     bool origin_paused;       /* a send returned 0; resume the origin once drained */
+    bool upgraded;            /* the response was a 101: a tunnel follows */
     int status;
 
     /* Strings the request's hooks made (a rewritten path, header values...); freed when

@@ -22,7 +22,14 @@ struct um__conn;
 struct um__worker;
 
 /* Timeout queues of connections: one per fixed duration (loop.h's um_tq). */
-enum um__tq_kind { UM__TQ_HEADER, UM__TQ_IDLE, UM__TQ_SEND, UM__TQ_LINGER, UM__TQ_COUNT };
+enum um__tq_kind {
+    UM__TQ_HEADER,
+    UM__TQ_IDLE,
+    UM__TQ_SEND,
+    UM__TQ_LINGER,
+    UM__TQ_TUNNEL, /* a tunnel's silence (timeouts.tunnel) */
+    UM__TQ_COUNT
+};
 
 /* Fields of a connection the worker's lists use. */
 struct um__conn_links {
@@ -81,6 +88,7 @@ struct um__worker {
     struct um_bufpool rbufs;
     struct um_bufpool reqs;
     struct um__outq_pools outq_pools;
+    struct um_bufpool tunbufs; /* a tunnel's buffer of one direction (conn_tunnel.c) */
     char path_buf[4096]; /* the normalised path of the request being dispatched */
 };
 
@@ -173,6 +181,11 @@ void um__admin_stop(struct um__admin *a);
 struct um_buf;
 int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t len,
                     struct um_buf *out);
+
+/* conn_tunnel.c: bytes per direction a tunnel buffers at most (a buffer of tunbufs). */
+#define UM__TUNNEL_BUF (64 * 1024)
+/* Tunnel buffers a worker keeps for the next (its pool's reserve). */
+#define UM__TUNNEL_POOL_KEEP 8
 
 /* conn.c */
 /* Blocks each of a worker's pools keeps for its connections at most. */

@@ -171,6 +171,29 @@ static struct um_origin *hook_request(struct um__exchange *x, const struct um_ro
     return route_origin(x, *route);
 }
 
+/* An upgrade request (UM_REQ_F_UPGRADE) goes to the upstream itself, past the layers in
+ * front of it (the cache: a tunnel is never stored; on_response hooks: a 101 has no body
+ * for them), or is answered 501 on a route whose origin cannot tunnel (static files, CGI). */
+static struct um_origin *upgrade_origin(struct um__exchange *x, const struct um_route *route,
+                                        struct um_origin *origin, struct um_fetch *f)
+{
+    struct um_origin *up = NULL;
+    if (f->backend)
+        up = f->backend; /* a hook chose an upstream */
+    else if (route == NULL)
+        up = origin; /* a hook's upstream without a route */
+    else if (route->upstream >= 0)
+        up = x->runtime->upstreams[route->upstream];
+    if (up == NULL || !(up->ops->flags & UM_ORIGIN_F_UPGRADE)) {
+        um__exchange_respond(x, 501, NULL, 0);
+        return NULL;
+    }
+    f->backend = NULL;
+    f->no_cache = true;
+    x->via_upstream = true;
+    return up;
+}
+
 struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
 {
     struct um_request *req = &x->req;
@@ -230,5 +253,7 @@ struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
         x->route_slot = um_runtime_route(x->runtime, route)->metrics_slot;
         x->via_upstream = route->upstream >= 0 || f->backend != NULL;
     }
+    if (req->flags & UM_REQ_F_UPGRADE)
+        return upgrade_origin(x, route, origin, f);
     return origin;
 }

@@ -20,6 +20,8 @@ static uint64_t duration_ms(const struct um_config *cfg, enum um__tq_kind kind)
         return (uint64_t)(cfg->timeouts.idle * 1000);
     case UM__TQ_SEND:
         return (uint64_t)(cfg->timeouts.send * 1000);
+    case UM__TQ_TUNNEL:
+        return (uint64_t)(cfg->timeouts.tunnel * 1000);
     default:
         return 2000; /* lingering close */
     }
@@ -151,6 +153,7 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
     um_bufpool_init(&w->rbufs, um__conn_rbuf_size(w->config), UM__CONN_POOL_KEEP);
     um_bufpool_init(&w->reqs, um__conn_req_size, UM__CONN_POOL_KEEP);
     um__outq_pools_init(&w->outq_pools, UM__CONN_POOL_KEEP);
+    um_bufpool_init(&w->tunbufs, UM__TUNNEL_BUF, UM__TUNNEL_POOL_KEEP);
     pthread_mutex_init(&w->mailbox.lock, NULL);
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(efd >= 0);
@@ -171,6 +174,7 @@ void um__worker_dispose(struct um__worker *w)
     um_context_dispose(&w->ctx);
     um_bufpool_dispose(&w->rbufs);
     um_bufpool_dispose(&w->reqs);
+    um_bufpool_dispose(&w->tunbufs);
     um__outq_pools_dispose(&w->outq_pools);
     if (w->mailbox.has_next)
         um_runtime_unref(w->mailbox.next_runtime);

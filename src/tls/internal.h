@@ -13,4 +13,11 @@ int um__tls_error_index(void);
 /* A short description of OpenSSL error e ("unknown error" for 0) into buf. */
 void um__tls_describe(unsigned long e, char *buf, size_t len);
 
+/* transport.c: the TLS transport over ssl (in accept or connect state) and fd, which it
+ * owns from now on; and the SSL of such a transport. */
+struct ssl_st;
+struct um_transport;
+struct um_transport *um__tls_transport_wrap(struct ssl_st *ssl, int fd);
+struct ssl_st *um__tls_transport_ssl(struct um_transport *t);
+
 #endif

@@ -234,14 +234,24 @@ static const struct um_transport_ops tls_ops = {
     .alpn = tt_alpn,
 };
 
-struct um_transport *um_tls_transport_new(struct um_tls *t, int fd)
+struct um_transport *um__tls_transport_wrap(SSL *ssl, int fd)
 {
-    SSL *ssl = um_tls_accept_new(t, fd);
-    if (ssl == NULL)
-        return NULL;
     struct tls_transport *tt = um_malloc(sizeof(*tt));
     tt->base.ops = &tls_ops;
     tt->base.fd = fd;
     tt->ssl = ssl;
     return &tt->base;
+}
+
+SSL *um__tls_transport_ssl(struct um_transport *t)
+{
+    return ssl_of(t);
+}
+
+struct um_transport *um_tls_transport_new(struct um_tls *t, int fd)
+{
+    SSL *ssl = um_tls_accept_new(t, fd);
+    if (ssl == NULL)
+        return NULL;
+    return um__tls_transport_wrap(ssl, fd);
 }

@@ -22,6 +22,7 @@
  * (the server closed it as we reused it) is sent again on a new connection, which is not
  * counted as a failure of the server. Every other error goes to um__up_finish as an enum
  * um_up_err, with a few words in x->errbuf for the log. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -42,7 +43,7 @@
 #define IDLE_MS (60 * 1000)                /* an idle connection is closed after this */
 #define POOL_MAX 1024                      /* idle connections per server and worker */
 
-enum h1_state { H1_CONNECTING, H1_ACTIVE, H1_IDLE };
+enum h1_state { H1_CONNECTING, H1_HANDSHAKE, H1_ACTIVE, H1_IDLE };
 enum h1_framing { F_NONE, F_LENGTH, F_CHUNKED, F_CLOSE };
 
 struct h1pool {
@@ -69,6 +70,9 @@ struct h1conn {
     struct h1pool *pool;
     struct h1conn *next_idle, *prev_all, *next_all;
     struct xfer *x; /* NULL while idle */
+    /* An https:// server's TLS (only for the upgrades this client carries there: such a
+     * connection is never kept for another request); NULL: plain send and recv. */
+    struct um_transport *tls;
     struct um_timer timer; /* connect timeout, then idle expiry */
     enum h1_state state;
     bool reused;     /* taken from the pool for this attempt */
@@ -110,9 +114,15 @@ static void conn_close(struct h1conn *c)
     um_loop_timer_stop(hw->loop, &c->timer);
     /* Out of the epoll set first: close() alone does not take it out while a copy of the
      * descriptor lives on (in a child being spawned by another thread, until its exec). */
-    um_loop_io_set(hw->loop, &c->io, c->io.fd, 0);
-    close(c->io.fd);
-    c->io.fd = -1;
+    if (c->io.fd >= 0) {
+        um_loop_io_set(hw->loop, &c->io, c->io.fd, 0);
+        if (c->tls)
+            c->tls->ops->close(c->tls); /* the socket too */
+        else
+            close(c->io.fd);
+        c->tls = NULL;
+        c->io.fd = -1;
+    }
     if (c->prev_all)
         c->prev_all->next_all = c->next_all;
     else
@@ -248,7 +258,7 @@ static void complete(struct h1conn *c)
     struct xfer *x = c->x;
     struct h1worker *hw = c->hw;
     detach(c);
-    if (c->keep && c->req_done && c->in_len == 0 && c->framing != F_CLOSE &&
+    if (c->keep && c->tls == NULL && c->req_done && c->in_len == 0 && c->framing != F_CLOSE &&
         c->pool->num_idle < POOL_MAX && conn_want(c, EPOLLIN)) {
         c->state = H1_IDLE;
         c->next_idle = c->pool->idle;
@@ -275,7 +285,7 @@ static void out_reserve(struct h1conn *c, size_t n)
 static void put_head(struct h1conn *c, struct xfer *x)
 {
     const char *method = x->is_head ? "HEAD" : x->method ? x->method : "GET";
-    const char *authority = x->up->conf->servers[x->server].url + 7; /* after "http://" */
+    const char *authority = strstr(x->up->conf->servers[x->server].url, "://") + 3;
     size_t need = strlen(method) + strlen(x->target) + x->fields_len + strlen(authority) + 128;
     out_reserve(c, need);
     size_t o = 0, ml = strlen(method), tl = strlen(x->target);
@@ -344,6 +354,32 @@ static bool next_body(struct h1conn *c, struct xfer *x)
     return true;
 }
 
+/* send(2) and recv(2), or their TLS versions, with their results: -1 with errno EAGAIN
+ * when the socket (or the TLS session) would block. */
+static ssize_t io_send(struct h1conn *c, const void *p, size_t n)
+{
+    if (c->tls == NULL)
+        return send(c->io.fd, p, n, MSG_NOSIGNAL);
+    int want = 0;
+    ssize_t r = c->tls->ops->write(c->tls, p, n, 0, &want);
+    if (r >= 0)
+        return r;
+    errno = r == UM_AGAIN ? EAGAIN : EPIPE;
+    return -1;
+}
+
+static ssize_t io_recv(struct h1conn *c, void *p, size_t n)
+{
+    if (c->tls == NULL)
+        return recv(c->io.fd, p, n, 0);
+    int want = 0;
+    ssize_t r = c->tls->ops->read(c->tls, p, n, &want);
+    if (r >= 0)
+        return r;
+    errno = r == UM_AGAIN ? EAGAIN : ECONNRESET;
+    return -1;
+}
+
 /* Sends what it can of the request. Returns false when the connection is gone. */
 static bool send_request(struct h1conn *c)
 {
@@ -360,7 +396,7 @@ static bool send_request(struct h1conn *c)
                 break; /* nothing buffered: body_ready comes when there is */
             continue;
         }
-        ssize_t n = send(c->io.fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
+        ssize_t n = io_send(c, c->out + c->out_pos, c->out_len - c->out_pos);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) {
                 if (errno == EINTR)
@@ -414,6 +450,26 @@ static void head_done(struct h1conn *c, struct xfer *x, const struct um_http1_re
     um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
 }
 
+/* The server switched protocols: the socket leaves this client (and the loop) for the
+ * tunnel, with the bytes read after the 101 head, the first of the new protocol. */
+static void hand_over(struct h1conn *c, struct xfer *x, const struct um_http1_response *resp)
+{
+    if (!c->req_done) {
+        /* The request's body was not all sent: its rest would go into the tunnel. */
+        fail(c, UM_UP_BAD_HEAD, "101 before the end of the request");
+        return;
+    }
+    int fd = c->io.fd;
+    um_loop_io_set(c->hw->loop, &c->io, fd, 0);
+    c->want = 0;
+    struct um_transport *t = c->tls ? c->tls : um_transport_plain_new(fd);
+    c->tls = NULL;
+    c->io.fd = -1;
+    detach(c);
+    conn_close(c); /* freed after the loop turn: pre stays valid through the call */
+    um__up_upgraded(x, resp, t, c->in + c->in_pos, c->in_len);
+}
+
 /* Parses the response heads in the buffer: interim (1xx) ones are passed on (100, 102,
  * 103) or dropped, the final one goes to the sink. Returns false when the connection is gone. */
 static bool parse_head(struct h1conn *c, struct xfer *x)
@@ -435,6 +491,10 @@ static bool parse_head(struct h1conn *c, struct xfer *x)
         c->in_pos += resp.head_len;
         c->in_len -= resp.head_len;
         um_http1_resp_parser_init(&c->hp);
+        if (resp.status == 101 && x->upgrade) {
+            hand_over(c, x, &resp);
+            return false;
+        }
         if (resp.status < 200) {
             /* Interim: passed on, never the answer. Its fields are still in c->in. */
             um__up_info(x, &resp);
@@ -561,8 +621,7 @@ static void receive(struct h1conn *c)
             c->in = um_realloc(c->in, cap);
             c->in_cap = cap;
         }
-        ssize_t n = recv(c->io.fd, c->in + c->in_pos + c->in_len,
-                         c->in_cap - c->in_pos - c->in_len, 0);
+        ssize_t n = io_recv(c, c->in + c->in_pos + c->in_len, c->in_cap - c->in_pos - c->in_len);
         if (n > 0) {
             c->got_data = true;
             c->in_len += (size_t)n;
@@ -601,8 +660,47 @@ static void receive(struct h1conn *c)
 
 /* ---------------------------------------------------------------- events */
 
+/* Advances an https:// server's TLS handshake (the connect timer still runs). */
+static void handshake(struct h1conn *c)
+{
+    int want = 0;
+    int r = c->tls->ops->handshake(c->tls, &want);
+    if (r == UM_OK) {
+        um_loop_timer_stop(c->hw->loop, &c->timer);
+        c->state = H1_ACTIVE;
+        send_request(c);
+        return;
+    }
+    if (r == UM_AGAIN) {
+        if (!conn_want(c, want == UM_TRANSPORT_WANT_WRITE ? EPOLLOUT : EPOLLIN))
+            fail_errno(c, UM_UP_TLS, "epoll_ctl", errno);
+        return;
+    }
+    char why[UM_UP_ERRBUF];
+    snprintf(why, sizeof(why), "TLS handshake: %s", c->tls->ops->error(c->tls));
+    fail(c, um_tls_client_verify_failed(c->tls) ? UM_UP_TLS_VERIFY : UM_UP_TLS, why);
+}
+
 static void connected(struct h1conn *c)
 {
+    struct xfer *x = c->x;
+    const struct um_upstream_server *srv = &x->up->conf->servers[x->server];
+    if (srv->https) {
+        char host[INET6_ADDRSTRLEN] = "";
+        const void *a = srv->addr.ss_family == AF_INET6
+                            ? (const void *)&((const struct sockaddr_in6 *)&srv->addr)->sin6_addr
+                            : (const void *)&((const struct sockaddr_in *)&srv->addr)->sin_addr;
+        inet_ntop(srv->addr.ss_family, a, host, sizeof(host));
+        c->tls = um_tls_client_transport_new(x->up->tls_client, c->io.fd, host);
+        if (c->tls == NULL) {
+            fail(c, UM_UP_LOCAL, "TLS: out of memory");
+            return;
+        }
+        c->keep = false; /* never back to the pool, which is for plain connections */
+        c->state = H1_HANDSHAKE;
+        handshake(c);
+        return;
+    }
     um_loop_timer_stop(c->hw->loop, &c->timer);
     c->state = H1_ACTIVE;
     /* The answer cannot be there yet: reading now would only cost a recv (EAGAIN). */
@@ -617,6 +715,10 @@ static void on_io(struct um_io *io, uint32_t events)
     if (c->state == H1_IDLE) {
         /* The server closed it, or sent what nobody asked for. */
         conn_close(c);
+        return;
+    }
+    if (c->state == H1_HANDSHAKE) {
+        handshake(c);
         return;
     }
     if (c->state == H1_CONNECTING) {
@@ -693,7 +795,7 @@ static void attempt(struct xfer *x, bool new_conn)
     struct h1pool *pool = pool_for(hw, &x->up->conf->servers[x->server]);
     struct h1conn *c = NULL;
     bool reused = false;
-    if (!new_conn && pool->idle) {
+    if (!new_conn && pool->idle && !x->up->conf->servers[x->server].https) {
         c = pool->idle;
         pool->idle = c->next_idle;
         pool->num_idle--;
@@ -771,6 +873,7 @@ static void h1_body_ready(struct xfer *x)
 
 const struct um_up_transport um__up_h1 = {
     .name = "Umbra's HTTP/1.1 client",
+    .upgrade = true,
     .start = h1_start,
     .release = h1_release,
     .resume = h1_resume,

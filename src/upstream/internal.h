@@ -15,6 +15,8 @@
 #include "umbra/context.h"
 #include "umbra/http1.h"
 #include "umbra/loop.h"
+#include "umbra/transport.h"
+#include "umbra/tls.h"
 #include "umbra/upstream.h"
 
 #define MAX_RESPONSE_HEAD (64 * 1024)
@@ -71,6 +73,9 @@ struct xfer;
  * runs on the worker that owns x. */
 struct um_up_transport {
     const char *name;
+    /* It carries upgrade requests (x->upgrade) and hands a 101's connection over with
+     * um__up_upgraded. */
+    bool upgrade;
     /* Starts an attempt on x->server (or x->url): sets x->conn to the attempt's state,
      * sends the request, and reports through um__up_head, um__up_body, um__up_read_body
      * and, once, um__up_finish, which may come before start returns. */
@@ -100,6 +105,9 @@ struct upstream {
     struct server_state *servers;
     int *slots; /* metrics slot per server */
     const struct um_up_transport **transports; /* per server */
+    /* TLS for the upgrades Umbra's client carries to https:// servers at an IP address
+     * (NULL: none, or it could not be set up). */
+    struct um_tls_client *tls_client;
     atomic_uint rr;
 };
 
@@ -128,6 +136,8 @@ struct xfer {
     int attempts;
     bool idempotent, is_head, has_body, body_started, body_failed;
     bool head_sent;
+    bool upgrade;    /* the client asked to switch protocols (UM_REQ_F_UPGRADE): a 101
+                        answer hands the connection over (um__up_upgraded) */
     unsigned infos; /* interim responses passed on (at most UM_UP_MAX_INFOS) */
     bool counted;    /* counted in the server's active fetches */
     bool paused_recv, paused_send;
@@ -148,6 +158,12 @@ void um__up_head(struct xfer *x, const struct um_http1_response *resp);
 /* An interim (1xx) response head before the final one: 100, 102 and 103 go to the sink
  * (their end-to-end fields), at most UM_UP_MAX_INFOS of them; others are dropped. */
 void um__up_info(struct xfer *x, const struct um_http1_response *resp);
+/* The server answered an upgrade request (x->upgrade) with 101: the transport gives up
+ * its connection as backend (a transport the sink will own; the attempt is already
+ * detached from x: x->conn is NULL) with the pre_len bytes it read after the head, and
+ * the sink takes the tunnel. Frees x. resp and pre are borrowed for the call. */
+void um__up_upgraded(struct xfer *x, const struct um_http1_response *resp,
+                     struct um_transport *backend, const char *pre, size_t pre_len);
 /* Body bytes for the sink. Returns len when taken, or 0 when the client is behind:
  * x->paused_recv is set and the transport stops reading until its resume. */
 size_t um__up_body(struct xfer *x, const char *data, size_t len);

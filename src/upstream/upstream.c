@@ -164,6 +164,8 @@ static void build_fields(struct upstream *up, const struct um_fetch *f, struct x
             xff = req->headers[i].value;
     const um_str *via = um_http1_find_header(req, "via");
     size += xff.len + (via ? via->len : 0);
+    if (x->upgrade)
+        size += um_http1_find_header(req, "upgrade")->len + 64;
     char *out = um_malloc(size);
     size_t o = 0;
     for (size_t i = 0; i < req->num_headers; i++) {
@@ -198,6 +200,13 @@ static void build_fields(struct upstream *up, const struct um_fetch *f, struct x
     else
         n = snprintf(buf, sizeof(buf), "%s umbra", proto);
     o = put_field(out, o, UM_STR("Via"), (um_str){buf, (size_t)n});
+    if (x->upgrade) {
+        /* The one hop-by-hop request that crosses: the protocol switch the client asks
+         * for, whatever its token (websocket, h2c...), for the server to agree to. */
+        const um_str *up_val = um_http1_find_header(req, "upgrade");
+        o = put_field(out, o, UM_STR("Connection"), UM_STR("upgrade"));
+        o = put_field(out, o, UM_STR("Upgrade"), *up_val);
+    }
     UM_ASSERT(o <= size);
     x->fields = out;
     x->fields_len = o;
@@ -254,6 +263,39 @@ void um__up_info(struct xfer *x, const struct um_http1_response *resp)
         fields[n++] = resp->headers[i];
     }
     um_sink_info(x->sink, resp->status, fields, n);
+}
+
+static void xfer_free(struct xfer *x);
+
+void um__up_upgraded(struct xfer *x, const struct um_http1_response *resp,
+                     struct um_transport *backend, const char *pre, size_t pre_len)
+{
+    struct upstream *up = x->up;
+    um_loop_timer_stop(x->loop, &x->ttfb);
+    server_ok(up, x->server);
+    um_metrics_upstream_done(up->slots[x->server], um_loop_now(x->loop) - x->t_attempt, false);
+    /* The end-to-end fields, and the protocol the server switched to. */
+    struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < resp->num_headers; i++) {
+        um_str name = resp->headers[i].name;
+        bool upgrade_field = um_str_eq_ci(name, "upgrade");
+        if (!upgrade_field &&
+            (um_str_eq_ci(name, "content-length") || is_hop_by_hop(name) ||
+             um_str_eq_ci(name, "server") ||
+             named_in_connection(resp->headers, resp->num_headers, name)))
+            continue;
+        fields[n++] = resp->headers[i];
+    }
+    fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
+    struct um_response_head head = {.status = 101, .headers = fields, .num_headers = n,
+                                    .content_length = -1, .reason = resp->reason};
+    x->head_sent = true;
+    struct um_sink *sink = x->sink;
+    x->sink = NULL;
+    sink->origin_data = NULL;
+    sink->ops->on_upgrade(sink, &head, backend, pre, pre_len);
+    xfer_free(x);
 }
 
 size_t um__up_body(struct xfer *x, const char *data, size_t len)
@@ -424,6 +466,20 @@ static void start_attempt(struct xfer *x)
     atomic_fetch_add_explicit(&up->servers[x->server].active, 1, memory_order_relaxed);
     x->counted = true;
     x->tp = x->url ? &um__up_curl : up->transports[x->server];
+    const struct um_upstream_server *srv = &up->conf->servers[x->server];
+    /* Upgrades go through Umbra's own client whenever the server is at an IP address (it
+     * hands its socket, or its TLS session, to the tunnel; libcurl cannot). */
+    if (x->upgrade && !x->url && srv->addrlen > 0 && (!srv->https || up->tls_client))
+        x->tp = &um__up_h1;
+    if (x->upgrade && x->tp->upgrade == false) {
+        release_attempt(x);
+        um_loop_timer_stop(x->loop, &x->ttfb);
+        um_log_err("upstream %s: protocol upgrades through %s are not supported", up->conf->name,
+                   x->tp->name);
+        respond_error(x, 501);
+        xfer_free(x);
+        return;
+    }
     x->tp->start(x);
 }
 
@@ -518,11 +574,13 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
 {
     struct upstream *up = (struct upstream *)o;
     const struct um_request *req = f->req;
-    if (um_http1_find_header(req, "upgrade")) {
-        um_sink_answer_text(sink, 501, "501 Not Implemented: protocol upgrades are not supported\n");
+    bool upgrade = (req->flags & UM_REQ_F_UPGRADE) != 0;
+    if (upgrade && (sink->ops->on_upgrade == NULL || (req->flags & UM_REQ_F_HTTP2))) {
+        um_sink_answer_text(sink, 501, "501 Not Implemented: protocol upgrades are not supported here\n");
         return;
     }
     struct xfer *x = um_calloc(1, sizeof(*x));
+    x->upgrade = upgrade;
     x->up = up;
     x->ctx = f->ctx;
     x->loop = f->ctx->loop;
@@ -614,6 +672,7 @@ static void upstream_destroy(struct um_origin *o)
     struct upstream *up = (struct upstream *)o;
     if (atomic_fetch_sub(&up->refcnt, 1) != 1)
         return;
+    um_tls_client_destroy(up->tls_client);
     free(up->servers);
     free(up->slots);
     free(up->transports);
@@ -621,7 +680,7 @@ static void upstream_destroy(struct um_origin *o)
 }
 
 static const struct um_origin_ops upstream_ops = {
-    .flags = UM_ORIGIN_F_STREAM_BODY,
+    .flags = UM_ORIGIN_F_STREAM_BODY | UM_ORIGIN_F_UPGRADE,
     .fetch = upstream_fetch,
     .resume = upstream_resume,
     .body_ready = upstream_body_ready,
@@ -647,6 +706,13 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
         up->transports[i] = h1 ? &um__up_h1 : &um__up_curl;
         native += h1;
         up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
+        if (s->https && s->addrlen > 0 && up->tls_client == NULL) {
+            char err[256] = "";
+            up->tls_client = um_tls_client_create(conf->tls_verify, conf->tls_ca, err, sizeof(err));
+            if (up->tls_client == NULL)
+                um_log_err("upstream %s: no TLS for upgrades to its https:// servers: %s",
+                           conf->name, err);
+        }
         /* A server taken out stays out across a reload. */
         atomic_init(&up->servers[i].down_until, um_metrics_server_down_until_get(up->slots[i]));
     }

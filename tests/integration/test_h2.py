@@ -496,8 +496,10 @@ class H2Test(unittest.TestCase):
         self.assertStreamError(request_fields(self.plain, extra=[("X-Upper", "1")]))
 
     def test_connection_specific_fields_are_stream_errors(self):
+        # An Upgrade (WebSocket's handshake) does not exist in HTTP/2 either: the stream is
+        # reset, not tunnelled.
         for field in (("connection", "keep-alive"), ("transfer-encoding", "chunked"),
-                      ("keep-alive", "5"), ("te", "gzip")):
+                      ("keep-alive", "5"), ("te", "gzip"), ("upgrade", "websocket")):
             with self.subTest(field=field):
                 self.assertStreamError(request_fields(self.plain, extra=[field]))
 

@@ -282,17 +282,23 @@ routes = {
         self.assertGreater(total, 1.2, "the origin paused 1.4 s in all")
         self.assertLess(first, 0.7, "first body bytes after %.2f s of %.2f s" % (first, total))
 
-    def test_upgrade_refused_501(self):
-        # The server may keep the connection open after the 501: read one response.
+    def test_upgrade_forwarded_non_101_is_ordinary(self):
+        # An upgrade request reaches the server with its Upgrade and Connection: upgrade
+        # (tunnels: test_ws.py); an answer other than 101 is an ordinary response, and the
+        # client connection goes on.
         with Client(self.port) as c:
-            c.send(req("/ws-upgrade", close=False, headers=[
+            c.send(req("/echo/ws-upgrade", close=False, headers=[
                 ("Connection", "Upgrade"), ("Upgrade", "websocket"),
                 ("Sec-WebSocket-Version", "13"),
                 ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]))
             r = c.read_response()
-        self.assertEqual(r.status, 501)
-        time.sleep(0.1)
-        self.assertEqual(self.seen("/ws-upgrade"), [])
+            self.assertEqual(r.status, 200)
+            _, fields, _ = echoed(r)
+            self.assertEqual(values(fields, "upgrade"), ["websocket"])
+            self.assertEqual([v.lower() for v in values(fields, "connection")], ["upgrade"])
+            self.assertEqual(values(fields, "sec-websocket-key"), ["dGhlIHNhbXBsZSBub25jZQ=="])
+            c.send(req("/echo/after", close=False))
+            self.assertEqual(c.read_response().status, 200)
 
     def test_keep_alive_many_requests(self):
         # Responses on one client connection come back in order and whole.

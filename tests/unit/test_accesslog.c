@@ -83,6 +83,31 @@ static void test_json(void **state)
         "\"duration\":0.050,\"worker\":1,\"connection\":9}\n");
 }
 
+/* A tunnel's line (status 101, logged when it ends): its bytes each way and duration. */
+static void test_tunnel_fields(void **state)
+{
+    (void)state;
+    char out[1024];
+    struct um_access_rec r = rec();
+    r.status = 101;
+    r.body_bytes = 300;
+    r.cache_status = S("");
+    r.tunnel = true;
+    r.tunnel_up = 1000;
+    r.tunnel_down = 300;
+    r.duration_ms = 61500;
+    um_access_log_format(out, sizeof(out), UM_ACCESS_COMBINED, &r, NOW, 0);
+    assert_non_null(strstr(out, "\" 101 300 \"-\" \"curl/8\" \"-\" 0.042 tunnel up=1000 down=300 "
+                                "time=61.500\n"));
+    um_access_log_format(out, sizeof(out), UM_ACCESS_JSON, &r, NOW, 0);
+    assert_non_null(strstr(out, "\"upstream_time\":0.042,\"tunnel_up\":1000,\"tunnel_down\":300,"
+                                "\"duration\":61.500,"));
+    /* Not a tunnel: neither. */
+    r.tunnel = false;
+    um_access_log_format(out, sizeof(out), UM_ACCESS_COMBINED, &r, NOW, 0);
+    assert_null(strstr(out, "tunnel"));
+}
+
 static void test_truncation_reports_full_length(void **state)
 {
     (void)state;
@@ -167,6 +192,7 @@ int main(void)
         cmocka_unit_test(test_combined),
         cmocka_unit_test(test_combined_escapes_and_no_request),
         cmocka_unit_test(test_json),
+        cmocka_unit_test(test_tunnel_fields),
         cmocka_unit_test(test_truncation_reports_full_length),
         cmocka_unit_test(test_request_counts),
         cmocka_unit_test(test_upstream_histogram),

@@ -149,6 +149,24 @@ static void test_get_with_headers(void **state)
     assert_int_equal(req.flags, UM_REQ_F_KEEPALIVE);
 }
 
+/* RFC 9110 7.8: a switch is asked for by an Upgrade field together with the "upgrade"
+ * option in Connection, in HTTP/1.1; either alone, or in HTTP/1.0, is no upgrade. */
+static void test_upgrade_flag(void **state)
+{
+    (void)state;
+    PARSE_OK("GET /ws HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\n"
+             "Upgrade: websocket\r\n\r\n");
+    assert_int_equal(req.flags, UM_REQ_F_KEEPALIVE | UM_REQ_F_UPGRADE);
+    PARSE_OK("GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n");
+    assert_int_equal(req.flags, UM_REQ_F_KEEPALIVE);
+    PARSE_OK("GET /ws HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n");
+    assert_int_equal(req.flags, UM_REQ_F_KEEPALIVE);
+    PARSE_OK("GET /ws HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade:\r\n\r\n");
+    assert_int_equal(req.flags, UM_REQ_F_KEEPALIVE);
+    PARSE_OK("GET /ws HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n");
+    assert_int_equal(req.flags, 0);
+}
+
 static void test_head(void **state)
 {
     PARSE_OK("HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n");
@@ -735,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_request_line_limit),
         cmocka_unit_test(test_head_limit),
         cmocka_unit_test(test_resume_state),
+        cmocka_unit_test(test_upgrade_flag),
         cmocka_unit_test(test_fail_early),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_every_split),
