@@ -86,6 +86,7 @@ struct totals {
     uint64_t up_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
     uint64_t up_latency_sum[UM_METRICS_MAX_SERVERS];
     uint64_t lua_errors, tls_handshakes, tls_failures, h2_conns, h2_streams;
+    uint64_t compress_in[4], compress_out[4];
 };
 
 static void sum(struct totals *t, int nroutes, int nservers)
@@ -121,6 +122,10 @@ static void sum(struct totals *t, int nroutes, int nservers)
         t->tls_failures += um_counter_get(&m->tls_failures);
         t->h2_conns += um_counter_get(&m->h2_conns);
         t->h2_streams += um_counter_get(&m->h2_streams);
+        for (int c = 1; c < 4; c++) {
+            t->compress_in[c] += um_counter_get(&m->compress_in[c]);
+            t->compress_out[c] += um_counter_get(&m->compress_out[c]);
+        }
     }
 }
 
@@ -264,6 +269,17 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
     one(b, "umbra_http2_connections_total", "counter", "Client connections that spoke HTTP/2.",
         t->h2_conns);
     one(b, "umbra_http2_streams_total", "counter", "HTTP/2 streams clients opened.", t->h2_streams);
+    static const char *const codings[4] = {"identity", "gzip", "br", "zstd"};
+    help(b, "umbra_compress_in_bytes_total", "counter",
+         "Response body bytes given to on-the-fly compression, by coding.");
+    for (int c = 1; c < 4; c++)
+        um_buf_printf(b, "umbra_compress_in_bytes_total{coding=\"%s\"} %llu\n", codings[c],
+                      (unsigned long long)t->compress_in[c]);
+    help(b, "umbra_compress_out_bytes_total", "counter",
+         "Compressed bytes on-the-fly compression made, by coding.");
+    for (int c = 1; c < 4; c++)
+        um_buf_printf(b, "umbra_compress_out_bytes_total{coding=\"%s\"} %llu\n", codings[c],
+                      (unsigned long long)t->compress_out[c]);
     one(b, "umbra_config_reloads_total", "counter", "Configuration reloads attempted (SIGHUP).",
         atomic_load(&um_metrics_reloads));
     one(b, "umbra_config_reload_failures_total", "counter",
