@@ -106,11 +106,47 @@ static bool response_eligible(const struct um_compress_conf *cc, const struct um
     return !has_token(h->headers, h->num_headers, "cache-control", "no-transform");
 }
 
+/* A strong ETag among h made weak: the fields to send, in f (room for n + 2), and the
+ * tag's storage in *etag (the caller frees it). Returns how many fields f holds. */
+static size_t weaken_etag(const struct um_header *h, size_t n, struct um_header *f, char **etag)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        um_str v = um_str_trim(h[i].value);
+        if (*etag == NULL && um_str_eq_ci(h[i].name, "etag") && v.len >= 2 && v.base[0] == '"') {
+            /* A strong validator names the identity bytes; a compressed representation
+             * is only equivalent to them: weak (RFC 9110 8.8.1). */
+            *etag = um_malloc(v.len + 2);
+            memcpy(*etag, "W/", 2);
+            memcpy(*etag + 2, v.base, v.len);
+            f[k++] = (struct um_header){h[i].name, {*etag, v.len + 2}};
+            continue;
+        }
+        f[k++] = h[i];
+    }
+    return k;
+}
+
 static void cf_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct comp_fetch *cf = cf_of(s);
     const struct um_compress_conf *cc = &cf->co->route->compress;
     if (!response_eligible(cc, h)) {
+        if (h->status == 304 && cf->coding != UM_CODING_IDENTITY) {
+            /* A 304 to a client (or a cache's revalidation) that takes a coding: what it
+             * validates may be our compressed variant, whose tag is weak; the origin's
+             * strong one must not replace it (a cache updates its stored fields from a
+             * 304). Weak for an identity copy is only less strict. */
+            struct um_response_head nh = *h;
+            struct um_header *f = um_malloc((h->num_headers + 2) * sizeof(*f));
+            char *etag = NULL;
+            nh.headers = f;
+            nh.num_headers = weaken_etag(h->headers, h->num_headers, f, &etag);
+            cf->client->ops->on_head(cf->client, &nh);
+            free(f);
+            free(etag);
+            return;
+        }
         cf->client->ops->on_head(cf->client, h);
         return;
     }
@@ -130,16 +166,11 @@ static void cf_on_head(struct um_sink *s, const struct um_response_head *h)
             continue;
         if (cf->enc && um_str_eq_ci(o->name, "etag")) {
             um_str v = um_str_trim(o->value);
-            if (v.len >= 2 && v.base[0] == '"') {
-                /* A strong validator names these bytes; the compressed ones are another
-                 * representation, equivalent only: weak (RFC 9110 8.8.1). */
-                etag = um_malloc(v.len + 2);
-                memcpy(etag, "W/", 2);
-                memcpy(etag + 2, v.base, v.len);
-                f[n++] = (struct um_header){o->name, {etag, v.len + 2}};
-            } else if (v.len > 2 && v.base[0] == 'W' && v.base[1] == '/') {
+            /* Strong made weak; a malformed one is dropped. */
+            if (etag == NULL && v.len >= 2 && v.base[0] == '"')
+                weaken_etag(o, 1, &f[n++], &etag);
+            else if (v.len > 2 && v.base[0] == 'W' && v.base[1] == '/')
                 f[n++] = *o;
-            }
             continue;
         }
         f[n++] = *o;

@@ -8,10 +8,12 @@ counts what reached it (its --record file), so the tests also check how many fil
 cache made.
 """
 
+import http.server
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import unittest
 import zlib
@@ -285,6 +287,73 @@ class CacheVariantTest(unittest.TestCase):
                 r = get(u.port, t, "zstd")
                 self.assertEqual(decode("zstd", r.body), origin_body(50000))
             self.assertEqual(seen(o, "/hit"), 1)
+
+
+class RevalidatingOrigin:
+    """An origin in this process that answers 304 to any If-None-Match (the scripted
+    origin cannot compare validators): 5000 bytes of JSON, ETag "v3", max-age=1."""
+
+    def __enter__(self):
+        body = origin_body(5000)
+        seen = self.requests = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                seen.append(self.headers.get("If-None-Match"))
+                cond = self.headers.get("If-None-Match") is not None
+                self.send_response(304 if cond else 200)
+                self.send_header("ETag", '"v3"')
+                self.send_header("Cache-Control", "max-age=1")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "0" if cond else str(len(body)))
+                self.end_headers()
+                if not cond:
+                    self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        return False
+
+
+class RevalidationTest(unittest.TestCase):
+    def test_revalidated_variant_keeps_weak_etag(self):
+        # A stale compressed variant is revalidated; the origin's 304 carries its strong
+        # ETag: the gzip body must not go out with that strong tag afterwards.
+        with RevalidatingOrigin() as o, Umbra(upstream(o.url)) as u:
+            r = get(u.port, "/rv", "gzip")
+            self.assertEqual(r.header("ETag"), 'W/"v3"')
+            time.sleep(2.2)
+            for _ in range(2):
+                r = get(u.port, "/rv", "gzip")
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.header("Content-Encoding"), "gzip", r.raw_head)
+                self.assertEqual(decode("gzip", r.body), origin_body(5000))
+                self.assertEqual(r.header("ETag"), 'W/"v3"', r.raw_head)
+            self.assertEqual(o.requests[0], None)
+            self.assertIn('W/"v3"', o.requests[1] or "")
+
+    def test_uncached_304_to_a_compressing_client_is_weak(self):
+        # The client's copy is compressed (its tag weak): the origin's 304 must not hand
+        # it a strong tag of the identity bytes.
+        with RevalidatingOrigin() as o, Umbra(upstream(o.url)) as u:
+            r = get(u.port, "/nc/rv", "br", headers=[("If-None-Match", 'W/"v3"')])
+            self.assertEqual(r.status, 304)
+            self.assertEqual(r.header("ETag"), 'W/"v3"', r.raw_head)
+            r = get(u.port, "/nc/rv", None, headers=[("If-None-Match", '"v3"')])
+            self.assertEqual(r.status, 304)
+            self.assertEqual(r.header("ETag"), '"v3"', r.raw_head)
 
 
 class SettingsTest(unittest.TestCase):
