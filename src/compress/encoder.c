@@ -2,9 +2,9 @@
  *
  * Each run feeds the whole input and drains the library's output into the caller's
  * buffer, reserving room as it goes, so that one call leaves nothing of its input behind.
- * Windows are kept small where the body is known to be small (zstd's pledged size,
- * brotli's size hint and a window of at most 4 MiB), so that a worker with many streams
- * does not hold megabytes per stream. */
+ * Windows are kept small where the body is known to be small (zlib's window and hash
+ * sized to it, zstd's pledged size, brotli's size hint) and at most 512 KiB otherwise
+ * (zlib: 32 KiB), so that a worker with many streams does not hold megabytes per stream. */
 #include <stdlib.h>
 
 #include <brotli/encode.h>
@@ -25,22 +25,40 @@ struct um_encoder {
     } u;
 };
 
+/* The bits of a window that holds size bytes, within [lo, hi] (hi for an unknown size). */
+static int window_bits(int64_t size, int lo, int hi)
+{
+    if (size < 0)
+        return hi;
+    int b = lo;
+    while (b < hi && ((int64_t)1 << b) < size)
+        b++;
+    return b;
+}
+
 struct um_encoder *um_encoder_create(enum um_coding c, int level, int64_t size_hint)
 {
     struct um_encoder *e = um_calloc(1, sizeof(*e));
     e->coding = c;
     switch (c) {
-    case UM_CODING_GZIP:
-        /* windowBits 15 + 16: a gzip wrapper; memLevel 8 is zlib's default. */
-        if (deflateInit2(&e->u.z, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    case UM_CODING_GZIP: {
+        /* A window no larger than the body, and a hash table to match (as nginx sizes
+         * them): a small response does not pay for zlib's 256 KiB of state. + 16: a gzip
+         * wrapper (which takes no window below 9 bits). */
+        int wbits = window_bits(size_hint, 9, 15);
+        int mem = wbits - 7 < 1 ? 1 : wbits - 7;
+        if (deflateInit2(&e->u.z, level, Z_DEFLATED, wbits + 16, mem, Z_DEFAULT_STRATEGY) != Z_OK)
             goto fail;
         return e;
+    }
     case UM_CODING_BR:
         e->u.br = BrotliEncoderCreateInstance(NULL, NULL, NULL);
         if (e->u.br == NULL)
             goto fail;
         BrotliEncoderSetParameter(e->u.br, BROTLI_PARAM_QUALITY, (uint32_t)level);
-        BrotliEncoderSetParameter(e->u.br, BROTLI_PARAM_LGWIN, 22);
+        /* At most 512 KiB of window per stream (a worker may run many at once). */
+        BrotliEncoderSetParameter(e->u.br, BROTLI_PARAM_LGWIN,
+                                  (uint32_t)window_bits(size_hint, 16, 19));
         BrotliEncoderSetParameter(e->u.br, BROTLI_PARAM_MODE, BROTLI_MODE_TEXT);
         if (size_hint > 0) {
             uint32_t hint = size_hint > (1 << 30) ? (1u << 30) : (uint32_t)size_hint;
@@ -55,6 +73,8 @@ struct um_encoder *um_encoder_create(enum um_coding c, int level, int64_t size_h
         ZSTD_CCtx_setParameter(e->u.zs, ZSTD_c_checksumFlag, 1);
         if (size_hint >= 0)
             ZSTD_CCtx_setPledgedSrcSize(e->u.zs, (unsigned long long)size_hint);
+        else
+            ZSTD_CCtx_setParameter(e->u.zs, ZSTD_c_windowLog, 19); /* as brotli's */
         return e;
     case UM_CODING_IDENTITY:
         break;
