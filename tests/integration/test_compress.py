@@ -280,6 +280,36 @@ class CacheVariantTest(unittest.TestCase):
             else:
                 self.assertEqual(r.status, 200)
 
+    def test_origin_vary_kept_beside_accept_encoding(self):
+        with Origin() as o, Umbra(upstream(o.url)) as u:
+            t = "/vy?size=20000&cc=%s&header=%s&%s" % (q("max-age=60"), q("Vary:X-Lang"), JSON)
+            r = get(u.port, t, "gzip", headers=[("X-Lang", "fr")])
+            self.assertEqual(r.header("Content-Encoding"), "gzip")
+            vary = ",".join(r.header_all("Vary")).lower()
+            self.assertIn("x-lang", vary)
+            self.assertIn("accept-encoding", vary)
+            r = get(u.port, t, "gzip, deflate", headers=[("X-Lang", "fr")])
+            self.assertIn("hit", r.header("Cache-Status") or "")
+            r = get(u.port, t, "gzip", headers=[("X-Lang", "de")])
+            self.assertNotIn("hit", r.header("Cache-Status") or "")
+            self.assertEqual(decode("gzip", r.body), origin_body(20000))
+            self.assertEqual(seen(o, "/vy"), 2)
+
+    def test_origin_own_coding_not_shared_by_the_bucket(self):
+        # The origin compressed on its own (br, with Vary: Accept-Encoding) for a client of
+        # the zstd bucket that also takes br: a client that takes zstd only must not get
+        # that br body from the cache.
+        with Origin() as o, Umbra(upstream(o.url)) as u:
+            raw = "x" * 3000
+            t = "/own?cc=%s&header=%s&header=%s&%s&body=%s" % (
+                q("max-age=60"), q("Content-Encoding:br"), q("Vary:Accept-Encoding"), JSON, raw)
+            r = get(u.port, t, "gzip, deflate, br, zstd")
+            self.assertEqual(r.header("Content-Encoding"), "br")
+            r = get(u.port, t, "zstd")
+            self.assertNotIn("hit", r.header("Cache-Status") or "", r.raw_head)
+            r = get(u.port, t, "gzip, deflate, br, zstd")
+            self.assertIn("hit", r.header("Cache-Status") or "", r.raw_head)
+
     def test_compressed_hit_no_origin_request(self):
         with Origin() as o, Umbra(upstream(o.url)) as u:
             t = "/hit?size=50000&cc=%s&%s" % (q("max-age=60"), JSON)
