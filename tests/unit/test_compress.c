@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -212,6 +213,200 @@ static void test_zstd_and_br_streams_end(void **state)
     }
 }
 
+/* ---- the compressing origin, over a scripted inner origin and a scripted client ---- */
+
+struct script {
+    struct um_origin base;
+    struct um_sink *sink;
+    int64_t content_length;
+    const char *ct;
+    int resumes;
+};
+
+static void script_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *sink)
+{
+    (void)f;
+    struct script *sc = (struct script *)o;
+    sc->sink = sink;
+    struct um_header h[2] = {{UM_STR("Content-Type"), {sc->ct, strlen(sc->ct)}},
+                             {UM_STR("ETag"), UM_STR("\"e1\"")}};
+    struct um_response_head head = {.status = 200, .headers = h, .num_headers = 2,
+                                    .content_length = sc->content_length};
+    sink->ops->on_head(sink, &head);
+}
+
+static void script_resume(struct um_origin *o, struct um_sink *sink)
+{
+    (void)sink;
+    ((struct script *)o)->resumes++;
+}
+
+static void script_destroy(struct um_origin *o)
+{
+    (void)o;
+}
+
+static const struct um_origin_ops script_ops = {
+    .fetch = script_fetch, .resume = script_resume, .destroy = script_destroy};
+
+struct client {
+    struct um_sink sink;
+    bool refuse;
+    int ended, err;
+    char coding[16];
+    bool chunked_len; /* content_length was -1 */
+    struct um_buf body;
+};
+
+static void c_head(struct um_sink *s, const struct um_response_head *h)
+{
+    struct client *c = (struct client *)s;
+    c->chunked_len = h->content_length < 0;
+    for (size_t i = 0; i < h->num_headers; i++)
+        if (um_str_eq_ci(h->headers[i].name, "content-encoding"))
+            snprintf(c->coding, sizeof(c->coding), "%.*s", (int)h->headers[i].value.len,
+                     h->headers[i].value.base);
+}
+
+static size_t c_data(struct um_sink *s, const char *d, size_t n)
+{
+    struct client *c = (struct client *)s;
+    if (c->refuse)
+        return 0;
+    um_buf_append(&c->body, d, n);
+    return n;
+}
+
+static void c_end(struct um_sink *s, int err)
+{
+    struct client *c = (struct client *)s;
+    c->ended++;
+    c->err = err;
+}
+
+static const struct um_sink_ops client_ops = {.on_head = c_head, .on_data = c_data,
+                                              .on_end = c_end};
+
+static struct um_route route;
+static struct um_request req;
+
+static void setup_route(void)
+{
+    memset(&route, 0, sizeof(route));
+    route.compress.enabled = true;
+    route.compress.order[0] = UM_CODING_ZSTD;
+    route.compress.order[1] = UM_CODING_GZIP;
+    route.compress.num_algorithms = 2;
+    strcpy(route.compress.types[route.compress.num_types++], "text/*");
+    route.compress.min_size = 10;
+    route.compress.level[UM_CODING_GZIP] = 6;
+    route.compress.level[UM_CODING_ZSTD] = 3;
+    memset(&req, 0, sizeof(req));
+    req.method_id = UM_METHOD_GET;
+}
+
+static struct um_origin *start(struct script *sc, struct client *c, const char *ae)
+{
+    setup_route();
+    req.headers[0] = (struct um_header){UM_STR("Accept-Encoding"), {ae, strlen(ae)}};
+    req.num_headers = 1;
+    sc->base.ops = &script_ops;
+    memset(c, 0, sizeof(*c));
+    c->sink.ops = &client_ops;
+    um_buf_init(&c->body);
+    struct um_origin *o = um_compress_origin_create(&sc->base, &route);
+    struct um_fetch f = {.req = &req, .route = &route};
+    o->ops->fetch(o, &f, &c->sink);
+    return o;
+}
+
+static void test_origin_failing_encoder_cuts_the_body(void **state)
+{
+    (void)state;
+    /* The origin said 100 bytes and sends more: zstd (told the size) fails; the client must
+     * hear UM_ERR, never a whole-looking stream. */
+    struct script sc = {.content_length = 100, .ct = "text/plain"};
+    struct client c;
+    struct um_origin *o = start(&sc, &c, "zstd");
+    assert_string_equal(c.coding, "zstd");
+    static char big[5000];
+    memset(big, 'a', sizeof(big));
+    assert_int_equal(sc.sink->ops->on_data(sc.sink, big, sizeof(big)), sizeof(big));
+    assert_int_equal(sc.sink->ops->on_data(sc.sink, big, sizeof(big)), sizeof(big));
+    sc.sink->ops->on_end(sc.sink, UM_OK);
+    assert_int_equal(c.ended, 1);
+    assert_int_equal(c.err, UM_ERR);
+    o->ops->destroy(o);
+    um_buf_dispose(&c.body);
+}
+
+static void test_origin_backpressure_and_resume(void **state)
+{
+    (void)state;
+    struct script sc = {.content_length = -1, .ct = "text/html; charset=utf-8"};
+    struct client c;
+    struct um_origin *o = start(&sc, &c, "gzip");
+    assert_string_equal(c.coding, "gzip");
+    assert_true(c.chunked_len);
+    static char in[200000];
+    for (size_t i = 0; i < sizeof(in); i++)
+        in[i] = (char)('a' + (i * 7919 % 26));
+    c.refuse = true;
+    /* The first piece is taken (its output waits); the next is refused until the client
+     * drains. */
+    assert_int_equal(sc.sink->ops->on_data(sc.sink, in, 100000), 100000);
+    assert_int_equal(sc.sink->ops->on_data(sc.sink, in + 100000, 100000), 0);
+    c.refuse = false;
+    o->ops->resume(o, &c.sink);
+    assert_int_equal(sc.resumes, 1);
+    assert_int_equal(sc.sink->ops->on_data(sc.sink, in + 100000, 100000), 100000);
+    c.refuse = true;
+    sc.sink->ops->on_end(sc.sink, UM_OK);
+    assert_int_equal(c.ended, 0); /* the tail waits for the client */
+    c.refuse = false;
+    o->ops->resume(o, &c.sink);
+    assert_int_equal(c.ended, 1);
+    assert_int_equal(c.err, UM_OK);
+    static char back[sizeof(in) + 16];
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    assert_int_equal(inflateInit2(&z, 16 + 15), Z_OK);
+    z.next_in = (Bytef *)c.body.base;
+    z.avail_in = (uInt)c.body.len;
+    z.next_out = (Bytef *)back;
+    z.avail_out = sizeof(back);
+    assert_int_equal(inflate(&z, Z_FINISH), Z_STREAM_END);
+    assert_int_equal(z.total_out, sizeof(in));
+    assert_memory_equal(back, in, sizeof(in));
+    inflateEnd(&z);
+    o->ops->destroy(o);
+    um_buf_dispose(&c.body);
+}
+
+static void test_origin_passes_what_it_does_not_compress(void **state)
+{
+    (void)state;
+    struct script sc = {.content_length = 5, .ct = "text/plain"}; /* under min_size */
+    struct client c;
+    struct um_origin *o = start(&sc, &c, "gzip");
+    assert_string_equal(c.coding, "");
+    assert_int_equal(sc.sink->ops->on_data(sc.sink, "hello", 5), 5);
+    sc.sink->ops->on_end(sc.sink, UM_OK);
+    assert_int_equal(c.ended, 1);
+    assert_int_equal(c.body.len, 5);
+    assert_memory_equal(c.body.base, "hello", 5);
+    o->ops->destroy(o);
+    um_buf_dispose(&c.body);
+
+    struct script sc2 = {.content_length = 5000, .ct = "image/png"};
+    o = start(&sc2, &c, "gzip");
+    assert_string_equal(c.coding, "");
+    sc2.sink->ops->on_end(sc2.sink, UM_OK);
+    assert_int_equal(c.ended, 1);
+    o->ops->destroy(o);
+    um_buf_dispose(&c.body);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +419,9 @@ int main(void)
         cmocka_unit_test(test_types),
         cmocka_unit_test(test_gzip_stream_round_trip),
         cmocka_unit_test(test_zstd_and_br_streams_end),
+        cmocka_unit_test(test_origin_failing_encoder_cuts_the_body),
+        cmocka_unit_test(test_origin_backpressure_and_resume),
+        cmocka_unit_test(test_origin_passes_what_it_does_not_compress),
     };
     guard_init(&g, 4096, GUARD_AFTER);
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
