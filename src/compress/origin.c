@@ -161,8 +161,13 @@ static void cf_on_head(struct um_sink *s, const struct um_response_head *h)
     size_t n = 0;
     for (size_t i = 0; i < h->num_headers; i++) {
         const struct um_header *o = &h->headers[i];
+        /* Fields about the identity bytes that the compressed ones would belie: their
+         * ranges and digests (RFC 9530's digests cover the coded bytes). */
         if (cf->enc && (um_str_eq_ci(o->name, "content-encoding") ||
-                        um_str_eq_ci(o->name, "accept-ranges")))
+                        um_str_eq_ci(o->name, "accept-ranges") ||
+                        um_str_eq_ci(o->name, "content-md5") ||
+                        um_str_eq_ci(o->name, "content-digest") ||
+                        um_str_eq_ci(o->name, "repr-digest") || um_str_eq_ci(o->name, "digest")))
             continue;
         if (cf->enc && um_str_eq_ci(o->name, "etag")) {
             um_str v = um_str_trim(o->value);

@@ -193,6 +193,16 @@ class OnTheFlyTest(unittest.TestCase):
         self.assertEqual(r.status, 404)
         self.assertIsNone(r.header("Content-Encoding"))
 
+    def test_digests_of_the_identity_bytes_dropped(self):
+        t = "/nc/dg?size=5000&header=%s&header=%s&%s" % (
+            q("Content-Digest:sha-256=:AAAA:"), q("Content-MD5:Q2hlY2sgSW50ZWdyaXR5IQ=="), JSON)
+        r = get(self.umbra.port, t, "gzip")
+        self.assertEqual(r.header("Content-Encoding"), "gzip")
+        self.assertIsNone(r.header("Content-Digest"))
+        self.assertIsNone(r.header("Content-MD5"))
+        r = get(self.umbra.port, t)
+        self.assertEqual(r.header("Content-Digest"), "sha-256=:AAAA:")
+
     def test_strong_etag_made_weak(self):
         r = get(self.umbra.port, "/nc/etag?size=5000&header=%s&%s" % (q('ETag:"abc"'), JSON),
                 "gzip")
