@@ -75,13 +75,14 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
                 snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
                 return false;
             }
-            if (r->compress.enabled)
-                rr->origin = um_compress_origin_create(rr->origin, r);
         }
         /* A route without root or upstream is answered by its hooks (or the upstream
          * they pick). */
         if (hooks)
             rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
+        /* Above the hooks, as on the other routes: on_response sees what the origin sent. */
+        if (r->compress.enabled && rr->origin)
+            rr->origin = um_compress_origin_create(rr->origin, r);
     }
     return true;
 }

@@ -435,6 +435,24 @@ class SettingsTest(unittest.TestCase):
             r = get(u.port, "/nc/x?size=5000&" + JSON, "gzip")
             self.assertIsNone(r.header("Content-Encoding"))
 
+    def test_hooks_see_the_origin_answer_and_hook_routes_compress(self):
+        # on_response runs below the compression: it sees no Content-Encoding of ours, and
+        # what it sets goes out compressed. A route answered by the upstream its hook picks
+        # compresses too.
+        routes = """{ path = "/hk/", upstream = "app", cache = false,
+    on_response = function(req, res)
+      res:set_header("X-Seen-CE", res:header("Content-Encoding") or "none")
+    end },
+  { path = "/pick/", compress = true, on_request = function(req) req.upstream = "app" end },"""
+        with Origin() as o, Umbra(upstream(o.url, routes=routes)) as u:
+            r = get(u.port, "/hk/x?size=5000&" + JSON, "gzip")
+            self.assertEqual(r.header("Content-Encoding"), "gzip")
+            self.assertEqual(r.header("X-Seen-CE"), "none")
+            self.assertEqual(decode("gzip", r.body), origin_body(5000))
+            r = get(u.port, "/pick/x?size=5000&" + JSON, "br")
+            self.assertEqual(r.header("Content-Encoding"), "br", r.raw_head)
+            self.assertEqual(decode("br", r.body), origin_body(5000))
+
     def test_bad_settings_name_file_and_line(self):
         bad = [
             'compress = { algorithms = { "lzma" } }',
