@@ -198,6 +198,8 @@ static void cf_on_head(struct um_sink *s, const struct um_response_head *h)
 
 static void count(struct comp_fetch *cf)
 {
+    if (cf->bytes_in == 0 && cf->bytes_out == 0)
+        return;
     struct um_metrics_worker *m = um_metrics_worker();
     um_counter_add(&m->compress_in[cf->coding], cf->bytes_in);
     um_counter_add(&m->compress_out[cf->coding], cf->bytes_out);
