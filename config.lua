@@ -30,6 +30,9 @@ routes = {                    -- first match wins
 cache    = { memory = "64MB", default_ttl = 60 }
 limits   = { max_connections = 10000, max_header_bytes = 16384, max_body_bytes = "16MB" }
 timeouts = { header = 10, idle = 60, send = 30 }   -- seconds
+-- Compression on the fly (off by default): zstd, br or gzip as the client accepts, for text,
+-- JSON, JavaScript, SVG... of 1 KiB and more; the cache keeps one variant per coding.
+-- compress = true               -- or { algorithms = { "br", "gzip" }, min_size = 1024 }
 
 -- Operations (README.md, "Operations"): uncomment for Prometheus metrics and the status page
 -- on http://127.0.0.1:9145/status, and an access log (SIGHUP reloads this file).

@@ -49,6 +49,27 @@ struct um_upstream_conf {
     int line;                   /* line of the upstream in the config file */
 };
 
+/* Content codings Umbra can apply (compress.h negotiates among them). */
+enum um_coding { UM_CODING_IDENTITY = 0, UM_CODING_GZIP = 1, UM_CODING_BR = 2, UM_CODING_ZSTD = 3 };
+#define UM_CODING_COUNT 4
+#define UM_COMPRESS_MAX_TYPES 32
+#define UM_COMPRESS_TYPE_MAX 63
+
+/* compress = { algorithms = {...}, types = {...}, min_size = SIZE, level = { gzip = N, br =
+ * N, zstd = N } }, or true (the defaults) or false; globally and per route (a route's table
+ * starts from the global settings). Off unless asked for. */
+struct um_compress_conf {
+    bool enabled;
+    unsigned char order[3]; /* enum um_coding, the server's preference first */
+    size_t num_algorithms;  /* >= 1 when enabled */
+    /* Media types compressed, lower case: "text/" then a star takes every subtype of text. */
+    char types[UM_COMPRESS_MAX_TYPES][UM_COMPRESS_TYPE_MAX + 1];
+    size_t num_types;
+    uint64_t min_size;          /* bodies known to be shorter are sent as they are */
+    int level[UM_CODING_COUNT]; /* by coding; [0] unused */
+    int line;
+};
+
 struct um_route {
     char *host; /* NULL: any host; else matched case-insensitively against Host (no port) */
     char *path; /* prefix of the request path, e.g. "/static/" */
@@ -66,6 +87,11 @@ struct um_route {
     bool on_response;
     char *cgi; /* cgi = "DIR": CGI scripts under this directory (absolute after loading);
                   NULL for other routes */
+    /* compress: the global setting, or the route's own. */
+    struct um_compress_conf compress;
+    /* precompressed = true (static routes): FILE.zst, FILE.br, FILE.gz are sent for FILE
+     * to clients that take them, when they are not older than FILE. */
+    bool precompressed;
 };
 
 struct um_mime_type {
@@ -189,6 +215,7 @@ struct um_config {
     int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
     struct um_tls_conf tls;
     struct um_cache_conf cache;
+    struct um_compress_conf compress; /* the global setting */
     /* Request-time Lua (umbra/hooks.h). */
     struct {
         bool on_request, on_response; /* global functions of those names */

@@ -51,6 +51,9 @@ struct um_metrics_worker {
     um_counter h2_conns, h2_streams; /* connections switched to HTTP/2; streams begun on them */
     /* Tunnels (upgraded connections): begun, ended, bytes client -> backend and back. */
     um_counter tunnels_opened, tunnels_closed, tunnel_bytes_up, tunnel_bytes_down;
+    /* On-the-fly compression, by coding (enum um_coding; [0] unused): body bytes given to
+     * the encoders and bytes they made. */
+    um_counter compress_in[4], compress_out[4];
 };
 
 /* Bumps a counter owned by the calling thread (no atomic read-modify-write). */

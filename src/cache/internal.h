@@ -18,6 +18,7 @@
 
 #include "umbra/cacheorigin.h"
 #include "umbra/cachepolicy.h"
+#include "umbra/compress.h"
 #include "umbra/context.h"
 #include "umbra/loop.h"
 
@@ -65,6 +66,7 @@ struct cache_origin {
     struct um_origin *inner;
     struct um_cache *cache;
     const struct um_config *config;
+    const struct um_route *route;
     struct um_cache_policy pol;
     um_str targeted[UM_CACHE_TARGETED_MAX]; /* pol.targeted: the config's names */
 };
@@ -157,10 +159,15 @@ static inline time_t now_sec(void)
 }
 
 /* Tag: [u8 flags] then per Vary field [u16 name len][name][u8 present][u16 value len][value].
+ * present 2 (TAG_BUCKET): Accept-Encoding on a compressing route, whose value is the
+ * server's order of codings and the coding negotiated (one digit each, enum um_coding):
+ * a request matches when it negotiates the same coding with that order, however it
+ * spells its Accept-Encoding (compress.h).
  * flags 1: hit-for-pass marker (matches every request); 2: head not known yet (filling:
  * matches every request, which then checks the real tag once the head is there). */
 #define TAG_PASS 1
 #define TAG_PENDING 2
+#define TAG_BUCKET 2
 
 /* origin.c */
 /* The URL's key of req ("host target"), NUL-terminated; *len is its length. */

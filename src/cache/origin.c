@@ -535,7 +535,7 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
     co->inner = inner;
     co->cache = cache;
     co->config = config;
-    (void)route; /* the route's settings live in config today */
+    co->route = route;
     um_cache_policy_init(&co->pol);
     co->pol.default_ttl = (int64_t)config->cache.default_ttl;
     co->pol.stale_if_error = (int64_t)config->cache.stale_if_error;

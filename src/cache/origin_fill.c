@@ -18,16 +18,54 @@
 /* ---------------------------------------------------------------- tags and heads */
 
 /* Builds the tag for a response's Vary from the request that filled it. */
-static size_t tag_build(const struct um_vary *vary, const struct um_request *req, char *out,
-                        size_t outsz)
+/* Whether the response's coding (h) is one every request of bucket c takes: identity,
+ * or c itself. An origin that compressed on its own with another coding (say br for a
+ * client of the zstd bucket that also took br) must be told apart by the whole
+ * Accept-Encoding instead. */
+static bool bucket_fits(enum um_coding c, const struct um_header *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!um_str_eq_ci(h[i].name, "content-encoding"))
+            continue;
+        um_str v = um_str_trim(h[i].value);
+        if (!um_str_eq_ci(v, "identity") && !um_str_eq_ci(v, um_coding_name(c)))
+            return false;
+    }
+    return true;
+}
+
+static size_t tag_build(const struct um_vary *vary, const struct um_route *route,
+                        const struct um_request *req, const struct um_header *resp,
+                        size_t nresp, char *out, size_t outsz)
 {
     size_t o = 0;
     out[o++] = 0;
     for (size_t i = 0; i < vary->n; i++) {
         char val[1024];
         bool present = false;
-        size_t vl = um_vary_normalize(vary->names[i], req->headers, req->num_headers, val,
-                                      sizeof(val), &present);
+        unsigned pbyte;
+        size_t vl;
+        const struct um_compress_conf *cc = route ? &route->compress : NULL;
+        enum um_coding bucket = UM_CODING_IDENTITY;
+        bool bucketed = cc && cc->enabled && um_str_eq_ci(vary->names[i], "accept-encoding");
+        if (bucketed) {
+            bucket = um_compress_negotiate(req->headers, req->num_headers, cc->order,
+                                           cc->num_algorithms);
+            bucketed = bucket_fits(bucket, resp, nresp);
+        }
+        if (bucketed) {
+            /* The variants of a compressing route are its codings, not the spellings of
+             * Accept-Encoding (internal.h, TAG_BUCKET). */
+            vl = 0;
+            for (size_t k = 0; k < cc->num_algorithms; k++)
+                val[vl++] = (char)('0' + cc->order[k]);
+            val[vl++] = (char)('0' + bucket);
+            pbyte = TAG_BUCKET;
+        } else {
+            vl = um_vary_normalize(vary->names[i], req->headers, req->num_headers, val,
+                                   sizeof(val), &present);
+            pbyte = present;
+        }
         if (vl >= sizeof(val))
             return 0; /* too long to keep: not stored */
         size_t nl = vary->names[i].len;
@@ -37,7 +75,7 @@ static size_t tag_build(const struct um_vary *vary, const struct um_request *req
         out[o++] = (char)nl;
         memcpy(out + o, vary->names[i].base, nl);
         o += nl;
-        out[o++] = present;
+        out[o++] = (char)pbyte;
         out[o++] = (char)(vl >> 8);
         out[o++] = (char)vl;
         memcpy(out + o, val, vl);
@@ -371,7 +409,8 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
     size_t taglen = 0;
     char tag[2048];
     if (why == UM_STORABLE) {
-        taglen = tag_build(&rm.vary, &fl->req, tag, sizeof(tag));
+        taglen = tag_build(&rm.vary, co->route, &fl->req, h->headers, h->num_headers, tag,
+                           sizeof(tag));
         if (taglen == 0)
             why = UM_NOSTORE_VARY;
     }

@@ -15,12 +15,14 @@ struct tag_view {
     unsigned flags;
     struct um_vary_value v[UM_VARY_MAX];
     size_t n;
+    um_str bucket; /* a TAG_BUCKET value; len 0: none */
 };
 
 static bool tag_parse(um_str tag, struct tag_view *tv)
 {
     tv->flags = 0;
     tv->n = 0; /* the entries are written as they are parsed */
+    tv->bucket = (um_str){NULL, 0};
     if (tag.len == 0)
         return true;
     const unsigned char *p = (const unsigned char *)tag.base, *end = p + tag.len;
@@ -34,12 +36,19 @@ static bool tag_parse(um_str tag, struct tag_view *tv)
             return false;
         um_str name = {(const char *)p, nl};
         p += nl;
-        bool present = *p++;
+        unsigned present = *p++;
         size_t vl = (size_t)p[0] << 8 | p[1];
         p += 2;
         if ((size_t)(end - p) < vl)
             return false;
-        tv->v[tv->n++] = (struct um_vary_value){name, {(const char *)p, vl}, present};
+        if (present == TAG_BUCKET) {
+            if (vl < 2 || vl > 4)
+                return false;
+            tv->bucket = (um_str){(const char *)p, vl};
+            p += vl;
+            continue;
+        }
+        tv->v[tv->n++] = (struct um_vary_value){name, {(const char *)p, vl}, present != 0};
         p += vl;
     }
     return p == end;
@@ -56,6 +65,15 @@ static bool tag_matches(um_str tag, const struct um_request *req)
         return false;
     if (tv.flags & (TAG_PASS | TAG_PENDING))
         return true;
+    if (tv.bucket.len > 0) {
+        unsigned char order[3];
+        size_t n = tv.bucket.len - 1;
+        for (size_t i = 0; i < n; i++)
+            order[i] = (unsigned char)(tv.bucket.base[i] - '0');
+        enum um_coding c = um_compress_negotiate(req->headers, req->num_headers, order, n);
+        if ((char)('0' + c) != tv.bucket.base[n])
+            return false;
+    }
     return um_vary_matches(tv.v, tv.n, req->headers, req->num_headers);
 }
 

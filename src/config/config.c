@@ -35,7 +35,7 @@
 const char *const um__cfg_settings[] = {"listen",   "workers", "upstreams", "routes",
                                        "limits",   "timeouts", "mime",     "log_level",
                                        "tls",      "cache",   "admin",    "access_log",
-                                       "http2",    "cgi",      NULL};
+                                       "http2",    "cgi",      "compress", NULL};
 
 #define CACHE_DEFAULT_MEMORY (256ull << 20)
 #define CACHE_DEFAULT_MAX_OBJECT (64ull << 20)
@@ -113,7 +113,7 @@ static int extract(lua_State *L)
     static bool (*const steps[])(struct um__cfg_load *, lua_State *) = {
         check_globals,          um__cfg_load_yunying,   um__cfg_load_hooks,
         um__cfg_load_listen,    um__cfg_load_tls,       um__cfg_load_workers,
-        um__cfg_load_upstreams, um__cfg_load_routes,    um__cfg_load_limits,
+        um__cfg_load_upstreams, um__cfg_load_compress,  um__cfg_load_routes,    um__cfg_load_limits,
         um__cfg_load_timeouts,  um__cfg_load_mime,      um__cfg_load_log_level,
         um__cfg_load_cache,     um__cfg_load_admin,     um__cfg_load_access_log, um__cfg_load_http2,
         um__cfg_load_cgi,

@@ -64,6 +64,8 @@ extern const char *const um__cfg_purge_keys[];      /* cache.c: cache.purge */
 extern const char *const um__cfg_admin_keys[];      /* ops.c: admin */
 extern const char *const um__cfg_access_log_keys[]; /* ops.c: access_log */
 extern const char *const um__cfg_cgi_keys[];        /* cgi.c: cgi */
+extern const char *const um__cfg_compress_keys[];   /* compress.c: compress */
+extern const char *const um__cfg_compress_level_keys[]; /* compress.c: compress.level */
 
 /* Registry key (its address) of the table global name -> line of its first assignment,
  * which config.c fills while the chunk runs. */
@@ -142,6 +144,12 @@ bool um__cfg_any_tls_listener(const struct um_config *c);
 bool um__cfg_parse_netmask(struct um__cfg_load *ld, lua_State *L, const char *path,
                            const char *text, struct um_netmask *out);
 
+/* compress.c: the built-in compress settings (off); the compress value at idx (true,
+ * false or a table) over base into out. */
+void um__cfg_compress_defaults(struct um_compress_conf *cc);
+bool um__cfg_parse_compress(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
+                            const struct um_compress_conf *base, struct um_compress_conf *out);
+
 /* --- the steps, in the order config.c runs them ------------------------------------------ */
 
 bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L);    /* yunying.c */
@@ -150,6 +158,7 @@ bool um__cfg_load_listen(struct um__cfg_load *ld, lua_State *L);     /* listen.c
 bool um__cfg_load_tls(struct um__cfg_load *ld, lua_State *L);        /* listen.c */
 bool um__cfg_load_workers(struct um__cfg_load *ld, lua_State *L);    /* limits.c */
 bool um__cfg_load_upstreams(struct um__cfg_load *ld, lua_State *L);  /* upstreams.c */
+bool um__cfg_load_compress(struct um__cfg_load *ld, lua_State *L);   /* compress.c */
 bool um__cfg_load_routes(struct um__cfg_load *ld, lua_State *L);     /* routes.c */
 bool um__cfg_load_limits(struct um__cfg_load *ld, lua_State *L);     /* limits.c */
 bool um__cfg_load_timeouts(struct um__cfg_load *ld, lua_State *L);   /* limits.c */

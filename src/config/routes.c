@@ -7,7 +7,8 @@
 
 const char *const um__cfg_route_keys[] = {"host",  "path",           "root",  "upstream",
                                          "index", "redirect_https", "cache", "name",
-                                         "on_request", "on_response", "cgi", NULL};
+                                         "on_request", "on_response", "cgi", "compress",
+                                         "precompressed", NULL};
 
 /* The route's upstream = "NAME" (on top of the stack), at path. */
 static bool resolve_upstream(struct um__cfg_load *ld, lua_State *L, const char *path,
@@ -157,6 +158,26 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
             *(h == um__cfg_hooks ? &r->on_request : &r->on_response) = true;
         lua_pop(L, 1);
     }
+
+    um__cfg_subpath(sub, sizeof sub, rpath, "compress");
+    r->compress = ld->c->compress;
+    if (um__cfg_get_field(L, idx, "compress") != LUA_TNIL &&
+        !um__cfg_parse_compress(ld, L, lua_gettop(L), sub, &ld->c->compress, &r->compress))
+        return false;
+    lua_pop(L, 1);
+    um__cfg_subpath(sub, sizeof sub, rpath, "precompressed");
+    int pt = um__cfg_get_field(L, idx, "precompressed");
+    if (pt != LUA_TNIL) {
+        if (pt != LUA_TBOOLEAN)
+            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
+                                lua_typename(L, pt));
+        r->precompressed = lua_toboolean(L, -1);
+        int rt2 = um__cfg_get_field(L, idx, "root");
+        lua_pop(L, 1);
+        if (r->precompressed && rt2 == LUA_TNIL)
+            return um__cfg_fail(ld, L, sub, "%s: applies to routes with a root (files)", sub);
+    }
+    lua_pop(L, 1);
 
     if (um__cfg_get_field(L, idx, "cgi") != LUA_TNIL)
         return load_cgi_route(ld, L, idx, rpath, r);

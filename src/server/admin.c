@@ -87,6 +87,7 @@ struct totals {
     uint64_t up_latency_sum[UM_METRICS_MAX_SERVERS];
     uint64_t lua_errors, tls_handshakes, tls_failures, h2_conns, h2_streams;
     uint64_t tun_opened, tun_closed, tun_up, tun_down;
+    uint64_t compress_in[4], compress_out[4];
 };
 
 static void sum(struct totals *t, int nroutes, int nservers)
@@ -126,6 +127,10 @@ static void sum(struct totals *t, int nroutes, int nservers)
         t->tun_closed += um_counter_get(&m->tunnels_closed);
         t->tun_up += um_counter_get(&m->tunnel_bytes_up);
         t->tun_down += um_counter_get(&m->tunnel_bytes_down);
+        for (int c = 1; c < 4; c++) {
+            t->compress_in[c] += um_counter_get(&m->compress_in[c]);
+            t->compress_out[c] += um_counter_get(&m->compress_out[c]);
+        }
     }
 }
 
@@ -276,6 +281,17 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
         "Bytes tunnels passed from clients to backends.", t->tun_up);
     one(b, "umbra_tunnel_received_bytes_total", "counter",
         "Bytes tunnels passed from backends to clients.", t->tun_down);
+    static const char *const codings[4] = {"identity", "gzip", "br", "zstd"};
+    help(b, "umbra_compress_in_bytes_total", "counter",
+         "Response body bytes given to on-the-fly compression, by coding.");
+    for (int c = 1; c < 4; c++)
+        um_buf_printf(b, "umbra_compress_in_bytes_total{coding=\"%s\"} %llu\n", codings[c],
+                      (unsigned long long)t->compress_in[c]);
+    help(b, "umbra_compress_out_bytes_total", "counter",
+         "Compressed bytes on-the-fly compression made, by coding.");
+    for (int c = 1; c < 4; c++)
+        um_buf_printf(b, "umbra_compress_out_bytes_total{coding=\"%s\"} %llu\n", codings[c],
+                      (unsigned long long)t->compress_out[c]);
     one(b, "umbra_config_reloads_total", "counter", "Configuration reloads attempted (SIGHUP).",
         atomic_load(&um_metrics_reloads));
     one(b, "umbra_config_reload_failures_total", "counter",

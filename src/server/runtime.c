@@ -5,6 +5,7 @@
 #include "umbra/cache.h"
 #include "umbra/cacheorigin.h"
 #include "umbra/cgi.h"
+#include "umbra/compress.h"
 #include "umbra/hooks.h"
 #include "umbra/metrics.h"
 #include "umbra/origin.h"
@@ -41,6 +42,9 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
             rr->origin = um_upstream_origin_ref(rt->upstreams[r->upstream]);
             if (hooks)
                 rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
+            /* Below the cache: it stores the compressed variants. */
+            if (r->compress.enabled)
+                rr->origin = um_compress_origin_create(rr->origin, r);
             if (r->cache) {
                 if (*cache == NULL)
                     __atomic_store_n(cache, create_cache(config), __ATOMIC_RELEASE);
@@ -56,6 +60,8 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
             }
             if (hooks)
                 rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
+            if (r->compress.enabled)
+                rr->origin = um_compress_origin_create(rr->origin, r);
             if (r->cache) {
                 if (*cache == NULL)
                     __atomic_store_n(cache, create_cache(config), __ATOMIC_RELEASE);
@@ -74,6 +80,9 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
          * they pick). */
         if (hooks)
             rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
+        /* Above the hooks, as on the other routes: on_response sees what the origin sent. */
+        if (r->compress.enabled && rr->origin)
+            rr->origin = um_compress_origin_create(rr->origin, r);
     }
     return true;
 }

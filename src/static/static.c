@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "umbra/compress.h"
 #include "umbra/httpfield.h"
 #include "umbra/log.h"
 #include "umbra/static.h"
@@ -23,7 +24,46 @@ struct static_origin {
     struct um_origin base;
     int root_fd;
     char *index; /* NULL: no index file */
+    const struct um_route *route;
 };
+
+static const char *const sibling_ext[UM_CODING_COUNT] = {"", ".gz", ".br", ".zst"};
+
+/* precompressed = true: the sibling of rel (rel_len bytes in rel, which has room for the
+ * extension) in the best coding the client takes among those whose sibling exists and is
+ * not older than the file (st). Returns its descriptor with *sst and *coding set, or -1. */
+static int open_sibling(const struct static_origin *o, const struct um_request *req, char *rel,
+                        size_t rel_len, const struct stat *st, struct stat *sst,
+                        enum um_coding *coding)
+{
+    static const unsigned char all[3] = {UM_CODING_ZSTD, UM_CODING_BR, UM_CODING_GZIP};
+    const struct um_compress_conf *cc = &o->route->compress;
+    unsigned char order[3];
+    size_t n = cc->enabled ? cc->num_algorithms : 3;
+    memcpy(order, cc->enabled ? cc->order : all, n);
+    for (int tries = 0; tries < 3 && n > 0; tries++) {
+        enum um_coding c = um_compress_negotiate(req->headers, req->num_headers, order, n);
+        if (c == UM_CODING_IDENTITY)
+            return -1;
+        memcpy(rel + rel_len, sibling_ext[c], strlen(sibling_ext[c]) + 1);
+        int fd = um_static_open_beneath(o->root_fd, rel, O_RDONLY | O_NOCTTY);
+        rel[rel_len] = '\0';
+        if (fd >= 0) {
+            if (fstat(fd, sst) == 0 && S_ISREG(sst->st_mode) && sst->st_mtime >= st->st_mtime) {
+                *coding = c;
+                return fd;
+            }
+            close(fd);
+        }
+        /* Not there (or stale): the next best. */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (order[i] != c)
+                order[k++] = order[i];
+        n = k;
+    }
+    return -1;
+}
 
 int um_static_open_beneath(int dirfd, const char *path, int flags)
 {
@@ -187,23 +227,46 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
         return;
     }
 
+    /* A precompressed sibling for the whole file (a Range is of the file's own bytes). */
+    enum um_coding coding = UM_CODING_IDENTITY;
+    bool vary = o->route->precompressed;
+    if (vary && um_http1_find_header(req, "range") == NULL && rel_len + 5 < sizeof(rel)) {
+        struct stat sst;
+        int sfd = open_sibling(o, req, rel, rel_len, &st, &sst, &coding);
+        if (sfd >= 0) {
+            close(fd);
+            fd = sfd;
+            st = sst;
+        }
+    }
+
     char etag_buf[48], lm[UM_HTTP_DATE_LEN + 1], cr[80];
-    int etag_len = snprintf(etag_buf, sizeof(etag_buf), "\"%llx-%llx\"",
-                            (unsigned long long)st.st_mtime, (unsigned long long)st.st_size);
+    /* A sibling's tag names its coding too, so that no two representations share one. */
+    int etag_len = snprintf(etag_buf, sizeof(etag_buf), "\"%llx-%llx%s%s\"",
+                            (unsigned long long)st.st_mtime, (unsigned long long)st.st_size,
+                            coding != UM_CODING_IDENTITY ? "-" : "",
+                            coding != UM_CODING_IDENTITY ? um_coding_name(coding) : "");
     um_str etag = {etag_buf, (size_t)etag_len};
     um_http_date_format(st.st_mtime, lm);
     const char *type = um_mime_type((um_str){rel, rel_len}, f->config->mime, f->config->num_mime);
 
-    struct um_header h[6];
+    struct um_header h[8];
     size_t n = 0;
     h[n++] = (struct um_header){UM_STR("Content-Type"), {type, strlen(type)}};
     h[n++] = (struct um_header){UM_STR("Last-Modified"), {lm, UM_HTTP_DATE_LEN}};
     h[n++] = (struct um_header){UM_STR("ETag"), etag};
-    h[n++] = (struct um_header){UM_STR("Accept-Ranges"), UM_STR("bytes")};
+    if (vary)
+        h[n++] = (struct um_header){UM_STR("Vary"), UM_STR("Accept-Encoding")};
+    if (coding != UM_CODING_IDENTITY) {
+        const char *cn = um_coding_name(coding);
+        h[n++] = (struct um_header){UM_STR("Content-Encoding"), {cn, strlen(cn)}};
+    } else {
+        h[n++] = (struct um_header){UM_STR("Accept-Ranges"), UM_STR("bytes")};
+    }
 
     if (not_modified(req, etag, st.st_mtime)) {
         close(fd);
-        struct um_response_head head = {.status = 304, .headers = h + 1, .num_headers = 3, .content_length = -1, .reason = {NULL, 0}};
+        struct um_response_head head = {.status = 304, .headers = h + 1, .num_headers = n - 1, .content_length = -1, .reason = {NULL, 0}};
         sink->ops->on_head(sink, &head);
         sink->ops->on_end(sink, UM_OK);
         return;
@@ -266,5 +329,6 @@ struct um_origin *um_static_origin_create(const struct um_route *route,
     o->base.ops = &static_ops;
     o->root_fd = fd;
     o->index = route->index ? um_strndup(route->index, strlen(route->index)) : NULL;
+    o->route = route;
     return &o->base;
 }

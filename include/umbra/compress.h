@@ -1,0 +1,58 @@
+/* Compression (src/compress/): choosing a content coding from Accept-Encoding, streaming
+ * encoders for gzip (zlib), br (libbrotlienc) and zstd (libzstd), and the origin that
+ * compresses another origin's responses on the fly.
+ *
+ * Umbra only ever compresses: nothing it receives is decompressed (no decompression
+ * bombs). The floor sits below cache and static, which negotiate with it: the cache keys
+ * a compressed variant by its coding, the static origin picks precompressed files. */
+#ifndef UMBRA_COMPRESS_H
+#define UMBRA_COMPRESS_H
+
+#include "umbra/buf.h"
+#include "umbra/common.h"
+#include "umbra/config.h"
+#include "umbra/http1.h"
+#include "umbra/origin.h"
+
+/* "identity", "gzip", "br", "zstd" (static strings). */
+const char *um_coding_name(enum um_coding c);
+
+/* The coding to send to a client whose Accept-Encoding fields are among h[0..n) (every
+ * line of it, combined), given the codings the server may use: order[0..norder) (enum
+ * um_coding), its preference first. The client's q-values decide (q=0 refuses; "*" stands
+ * for the codings it does not name); on equal q the server's order does, and a compressed
+ * coding is preferred over identity unless identity is named with a higher q. A missing
+ * or malformed field gives UM_CODING_IDENTITY, as does a field that refuses everything
+ * the server has. Pure; any thread. */
+enum um_coding um_compress_negotiate(const struct um_header *h, size_t n,
+                                     const unsigned char *order, size_t norder);
+
+/* Whether a response of Content-Type value type (parameters ignored, case-insensitive)
+ * is among cc's types ("text/any" form: every text type). */
+bool um_compress_type_ok(const struct um_compress_conf *cc, um_str type);
+
+/* A streaming encoder. */
+struct um_encoder;
+
+/* A new encoder of coding c (not identity) at level; size_hint: the body's length when
+ * known, else -1 (lets the encoders use smaller windows). NULL when the library refuses
+ * (out of memory). Destroy with um_encoder_destroy. */
+struct um_encoder *um_encoder_create(enum um_coding c, int level, int64_t size_hint);
+/* Compresses in[0..len) and, when finish, ends the stream; appends what the encoder
+ * emits to out. Returns UM_OK, or UM_ERR when the library failed (the output is then not
+ * a valid stream). */
+int um_encoder_run(struct um_encoder *e, const char *in, size_t len, bool finish,
+                   struct um_buf *out);
+void um_encoder_destroy(struct um_encoder *e);
+
+/* Wraps inner (the caller's reference passes to it) so that the responses of route go
+ * out compressed when the client takes a coding of route->compress and the response is
+ * worth it (a compressible type, no Content-Encoding, no Cache-Control: no-transform,
+ * status 200, not a HEAD or a Range request, not known to be under min_size). Adds Vary:
+ * Accept-Encoding to every response of a compressible type, makes a compressed
+ * response's ETag weak and sends it without Content-Length (the length is known only at
+ * the end). route must outlive the origin. Destroy through ops->destroy. */
+struct um_origin *um_compress_origin_create(struct um_origin *inner,
+                                            const struct um_route *route);
+
+#endif
