@@ -282,6 +282,7 @@ struct params {
     size_t body_len;
     const char *ct, *cc;
     bool has_size, has_body, chunked, stall, garbage, endless, close, nolength, echo, echo_head;
+    bool json;
     int drop;
     size_t num_headers;
     const char *headers[MAX_PARAM_HEADERS];
@@ -642,6 +643,8 @@ static void parse_params(struct conn *c)
             p->body = v, p->body_len = vlen, p->has_body = true;
         else if (token_eq(kv, klen, "chunked"))
             p->chunked = on;
+        else if (token_eq(kv, klen, "json"))
+            p->json = on;
         else if (token_eq(kv, klen, "info") && num && n >= 100 && n <= 199 && p->num_infos < 32)
             p->infos[p->num_infos++] = (int)n;
         else if (token_eq(kv, klen, "infoh") && p->num_info_headers < 8) {
@@ -696,6 +699,65 @@ static const char *http_date(struct worker *w)
     return w->date;
 }
 
+/* A JSON array of made-up user records, built once: a body that compresses the way an
+ * API's answers do (about 5:1 with gzip), unlike the pattern. json_ends[i] is the offset
+ * just past record i. */
+#define JSON_MAX (4u << 20)
+static char *json_doc;
+static size_t *json_ends, json_count;
+
+static void json_build(void)
+{
+    static const char *const words[] = {
+        "alpha", "bravo", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "iris",
+        "juniper", "kestrel", "lumen", "maple", "nectar", "onyx", "pollen", "quartz", "raven",
+        "sierra", "tundra", "umber", "violet", "willow", "xenon", "yarrow", "zephyr", "amber",
+        "basalt", "cobalt", "dune", "echo", "flint"};
+    enum { NW = sizeof words / sizeof words[0] };
+    json_doc = malloc(JSON_MAX + 1024);
+    json_ends = malloc(sizeof(size_t) * (JSON_MAX / 64));
+    if (json_doc == NULL || json_ends == NULL) abort();
+    uint64_t x = 88172645463325252ull; /* xorshift64: the same document every run */
+#define NEXT() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+    size_t len = 0;
+    json_doc[len++] = '[';
+    for (unsigned id = 1; len < JSON_MAX; id++) {
+        if (id > 1) json_doc[len++] = ',';
+        unsigned a = (unsigned)(NEXT() % NW), b = (unsigned)(NEXT() % NW);
+        unsigned t1 = (unsigned)(NEXT() % NW), t2 = (unsigned)(NEXT() % NW);
+        uint64_t r = NEXT();
+        len += (size_t)snprintf(
+            json_doc + len, 1024,
+            "{\"id\":%u,\"name\":\"%s %s\",\"email\":\"%s.%s%u@example.com\",\"active\":%s,"
+            "\"score\":%u.%03u,\"visits\":%u,\"tags\":[\"%s\",\"%s\"],"
+            "\"created\":\"2026-%02u-%02uT%02u:%02u:%02uZ\"}",
+            id, words[a], words[b], words[a], words[b], (unsigned)(r % 1000),
+            (r >> 10) & 1 ? "true" : "false", (unsigned)(r >> 11) % 100,
+            (unsigned)(r >> 18) % 1000, (unsigned)(r >> 28) % 100000, words[t1], words[t2],
+            1 + (unsigned)(r >> 45) % 12, 1 + (unsigned)(r >> 49) % 28,
+            (unsigned)(r >> 54) % 24, (unsigned)(r >> 32) % 60, (unsigned)(r >> 38) % 60);
+        json_ends[json_count++] = len;
+    }
+#undef NEXT
+}
+
+/* Into out: a valid JSON array of exactly n bytes (at least 2, at most JSON_MAX): the
+ * records that fit, spaces, then the closing bracket. */
+static void json_body(struct buf *out, uint64_t n)
+{
+    if (n < 2) n = 2;
+    if (n > JSON_MAX) n = JSON_MAX;
+    size_t keep = 1; /* "[" */
+    for (size_t i = 0; i < json_count && json_ends[i] + 1 <= n; i++)
+        keep = json_ends[i];
+    out->len = 0;
+    buf_reserve(out, (size_t)n);
+    memcpy(out->base, json_doc, keep);
+    memset(out->base + keep, ' ', (size_t)n - keep - 1);
+    out->base[n - 1] = ']';
+    out->len = (size_t)n;
+}
+
 /* Builds the head from c->p and sets up the body; the state becomes CS_SEND. */
 static void start_response(struct conn *c)
 {
@@ -719,6 +781,11 @@ static void start_response(struct conn *c)
     } else if (p->has_body) {
         c->body_src = p->body;
         c->body_total = p->body_len;
+    } else if (p->has_size && p->json) {
+        json_body(&c->lit, p->size);
+        c->body_src = c->lit.base;
+        c->body_total = c->lit.len;
+        ct = "application/json";
     } else if (p->has_size) {
         c->body_src = NULL;
         c->body_total = p->size;
@@ -1358,6 +1425,8 @@ static void usage(FILE *f)
           "  status=N        status code (default 200)       reason=TEXT  reason phrase\n"
           "  delay=MS        wait before answering           size=N       N bytes of body,\n"
           "                                                  \"0123456789abcdef\" repeated\n"
+          "  json=1          with size=N: a JSON array of N bytes (made-up records that\n"
+          "                  compress about as an API's answers do), application/json\n"
           "  body=TEXT       literal body (default: the request target and a newline)\n"
           "  chunked=1       Transfer-Encoding: chunked      nolength=1   close-delimited body\n"
           "  header=N:V      extra response field (repeatable, in order)\n"
@@ -1458,6 +1527,7 @@ int main(int argc, char **argv)
 
     for (size_t i = 0; i < sizeof pattern; i++)
         pattern[i] = PATTERN_UNIT[i % 16];
+    json_build();
 
     /* Benchmarks hold thousands of connections. */
     struct rlimit rl;
