@@ -49,6 +49,13 @@ struct um_metrics_worker {
     um_counter lua_errors;
     um_counter tls_handshakes, tls_failures;
     um_counter h2_conns, h2_streams; /* connections switched to HTTP/2; streams begun on them */
+    /* The second-level cache (umbra/l2.h): lookups by result, their latency (ms, of the
+     * ones answered), writes sent and dropped, and whether the worker's Redis connection is
+     * up (0 or 1). */
+    um_counter l2_hits, l2_misses, l2_errors, l2_timeouts;
+    um_counter l2_lookup_ms_sum, l2_lookups_answered;
+    um_counter l2_writes, l2_write_drops;
+    um_counter l2_up;
 };
 
 /* Bumps a counter owned by the calling thread (no atomic read-modify-write). */

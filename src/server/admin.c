@@ -471,7 +471,7 @@ static void handle_request(struct um__admin *a, struct client *cl)
         bool json = ct == NULL ? (hl < cl->inlen && cl->in[hl] == '{')
                                : memmem(ct, tl, "json", 4) != NULL;
         struct um_buf b = {0};
-        int st = um__admin_purge(cache_of(a->s), json, cl->in + hl, cl->inlen - hl, &b);
+        int st = um__admin_purge(a->s, cache_of(a->s), json, cl->in + hl, cl->inlen - hl, &b);
         respond(cl, st, st == 200 ? "OK" : st == 400 ? "Bad Request" : "Service Unavailable",
                 "application/json", b.base, b.len, false);
         um_buf_dispose(&b);
