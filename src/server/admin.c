@@ -86,6 +86,8 @@ struct totals {
     uint64_t up_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
     uint64_t up_latency_sum[UM_METRICS_MAX_SERVERS];
     uint64_t lua_errors, tls_handshakes, tls_failures, h2_conns, h2_streams;
+    uint64_t l2_hits, l2_misses, l2_errors, l2_timeouts, l2_ms_sum, l2_answered, l2_writes,
+        l2_drops;
 };
 
 static void sum(struct totals *t, int nroutes, int nservers)
@@ -121,6 +123,14 @@ static void sum(struct totals *t, int nroutes, int nservers)
         t->tls_failures += um_counter_get(&m->tls_failures);
         t->h2_conns += um_counter_get(&m->h2_conns);
         t->h2_streams += um_counter_get(&m->h2_streams);
+        t->l2_hits += um_counter_get(&m->l2_hits);
+        t->l2_misses += um_counter_get(&m->l2_misses);
+        t->l2_errors += um_counter_get(&m->l2_errors);
+        t->l2_timeouts += um_counter_get(&m->l2_timeouts);
+        t->l2_ms_sum += um_counter_get(&m->l2_lookup_ms_sum);
+        t->l2_answered += um_counter_get(&m->l2_lookups_answered);
+        t->l2_writes += um_counter_get(&m->l2_writes);
+        t->l2_drops += um_counter_get(&m->l2_write_drops);
     }
 }
 
@@ -264,6 +274,37 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
     one(b, "umbra_http2_connections_total", "counter", "Client connections that spoke HTTP/2.",
         t->h2_conns);
     one(b, "umbra_http2_streams_total", "counter", "HTTP/2 streams clients opened.", t->h2_streams);
+    if (s->l2) {
+        struct um_l2_state ls;
+        um_l2_state(s->l2, &ls);
+        one(b, "umbra_l2_hits_total", "counter", "Second-level (Redis) lookups that found the object.",
+            t->l2_hits);
+        one(b, "umbra_l2_misses_total", "counter", "Second-level lookups that did not.",
+            t->l2_misses);
+        one(b, "umbra_l2_errors_total", "counter",
+            "Second-level lookups not made or failed (Redis down, error reply).", t->l2_errors);
+        one(b, "umbra_l2_timeouts_total", "counter",
+            "Second-level lookups unanswered within cache.l2.timeout (the origin was asked).",
+            t->l2_timeouts);
+        help(b, "umbra_l2_lookup_seconds_sum", "counter",
+             "Time Redis took to answer the lookups it answered.");
+        um_buf_printf(b, "umbra_l2_lookup_seconds_sum %.3f\n", (double)t->l2_ms_sum / 1000.0);
+        one(b, "umbra_l2_lookup_seconds_count", "counter", "Lookups Redis answered.",
+            t->l2_answered);
+        one(b, "umbra_l2_writes_total", "counter", "Objects written to Redis.", t->l2_writes);
+        one(b, "umbra_l2_write_drops_total", "counter",
+            "Writes dropped (Redis down, or too many bytes unanswered).", t->l2_drops);
+        one(b, "umbra_l2_connections_up", "gauge", "Worker connections to Redis that are up.",
+            (uint64_t)ls.workers_up);
+        one(b, "umbra_l2_bus_up", "gauge", "The purge subscriber and publisher are connected.",
+            ls.bus_up ? 1 : 0);
+        one(b, "umbra_l2_purges_sent_total", "counter", "Purges published to the other nodes.",
+            ls.purges_sent);
+        one(b, "umbra_l2_purges_received_total", "counter",
+            "Purges from other nodes applied here.", ls.purges_received);
+        one(b, "umbra_l2_purges_dropped_total", "counter",
+            "Purges not published (Redis down): applied on this node only.", ls.purges_dropped);
+    }
     one(b, "umbra_config_reloads_total", "counter", "Configuration reloads attempted (SIGHUP).",
         atomic_load(&um_metrics_reloads));
     one(b, "umbra_config_reload_failures_total", "counter",
@@ -309,6 +350,24 @@ static void render_json(struct um__admin *a, struct um_buf *b)
                   (unsigned long long)t->misses, (unsigned long long)t->stale,
                   (unsigned long long)t->revalidated, (unsigned long long)t->coalesced, st.objects,
                   st.memory_used, st.memory_cap, (unsigned long long)st.evictions);
+    if (s->l2) {
+        struct um_l2_state ls;
+        um_l2_state(s->l2, &ls);
+        um_buf_printf(b,
+                      "\"l2\":{\"redis\":\"%s:%d\",\"state\":\"%s\",\"workers_up\":%d,"
+                      "\"workers\":%d,\"bus_up\":%s,\"hits\":%llu,\"misses\":%llu,"
+                      "\"errors\":%llu,\"timeouts\":%llu,\"writes\":%llu,\"write_drops\":%llu},",
+                      ls.host, ls.port,
+                      ls.workers_up == ls.workers && ls.bus_up ? "up"
+                      : ls.workers_up == 0 && !ls.bus_up       ? "down"
+                                                               : "partial",
+                      ls.workers_up, ls.workers, ls.bus_up ? "true" : "false",
+                      (unsigned long long)t->l2_hits, (unsigned long long)t->l2_misses,
+                      (unsigned long long)t->l2_errors, (unsigned long long)t->l2_timeouts,
+                      (unsigned long long)t->l2_writes, (unsigned long long)t->l2_drops);
+    } else {
+        um_buf_append(b, "\"l2\":null,", 10);
+    }
     um_buf_append(b, "\"workers\":[", 11);
     for (int i = 0; i < s->num_workers; i++) {
         const struct um_metrics_worker *m = um_metrics_get(i);
