@@ -22,7 +22,12 @@
  * keeps bytes. Every call is made on the worker whose context is passed, and never
  * blocks. */
 
-enum um_cache_l2_result { UM_L2_HIT, UM_L2_MISS, UM_L2_UNAVAILABLE };
+enum um_cache_l2_result {
+    UM_L2_HIT,
+    UM_L2_MISS,
+    UM_L2_UNAVAILABLE, /* error, timeout, down: go on to the origin */
+    UM_L2_CLOSED,      /* the worker stops: go on no more */
+};
 
 /* A purge, as carried to the other nodes. */
 enum um_purge_kind { UM_PURGE_URL, UM_PURGE_PREFIX, UM_PURGE_TAGS };

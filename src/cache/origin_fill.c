@@ -586,6 +586,10 @@ static void on_l2_done(void *arg, enum um_cache_l2_result res, const char *value
 {
     struct fill *fl = arg;
     fl->l2_get = NULL;
+    if (res == UM_L2_CLOSED) {
+        um__cache_fill_free(fl); /* the worker stops: no fetch starts now */
+        return;
+    }
     if (res == UM_L2_HIT && l2_rebuild(fl, value, len)) {
         fl->from_l2 = true;
         if (fl->own) {

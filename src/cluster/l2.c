@@ -24,6 +24,7 @@ struct worker_l2 {
     struct um__redis conn;
     struct um_task stop;
     size_t outstanding; /* bytes of writes not answered */
+    bool closing;       /* the loop stops: pending lookups end with UM_L2_CLOSED */
     unsigned timeouts_in_row;
 };
 
@@ -75,6 +76,7 @@ static void worker_on_down(struct um__redis *r, const char *why)
 static void worker_stop(struct um_task *t)
 {
     struct worker_l2 *w = (struct worker_l2 *)((char *)t - offsetof(struct worker_l2, stop));
+    w->closing = true;
     um__redis_dispose(&w->conn);
     if (um_counter_get(&um_metrics_worker()->l2_up) > 0) {
         um_counter_add(&um_metrics_worker()->l2_up, (uint64_t)-1);
@@ -137,7 +139,9 @@ static void on_get_reply(redisAsyncContext *ac, void *reply, void *priv)
     }
     if (rp)
         g->w->timeouts_in_row = 0;
-    if (rp && rp->type == REDIS_REPLY_STRING)
+    if (rp == NULL && g->w->closing)
+        get_done(g, UM_L2_CLOSED, NULL, 0);
+    else if (rp && rp->type == REDIS_REPLY_STRING)
         get_done(g, UM_L2_HIT, rp->str, (size_t)rp->len);
     else
         get_done(g, rp && rp->type == REDIS_REPLY_NIL ? UM_L2_MISS : UM_L2_UNAVAILABLE, NULL, 0);

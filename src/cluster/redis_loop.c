@@ -83,6 +83,20 @@ static void on_io(struct um_io *io, uint32_t ev)
         redisAsyncHandleWrite(ac);
 }
 
+/* The first PING's answer: only a server that answers is up (one that accepts and stays
+ * silent is dropped by the connect timer). */
+static void on_ping(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct um__redis *r = priv;
+    if (reply == NULL || r->ac != ac || r->state != UM__REDIS_CONNECTING)
+        return;
+    um_loop_timer_stop(r->loop, &r->_connect);
+    r->state = UM__REDIS_UP;
+    r->_backoff_ms = BACKOFF_MIN_MS;
+    if (r->on_up)
+        r->on_up(r);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct um__redis *r = ac->data;
@@ -94,11 +108,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
         went_down(r, ac->errstr[0] ? ac->errstr : "connect failed");
         return;
     }
-    um_loop_timer_stop(r->loop, &r->_connect);
-    r->state = UM__REDIS_UP;
-    r->_backoff_ms = BACKOFF_MIN_MS;
-    if (r->on_up)
-        r->on_up(r);
+    redisAsyncCommand(r->ac, on_ping, r, "PING");
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)

@@ -5,7 +5,10 @@
  * readable or writable (addRead/delRead/addWrite/delWrite set the um_io's events, cleanup
  * stops watching). Nothing here ever waits: connecting is non-blocking (the address is a
  * literal, so there is no name to resolve), and a connection that fails or is dropped is
- * tried again after a backoff that doubles from BACKOFF_MIN_MS to BACKOFF_MAX_MS.
+ * tried again after a backoff that doubles from BACKOFF_MIN_MS to BACKOFF_MAX_MS. The
+ * connection is up once the server answered a PING, within CONNECT_TIMEOUT_MS of the
+ * connect: one that accepts and never answers is dropped and tried again. Commands may be
+ * sent while it connects (hiredis queues them).
  *
  * Threads: the loop's, only. */
 #ifndef UMBRA_CLUSTER_REDIS_LOOP_H
