@@ -555,12 +555,15 @@ static void l2_write(struct fill *fl)
 }
 
 /* Rebuilds fl's object from a second-level value. Returns false when the value does not
- * do (not one, another variant, past its life, no room): the fill goes to the origin. */
+ * do (not one, another variant, not fresh, no room): the fill goes to the origin. */
 static bool l2_rebuild(struct fill *fl, const char *value, size_t len)
 {
     struct l2_value v;
     time_t now = now_sec();
-    if (!um__cache_l2_decode(value, len, &v) || v.stale_until <= (int64_t)now ||
+    /* Only a fresh value is served as it is: the readers of a fill take what it stores
+     * without deciding again, and a stale one would need the revalidation a miss does not
+     * make (the origin's answer then replaces it). */
+    if (!um__cache_l2_decode(value, len, &v) || v.stale || v.expires <= (int64_t)now ||
         !um__cache_tag_matches(v.tag, &fl->req))
         return false;
     struct meta base = {.status = v.status, .times = v.times, .lifetime = v.lifetime,
@@ -577,8 +580,6 @@ static bool l2_rebuild(struct fill *fl, const char *value, size_t len)
         return false;
     um_cache_obj_set_expires(fl->obj, v.expires);
     um_cache_obj_set_stale_until(fl->obj, v.stale_until);
-    if (v.stale)
-        um_cache_obj_mark_stale(fl->obj);
     return true;
 }
 

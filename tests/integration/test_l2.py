@@ -249,6 +249,18 @@ class SharedTest(unittest.TestCase):
         self.assertEqual(seen(self.origin, t), 1)
         self.assertEqual(self.redis.calls("get") - gets, 1)
 
+    def test_stale_value_not_served(self):
+        # Kept in Redis for its stale window, but no longer fresh: another node asks the
+        # origin rather than serve it unchecked.
+        t = "/stale-in-l2?cc=max-age%3D1%2C%20stale-while-revalidate%3D30"
+        get(self.a, t)
+        self.assertTrue(self.in_redis(t))
+        time.sleep(2.2)
+        r, _ = get(self.b, t)
+        self.assertEqual(r.status, 200)
+        self.assertNotEqual(detail(r), "l2")
+        self.assertEqual(seen(self.origin, t), 2)
+
     def test_over_max_object_not_written(self):
         small, big = "/small?cc=max-age%3D60&size=100", "/big?cc=max-age%3D60&size=5000"
         get(self.a, big)
