@@ -253,6 +253,8 @@ void um_l2_purge_publish(struct um_l2 *l2, const struct um_purge *p)
 {
     static const char kinds[] = {[UM_PURGE_URL] = 'U', [UM_PURGE_PREFIX] = 'P',
                                  [UM_PURGE_TAGS] = 'T'};
+    if (p->host.len > 0 && memchr(p->host.base, '\n', p->host.len) != NULL)
+        return; /* no such host (an admin's form may decode one): nothing to carry */
     size_t len = strlen(l2->node_id) + 8 + p->host.len + p->value.len;
     struct l2_msg *m = um_malloc(sizeof(*m) + len + 1);
     int hl = snprintf(m->text, len + 1, "%s\n%c\n%c\n", l2->node_id, kinds[p->kind],
