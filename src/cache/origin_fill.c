@@ -82,6 +82,8 @@ static char *head_block(const struct cache_origin *co, const struct um_header *h
     return b;
 }
 
+static void l2_write(struct fill *fl, struct um_cache_obj *obj);
+
 /* ---------------------------------------------------------------- per-worker fills */
 
 static void fills_stop(struct um_task *t);
@@ -293,6 +295,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
             um_cache_obj_set_stale_until(no, expires + VALIDATOR_KEEP);
             um_cache_obj_finish(no, true);
             um_cache_unlink(co->cache, fl->old);
+            l2_write(fl, no); /* its new lifetime */
         } else if (no) {
             um_cache_obj_finish(no, false);
         }
@@ -532,22 +535,22 @@ static void fill_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 
 /* ---------------------------------------------------------------- second level */
 
-/* Writes what the fill stored to the second-level cache, for the rest of its life (its
- * stale windows included), when it is small enough. */
-static void l2_write(struct fill *fl)
+/* Writes obj, which the fill stored (or freshened from a 304), to the second-level cache,
+ * for the rest of its life (its stale windows included), when it is small enough. */
+static void l2_write(struct fill *fl, struct um_cache_obj *obj)
 {
     struct um_cache_l2 *l2 = fl->ctx->l2;
-    if (l2 == NULL || fl->from_l2 || um_cache_obj_state(fl->obj) != UM_CACHE_COMPLETE ||
-        um_cache_obj_body_len(fl->obj) > l2->max_object)
+    if (l2 == NULL || fl->from_l2 || um_cache_obj_state(obj) != UM_CACHE_COMPLETE ||
+        um_cache_obj_body_len(obj) > l2->max_object)
         return;
-    int64_t ttl = um_cache_obj_stale_until(fl->obj) - (int64_t)now_sec();
+    int64_t ttl = um_cache_obj_stale_until(obj) - (int64_t)now_sec();
     if (ttl <= 0)
         return;
     struct um_buf b;
     um_buf_init(&b);
-    if (um_cache_l2_encode(fl->obj, &b)) {
+    if (um_cache_l2_encode(obj, &b)) {
         um_str tags[UM_CACHE_MAX_TAGS];
-        size_t nt = um_cache_obj_tags(fl->obj, tags, UM_CACHE_MAX_TAGS);
+        size_t nt = um_cache_obj_tags(obj, tags, UM_CACHE_MAX_TAGS);
         l2->ops->put(l2, fl->ctx, (um_str){fl->key, fl->key_len}, b.base, b.len,
                      (uint64_t)ttl * 1000, tags, nt);
     }
@@ -666,7 +669,7 @@ static void fill_on_end(struct um_sink *s, int err)
         bool ok = err == UM_OK && fl->status != 0;
         um_cache_obj_finish(fl->obj, ok);
         if (ok)
-            l2_write(fl);
+            l2_write(fl, fl->obj);
     } else if (fl->own) {
         /* Nothing was stored and the own client still waits (e.g. an error before any
          * head): let it fall back to a direct fetch. */

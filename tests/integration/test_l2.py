@@ -24,7 +24,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, admin_port, class_context, closed_port,  # noqa: E402
                            fetch_req, http_get, parse_metrics, scrape, wait_until)
-from test_cache import cache_status, concurrent, config, cs_param, is_hit, seen  # noqa: E402
+from test_cache import (PyOrigin, cache_status, concurrent, config, cs_param,  # noqa: E402
+                        is_hit, seen)
 
 SANITIZED = bool(os.environ.get("UMBRA_SANITIZE"))
 # What a request may take on top of cache.l2.timeout (0.05 s here) on a loaded machine,
@@ -347,6 +348,39 @@ class SharedTest(unittest.TestCase):
         r, _ = get(self.b, t)
         self.assertEqual(cs_param(r, "fwd"), "stale", cache_status(r))
         self.assertEqual(seen(self.origin, t), 2)
+
+
+class RevalidatedTest(unittest.TestCase):
+    """An object freshened by a 304 is written again, with its new lifetime."""
+
+    def app(self, method, path, headers):
+        if headers.get("if-none-match") == '"v1"':
+            return 304, [("ETag", '"v1"'), ("Cache-Control", "max-age=2")], b""
+        return 200, [("ETag", '"v1"'), ("Cache-Control", "max-age=2")], b"version one\n"
+
+    def test_304_rewritten(self):
+        with Redis() as redis, PyOrigin(self.app) as origin:
+            cfg = l2_config(origin.url, redis.port)
+            with Umbra(cfg) as a, Umbra(cfg) as b:
+                for u in (a, b):
+                    self.assertTrue(wait_until(lambda: l2_ready(u), 10), u.log())
+                t = "/reval"
+                get(a, t)
+                key = redis.key(t)
+                self.assertTrue(wait_until(lambda: redis.cmd("EXISTS", key) == 1, 5))
+                sets = redis.calls("set")
+                time.sleep(2.3)  # stale in memory and in Redis
+                r, _ = get(a, t)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(cs_param(r, "fwd"), "stale", cache_status(r))
+                self.assertTrue(wait_until(lambda: redis.calls("set") == sets + 1, 5))
+                # The other node gets the freshened copy from Redis, not the origin.
+                r, _ = get(b, t)
+                self.assertEqual(detail(r), "l2", cache_status(r))
+                self.assertEqual(r.body, b"version one\n")
+                full = [h for m, p, h in origin.requests(t) if "if-none-match" not in h]
+                self.assertEqual(len(full), 1)
+                self.assertEqual(len(origin.requests(t)), 2)
 
 
 class RedisDownTest(unittest.TestCase):
