@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "umbra/log.h"
 #include "umbra/metrics.h"
@@ -33,8 +34,16 @@ struct get {
     struct um_timer timer;
     void (*done)(void *arg, enum um_cache_l2_result res, const char *value, size_t len);
     void *arg;
-    uint64_t started;
+    uint64_t started_us;
 };
+
+/* Microseconds of CLOCK_MONOTONIC: a lookup takes well under the loop's millisecond. */
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
 
 /* ---------------------------------------------------------------- logging once */
 
@@ -133,8 +142,13 @@ static void on_get_reply(redisAsyncContext *ac, void *reply, void *priv)
         else
             um_counter_add(rp->type == REDIS_REPLY_STRING ? &m->l2_hits : &m->l2_misses, 1);
         if (rp) {
+            uint64_t us = now_us() - g->started_us;
+            size_t b = 0;
+            while (b < UM_METRICS_L2_BUCKETS && us > um_metrics_l2_bounds_us[b])
+                b++;
+            um_counter_add(&m->l2_lookup_hist[b], 1);
             um_counter_add(&m->l2_lookups_answered, 1);
-            um_counter_add(&m->l2_lookup_ms_sum, um_loop_now(g->w->ctx->loop) - g->started);
+            um_counter_add(&m->l2_lookup_us_sum, us);
         }
     }
     if (rp)
@@ -175,7 +189,7 @@ static void *l2_get(struct um_cache_l2 *c, struct um_context *ctx, um_str key,
     g->done = done;
     g->arg = arg;
     g->timer.cb = on_get_timeout;
-    g->started = um_loop_now(ctx->loop);
+    g->started_us = now_us();
     if (redisAsyncCommand(w->conn.ac, on_get_reply, g, "GET " L2_OBJ_PREFIX "%b", key.base,
                           key.len) != REDIS_OK) {
         free(g);

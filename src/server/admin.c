@@ -86,8 +86,8 @@ struct totals {
     uint64_t up_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
     uint64_t up_latency_sum[UM_METRICS_MAX_SERVERS];
     uint64_t lua_errors, tls_handshakes, tls_failures, h2_conns, h2_streams;
-    uint64_t l2_hits, l2_misses, l2_errors, l2_timeouts, l2_ms_sum, l2_answered, l2_writes,
-        l2_drops;
+    uint64_t l2_hits, l2_misses, l2_errors, l2_timeouts, l2_us_sum, l2_answered, l2_writes,
+        l2_drops, l2_hist[UM_METRICS_L2_BUCKETS + 1];
 };
 
 static void sum(struct totals *t, int nroutes, int nservers)
@@ -127,7 +127,9 @@ static void sum(struct totals *t, int nroutes, int nservers)
         t->l2_misses += um_counter_get(&m->l2_misses);
         t->l2_errors += um_counter_get(&m->l2_errors);
         t->l2_timeouts += um_counter_get(&m->l2_timeouts);
-        t->l2_ms_sum += um_counter_get(&m->l2_lookup_ms_sum);
+        t->l2_us_sum += um_counter_get(&m->l2_lookup_us_sum);
+        for (int k = 0; k <= UM_METRICS_L2_BUCKETS; k++)
+            t->l2_hist[k] += um_counter_get(&m->l2_lookup_hist[k]);
         t->l2_answered += um_counter_get(&m->l2_lookups_answered);
         t->l2_writes += um_counter_get(&m->l2_writes);
         t->l2_drops += um_counter_get(&m->l2_write_drops);
@@ -286,11 +288,20 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
         one(b, "umbra_l2_timeouts_total", "counter",
             "Second-level lookups unanswered within cache.l2.timeout (the origin was asked).",
             t->l2_timeouts);
-        help(b, "umbra_l2_lookup_seconds_sum", "counter",
+        help(b, "umbra_l2_lookup_seconds", "histogram",
              "Time Redis took to answer the lookups it answered.");
-        um_buf_printf(b, "umbra_l2_lookup_seconds_sum %.3f\n", (double)t->l2_ms_sum / 1000.0);
-        one(b, "umbra_l2_lookup_seconds_count", "counter", "Lookups Redis answered.",
-            t->l2_answered);
+        uint64_t cum = 0;
+        for (int k = 0; k < UM_METRICS_L2_BUCKETS; k++) {
+            cum += t->l2_hist[k];
+            um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"%g\"} %llu\n",
+                          (double)um_metrics_l2_bounds_us[k] / 1e6, (unsigned long long)cum);
+        }
+        cum += t->l2_hist[UM_METRICS_L2_BUCKETS];
+        um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"+Inf\"} %llu\n",
+                      (unsigned long long)cum);
+        um_buf_printf(b, "umbra_l2_lookup_seconds_sum %.6f\n", (double)t->l2_us_sum / 1e6);
+        um_buf_printf(b, "umbra_l2_lookup_seconds_count %llu\n",
+                      (unsigned long long)t->l2_answered);
         one(b, "umbra_l2_writes_total", "counter", "Objects written to Redis.", t->l2_writes);
         one(b, "umbra_l2_write_drops_total", "counter",
             "Writes dropped (Redis down, or too many bytes unanswered).", t->l2_drops);

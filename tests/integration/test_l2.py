@@ -227,7 +227,13 @@ class SharedTest(unittest.TestCase):
             r3, _ = get(fresh, t)
             self.assertTrue(is_hit(r3))
             self.assertIsNone(detail(r3))
-            self.assertGreaterEqual(metric(fresh, "umbra_l2_hits_total"), 1)
+            m = parse_metrics(scrape(fresh))
+            self.assertGreaterEqual(m[("umbra_l2_hits_total", frozenset())], 1)
+            n = m[("umbra_l2_lookup_seconds_count", frozenset())]
+            self.assertGreaterEqual(n, 1)
+            self.assertEqual(m[("umbra_l2_lookup_seconds_bucket", frozenset({("le", "+Inf")}))], n)
+            self.assertLess(m[("umbra_l2_lookup_seconds_sum", frozenset())], n * 0.05)
+            self.assertEqual(m[("umbra_l2_connections_up", frozenset())], fresh.workers)
         self.assertEqual(seen(self.origin, t), 1)
 
     def test_other_node_serves_from_l2(self):
