@@ -115,7 +115,7 @@ each_round MSRV measure hit1k
 med() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print NR ? (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2) : "-"}'; }
 l2p50=$(med "${LAT[l2p50]}") memp50=$(med "${LAT[memp50]}")
 l2p99=$(med "${LAT[l2p99]}") memp99=$(med "${LAT[memp99]}")
-latx=$(awk -v a="$l2p50" -v b="$memp50" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }')
+latx=$(awk -v a="$l2p50" -v b="$memp50" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 latmet=$(atmost "$latx" "$TARGET_LAT_X" met "not met")
 declare -A MR=()
 median_map MR RPS "hit1k," "${MSRV[@]}"
