@@ -75,6 +75,7 @@ lat_round() {
         "$r" "$ROUNDS" "$l2p50" "$l2p99" "$memp50" "$memp99" "$L2_KEYS" >&2
     LAT[l2p50]+="$l2p50 " LAT[memp50]+="$memp50 " LAT[l2p99]+="$l2p99 " LAT[memp99]+="$memp99 "
 }
+# shellcheck disable=SC2034 # read by each_round, by name
 LATS=(latency)
 log "measuring: latency x $ROUNDS rounds x $L2_KEYS keys"
 each_round LATS lat_round
