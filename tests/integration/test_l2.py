@@ -75,8 +75,9 @@ class Redis:
     """redis-server on a free 127.0.0.1 port, without persistence; stop() and start()
     again keep the port, kill() ends it with SIGKILL (a crash)."""
 
-    def __init__(self):
+    def __init__(self, args=()):
         self.port = closed_port()
+        self.args = list(args)
         self.proc = None
         self.dir = None
 
@@ -85,7 +86,7 @@ class Redis:
             self.dir = tempfile.mkdtemp(prefix="umbra-redis-")
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--save", "", "--appendonly", "no",
-             "--bind", "127.0.0.1", "--dir", self.dir],
+             "--bind", "127.0.0.1", "--dir", self.dir] + self.args,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def up():
@@ -427,6 +428,40 @@ class RedisDownTest(unittest.TestCase):
                 r, _ = get(u, t)
                 self.assertTrue(is_hit(r))
             self.assertGreater(metric(u, "umbra_l2_write_drops_total"), 0)
+
+
+class SlowRedisTest(unittest.TestCase):
+    """A Redis that stalls for a while (DEBUG SLEEP) and then answers: the lookups made
+    meanwhile go on to the origin after the timeout, their late replies are dropped, and
+    the same connection serves lookups again."""
+
+    def test_stall(self):
+        with Redis(["--enable-debug-command", "local"]) as redis, Origin() as origin, \
+                Umbra(l2_config(origin.url, redis.port)) as u:
+            self.assertTrue(wait_until(lambda: l2_ready(u), 10), u.log())
+            t0 = "/slow-before?cc=max-age%3D60"
+            get(u, t0)
+            self.assertTrue(wait_until(lambda: redis.cmd("EXISTS", redis.key(t0)) == 1, 5))
+            stall = threading.Thread(target=rcmd, args=(redis.port, "DEBUG", "SLEEP", "1"),
+                                     kwargs={"timeout": 10}, daemon=True)
+            stall.start()
+            time.sleep(0.1)
+            for i in range(2):
+                t = "/slow%d?cc=max-age%%3D60" % i
+                r, took = get(u, t)
+                self.assertEqual(r.status, 200)
+                self.assertLess(took, 0.05 + SLACK, t)
+                self.assertEqual(seen(origin, t), 1)
+            stall.join(10)
+            self.assertGreaterEqual(metric(u, "umbra_l2_timeouts_total"), 2)
+            # Afterwards, a restarted node finds what was written meanwhile.
+            t1 = "/slow0?cc=max-age%3D60"
+            self.assertTrue(wait_until(lambda: redis.cmd("EXISTS", redis.key(t1)) == 1, 5))
+            with Umbra(l2_config(origin.url, redis.port)) as fresh:
+                self.assertTrue(wait_until(lambda: l2_ready(fresh), 10), fresh.log())
+                r, _ = get(fresh, t1)
+                self.assertEqual(detail(r), "l2")
+            self.assertEqual(seen(origin, t1), 1)
 
 
 class SilentRedisTest(unittest.TestCase):
