@@ -12,7 +12,57 @@
 
 #include "umbra/cache.h"
 #include "umbra/config.h"
+#include "umbra/context.h"
 #include "umbra/origin.h"
+
+/* ---- Second-level cache ----------------------------------------------------------------
+ * A store of encoded objects shared by the nodes (the cluster floor's Redis L2 is one,
+ * umbra/l2.h), which this layer asks on a miss before the origin and writes after a fill.
+ * The layer encodes and decodes the values (um_cache_l2_encode/decode); the store only
+ * keeps bytes. Every call is made on the worker whose context is passed, and never
+ * blocks. */
+
+enum um_cache_l2_result {
+    UM_L2_HIT,
+    UM_L2_MISS,
+    UM_L2_UNAVAILABLE, /* error, timeout, down: go on to the origin */
+    UM_L2_CLOSED,      /* the worker stops: go on no more */
+};
+
+/* A purge, as carried to the other nodes. */
+enum um_purge_kind { UM_PURGE_URL, UM_PURGE_PREFIX, UM_PURGE_TAGS };
+struct um_purge {
+    enum um_purge_kind kind;
+    bool soft;
+    um_str host;  /* PREFIX: the host (empty: every host) */
+    um_str value; /* URL: the cache key; PREFIX: the target prefix (without '*'); TAGS: the
+                     tags, separated by spaces */
+};
+
+struct um_cache_l2;
+struct um_cache_l2_ops {
+    /* Looks key up. done(arg, result, value, len) is called once, later, on ctx's loop
+     * (never from inside get), value valid during the call (NULL unless UM_L2_HIT). Returns
+     * a handle for cancel, or NULL when the store cannot be asked now (done is never
+     * called: go on at once). key is borrowed for the call. */
+    void *(*get)(struct um_cache_l2 *l2, struct um_context *ctx, um_str key,
+                 void (*done)(void *arg, enum um_cache_l2_result res, const char *value,
+                              size_t len),
+                 void *arg);
+    /* done will not be called for handle h (before it was). */
+    void (*cancel)(struct um_cache_l2 *l2, struct um_context *ctx, void *h);
+    /* Stores value under key for ttl_ms, listed under tags[0..ntags) for tag purges. Fire
+     * and forget: may be dropped. Everything is borrowed for the call. */
+    void (*put)(struct um_cache_l2 *l2, struct um_context *ctx, um_str key, const char *value,
+                size_t len, uint64_t ttl_ms, const um_str *tags, size_t ntags);
+};
+struct um_cache_l2 {
+    const struct um_cache_l2_ops *ops;
+    size_t max_object; /* bodies above it are not put */
+};
+
+/* A purge applied on this node is handed to the context's on_purge (umbra/context.h),
+ * which carries it to the other nodes. */
 
 /* Wraps inner (takes over the caller's reference to it) for route, answering from cache.
  * cache and config must outlive the origin. Destroy through ops->destroy. */
@@ -33,5 +83,12 @@ bool um_cache_is_tag_field(um_str name);
 size_t um_cache_split_tags(um_str v, um_str *out, size_t n, size_t max);
 /* The tags of all the tag fields of h[0..nh), at most max (slices of the values). */
 size_t um_cache_response_tags(const struct um_header *h, size_t nh, um_str *out, size_t max);
+
+/* The encoded value of a complete object, for a second-level cache: a version byte then
+ * what rebuilds it (status, times, lifetime, marks, Vary tag, tags, head block, body).
+ * Appends to out; returns false (out unchanged in length) when obj is not a complete
+ * stored response. now: the wall clock (seconds). */
+struct um_buf;
+bool um_cache_l2_encode(const struct um_cache_obj *obj, struct um_buf *out);
 
 #endif

@@ -157,6 +157,16 @@ struct um_cache_conf {
     char targeted[UM_CACHE_TARGETED_MAX][UM_CACHE_TARGETED_NAME_MAX + 1];
     size_t num_targeted;
     bool expose_tags; /* send Surrogate-Key, Cache-Tag and xkey on to clients; default false */
+    /* l2 = { redis = "redis://ADDRESS:PORT", max_object = SIZE, timeout = S }: the second-
+     * level cache on Redis (umbra/l2.h), shared by the nodes; off without the table. */
+    struct {
+        bool enabled;
+        char host[64];       /* an IPv4 or IPv6 address (no name: resolving could block) */
+        int port;            /* default 6379 */
+        uint64_t max_object; /* largest body written to Redis, bytes; default 1MB */
+        double timeout;      /* seconds a lookup waits before the origin is asked; 0.05 */
+        int line;
+    } l2;
     int line;
 };
 

@@ -21,12 +21,23 @@ enum um_context_slot {
     UM_CONTEXT_H1_CLIENT,   /* upstream: the HTTP/1.1 client's connection pools */
     UM_CONTEXT_ACCESS_LOG,  /* access log: the buffer of lines and its flush timer */
     UM_CONTEXT_CGI,         /* cgi: the scripts running on the worker */
+    UM_CONTEXT_L2,          /* cluster: the worker's Redis connection (umbra/l2.h) */
     UM_CONTEXT_NUM_SLOTS
 };
+
+struct um_cache_l2;
+struct um_purge;
 
 struct um_context {
     struct um_loop *loop; /* the worker's loop; set by um_context_init */
     int worker_id;        /* 0 .. workers - 1 */
+    /* The second-level cache the worker's cache origins use (umbra/cacheorigin.h), or
+     * NULL; set by the worker's owner before the loop runs, outlives it. */
+    struct um_cache_l2 *l2;
+    /* Called after the cache layer applied a purge (PURGE) on this worker, to carry it to
+     * the other nodes (the server's one call site for that); NULL: nothing. */
+    void (*on_purge)(void *arg, const struct um_purge *p);
+    void *on_purge_arg;
     void *_slots[UM_CONTEXT_NUM_SLOTS];
 };
 

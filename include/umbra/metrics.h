@@ -31,6 +31,9 @@ typedef _Atomic uint64_t um_counter;
 /* Upper bounds (ms) of the upstream latency histogram, then +Inf. */
 #define UM_METRICS_LATENCY_BUCKETS 11
 extern const uint64_t um_metrics_latency_bounds_ms[UM_METRICS_LATENCY_BUCKETS];
+/* Upper bounds (microseconds) of the L2 lookup latency histogram, then +Inf. */
+#define UM_METRICS_L2_BUCKETS 8
+extern const uint64_t um_metrics_l2_bounds_us[UM_METRICS_L2_BUCKETS];
 
 struct um_metrics_worker {
     /* requests[route slot][status class]: class 0 is 1xx, 4 is 5xx, 5 anything else */
@@ -54,6 +57,14 @@ struct um_metrics_worker {
     /* On-the-fly compression, by coding (enum um_coding; [0] unused): body bytes given to
      * the encoders and bytes they made. */
     um_counter compress_in[4], compress_out[4];
+    /* The second-level cache (umbra/l2.h): lookups by result, their latency (ms, of the
+     * ones answered), writes sent and dropped, and whether the worker's Redis connection is
+     * up (0 or 1). */
+    um_counter l2_hits, l2_misses, l2_errors, l2_timeouts;
+    um_counter l2_lookup_us_sum, l2_lookups_answered;
+    um_counter l2_lookup_hist[UM_METRICS_L2_BUCKETS + 1]; /* by um_metrics_l2_bounds_us, +Inf */
+    um_counter l2_writes, l2_write_drops;
+    um_counter l2_up;
 };
 
 /* Bumps a counter owned by the calling thread (no atomic read-modify-write). */

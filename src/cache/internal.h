@@ -123,6 +123,13 @@ struct fill {
     struct um_task drop; /* cancels the inner fetch outside its callbacks (see fill_on_data) */
     bool handoff; /* the object ran out of room: the own client gets the rest directly */
     int status;
+    /* A second-level lookup in flight (the handle of ctx->l2's get), the fetch to start
+     * when it misses (strings owned by fetch_copy), and when it was started. */
+    void *l2_get;
+    struct um_fetch l2_fetch;
+    char *fetch_copy;
+    uint64_t l2_started;
+    bool from_l2; /* filled from the second-level cache: not written back */
 };
 
 struct pass {
@@ -202,6 +209,24 @@ void um__cache_reader_pump(struct reader *r);
 /* Detaches r from everything; the caller frees it. */
 void um__cache_reader_release(struct reader *r);
 
+/* l2value.c (cacheorigin.h has the layout's encoder) */
+#define L2_VERSION 1
+struct l2_value {
+    bool stale; /* soft-purged */
+    int status;
+    struct um_age_times times;
+    int64_t lifetime, expires, stale_until;
+    um_str tag; /* slices of the value */
+    um_str tags[UM_CACHE_MAX_TAGS];
+    size_t ntags;
+    um_str head, body;
+};
+/* Reads a value um_cache_l2_encode wrote; false when it is not one (another version,
+ * truncated, trailing bytes, a marker). The slices point into value. */
+bool um__cache_l2_decode(const char *value, size_t len, struct l2_value *v);
+/* Whether a stored Vary tag takes the request. */
+bool um__cache_tag_matches(um_str tag, const struct um_request *req);
+
 /* origin_pass.c */
 extern const struct um_sink_ops um__cache_pass_ops;
 /* Forwards f to the inner origin for client, whose origin_data the pass becomes. */
@@ -220,6 +245,9 @@ struct worker_fills *um__cache_worker_fills(struct um_context *ctx);
 struct fill *um__cache_first_fill(const struct um_context *ctx);
 /* Copies the request head into the fill, so that the fill can outlive the client. */
 void um__cache_copy_request(struct fill *fl, const struct um_request *req);
+/* Asks the second-level cache for fl's key; the inner fetch ff (copied) starts when it
+ * misses. Returns false when it could not be asked (start ff now). */
+bool um__cache_fill_l2_lookup(struct fill *fl, const struct um_fetch *ff);
 /* Takes fl off the worker's list and frees it with what it holds. */
 void um__cache_fill_free(struct fill *fl);
 /* The fill whose own client is r, if any, stops pointing at r. */

@@ -25,6 +25,8 @@
  * origin_pass.c the pass (forwarding, invalidation). */
 #include "internal.h"
 
+#include "umbra/buf.h"
+
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -192,6 +194,13 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->req.num_headers = w;
     for (size_t i = 0; i < nextra && fl->req.num_headers < UM_HTTP1_MAX_HEADERS; i++)
         fl->req.headers[fl->req.num_headers++] = extra[i];
+    /* A miss asks the second-level cache first; the fetch starts when that misses too. */
+    if (obj && old == NULL && fl->ctx->l2 && um__cache_fill_l2_lookup(fl, &ff)) {
+        if (client && client->origin_data &&
+            ((struct reader *)client->origin_data)->kind == K_READER)
+            um__cache_reader_pump(client->origin_data);
+        return;
+    }
     co->inner->ops->fetch(co->inner, &ff, &fl->sink);
     /* The fetch may have ended at once (an error answered synchronously): the reader
      * starts if it still exists. */
@@ -253,8 +262,22 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
     bool by_url = false;
     bool has_query = (req->flags & UM_REQ_F_HAS_QUERY) != 0;
     um_str last = has_query ? req->query : req->path;
+    void (*on_purge)(void *, const struct um_purge *) = f->ctx ? f->ctx->on_purge : NULL;
+    void *on_purge_arg = f->ctx ? f->ctx->on_purge_arg : NULL;
     if (ntags > 0) {
         n = um_cache_purge_tags(co->cache, tags, ntags, soft ? UM_CACHE_PURGE_SOFT : 0);
+        if (on_purge) {
+            struct um_buf b;
+            um_buf_init(&b);
+            for (size_t i = 0; i < ntags; i++) {
+                if (i > 0)
+                    um_buf_append(&b, " ", 1);
+                um_buf_append(&b, tags[i].base, tags[i].len);
+            }
+            struct um_purge pg = {UM_PURGE_TAGS, soft, {"", 0}, {b.base, b.len}};
+            on_purge(on_purge_arg, &pg);
+            um_buf_dispose(&b);
+        }
     } else if (last.len > 0 && last.base[last.len - 1] == '*') {
         /* The key's target is path[?query]: the prefix is that without the '*'. */
         size_t tl = req->path.len + (has_query ? 1 + req->query.len : 0) - 1;
@@ -270,6 +293,10 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         }
         n = um_cache_purge_prefix(co->cache, (um_str){host, req->authority.len},
                                   (um_str){pre, tl}, soft ? UM_CACHE_PURGE_SOFT : 0);
+        if (on_purge) {
+            struct um_purge pg = {UM_PURGE_PREFIX, soft, {host, req->authority.len}, {pre, tl}};
+            on_purge(on_purge_arg, &pg);
+        }
         free(pre);
         free(host);
     } else {
@@ -279,6 +306,11 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
         n = soft ? um_cache_purge_soft(co->cache, (um_str){key, klen})
                  : um_cache_purge(co->cache, (um_str){key, klen});
+        if (on_purge) {
+            /* Carried even when nothing was here: other nodes, or the L2, may hold it. */
+            struct um_purge pg = {UM_PURGE_URL, soft, {"", 0}, {key, klen}};
+            on_purge(on_purge_arg, &pg);
+        }
         key_drop(key, kbuf);
     }
     int status = n == 0 && by_url ? 404 : 200;

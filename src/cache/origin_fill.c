@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "umbra/buf.h"
 #include "umbra/log.h"
 
 #define PASS_TTL 60          /* seconds a hit-for-pass marker lives */
@@ -119,6 +120,8 @@ static char *head_block(const struct cache_origin *co, const struct um_header *h
     return b;
 }
 
+static void l2_write(struct fill *fl, struct um_cache_obj *obj);
+
 /* ---------------------------------------------------------------- per-worker fills */
 
 static void fills_stop(struct um_task *t);
@@ -177,6 +180,9 @@ void um__cache_copy_request(struct fill *fl, const struct um_request *req)
 
 void um__cache_fill_free(struct fill *fl)
 {
+    if (fl->l2_get)
+        fl->ctx->l2->ops->cancel(fl->ctx->l2, fl->ctx, fl->l2_get);
+    free(fl->fetch_copy);
     if (fl->drop_posted)
         um_loop_unpost(fl->ctx->loop, &fl->drop);
     struct worker_fills *wf = um_context_get(fl->ctx, UM_CONTEXT_CACHE_FILLS);
@@ -327,6 +333,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
             um_cache_obj_set_stale_until(no, expires + VALIDATOR_KEEP);
             um_cache_obj_finish(no, true);
             um_cache_unlink(co->cache, fl->old);
+            l2_write(fl, no); /* its new lifetime */
         } else if (no) {
             um_cache_obj_finish(no, false);
         }
@@ -565,6 +572,130 @@ static void fill_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
     close(fd); /* upstream origins send memory only */
 }
 
+/* ---------------------------------------------------------------- second level */
+
+/* Writes obj, which the fill stored (or freshened from a 304), to the second-level cache,
+ * for the rest of its life (its stale windows included), when it is small enough. */
+static void l2_write(struct fill *fl, struct um_cache_obj *obj)
+{
+    struct um_cache_l2 *l2 = fl->ctx->l2;
+    if (l2 == NULL || fl->from_l2 || um_cache_obj_state(obj) != UM_CACHE_COMPLETE ||
+        um_cache_obj_body_len(obj) > l2->max_object)
+        return;
+    int64_t ttl = um_cache_obj_stale_until(obj) - (int64_t)now_sec();
+    if (ttl <= 0)
+        return;
+    struct um_buf b;
+    um_buf_init(&b);
+    if (um_cache_l2_encode(obj, &b)) {
+        um_str tags[UM_CACHE_MAX_TAGS];
+        size_t nt = um_cache_obj_tags(obj, tags, UM_CACHE_MAX_TAGS);
+        l2->ops->put(l2, fl->ctx, (um_str){fl->key, fl->key_len}, b.base, b.len,
+                     (uint64_t)ttl * 1000, tags, nt);
+    }
+    um_buf_dispose(&b);
+}
+
+/* Rebuilds fl's object from a second-level value. Returns false when the value does not
+ * do (not one, another variant, not fresh, no room): the fill goes to the origin. */
+static bool l2_rebuild(struct fill *fl, const char *value, size_t len)
+{
+    struct l2_value v;
+    time_t now = now_sec();
+    /* Only a fresh value is served as it is: the readers of a fill take what it stores
+     * without deciding again, and a stale one would need the revalidation a miss does not
+     * make (the origin's answer then replaces it). */
+    if (!um__cache_l2_decode(value, len, &v) || v.stale || v.expires <= (int64_t)now ||
+        !um__cache_tag_matches(v.tag, &fl->req))
+        return false;
+    struct meta base = {.status = v.status, .times = v.times, .lifetime = v.lifetime,
+                        .content_length = (int64_t)v.body.len};
+    size_t mlen;
+    struct meta *mb = um__cache_meta_build(&base, v.head, &fl->co->pol, &mlen);
+    bool ok = um_cache_obj_set_tag(fl->obj, v.tag.base, v.tag.len) == UM_OK &&
+              um_cache_obj_expect(fl->obj, v.body.len) == UM_OK &&
+              um_cache_obj_set_tags(fl->obj, v.tags, v.ntags) == UM_OK &&
+              um_cache_obj_set_head(fl->obj, mb, mlen, v.head.base, v.head.len) == UM_OK &&
+              (v.body.len == 0 || um_cache_obj_append(fl->obj, v.body.base, v.body.len) == UM_OK);
+    free(mb);
+    if (!ok)
+        return false;
+    um_cache_obj_set_expires(fl->obj, v.expires);
+    um_cache_obj_set_stale_until(fl->obj, v.stale_until);
+    return true;
+}
+
+static void on_l2_done(void *arg, enum um_cache_l2_result res, const char *value, size_t len)
+{
+    struct fill *fl = arg;
+    fl->l2_get = NULL;
+    if (res == UM_L2_CLOSED) {
+        um__cache_fill_free(fl); /* the worker stops: no fetch starts now */
+        return;
+    }
+    if (res == UM_L2_HIT && l2_rebuild(fl, value, len)) {
+        fl->from_l2 = true;
+        if (fl->own) {
+            fl->own->cs.hit = true;
+            fl->own->cs.detail = "l2";
+            fl->own = NULL; /* it reads the object like any reader */
+        }
+        um_cache_obj_finish(fl->obj, true);
+        um__cache_fill_free(fl);
+        return;
+    }
+    if (um_cache_obj_state(fl->obj) != UM_CACHE_FILLING) {
+        /* A rebuild that failed half-way aborted the object: its readers fall back. */
+        fl->discard = true;
+        um__cache_fill_free(fl);
+        return;
+    }
+    fl->co->inner->ops->fetch(fl->co->inner, &fl->l2_fetch, &fl->sink);
+}
+
+bool um__cache_fill_l2_lookup(struct fill *fl, const struct um_fetch *ff)
+{
+    /* The fetch may start after the client is gone: what it points to is copied. */
+    const char *strs[] = {ff->path.base ? "" : NULL, ff->client_ip, ff->scheme,
+                          ff->upstream_url, ff->server_name};
+    size_t lens[] = {ff->path.len, ff->client_ip ? strlen(ff->client_ip) : 0,
+                     ff->scheme ? strlen(ff->scheme) : 0,
+                     ff->upstream_url ? strlen(ff->upstream_url) : 0,
+                     ff->server_name ? strlen(ff->server_name) : 0};
+    size_t total = 0;
+    for (size_t i = 0; i < UM_NELEMS(lens); i++)
+        total += lens[i] + 1;
+    char *p = fl->fetch_copy = um_malloc(total);
+    fl->l2_fetch = *ff;
+    const char *srcs[] = {ff->path.base, ff->client_ip, ff->scheme, ff->upstream_url,
+                          ff->server_name};
+    char *dst[UM_NELEMS(lens)];
+    for (size_t i = 0; i < UM_NELEMS(lens); i++) {
+        dst[i] = p;
+        if (strs[i] != NULL && lens[i] > 0)
+            memcpy(p, srcs[i], lens[i]);
+        p[lens[i]] = '\0';
+        p += lens[i] + 1;
+    }
+    fl->l2_fetch.path = (um_str){dst[0], ff->path.len};
+    fl->l2_fetch.client_ip = ff->client_ip ? dst[1] : NULL;
+    fl->l2_fetch.scheme = ff->scheme ? dst[2] : NULL;
+    fl->l2_fetch.upstream_url = ff->upstream_url ? dst[3] : NULL;
+    fl->l2_fetch.server_name = ff->server_name ? dst[4] : NULL;
+    fl->l2_fetch.cache_key = ff->cache_key.base ? (um_str){fl->key, fl->key_len} : ff->cache_key;
+    fl->l2_fetch.has_body = false;
+    fl->l2_fetch.body = (um_str){NULL, 0};
+    fl->l2_fetch.req = &fl->req;
+    struct um_cache_l2 *l2 = fl->ctx->l2;
+    fl->l2_get = l2->ops->get(l2, fl->ctx, (um_str){fl->key, fl->key_len}, on_l2_done, fl);
+    if (fl->l2_get == NULL) {
+        free(fl->fetch_copy);
+        fl->fetch_copy = NULL;
+        return false;
+    }
+    return true;
+}
+
 static void fill_on_end(struct um_sink *s, int err)
 {
     struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
@@ -574,7 +705,10 @@ static void fill_on_end(struct um_sink *s, int err)
         um__cache_pass_on_end(&p->sink, err);
     } else if (fl->discard) {
     } else if (fl->obj) {
-        um_cache_obj_finish(fl->obj, err == UM_OK && fl->status != 0);
+        bool ok = err == UM_OK && fl->status != 0;
+        um_cache_obj_finish(fl->obj, ok);
+        if (ok)
+            l2_write(fl, fl->obj);
     } else if (fl->own) {
         /* Nothing was stored and the own client still waits (e.g. an error before any
          * head): let it fall back to a direct fetch. */

@@ -77,6 +77,11 @@ static bool tag_matches(um_str tag, const struct um_request *req)
     return um_vary_matches(tv.v, tv.n, req->headers, req->num_headers);
 }
 
+bool um__cache_tag_matches(um_str tag, const struct um_request *req)
+{
+    return tag_matches(tag, req);
+}
+
 bool um__cache_match(const struct um_cache_obj *obj, void *arg)
 {
     return tag_matches(um_cache_obj_tag(obj), arg);

@@ -1,6 +1,7 @@
 /* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
  * stale_if_error = S, purge = { allow = {...} }, targeted = { "NAME", ... },
  * expose_tags = BOOL }. */
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,10 @@
 
 const char *const um__cfg_cache_keys[] = {"memory",      "max_object",     "clean_interval",
                                           "default_ttl", "stale_if_error", "purge",
-                                          "targeted",    "expose_tags",    NULL};
+                                          "targeted",    "expose_tags",    "l2",
+                                          NULL};
 const char *const um__cfg_purge_keys[] = {"allow", NULL};
+const char *const um__cfg_l2_keys[] = {"redis", "max_object", "timeout", NULL};
 
 /* Writes a size as "64MB", "512KB" or "1000 bytes", whichever is exact. */
 static const char *size_text(uint64_t v, char *buf, size_t n)
@@ -143,6 +146,111 @@ static bool load_cache_targeted(struct um__cfg_load *ld, lua_State *L, int idx)
     return true;
 }
 
+/* "redis://ADDRESS[:PORT]" into host and port; false when it is not that. An address,
+ * not a name: the workers connect from their loops, where resolving a name would block. */
+static bool parse_redis_url(const char *s, char *host, size_t hostsz, int *port)
+{
+    static const char scheme[] = "redis://";
+    if (strncmp(s, scheme, sizeof(scheme) - 1) != 0)
+        return false;
+    s += sizeof(scheme) - 1;
+    const char *hb = s, *he;
+    *port = 6379;
+    if (*s == '[') {
+        hb = ++s;
+        he = strchr(s, ']');
+        if (he == NULL)
+            return false;
+        s = he + 1;
+    } else {
+        he = s;
+        while (*he && *he != ':' && *he != '/')
+            he++;
+        s = he;
+    }
+    size_t hl = (size_t)(he - hb);
+    if (hl == 0 || hl >= hostsz)
+        return false;
+    memcpy(host, hb, hl);
+    host[hl] = '\0';
+    if (strcmp(host, "localhost") == 0)
+        snprintf(host, hostsz, "127.0.0.1");
+    unsigned char addr[16];
+    if (inet_pton(AF_INET, host, addr) != 1 && inet_pton(AF_INET6, host, addr) != 1)
+        return false;
+    if (*s == ':') {
+        s++;
+        long p = 0;
+        if (*s < '0' || *s > '9')
+            return false;
+        while (*s >= '0' && *s <= '9' && p <= 65535)
+            p = p * 10 + (*s++ - '0');
+        if (p < 1 || p > 65535)
+            return false;
+        *port = (int)p;
+    }
+    if (*s == '/')
+        s++;
+    return *s == '\0';
+}
+
+/* l2 = { redis = "redis://ADDRESS:PORT", max_object = SIZE, timeout = S } of the cache
+ * table at idx. */
+static bool load_cache_l2(struct um__cfg_load *ld, lua_State *L, int idx)
+{
+    struct um_cache_conf *cc = &ld->c->cache;
+    const char *s;
+    uint64_t v;
+    int t = um__cfg_get_field(L, idx, "l2");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (t != LUA_TTABLE)
+        return um__cfg_fail(ld, L, "cache.l2",
+                            "cache.l2: expected a table such as { redis = "
+                            "\"redis://127.0.0.1:6379\" }, got %s",
+                            lua_typename(L, t));
+    int lidx = lua_gettop(L);
+    cc->l2.line = um__cfg_line_of(ld, L, "cache.l2");
+    if (!um__cfg_check_keys(ld, L, lidx, "cache.l2", um__cfg_l2_keys))
+        return false;
+    cc->l2.max_object = 1u << 20;
+    cc->l2.timeout = 0.05;
+    if (um__cfg_get_field(L, lidx, "redis") == LUA_TNIL)
+        return um__cfg_fail(ld, L, "cache.l2", "cache.l2: redis is required, such as "
+                            "redis = \"redis://127.0.0.1:6379\"");
+    if (!um__cfg_get_string(ld, L, -1, "cache.l2.redis", "a URL such as "
+                            "\"redis://127.0.0.1:6379\"", &s))
+        return false;
+    if (!parse_redis_url(s, cc->l2.host, sizeof cc->l2.host, &cc->l2.port))
+        return um__cfg_fail(ld, L, "cache.l2.redis",
+                            "cache.l2.redis: '%s' is not redis://ADDRESS[:PORT] with an IP "
+                            "address (or localhost) and a port from 1 to 65535", s);
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, lidx, "max_object") != LUA_TNIL) {
+        if (!um__cfg_get_size(ld, L, -1, "cache.l2.max_object", 0, UINT64_MAX, &v))
+            return false;
+        if (v == 0 || v > (512u << 20))
+            return um__cfg_fail(ld, L, "cache.l2.max_object",
+                                "cache.l2.max_object: expected more than 0 bytes and at most "
+                                "512MB (a Redis string's limit)");
+        cc->l2.max_object = v;
+    }
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, lidx, "timeout") != LUA_TNIL &&
+        !um__cfg_get_seconds(ld, L, -1, "cache.l2.timeout", &cc->l2.timeout))
+        return false;
+    lua_pop(L, 1);
+    if (cc->l2.timeout < 0.001 || cc->l2.timeout > 10)
+        return um__cfg_fail(ld, L, "cache.l2.timeout",
+                            "cache.l2.timeout: expected from 0.001 to 10 seconds, got %g",
+                            cc->l2.timeout);
+    cc->l2.enabled = true;
+    lua_pop(L, 1);
+    return true;
+}
+
 /* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
  * stale_if_error = S, purge = { allow = {...} } }; defaults for what is missing. */
 bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
@@ -222,5 +330,6 @@ bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
     }
     lua_pop(L, 1);
 
-    return load_cache_targeted(ld, L, idx) && load_cache_purge(ld, L, idx);
+    return load_cache_targeted(ld, L, idx) && load_cache_purge(ld, L, idx) &&
+           load_cache_l2(ld, L, idx);
 }

@@ -60,7 +60,8 @@ extern const char *const um__cfg_route_keys[];      /* routes.c: routes[N] */
 extern const char *const um__cfg_limit_keys[];      /* limits.c: limits */
 extern const char *const um__cfg_timeout_keys[];    /* limits.c: timeouts */
 extern const char *const um__cfg_cache_keys[];      /* cache.c: cache */
-extern const char *const um__cfg_purge_keys[];      /* cache.c: cache.purge */
+extern const char *const um__cfg_purge_keys[];
+extern const char *const um__cfg_l2_keys[];      /* cache.c: cache.purge */
 extern const char *const um__cfg_admin_keys[];      /* ops.c: admin */
 extern const char *const um__cfg_access_log_keys[]; /* ops.c: access_log */
 extern const char *const um__cfg_cgi_keys[];        /* cgi.c: cgi */

@@ -7,6 +7,8 @@
 
 const uint64_t um_metrics_latency_bounds_ms[UM_METRICS_LATENCY_BUCKETS] = {
     5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
+const uint64_t um_metrics_l2_bounds_us[UM_METRICS_L2_BUCKETS] = {250,  500,   1000,  2000,
+                                                                 5000, 10000, 25000, 50000};
 
 _Thread_local struct um_metrics_worker *um__metrics_self;
 struct um_metrics_worker um__metrics_other;

@@ -88,6 +88,8 @@ struct totals {
     uint64_t lua_errors, tls_handshakes, tls_failures, h2_conns, h2_streams;
     uint64_t tun_opened, tun_closed, tun_up, tun_down;
     uint64_t compress_in[4], compress_out[4];
+    uint64_t l2_hits, l2_misses, l2_errors, l2_timeouts, l2_us_sum, l2_answered, l2_writes,
+        l2_drops, l2_hist[UM_METRICS_L2_BUCKETS + 1];
 };
 
 static void sum(struct totals *t, int nroutes, int nservers)
@@ -131,6 +133,16 @@ static void sum(struct totals *t, int nroutes, int nservers)
             t->compress_in[c] += um_counter_get(&m->compress_in[c]);
             t->compress_out[c] += um_counter_get(&m->compress_out[c]);
         }
+        t->l2_hits += um_counter_get(&m->l2_hits);
+        t->l2_misses += um_counter_get(&m->l2_misses);
+        t->l2_errors += um_counter_get(&m->l2_errors);
+        t->l2_timeouts += um_counter_get(&m->l2_timeouts);
+        t->l2_us_sum += um_counter_get(&m->l2_lookup_us_sum);
+        for (int k = 0; k <= UM_METRICS_L2_BUCKETS; k++)
+            t->l2_hist[k] += um_counter_get(&m->l2_lookup_hist[k]);
+        t->l2_answered += um_counter_get(&m->l2_lookups_answered);
+        t->l2_writes += um_counter_get(&m->l2_writes);
+        t->l2_drops += um_counter_get(&m->l2_write_drops);
     }
 }
 
@@ -292,6 +304,46 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
     for (int c = 1; c < 4; c++)
         um_buf_printf(b, "umbra_compress_out_bytes_total{coding=\"%s\"} %llu\n", codings[c],
                       (unsigned long long)t->compress_out[c]);
+    if (s->l2) {
+        struct um_l2_state ls;
+        um_l2_state(s->l2, &ls);
+        one(b, "umbra_l2_hits_total", "counter", "Second-level (Redis) lookups that found the object.",
+            t->l2_hits);
+        one(b, "umbra_l2_misses_total", "counter", "Second-level lookups that did not.",
+            t->l2_misses);
+        one(b, "umbra_l2_errors_total", "counter",
+            "Second-level lookups not made or failed (Redis down, error reply).", t->l2_errors);
+        one(b, "umbra_l2_timeouts_total", "counter",
+            "Second-level lookups unanswered within cache.l2.timeout (the origin was asked).",
+            t->l2_timeouts);
+        help(b, "umbra_l2_lookup_seconds", "histogram",
+             "Time Redis took to answer the lookups it answered.");
+        uint64_t cum = 0;
+        for (int k = 0; k < UM_METRICS_L2_BUCKETS; k++) {
+            cum += t->l2_hist[k];
+            um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"%g\"} %llu\n",
+                          (double)um_metrics_l2_bounds_us[k] / 1e6, (unsigned long long)cum);
+        }
+        cum += t->l2_hist[UM_METRICS_L2_BUCKETS];
+        um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"+Inf\"} %llu\n",
+                      (unsigned long long)cum);
+        um_buf_printf(b, "umbra_l2_lookup_seconds_sum %.6f\n", (double)t->l2_us_sum / 1e6);
+        um_buf_printf(b, "umbra_l2_lookup_seconds_count %llu\n",
+                      (unsigned long long)t->l2_answered);
+        one(b, "umbra_l2_writes_total", "counter", "Objects written to Redis.", t->l2_writes);
+        one(b, "umbra_l2_write_drops_total", "counter",
+            "Writes dropped (Redis down, or too many bytes unanswered).", t->l2_drops);
+        one(b, "umbra_l2_connections_up", "gauge", "Worker connections to Redis that are up.",
+            (uint64_t)ls.workers_up);
+        one(b, "umbra_l2_bus_up", "gauge", "The purge subscriber and publisher are connected.",
+            ls.bus_up ? 1 : 0);
+        one(b, "umbra_l2_purges_sent_total", "counter", "Purges published to the other nodes.",
+            ls.purges_sent);
+        one(b, "umbra_l2_purges_received_total", "counter",
+            "Purges from other nodes applied here.", ls.purges_received);
+        one(b, "umbra_l2_purges_dropped_total", "counter",
+            "Purges not published (Redis down): applied on this node only.", ls.purges_dropped);
+    }
     one(b, "umbra_config_reloads_total", "counter", "Configuration reloads attempted (SIGHUP).",
         atomic_load(&um_metrics_reloads));
     one(b, "umbra_config_reload_failures_total", "counter",
@@ -337,6 +389,24 @@ static void render_json(struct um__admin *a, struct um_buf *b)
                   (unsigned long long)t->misses, (unsigned long long)t->stale,
                   (unsigned long long)t->revalidated, (unsigned long long)t->coalesced, st.objects,
                   st.memory_used, st.memory_cap, (unsigned long long)st.evictions);
+    if (s->l2) {
+        struct um_l2_state ls;
+        um_l2_state(s->l2, &ls);
+        um_buf_printf(b,
+                      "\"l2\":{\"redis\":\"%s:%d\",\"state\":\"%s\",\"workers_up\":%d,"
+                      "\"workers\":%d,\"bus_up\":%s,\"hits\":%llu,\"misses\":%llu,"
+                      "\"errors\":%llu,\"timeouts\":%llu,\"writes\":%llu,\"write_drops\":%llu},",
+                      ls.host, ls.port,
+                      ls.workers_up == ls.workers && ls.bus_up ? "up"
+                      : ls.workers_up == 0 && !ls.bus_up       ? "down"
+                                                               : "partial",
+                      ls.workers_up, ls.workers, ls.bus_up ? "true" : "false",
+                      (unsigned long long)t->l2_hits, (unsigned long long)t->l2_misses,
+                      (unsigned long long)t->l2_errors, (unsigned long long)t->l2_timeouts,
+                      (unsigned long long)t->l2_writes, (unsigned long long)t->l2_drops);
+    } else {
+        um_buf_append(b, "\"l2\":null,", 10);
+    }
     um_buf_append(b, "\"workers\":[", 11);
     for (int i = 0; i < s->num_workers; i++) {
         const struct um_metrics_worker *m = um_metrics_get(i);
@@ -499,7 +569,7 @@ static void handle_request(struct um__admin *a, struct client *cl)
         bool json = ct == NULL ? (hl < cl->inlen && cl->in[hl] == '{')
                                : memmem(ct, tl, "json", 4) != NULL;
         struct um_buf b = {0};
-        int st = um__admin_purge(cache_of(a->s), json, cl->in + hl, cl->inlen - hl, &b);
+        int st = um__admin_purge(a->s, cache_of(a->s), json, cl->in + hl, cl->inlen - hl, &b);
         respond(cl, st, st == 200 ? "OK" : st == 400 ? "Bad Request" : "Service Unavailable",
                 "application/json", b.base, b.len, false);
         um_buf_dispose(&b);

@@ -257,7 +257,7 @@ bad:
     p->error = "malformed JSON (expected an object of tags, host, path, soft)";
 }
 
-int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t len,
+int um__admin_purge(struct um_server *s, struct um_cache *cache, bool json, const char *body, size_t len,
                     struct um_buf *out)
 {
     if (cache == NULL) {
@@ -308,7 +308,63 @@ int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t 
                     : um_cache_purge(cache, (um_str){k, kl});
         free(k);
     }
+    if (p.ntags > 0) {
+        struct um_buf tb;
+        um_buf_init(&tb);
+        for (size_t i = 0; i < p.ntags; i++) {
+            if (i > 0)
+                um_buf_append(&tb, " ", 1);
+            um_buf_append(&tb, p.tags[i].base, p.tags[i].len);
+        }
+        struct um_purge pg = {UM_PURGE_TAGS, p.soft, {"", 0}, {tb.base, tb.len}};
+        um__purge_announce(s, &pg);
+        um_buf_dispose(&tb);
+    }
+    if (p.path.len > 0 && p.path.base[p.path.len - 1] == '*') {
+        struct um_purge pg = {UM_PURGE_PREFIX, p.soft, p.host, {p.path.base, p.path.len - 1}};
+        um__purge_announce(s, &pg);
+    } else if (p.path.len > 0) {
+        size_t kl = p.host.len + 1 + p.path.len;
+        char *k = um_malloc(kl);
+        memcpy(k, p.host.base, p.host.len);
+        k[p.host.len] = ' ';
+        memcpy(k + p.host.len + 1, p.path.base, p.path.len);
+        struct um_purge pg = {UM_PURGE_URL, p.soft, {"", 0}, {k, kl}};
+        um__purge_announce(s, &pg);
+        free(k);
+    }
     um_buf_printf(out, "{\"purged\":%zu,\"soft\":%s}\n", n, p.soft ? "true" : "false");
     free(copy);
     return 200;
+}
+
+/* ---- other nodes ---- */
+
+void um__purge_announce(void *arg, const struct um_purge *p)
+{
+    struct um_server *s = arg;
+    if (s->l2)
+        um_l2_purge_publish(s->l2, p);
+}
+
+void um__purge_apply(void *arg, const struct um_purge *p)
+{
+    struct um_server *s = arg;
+    struct um_cache *cache = __atomic_load_n(&s->cache, __ATOMIC_ACQUIRE);
+    if (cache == NULL)
+        return;
+    unsigned flags = UM_CACHE_PURGE_PACED | (p->soft ? UM_CACHE_PURGE_SOFT : 0);
+    if (p->kind == UM_PURGE_URL) {
+        if (p->soft)
+            um_cache_purge_soft(cache, p->value);
+        else
+            um_cache_purge(cache, p->value);
+    } else if (p->kind == UM_PURGE_PREFIX) {
+        um_cache_purge_prefix(cache, p->host, p->value, flags);
+    } else {
+        um_str tags[PURGE_MAX_ITEMS];
+        size_t n = um_cache_split_tags(p->value, tags, 0, PURGE_MAX_ITEMS);
+        if (n > 0)
+            um_cache_purge_tags(cache, tags, n, flags);
+    }
 }

@@ -15,6 +15,8 @@
 #include "umbra/runtime.h"
 #include "umbra/tls.h"
 #include "umbra/cache.h"
+#include "umbra/cacheorigin.h"
+#include "umbra/l2.h"
 #include "umbra/bufpool.h"
 #include "outq.h"
 
@@ -103,6 +105,7 @@ struct um_server {
     int listener_efd; /* eventfd that tells the listener to stop */
     struct um_tls *tls; /* certificates, when some listener has tls */
     struct um_cache *cache; /* the shared cache, when some route caches */
+    struct um_l2 *l2;       /* the second-level cache on Redis (cache.l2), or NULL */
     atomic_size_t num_conns; /* open client connections, all workers */
     atomic_bool stop_accepting;
     /* s->runtime and s->config are replaced by reloads on the main thread; other threads
@@ -121,6 +124,12 @@ struct um__retired {
     struct um_runtime *runtime;
     struct um_tls *tls;
 };
+
+/* admin_purge.c: a purge applied on this node goes to the other nodes from here, its one
+ * call site (through Redis when cache.l2 is set). Any thread; arg is the server. */
+void um__purge_announce(void *arg, const struct um_purge *p);
+/* Applies a purge another node published to this node's cache (the L2 bus's thread). */
+void um__purge_apply(void *arg, const struct um_purge *p);
 
 /* worker.c */
 void um__worker_init(struct um__worker *w, struct um_server *s, int id);
@@ -179,7 +188,7 @@ void um__admin_stop(struct um__admin *a);
 /* admin_purge.c: POST /purge with a JSON (json) or form body; writes the answer's JSON to
  * out and returns its status. cache may be NULL (no route caches: 503). */
 struct um_buf;
-int um__admin_purge(struct um_cache *cache, bool json, const char *body, size_t len,
+int um__admin_purge(struct um_server *s, struct um_cache *cache, bool json, const char *body, size_t len,
                     struct um_buf *out);
 
 /* conn_tunnel.c: bytes per direction a tunnel buffers at most (a buffer of tunbufs). */

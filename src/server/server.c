@@ -337,6 +337,10 @@ int um_server_run(struct um_server *s)
     s->num_workers = s->config->workers;
     s->started = time(NULL);
     um_metrics_init(s->num_workers);
+    /* The second-level cache, before the workers that use it (a reload does not change
+     * it: cache.l2 is read at start). */
+    if (s->config->cache.l2.enabled)
+        s->l2 = um_l2_create(s->config, um__purge_apply, s);
     s->workers = um_calloc((size_t)s->num_workers, sizeof(*s->workers));
     for (int i = 0; i < s->num_workers; i++) {
         um__worker_init(&s->workers[i], s, i);
@@ -443,6 +447,8 @@ void um_server_destroy(struct um_server *s)
     for (int i = 0; i < s->num_workers; i++)
         um__worker_dispose(&s->workers[i]);
     free(s->workers);
+    um_l2_destroy(s->l2);
+    s->l2 = NULL;
     for (size_t i = 0; i < s->num_listen; i++)
         close(s->listen_fds[i]);
     free(s->listen_fds);

@@ -1668,6 +1668,35 @@ static void test_route_cache_default(void **state)
     um_config_unref(c);
 }
 
+/* cache.l2: its defaults, an address with a port, IPv6, localhost; off without it. */
+static void test_cache_l2(void **state)
+{
+    struct um_config *c = load_ok(UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n");
+    assert_false(c->cache.l2.enabled);
+    um_config_unref(c);
+    c = load_ok(UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n"
+                             "cache = { l2 = { redis = 'redis://10.1.2.3' } }\n");
+    assert_true(c->cache.l2.enabled);
+    assert_string_equal(c->cache.l2.host, "10.1.2.3");
+    assert_int_equal(c->cache.l2.port, 6379);
+    assert_int_equal(c->cache.l2.max_object, 1 << 20);
+    assert_true(c->cache.l2.timeout > 0.0499 && c->cache.l2.timeout < 0.0501);
+    um_config_unref(c);
+    c = load_ok(UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n"
+                             "cache = { l2 = { redis = 'redis://[::1]:7000/', max_object = '64KB',"
+                             " timeout = 0.2 } }\n");
+    assert_string_equal(c->cache.l2.host, "::1");
+    assert_int_equal(c->cache.l2.port, 7000);
+    assert_int_equal(c->cache.l2.max_object, 64 << 10);
+    assert_true(c->cache.l2.timeout > 0.199 && c->cache.l2.timeout < 0.201);
+    um_config_unref(c);
+    c = load_ok(UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n"
+                             "cache = { l2 = { redis = 'redis://localhost:6380' } }\n");
+    assert_string_equal(c->cache.l2.host, "127.0.0.1");
+    assert_int_equal(c->cache.l2.port, 6380);
+    um_config_unref(c);
+}
+
 static void test_err_route_cache(void **state)
 {
     expect_error(UPSTREAM_APP
@@ -1699,7 +1728,7 @@ static void test_err_cache_table(void **state)
                  "  max_objects = '1MB',\n"
                  "}\n",
                  5, "cache: unknown key 'max_objects' (expected one of: memory, max_object, "
-                    "clean_interval, default_ttl, stale_if_error, purge, targeted, expose_tags)");
+                    "clean_interval, default_ttl, stale_if_error, purge, targeted, expose_tags, l2)");
     expect_error(CACHE_ROUTES "cache = {\n  '1MB',\n}\n", 4,
                  "cache: unexpected value at key [1]");
     expect_error(CACHE_ROUTES
@@ -1990,6 +2019,7 @@ int main(void)
         cmocka_unit_test(test_cache_full),
         cmocka_unit_test(test_cache_defaults),
         cmocka_unit_test(test_route_cache_default),
+        cmocka_unit_test(test_cache_l2),
         cmocka_unit_test(test_err_route_cache),
         cmocka_unit_test(test_err_cache_table),
         cmocka_unit_test(test_err_cache_sizes),

@@ -1,0 +1,299 @@
+/* The second-level cache on Redis: the workers' side (see umbra/l2.h).
+ *
+ * A worker's state (its context's UM_CONTEXT_L2 slot) is one connection and the counters
+ * of what is outstanding on it. A lookup is a struct get that lives until Redis answers
+ * or the connection goes (hiredis then calls every pending callback with a NULL reply):
+ * its timer, or a cancel, only detaches the caller (done = NULL), so that a late reply
+ * never reaches a fill that went on without it. */
+#include "internal.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "umbra/log.h"
+#include "umbra/metrics.h"
+
+#define L2_MAX_OUTSTANDING (8u << 20) /* bytes of writes sent and not answered, per worker */
+#define L2_TIMEOUTS_TO_DROP 3          /* timeouts in a row that drop the connection */
+
+struct worker_l2 {
+    struct um_l2 *l2;
+    struct um_context *ctx;
+    struct um__redis conn;
+    struct um_task stop;
+    size_t outstanding; /* bytes of writes not answered */
+    bool closing;       /* the loop stops: pending lookups end with UM_L2_CLOSED */
+    unsigned timeouts_in_row;
+};
+
+struct get {
+    struct worker_l2 *w;
+    struct um_timer timer;
+    void (*done)(void *arg, enum um_cache_l2_result res, const char *value, size_t len);
+    void *arg;
+    uint64_t started_us;
+};
+
+/* Microseconds of CLOCK_MONOTONIC: a lookup takes well under the loop's millisecond. */
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ---------------------------------------------------------------- logging once */
+
+void um__l2_note_down(struct um_l2 *l2, const char *what, const char *why)
+{
+    if (!atomic_exchange(&l2->down_logged, true))
+        um_log_warn("l2: Redis at %s:%d is unavailable (%s: %s); lookups go to the origin "
+                    "until it is back", l2->host, l2->port, what, why);
+}
+
+void um__l2_note_up(struct um_l2 *l2)
+{
+    if (atomic_exchange(&l2->down_logged, false))
+        um_log_info("l2: Redis at %s:%d is back", l2->host, l2->port);
+}
+
+/* ---------------------------------------------------------------- worker connection */
+
+static void worker_on_up(struct um__redis *r)
+{
+    struct worker_l2 *w = r->data;
+    w->timeouts_in_row = 0;
+    um_counter_add(&um_metrics_worker()->l2_up, 1);
+    atomic_fetch_add(&w->l2->workers_up, 1);
+    um__l2_note_up(w->l2);
+}
+
+static void worker_on_down(struct um__redis *r, const char *why)
+{
+    struct worker_l2 *w = r->data;
+    w->outstanding = 0; /* every write's callback has run */
+    if (um_counter_get(&um_metrics_worker()->l2_up) > 0) {
+        um_counter_add(&um_metrics_worker()->l2_up, (uint64_t)-1);
+        atomic_fetch_sub(&w->l2->workers_up, 1);
+    }
+    um__l2_note_down(w->l2, "worker connection", why);
+}
+
+static void worker_stop(struct um_task *t)
+{
+    struct worker_l2 *w = (struct worker_l2 *)((char *)t - offsetof(struct worker_l2, stop));
+    w->closing = true;
+    um__redis_dispose(&w->conn);
+    if (um_counter_get(&um_metrics_worker()->l2_up) > 0) {
+        um_counter_add(&um_metrics_worker()->l2_up, (uint64_t)-1);
+        atomic_fetch_sub(&w->l2->workers_up, 1);
+    }
+    um_context_set(w->ctx, UM_CONTEXT_L2, NULL);
+    free(w);
+}
+
+static struct worker_l2 *worker_l2(struct um_l2 *l2, struct um_context *ctx)
+{
+    struct worker_l2 *w = um_context_get(ctx, UM_CONTEXT_L2);
+    if (w)
+        return w;
+    w = um_calloc(1, sizeof(*w));
+    w->l2 = l2;
+    w->ctx = ctx;
+    w->stop.cb = worker_stop;
+    um_loop_on_stop(ctx->loop, &w->stop);
+    um_context_set(ctx, UM_CONTEXT_L2, w);
+    um__redis_init(&w->conn, ctx->loop, l2->host, l2->port);
+    w->conn.data = w;
+    w->conn.on_up = worker_on_up;
+    w->conn.on_down = worker_on_down;
+    um__redis_start(&w->conn);
+    return w;
+}
+
+void um_l2_worker_start(struct um_l2 *l2, struct um_context *ctx)
+{
+    worker_l2(l2, ctx);
+}
+
+/* ---------------------------------------------------------------- lookups */
+
+static void get_done(struct get *g, enum um_cache_l2_result res, const char *v, size_t len)
+{
+    void (*done)(void *, enum um_cache_l2_result, const char *, size_t) = g->done;
+    g->done = NULL;
+    um_loop_timer_stop(g->w->ctx->loop, &g->timer);
+    if (done)
+        done(g->arg, res, v, len);
+}
+
+static void on_get_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    (void)ac;
+    struct get *g = priv;
+    redisReply *rp = reply;
+    struct um_metrics_worker *m = um_metrics_worker();
+    if (g->done) {
+        if (rp == NULL || rp->type == REDIS_REPLY_ERROR)
+            um_counter_add(&m->l2_errors, 1);
+        else
+            um_counter_add(rp->type == REDIS_REPLY_STRING ? &m->l2_hits : &m->l2_misses, 1);
+        if (rp) {
+            uint64_t us = now_us() - g->started_us;
+            size_t b = 0;
+            while (b < UM_METRICS_L2_BUCKETS && us > um_metrics_l2_bounds_us[b])
+                b++;
+            um_counter_add(&m->l2_lookup_hist[b], 1);
+            um_counter_add(&m->l2_lookups_answered, 1);
+            um_counter_add(&m->l2_lookup_us_sum, us);
+        }
+    }
+    if (rp)
+        g->w->timeouts_in_row = 0;
+    if (rp == NULL && g->w->closing)
+        get_done(g, UM_L2_CLOSED, NULL, 0);
+    else if (rp && rp->type == REDIS_REPLY_STRING)
+        get_done(g, UM_L2_HIT, rp->str, (size_t)rp->len);
+    else
+        get_done(g, rp && rp->type == REDIS_REPLY_NIL ? UM_L2_MISS : UM_L2_UNAVAILABLE, NULL, 0);
+    free(g);
+}
+
+static void on_get_timeout(struct um_timer *t)
+{
+    struct get *g = (struct get *)((char *)t - offsetof(struct get, timer));
+    struct worker_l2 *w = g->w;
+    um_counter_add(&um_metrics_worker()->l2_timeouts, 1);
+    get_done(g, UM_L2_UNAVAILABLE, NULL, 0); /* g lives on until its reply */
+    if (++w->timeouts_in_row >= L2_TIMEOUTS_TO_DROP && w->conn.ac) {
+        w->timeouts_in_row = 0;
+        um__redis_drop(&w->conn, "no reply within cache.l2.timeout");
+    }
+}
+
+static void *l2_get(struct um_cache_l2 *c, struct um_context *ctx, um_str key,
+                    void (*done)(void *, enum um_cache_l2_result, const char *, size_t),
+                    void *arg)
+{
+    struct um_l2 *l2 = (struct um_l2 *)((char *)c - offsetof(struct um_l2, cache));
+    struct worker_l2 *w = worker_l2(l2, ctx);
+    if (w->conn.ac == NULL) {
+        um_counter_add(&um_metrics_worker()->l2_errors, 1);
+        return NULL;
+    }
+    struct get *g = um_calloc(1, sizeof(*g));
+    g->w = w;
+    g->done = done;
+    g->arg = arg;
+    g->timer.cb = on_get_timeout;
+    g->started_us = now_us();
+    if (redisAsyncCommand(w->conn.ac, on_get_reply, g, "GET " L2_OBJ_PREFIX "%b", key.base,
+                          key.len) != REDIS_OK) {
+        free(g);
+        um_counter_add(&um_metrics_worker()->l2_errors, 1);
+        return NULL;
+    }
+    um_loop_timer_start(ctx->loop, &g->timer, l2->timeout_ms);
+    return g;
+}
+
+static void l2_cancel(struct um_cache_l2 *c, struct um_context *ctx, void *h)
+{
+    (void)c;
+    struct get *g = h;
+    g->done = NULL;
+    um_loop_timer_stop(ctx->loop, &g->timer);
+}
+
+/* ---------------------------------------------------------------- writes */
+
+static void on_write_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct worker_l2 *w = ac->data ? ((struct um__redis *)ac->data)->data : NULL;
+    size_t n = (size_t)(uintptr_t)priv;
+    if (w && reply && w->outstanding >= n)
+        w->outstanding -= n;
+}
+
+static void l2_put(struct um_cache_l2 *c, struct um_context *ctx, um_str key, const char *value,
+                   size_t len, uint64_t ttl_ms, const um_str *tags, size_t ntags)
+{
+    struct um_l2 *l2 = (struct um_l2 *)((char *)c - offsetof(struct um_l2, cache));
+    struct worker_l2 *w = worker_l2(l2, ctx);
+    struct um_metrics_worker *m = um_metrics_worker();
+    size_t cost = len + key.len + 64;
+    if (w->conn.state != UM__REDIS_UP || w->outstanding + cost > L2_MAX_OUTSTANDING) {
+        um_counter_add(&m->l2_write_drops, 1);
+        return;
+    }
+    char ttl[24];
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
+    if (redisAsyncCommand(w->conn.ac, on_write_reply, (void *)(uintptr_t)cost,
+                          "SET " L2_OBJ_PREFIX "%b %b PX %s", key.base, key.len, value, len,
+                          ttl) != REDIS_OK) {
+        um_counter_add(&m->l2_write_drops, 1);
+        return;
+    }
+    w->outstanding += cost;
+    um_counter_add(&m->l2_writes, 1);
+    /* A tag's set lives as long as its longest member: NX gives a new set its first
+     * lifetime, GT lengthens it (Redis 7). */
+    for (size_t i = 0; i < ntags && w->conn.ac; i++) {
+        redisAsyncCommand(w->conn.ac, NULL, NULL, "SADD " L2_TAG_PREFIX "%b " L2_OBJ_PREFIX "%b",
+                          tags[i].base, tags[i].len, key.base, key.len);
+        redisAsyncCommand(w->conn.ac, NULL, NULL, "PEXPIRE " L2_TAG_PREFIX "%b %s NX",
+                          tags[i].base, tags[i].len, ttl);
+        redisAsyncCommand(w->conn.ac, NULL, NULL, "PEXPIRE " L2_TAG_PREFIX "%b %s GT",
+                          tags[i].base, tags[i].len, ttl);
+    }
+}
+
+static const struct um_cache_l2_ops l2_ops = {.get = l2_get, .cancel = l2_cancel, .put = l2_put};
+
+/* ---------------------------------------------------------------- the process's L2 */
+
+struct um_l2 *um_l2_create(const struct um_config *config, um_l2_apply_cb apply, void *arg)
+{
+    struct um_l2 *l2 = um_calloc(1, sizeof(*l2));
+    snprintf(l2->host, sizeof(l2->host), "%s", config->cache.l2.host);
+    l2->port = config->cache.l2.port;
+    l2->timeout_ms = (uint64_t)(config->cache.l2.timeout * 1000 + 0.5);
+    if (l2->timeout_ms == 0)
+        l2->timeout_ms = 1;
+    l2->workers = config->workers;
+    l2->cache.ops = &l2_ops;
+    l2->cache.max_object = (size_t)config->cache.l2.max_object;
+    l2->apply = apply;
+    l2->apply_arg = arg;
+    um__l2_bus_start(l2);
+    return l2;
+}
+
+void um_l2_destroy(struct um_l2 *l2)
+{
+    if (l2 == NULL)
+        return;
+    um__l2_bus_stop(l2);
+    free(l2);
+}
+
+struct um_cache_l2 *um_l2_cache(struct um_l2 *l2)
+{
+    return &l2->cache;
+}
+
+void um_l2_state(struct um_l2 *l2, struct um_l2_state *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->host = l2->host;
+    st->port = l2->port;
+    st->workers = l2->workers;
+    st->workers_up = atomic_load(&l2->workers_up);
+    st->bus_up = atomic_load(&l2->bus_up);
+    st->purges_sent = atomic_load(&l2->purges_sent);
+    st->purges_received = atomic_load(&l2->purges_received);
+    st->purges_dropped = atomic_load(&l2->purges_dropped);
+}
