@@ -23,7 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Origin, Umbra, admin_port, class_context, closed_port,  # noqa: E402
-                           fetch_req, http_get, parse_metrics, scrape, wait_until)
+                           free_port, fetch_req, http_get, parse_metrics, scrape, wait_until)
 from test_cache import (PyOrigin, cache_status, concurrent, config, cs_param,  # noqa: E402
                         is_hit, seen)
 
@@ -76,7 +76,7 @@ class Redis:
     again keep the port, kill() ends it with SIGKILL (a crash)."""
 
     def __init__(self, args=()):
-        self.port = closed_port()
+        self.port = free_port()
         self.args = list(args)
         self.proc = None
         self.dir = None

@@ -790,6 +790,17 @@ def make_cert(dirpath, cn="127.0.0.1", san="IP:127.0.0.1"):
     return cert, key
 
 
+def free_port():
+    """A 127.0.0.1 port free now, for a server the test starts (bound once, then released:
+    another process could take it meanwhile, which is why a dead server's port comes from
+    closed_port() instead)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 _held_ports = []
 
 
