@@ -192,7 +192,10 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->req.num_headers = w;
     for (size_t i = 0; i < nextra && fl->req.num_headers < UM_HTTP1_MAX_HEADERS; i++)
         fl->req.headers[fl->req.num_headers++] = extra[i];
-    co->inner->ops->fetch(co->inner, &ff, &fl->sink);
+    /* A cluster node fills from the key's owner (the fill origin decides). */
+    fl->src = co->fill_origin ? co->fill_origin : co->inner;
+    ff.fill_key = (um_str){fl->key, fl->key_len};
+    fl->src->ops->fetch(fl->src, &ff, &fl->sink);
     /* The fetch may have ended at once (an error answered synchronously): the reader
      * starts if it still exists. */
     if (client && client->origin_data && ((struct reader *)client->origin_data)->kind == K_READER)
@@ -251,10 +254,14 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
     }
     size_t n;
     bool by_url = false;
+    struct um_cache_purge ev = {.soft = soft, .tags = tags, .ntags = ntags};
     bool has_query = (req->flags & UM_REQ_F_HAS_QUERY) != 0;
     um_str last = has_query ? req->query : req->path;
     if (ntags > 0) {
         n = um_cache_purge_tags(co->cache, tags, ntags, soft ? UM_CACHE_PURGE_SOFT : 0);
+        ev.kind = UM_CACHE_PURGE_TAGS;
+        if (co->on_purge && !f->from_peer)
+            co->on_purge(co->purge_arg, &ev);
     } else if (last.len > 0 && last.base[last.len - 1] == '*') {
         /* The key's target is path[?query]: the prefix is that without the '*'. */
         size_t tl = req->path.len + (has_query ? 1 + req->query.len : 0) - 1;
@@ -270,6 +277,11 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         }
         n = um_cache_purge_prefix(co->cache, (um_str){host, req->authority.len},
                                   (um_str){pre, tl}, soft ? UM_CACHE_PURGE_SOFT : 0);
+        ev.kind = UM_CACHE_PURGE_PREFIX;
+        ev.host = (um_str){host, req->authority.len};
+        ev.prefix = (um_str){pre, tl};
+        if (co->on_purge && !f->from_peer)
+            co->on_purge(co->purge_arg, &ev);
         free(pre);
         free(host);
     } else {
@@ -279,6 +291,11 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
         n = soft ? um_cache_purge_soft(co->cache, (um_str){key, klen})
                  : um_cache_purge(co->cache, (um_str){key, klen});
+        ev.kind = UM_CACHE_PURGE_KEY;
+        ev.key = (um_str){key, klen};
+        /* Told even when nothing was here: another node may hold it. */
+        if (co->on_purge && !f->from_peer)
+            co->on_purge(co->purge_arg, &ev);
         key_drop(key, kbuf);
     }
     int status = n == 0 && by_url ? 404 : 200;
@@ -306,7 +323,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
     const struct um_request *req = f->req;
     client->origin_data = NULL;
     if (um_str_eq(req->method, "PURGE")) {
-        if (!purge_allowed(co, f)) {
+        if (!f->from_peer && !purge_allowed(co, f)) {
             respond_small(client, 403, "403 Forbidden: PURGE is not allowed from here\n");
             return;
         }
@@ -470,7 +487,10 @@ static void cache_resume(struct um_origin *o, struct um_sink *client)
         um__cache_reader_pump(d);
     } else if (*(enum kind *)d == K_PASS) {
         struct pass *p = d;
-        co->inner->ops->resume(co->inner, p->fill ? &p->fill->sink : &p->sink);
+        if (p->fill)
+            p->fill->src->ops->resume(p->fill->src, &p->fill->sink);
+        else
+            co->inner->ops->resume(co->inner, &p->sink);
     }
 }
 
@@ -500,7 +520,7 @@ static void cache_cancel(struct um_origin *o, struct um_sink *client)
             /* A fill forwarding to this pass: nobody else wants its answer. */
             struct fill *fl = p->fill;
             fl->fwd = NULL;
-            co->inner->ops->cancel(co->inner, &fl->sink);
+            fl->src->ops->cancel(fl->src, &fl->sink);
             um__cache_fill_free(fl);
             free(p);
             return;
@@ -513,6 +533,8 @@ static void cache_cancel(struct um_origin *o, struct um_sink *client)
 static void cache_destroy(struct um_origin *o)
 {
     struct cache_origin *co = (struct cache_origin *)o;
+    if (co->fill_origin)
+        co->fill_origin->ops->destroy(co->fill_origin);
     co->inner->ops->destroy(co->inner);
     free(co);
 }
@@ -525,6 +547,14 @@ static const struct um_origin_ops cache_ops = {
     .cancel = cache_cancel,
     .destroy = cache_destroy,
 };
+
+void um_cache_origin_set_ring(struct um_origin *o, const struct um_cache_ring *ring)
+{
+    struct cache_origin *co = (struct cache_origin *)o;
+    co->fill_origin = ring->fill;
+    co->on_purge = ring->on_purge;
+    co->purge_arg = ring->arg;
+}
 
 struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origin *inner,
                                          const struct um_route *route,

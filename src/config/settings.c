@@ -23,6 +23,7 @@ static const struct {
     {"access_log", um__cfg_access_log_keys},
     {"cgi", um__cfg_cgi_keys},
     {"http2", um__cfg_http2_keys},
+    {"cluster", um__cfg_cluster_keys},
 };
 
 void um_config_settings(void (*cb)(const char *setting, void *arg), void *arg)
