@@ -47,8 +47,8 @@ int um_cluster_owner(const um_str *members, size_t n, um_str key,
 /* Writes the value of the Umbra-Peer field for a request (method, target) about key at
  * time now (Unix seconds) into out (NUL-terminated). Returns its length, or 0 when it does
  * not fit in outsz bytes. */
-size_t um_cluster_sign(const char *secret, um_str method, um_str target, um_str key,
-                       int64_t now, char *out, size_t outsz);
+size_t um_cluster_sign(const char *secret, um_str method, um_str target, um_str key, int64_t now,
+                       char *out, size_t outsz);
 /* The length um_cluster_sign needs for a key of klen bytes, NUL included. */
 size_t um_cluster_sign_len(size_t klen);
 /* Checks an Umbra-Peer value v for the request (method, target) at time now: true when

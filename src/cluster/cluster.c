@@ -53,8 +53,7 @@ static struct um__peer_stats *slot_of(const char *url, bool self)
             atomic_store_explicit(&slots[i].self, self, memory_order_relaxed);
             return &slots[i];
         }
-    if (n == MAX_SLOTS)
-        return &slots[MAX_SLOTS - 1]; /* what does not fit shares the last slot */
+    if (n == MAX_SLOTS) return &slots[MAX_SLOTS - 1]; /* what does not fit shares the last slot */
     snprintf(slots[n].url, sizeof slots[n].url, "%s", url);
     atomic_store_explicit(&slots[n].self, self, memory_order_relaxed);
     atomic_store_explicit(&num_slots, n + 1, memory_order_release);
@@ -102,18 +101,14 @@ static int connect_peer(const struct um__peer *p)
 {
     const struct um_upstream_server *sv = p->server;
     int fd = socket(sv->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
+    if (fd < 0) return -1;
     if (connect(fd, (const struct sockaddr *)&sv->addr, sv->addrlen) != 0) {
-        if (errno != EINPROGRESS)
-            goto fail;
+        if (errno != EINPROGRESS) goto fail;
         struct pollfd pf = {fd, POLLOUT, 0};
-        if (poll(&pf, 1, PURGE_CONNECT_MS) != 1)
-            goto fail;
+        if (poll(&pf, 1, PURGE_CONNECT_MS) != 1) goto fail;
         int err = 0;
         socklen_t el = sizeof err;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)
-            goto fail;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) goto fail;
     }
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -130,41 +125,34 @@ fail:
  * or -1 when the connection failed. */
 static int exchange_once(struct um__peer *p, const char *req, size_t len)
 {
-    if (p->fd < 0 && (p->fd = connect_peer(p)) < 0)
-        return -1;
+    if (p->fd < 0 && (p->fd = connect_peer(p)) < 0) return -1;
     size_t off = 0;
     while (off < len) {
         ssize_t w = send(p->fd, req + off, len - off, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
+        if (w <= 0) return -1;
         off += (size_t)w;
     }
     char buf[4096];
     size_t have = 0;
     char *end = NULL;
     while (end == NULL) {
-        if (have == sizeof buf - 1)
-            return -1;
+        if (have == sizeof buf - 1) return -1;
         ssize_t r = recv(p->fd, buf + have, sizeof buf - 1 - have, 0);
-        if (r <= 0)
-            return -1;
+        if (r <= 0) return -1;
         have += (size_t)r;
         buf[have] = '\0';
         end = strstr(buf, "\r\n\r\n");
     }
-    if (have < 12 || memcmp(buf, "HTTP/1.", 7) != 0)
-        return -1;
+    if (have < 12 || memcmp(buf, "HTTP/1.", 7) != 0) return -1;
     int status = (buf[9] - '0') * 100 + (buf[10] - '0') * 10 + (buf[11] - '0');
     /* Content-Length (our own answers always have one): skip the body. */
     size_t hl = (size_t)(end + 4 - buf), cl = 0;
     for (char *l = strstr(buf, "\r\n"); l && l < end; l = strstr(l + 2, "\r\n"))
-        if (strncasecmp(l + 2, "content-length:", 15) == 0)
-            cl = strtoul(l + 17, NULL, 10);
+        if (strncasecmp(l + 2, "content-length:", 15) == 0) cl = strtoul(l + 17, NULL, 10);
     size_t body = have - hl;
     while (body < cl) {
         ssize_t r = recv(p->fd, buf, sizeof buf < cl - body ? sizeof buf : cl - body, 0);
-        if (r <= 0)
-            return -1;
+        if (r <= 0) return -1;
         body += (size_t)r;
     }
     if (strcasestr(buf, "\r\nconnection: close") != NULL) {
@@ -180,8 +168,9 @@ static void send_purge(struct um_cluster *c, struct um__peer *p, const struct pu
     size_t cap = sl + 256;
     char *req = um_malloc(cap);
     int64_t now = (int64_t)time(NULL);
-    int o = snprintf(req, cap, "PURGE / HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n%s: ",
-                     p->id.base + 7, UM_CLUSTER_HEADER);
+    int o = snprintf(req, cap,
+                     "PURGE / HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n%s: ", p->id.base + 7,
+                     UM_CLUSTER_HEADER);
     size_t n = um_cluster_sign(um_cluster_secret(c), UM_STR("PURGE"), UM_STR("/"),
                                (um_str){m->desc, m->len}, now, req + o, cap - (size_t)o);
     if (n == 0) {
@@ -219,12 +208,10 @@ static void *purge_thread(void *arg)
     for (;;) {
         while (c->queue == NULL && !c->stop)
             pthread_cond_wait(&c->cond, &c->lock);
-        if (c->stop)
-            break;
+        if (c->stop) break;
         struct purge_msg *m = c->queue;
         c->queue = m->next;
-        if (c->queue == NULL)
-            c->queue_tail = NULL;
+        if (c->queue == NULL) c->queue_tail = NULL;
         c->queued--;
         pthread_mutex_unlock(&c->lock);
         uint64_t now = um__cluster_now_ms();
@@ -240,8 +227,7 @@ static void *purge_thread(void *arg)
 
 void um_cluster_purge_fanout(struct um_cluster *c, const struct um_cache_purge *p)
 {
-    if (c == NULL || c->n < 2)
-        return;
+    if (c == NULL || c->n < 2) return;
     struct um_buf b = {0};
     um_buf_printf(&b, "%s ", p->soft ? "soft" : "hard");
     switch (p->kind) {
@@ -291,8 +277,7 @@ void um_cluster_purge_fanout(struct um_cluster *c, const struct um_cache_purge *
 
 struct um_cluster *um_cluster_create(const struct um_config *config)
 {
-    if (!config->cluster.enabled)
-        return NULL;
+    if (!config->cluster.enabled) return NULL;
     struct um_cluster *c = um_calloc(1, sizeof(*c));
     c->config = config;
     c->n = config->cluster.num_peers;
@@ -306,8 +291,7 @@ struct um_cluster *um_cluster_create(const struct um_config *config)
         c->ids[i] = p->id;
         p->fd = -1;
         p->st = slot_of(p->server->url, i == c->self);
-        if (i == c->self)
-            continue;
+        if (i == c->self) continue;
         /* Each peer is an upstream of one server: Umbra's own kept-alive HTTP/1.1 client,
          * its connect errors and timeouts, its per-server metrics (upstream "cluster"). */
         p->conf = (struct um_upstream_conf){
@@ -335,8 +319,7 @@ struct um_cluster *um_cluster_create(const struct um_config *config)
 
 void um_cluster_destroy(struct um_cluster *c)
 {
-    if (c == NULL)
-        return;
+    if (c == NULL) return;
     pthread_mutex_lock(&c->lock);
     c->stop = true;
     pthread_cond_signal(&c->cond);
@@ -350,10 +333,8 @@ void um_cluster_destroy(struct um_cluster *c)
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     for (size_t i = 0; i < c->n; i++) {
-        if (c->peers[i].origin)
-            c->peers[i].origin->ops->destroy(c->peers[i].origin);
-        if (c->peers[i].fd >= 0)
-            close(c->peers[i].fd);
+        if (c->peers[i].origin) c->peers[i].origin->ops->destroy(c->peers[i].origin);
+        if (c->peers[i].fd >= 0) close(c->peers[i].fd);
     }
     free(c->peers);
     free(c->ids);
@@ -364,12 +345,13 @@ void um_cluster_destroy(struct um_cluster *c)
 
 void um_cluster_write_metrics(struct um_buf *b)
 {
-    if (!atomic_load(&ever))
-        return;
+    if (!atomic_load(&ever)) return;
     size_t n = atomic_load_explicit(&num_slots, memory_order_acquire);
     uint64_t now = um__cluster_now_ms();
-    um_buf_printf(b, "# HELP umbra_cluster_peers Nodes of the ring, this one included.\n"
-                     "# TYPE umbra_cluster_peers gauge\numbra_cluster_peers %zu\n", n);
+    um_buf_printf(b,
+                  "# HELP umbra_cluster_peers Nodes of the ring, this one included.\n"
+                  "# TYPE umbra_cluster_peers gauge\numbra_cluster_peers %zu\n",
+                  n);
     um_buf_printf(b, "# HELP umbra_cluster_peer_up 1 when the peer is in use, 0 while it is "
                      "skipped after a failure (this node: always 1).\n"
                      "# TYPE umbra_cluster_peer_up gauge\n");
@@ -395,28 +377,28 @@ void um_cluster_write_metrics(struct um_buf *b)
         um_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", per[k].name, per[k].help,
                       per[k].name);
         for (size_t i = 0; i < n; i++) {
-            if (atomic_load_explicit(&slots[i].self, memory_order_relaxed))
-                continue;
+            if (atomic_load_explicit(&slots[i].self, memory_order_relaxed)) continue;
             _Atomic uint64_t *v = (_Atomic uint64_t *)((char *)&slots[i] + per[k].off);
             um_buf_printf(b, "%s{peer=\"%s\"} %llu\n", per[k].name, slots[i].url,
                           (unsigned long long)atomic_load_explicit(v, memory_order_relaxed));
         }
     }
-    um_buf_printf(b, "# HELP umbra_cluster_peer_requests_served_total Signed requests from "
-                     "peers answered here.\n# TYPE umbra_cluster_peer_requests_served_total "
-                     "counter\numbra_cluster_peer_requests_served_total %llu\n",
+    um_buf_printf(b,
+                  "# HELP umbra_cluster_peer_requests_served_total Signed requests from "
+                  "peers answered here.\n# TYPE umbra_cluster_peer_requests_served_total "
+                  "counter\numbra_cluster_peer_requests_served_total %llu\n",
                   (unsigned long long)atomic_load(&served));
-    um_buf_printf(b, "# HELP umbra_cluster_peer_requests_rejected_total Requests with an "
-                     "Umbra-Peer field that was forged, stale or not ours (served as an "
-                     "ordinary client's).\n# TYPE umbra_cluster_peer_requests_rejected_total "
-                     "counter\numbra_cluster_peer_requests_rejected_total %llu\n",
+    um_buf_printf(b,
+                  "# HELP umbra_cluster_peer_requests_rejected_total Requests with an "
+                  "Umbra-Peer field that was forged, stale or not ours (served as an "
+                  "ordinary client's).\n# TYPE umbra_cluster_peer_requests_rejected_total "
+                  "counter\numbra_cluster_peer_requests_rejected_total %llu\n",
                   (unsigned long long)atomic_load(&rejected));
 }
 
 void um_cluster_write_json(struct um_buf *b)
 {
-    if (!atomic_load(&ever))
-        return;
+    if (!atomic_load(&ever)) return;
     size_t n = atomic_load_explicit(&num_slots, memory_order_acquire);
     uint64_t now = um__cluster_now_ms();
     um_buf_printf(b, "\"cluster\":{\"served\":%llu,\"rejected\":%llu,\"peers\":[",
@@ -424,20 +406,17 @@ void um_cluster_write_json(struct um_buf *b)
                   (unsigned long long)atomic_load(&rejected));
     for (size_t i = 0; i < n; i++) {
         const struct um__peer_stats *s = &slots[i];
-        um_buf_printf(b,
-                      "%s{\"peer\":\"%s\",\"self\":%s,\"up\":%s,\"fetches\":%llu,"
-                      "\"fetch_failures\":%llu,\"purges_sent\":%llu,\"purge_failures\":%llu}",
-                      i ? "," : "", s->url,
-                      atomic_load_explicit(&s->self, memory_order_relaxed) ? "true" : "false",
-                      atomic_load_explicit(&s->down_until, memory_order_relaxed) <= now ? "true"
-                                                                                        : "false",
-                      (unsigned long long)atomic_load_explicit(&s->fetch_ok, memory_order_relaxed),
-                      (unsigned long long)atomic_load_explicit(&s->fetch_failed,
-                                                               memory_order_relaxed),
-                      (unsigned long long)atomic_load_explicit(&s->purges_sent,
-                                                               memory_order_relaxed),
-                      (unsigned long long)atomic_load_explicit(&s->purges_failed,
-                                                               memory_order_relaxed));
+        um_buf_printf(
+            b,
+            "%s{\"peer\":\"%s\",\"self\":%s,\"up\":%s,\"fetches\":%llu,"
+            "\"fetch_failures\":%llu,\"purges_sent\":%llu,\"purge_failures\":%llu}",
+            i ? "," : "", s->url,
+            atomic_load_explicit(&s->self, memory_order_relaxed) ? "true" : "false",
+            atomic_load_explicit(&s->down_until, memory_order_relaxed) <= now ? "true" : "false",
+            (unsigned long long)atomic_load_explicit(&s->fetch_ok, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->fetch_failed, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->purges_sent, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->purges_failed, memory_order_relaxed));
     }
     um_buf_append(b, "]},", 3);
 }

@@ -37,12 +37,12 @@ struct rfetch {
     struct um__peer *peer; /* when cur is a peer's */
     struct um_context *ctx;
     bool head_seen;
-    bool swallow;  /* the peer failed: its answer is dropped, inner is asked next */
-    bool posted;   /* task (the fetch from inner) is queued */
+    bool swallow; /* the peer failed: its answer is dropped, inner is asked next */
+    bool posted;  /* task (the fetch from inner) is queued */
     struct um_task task;
-    struct um_fetch f;  /* the fill's fetch, its strings copied (for inner, later) */
+    struct um_fetch f;     /* the fill's fetch, its strings copied (for inner, later) */
     struct um_request req; /* the fill's request with the Umbra-Peer field, for the peer */
-    char *strings;      /* the copies */
+    char *strings;         /* the copies */
 };
 
 /* ---------------------------------------------------------------- sink */
@@ -57,8 +57,7 @@ static void rf_free(struct rfetch *rf)
 static bool from_umbra(const struct um_response_head *h)
 {
     for (size_t i = 0; i < h->num_headers; i++) {
-        if (!um_str_eq_ci(h->headers[i].name, "cache-status"))
-            continue;
+        if (!um_str_eq_ci(h->headers[i].name, "cache-status")) continue;
         um_str v = h->headers[i].value;
         for (size_t j = 0; j + 5 <= v.len; j++)
             if (memcmp(v.base + j, "umbra", 5) == 0 &&
@@ -80,16 +79,14 @@ static void rf_on_head(struct um_sink *s, const struct um_response_head *h)
         um__cluster_peer_failed(rf->peer, h->status >= 500 ? "no answer" : "not an Umbra answer");
         return;
     }
-    if (rf->peer)
-        atomic_fetch_add_explicit(&rf->peer->st->fetch_ok, 1, memory_order_relaxed);
+    if (rf->peer) atomic_fetch_add_explicit(&rf->peer->st->fetch_ok, 1, memory_order_relaxed);
     rf->up->ops->on_head(rf->up, h);
 }
 
 static size_t rf_on_data(struct um_sink *s, const char *data, size_t len)
 {
     struct rfetch *rf = (struct rfetch *)s;
-    if (rf->swallow)
-        return len;
+    if (rf->swallow) return len;
     return rf->up->ops->on_data(rf->up, data, len);
 }
 
@@ -136,8 +133,7 @@ static ssize_t rf_read_body(struct um_sink *s, char *buf, size_t len)
 static void rf_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
 {
     struct rfetch *rf = (struct rfetch *)s;
-    if (!rf->swallow)
-        um_sink_info(rf->up, status, h, n);
+    if (!rf->swallow) um_sink_info(rf->up, status, h, n);
 }
 
 static const struct um_sink_ops rf_ops = {.on_head = rf_on_head,
@@ -177,10 +173,8 @@ static void copy_fetch(struct rfetch *rf, const struct um_fetch *f)
     rf->f = *f;
 #define COPY_SLICE(s)                                                                              \
     do {                                                                                           \
-        if ((s).len)                                                                               \
-            memcpy(p, (s).base, (s).len);                                                          \
-        if ((s).base)                                                                              \
-            (s).base = p;                                                                          \
+        if ((s).len) memcpy(p, (s).base, (s).len);                                                 \
+        if ((s).base) (s).base = p;                                                                \
         p += (s).len;                                                                              \
     } while (0)
 #define COPY_CSTR(s)                                                                               \
@@ -194,8 +188,7 @@ static void copy_fetch(struct rfetch *rf, const struct um_fetch *f)
     } while (0)
     COPY_SLICE(rf->f.path);
     COPY_SLICE(rf->f.cache_key);
-    if (rf->f.has_body)
-        COPY_SLICE(rf->f.body);
+    if (rf->f.has_body) COPY_SLICE(rf->f.body);
     COPY_CSTR(rf->f.client_ip);
     COPY_CSTR(rf->f.server_name);
     COPY_CSTR(rf->f.upstream_url);
@@ -235,8 +228,8 @@ static void ring_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
                 target[q->path.len] = '?';
                 memcpy(target + q->path.len + 1, q->query.base, q->query.len);
             }
-            hl = um_cluster_sign(um_cluster_secret(c), q->method, (um_str){target, tl},
-                                 f->fill_key, (int64_t)time(NULL), hv, sl);
+            hl = um_cluster_sign(um_cluster_secret(c), q->method, (um_str){target, tl}, f->fill_key,
+                                 (int64_t)time(NULL), hv, sl);
         }
         if (hl > 0) {
             rf->req = *f->req;
@@ -269,8 +262,7 @@ static void ring_resume(struct um_origin *o, struct um_sink *sink)
 {
     (void)o;
     struct rfetch *rf = sink->origin_data;
-    if (rf == NULL || rf->posted || rf->swallow)
-        return;
+    if (rf == NULL || rf->posted || rf->swallow) return;
     rf->cur->ops->resume(rf->cur, &rf->sink);
 }
 
@@ -284,8 +276,7 @@ static void ring_cancel(struct um_origin *o, struct um_sink *sink)
 {
     (void)o;
     struct rfetch *rf = sink->origin_data;
-    if (rf == NULL)
-        return;
+    if (rf == NULL) return;
     sink->origin_data = NULL;
     if (rf->posted)
         um_loop_unpost(rf->ctx->loop, &rf->task);

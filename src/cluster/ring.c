@@ -37,8 +37,7 @@ int um_cluster_owner(const um_str *members, size_t n, um_str key,
     int best = -1;
     uint64_t best_w = 0;
     for (size_t i = 0; i < n; i++) {
-        if (usable && !usable(arg, i))
-            continue;
+        if (usable && !usable(arg, i)) continue;
         uint64_t w = um_cluster_weight(members[i], key);
         if (best < 0 || w > best_w) {
             best = (int)i;

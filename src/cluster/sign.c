@@ -21,12 +21,9 @@ static const char hexd[] = "0123456789abcdef";
 
 static int unhex(char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
 }
 
@@ -39,8 +36,7 @@ static bool mac_of(const char *secret, um_str method, um_str target, um_str key,
     size_t n = method.len + 1 + target.len + 1 + key.len + 1 + (size_t)tl;
     char stackbuf[1024];
     char *msg = n <= sizeof stackbuf ? stackbuf : malloc(n);
-    if (msg == NULL)
-        return false;
+    if (msg == NULL) return false;
     size_t o = 0;
     memcpy(msg + o, method.base, method.len);
     o += method.len;
@@ -48,17 +44,15 @@ static bool mac_of(const char *secret, um_str method, um_str target, um_str key,
     memcpy(msg + o, target.base, target.len);
     o += target.len;
     msg[o++] = '\n';
-    if (key.len)
-        memcpy(msg + o, key.base, key.len);
+    if (key.len) memcpy(msg + o, key.base, key.len);
     o += key.len;
     msg[o++] = '\n';
     memcpy(msg + o, tsb, (size_t)tl);
     o += (size_t)tl;
     unsigned int ml = 0;
-    unsigned char *r = HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg,
-                            o, mac, &ml);
-    if (msg != stackbuf)
-        free(msg);
+    unsigned char *r =
+        HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg, o, mac, &ml);
+    if (msg != stackbuf) free(msg);
     return r != NULL && ml == 32;
 }
 
@@ -67,8 +61,8 @@ size_t um_cluster_sign_len(size_t klen)
     return sizeof("ts=, key=, sig=") + 24 + 2 * klen + 64;
 }
 
-size_t um_cluster_sign(const char *secret, um_str method, um_str target, um_str key,
-                       int64_t now, char *out, size_t outsz)
+size_t um_cluster_sign(const char *secret, um_str method, um_str target, um_str key, int64_t now,
+                       char *out, size_t outsz)
 {
     unsigned char mac[32];
     if (outsz < um_cluster_sign_len(key.len) || !mac_of(secret, method, target, key, now, mac))
@@ -118,29 +112,23 @@ bool um_cluster_verify(const char *secret, um_str method, um_str target, um_str 
         return false;
     int64_t t = 0;
     for (size_t i = 0; i < ts.len; i++) {
-        if (ts.base[i] < '0' || ts.base[i] > '9')
-            return false;
+        if (ts.base[i] < '0' || ts.base[i] > '9') return false;
         t = t * 10 + (ts.base[i] - '0');
     }
-    if (t > now + UM_CLUSTER_WINDOW || t < now - UM_CLUSTER_WINDOW)
-        return false;
+    if (t > now + UM_CLUSTER_WINDOW || t < now - UM_CLUSTER_WINDOW) return false;
     for (size_t i = 0; i < hk.len / 2; i++) {
         int a = unhex(hk.base[2 * i]), b = unhex(hk.base[2 * i + 1]);
-        if (a < 0 || b < 0)
-            return false;
+        if (a < 0 || b < 0) return false;
         key[i] = (char)(a << 4 | b);
     }
     unsigned char want[32], got[32];
     for (size_t i = 0; i < 32; i++) {
         int a = unhex(sig.base[2 * i]), b = unhex(sig.base[2 * i + 1]);
-        if (a < 0 || b < 0)
-            return false;
+        if (a < 0 || b < 0) return false;
         got[i] = (unsigned char)(a << 4 | b);
     }
-    if (!mac_of(secret, method, target, (um_str){key, hk.len / 2}, t, want))
-        return false;
-    if (CRYPTO_memcmp(want, got, 32) != 0)
-        return false;
+    if (!mac_of(secret, method, target, (um_str){key, hk.len / 2}, t, want)) return false;
+    if (CRYPTO_memcmp(want, got, 32) != 0) return false;
     *klen = hk.len / 2;
     return true;
 }

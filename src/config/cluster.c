@@ -24,15 +24,13 @@ static bool parse_peer(struct um__cfg_load *ld, lua_State *L, const char *path, 
     bool v6 = text[0] == '[';
     if (v6) {
         const char *close = strchr(text, ']');
-        if (close == NULL || close[1] != ':' || (size_t)(close - text - 1) >= sizeof host)
-            goto bad;
+        if (close == NULL || close[1] != ':' || (size_t)(close - text - 1) >= sizeof host) goto bad;
         memcpy(host, text + 1, (size_t)(close - text - 1));
         host[close - text - 1] = '\0';
         colon = close + 1;
     } else {
         colon = strrchr(text, ':');
-        if (colon == NULL || colon == text || (size_t)(colon - text) >= sizeof host)
-            goto bad;
+        if (colon == NULL || colon == text || (size_t)(colon - text) >= sizeof host) goto bad;
         memcpy(host, text, (size_t)(colon - text));
         host[colon - text] = '\0';
     }
@@ -41,28 +39,24 @@ static bool parse_peer(struct um__cfg_load *ld, lua_State *L, const char *path, 
     const char *p = colon + 1;
     for (; *p >= '0' && *p <= '9' && digits < 6; p++, digits++)
         port = port * 10 + (unsigned long)(*p - '0');
-    if (digits == 0 || *p != '\0' || port == 0 || port > 65535)
-        goto bad;
+    if (digits == 0 || *p != '\0' || port == 0 || port > 65535) goto bad;
     memset(&out->addr, 0, sizeof out->addr);
     if (v6) {
         struct sockaddr_in6 *sa = (struct sockaddr_in6 *)&out->addr;
-        if (inet_pton(AF_INET6, host, &sa->sin6_addr) != 1)
-            goto bad;
+        if (inet_pton(AF_INET6, host, &sa->sin6_addr) != 1) goto bad;
         sa->sin6_family = AF_INET6;
         sa->sin6_port = htons((uint16_t)port);
         out->addrlen = sizeof *sa;
     } else {
         struct sockaddr_in *sa = (struct sockaddr_in *)&out->addr;
-        if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
-            goto bad;
+        if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) goto bad;
         sa->sin_family = AF_INET;
         sa->sin_port = htons((uint16_t)port);
         out->addrlen = sizeof *sa;
     }
     size_t n = strlen(text) + 8;
     out->url = malloc(n);
-    if (out->url == NULL)
-        return um__cfg_fail(ld, L, path, "%s: out of memory", path);
+    if (out->url == NULL) return um__cfg_fail(ld, L, path, "%s: out of memory", path);
     snprintf(out->url, n, "http://%s", text);
     out->https = false;
     return true;
@@ -77,8 +71,7 @@ bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L)
 {
     struct um_config *c = ld->c;
     int t = um__cfg_get_global(L, "cluster");
-    if (t == LUA_TNIL)
-        return true;
+    if (t == LUA_TNIL) return true;
     if (t != LUA_TTABLE)
         return um__cfg_fail(ld, L, "cluster",
                             "cluster: expected a table such as { self = \"10.0.0.1:80\", peers "
@@ -86,8 +79,7 @@ bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L)
                             lua_typename(L, t));
     int idx = lua_gettop(L);
     c->cluster.line = um__cfg_line_of(ld, L, "cluster");
-    if (!um__cfg_check_keys(ld, L, idx, "cluster", um__cfg_cluster_keys))
-        return false;
+    if (!um__cfg_check_keys(ld, L, idx, "cluster", um__cfg_cluster_keys)) return false;
     char path[PATH_LEN];
 
     if (um__cfg_get_field(L, idx, "peers") != LUA_TTABLE)
@@ -96,8 +88,7 @@ bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L)
                             "this one included");
     int pidx = lua_gettop(L);
     size_t n;
-    if (!um__cfg_check_list(ld, L, pidx, "cluster.peers", &n))
-        return false;
+    if (!um__cfg_check_list(ld, L, pidx, "cluster.peers", &n)) return false;
     if (n == 0 || n > PEERS_MAX)
         return um__cfg_fail(ld, L, "cluster.peers", "cluster.peers: expected 1 to %d peers",
                             PEERS_MAX);
@@ -108,10 +99,8 @@ bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L)
         lua_rawgeti(L, pidx, (int)i + 1);
         um__cfg_subpath_i(path, sizeof path, "cluster.peers", i + 1);
         const char *s;
-        if (!um__cfg_get_string(ld, L, -1, path, "\"IP:PORT\"", &s))
-            return false;
-        if (!parse_peer(ld, L, path, s, &c->cluster.peers[i]))
-            return false;
+        if (!um__cfg_get_string(ld, L, -1, path, "\"IP:PORT\"", &s)) return false;
+        if (!parse_peer(ld, L, path, s, &c->cluster.peers[i])) return false;
         c->cluster.num_peers = i + 1;
         for (size_t j = 0; j < i; j++)
             if (strcmp(c->cluster.peers[j].url, c->cluster.peers[i].url) == 0)
@@ -124,11 +113,9 @@ bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L)
         return um__cfg_fail(ld, L, "cluster.self",
                             "cluster.self: missing (which of cluster.peers this node is)");
     const char *self;
-    if (!um__cfg_get_string(ld, L, -1, "cluster.self", "\"IP:PORT\"", &self))
-        return false;
+    if (!um__cfg_get_string(ld, L, -1, "cluster.self", "\"IP:PORT\"", &self)) return false;
     struct um_upstream_server me = {0};
-    if (!parse_peer(ld, L, "cluster.self", self, &me))
-        return false;
+    if (!parse_peer(ld, L, "cluster.self", self, &me)) return false;
     bool found = false;
     for (size_t i = 0; i < c->cluster.num_peers && !found; i++)
         if (strcmp(c->cluster.peers[i].url, me.url) == 0) {
@@ -149,8 +136,7 @@ bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L)
                             "requests with, at least %d characters)",
                             SECRET_MIN);
     const char *secret;
-    if (!um__cfg_get_string(ld, L, -1, "cluster.secret", "a string", &secret))
-        return false;
+    if (!um__cfg_get_string(ld, L, -1, "cluster.secret", "a string", &secret)) return false;
     if (strlen(secret) < SECRET_MIN)
         return um__cfg_fail(ld, L, "cluster.secret",
                             "cluster.secret: too short (at least %d characters)", SECRET_MIN);

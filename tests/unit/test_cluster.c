@@ -46,8 +46,7 @@ static void test_owners_are_balanced(void **state)
     }
     for (size_t i = 0; i < 5; i++)
         if (count[i] < KEYS / 5 * 85 / 100 || count[i] > KEYS / 5 * 115 / 100)
-            fail_msg("member %zu owns %zu of %d keys (want about %d)", i, count[i], KEYS,
-                     KEYS / 5);
+            fail_msg("member %zu owns %zu of %d keys (want about %d)", i, count[i], KEYS, KEYS / 5);
 }
 
 static void test_removing_a_member_moves_only_its_keys(void **state)
@@ -126,8 +125,8 @@ static void test_signature_round_trip(void **state)
     const char *secret = "0123456789abcdef-secret";
     um_str key = UM_STR("cdn.example /a?b=1 \x01\xff");
     char v[512], out[256];
-    size_t n = um_cluster_sign(secret, UM_STR("GET"), UM_STR("/a?b=1"), key, 1700000000, v,
-                               sizeof v);
+    size_t n =
+        um_cluster_sign(secret, UM_STR("GET"), UM_STR("/a?b=1"), key, 1700000000, v, sizeof v);
     assert_true(n > 0 && n == strlen(v));
     size_t kl = 0;
     assert_true(um_cluster_verify(secret, UM_STR("GET"), UM_STR("/a?b=1"), (um_str){v, n},
@@ -153,8 +152,8 @@ static void test_signature_round_trip(void **state)
         char w[512];
         memcpy(w, v, n);
         w[i] = w[i] == '1' ? '2' : '1';
-        if (um_cluster_verify(secret, UM_STR("GET"), UM_STR("/a?b=1"), (um_str){w, n},
-                              1700000000, out, sizeof out, &kl))
+        if (um_cluster_verify(secret, UM_STR("GET"), UM_STR("/a?b=1"), (um_str){w, n}, 1700000000,
+                              out, sizeof out, &kl))
             fail_msg("accepted with byte %zu changed: %.*s", i, (int)n, w);
     }
     /* Too small an output buffer: nothing written. */
