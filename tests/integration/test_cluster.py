@@ -270,6 +270,30 @@ class DeadPeerTest(unittest.TestCase):
             dead._cleanup()
 
 
+class ReloadTest(unittest.TestCase):
+    def test_reload_keeps_the_ring(self):
+        with Origin() as origin, UmbraCluster(2, node_body(origin.url)) as ring:
+            ports = ring.ports
+            node = ring.nodes[0]
+            t = "/r/0?cc=max-age%3D600"
+            for i in range(40):
+                self.assertEqual(fetch_req(ports[i % 2], "/r/%d?cc=max-age%%3D600" % i).status,
+                                 200)
+            fetched = metric(node, "umbra_cluster_peer_fetches_total")
+            node.proc.send_signal(signal.SIGHUP)
+            self.assertTrue(wait_until(
+                lambda: "SIGHUP: configuration reloaded" in node.log(), 5 * SLOW), node.log())
+            # The new runtime's ring fills from the peer, and purges still go out.
+            for i in range(40, 80):
+                self.assertEqual(fetch_req(ports[0], "/r/%d?cc=max-age%%3D600" % i).status, 200)
+            self.assertGreater(metric(node, "umbra_cluster_peer_fetches_total"), fetched)
+            fetch_req(ports[1], t)
+            self.assertTrue(only_if_cached(ports[1], t))
+            self.assertEqual(fetch_req(ports[0], t, method="PURGE").status, 200)
+            self.assertTrue(wait_until(lambda: not only_if_cached(ports[1], t), 1.0 * SLOW))
+            self.assertEqual(origin_count(origin, "/r/"), 80)
+
+
 class ConfigTest(unittest.TestCase):
     def check(self, cluster, want):
         body = ('routes = { { path = "/", root = "." } }\n'
