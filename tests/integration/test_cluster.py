@@ -196,6 +196,21 @@ class RingTest(unittest.TestCase):
         self.assertEqual(r.status, 200, r.body)
         self.assertGoneEverywhere(target, time.monotonic() - 0.01)
 
+    def test_copies_keep_the_owners_age(self):
+        # The origin says the object is 500 s old already, of 600: every node's copy (the
+        # owner's, and the others' filled from it) has about 100 s left, not 600.
+        target = "/a/aged?cc=max-age%3D600&header=Age:%20500"
+        for port in self.ports:
+            self.assertEqual(fetch_req(port, target).status, 200)
+        for port in self.ports:
+            r = fetch_req(port, target)
+            cs = r.header("Cache-Status") or ""
+            self.assertIn("hit", cs)
+            ttl = int(cs.split("ttl=")[1].split(";")[0])
+            self.assertGreaterEqual(int(r.header("Age")), 500)
+            self.assertLessEqual(ttl, 100, cs)
+        self.assertEqual(origin_count(self.origin, "/a/aged"), 1)
+
     def test_forged_peer_field_is_an_ordinary_client(self):
         port = self.ports[0]
         node = self.ring.nodes[0]
