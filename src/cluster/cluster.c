@@ -149,13 +149,18 @@ static int exchange_once(struct um__peer *p, const char *req, size_t len)
     size_t hl = (size_t)(end + 4 - buf), cl = 0;
     for (char *l = strstr(buf, "\r\n"); l && l < end; l = strstr(l + 2, "\r\n"))
         if (strncasecmp(l + 2, "content-length:", 15) == 0) cl = strtoul(l + 17, NULL, 10);
+    /* Whether the peer closes after this answer: looked for in the head only. */
+    char save = end[2];
+    end[2] = '\0';
+    bool closing = strcasestr(buf, "\r\nconnection: close") != NULL;
+    end[2] = save;
     size_t body = have - hl;
     while (body < cl) {
         ssize_t r = recv(p->fd, buf, sizeof buf < cl - body ? sizeof buf : cl - body, 0);
         if (r <= 0) return -1;
         body += (size_t)r;
     }
-    if (strcasestr(buf, "\r\nconnection: close") != NULL) {
+    if (closing) {
         close(p->fd);
         p->fd = -1;
     }
