@@ -203,7 +203,12 @@ static void send_purge(struct um_cluster *c, struct um__peer *p, const struct pu
         close(p->fd);
         p->fd = -1;
     }
-    um__cluster_peer_failed(p, st < 0 ? "purge: no connection" : "purge refused");
+    /* A peer that cannot be reached is skipped for a while (by fills too); one that
+     * answers but refuses (another secret, no cache) is only logged. */
+    if (st < 0)
+        um__cluster_peer_failed(p, "purge: no connection");
+    else
+        um_log_warn("cluster: peer %s refused a purge (status %d)", p->id.base, st);
 }
 
 static void *purge_thread(void *arg)
