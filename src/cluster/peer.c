@@ -156,10 +156,15 @@ static void on_fallback(struct um_task *t)
 
 /* ---------------------------------------------------------------- origin */
 
+struct usable_arg {
+    const struct um_cluster *c;
+    uint64_t now; /* read once per lookup */
+};
+
 static bool usable(void *arg, size_t i)
 {
-    struct um_cluster *c = arg;
-    return i == c->self || um__cluster_peer_usable(&c->peers[i], um__cluster_now_ms());
+    const struct usable_arg *u = arg;
+    return i == u->c->self || um__cluster_peer_usable(&u->c->peers[i], u->now);
 }
 
 /* Copies the strings of f that may not outlive the fetch call into one block. */
@@ -210,8 +215,10 @@ static void ring_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
     rf->cur = ro->inner;
     int owner = -1;
     if (!f->from_peer && f->fill_key.base != NULL && f->fill_key.len <= 4096 &&
-        f->req->num_headers < UM_HTTP1_MAX_HEADERS)
-        owner = um_cluster_owner(c->ids, c->n, f->fill_key, usable, c);
+        f->req->num_headers < UM_HTTP1_MAX_HEADERS) {
+        struct usable_arg ua = {c, um__cluster_now_ms()};
+        owner = um_cluster_owner(c->ids, c->n, f->fill_key, usable, &ua);
+    }
     if (owner >= 0 && (size_t)owner != c->self) {
         /* The owner's: the fill's request, with the signed key, to that node. */
         struct um__peer *p = &c->peers[owner];
