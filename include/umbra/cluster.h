@@ -44,18 +44,24 @@ int um_cluster_owner(const um_str *members, size_t n, um_str key,
 
 /* ---------------------------------------------------------------- signatures (sign.c) */
 
+/* The shared secret's HMAC-SHA256 key schedule, made once (main thread) and used by any
+ * thread. destroy accepts NULL. */
+struct um_cluster_mac;
+struct um_cluster_mac *um_cluster_mac_create(const char *secret);
+void um_cluster_mac_destroy(struct um_cluster_mac *m);
+
 /* Writes the value of the Umbra-Peer field for a request (method, target) about key at
  * time now (Unix seconds) into out (NUL-terminated). Returns its length, or 0 when it does
  * not fit in outsz bytes. */
-size_t um_cluster_sign(const char *secret, um_str method, um_str target, um_str key, int64_t now,
-                       char *out, size_t outsz);
+size_t um_cluster_sign(const struct um_cluster_mac *secret, um_str method, um_str target,
+                       um_str key, int64_t now, char *out, size_t outsz);
 /* The length um_cluster_sign needs for a key of klen bytes, NUL included. */
 size_t um_cluster_sign_len(size_t klen);
 /* Checks an Umbra-Peer value v for the request (method, target) at time now: true when
  * it was signed with secret less than UM_CLUSTER_WINDOW seconds from now; the key it
  * carries is then written into key (keysz bytes; *klen its length). */
-bool um_cluster_verify(const char *secret, um_str method, um_str target, um_str v, int64_t now,
-                       char *key, size_t keysz, size_t *klen);
+bool um_cluster_verify(const struct um_cluster_mac *secret, um_str method, um_str target, um_str v,
+                       int64_t now, char *key, size_t keysz, size_t *klen);
 
 /* ---------------------------------------------------------------- the cluster */
 
@@ -65,8 +71,9 @@ struct um_cluster *um_cluster_create(const struct um_config *config);
 /* Stops the purge thread (the purges still queued are dropped) and frees c (may be NULL).
  * Main thread, once no worker uses c. */
 void um_cluster_destroy(struct um_cluster *c);
-/* The shared secret, for checking the Umbra-Peer field of incoming requests. */
-const char *um_cluster_secret(const struct um_cluster *c);
+/* The shared secret's key schedule, for checking the Umbra-Peer field of incoming
+ * requests; lives as long as c. */
+const struct um_cluster_mac *um_cluster_secret(const struct um_cluster *c);
 
 /* The origin a caching route fills from (umbra/cacheorigin.h's um_cache_ring): a fill
  * whose key a live peer owns goes to that peer (signed, with the key), falling back to

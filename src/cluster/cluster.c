@@ -84,9 +84,9 @@ void um_cluster_count_rejected(void)
     atomic_fetch_add_explicit(&rejected, 1, memory_order_relaxed);
 }
 
-const char *um_cluster_secret(const struct um_cluster *c)
+const struct um_cluster_mac *um_cluster_secret(const struct um_cluster *c)
 {
-    return c->config->cluster.secret;
+    return c->mac;
 }
 
 /* ---------------------------------------------------------------- purge thread */
@@ -292,6 +292,7 @@ struct um_cluster *um_cluster_create(const struct um_config *config)
     c->config = config;
     c->n = config->cluster.num_peers;
     c->self = config->cluster.self;
+    c->mac = um_cluster_mac_create(config->cluster.secret);
     c->peers = um_calloc(c->n, sizeof(*c->peers));
     c->ids = um_calloc(c->n, sizeof(*c->ids));
     for (size_t i = 0; i < c->n; i++) {
@@ -348,6 +349,7 @@ void um_cluster_destroy(struct um_cluster *c)
     }
     free(c->peers);
     free(c->ids);
+    um_cluster_mac_destroy(c->mac);
     free(c);
 }
 

@@ -35,6 +35,7 @@ struct um_cluster {
     size_t n, self;
     struct um__peer *peers;
     um_str *ids; /* the peers' ids, for um_cluster_owner */
+    struct um_cluster_mac *mac;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;

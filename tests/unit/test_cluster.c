@@ -122,7 +122,8 @@ static void test_member_out_gives_the_next_owner(void **state)
 static void test_signature_round_trip(void **state)
 {
     (void)state;
-    const char *secret = "0123456789abcdef-secret";
+    struct um_cluster_mac *secret = um_cluster_mac_create("0123456789abcdef-secret");
+    struct um_cluster_mac *other = um_cluster_mac_create("another-secret-0000");
     um_str key = UM_STR("cdn.example /a?b=1 \x01\xff");
     char v[512], out[256];
     size_t n =
@@ -134,8 +135,8 @@ static void test_signature_round_trip(void **state)
     assert_int_equal(kl, key.len);
     assert_memory_equal(out, key.base, kl);
     /* Another secret, method, target, or too late or too early: refused. */
-    assert_false(um_cluster_verify("another-secret-0000", UM_STR("GET"), UM_STR("/a?b=1"),
-                                   (um_str){v, n}, 1700000000, out, sizeof out, &kl));
+    assert_false(um_cluster_verify(other, UM_STR("GET"), UM_STR("/a?b=1"), (um_str){v, n},
+                                   1700000000, out, sizeof out, &kl));
     assert_false(um_cluster_verify(secret, UM_STR("PURGE"), UM_STR("/a?b=1"), (um_str){v, n},
                                    1700000000, out, sizeof out, &kl));
     assert_false(um_cluster_verify(secret, UM_STR("GET"), UM_STR("/a?b=2"), (um_str){v, n},
@@ -158,6 +159,34 @@ static void test_signature_round_trip(void **state)
     }
     /* Too small an output buffer: nothing written. */
     assert_int_equal(um_cluster_sign(secret, UM_STR("GET"), UM_STR("/"), key, 1, v, 40), 0);
+    um_cluster_mac_destroy(secret);
+    um_cluster_mac_destroy(other);
+}
+
+/* The MAC is RFC 2104's HMAC-SHA256 of "METHOD TARGET\nKEY\nTS" (what any other HMAC
+ * finds: these were computed with Python's hmac), for a short secret and for one longer
+ * than SHA-256's block, which is hashed first. */
+static void test_signature_is_standard_hmac(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *secret, *sig;
+    } cases[] = {
+        {"0123456789abcdef", "0d47dd1faa93813a62c709ad67ae16362cba20934ff0aea6e759bddbf0cd064a"},
+        {"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"
+         "kkkkkkkkkkkk",
+         "f35c9d1e4398da83c474bde177bdfd08e54292a7e4230dd8e106239f9254e4c0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct um_cluster_mac *m = um_cluster_mac_create(cases[i].secret);
+        char v[256], want[256];
+        size_t n =
+            um_cluster_sign(m, UM_STR("GET"), UM_STR("/"), UM_STR("ab"), 1700000000, v, sizeof v);
+        snprintf(want, sizeof want, "ts=1700000000, key=6162, sig=%s", cases[i].sig);
+        assert_int_equal(n, strlen(want));
+        assert_string_equal(v, want);
+        um_cluster_mac_destroy(m);
+    }
 }
 
 int main(void)
@@ -168,6 +197,7 @@ int main(void)
         cmocka_unit_test(test_adding_a_member_moves_about_one_nth),
         cmocka_unit_test(test_member_out_gives_the_next_owner),
         cmocka_unit_test(test_signature_round_trip),
+        cmocka_unit_test(test_signature_is_standard_hmac),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
