@@ -86,6 +86,14 @@ struct um_origin *um_cluster_fill_origin_create(struct um_cluster *c, struct um_
  * cluster's thread: copies what it needs and returns at once. Any thread. */
 void um_cluster_purge_fanout(struct um_cluster *c, const struct um_cache_purge *p);
 
+/* Notes purge p, applied on this node (its own, or a peer's): for UM_CLUSTER_GUARD_MS,
+ * fills of what it may have touched go to the origin, not to their owner, which may not
+ * have applied it yet (the fan-out takes a few milliseconds) and would hand the old copy
+ * back: a URL's key; after a prefix purge, every key; after a tag purge, an owner's answer
+ * that carries the tag is dropped and the origin asked instead. Any thread. */
+#define UM_CLUSTER_GUARD_MS 200
+void um_cluster_note_purge(const struct um_cache_purge *p);
+
 /* Counts a peer request served here (a valid signature), or one refused (a field that was
  * forged, stale or not for this cluster: the request was served as an ordinary client's).
  * Any thread. */

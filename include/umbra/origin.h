@@ -121,6 +121,10 @@ struct um_fetch {
      * sent to a peer again. fill_key: set by the cache layer on the fetch of a fill, the
      * key being filled (base NULL otherwise). */
     bool from_peer;
+    /* The request carried an Umbra-Peer field that was not a valid signature: served as
+     * an ordinary client's, but a PURGE of it is not sent on to the other nodes (two
+     * nodes with different secrets would otherwise bounce it between them for ever). */
+    bool peer_refused;
     um_str fill_key;
 };
 

@@ -260,7 +260,7 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
     if (ntags > 0) {
         n = um_cache_purge_tags(co->cache, tags, ntags, soft ? UM_CACHE_PURGE_SOFT : 0);
         ev.kind = UM_CACHE_PURGE_TAGS;
-        if (co->on_purge && !f->from_peer)
+        if (co->on_purge && !f->from_peer && !f->peer_refused)
             co->on_purge(co->purge_arg, &ev);
     } else if (last.len > 0 && last.base[last.len - 1] == '*') {
         /* The key's target is path[?query]: the prefix is that without the '*'. */
@@ -280,7 +280,7 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         ev.kind = UM_CACHE_PURGE_PREFIX;
         ev.host = (um_str){host, req->authority.len};
         ev.prefix = (um_str){pre, tl};
-        if (co->on_purge && !f->from_peer)
+        if (co->on_purge && !f->from_peer && !f->peer_refused)
             co->on_purge(co->purge_arg, &ev);
         free(pre);
         free(host);
@@ -294,7 +294,7 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         ev.kind = UM_CACHE_PURGE_KEY;
         ev.key = (um_str){key, klen};
         /* Told even when nothing was here: another node may hold it. */
-        if (co->on_purge && !f->from_peer)
+        if (co->on_purge && !f->from_peer && !f->peer_refused)
             co->on_purge(co->purge_arg, &ev);
         key_drop(key, kbuf);
     }

@@ -74,6 +74,102 @@ bool um__cluster_peer_usable(const struct um__peer *p, uint64_t now)
     return atomic_load_explicit(&p->st->down_until, memory_order_relaxed) <= now;
 }
 
+/* ---------------------------------------------------------------- purge guard */
+
+/* The keys of the last GUARD_KEYS URL purges and when, and when the last prefix or tag
+ * purge was (those may touch any key). A pair read while another thread writes it may mix
+ * two purges: at worst one fill goes to the origin instead of the owner. */
+#define GUARD_KEYS 256
+static struct {
+    _Atomic uint64_t hash, at;
+} guard_keys[GUARD_KEYS];
+static _Atomic unsigned guard_next;
+static struct {
+    _Atomic uint64_t hash, at;
+} guard_tags[GUARD_KEYS];
+static _Atomic unsigned guard_tag_next;
+static _Atomic uint64_t guard_broad;
+
+static uint64_t key_hash(um_str k)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < k.len; i++) {
+        h ^= (unsigned char)k.base[i];
+        h *= 0x100000001b3ull;
+    }
+    return h | 1; /* never 0, the value of an empty slot */
+}
+
+void um_cluster_note_purge(const struct um_cache_purge *p)
+{
+    uint64_t now = um__cluster_now_ms();
+    if (p->kind == UM_CACHE_PURGE_TAGS) {
+        /* Checked against the tags of the owner's answers (um__cluster_tags_recently_purged):
+         * which keys carry a tag is only known from the answer. */
+        for (size_t t = 0; t < p->ntags; t++) {
+            unsigned i =
+                atomic_fetch_add_explicit(&guard_tag_next, 1, memory_order_relaxed) % GUARD_KEYS;
+            atomic_store_explicit(&guard_tags[i].at, now, memory_order_relaxed);
+            atomic_store_explicit(&guard_tags[i].hash, key_hash(p->tags[t]), memory_order_relaxed);
+        }
+        return;
+    }
+    if (p->kind == UM_CACHE_PURGE_PREFIX) {
+        atomic_store_explicit(&guard_broad, now, memory_order_relaxed);
+        return;
+    }
+    unsigned i = atomic_fetch_add_explicit(&guard_next, 1, memory_order_relaxed) % GUARD_KEYS;
+    atomic_store_explicit(&guard_keys[i].at, now, memory_order_relaxed);
+    atomic_store_explicit(&guard_keys[i].hash, key_hash(p->key), memory_order_relaxed);
+}
+
+bool um__cluster_recently_purged(um_str key, uint64_t now)
+{
+    uint64_t b = atomic_load_explicit(&guard_broad, memory_order_relaxed);
+    if (b != 0 && now - b < UM_CLUSTER_GUARD_MS) return true;
+    uint64_t h = key_hash(key);
+    for (size_t i = 0; i < GUARD_KEYS; i++) {
+        if (atomic_load_explicit(&guard_keys[i].hash, memory_order_relaxed) != h) continue;
+        uint64_t at = atomic_load_explicit(&guard_keys[i].at, memory_order_relaxed);
+        if (now - at < UM_CLUSTER_GUARD_MS) return true;
+    }
+    return false;
+}
+
+static bool tag_recent(um_str tag, uint64_t now)
+{
+    uint64_t h = key_hash(tag);
+    for (size_t i = 0; i < GUARD_KEYS; i++) {
+        if (atomic_load_explicit(&guard_tags[i].hash, memory_order_relaxed) != h) continue;
+        if (now - atomic_load_explicit(&guard_tags[i].at, memory_order_relaxed) <
+            UM_CLUSTER_GUARD_MS)
+            return true;
+    }
+    return false;
+}
+
+bool um__cluster_tags_recently_purged(const struct um_header *h, size_t n, uint64_t now)
+{
+    if (atomic_load_explicit(&guard_tag_next, memory_order_relaxed) == 0)
+        return false; /* no tag purge yet */
+    for (size_t i = 0; i < n; i++) {
+        um_str name = h[i].name, v = h[i].value;
+        if (!um_str_eq_ci(name, "surrogate-key") && !um_str_eq_ci(name, "cache-tag") &&
+            !um_str_eq_ci(name, "xkey"))
+            continue;
+        size_t j = 0;
+        while (j < v.len) {
+            while (j < v.len && (v.base[j] == ' ' || v.base[j] == '\t' || v.base[j] == ','))
+                j++;
+            size_t s0 = j;
+            while (j < v.len && v.base[j] != ' ' && v.base[j] != '\t' && v.base[j] != ',')
+                j++;
+            if (j > s0 && tag_recent((um_str){v.base + s0, j - s0}, now)) return true;
+        }
+    }
+    return false;
+}
+
 void um_cluster_count_served(void)
 {
     atomic_fetch_add_explicit(&served, 1, memory_order_relaxed);
@@ -238,6 +334,7 @@ static void *purge_thread(void *arg)
 void um_cluster_purge_fanout(struct um_cluster *c, const struct um_cache_purge *p)
 {
     if (c == NULL || c->n < 2) return;
+    um_cluster_note_purge(p);
     struct um_buf b = {0};
     um_buf_printf(&b, "%s ", p->soft ? "soft" : "hard");
     switch (p->kind) {

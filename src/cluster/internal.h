@@ -45,6 +45,12 @@ struct um_cluster {
 };
 
 uint64_t um__cluster_now_ms(void);
+/* Whether a purge noted (um_cluster_note_purge) less than UM_CLUSTER_GUARD_MS before now
+ * may have touched key. */
+bool um__cluster_recently_purged(um_str key, uint64_t now);
+/* Whether an answer with the fields h[0..n) carries a tag a purge noted less than
+ * UM_CLUSTER_GUARD_MS before now named. */
+bool um__cluster_tags_recently_purged(const struct um_header *h, size_t n, uint64_t now);
 /* Takes p out for UM__PEER_DOWN_MS (logged when it was in). */
 void um__cluster_peer_failed(struct um__peer *p, const char *why);
 bool um__cluster_peer_usable(const struct um__peer *p, uint64_t now);

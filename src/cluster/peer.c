@@ -80,6 +80,13 @@ static void rf_on_head(struct um_sink *s, const struct um_response_head *h)
         return;
     }
     if (rf->peer) atomic_fetch_add_explicit(&rf->peer->st->fetch_ok, 1, memory_order_relaxed);
+    if (rf->peer &&
+        um__cluster_tags_recently_purged(h->headers, h->num_headers, um__cluster_now_ms())) {
+        /* A copy with a tag just purged here: the owner may not have the purge yet. It
+         * is dropped, and the origin asked (the owner is fine: not a failure). */
+        rf->swallow = true;
+        return;
+    }
     rf->up->ops->on_head(rf->up, h);
 }
 
@@ -217,7 +224,9 @@ static void ring_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
     if (!f->from_peer && f->fill_key.base != NULL && f->fill_key.len <= 4096 &&
         f->req->num_headers < UM_HTTP1_MAX_HEADERS) {
         struct usable_arg ua = {c, um__cluster_now_ms()};
-        owner = um_cluster_owner(c->ids, c->n, f->fill_key, usable, &ua);
+        /* Just purged here: the owner may not have the purge yet (the origin answers). */
+        if (!um__cluster_recently_purged(f->fill_key, ua.now))
+            owner = um_cluster_owner(c->ids, c->n, f->fill_key, usable, &ua);
     }
     if (owner >= 0 && (size_t)owner != c->self) {
         /* The owner's: the fill's request, with the signed key, to that node. */

@@ -349,8 +349,13 @@ long um__purge_apply_peer(struct um_cache *cache, const char *desc, size_t len)
         return -1;
     const char *q = desc + 5;
     unsigned flags = soft ? UM_CACHE_PURGE_SOFT : 0;
+    /* Noted for the cluster's guard (fills of what it touched skip the owner a moment). */
+    struct um_cache_purge ev = {.soft = soft};
     if ((size_t)(end - q) >= 4 && memcmp(q, "key ", 4) == 0) {
         um_str k = {q + 4, (size_t)(end - q - 4)};
+        ev.kind = UM_CACHE_PURGE_KEY;
+        ev.key = k;
+        um_cluster_note_purge(&ev);
         return (long)(soft ? um_cache_purge_soft(cache, k) : um_cache_purge(cache, k));
     }
     if ((size_t)(end - q) >= 7 && memcmp(q, "prefix ", 7) == 0) {
@@ -358,6 +363,8 @@ long um__purge_apply_peer(struct um_cache *cache, const char *desc, size_t len)
         const char *sp = memchr(q, ' ', (size_t)(end - q));
         if (sp == NULL)
             return -1;
+        ev.kind = UM_CACHE_PURGE_PREFIX;
+        um_cluster_note_purge(&ev);
         return (long)um_cache_purge_prefix(cache, (um_str){q, (size_t)(sp - q)},
                                            (um_str){sp + 1, (size_t)(end - sp - 1)}, flags);
     }
@@ -374,7 +381,13 @@ long um__purge_apply_peer(struct um_cache *cache, const char *desc, size_t len)
             if (q > t)
                 tags[nt++] = (um_str){t, (size_t)(q - t)};
         }
-        return nt ? (long)um_cache_purge_tags(cache, tags, nt, flags) : -1;
+        if (nt == 0)
+            return -1;
+        ev.kind = UM_CACHE_PURGE_TAGS;
+        ev.tags = tags;
+        ev.ntags = nt;
+        um_cluster_note_purge(&ev);
+        return (long)um_cache_purge_tags(cache, tags, nt, flags);
     }
     return -1;
 }

@@ -184,7 +184,7 @@ static struct um_origin *hook_request(struct um__exchange *x, const struct um_ro
  * for this very request: the request is a peer's, served here and never sent to another
  * node (returns 1, *key the cache key it carries, in the arena), or a peer's PURGE, applied
  * and answered (returns -1). Anything else (no cluster, forged, stale, for another
- * request) is an ordinary client's request (returns 0). */
+ * request) is an ordinary client's request (returns 2; 0 when there was no such field). */
 static int peer_request(struct um__exchange *x, um_str *key)
 {
     struct um_request *req = &x->req;
@@ -219,7 +219,7 @@ static int peer_request(struct um__exchange *x, um_str *key)
         um_cluster_count_rejected();
         um_log_debug("cluster: %s sent an Umbra-Peer field that is not a valid signature; "
                      "served as an ordinary client", x->peer_ip);
-        return 0;
+        return 2;
     }
     um_cluster_count_served();
     if (um_str_eq(req->method, "PURGE")) {
@@ -295,11 +295,12 @@ struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
         f->body = hr.body;
         f->server_name = hr.server_name;
     }
-    if (peer > 0) {
+    if (peer == 1) {
         /* Another node's fill: the key it asks for, answered from here. */
         f->from_peer = true;
         f->cache_key = peer_key;
     }
+    f->peer_refused = peer == 2;
     if (route) {
         x->route_slot = um_runtime_route(x->runtime, route)->metrics_slot;
         x->via_upstream = route->upstream >= 0 || f->backend != NULL;

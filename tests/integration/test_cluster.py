@@ -32,14 +32,14 @@ HOST = "umbra.test"
 SLOW = 5 if sanitizer_build() else 1
 
 
-def node_body(origin_url):
+def node_body(origin_url, cache_extra=""):
     def body(i, ports):
         return """
 upstreams = { app = { servers = { "%s" } } }
 routes = { { path = "/", upstream = "app" } }
-cache = { memory = "64MB", purge = { allow = { "127.0.0.1" } } }
+cache = { memory = "64MB", purge = { allow = { "127.0.0.1" } }%s }
 admin = { listen = "127.0.0.1:0" }
-""" % origin_url
+""" % (origin_url, cache_extra)
     return body
 
 
@@ -71,6 +71,25 @@ def sign(method, target, key, ts, secret=SECRET):
     msg = ("%s %s\n" % (method, target)).encode() + key + ("\n%d" % ts).encode()
     sig = hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
     return "ts=%d, key=%s, sig=%s" % (ts, key.hex(), sig)
+
+
+def owner_index(ports, target):
+    """The index of the node that owns target's cache key (rendezvous, as
+    src/cluster/ring.c computes it: FNV-1a and splitmix64's finaliser)."""
+    def fnv(b):
+        h = 0xcbf29ce484222325
+        for c in b:
+            h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+        return h
+
+    def mix(z):
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & 0xFFFFFFFFFFFFFFFF
+        return z ^ (z >> 31)
+
+    hk = fnv(("%s %s" % (HOST, target)).encode())
+    ids = ["http://127.0.0.1:%d" % p for p in ports]
+    return max(range(len(ids)), key=lambda i: mix(hk ^ mix(fnv(ids[i].encode()))))
 
 
 def only_if_cached(port, target):
@@ -283,6 +302,54 @@ class DeadPeerTest(unittest.TestCase):
                                        timeout=1.0 * SLOW))
             ring.nodes = ring.nodes[:2]
             dead._cleanup()
+
+
+class PurgeGuardTest(unittest.TestCase):
+    def test_just_purged_key_is_not_refilled_from_an_owner_without_the_purge(self):
+        # Node 1 has another secret: it serves node 0's fills as an ordinary client's (from
+        # its cache, by URL), and refuses node 0's purges, so it keeps the old copy as a
+        # node that has not got a purge yet does. Right after a purge, node 0 must fill
+        # from the origin, not from that copy; a moment later, from the owner again.
+        # (expose_tags: node 1 answers node 0 as an ordinary client, and so shows it the
+        # tags only when clients see them.)
+        with Origin() as origin, UmbraCluster(
+                2, node_body(origin.url, ", expose_tags = true"),
+                secret=[SECRET, "another-secret-9876543210"]) as ring:
+            ports = ring.ports
+            i = 0
+            while owner_index(ports, "/g/%d?cc=max-age%%3D600" % i) != 1:
+                i += 1
+            t = "/g/%d?cc=max-age%%3D600" % i
+            first = fetch_req(ports[1], t).header("X-Origin-Count")
+            self.assertEqual(fetch_req(ports[0], t).header("X-Origin-Count"), first)
+            self.assertEqual(origin_count(origin, t), 1)
+            self.assertEqual(fetch_req(ports[0], t, method="PURGE").status, 200)
+            r = fetch_req(ports[0], t)
+            self.assertEqual(origin_count(origin, t), 2)
+            self.assertNotEqual(r.header("X-Origin-Count"), first)
+            # A tag purge: an owner's copy with the tag is not taken either.
+            tt = "/g/tag?cc=max-age%3D600&header=Surrogate-Key:%20guard-tag"
+            while owner_index(ports, tt) != 1:
+                tt += "&x=1"
+            first_t = fetch_req(ports[1], tt).header("X-Origin-Count")
+            self.assertEqual(fetch_req(ports[0], tt).header("X-Origin-Count"), first_t)
+            self.assertEqual(fetch_req(ports[0], "/", method="PURGE",
+                                       headers=[("Surrogate-Key", "guard-tag")]).status, 200)
+            self.assertNotEqual(fetch_req(ports[0], tt).header("X-Origin-Count"), first_t)
+            self.assertEqual(origin_count(origin, "/g/tag"), 2)
+            # Past the guard, fills go to the owner (which still has the first copy).
+            time.sleep(0.25)
+            self.assertEqual(fetch_req(ports[0], t, method="PURGE").status, 200)
+            time.sleep(0.25)
+            r = fetch_req(ports[0], t)
+            self.assertEqual(r.header("X-Origin-Count"), first)
+            self.assertEqual(origin_count(origin, t), 2)
+            # Node 1 took node 0's three purges as an ordinary client's, and did not send
+            # them back (two nodes with different secrets would bounce them for ever).
+            time.sleep(0.2)
+            self.assertEqual(metric(ring.nodes[0], "umbra_cluster_purge_failures_total"), 3)
+            self.assertEqual(metric(ring.nodes[1], "umbra_cluster_purges_sent_total") +
+                             metric(ring.nodes[1], "umbra_cluster_purge_failures_total"), 0)
 
 
 class ReloadTest(unittest.TestCase):

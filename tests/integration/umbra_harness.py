@@ -1069,7 +1069,8 @@ class UmbraCluster:
     """Context manager running n Umbra processes that form one ring (README "Cluster") on
     127.0.0.1 ports chosen by free_ports. body(i, ports) gives node i's config body (without
     `listen` and `cluster`, which are added: node i listens on ports[i] and names every
-    node as a peer, itself included, with the shared secret). .nodes is the list of Umbra
+    node as a peer, itself included, with the shared secret; a list gives each node its
+    own, for tests of nodes that do not trust each other). .nodes is the list of Umbra
     objects (each with its own temp dir and process), .ports their ports. Starting retries
     twice with new ports when one was taken meanwhile."""
 
@@ -1087,7 +1088,8 @@ class UmbraCluster:
         peers = ", ".join('"127.0.0.1:%d"' % p for p in self.ports)
         return ('listen = { "127.0.0.1:%d" }\n%s\ncluster = { self = "127.0.0.1:%d", '
                 'peers = { %s }, secret = "%s" }\n'
-                % (self.ports[i], self.body(i, self.ports), self.ports[i], peers, self.secret))
+                % (self.ports[i], self.body(i, self.ports), self.ports[i], peers,
+                   self.secret if isinstance(self.secret, str) else self.secret[i]))
 
     def __enter__(self):
         for attempt in range(self.attempts):
