@@ -70,6 +70,30 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
                                          const struct um_route *route,
                                          const struct um_config *config);
 
+/* A purge, as the cache layer (PURGE) and the admin listener (POST /purge) describe it to
+ * the other nodes of a cluster. Everything is borrowed for the call. */
+enum um_cache_purge_kind { UM_CACHE_PURGE_KEY, UM_CACHE_PURGE_PREFIX, UM_CACHE_PURGE_TAGS };
+struct um_cache_purge {
+    enum um_cache_purge_kind kind;
+    bool soft;
+    um_str key;    /* KEY: the cache key */
+    um_str host;   /* PREFIX: the host (lower case) and the target prefix (no '*') */
+    um_str prefix;
+    const um_str *tags; /* TAGS */
+    size_t ntags;
+};
+
+/* What a cluster node adds to a caching origin (umbra/cluster.h): fill, the origin its
+ * fills go to instead of inner (taken over: destroyed with the cache origin, before
+ * inner), and on_purge, called on the worker after each PURGE it applied (not for
+ * a peer's own PURGE). Main thread, before the origin is used. */
+struct um_cache_ring {
+    struct um_origin *fill;
+    void (*on_purge)(void *arg, const struct um_cache_purge *p);
+    void *arg;
+};
+void um_cache_origin_set_ring(struct um_origin *o, const struct um_cache_ring *ring);
+
 /* The key the cache gives req without a hook's cache_key: "host target", the Host in lower
  * case and the path and query as sent. um_cache_url_key_len bytes, written without a NUL. */
 size_t um_cache_url_key_len(const struct um_request *req);

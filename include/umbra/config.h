@@ -257,6 +257,17 @@ struct um_config {
         gid_t gid;   /* the group's, else the user's primary group */
         int line;    /* of user in the file */
     } user;
+    /* cluster = { self = "IP:PORT", peers = { "IP:PORT", ... }, secret = "..." }: the
+     * nodes of a ring (umbra/cluster.h). enabled false: no cluster. */
+    struct um_cluster_conf {
+        bool enabled;
+        struct um_upstream_server *peers; /* every node, self included, as "http://IP:PORT"
+                                             servers (url, addr); in the file's order */
+        size_t num_peers;                 /* >= 1 */
+        size_t self;                      /* index of this node among peers */
+        char *secret;                     /* the shared secret (>= 16 bytes) */
+        int line;
+    } cluster;
     int _refcnt;
 };
 

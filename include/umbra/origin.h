@@ -126,6 +126,16 @@ struct um_fetch {
     bool has_body;             /* upstream: send body instead of the client's */
     um_str body;
     const char *server_name;   /* TLS SNI the client sent, or NULL */
+    /* Cluster (umbra/cluster.h). from_peer: the request came from another node with a
+     * valid signature (cache_key is then the key it sent): it is answered here, never
+     * sent to a peer again. fill_key: set by the cache layer on the fetch of a fill, the
+     * key being filled (base NULL otherwise). */
+    bool from_peer;
+    /* The request carried an Umbra-Peer field that was not a valid signature: served as
+     * an ordinary client's, but a PURGE of it is not sent on to the other nodes (two
+     * nodes with different secrets would otherwise bounce it between them for ever). */
+    bool peer_refused;
+    um_str fill_key;
 };
 
 /* The origin reads the request body itself through um_sink_ops.read_body (it is not

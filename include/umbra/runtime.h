@@ -22,6 +22,7 @@
 #include "umbra/config.h"
 
 struct um_cache;
+struct um_cluster;
 struct um_hooks;
 struct um_origin;
 
@@ -36,6 +37,7 @@ struct um_runtime {
     struct um_runtime_route *routes; /* config->num_routes entries, in the same order */
     struct um_origin **upstreams;    /* config->num_upstreams origins, in the same order */
     struct um_hooks *hooks;          /* the workers' request states */
+    struct um_cluster *cluster;      /* the ring (umbra/cluster.h), or NULL */
     int _refcnt;
 };
 

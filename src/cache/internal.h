@@ -64,6 +64,11 @@ struct meta {
 struct cache_origin {
     struct um_origin base;
     struct um_origin *inner;
+    /* A cluster node's (um_cache_ring): where fills go (else inner), and the hook told of
+     * each purge. */
+    struct um_origin *fill_origin;
+    void (*on_purge)(void *arg, const struct um_cache_purge *p);
+    void *purge_arg;
     struct um_cache *cache;
     const struct um_config *config;
     const struct um_route *route;
@@ -101,6 +106,7 @@ struct reader {
 struct fill {
     enum kind kind;
     struct cache_origin *co;
+    struct um_origin *src; /* where the fill fetches: co->fill_origin, else co->inner */
     struct um_sink sink; /* what the inner origin writes to */
     struct um_context *ctx;
     struct fill *next_active, *prev_active;

@@ -194,6 +194,9 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->req.num_headers = w;
     for (size_t i = 0; i < nextra && fl->req.num_headers < UM_HTTP1_MAX_HEADERS; i++)
         fl->req.headers[fl->req.num_headers++] = extra[i];
+    /* A cluster node fills from the key's owner (the fill origin decides). */
+    fl->src = co->fill_origin ? co->fill_origin : co->inner;
+    ff.fill_key = (um_str){fl->key, fl->key_len};
     /* A miss asks the second-level cache first; the fetch starts when that misses too. */
     if (obj && old == NULL && fl->ctx->l2 && um__cache_fill_l2_lookup(fl, &ff)) {
         if (client && client->origin_data &&
@@ -201,7 +204,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
             um__cache_reader_pump(client->origin_data);
         return;
     }
-    co->inner->ops->fetch(co->inner, &ff, &fl->sink);
+    fl->src->ops->fetch(fl->src, &ff, &fl->sink);
     /* The fetch may have ended at once (an error answered synchronously): the reader
      * starts if it still exists. */
     if (client && client->origin_data && ((struct reader *)client->origin_data)->kind == K_READER)
@@ -260,13 +263,14 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
     }
     size_t n;
     bool by_url = false;
+    struct um_cache_purge ev = {.soft = soft, .tags = tags, .ntags = ntags};
     bool has_query = (req->flags & UM_REQ_F_HAS_QUERY) != 0;
     um_str last = has_query ? req->query : req->path;
     void (*on_purge)(void *, const struct um_purge *) = f->ctx ? f->ctx->on_purge : NULL;
     void *on_purge_arg = f->ctx ? f->ctx->on_purge_arg : NULL;
     if (ntags > 0) {
         n = um_cache_purge_tags(co->cache, tags, ntags, soft ? UM_CACHE_PURGE_SOFT : 0);
-        if (on_purge) {
+        if (on_purge && !f->from_peer && !f->peer_refused) {
             struct um_buf b;
             um_buf_init(&b);
             for (size_t i = 0; i < ntags; i++) {
@@ -278,6 +282,9 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
             on_purge(on_purge_arg, &pg);
             um_buf_dispose(&b);
         }
+        ev.kind = UM_CACHE_PURGE_TAGS;
+        if (co->on_purge && !f->from_peer && !f->peer_refused)
+            co->on_purge(co->purge_arg, &ev);
     } else if (last.len > 0 && last.base[last.len - 1] == '*') {
         /* The key's target is path[?query]: the prefix is that without the '*'. */
         size_t tl = req->path.len + (has_query ? 1 + req->query.len : 0) - 1;
@@ -293,10 +300,15 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         }
         n = um_cache_purge_prefix(co->cache, (um_str){host, req->authority.len},
                                   (um_str){pre, tl}, soft ? UM_CACHE_PURGE_SOFT : 0);
-        if (on_purge) {
+        if (on_purge && !f->from_peer && !f->peer_refused) {
             struct um_purge pg = {UM_PURGE_PREFIX, soft, {host, req->authority.len}, {pre, tl}};
             on_purge(on_purge_arg, &pg);
         }
+        ev.kind = UM_CACHE_PURGE_PREFIX;
+        ev.host = (um_str){host, req->authority.len};
+        ev.prefix = (um_str){pre, tl};
+        if (co->on_purge && !f->from_peer && !f->peer_refused)
+            co->on_purge(co->purge_arg, &ev);
         free(pre);
         free(host);
     } else {
@@ -306,11 +318,16 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
         n = soft ? um_cache_purge_soft(co->cache, (um_str){key, klen})
                  : um_cache_purge(co->cache, (um_str){key, klen});
-        if (on_purge) {
+        if (on_purge && !f->from_peer && !f->peer_refused) {
             /* Carried even when nothing was here: other nodes, or the L2, may hold it. */
             struct um_purge pg = {UM_PURGE_URL, soft, {"", 0}, {key, klen}};
             on_purge(on_purge_arg, &pg);
         }
+        ev.kind = UM_CACHE_PURGE_KEY;
+        ev.key = (um_str){key, klen};
+        /* Told even when nothing was here: another node may hold it. */
+        if (co->on_purge && !f->from_peer && !f->peer_refused)
+            co->on_purge(co->purge_arg, &ev);
         key_drop(key, kbuf);
     }
     int status = n == 0 && by_url ? 404 : 200;
@@ -338,7 +355,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
     const struct um_request *req = f->req;
     client->origin_data = NULL;
     if (um_str_eq(req->method, "PURGE")) {
-        if (!purge_allowed(co, f)) {
+        if (!f->from_peer && !purge_allowed(co, f)) {
             respond_small(client, 403, "403 Forbidden: PURGE is not allowed from here\n");
             return;
         }
@@ -502,7 +519,10 @@ static void cache_resume(struct um_origin *o, struct um_sink *client)
         um__cache_reader_pump(d);
     } else if (*(enum kind *)d == K_PASS) {
         struct pass *p = d;
-        co->inner->ops->resume(co->inner, p->fill ? &p->fill->sink : &p->sink);
+        if (p->fill)
+            p->fill->src->ops->resume(p->fill->src, &p->fill->sink);
+        else
+            co->inner->ops->resume(co->inner, &p->sink);
     }
 }
 
@@ -532,7 +552,7 @@ static void cache_cancel(struct um_origin *o, struct um_sink *client)
             /* A fill forwarding to this pass: nobody else wants its answer. */
             struct fill *fl = p->fill;
             fl->fwd = NULL;
-            co->inner->ops->cancel(co->inner, &fl->sink);
+            fl->src->ops->cancel(fl->src, &fl->sink);
             um__cache_fill_free(fl);
             free(p);
             return;
@@ -545,6 +565,8 @@ static void cache_cancel(struct um_origin *o, struct um_sink *client)
 static void cache_destroy(struct um_origin *o)
 {
     struct cache_origin *co = (struct cache_origin *)o;
+    if (co->fill_origin)
+        co->fill_origin->ops->destroy(co->fill_origin);
     co->inner->ops->destroy(co->inner);
     free(co);
 }
@@ -557,6 +579,14 @@ static const struct um_origin_ops cache_ops = {
     .cancel = cache_cancel,
     .destroy = cache_destroy,
 };
+
+void um_cache_origin_set_ring(struct um_origin *o, const struct um_cache_ring *ring)
+{
+    struct cache_origin *co = (struct cache_origin *)o;
+    co->fill_origin = ring->fill;
+    co->on_purge = ring->on_purge;
+    co->purge_arg = ring->arg;
+}
 
 struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origin *inner,
                                          const struct um_route *route,

@@ -512,7 +512,7 @@ static void on_fill_drop(struct um_task *t)
 {
     struct fill *fl = (struct fill *)((char *)t - offsetof(struct fill, drop));
     fl->drop_posted = false;
-    fl->co->inner->ops->cancel(fl->co->inner, &fl->sink);
+    fl->src->ops->cancel(fl->src, &fl->sink);
     um__cache_fill_free(fl);
 }
 
@@ -650,7 +650,7 @@ static void on_l2_done(void *arg, enum um_cache_l2_result res, const char *value
         um__cache_fill_free(fl);
         return;
     }
-    fl->co->inner->ops->fetch(fl->co->inner, &fl->l2_fetch, &fl->sink);
+    fl->src->ops->fetch(fl->src, &fl->l2_fetch, &fl->sink);
 }
 
 bool um__cache_fill_l2_lookup(struct fill *fl, const struct um_fetch *ff)
@@ -762,7 +762,7 @@ static void fills_stop(struct um_task *t)
     struct worker_fills *wf = (struct worker_fills *)((char *)t - offsetof(struct worker_fills, stop));
     while (wf->active) {
         struct fill *fl = wf->active;
-        fl->co->inner->ops->cancel(fl->co->inner, &fl->sink);
+        fl->src->ops->cancel(fl->src, &fl->sink);
         struct pass *p = fill_forward(fl);
         if (p)
             free(p); /* its client is gone already */

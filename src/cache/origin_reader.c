@@ -325,7 +325,7 @@ static um_str format_age(char buf[24], int64_t age)
 static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
 {
     const struct meta *m = (const struct meta *)(const void *)meta_s.base;
-    struct um_header out[MAX_OUT_FIELDS + 3];
+    struct um_header out[MAX_OUT_FIELDS + 4];
     size_t no = um__cache_meta_fields(m, head, out, MAX_OUT_FIELDS);
     time_t now = now_sec();
     int64_t age = um_current_age(&m->times, now);
@@ -374,6 +374,21 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &r->cs);
     if (cl < sizeof(csbuf))
         out[no++] = (struct um_header){UM_STR("Cache-Status"), {csbuf, cl}};
+    /* A peer that fills from this node (umbra/cluster.h) stores the tags too, so that a
+     * tag purge finds its copy: they go to it even when clients are not to see them. */
+    char tagbuf[2048];
+    if (r->fetch.from_peer && !r->co->config->cache.expose_tags) {
+        um_str tags[UM_CACHE_MAX_TAGS];
+        size_t nt = um_cache_obj_tags(r->obj, tags, UM_CACHE_MAX_TAGS), tl = 0;
+        for (size_t i = 0; i < nt && tl + tags[i].len + 1 < sizeof(tagbuf); i++) {
+            if (tl)
+                tagbuf[tl++] = ' ';
+            memcpy(tagbuf + tl, tags[i].base, tags[i].len);
+            tl += tags[i].len;
+        }
+        if (tl)
+            out[no++] = (struct um_header){UM_STR("Surrogate-Key"), {tagbuf, tl}};
+    }
     struct um_response_head h = {.status = status, .headers = out, .num_headers = no,
                                  .content_length = length, .reason = {NULL, 0}, .cache = &r->cs};
     r->head_sent = true;
@@ -484,7 +499,7 @@ void um__cache_reader_pump(struct reader *r)
                 r->client->origin_data = p;
                 um__cache_reader_release(r);
                 um__cache_reader_free(r);
-                fl->co->inner->ops->resume(fl->co->inner, &fl->sink);
+                fl->src->ops->resume(fl->src, &fl->sink);
                 return;
             }
             reader_finish(r, UM_ERR); /* the body was cut short */

@@ -35,7 +35,8 @@
 const char *const um__cfg_settings[] = {"listen",   "workers", "upstreams", "routes",
                                        "limits",   "timeouts", "mime",     "log_level",
                                        "tls",      "cache",   "admin",    "access_log",
-                                       "http2",    "cgi",      "compress", NULL};
+                                       "http2",    "cgi",      "compress", "cluster",
+                                       NULL};
 
 #define CACHE_DEFAULT_MEMORY (256ull << 20)
 #define CACHE_DEFAULT_MAX_OBJECT (64ull << 20)
@@ -117,6 +118,7 @@ static int extract(lua_State *L)
         um__cfg_load_timeouts,  um__cfg_load_mime,      um__cfg_load_log_level,
         um__cfg_load_cache,     um__cfg_load_admin,     um__cfg_load_access_log, um__cfg_load_http2,
         um__cfg_load_cgi,
+        um__cfg_load_cluster,
         um__cfg_load_user,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
@@ -230,6 +232,10 @@ static void config_free(struct um_config *c)
         free(u->tls_ca);
     }
     free(c->upstreams);
+    for (size_t i = 0; i < c->cluster.num_peers; i++)
+        free(c->cluster.peers[i].url);
+    free(c->cluster.peers);
+    free(c->cluster.secret);
     for (size_t i = 0; i < c->num_mime; i++) {
         free(c->mime[i].ext);
         free(c->mime[i].type);

@@ -67,6 +67,7 @@ extern const char *const um__cfg_access_log_keys[]; /* ops.c: access_log */
 extern const char *const um__cfg_cgi_keys[];        /* cgi.c: cgi */
 extern const char *const um__cfg_compress_keys[];   /* compress.c: compress */
 extern const char *const um__cfg_compress_level_keys[]; /* compress.c: compress.level */
+extern const char *const um__cfg_cluster_keys[];    /* cluster.c: cluster */
 
 /* Registry key (its address) of the table global name -> line of its first assignment,
  * which config.c fills while the chunk runs. */
@@ -170,6 +171,7 @@ bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L);      /* ops.c */
 bool um__cfg_load_http2(struct um__cfg_load *ld, lua_State *L);      /* http2.c */
 bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L); /* ops.c */
 bool um__cfg_load_cgi(struct um__cfg_load *ld, lua_State *L);        /* cgi.c */
+bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L);    /* cluster.c */
 bool um__cfg_load_user(struct um__cfg_load *ld, lua_State *L);       /* user.c */
 
 #endif

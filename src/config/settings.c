@@ -26,6 +26,7 @@ static const struct {
     {"http2", um__cfg_http2_keys},
     {"compress", um__cfg_compress_keys},
     {"compress.level", um__cfg_compress_level_keys},
+    {"cluster", um__cfg_cluster_keys},
 };
 
 void um_config_settings(void (*cb)(const char *setting, void *arg), void *arg)

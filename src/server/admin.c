@@ -22,6 +22,7 @@
 #include "internal.h"
 #include "umbra/buf.h"
 #include "umbra/log.h"
+#include "umbra/cluster.h"
 #include "umbra/metrics.h"
 
 #define MAX_CLIENTS 16
@@ -352,6 +353,7 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
     one(b, "umbra_workers", "gauge", "Worker threads.", (uint64_t)s->num_workers);
     help(b, "umbra_start_time_seconds", "gauge", "Start time of the process, Unix seconds.");
     um_buf_printf(b, "umbra_start_time_seconds %lld\n", (long long)s->started);
+    um_cluster_write_metrics(b);
     free(t);
 }
 
@@ -436,7 +438,9 @@ static void render_json(struct um__admin *a, struct um_buf *b)
                       (unsigned long long)t->requests[r][1], (unsigned long long)t->requests[r][2],
                       (unsigned long long)t->requests[r][3], (unsigned long long)t->requests[r][4]);
     }
-    um_buf_append(b, "],\"upstreams\":[", 15);
+    um_buf_append(b, "],", 2);
+    um_cluster_write_json(b);
+    um_buf_append(b, "\"upstreams\":[", 13);
     uint64_t now = mono_ms();
     for (int i = 0; i < nservers; i++) {
         const char *up, *url;
@@ -569,7 +573,14 @@ static void handle_request(struct um__admin *a, struct client *cl)
         bool json = ct == NULL ? (hl < cl->inlen && cl->in[hl] == '{')
                                : memmem(ct, tl, "json", 4) != NULL;
         struct um_buf b = {0};
-        int st = um__admin_purge(a->s, cache_of(a->s), json, cl->in + hl, cl->inlen - hl, &b);
+        /* The runtime, for its cluster (a purge goes to the other nodes too). */
+        pthread_mutex_lock(&a->s->config_lock);
+        struct um_runtime *rt = a->s->runtime;
+        um_runtime_ref(rt);
+        pthread_mutex_unlock(&a->s->config_lock);
+        int st = um__admin_purge(a->s, cache_of(a->s), rt->cluster, json, cl->in + hl,
+                                 cl->inlen - hl, &b);
+        um_runtime_unref(rt);
         respond(cl, st, st == 200 ? "OK" : st == 400 ? "Bad Request" : "Service Unavailable",
                 "application/json", b.base, b.len, false);
         um_buf_dispose(&b);

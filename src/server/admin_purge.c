@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "umbra/cacheorigin.h"
+#include "umbra/cluster.h"
 #include "umbra/buf.h"
 #include "umbra/cache.h"
 
@@ -257,8 +259,8 @@ bad:
     p->error = "malformed JSON (expected an object of tags, host, path, soft)";
 }
 
-int um__admin_purge(struct um_server *s, struct um_cache *cache, bool json, const char *body, size_t len,
-                    struct um_buf *out)
+int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_cluster *cluster,
+                    bool json, const char *body, size_t len, struct um_buf *out)
 {
     if (cache == NULL) {
         um_buf_printf(out, "{\"error\":\"no route uses the cache\"}\n");
@@ -294,10 +296,18 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, bool json, cons
      * the CPU. */
     unsigned flags = UM_CACHE_PURGE_PACED | (p.soft ? UM_CACHE_PURGE_SOFT : 0);
     size_t n = 0;
-    if (p.ntags > 0)
+    if (p.ntags > 0) {
         n += um_cache_purge_tags(cache, p.tags, p.ntags, flags);
+        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_TAGS, .soft = p.soft, .tags = p.tags,
+                                    .ntags = p.ntags};
+        um__purge_broadcast(cluster, &ev);
+    }
     if (p.path.len > 0 && p.path.base[p.path.len - 1] == '*') {
-        n += um_cache_purge_prefix(cache, p.host, (um_str){p.path.base, p.path.len - 1}, flags);
+        um_str pre = {p.path.base, p.path.len - 1};
+        n += um_cache_purge_prefix(cache, p.host, pre, flags);
+        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_PREFIX, .soft = p.soft,
+                                    .host = p.host, .prefix = pre};
+        um__purge_broadcast(cluster, &ev);
     } else if (p.path.len > 0) {
         size_t kl = p.host.len + 1 + p.path.len;
         char *k = um_malloc(kl);
@@ -306,6 +316,9 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, bool json, cons
         memcpy(k + p.host.len + 1, p.path.base, p.path.len);
         n += p.soft ? um_cache_purge_soft(cache, (um_str){k, kl})
                     : um_cache_purge(cache, (um_str){k, kl});
+        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_KEY, .soft = p.soft,
+                                    .key = (um_str){k, kl}};
+        um__purge_broadcast(cluster, &ev);
         free(k);
     }
     if (p.ntags > 0) {
@@ -367,4 +380,71 @@ void um__purge_apply(void *arg, const struct um_purge *p)
         if (n > 0)
             um_cache_purge_tags(cache, tags, n, flags);
     }
+}
+
+/* ---------------------------------------------------------------- the cluster */
+
+void um__purge_broadcast(void *arg, const struct um_cache_purge *p)
+{
+    /* The ring's fan-out over HTTP (the Redis channel, when there is one, is
+     * um__purge_announce's; with both a purge goes both ways). */
+    if (arg)
+        um_cluster_purge_fanout(arg, p);
+}
+
+long um__purge_apply_peer(struct um_cache *cache, const char *desc, size_t len)
+{
+    if (cache == NULL)
+        return -1;
+    const char *end = desc + len;
+    bool soft;
+    if (len >= 5 && memcmp(desc, "soft ", 5) == 0)
+        soft = true;
+    else if (len >= 5 && memcmp(desc, "hard ", 5) == 0)
+        soft = false;
+    else
+        return -1;
+    const char *q = desc + 5;
+    unsigned flags = soft ? UM_CACHE_PURGE_SOFT : 0;
+    /* Noted for the cluster's guard (fills of what it touched skip the owner a moment). */
+    struct um_cache_purge ev = {.soft = soft};
+    if ((size_t)(end - q) >= 4 && memcmp(q, "key ", 4) == 0) {
+        um_str k = {q + 4, (size_t)(end - q - 4)};
+        ev.kind = UM_CACHE_PURGE_KEY;
+        ev.key = k;
+        um_cluster_note_purge(&ev);
+        return (long)(soft ? um_cache_purge_soft(cache, k) : um_cache_purge(cache, k));
+    }
+    if ((size_t)(end - q) >= 7 && memcmp(q, "prefix ", 7) == 0) {
+        q += 7;
+        const char *sp = memchr(q, ' ', (size_t)(end - q));
+        if (sp == NULL)
+            return -1;
+        ev.kind = UM_CACHE_PURGE_PREFIX;
+        um_cluster_note_purge(&ev);
+        return (long)um_cache_purge_prefix(cache, (um_str){q, (size_t)(sp - q)},
+                                           (um_str){sp + 1, (size_t)(end - sp - 1)}, flags);
+    }
+    if ((size_t)(end - q) >= 4 && memcmp(q, "tags", 4) == 0) {
+        um_str tags[PURGE_MAX_ITEMS];
+        size_t nt = 0;
+        q += 4;
+        while (q < end && nt < PURGE_MAX_ITEMS) {
+            while (q < end && *q == ' ')
+                q++;
+            const char *t = q;
+            while (q < end && *q != ' ')
+                q++;
+            if (q > t)
+                tags[nt++] = (um_str){t, (size_t)(q - t)};
+        }
+        if (nt == 0)
+            return -1;
+        ev.kind = UM_CACHE_PURGE_TAGS;
+        ev.tags = tags;
+        ev.ntags = nt;
+        um_cluster_note_purge(&ev);
+        return (long)um_cache_purge_tags(cache, tags, nt, flags);
+    }
+    return -1;
 }

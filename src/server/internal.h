@@ -188,8 +188,20 @@ void um__admin_stop(struct um__admin *a);
 /* admin_purge.c: POST /purge with a JSON (json) or form body; writes the answer's JSON to
  * out and returns its status. cache may be NULL (no route caches: 503). */
 struct um_buf;
-int um__admin_purge(struct um_server *s, struct um_cache *cache, bool json, const char *body, size_t len,
-                    struct um_buf *out);
+struct um_cluster;
+int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_cluster *cluster,
+                    bool json, const char *body, size_t len, struct um_buf *out);
+/* admin_purge.c: tells the other nodes of the cluster (arg, a struct um_cluster *; may be
+ * NULL) about purge p, applied here already. The one place purges leave this node: the
+ * cache layer's PURGE (um_cache_ring.on_purge) and POST /purge both call it. Any thread;
+ * never blocks. */
+struct um_cache_purge;
+struct um_cluster;
+void um__purge_broadcast(void *arg, const struct um_cache_purge *p);
+/* admin_purge.c: applies a peer's purge (the description um_cluster_purge_fanout signed:
+ * "soft|hard key|prefix|tags ...") to cache; returns how many objects it affected, or -1
+ * when desc is not one. */
+long um__purge_apply_peer(struct um_cache *cache, const char *desc, size_t len);
 
 /* conn_tunnel.c: bytes per direction a tunnel buffers at most (a buffer of tunbufs). */
 #define UM__TUNNEL_BUF (64 * 1024)

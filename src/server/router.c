@@ -1,10 +1,14 @@
 /* The router (exchange.h's um__route): picks the route of a parsed request, runs its
  * on_request hooks, and finds the origin that answers it, or answers itself (a bad path,
  * no route, a redirect to https, a hook's own answer). It sees the exchange only. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "exchange.h"
+#include "internal.h"
+#include "umbra/cluster.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/runtime.h"
@@ -194,9 +198,74 @@ static struct um_origin *upgrade_origin(struct um__exchange *x, const struct um_
     return up;
 }
 
+/* ---------------------------------------------------------------- cluster peers */
+
+#define PEER_KEY_MAX 4096
+
+/* The Umbra-Peer field (umbra/cluster.h): every copy is taken off the request, whoever
+ * sent it, so that it never reaches an origin. Signed by this cluster's secret, recently,
+ * for this very request: the request is a peer's, served here and never sent to another
+ * node (returns 1, *key the cache key it carries, in the arena), or a peer's PURGE, applied
+ * and answered (returns -1). Anything else (no cluster, forged, stale, for another
+ * request) is an ordinary client's request (returns 2; 0 when there was no such field). */
+static int peer_request(struct um__exchange *x, um_str *key)
+{
+    struct um_request *req = &x->req;
+    um_str v = {NULL, 0};
+    size_t w = 0;
+    for (size_t i = 0; i < req->num_headers; i++) {
+        if (um_str_eq_ci(req->headers[i].name, UM_CLUSTER_HEADER)) {
+            if (v.base == NULL)
+                v = req->headers[i].value;
+            continue;
+        }
+        req->headers[w++] = req->headers[i];
+    }
+    if (v.base == NULL)
+        return 0;
+    req->num_headers = w;
+    struct um_cluster *c = x->runtime->cluster;
+    char target[8192], kb[PEER_KEY_MAX];
+    size_t tl = req->path.len + ((req->flags & UM_REQ_F_HAS_QUERY) ? req->query.len + 1 : 0);
+    size_t kl = 0;
+    bool ok = c != NULL && tl <= sizeof target;
+    if (ok) {
+        memcpy(target, req->path.base, req->path.len);
+        if (req->flags & UM_REQ_F_HAS_QUERY) {
+            target[req->path.len] = '?';
+            memcpy(target + req->path.len + 1, req->query.base, req->query.len);
+        }
+        ok = um_cluster_verify(um_cluster_secret(c), req->method, (um_str){target, tl}, v,
+                               (int64_t)time(NULL), kb, sizeof kb, &kl);
+    }
+    if (!ok) {
+        um_cluster_count_rejected();
+        um_log_debug("cluster: %s sent an Umbra-Peer field that is not a valid signature; "
+                     "served as an ordinary client", x->peer_ip);
+        return 2;
+    }
+    um_cluster_count_served();
+    if (um_str_eq(req->method, "PURGE")) {
+        struct um_cache *cache = __atomic_load_n(&x->w->server->cache, __ATOMIC_ACQUIRE);
+        long n = um__purge_apply_peer(cache, kb, kl);
+        char count[24];
+        int cl = snprintf(count, sizeof count, "%ld", n < 0 ? 0 : n);
+        struct um_header h = {UM_STR("Umbra-Purged"), {count, (size_t)cl}};
+        um__exchange_respond(x, n < 0 ? 400 : 200, &h, 1);
+        return -1;
+    }
+    key->base = um_arena_strdup(&x->arena, kb, kl);
+    key->len = kl;
+    return 1;
+}
+
 struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
 {
     struct um_request *req = &x->req;
+    um_str peer_key = {NULL, 0};
+    int peer = peer_request(x, &peer_key);
+    if (peer < 0)
+        return NULL;
     if (req->path.len == 0 || req->path.base[0] != '/') {
         /* asterisk-form (OPTIONS *): the server itself */
         if (req->method_id == UM_METHOD_OPTIONS) {
@@ -249,6 +318,12 @@ struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
         f->body = hr.body;
         f->server_name = hr.server_name;
     }
+    if (peer == 1) {
+        /* Another node's fill: the key it asks for, answered from here. */
+        f->from_peer = true;
+        f->cache_key = peer_key;
+    }
+    f->peer_refused = peer == 2;
     if (route) {
         x->route_slot = um_runtime_route(x->runtime, route)->metrics_slot;
         x->via_upstream = route->upstream >= 0 || f->backend != NULL;

@@ -6,12 +6,14 @@
 #include "umbra/cacheorigin.h"
 #include "umbra/cgi.h"
 #include "umbra/compress.h"
+#include "umbra/cluster.h"
 #include "umbra/hooks.h"
 #include "umbra/metrics.h"
 #include "umbra/origin.h"
 #include "umbra/runtime.h"
 #include "umbra/static.h"
 #include "umbra/upstream.h"
+#include "internal.h"
 
 static struct um_cache *create_cache(const struct um_config *config)
 {
@@ -23,6 +25,21 @@ static struct um_cache *create_cache(const struct um_config *config)
     struct um_cache *c = um_cache_create(&o);
     um_cache_start_cleaner(c);
     return c;
+}
+
+/* The cache layer of route r in front of inner; on a ring node, its fills go to the
+ * key's owner and its purges to every node. */
+static struct um_origin *cache_origin(struct um_runtime *rt, struct um_cache *cache,
+                                      struct um_origin *inner, const struct um_route *r)
+{
+    struct um_origin *o = um_cache_origin_create(cache, inner, r, rt->config);
+    if (rt->cluster) {
+        struct um_cache_ring ring = {.fill = um_cluster_fill_origin_create(rt->cluster, inner),
+                                     .on_purge = um__purge_broadcast,
+                                     .arg = rt->cluster};
+        um_cache_origin_set_ring(o, &ring);
+    }
+    return o;
 }
 
 /* The origins of the routes, each given its metrics slot. Returns false with "FILE:LINE:
@@ -48,7 +65,7 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
             if (r->cache) {
                 if (*cache == NULL)
                     __atomic_store_n(cache, create_cache(config), __ATOMIC_RELEASE);
-                rr->origin = um_cache_origin_create(*cache, rr->origin, r, config);
+                rr->origin = cache_origin(rt, *cache, rr->origin, r);
             }
             continue;
         }
@@ -65,7 +82,7 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
             if (r->cache) {
                 if (*cache == NULL)
                     __atomic_store_n(cache, create_cache(config), __ATOMIC_RELEASE);
-                rr->origin = um_cache_origin_create(*cache, rr->origin, r, config);
+                rr->origin = cache_origin(rt, *cache, rr->origin, r);
             }
             continue;
         }
@@ -99,6 +116,7 @@ struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *
     /* One origin per upstream, shared by the routes that name it (and its health with
      * them); the routes hold references of their own. */
     rt->upstreams = um_calloc(config->num_upstreams + 1, sizeof(*rt->upstreams));
+    rt->cluster = um_cluster_create(config);
     for (size_t i = 0; i < config->num_upstreams; i++)
         rt->upstreams[i] = um_upstream_origin_create(&config->upstreams[i]);
     if (!build_routes(rt, cache, err, errlen)) {
@@ -119,6 +137,7 @@ static void runtime_free(struct um_runtime *rt)
         if (rt->upstreams[i] != NULL)
             rt->upstreams[i]->ops->destroy(rt->upstreams[i]);
     free(rt->upstreams);
+    um_cluster_destroy(rt->cluster); /* after the origins that use it */
     um_config_unref(rt->config);
     free(rt);
 }

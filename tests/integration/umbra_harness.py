@@ -1068,3 +1068,82 @@ def parse_metrics(text):
 def metric(samples, name, **labels):
     """The value of the sample name{labels} in parse_metrics' result, or None."""
     return samples.get((name, frozenset(labels.items())))
+
+
+# -- several nodes ----------------------------------------------------------------------
+
+def free_ports(n):
+    """n distinct 127.0.0.1 TCP ports that were free a moment ago (bound to port 0 together,
+    then released): for configs that must name their ports before the processes start, as
+    the nodes of a cluster name each other. Another process may take one meanwhile; the
+    caller's start then fails loudly (UmbraError), never silently."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class UmbraCluster:
+    """Context manager running n Umbra processes that form one ring (README "Cluster") on
+    127.0.0.1 ports chosen by free_ports. body(i, ports) gives node i's config body (without
+    `listen` and `cluster`, which are added: node i listens on ports[i] and names every
+    node as a peer, itself included, with the shared secret; a list gives each node its
+    own, for tests of nodes that do not trust each other). .nodes is the list of Umbra
+    objects (each with its own temp dir and process), .ports their ports. Starting retries
+    twice with new ports when one was taken meanwhile."""
+
+    def __init__(self, n, body, secret="integration-secret-0123456789", workers=None,
+                 attempts=3):
+        self.n = n
+        self.body = body
+        self.secret = secret
+        self.workers = workers
+        self.attempts = attempts
+        self.nodes = []
+        self.ports = []
+
+    def config(self, i):
+        peers = ", ".join('"127.0.0.1:%d"' % p for p in self.ports)
+        return ('listen = { "127.0.0.1:%d" }\n%s\ncluster = { self = "127.0.0.1:%d", '
+                'peers = { %s }, secret = "%s" }\n'
+                % (self.ports[i], self.body(i, self.ports), self.ports[i], peers,
+                   self.secret if isinstance(self.secret, str) else self.secret[i]))
+
+    def __enter__(self):
+        for attempt in range(self.attempts):
+            self.ports = free_ports(self.n)
+            self.nodes = []
+            try:
+                for i in range(self.n):
+                    node = Umbra(self.config(i), workers=self.workers)
+                    node.__enter__()
+                    self.nodes.append(node)
+                return self
+            except UmbraError:
+                self._stop_all()
+                if attempt == self.attempts - 1:
+                    raise
+        return self
+
+    def _stop_all(self):
+        for node in self.nodes:
+            node._cleanup()
+        self.nodes = []
+
+    def __exit__(self, *exc):
+        reports = []
+        for node in self.nodes:
+            try:
+                node.__exit__(*exc)
+            except SanitizerReport as e:
+                reports.append(str(e))
+        self.nodes = []
+        if reports and exc[0] is None:
+            raise SanitizerReport("\n".join(reports))
+        return False

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Clients for bench/cluster.sh (Python standard library only).
+
+  cluster_trace.py trace PREFIX URLS REQUESTS THREADS PORT...
+      A Zipf(1.0)-like trace of REQUESTS GETs over URLS objects /PREFIX/I (1 KiB, cacheable
+      for an hour), every object at least once, spread round-robin over the PORTs by
+      THREADS keep-alive clients. Prints "ok N" when every answer was 200 with the right
+      size, else "bad N DETAIL" (and exits 1).
+  cluster_trace.py latency PREFIX COUNT OWNER_PORT ASKER_PORT PEER...
+      COUNT objects /PREFIX/I that PEER number OWNER_PORT's node owns (rendezvous, as
+      src/cluster/ring.c computes it; PEERs are the ring's "http://IP:PORT" ids in order)
+      are fetched at their owner (stored there), then once at ASKER_PORT's node (a miss
+      filled from the owner: "through the owner"), then again there (a local hit). Prints
+      "p50_owner_ms p50_local_ms" (medians over the COUNT objects, one keep-alive client).
+"""
+
+import random
+import socket
+import statistics
+import sys
+import threading
+import time
+
+SIZE = 1024
+HOST = "bench.cluster"
+
+
+def target(prefix, i):
+    return "/%s/%d?size=%d&cc=max-age%%3D3600" % (prefix, i, SIZE)
+
+
+class Conn:
+    def __init__(self, port):
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buf = b""
+
+    def get(self, t):
+        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, HOST)).encode())
+        while b"\r\n\r\n" not in self.buf:
+            d = self.sock.recv(65536)
+            if not d:
+                raise IOError("closed")
+            self.buf += d
+        head, _, rest = self.buf.partition(b"\r\n\r\n")
+        status = int(head[9:12])
+        n = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                n = int(v)
+        while len(rest) < n:
+            d = self.sock.recv(65536)
+            if not d:
+                raise IOError("closed")
+            rest += d
+        self.buf = rest[n:]
+        return status, n
+
+
+def fnv1a(b, h=0xcbf29ce484222325):
+    for c in b:
+        h ^= c
+        h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def mix(z):
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def owner(peers, key):
+    hk = fnv1a(key)
+    return max(range(len(peers)), key=lambda i: mix(hk ^ mix(fnv1a(peers[i].encode()))))
+
+
+def trace(prefix, urls, requests, threads, ports):
+    rng = random.Random(18)
+    stream = rng.choices(range(urls), [1.0 / (i + 1) for i in range(urls)], k=requests)
+    stream += list(range(urls))
+    rng.shuffle(stream)
+    bad = []
+
+    def run(k):
+        conns = {}
+        try:
+            for j, u in enumerate(stream[k::threads]):
+                port = ports[(j + k) % len(ports)]
+                c = conns.get(port) or conns.setdefault(port, Conn(port))
+                st, n = c.get(target(prefix, u))
+                if st != 200 or n != SIZE:
+                    bad.append((u, port, st, n))
+        except Exception as e:
+            bad.append(repr(e))
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if bad:
+        print("bad %d %r" % (len(bad), bad[:3]))
+        sys.exit(1)
+    print("ok %d" % len(stream))
+
+
+def latency(prefix, count, owner_port, asker_port, peers):
+    owner_id = "http://127.0.0.1:%d" % owner_port
+    want = peers.index(owner_id)
+    objs = []
+    i = 0
+    while len(objs) < count and i < count * len(peers) * 20:
+        t = target(prefix, i)
+        if owner(peers, ("%s %s" % (HOST, t)).encode()) == want:
+            objs.append(t)
+        i += 1
+    own, ask = Conn(owner_port), Conn(asker_port)
+    for t in objs:
+        assert own.get(t) == (200, SIZE)
+    through, local = [], []
+    for t in objs:
+        t0 = time.perf_counter()
+        r = ask.get(t)
+        through.append(time.perf_counter() - t0)
+        assert r == (200, SIZE), r
+    for t in objs:
+        t0 = time.perf_counter()
+        r = ask.get(t)
+        local.append(time.perf_counter() - t0)
+        assert r == (200, SIZE), r
+    print("%.3f %.3f" % (statistics.median(through) * 1000, statistics.median(local) * 1000))
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if a[0] == "trace":
+        trace(a[1], int(a[2]), int(a[3]), int(a[4]), [int(p) for p in a[5:]])
+    elif a[0] == "latency":
+        latency(a[1], int(a[2]), int(a[3]), int(a[4]), a[5:])
+    else:
+        sys.exit(__doc__)
