@@ -409,7 +409,11 @@ class RedisDownTest(unittest.TestCase):
                 self.assertLess(took, 0.05 + SLACK, t)
             r, _ = get(u, t0)  # still in memory
             self.assertTrue(is_hit(r))
-            self.assertEqual(len(re.findall("Redis at .* is unavailable", u.log())), 1, u.log())
+            # The worker notices the closed connection on its own loop turn, not before the
+            # requests above: wait for the one line, then check there is only one.
+            down = "Redis at .* is unavailable"
+            wait_until(lambda: re.search(down, u.log()) is not None, 5)
+            self.assertEqual(len(re.findall(down, u.log())), 1, u.log())
             self.assertEqual(json.loads(scrape(u, "/status.json"))["l2"]["state"], "down")
             redis.start()
             self.assertTrue(wait_until(lambda: l2_ready(u), 10), u.log())
