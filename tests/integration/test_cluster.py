@@ -409,5 +409,58 @@ class ConfigTest(unittest.TestCase):
                    ' secret = "0123456789abcdef", vnodes = 3 }', r"cluster")
 
 
+class RingWithL2Test(unittest.TestCase):
+    """A ring whose nodes also share a Redis second level (README "Second-level cache on
+    Redis" and "Cluster"): a non-owner's miss asks Redis, then the owner, and the origin
+    is asked once; a purge goes through Redis and to the peers over HTTP both, so it
+    reaches every node and the Redis copy, and still reaches the peers with Redis dead."""
+
+    def test_miss_then_purge_with_and_without_redis(self):
+        from test_l2 import Redis  # noqa: E402 (starts its own redis-server)
+
+        def body(i, ports):
+            return node_body(origin.url)(i, ports) + (
+                'cache.l2 = { redis = "redis://127.0.0.1:%d", timeout = 0.2 }\n' % redis.port)
+
+        with Redis() as redis, Origin() as origin, UmbraCluster(2, body) as ring:
+            ports = ring.ports
+            for node in ring.nodes:
+                self.assertTrue(wait_until(
+                    lambda: json.loads(admin_get(node, "/status.json").body)["l2"]["state"] == "up",
+                    10 * SLOW))
+            i = 0
+            while owner_index(ports, "/rl/%d?cc=max-age%%3D600" % i) != 1:
+                i += 1
+            t = "/rl/%d?cc=max-age%%3D600" % i
+            # Node 0 misses, Redis misses, the owner fills from the origin once.
+            self.assertEqual(fetch_req(ports[0], t).status, 200)
+            self.assertEqual(fetch_req(ports[1], t).status, 200)
+            self.assertEqual(origin_count(origin, t), 1)
+            self.assertTrue(wait_until(lambda: redis.cmd("EXISTS", redis.key(t)) == 1, 5))
+            # A purge on node 0: gone from both memories and from Redis.
+            t0 = time.monotonic()
+            self.assertEqual(fetch_req(ports[0], t, method="PURGE").status, 200)
+            for port in ports:
+                self.assertTrue(wait_until(lambda: not only_if_cached(port, t),
+                                           timeout=0.1 * SLOW + 0.05), port)
+            self.assertLess(time.monotonic() - t0, 0.1 * SLOW + 0.2)
+            self.assertTrue(wait_until(lambda: redis.cmd("EXISTS", redis.key(t)) == 0, 5))
+            self.assertEqual(fetch_req(ports[0], t).status, 200)
+            self.assertEqual(origin_count(origin, t), 2)
+            # Redis dies: the peers still get purges over HTTP, and every answer is right.
+            u = "/rl/dead?cc=max-age%3D600"
+            for port in ports:
+                self.assertEqual(fetch_req(port, u).status, 200)
+            redis.kill()
+            t0 = time.monotonic()
+            self.assertEqual(fetch_req(ports[1], u, method="PURGE").status, 200)
+            for port in ports:
+                self.assertTrue(wait_until(lambda: not only_if_cached(port, u),
+                                           timeout=0.1 * SLOW + 0.05), port)
+            for port in ports:
+                r = fetch_req(port, u)
+                self.assertEqual((r.status, r.body), (200, (u + "\n").encode()))
+
+
 if __name__ == "__main__":
     unittest.main()
