@@ -684,14 +684,9 @@ static void handshake(struct h1conn *c)
 static void connected(struct h1conn *c)
 {
     struct xfer *x = c->x;
-    const struct um_upstream_server *srv = &x->up->conf->servers[x->server];
-    if (srv->https) {
-        char host[INET6_ADDRSTRLEN] = "";
-        const void *a = srv->addr.ss_family == AF_INET6
-                            ? (const void *)&((const struct sockaddr_in6 *)&srv->addr)->sin6_addr
-                            : (const void *)&((const struct sockaddr_in *)&srv->addr)->sin_addr;
-        inet_ntop(srv->addr.ss_family, a, host, sizeof(host));
-        c->tls = um_tls_client_transport_new(x->up->tls_client, c->io.fd, host);
+    const struct server_state *st = &x->up->servers[x->server];
+    if (st->h1.https) {
+        c->tls = um_tls_client_transport_new(x->up->tls_client, c->io.fd, st->tls_host);
         if (c->tls == NULL) {
             fail(c, UM_UP_LOCAL, "TLS: out of memory");
             return;
@@ -792,7 +787,7 @@ static struct h1conn *conn_new(struct h1worker *hw, struct h1pool *pool, struct 
 static void attempt(struct xfer *x, bool new_conn)
 {
     struct h1worker *hw = h1worker(x->ctx);
-    struct h1pool *pool = pool_for(hw, &x->up->conf->servers[x->server]);
+    struct h1pool *pool = pool_for(hw, &x->up->servers[x->server].h1);
     struct h1conn *c = NULL;
     bool reused = false;
     if (!new_conn && pool->idle && !x->up->conf->servers[x->server].https) {

@@ -65,6 +65,13 @@ struct server_state {
     atomic_int fails;           /* failures in a row */
     atomic_uint_fast64_t down_until; /* loop ms; 0: up */
     atomic_int active;          /* fetches in flight (least_conn) */
+    /* Where Umbra's own client reaches the server: the config's address, or for a server
+     * named by host name (whose requests libcurl carries) the address its name had when
+     * the upstream was built, for upgrades, which libcurl cannot carry (nginx too resolves
+     * its upstreams' names once, at start and reload). addrlen 0: none. tls_host: the
+     * name or address a TLS certificate must match. */
+    struct um_upstream_server h1;
+    char tls_host[256];
 };
 
 struct xfer;

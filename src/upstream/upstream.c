@@ -17,6 +17,7 @@
  * (relaxed atomics): failures in a row take a server out for fail_timeout. */
 #include "umbra/upstream.h"
 
+#include <netdb.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -469,7 +470,8 @@ static void start_attempt(struct xfer *x)
     const struct um_upstream_server *srv = &up->conf->servers[x->server];
     /* Upgrades go through Umbra's own client whenever the server is at an IP address (it
      * hands its socket, or its TLS session, to the tunnel; libcurl cannot). */
-    if (x->upgrade && !x->url && srv->addrlen > 0 && (!srv->https || up->tls_client))
+    if (x->upgrade && !x->url && up->servers[x->server].h1.addrlen > 0 &&
+        (!srv->https || up->tls_client))
         x->tp = &um__up_h1;
     if (x->upgrade && x->tp->upgrade == false) {
         release_attempt(x);
@@ -688,6 +690,43 @@ static const struct um_origin_ops upstream_ops = {
     .destroy = upstream_destroy,
 };
 
+/* Fills st's h1 and tls_host for server i of conf: its address, or the first address
+ * its host name resolves to now (runs where the upstream is built: at start and reload,
+ * never on a worker). A name that does not resolve is logged; upgrades to it then get
+ * 501, the rest of its traffic goes through libcurl, which resolves it as it goes. */
+static void server_address(const struct um_upstream_conf *conf, size_t i, struct server_state *st)
+{
+    const struct um_upstream_server *s = &conf->servers[i];
+    st->h1 = *s;
+    const char *auth = strstr(s->url, "://") + 3;
+    const char *colon = strrchr(auth, ':'); /* the URL always ends in :PORT */
+    size_t hl = (size_t)(colon - auth);
+    if (auth[0] == '[') {
+        auth++;
+        hl -= 2;
+    }
+    if (hl >= sizeof st->tls_host)
+        hl = sizeof st->tls_host - 1;
+    memcpy(st->tls_host, auth, hl);
+    st->tls_host[hl] = '\0';
+    if (s->addrlen > 0)
+        return;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(st->tls_host, colon + 1, &hints, &res);
+    if (rc != 0 || res == NULL || res->ai_addrlen > sizeof st->h1.addr) {
+        um_log_warn("upstream %s: server %s: its name does not resolve (%s): upgrades to it "
+                    "will be refused",
+                    conf->name, s->url, rc != 0 ? gai_strerror(rc) : "no address");
+        if (res)
+            freeaddrinfo(res);
+        return;
+    }
+    memcpy(&st->h1.addr, res->ai_addr, res->ai_addrlen);
+    st->h1.addrlen = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+}
+
 struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
 {
     struct upstream *up = um_calloc(1, sizeof(*up));
@@ -706,7 +745,8 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
         up->transports[i] = h1 ? &um__up_h1 : &um__up_curl;
         native += h1;
         up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
-        if (s->https && s->addrlen > 0 && up->tls_client == NULL) {
+        server_address(conf, i, &up->servers[i]);
+        if (s->https && up->servers[i].h1.addrlen > 0 && up->tls_client == NULL) {
             char err[256] = "";
             up->tls_client = um_tls_client_create(conf->tls_verify, conf->tls_ca, err, sizeof(err));
             if (up->tls_client == NULL)

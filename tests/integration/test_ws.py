@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Umbra, class_context, closed_port, connect,  # noqa: E402
-                           make_cert, metric, parse_metrics, recv_all,
+                           fetch_req, make_cert, metric, parse_metrics, recv_all,
                            sanitizer_build, scrape, tls_connect, tls_context, vm_rss_kb,
                            wait_until)
 
@@ -103,7 +103,7 @@ class Backend:
     /die       101, echoes one frame, then closes its socket
     Every request head is kept in .heads (lower-cased field names)."""
 
-    def __init__(self, tls_cert=None):
+    def __init__(self, tls_cert=None, bind="127.0.0.1"):
         self.tls = None
         if tls_cert:
             import ssl
@@ -113,9 +113,9 @@ class Backend:
         self.flooded = 0
         self.unstall = threading.Event()
         self.lock = threading.Lock()
-        self.sock = socket.socket()
+        self.sock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((bind, 0))
         self.sock.listen(128)
         self.port = self.sock.getsockname()[1]
         self.url = "%s://127.0.0.1:%d" % ("https" if tls_cert else "http", self.port)
@@ -586,12 +586,32 @@ class TunnelTimeoutTests(unittest.TestCase):
                 self.assertLess(time.monotonic() - t0, 5)
                 self.assertTrue(wait_eof(s, 2))
 
-    def test_https_backend_named_by_host_is_refused_clearly(self):
-        # Umbra's own client needs an address: a server named by host name (libcurl's)
-        # gets no tunnel, but a clear 501 and a log line.
-        cfg = ('upstreams = { app = { servers = { "https://localhost:%d" } } }\n'
+    def test_backend_named_by_host(self):
+        # A server named by host name (whose requests libcurl carries): its upgrades go
+        # through Umbra's own client to the address the name had when the upstream was
+        # built. The backend listens where the system resolves "localhost" first.
+        first = socket.getaddrinfo("localhost", None, type=socket.SOCK_STREAM)[0][4][0]
+        with Backend(bind=first) as b:
+            cfg = ('upstreams = { app = { servers = { "http://localhost:%d" } } }\n'
+                   'routes = { { path = "/", upstream = "app" } }\n' % b.port)
+            with Umbra(cfg) as u:
+                self.assertIn("0 server(s) through Umbra's HTTP/1.1 client", u.log())
+                with connect(u.port) as s:
+                    s.sendall(upgrade_head("/ws"))
+                    status, _, rest = read_head(s)
+                    self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
+                    s.sendall(frame(b"named", 1))
+                    self.assertEqual(FrameReader(s, rest).read(), (1, b"named"))
+                # Ordinary requests still go through libcurl.
+                r = fetch_req(u.port, "/refuse")
+                self.assertEqual(r.status, 403)
+            self.assertEqual([t for _, t, _ in b.heads], ["/ws", "/refuse"])
+
+    def test_backend_name_that_does_not_resolve_is_refused_clearly(self):
+        cfg = ('upstreams = { app = { servers = { "http://no-such-host.invalid:%d" } } }\n'
                'routes = { { path = "/", upstream = "app" } }\n' % closed_port())
         with Umbra(cfg) as u:
+            self.assertTrue(wait_until(lambda: "does not resolve" in u.log(), 3), u.log())
             with connect(u.port) as s:
                 s.sendall(upgrade_head("/ws"))
                 status, _, _ = read_head(s)
@@ -638,6 +658,27 @@ class HttpsBackendTests(unittest.TestCase):
                     self.assertTrue(wait_eof(s))
             samples = parse_metrics(scrape(u))
             self.assertEqual(metric(samples, "umbra_tunnels_total"), 2)
+
+    def test_https_backend_named_by_host(self):
+        # Named by host name: the certificate must name that host (SNI and the name
+        # checked), and one that names only the address is refused.
+        import tempfile
+        first = socket.getaddrinfo("localhost", None, type=socket.SOCK_STREAM)[0][4][0]
+        d = tempfile.mkdtemp(prefix="umbra-ws-", dir=self.dir)
+        for cn, san, want in (("localhost", "DNS:localhost", "HTTP/1.1 101 Switching Protocols"),
+                              ("127.0.0.1", "IP:127.0.0.1,IP:::1", "HTTP/1.1 502 Bad Gateway")):
+            cert = make_cert(tempfile.mkdtemp(dir=d), cn=cn, san=san)
+            with Backend(tls_cert=cert, bind=first) as b:
+                cfg = ('upstreams = { app = { servers = { "https://localhost:%d" }, '
+                       'tls = { ca = "%s" } } }\n'
+                       'routes = { { path = "/", upstream = "app" } }\n' % (b.port, cert[0]))
+                with Umbra(cfg) as u, connect(u.port) as s:
+                    s.sendall(upgrade_head("/ws"))
+                    status, _, rest = read_head(s)
+                    self.assertEqual(status, want, san)
+                    if want.endswith("101 Switching Protocols"):
+                        s.sendall(frame(b"by name"))
+                        self.assertEqual(FrameReader(s, rest).read(), (2, b"by name"))
 
     def test_half_close_to_https_backend(self):
         with Umbra(self.config()) as u, connect(u.port) as s:
