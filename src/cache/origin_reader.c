@@ -89,6 +89,23 @@ size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max)
     return n;
 }
 
+/* Whether head is made of field lines alone, "Name: value\r\n" each, n of them: what
+ * um__cache_head_fields found in it is then the whole block, and a connection may send the
+ * block as those fields. */
+static bool head_is_wire(um_str head, size_t n)
+{
+    size_t lines = 0;
+    const char *p = head.base, *end = head.base + head.len;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL || eol == p || eol[-1] != '\r' || memchr(p, ':', (size_t)(eol - p)) == NULL)
+            return false;
+        lines++;
+        p = eol + 1;
+    }
+    return lines == n;
+}
+
 /* ---------------------------------------------------------------- meta blocks */
 
 /* struct meta_cc copies the scalars of struct um_cc: a field added there must be added to
@@ -111,7 +128,9 @@ struct meta *um__cache_meta_build(const struct meta *base, um_str head,
         um_resp_meta_target(&rm, pol); /* RFC 9213: a targeted field's directives, if any */
     *len = sizeof(struct meta) + n * sizeof(struct meta_field);
     struct meta *m = um_calloc(1, *len);
-    m->flags = base->flags;
+    m->flags = base->flags & ~(uint32_t)META_F_WIRE;
+    if (n < MAX_OUT_FIELDS && head_is_wire(head, n))
+        m->flags |= META_F_WIRE;
     m->status = base->status;
     m->times = base->times;
     m->lifetime = base->lifetime;
@@ -303,7 +322,7 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
 {
     const struct meta *m = (const struct meta *)(const void *)meta_s.base;
     struct um_header out[MAX_OUT_FIELDS + 3];
-    size_t no = um__cache_meta_fields(m, head, out, MAX_OUT_FIELDS);
+    size_t no = um__cache_meta_fields(m, head, out, MAX_OUT_FIELDS), nstored = no;
     time_t now = now_sec();
     int64_t age = um_current_age(&m->times, now);
     bool complete = um_cache_obj_state(r->obj) == UM_CACHE_COMPLETE;
@@ -353,6 +372,11 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
         out[no++] = (struct um_header){UM_STR("Cache-Status"), {csbuf, cl}};
     struct um_response_head h = {.status = status, .headers = out, .num_headers = no,
                                  .content_length = length, .reason = {NULL, 0}, .cache = &r->cs};
+    if ((m->flags & META_F_WIRE) && nstored == m->nfields) {
+        /* The stored fields leave as the block they were stored as. */
+        h.wire = head;
+        h.num_wire = nstored;
+    }
     r->head_sent = true;
     r->client->ops->on_head(r->client, &h);
     if (r->head_only || status == 304 || status == 412 || status == 416 || status == 204 ||

@@ -29,14 +29,47 @@ struct field {
     um_str first;
 };
 
-static struct field find(const struct um_req_meta *req, const char *name)
+/* The six fields um_cache_conditional looks at. */
+struct cond_fields {
+    struct field im, ius, inm, ims, ir, range;
+};
+
+static void count_line(struct field *f, um_str value)
 {
-    struct field f = {0, {NULL, 0}};
+    if (f->count++ == 0) f->first = um_str_trim(value);
+}
+
+/* Finds the six fields in one pass over the request's fields: each name is compared only
+ * with those of its length, so a request without any of them (most) costs a length test
+ * per field. */
+static void find_all(const struct um_req_meta *req, struct cond_fields *cf)
+{
+    memset(cf, 0, sizeof(*cf));
     for (size_t i = 0; i < req->num_headers; i++) {
-        if (!um_str_eq_ci(req->headers[i].name, name)) continue;
-        if (f.count++ == 0) f.first = um_str_trim(req->headers[i].value);
+        um_str name = req->headers[i].name, v = req->headers[i].value;
+        switch (name.len) {
+        case 5:
+            if (um_str_eq_ci(name, "range")) count_line(&cf->range, v);
+            break;
+        case 8:
+            if (um_str_eq_ci(name, "if-match"))
+                count_line(&cf->im, v);
+            else if (um_str_eq_ci(name, "if-range"))
+                count_line(&cf->ir, v);
+            break;
+        case 13:
+            if (um_str_eq_ci(name, "if-none-match")) count_line(&cf->inm, v);
+            break;
+        case 17:
+            if (um_str_eq_ci(name, "if-modified-since")) count_line(&cf->ims, v);
+            break;
+        case 19:
+            if (um_str_eq_ci(name, "if-unmodified-since")) count_line(&cf->ius, v);
+            break;
+        default:
+            break;
+        }
     }
-    return f;
 }
 
 /* True when any line of field name, a list of entity tags or "*", matches etag (weakly or
@@ -87,9 +120,10 @@ int um_cache_conditional(const struct um_req_meta *req, const struct um_cond_sto
      * be 2xx; RFC 9111 4.3.2: a cache evaluates them against a stored 200. */
     if (as_origin ? (s->status < 200 || s->status > 299) : s->status != 200) return s->status;
 
-    struct field im = find(req, "if-match"), ius = find(req, "if-unmodified-since");
-    struct field inm = find(req, "if-none-match"), ims = find(req, "if-modified-since");
-    struct field ir = find(req, "if-range"), range = find(req, "range");
+    struct cond_fields cf;
+    find_all(req, &cf);
+    struct field im = cf.im, ius = cf.ius, inm = cf.inm, ims = cf.ims, ir = cf.ir,
+                 range = cf.range;
     time_t t;
 
     /* RFC 9111 4.3.2: "The If-Match and If-Unmodified-Since conditional header fields are
@@ -309,15 +343,14 @@ static void append_int(struct um_buf *b, int64_t v)
     if (v > lim) v = lim;
     if (v < -lim) v = -lim;
     char tmp[20];
-    size_t n = 0;
+    size_t n = sizeof(tmp);
     uint64_t u = v < 0 ? (uint64_t)(-v) : (uint64_t)v;
     do {
-        tmp[n++] = (char)('0' + u % 10);
+        tmp[--n] = (char)('0' + u % 10);
         u /= 10;
     } while (u > 0);
-    if (v < 0) um_buf_append_char(b, '-');
-    while (n > 0)
-        um_buf_append_char(b, tmp[--n]);
+    if (v < 0) tmp[--n] = '-';
+    um_buf_append(b, tmp + n, sizeof(tmp) - n);
 }
 
 /* sf-token = ( ALPHA / "*" ) *( tchar / ":" / "/" ) */

@@ -12,20 +12,30 @@
 
 /* ---------------------------------------------------------------- the exchange's sends */
 
+/* The status line and our Server field, for the usual status as one constant. */
+#define HEAD_200 "HTTP/1.1 200 OK\r\nServer: umbra/" UMBRA_VERSION "\r\n"
+
 static void send_head(struct um__exchange *x, const struct um_response_head *h)
 {
     struct um__conn *c = um__conn_of(x);
     struct um__outq *q = &c->out;
-    um__outq_reserve(q, 256); /* may rewind a buffer whose bytes were all sent: measure after */
+    /* Room for the status line, Date, Server and the framing fields, and for the block of
+     * stored fields (a cache hit's), reserved at once. */
+    um__outq_reserve(q, 256 + h->wire.len); /* may rewind a buffer whose bytes were all
+                                               sent: measure after */
     size_t head_start = q->buf.len;
-    um__outq_append_str(q, "HTTP/1.1 ");
-    um__outq_append_u64(q, (uint64_t)h->status);
-    um__outq_append_str(q, " ");
-    if (h->reason.len > 0)
-        um__outq_append(q, h->reason.base, h->reason.len);
-    else
-        um__outq_append_str(q, um__reason_phrase(h->status));
-    um__outq_append_str(q, "\r\n");
+    if (h->status == 200 && h->reason.len == 0) {
+        um__outq_append(q, HEAD_200, sizeof(HEAD_200) - 1);
+    } else {
+        um__outq_append_str(q, "HTTP/1.1 ");
+        um__outq_append_u64(q, (uint64_t)h->status);
+        um__outq_append_str(q, " ");
+        if (h->reason.len > 0)
+            um__outq_append(q, h->reason.base, h->reason.len);
+        else
+            um__outq_append_str(q, um__reason_phrase(h->status));
+        um__outq_append_str(q, "\r\nServer: umbra/" UMBRA_VERSION "\r\n");
+    }
     /* An origin's Date is kept (a cache computes ages from it); else ours. */
     bool has_date = false;
     for (size_t i = 0; i < h->num_headers && !has_date; i++)
@@ -35,8 +45,13 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
         um__outq_append(q, um__worker_date(c->w), UM_HTTP_DATE_LEN);
         um__outq_append_str(q, "\r\n");
     }
-    um__outq_append_str(q, "Server: umbra/" UMBRA_VERSION "\r\n");
-    for (size_t i = 0; i < h->num_headers; i++) {
+    size_t first = 0;
+    if (h->num_wire > 0 && h->num_wire <= h->num_headers) {
+        /* Fields serialised already (a cache hit's stored head): one copy. */
+        um__outq_append(q, h->wire.base, h->wire.len);
+        first = h->num_wire;
+    }
+    for (size_t i = first; i < h->num_headers; i++) {
         const struct um_header *f = &h->headers[i];
         um__outq_reserve(q, f->name.len + f->value.len + 4);
         um__outq_append(q, f->name.base, f->name.len);
