@@ -42,10 +42,10 @@ size_t um_cache_url_key_len(const struct um_request *req)
 
 void um_cache_url_key_write(const struct um_request *req, char *k)
 {
-    for (size_t i = 0; i < req->authority.len; i++) {
-        char ch = req->authority.base[i];
-        k[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
-    }
+    /* Copied, then lowered where needed (a Host is seldom written in capitals). */
+    memcpy(k, req->authority.base, req->authority.len);
+    for (size_t i = 0; i < req->authority.len; i++)
+        k[i] = (char)(k[i] + ((unsigned char)(k[i] - 'A') < 26 ? 32 : 0));
     k[req->authority.len] = ' ';
     char *t = k + req->authority.len + 1;
     memcpy(t, req->path.base, req->path.len);

@@ -129,7 +129,7 @@ struct meta *um__cache_meta_build(const struct meta *base, um_str head,
     *len = sizeof(struct meta) + n * sizeof(struct meta_field);
     struct meta *m = um_calloc(1, *len);
     m->flags = base->flags & ~(uint32_t)META_F_WIRE;
-    if (n < MAX_OUT_FIELDS && head_is_wire(head, n))
+    if (n > 0 && n < MAX_OUT_FIELDS && head_is_wire(head, n))
         m->flags |= META_F_WIRE;
     m->status = base->status;
     m->times = base->times;
