@@ -92,6 +92,9 @@ struct reader {
      * lock and the loop's mailbox lock. A hit on a complete object takes neither. */
     bool registered;
     bool has_qm;
+    /* The reader's reference to obj went with the answer's last bytes (to the sink,
+     * which releases it): release gives none back. */
+    bool obj_given;
     struct um_req_meta qm; /* the request's metadata, scanned once (has_qm) */
     bool ranged;
     uint64_t range_skip; /* body bytes before the range, still to pass over */

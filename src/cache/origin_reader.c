@@ -228,7 +228,7 @@ struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
         /* Only what the rest of this function does not set. */
         r->next_free = NULL;
         r->head_sent = r->done = r->waiting = r->registered = false;
-        r->ranged = false;
+        r->ranged = r->obj_given = false;
         r->range_skip = r->range_left = 0;
         memset(&r->cs, 0, sizeof(r->cs));
         memset(&r->task, 0, sizeof(r->task));
@@ -262,7 +262,8 @@ void um__cache_reader_release(struct reader *r)
         um_cache_obj_unwait(r->obj, &r->waiter);
         um_loop_unpost(r->ctx->loop, &r->task);
     }
-    um_cache_obj_unref(r->obj);
+    if (!r->obj_given)
+        um_cache_obj_unref(r->obj);
     r->obj = NULL;
 }
 
@@ -440,12 +441,28 @@ void um__cache_reader_pump(struct reader *r)
             if (len == 0)
                 continue;
             /* The bytes go out without a copy: the segment holds a reference to the
-             * object, whose chunks live as long as it does. */
-            um_cache_obj_ref(r->obj);
+             * object, whose chunks live as long as it does. The last bytes of the answer
+             * take the reader's own reference, which it would give back right after: on
+             * an object that every worker reads, each reference is an atomic operation
+             * on a cache line the other cores write too. The reader then ends at once
+             * and touches the object no more (the segment may be released, and the
+             * object freed, before on_data_ref returns). A reader that ever waited keeps
+             * its own (it must unwait). */
+            bool last = !r->registered &&
+                        (r->ranged ? len == r->range_left : complete && i + 1 == n);
+            if (!last)
+                um_cache_obj_ref(r->obj);
             size_t taken = r->client->ops->on_data_ref(r->client, base, len, release_obj, r->obj);
             if (taken == 0) {
-                um_cache_obj_unref(r->obj);
+                if (!last)
+                    um_cache_obj_unref(r->obj);
                 return; /* the client is behind: resume comes */
+            }
+            if (last) {
+                UM_ASSERT(taken == len); /* a sink takes all or nothing */
+                r->obj_given = true;
+                reader_finish(r, UM_OK);
+                return;
             }
             um_cache_cursor_advance(&r->cur, taken);
             if (r->ranged) {
