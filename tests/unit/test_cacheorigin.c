@@ -715,6 +715,37 @@ static void test_hit_head_carries_stored_block(void **state)
     assert_int_equal(e->num_wire, 0);
 }
 
+/* The URL's key: the Host lowered (eight bytes at a time, then the rest), the target as
+ * sent. */
+static void test_url_key_lowers_the_host(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *host, *path, *query, *want;
+    } cases[] = {
+        {"WWW.EXAMPLE.COM", "/A/B", NULL, "www.example.com /A/B"},
+        {"[FE80::AB]:8080", "/X", "Q=Z", "[fe80::ab]:8080 /X?Q=Z"},
+        /* Around the letters: '@' and '[' (either side of 'A'..'Z'), '`' and '{'. */
+        {"@AZ[`az{@AZ[`az{@Z", "/", NULL, "@az[`az{@az[`az{@z /"},
+        {"h", "/p", "", "h /p?"},
+    };
+    for (size_t i = 0; i < UM_NELEMS(cases); i++) {
+        struct um_request r;
+        memset(&r, 0, sizeof(r));
+        r.authority = (um_str){cases[i].host, strlen(cases[i].host)};
+        r.path = (um_str){cases[i].path, strlen(cases[i].path)};
+        if (cases[i].query) {
+            r.query = (um_str){cases[i].query, strlen(cases[i].query)};
+            r.flags |= UM_REQ_F_HAS_QUERY;
+        }
+        char k[64];
+        size_t n = um_cache_url_key_len(&r);
+        assert_int_equal(n, strlen(cases[i].want));
+        um_cache_url_key_write(&r, k);
+        assert_memory_equal(k, cases[i].want, n);
+    }
+}
+
 /* The meta block a fill stores says what parsing its head block says. */
 static void test_meta_matches_parsed_head(void **state)
 {
@@ -798,6 +829,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hit_conditional_and_range_from_meta, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_hit_head_carries_stored_block, setup, teardown),
+        cmocka_unit_test(test_url_key_lowers_the_host),
         cmocka_unit_test(test_meta_matches_parsed_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
