@@ -336,21 +336,28 @@ bool um_cache_same_origin_target(um_str scheme, um_str authority, um_str base, u
 
 /* ---- Cache-Status ---------------------------------------------------------------------- */
 
-static void append_int(struct um_buf *b, int64_t v)
+/* sf-integer: at most 15 digits (RFC 8941 3.3.1), written at the end of tmp; returns where
+ * it starts. */
+static char *format_int(char tmp[20], int64_t v)
 {
-    /* sf-integer: at most 15 digits (RFC 8941 3.3.1). */
     const int64_t lim = INT64_C(999999999999999);
     if (v > lim) v = lim;
     if (v < -lim) v = -lim;
-    char tmp[20];
-    size_t n = sizeof(tmp);
+    char *p = tmp + 20;
     uint64_t u = v < 0 ? (uint64_t)(-v) : (uint64_t)v;
     do {
-        tmp[--n] = (char)('0' + u % 10);
+        *--p = (char)('0' + u % 10);
         u /= 10;
     } while (u > 0);
-    if (v < 0) tmp[--n] = '-';
-    um_buf_append(b, tmp + n, sizeof(tmp) - n);
+    if (v < 0) *--p = '-';
+    return p;
+}
+
+static void append_int(struct um_buf *b, int64_t v)
+{
+    char tmp[20];
+    char *p = format_int(tmp, v);
+    um_buf_append(b, p, (size_t)(tmp + sizeof(tmp) - p));
 }
 
 /* sf-token = ( ALPHA / "*" ) *( tchar / ":" / "/" ) */
@@ -408,11 +415,44 @@ static const char *fwd_str(enum um_cache_fwd f)
     return NULL;
 }
 
+/* The usual hit, "NAME; hit" and maybe "; ttl=N", NAME a token, into out when it fits
+ * (with a NUL); returns its length, or 0 to take the general way. Every hit writes one. */
+static size_t format_plain_hit(char *out, size_t n, const char *name,
+                               const struct um_cache_status *cs)
+{
+    char tmp[96], num[20];
+    size_t nl = strlen(name);
+    if (nl > 48 || !is_sf_token(name)) return 0;
+    char *p = tmp;
+    memcpy(p, name, nl);
+    p += nl;
+    memcpy(p, "; hit", 5);
+    p += 5;
+    if (cs->has_ttl) {
+        memcpy(p, "; ttl=", 6);
+        p += 6;
+        char *d = format_int(num, cs->ttl);
+        size_t dl = (size_t)(num + sizeof(num) - d);
+        memcpy(p, d, dl);
+        p += dl;
+    }
+    size_t len = (size_t)(p - tmp);
+    if (len >= n) return 0;
+    memcpy(out, tmp, len);
+    out[len] = '\0';
+    return len;
+}
+
 size_t um_cache_status_format(char *out, size_t n, const struct um_cache_status *cs)
 {
+    const char *name = cs->cache_name != NULL && cs->cache_name[0] ? cs->cache_name : "umbra";
+    if (cs->hit && cs->key == NULL && (cs->detail == NULL || !cs->detail[0])) {
+        size_t len = format_plain_hit(out, n, name, cs);
+        if (len > 0) return len;
+    }
     struct um_buf b;
     um_buf_init_fixed(&b, out, n);
-    append_item(&b, cs->cache_name != NULL && cs->cache_name[0] ? cs->cache_name : "umbra");
+    append_item(&b, name);
     /* RFC 9211 2.1-2.2: hit and fwd exclude each other; stored and collapsed describe a
      * forwarded request. */
     if (cs->hit) {
