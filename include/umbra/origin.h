@@ -35,6 +35,15 @@ struct um_response_head {
      * Cache-Status field among headers. Borrowed like the rest; NULL: no cache was
      * involved. */
     const struct um_cache_status *cache;
+    /* Optional: headers[0..num_wire) already serialised as HTTP/1.1 field lines, "Name:
+     * value\r\n" each and nothing else, in one block (a cache hit's stored head, made
+     * when the response was stored). An HTTP/1.1 connection copies the block at once
+     * instead of writing those fields one by one; the fields after them it writes as
+     * usual. Borrowed like the rest. A layer that passes a head on with its fields
+     * changed, dropped or reordered must pass it without a block (wire {NULL, 0},
+     * num_wire 0), or the client would get the old fields. */
+    um_str wire;
+    size_t num_wire;
 };
 
 /* The client side of a fetch. The connection implements it; an origin calls it, always on

@@ -28,6 +28,9 @@
 enum kind { K_READER = 0x52454144, K_FILL = 0x46494c4c, K_PASS = 0x50415353 };
 
 #define META_F_PASS 0x1
+/* The head block is nothing but the fields' lines, "Name: value\r\n" each, one per entry
+ * of fields[]: a hit hands it to the connection as it is (um_response_head.wire). */
+#define META_F_WIRE 0x2
 
 /* The scalar part of a stored response's Cache-Control (struct um_cc without the lists of
  * field names, which only matter when the response is stored). */
@@ -96,6 +99,9 @@ struct reader {
      * lock and the loop's mailbox lock. A hit on a complete object takes neither. */
     bool registered;
     bool has_qm;
+    /* The reader's reference to obj went with the answer's last bytes (to the sink,
+     * which releases it): release gives none back. */
+    bool obj_given;
     struct um_req_meta qm; /* the request's metadata, scanned once (has_qm) */
     bool ranged;
     uint64_t range_skip; /* body bytes before the range, still to pass over */

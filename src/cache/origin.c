@@ -42,13 +42,33 @@ size_t um_cache_url_key_len(const struct um_request *req)
            ((req->flags & UM_REQ_F_HAS_QUERY) ? req->query.len + 1 : 0);
 }
 
+/* w with its bytes 'A'..'Z' lowered. Each byte's low seven bits plus a constant set its
+ * top bit when it is at least 'A' (resp. past 'Z'), with no carry into the next byte;
+ * bytes >= 0x80 are left alone. */
+static uint64_t lower8(uint64_t w)
+{
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL, top = 0x8080808080808080ULL;
+    uint64_t h = w & low7;
+    uint64_t ge_a = h + 0x3f3f3f3f3f3f3f3fULL; /* 0x80 - 'A' */
+    uint64_t gt_z = h + 0x2525252525252525ULL; /* 0x80 - ('Z' + 1) */
+    uint64_t upper = ge_a & ~gt_z & ~w & top;
+    return w | (upper >> 2);
+}
+
 void um_cache_url_key_write(const struct um_request *req, char *k)
 {
-    for (size_t i = 0; i < req->authority.len; i++) {
-        char ch = req->authority.base[i];
-        k[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+    /* Copied, then lowered eight bytes at a time. */
+    size_t n = req->authority.len, i = 0;
+    memcpy(k, req->authority.base, n);
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, k + i, 8);
+        w = lower8(w);
+        memcpy(k + i, &w, 8);
     }
-    k[req->authority.len] = ' ';
+    for (; i < n; i++)
+        k[i] = (char)(k[i] + ((unsigned char)(k[i] - 'A') < 26 ? 32 : 0));
+    k[n] = ' ';
     char *t = k + req->authority.len + 1;
     memcpy(t, req->path.base, req->path.len);
     if (req->flags & UM_REQ_F_HAS_QUERY) {

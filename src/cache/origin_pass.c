@@ -44,6 +44,8 @@ void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
     struct um_response_head h2 = *h;
     h2.headers = out;
     h2.num_headers = n;
+    h2.wire = (um_str){NULL, 0}; /* the fields are these now */
+    h2.num_wire = 0;
     h2.cache = &p->cs;
     p->client->ops->on_head(p->client, &h2);
 }

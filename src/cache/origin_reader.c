@@ -112,6 +112,23 @@ size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max)
     return n;
 }
 
+/* Whether head is made of field lines alone, "Name: value\r\n" each, n of them: what
+ * um__cache_head_fields found in it is then the whole block, and a connection may send the
+ * block as those fields. */
+static bool head_is_wire(um_str head, size_t n)
+{
+    size_t lines = 0;
+    const char *p = head.base, *end = head.base + head.len;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL || eol == p || eol[-1] != '\r' || memchr(p, ':', (size_t)(eol - p)) == NULL)
+            return false;
+        lines++;
+        p = eol + 1;
+    }
+    return lines == n;
+}
+
 /* ---------------------------------------------------------------- meta blocks */
 
 /* struct meta_cc copies the scalars of struct um_cc: a field added there must be added to
@@ -134,7 +151,9 @@ struct meta *um__cache_meta_build(const struct meta *base, um_str head,
         um_resp_meta_target(&rm, pol); /* RFC 9213: a targeted field's directives, if any */
     *len = sizeof(struct meta) + n * sizeof(struct meta_field);
     struct meta *m = um_calloc(1, *len);
-    m->flags = base->flags;
+    m->flags = base->flags & ~(uint32_t)META_F_WIRE;
+    if (n > 0 && n < MAX_OUT_FIELDS && head_is_wire(head, n))
+        m->flags |= META_F_WIRE;
     m->status = base->status;
     m->times = base->times;
     m->lifetime = base->lifetime;
@@ -232,7 +251,7 @@ struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
         /* Only what the rest of this function does not set. */
         r->next_free = NULL;
         r->head_sent = r->done = r->waiting = r->registered = false;
-        r->ranged = false;
+        r->ranged = r->obj_given = false;
         r->range_skip = r->range_left = 0;
         memset(&r->cs, 0, sizeof(r->cs));
         memset(&r->task, 0, sizeof(r->task));
@@ -266,7 +285,8 @@ void um__cache_reader_release(struct reader *r)
         um_cache_obj_unwait(r->obj, &r->waiter);
         um_loop_unpost(r->ctx->loop, &r->task);
     }
-    um_cache_obj_unref(r->obj);
+    if (!r->obj_given)
+        um_cache_obj_unref(r->obj);
     r->obj = NULL;
 }
 
@@ -326,7 +346,7 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
 {
     const struct meta *m = (const struct meta *)(const void *)meta_s.base;
     struct um_header out[MAX_OUT_FIELDS + 4];
-    size_t no = um__cache_meta_fields(m, head, out, MAX_OUT_FIELDS);
+    size_t no = um__cache_meta_fields(m, head, out, MAX_OUT_FIELDS), nstored = no;
     time_t now = now_sec();
     int64_t age = um_current_age(&m->times, now);
     bool complete = um_cache_obj_state(r->obj) == UM_CACHE_COMPLETE;
@@ -391,6 +411,11 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     }
     struct um_response_head h = {.status = status, .headers = out, .num_headers = no,
                                  .content_length = length, .reason = {NULL, 0}, .cache = &r->cs};
+    if ((m->flags & META_F_WIRE) && nstored == m->nfields) {
+        /* The stored fields leave as the block they were stored as. */
+        h.wire = head;
+        h.num_wire = nstored;
+    }
     r->head_sent = true;
     r->client->ops->on_head(r->client, &h);
     if (r->head_only || status == 304 || status == 412 || status == 416 || status == 204 ||
@@ -454,12 +479,28 @@ void um__cache_reader_pump(struct reader *r)
             if (len == 0)
                 continue;
             /* The bytes go out without a copy: the segment holds a reference to the
-             * object, whose chunks live as long as it does. */
-            um_cache_obj_ref(r->obj);
+             * object, whose chunks live as long as it does. The last bytes of the answer
+             * take the reader's own reference, which it would give back right after: on
+             * an object that every worker reads, each reference is an atomic operation
+             * on a cache line the other cores write too. The reader then ends at once
+             * and touches the object no more (the segment may be released, and the
+             * object freed, before on_data_ref returns). A reader that ever waited keeps
+             * its own (it must unwait). */
+            bool last = !r->registered &&
+                        (r->ranged ? len == r->range_left : complete && i + 1 == n);
+            if (!last)
+                um_cache_obj_ref(r->obj);
             size_t taken = r->client->ops->on_data_ref(r->client, base, len, release_obj, r->obj);
             if (taken == 0) {
-                um_cache_obj_unref(r->obj);
+                if (!last)
+                    um_cache_obj_unref(r->obj);
                 return; /* the client is behind: resume comes */
+            }
+            if (last) {
+                UM_ASSERT(taken == len); /* a sink takes all or nothing */
+                r->obj_given = true;
+                reader_finish(r, UM_OK);
+                return;
             }
             um_cache_cursor_advance(&r->cur, taken);
             if (r->ranged) {

@@ -8,6 +8,7 @@
  * answer or another user's data. The choices are listed at the end of cachepolicy.h. */
 #include "umbra/cachepolicy.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "umbra/httpfield.h"
@@ -162,9 +163,13 @@ static bool next_directive(const char **pp, const char *end, struct directive *d
 
 void um_cc_init(struct um_cc *cc)
 {
-    memset(cc, 0, sizeof(*cc));
+    /* All but the two lists of names, which their counts guard: zeroing them cost more
+     * than the rest, and this runs twice for every hit. */
+    memset(cc, 0, offsetof(struct um_cc, no_cache_fields));
     cc->max_age = cc->s_maxage = cc->max_stale = cc->min_fresh = -1;
     cc->stale_while_revalidate = cc->stale_if_error = -1;
+    cc->no_cache_nfields = cc->private_nfields = 0;
+    cc->invalid = 0;
 }
 
 /* Adds the field names of a qualified no-cache / private argument ("#field-name") to
@@ -384,9 +389,9 @@ static bool pragma_no_cache(um_str v)
 void um_req_meta_scan(struct um_req_meta *m, enum um_method method, const struct um_header *h,
                       size_t n)
 {
-    memset(m, 0, sizeof(*m));
     m->method = method;
     um_cc_init(&m->cc);
+    m->has_authorization = false;
     m->headers = h;
     m->num_headers = n;
     bool pragma = false;

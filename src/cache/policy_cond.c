@@ -29,14 +29,47 @@ struct field {
     um_str first;
 };
 
-static struct field find(const struct um_req_meta *req, const char *name)
+/* The six fields um_cache_conditional looks at. */
+struct cond_fields {
+    struct field im, ius, inm, ims, ir, range;
+};
+
+static void count_line(struct field *f, um_str value)
 {
-    struct field f = {0, {NULL, 0}};
+    if (f->count++ == 0) f->first = um_str_trim(value);
+}
+
+/* Finds the six fields in one pass over the request's fields: each name is compared only
+ * with those of its length, so a request without any of them (most) costs a length test
+ * per field. */
+static void find_all(const struct um_req_meta *req, struct cond_fields *cf)
+{
+    memset(cf, 0, sizeof(*cf));
     for (size_t i = 0; i < req->num_headers; i++) {
-        if (!um_str_eq_ci(req->headers[i].name, name)) continue;
-        if (f.count++ == 0) f.first = um_str_trim(req->headers[i].value);
+        um_str name = req->headers[i].name, v = req->headers[i].value;
+        switch (name.len) {
+        case 5:
+            if (um_str_eq_ci(name, "range")) count_line(&cf->range, v);
+            break;
+        case 8:
+            if (um_str_eq_ci(name, "if-match"))
+                count_line(&cf->im, v);
+            else if (um_str_eq_ci(name, "if-range"))
+                count_line(&cf->ir, v);
+            break;
+        case 13:
+            if (um_str_eq_ci(name, "if-none-match")) count_line(&cf->inm, v);
+            break;
+        case 17:
+            if (um_str_eq_ci(name, "if-modified-since")) count_line(&cf->ims, v);
+            break;
+        case 19:
+            if (um_str_eq_ci(name, "if-unmodified-since")) count_line(&cf->ius, v);
+            break;
+        default:
+            break;
+        }
     }
-    return f;
 }
 
 /* True when any line of field name, a list of entity tags or "*", matches etag (weakly or
@@ -87,9 +120,10 @@ int um_cache_conditional(const struct um_req_meta *req, const struct um_cond_sto
      * be 2xx; RFC 9111 4.3.2: a cache evaluates them against a stored 200. */
     if (as_origin ? (s->status < 200 || s->status > 299) : s->status != 200) return s->status;
 
-    struct field im = find(req, "if-match"), ius = find(req, "if-unmodified-since");
-    struct field inm = find(req, "if-none-match"), ims = find(req, "if-modified-since");
-    struct field ir = find(req, "if-range"), range = find(req, "range");
+    struct cond_fields cf;
+    find_all(req, &cf);
+    struct field im = cf.im, ius = cf.ius, inm = cf.inm, ims = cf.ims, ir = cf.ir,
+                 range = cf.range;
     time_t t;
 
     /* RFC 9111 4.3.2: "The If-Match and If-Unmodified-Since conditional header fields are
@@ -302,22 +336,28 @@ bool um_cache_same_origin_target(um_str scheme, um_str authority, um_str base, u
 
 /* ---- Cache-Status ---------------------------------------------------------------------- */
 
-static void append_int(struct um_buf *b, int64_t v)
+/* sf-integer: at most 15 digits (RFC 8941 3.3.1), written at the end of tmp; returns where
+ * it starts. */
+static char *format_int(char tmp[20], int64_t v)
 {
-    /* sf-integer: at most 15 digits (RFC 8941 3.3.1). */
     const int64_t lim = INT64_C(999999999999999);
     if (v > lim) v = lim;
     if (v < -lim) v = -lim;
-    char tmp[20];
-    size_t n = 0;
+    char *p = tmp + 20;
     uint64_t u = v < 0 ? (uint64_t)(-v) : (uint64_t)v;
     do {
-        tmp[n++] = (char)('0' + u % 10);
+        *--p = (char)('0' + u % 10);
         u /= 10;
     } while (u > 0);
-    if (v < 0) um_buf_append_char(b, '-');
-    while (n > 0)
-        um_buf_append_char(b, tmp[--n]);
+    if (v < 0) *--p = '-';
+    return p;
+}
+
+static void append_int(struct um_buf *b, int64_t v)
+{
+    char tmp[20];
+    char *p = format_int(tmp, v);
+    um_buf_append(b, p, (size_t)(tmp + sizeof(tmp) - p));
 }
 
 /* sf-token = ( ALPHA / "*" ) *( tchar / ":" / "/" ) */
@@ -375,11 +415,44 @@ static const char *fwd_str(enum um_cache_fwd f)
     return NULL;
 }
 
+/* The usual hit, "NAME; hit" and maybe "; ttl=N", NAME a token, into out when it fits
+ * (with a NUL); returns its length, or 0 to take the general way. Every hit writes one. */
+static size_t format_plain_hit(char *out, size_t n, const char *name,
+                               const struct um_cache_status *cs)
+{
+    char tmp[96], num[20];
+    size_t nl = strlen(name);
+    if (nl > 48 || !is_sf_token(name)) return 0;
+    char *p = tmp;
+    memcpy(p, name, nl);
+    p += nl;
+    memcpy(p, "; hit", 5);
+    p += 5;
+    if (cs->has_ttl) {
+        memcpy(p, "; ttl=", 6);
+        p += 6;
+        char *d = format_int(num, cs->ttl);
+        size_t dl = (size_t)(num + sizeof(num) - d);
+        memcpy(p, d, dl);
+        p += dl;
+    }
+    size_t len = (size_t)(p - tmp);
+    if (len >= n) return 0;
+    memcpy(out, tmp, len);
+    out[len] = '\0';
+    return len;
+}
+
 size_t um_cache_status_format(char *out, size_t n, const struct um_cache_status *cs)
 {
+    const char *name = cs->cache_name != NULL && cs->cache_name[0] ? cs->cache_name : "umbra";
+    if (cs->hit && cs->key == NULL && (cs->detail == NULL || !cs->detail[0])) {
+        size_t len = format_plain_hit(out, n, name, cs);
+        if (len > 0) return len;
+    }
     struct um_buf b;
     um_buf_init_fixed(&b, out, n);
-    append_item(&b, cs->cache_name != NULL && cs->cache_name[0] ? cs->cache_name : "umbra");
+    append_item(&b, name);
     /* RFC 9211 2.1-2.2: hit and fwd exclude each other; stored and collapsed describe a
      * forwarded request. */
     if (cs->hit) {

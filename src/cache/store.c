@@ -26,6 +26,8 @@
  * the store's held. */
 #include "store_internal.h"
 
+#include <endian.h>
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -59,12 +61,12 @@ static uint64_t rotl(uint64_t x, int b)
         v2 = rotl(v2, 32);                                                                         \
     } while (0)
 
+/* One load (the compiler did not turn the byte loop into one), then little-endian. */
 static uint64_t load_le64(const unsigned char *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return le64toh(v);
 }
 
 /* SipHash-1-3: fast enough for short keys, and keyed, so a client cannot aim many keys at
@@ -82,8 +84,11 @@ static uint64_t siphash13(const uint64_t k[2], const void *data, size_t len)
         SIPROUND;
         v0 ^= m;
     }
-    for (size_t i = 0; i < len % 8; i++)
-        b |= (uint64_t)in[full + i] << (8 * i);
+    if (len % 8 > 0) {
+        unsigned char tail[8] = {0};
+        memcpy(tail, in + full, len % 8);
+        b |= load_le64(tail);
+    }
     v3 ^= b;
     SIPROUND;
     v0 ^= b;

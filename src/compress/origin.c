@@ -140,6 +140,8 @@ static void cf_on_head(struct um_sink *s, const struct um_response_head *h)
             struct um_response_head nh = *h;
             struct um_header *f = um_malloc((h->num_headers + 2) * sizeof(*f));
             char *etag = NULL;
+            nh.wire = (um_str){NULL, 0}; /* fields changed: no stored block (umbra/origin.h) */
+            nh.num_wire = 0;
             nh.headers = f;
             nh.num_headers = weaken_etag(h->headers, h->num_headers, f, &etag);
             cf->client->ops->on_head(cf->client, &nh);
@@ -187,6 +189,8 @@ static void cf_on_head(struct um_sink *s, const struct um_response_head *h)
     }
     if (vary)
         f[n++] = (struct um_header){UM_STR("Vary"), UM_STR("Accept-Encoding")};
+    nh.wire = (um_str){NULL, 0};
+    nh.num_wire = 0;
     nh.headers = f;
     nh.num_headers = n;
     cf->client->ops->on_head(cf->client, &nh);

@@ -120,6 +120,9 @@ static bool on_response(const struct um_context *ctx, struct um_hooks *hooks,
 {
     const struct um_config *c = hooks->config;
     out->head = *in;
+    /* The hook may change the fields: a serialised copy of them no longer stands. */
+    out->head.wire = (um_str){NULL, 0};
+    out->head.num_wire = 0;
     struct um__hook_state *h = um__hooks_state_get(ctx, hooks);
     if (h == NULL)
         return false;

@@ -12,46 +12,86 @@
 
 /* ---------------------------------------------------------------- the exchange's sends */
 
+/* Writing a head straight into room made for it beforehand: one reservation, then plain
+ * copies (a hit's head is a dozen of them). */
+static inline char *put(char *p, const void *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+#define PUT_LIT(p, lit) put((p), (lit), sizeof(lit) - 1)
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    size_t i = sizeof(tmp);
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return put(p, tmp + i, sizeof(tmp) - i);
+}
+
+#define SERVER_FIELD "Server: umbra/" UMBRA_VERSION "\r\n"
+/* The status line and our Server field, for the usual status as one constant. */
+#define HEAD_200 "HTTP/1.1 200 OK\r\n" SERVER_FIELD
+/* At most what the status line's number, the framing fields and the end take. */
+#define HEAD_FIXED_MAX 192
+
 static void send_head(struct um__exchange *x, const struct um_response_head *h)
 {
     struct um__conn *c = um__conn_of(x);
     struct um__outq *q = &c->out;
-    um__outq_reserve(q, 256); /* may rewind a buffer whose bytes were all sent: measure after */
-    size_t head_start = q->buf.len;
-    um__outq_append_str(q, "HTTP/1.1 ");
-    um__outq_append_u64(q, (uint64_t)h->status);
-    um__outq_append_str(q, " ");
-    if (h->reason.len > 0)
-        um__outq_append(q, h->reason.base, h->reason.len);
-    else
-        um__outq_append_str(q, um__reason_phrase(h->status));
-    um__outq_append_str(q, "\r\n");
+    bool usual = h->status == 200 && h->reason.len == 0;
+    const char *reason = h->reason.base;
+    size_t reason_len = h->reason.len;
+    if (!usual && reason_len == 0) {
+        reason = um__reason_phrase(h->status);
+        reason_len = strlen(reason);
+    }
     /* An origin's Date is kept (a cache computes ages from it); else ours. */
     bool has_date = false;
     for (size_t i = 0; i < h->num_headers && !has_date; i++)
         has_date = h->headers[i].name.len == 4 && um_str_eq_ci(h->headers[i].name, "date");
-    if (!has_date) {
-        um__outq_append_str(q, "Date: ");
-        um__outq_append(q, um__worker_date(c->w), UM_HTTP_DATE_LEN);
-        um__outq_append_str(q, "\r\n");
+    /* Fields serialised already (a cache hit's stored head) go in one copy. */
+    size_t first = h->num_wire > 0 && h->num_wire <= h->num_headers ? h->num_wire : 0;
+    size_t need = HEAD_FIXED_MAX + reason_len + sizeof(SERVER_FIELD) + UM_HTTP_DATE_LEN +
+                  (first > 0 ? h->wire.len : 0);
+    for (size_t i = first; i < h->num_headers; i++)
+        need += h->headers[i].name.len + h->headers[i].value.len + 4;
+    um__outq_reserve(q, need); /* may rewind a buffer whose bytes were all sent */
+    char *start = q->buf.base + q->buf.len, *p = start;
+    if (usual) {
+        p = PUT_LIT(p, HEAD_200);
+    } else {
+        p = PUT_LIT(p, "HTTP/1.1 ");
+        p = put_u64(p, (uint64_t)(unsigned)h->status);
+        *p++ = ' ';
+        p = put(p, reason, reason_len);
+        p = PUT_LIT(p, "\r\n" SERVER_FIELD);
     }
-    um__outq_append_str(q, "Server: umbra/" UMBRA_VERSION "\r\n");
-    for (size_t i = 0; i < h->num_headers; i++) {
+    if (!has_date) {
+        p = PUT_LIT(p, "Date: ");
+        p = put(p, um__worker_date(c->w), UM_HTTP_DATE_LEN);
+        p = PUT_LIT(p, "\r\n");
+    }
+    if (first > 0)
+        p = put(p, h->wire.base, h->wire.len);
+    for (size_t i = first; i < h->num_headers; i++) {
         const struct um_header *f = &h->headers[i];
-        um__outq_reserve(q, f->name.len + f->value.len + 4);
-        um__outq_append(q, f->name.base, f->name.len);
-        um__outq_append(q, ": ", 2);
-        um__outq_append(q, f->value.base, f->value.len);
-        um__outq_append(q, "\r\n", 2);
+        p = put(p, f->name.base, f->name.len);
+        p = PUT_LIT(p, ": ");
+        p = put(p, f->value.base, f->value.len);
+        p = PUT_LIT(p, "\r\n");
     }
     bool bodiless = h->status == 304 || h->status == 204 || h->status < 200;
     if (!bodiless) {
         if (h->content_length >= 0) {
-            um__outq_append_str(q, "Content-Length: ");
-            um__outq_append_u64(q, (uint64_t)h->content_length);
-            um__outq_append_str(q, "\r\n");
+            p = PUT_LIT(p, "Content-Length: ");
+            p = put_u64(p, (uint64_t)h->content_length);
+            p = PUT_LIT(p, "\r\n");
         } else if (x->req.minor_version == 1) {
-            um__outq_append_str(q, "Transfer-Encoding: chunked\r\n");
+            p = PUT_LIT(p, "Transfer-Encoding: chunked\r\n");
             c->r->resp_chunked = !x->head_only;
         } else {
             x->keepalive = false; /* close-delimited */
@@ -62,11 +102,14 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
     if (x->origin == NULL && !x->body_done)
         x->keepalive = false;
     if (!x->keepalive)
-        um__outq_append_str(q, "Connection: close\r\n");
+        p = PUT_LIT(p, "Connection: close\r\n");
     else if (x->req.minor_version == 0)
-        um__outq_append_str(q, "Connection: keep-alive\r\n");
-    um__outq_append(q, "\r\n", 2);
-    x->resp_bytes += q->buf.len - head_start;
+        p = PUT_LIT(p, "Connection: keep-alive\r\n");
+    p = PUT_LIT(p, "\r\n");
+    size_t n = (size_t)(p - start);
+    UM_ASSERT(n <= need);
+    um_buf_commit(&q->buf, n);
+    x->resp_bytes += n;
     um__conn_wake(c);
 }
 

@@ -70,7 +70,9 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         x->cache = *h->cache;
         x->cache.cache_name = x->cache.key = x->cache.detail = NULL; /* borrowed */
     }
-    for (size_t i = 0; i < h->num_headers; i++) {
+    /* The Cache-Status sent, for the log line (only the log line wants it). */
+    size_t nscan = x->config->access_log.enabled ? h->num_headers : 0;
+    for (size_t i = 0; i < nscan; i++) {
         const struct um_header *f = &h->headers[i];
         if (f->name.len == 12 && um_str_eq_ci(f->name, "cache-status") &&
             f->value.len < sizeof(x->cache_status)) {

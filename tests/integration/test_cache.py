@@ -28,8 +28,8 @@ import unittest
 from urllib.parse import quote
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, class_context, closed_port, connect,  # noqa: E402
-                           exchange, fetch_req, origin_body, parse_response, parse_responses,
+from umbra_harness import (Client, Origin, Umbra, class_context, closed_port,  # noqa: E402
+                           connect, exchange, fetch_req, origin_body, parse_response, parse_responses,
                            req, sanitizer_build, vm_rss_kb, wait_until)
 
 EXPIRE = 2.2  # seconds after which a max-age=1 response is surely stale
@@ -750,6 +750,132 @@ class SharedCacheTest(unittest.TestCase, CacheAssertions):
         r = self.get("/bug/oic-cs", headers=[("Cache-Control", "only-if-cached")])
         self.assertEqual(r.status, 504)
         self.assertIsNotNone(r.header("Cache-Status"), r.raw_head)
+
+
+class HitHeadTest(unittest.TestCase, CacheAssertions):
+    """A hit's head is the stored fields, sent as the block they were stored in, and the
+    fields made for each answer: exactly these, once each, whatever the request (HEAD, a
+    conditional, a range, keep-alive or not, pipelined)."""
+
+    # The origin's end-to-end fields, which every hit repeats as they were, plus hop-by-hop
+    # ones (Connection names X-Hop) that never reach a client.
+    EXTRA = ("&header=X-Kept:one&header=X-Kept:two&header=ETag:%22h1%22"
+             "&header=Connection:X-Hop&header=X-Hop:secret&header=Keep-Alive:timeout%3D9")
+    STORED = ["date", "x-origin-port", "x-origin-count", "content-type", "cache-control",
+              "x-kept", "x-kept", "etag"]
+    PER_ANSWER = ["server", "via", "age", "cache-status"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url)))
+        cls.port = cls.umbra.port
+
+    def target(self, name, size=300):
+        return "/hithead/%s?cc=max-age%%3D60&size=%d%s" % (name, size, self.EXTRA)
+
+    def names(self, r):
+        return sorted(k.lower() for k, _ in r.headers)
+
+    def assertHitHead(self, r, miss, framing):
+        """r is a hit with the stored fields of miss (their values too), each per-answer
+        field once, and the framing fields named (lower case)."""
+        self.assertHit(r)
+        self.assertEqual(self.names(r), sorted(self.STORED + self.PER_ANSWER + framing),
+                         r.raw_head)
+        for name in self.STORED:
+            self.assertEqual(r.header_all(name), miss.header_all(name), name)
+        for name in ("connection", "x-hop", "keep-alive", "transfer-encoding"):
+            if name not in framing:
+                self.assertIsNone(r.header(name), r.raw_head)
+        self.assertTrue(r.raw_head.startswith(b"HTTP/1.1 %d " % r.status), r.raw_head)
+        self.assertTrue(r.raw_head.endswith(b"\r\n\r\n"))
+        self.assertNotIn(b"\n\n", r.raw_head)
+        self.assertNotIn(b"\r\r", r.raw_head)
+
+    def miss(self, t):
+        m = fetch_req(self.port, t)
+        self.assertEqual(m.status, 200)
+        self.assertNotIn("x-hop", self.names(m))
+        return m
+
+    def test_hit_carries_exactly_the_stored_fields(self):
+        t = self.target("exact")
+        m = self.miss(t)
+        r = fetch_req(self.port, t)
+        self.assertEqual(r.status, 200)
+        self.assertHitHead(r, m, ["content-length", "connection"])
+        self.assertEqual(r.header("Connection"), "close")
+        self.assertEqual(r.header("Content-Length"), "300")
+        self.assertEqual(r.body, origin_body(300))
+        self.assertEqual(r.header_all("X-Kept"), ["one", "two"])
+        self.assertEqual(seen(self.origin, t), 1)
+
+    def test_head_conditional_and_range_hits(self):
+        t = self.target("kinds")
+        m = self.miss(t)
+        r = fetch_req(self.port, t, method="HEAD")
+        self.assertEqual(r.status, 200)
+        self.assertHitHead(r, m, ["content-length", "connection"])
+        self.assertEqual(r.header("Content-Length"), "300")
+        r = fetch_req(self.port, t, headers=[("If-None-Match", '"h1"')])
+        self.assertEqual(r.status, 304)
+        self.assertEqual(r.body, b"")
+        self.assertHitHead(r, m, ["connection"])
+        r = fetch_req(self.port, t, headers=[("Range", "bytes=10-19")])
+        self.assertEqual(r.status, 206)
+        self.assertHitHead(r, m, ["content-length", "content-range", "connection"])
+        self.assertEqual(r.header("Content-Range"), "bytes 10-19/300")
+        self.assertEqual(r.body, origin_body(10, 10))
+        self.assertEqual(seen(self.origin, t), 1)
+
+    def test_keep_alive_and_close(self):
+        t = self.target("ka")
+        m = self.miss(t)
+        # HTTP/1.1 keeps the connection without saying so; two hits on one connection.
+        with Client(self.port) as c:
+            for _ in range(2):
+                c.send(req(t, close=False))
+                r = c.read_response()
+                self.assertEqual(r.status, 200)
+                self.assertHitHead(r, m, ["content-length"])
+                self.assertEqual(r.body, origin_body(300))
+        # HTTP/1.0 with keep-alive gets it said; without, the connection closes.
+        raw10 = ("GET %s HTTP/1.0\r\nHost: umbra.test\r\n" % t).encode()
+        with Client(self.port) as c:
+            c.send(raw10 + b"Connection: keep-alive\r\n\r\n")
+            r = c.read_response()
+            self.assertHitHead(r, m, ["content-length", "connection"])
+            self.assertEqual(r.header("Connection"), "keep-alive")
+        data, closed = exchange(self.port, raw10 + b"\r\n")
+        self.assertTrue(closed)
+        r = parse_response(data)
+        self.assertHitHead(r, m, ["content-length", "connection"])
+        self.assertEqual(r.header("Connection"), "close")
+        self.assertEqual(r.body, origin_body(300))
+
+    def test_pipelined_hits(self):
+        t = self.target("pipe", 2000)
+        m = self.miss(t)
+        methods = ["GET", "HEAD", "GET", "GET", "GET"]
+        raw = (req(t, close=False) + req(t, "HEAD", close=False) +
+               req(t, headers=[("Range", "bytes=0-4")], close=False) +
+               req(t, headers=[("If-None-Match", '"h1"')], close=False) + req(t))
+        data, closed = exchange(self.port, raw)
+        self.assertTrue(closed)
+        rs = parse_responses(data, head_methods=methods)
+        self.assertEqual([r.status for r in rs], [200, 200, 206, 304, 200])
+        self.assertEqual([len(r.body) for r in rs], [2000, 0, 5, 0, 2000])
+        self.assertEqual(rs[0].body, origin_body(2000))
+        self.assertEqual(rs[2].body, origin_body(5))
+        for r in rs:
+            framing = ["content-length"] if r.status != 304 else []
+            if r.status == 206:
+                framing.append("content-range")
+            if r is rs[-1]:
+                framing.append("connection")
+            self.assertHitHead(r, m, framing)
+        self.assertEqual(seen(self.origin, t), 1)
 
 
 class RangeCrashTest(unittest.TestCase, CacheAssertions):

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -66,6 +67,57 @@ static void test_combined_escapes_and_no_request(void **state)
     r.status = 400;
     um_access_log_format(out, sizeof(out), UM_ACCESS_COMBINED, &r, NOW, 0);
     assert_non_null(strstr(out, "] \"-\" 400 "));
+}
+
+/* The date of a line is the UTC date of its time, for any time (leap years, centuries,
+ * the days around them): checked against gmtime_r. */
+static void test_combined_dates_match_gmtime(void **state)
+{
+    (void)state;
+    static const char *const months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    struct um_access_rec r = rec();
+    char out[1024], want[64];
+    /* From 1970 to past 2400, a week and 3,601 s at a time, and the seconds around a few
+     * leap days and century ends. */
+    int64_t special[] = {0, 86399, 86400, 951782399, 951782400, 951868800, 4107542399,
+                         4107542400, 4107628800, 13574563200, 13574649599};
+    size_t checked = 0;
+    for (int64_t i = 0, t = 0; t < 13600000000; i++) {
+        t = i < (int64_t)UM_NELEMS(special) ? special[i]
+                                            : (i - (int64_t)UM_NELEMS(special)) * (7 * 86400 + 3601);
+        if (i >= (int64_t)UM_NELEMS(special) && t >= 13600000000)
+            break;
+        checked++;
+        time_t tt = (time_t)t;
+        struct tm tm;
+        assert_non_null(gmtime_r(&tt, &tm));
+        snprintf(want, sizeof(want), "[%02d/%s/%04d:%02d:%02d:%02d +0000]", tm.tm_mday,
+                 months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        um_access_log_format(out, sizeof(out), UM_ACCESS_COMBINED, &r, t, 0);
+        if (strstr(out, want) == NULL)
+            fail_msg("t=%lld: want %s in %s", (long long)t, want, out);
+    }
+    assert_true(checked > 20000);
+}
+
+/* Escapes at either end of a field and between plain runs; HTTP/1.0; large numbers. */
+static void test_combined_runs_and_numbers(void **state)
+{
+    (void)state;
+    char out[1024];
+    struct um_access_rec r = rec();
+    r.target = S("\x7f/plain/run\"\\more\x80");
+    r.minor_version = 0;
+    r.body_bytes = 18446744073709551615ull;
+    r.upstream_ms = 1234567;
+    um_access_log_format(out, sizeof(out), UM_ACCESS_COMBINED, &r, NOW, 0);
+    assert_non_null(strstr(out, "\"GET \\x7F/plain/run\\x22\\x5Cmore\\x80 HTTP/1.0\" 200 "
+                                "18446744073709551615 \"-\" \"curl/8\" "
+                                "\"umbra; fwd=uri-miss; stored\" 1234.567\n"));
+    r.upstream_ms = 0;
+    um_access_log_format(out, sizeof(out), UM_ACCESS_COMBINED, &r, NOW, 0);
+    assert_non_null(strstr(out, "\" 0.000\n"));
 }
 
 static void test_json(void **state)
@@ -191,6 +243,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_combined),
         cmocka_unit_test(test_combined_escapes_and_no_request),
+        cmocka_unit_test(test_combined_dates_match_gmtime),
+        cmocka_unit_test(test_combined_runs_and_numbers),
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_tunnel_fields),
         cmocka_unit_test(test_truncation_reports_full_length),

@@ -210,6 +210,7 @@ struct client {
     size_t fields_len;
     char body[1024];
     size_t body_len;
+    size_t num_wire; /* fields the head carried serialised (um_response_head.wire) */
 };
 
 static void rec_on_head(struct um_sink *s, const struct um_response_head *h)
@@ -222,6 +223,26 @@ static void rec_on_head(struct um_sink *s, const struct um_response_head *h)
         c->cs = *h->cache;
         c->has_cs = true;
     }
+    /* A serialised block must be exactly the fields it stands for, as HTTP/1.1 writes
+     * them: a connection sends it instead of them. */
+    assert_true(h->num_wire <= h->num_headers);
+    if (h->num_wire > 0) {
+        char want[1024];
+        size_t wl = 0;
+        for (size_t i = 0; i < h->num_wire; i++) {
+            int n = snprintf(want + wl, sizeof(want) - wl, "%.*s: %.*s\r\n",
+                             (int)h->headers[i].name.len, h->headers[i].name.base,
+                             (int)h->headers[i].value.len, h->headers[i].value.base);
+            assert_true(n > 0 && (size_t)n < sizeof(want) - wl);
+            wl += (size_t)n;
+        }
+        if (h->wire.len != wl || memcmp(h->wire.base, want, wl) != 0)
+            fail_msg("wire block \"%.*s\", want \"%.*s\"", (int)h->wire.len, h->wire.base,
+                     (int)wl, want);
+    } else {
+        assert_int_equal(h->wire.len, 0);
+    }
+    c->num_wire = h->num_wire;
     for (size_t i = 0; i < h->num_headers; i++) {
         int n = snprintf(c->fields + c->fields_len, sizeof(c->fields) - c->fields_len,
                          "%.*s: %.*s\n", (int)h->headers[i].name.len, h->headers[i].name.base,
@@ -338,8 +359,16 @@ static void run_loop(void)
         assert_int_equal(um_loop_run_once(fx->loop, 0), UM_OK);
 }
 
+static struct client *get_with(const char *path, const char *name, const char *value);
+
 /* A client asks for GET path, Host example.com. */
 static struct client *get(const char *path)
+{
+    return get_with(path, NULL, NULL);
+}
+
+/* The same with one more field, name: value (name NULL: none). */
+static struct client *get_with(const char *path, const char *name, const char *value)
 {
     assert_true(fx->num_clients < UM_NELEMS(fx->clients));
     struct client *c = &fx->clients[fx->num_clients++];
@@ -353,6 +382,9 @@ static struct client *get(const char *path)
     r->authority = (um_str)UM_STR("example.com");
     r->minor_version = 1;
     r->headers[r->num_headers++] = (struct um_header){UM_STR("Host"), UM_STR("example.com")};
+    if (name != NULL)
+        r->headers[r->num_headers++] =
+            (struct um_header){{name, strlen(name)}, {value, strlen(value)}};
     r->flags = UM_REQ_F_KEEPALIVE;
     c->fetch = (struct um_fetch){.ctx = &fx->ctx,
                                  .req = r,
@@ -643,6 +675,77 @@ static void test_hit_conditional_and_range_from_meta(void **state)
     assert_int_equal(fx->inner.num_fetches, 1);
 }
 
+/* A hit hands over the stored fields as the block they were stored in (the connection
+ * copies it at once), and only those: Age and Cache-Status come after it, as fields; the
+ * 304 and 206 made from the object carry it too. A pass (not stored) carries none. */
+static void test_hit_head_carries_stored_block(void **state)
+{
+    (void)state;
+    struct client *a = get("/w");
+    send_head(fetch_no(0), 200, "Cache-Control", "max-age=60", "Content-Type", "text/plain",
+              "ETag", "\"w1\"", "X-Kept", "yes", NULL);
+    send_data(fetch_no(0), "0123456789");
+    send_end(fetch_no(0));
+    run_loop();
+    done_with(a, 200, "0123456789");
+
+    struct client *b = get("/w");
+    done_with(b, 200, "0123456789");
+    assert_true(b->cs.hit);
+    assert_int_equal(b->num_wire, 4); /* Cache-Control, Content-Type, ETag, X-Kept */
+    assert_true(has_field(b, "X-Kept: yes\nAge: "));
+    assert_true(has_field(b, "Cache-Status: umbra; hit"));
+
+    /* Conditional and ranged hits. */
+    struct client *c = get_with("/w", "If-None-Match", "\"w1\"");
+    done_with(c, 304, "");
+    assert_int_equal(c->num_wire, 4);
+    struct client *d = get_with("/w", "Range", "bytes=2-4");
+    done_with(d, 206, "234");
+    assert_int_equal(d->num_wire, 4);
+    assert_true(has_field(d, "Content-Range: bytes 2-4/10\n"));
+
+    /* Not stored: the origin's head passes with its own fields, no block. */
+    struct client *e = get("/p");
+    send_head(fetch_no(1), 200, "Cache-Control", "no-store", NULL);
+    send_data(fetch_no(1), "x");
+    send_end(fetch_no(1));
+    run_loop();
+    done_with(e, 200, "x");
+    assert_int_equal(e->num_wire, 0);
+}
+
+/* The URL's key: the Host lowered (eight bytes at a time, then the rest), the target as
+ * sent. */
+static void test_url_key_lowers_the_host(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *host, *path, *query, *want;
+    } cases[] = {
+        {"WWW.EXAMPLE.COM", "/A/B", NULL, "www.example.com /A/B"},
+        {"[FE80::AB]:8080", "/X", "Q=Z", "[fe80::ab]:8080 /X?Q=Z"},
+        /* Around the letters: '@' and '[' (either side of 'A'..'Z'), '`' and '{'. */
+        {"@AZ[`az{@AZ[`az{@Z", "/", NULL, "@az[`az{@az[`az{@z /"},
+        {"h", "/p", "", "h /p?"},
+    };
+    for (size_t i = 0; i < UM_NELEMS(cases); i++) {
+        struct um_request r;
+        memset(&r, 0, sizeof(r));
+        r.authority = (um_str){cases[i].host, strlen(cases[i].host)};
+        r.path = (um_str){cases[i].path, strlen(cases[i].path)};
+        if (cases[i].query) {
+            r.query = (um_str){cases[i].query, strlen(cases[i].query)};
+            r.flags |= UM_REQ_F_HAS_QUERY;
+        }
+        char k[64];
+        size_t n = um_cache_url_key_len(&r);
+        assert_int_equal(n, strlen(cases[i].want));
+        um_cache_url_key_write(&r, k);
+        assert_memory_equal(k, cases[i].want, n);
+    }
+}
+
 /* The meta block a fill stores says what parsing its head block says. */
 static void test_meta_matches_parsed_head(void **state)
 {
@@ -692,6 +795,14 @@ static void test_meta_matches_parsed_head(void **state)
     assert_int_equal(m->last_modified, rm.last_modified);
     assert_true(m->has_date && rm.has_date);
     assert_int_equal(m->date, rm.date);
+    assert_true(m->flags & META_F_WIRE); /* "Name: value\r\n" lines only: sent as it is */
+    free(m);
+
+    /* A block that is not field lines alone (a bare LF) is never sent as it is. */
+    static const char odd[] = "Content-Type: text/plain\r\nX-A: b\n";
+    m = um__cache_meta_build(&base, (um_str){odd, sizeof(odd) - 1}, NULL, &len);
+    assert_int_equal(m->nfields, 2);
+    assert_false(m->flags & META_F_WIRE);
     free(m);
 
     /* A hit-for-pass marker's empty head. */
@@ -717,6 +828,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_hit_conditional_and_range_from_meta, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_hit_head_carries_stored_block, setup, teardown),
+        cmocka_unit_test(test_url_key_lowers_the_host),
         cmocka_unit_test(test_meta_matches_parsed_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1827,6 +1827,12 @@ static void test_cache_status_truncation(void **state)
     assert_int_equal(n, strlen(full));
     assert_string_equal(out, "umbra; fw");
     assert_int_equal(um_cache_status_format(NULL, 0, &cs), strlen(full));
+    /* A hit too (its short way writes only what fits whole). */
+    cs = (struct um_cache_status){.cache_name = "umbra", .hit = true, .has_ttl = true, .ttl = 42};
+    n = um_cache_status_format(out, sizeof(out), &cs);
+    assert_int_equal(n, strlen("umbra; hit; ttl=42"));
+    assert_string_equal(out, "umbra; hi");
+    assert_int_equal(um_cache_status_format(NULL, 0, &cs), n);
 }
 
 int main(void)
