@@ -26,8 +26,10 @@
  *
  * Abuse. Streams beyond max_concurrent_streams are refused by nghttp2; RST_STREAM frames
  * from the client spend a token bucket (rapid reset), CONTINUATION frames of one head are
- * counted, header lists are capped (431), and SETTINGS and PING floods are bounded with
- * nghttp2's options. Each of these ends with GOAWAY ENHANCE_YOUR_CALM. */
+ * counted, header lists are capped (431), SETTINGS and PING ACKs waiting for a client that
+ * does not read are bounded with nghttp2's options, and frames that do no work (PING,
+ * SETTINGS, PRIORITY, empty DATA, invalid frames) spend a second token bucket, whether or
+ * not the client reads. Each of these ends with GOAWAY ENHANCE_YOUR_CALM. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -48,6 +50,8 @@
                                        default) */
 #define RST_BURST 200               /* client resets allowed at once... */
 #define RST_PER_SEC 50              /* ...and replenished per second */
+#define GLITCH_BURST 1000           /* frames that do no work allowed at once... */
+#define GLITCH_PER_SEC 100          /* ...and replenished per second */
 #define MAX_OUTBOUND_ACK 1000       /* SETTINGS/PING acks queued before GOAWAY */
 #define MAX_SETTINGS 32             /* entries in one SETTINGS frame */
 
@@ -105,6 +109,10 @@ struct um__h2 {
     /* Rapid reset: tokens left and when they were last replenished (loop ms). */
     double rst_tokens;
     uint64_t rst_at;
+    /* Frames that cost work and ask for none (PING, SETTINGS, PRIORITY, empty DATA, invalid
+     * frames): the same kind of bucket. */
+    double glitch_tokens;
+    uint64_t glitch_at;
     /* The frame boundaries in what the client sends, tracked before nghttp2 sees it:
      * the bytes of the frame being skipped, a partial frame header, and the count of
      * CONTINUATION frames in a row. */
@@ -715,6 +723,33 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame,
     return 0;
 }
 
+/* Spends a token of a bucket (burst tokens, per_sec replenished each second); false when
+ * it is empty. */
+static bool spend(struct um__h2 *h, double *tokens, uint64_t *at, double burst, double per_sec)
+{
+    uint64_t now = um_loop_now(h->c->w->loop);
+    *tokens += (double)(now - *at) * per_sec / 1000.0;
+    if (*tokens > burst)
+        *tokens = burst;
+    *at = now;
+    if (*tokens < 1)
+        return false;
+    *tokens -= 1;
+    return true;
+}
+
+/* A frame that does no work for the client (a PING or SETTINGS it sends without end, a
+ * PRIORITY, an empty DATA frame, a frame nghttp2 refused): HAProxy's "glitches". Past the
+ * budget the connection ends with ENHANCE_YOUR_CALM, whether or not the client reads the
+ * ACKs (nghttp2's own limit counts only those queued). */
+static int glitch(struct um__h2 *h, const char *what)
+{
+    if (spend(h, &h->glitch_tokens, &h->glitch_at, GLITCH_BURST, GLITCH_PER_SEC))
+        return 0;
+    fail(h, NGHTTP2_ENHANCE_YOUR_CALM, what);
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user)
 {
     struct um__h2 *h = user;
@@ -731,21 +766,26 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     case NGHTTP2_DATA:
         if (s && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
             s->body_eof = true;
+        else if (frame->hd.length == 0)
+            return glitch(h, "too many empty DATA frames");
         break;
-    case NGHTTP2_RST_STREAM: {
+    case NGHTTP2_RST_STREAM:
         /* Rapid reset (CVE-2023-44487): a token bucket on the client's resets. */
-        uint64_t now = um_loop_now(h->c->w->loop);
-        h->rst_tokens += (double)(now - h->rst_at) * RST_PER_SEC / 1000.0;
-        if (h->rst_tokens > RST_BURST)
-            h->rst_tokens = RST_BURST;
-        h->rst_at = now;
-        if (h->rst_tokens < 1) {
+        if (!spend(h, &h->rst_tokens, &h->rst_at, RST_BURST, RST_PER_SEC)) {
             fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "too many stream resets");
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
-        h->rst_tokens -= 1;
         break;
-    }
+    case NGHTTP2_PING:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
+            return glitch(h, "too many PING frames");
+        break;
+    case NGHTTP2_SETTINGS:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
+            return glitch(h, "too many SETTINGS frames");
+        break;
+    case NGHTTP2_PRIORITY:
+        return glitch(h, "too many PRIORITY frames");
     default:
         break;
     }
@@ -786,6 +826,15 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
     return 0;
 }
 
+static int on_invalid_frame(nghttp2_session *session, const nghttp2_frame *frame, int err,
+                            void *user)
+{
+    (void)session;
+    (void)frame;
+    (void)err;
+    return glitch(user, "too many invalid frames");
+}
+
 static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t err, void *user)
 {
     (void)err;
@@ -814,6 +863,7 @@ static void make_callbacks(void)
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
         nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+        nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
     }
 }
 
@@ -829,8 +879,9 @@ bool um__conn_h2_start(struct um__conn *c)
     struct um__h2 *h = um_calloc(1, sizeof(*h));
     h->c = c;
     h->rst_tokens = RST_BURST;
+    h->glitch_tokens = GLITCH_BURST;
     h->scan_skip = UM__H2_PREFACE_LEN; /* the client preface is not a frame */
-    h->rst_at = um_loop_now(c->w->loop);
+    h->rst_at = h->glitch_at = um_loop_now(c->w->loop);
     nghttp2_option *opt;
     nghttp2_option_new(&opt);
     nghttp2_option_set_no_auto_window_update(opt, 1);
