@@ -59,16 +59,25 @@ struct h2_field {
     uint32_t name_off, name_len, value_off, value_len;
 };
 
+/* A piece of a response body waiting for nghttp2 to frame it: a borrowed slice (release
+ * not NULL: the cache's bytes, released once sent) or, release NULL, the next len bytes of
+ * the stream's copy buffer (out). */
+struct h2_seg {
+    const char *p;
+    size_t len;
+    void (*release)(void *ctx);
+    void *ctx;
+};
+#define MAX_SEGS 16 /* per stream; the last slot is kept for copied bytes */
+
 struct h2_stream {
-    struct um__exchange x;
     struct um__h2 *h2;
     int32_t id;
-    struct h2_stream *prev, *next; /* the connection's streams */
+    struct h2_stream *prev, *next; /* the connection's streams (or its free list) */
 
     /* The request head as it arrives: names and values in hbuf, by offset (hbuf may
      * move), turned into x.req once complete. */
     struct um_buf hbuf;
-    struct h2_field fields[UM_HTTP1_MAX_HEADERS];
     size_t num_fields;
     struct h2_field method, path, scheme, authority; /* name_len unused */
     bool has_method, has_path, has_scheme, has_authority;
@@ -85,22 +94,37 @@ struct h2_stream {
     bool body_eof;       /* END_STREAM came */
     uint64_t body_seen;
 
-    /* The response: out[opos..len), then file_left bytes of file_fd at file_off. */
+    /* The response body: the segments segs[seg_head..num_segs) (ref_bytes borrowed, the
+     * copied ones at out[opos..len)), then file_left bytes of file_fd at file_off. nghttp2
+     * frames them without copying (NGHTTP2_DATA_FLAG_NO_COPY): send_data_frame copies
+     * each frame's bytes once, from where they are into the output queue. */
     bool submitted;      /* the head went to nghttp2 */
     struct um_buf out;
     size_t opos;
+    struct h2_seg segs[MAX_SEGS];
+    unsigned seg_head, num_segs;
+    size_t ref_bytes;
     int file_fd;
     uint64_t file_off, file_left;
     bool out_end, out_abort;
     bool deferred;       /* read_data said NGHTTP2_ERR_DEFERRED */
 
     bool closed;         /* nghttp2 is done with it */
+
+    /* Last, so that a stream taken again from the free list is cleared without them: the
+     * fields of the head (num_fields of them are set) and the exchange (whose request
+     * header table is filled as far as num_headers says). */
+    struct h2_field fields[UM_HTTP1_MAX_HEADERS];
+    struct um__exchange x;
 };
 
 struct um__h2 {
     struct um__conn *c;
     nghttp2_session *session;
     struct h2_stream *streams;
+    /* Streams done with, kept with their buffers for the next ones while the connection
+     * is busy (at most as many as were open at once); freed when no stream is open. */
+    struct h2_stream *free_streams;
     size_t num_streams;
     uint64_t total_streams;
     bool failed;          /* a connection error: GOAWAY queued, no more input */
@@ -129,7 +153,19 @@ static inline struct h2_stream *stream_of(struct um__exchange *x)
 
 static size_t out_buffered(const struct h2_stream *s)
 {
-    return s->out.len - s->opos + (size_t)s->file_left;
+    return s->out.len - s->opos + s->ref_bytes + (size_t)s->file_left;
+}
+
+/* Releases the borrowed segments not sent (the stream is reset or freed). */
+static void segs_drop(struct h2_stream *s)
+{
+    for (unsigned i = s->seg_head; i < s->num_segs; i++)
+        if (s->segs[i].release)
+            s->segs[i].release(s->segs[i].ctx);
+    s->seg_head = s->num_segs = 0;
+    s->ref_bytes = 0;
+    s->opos = 0;
+    um_buf_reset(&s->out);
 }
 
 /* Ends the connection with a GOAWAY carrying err (once). */
@@ -156,40 +192,53 @@ static void wake(struct h2_stream *s)
 /* Connection-specific fields never cross to HTTP/2 (RFC 9113 section 8.2.2). */
 static bool hop_by_hop(um_str n)
 {
-    return um_str_eq_ci(n, "connection") || um_str_eq_ci(n, "keep-alive") ||
-           um_str_eq_ci(n, "transfer-encoding") || um_str_eq_ci(n, "upgrade") ||
-           um_str_eq_ci(n, "proxy-connection") || um_str_eq_ci(n, "te");
+    switch (n.len) {
+    case 2: return um_str_eq_ci(n, "te");
+    case 7: return um_str_eq_ci(n, "upgrade");
+    case 10: return um_str_eq_ci(n, "connection") || um_str_eq_ci(n, "keep-alive");
+    case 16: return um_str_eq_ci(n, "proxy-connection");
+    case 17: return um_str_eq_ci(n, "transfer-encoding");
+    default: return false;
+    }
 }
 
+/* The name in lower case (section 8.2.1): name itself when it is, else a copy in
+ * scratch[*used..] (or, past its room, in the arena). */
+static const char *lower_name(um_str name, char *scratch, size_t room, size_t *used,
+                              struct um_arena *arena)
+{
+    size_t k = 0;
+    while (k < name.len && !(name.base[k] >= 'A' && name.base[k] <= 'Z'))
+        k++;
+    if (k == name.len)
+        return name.base;
+    char *out;
+    if (room - *used >= name.len) {
+        out = scratch + *used;
+        *used += name.len;
+    } else {
+        out = um_arena_alloc(arena, name.len);
+    }
+    for (k = 0; k < name.len; k++) {
+        char ch = name.base[k];
+        out[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+    }
+    return out;
+}
+
+/* nghttp2 asks what the next DATA frame of a stream carries: up to length bytes of what
+ * is buffered, framed by send_data_frame (no copy into nghttp2's buffer). */
 static ssize_t read_data(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length,
                          uint32_t *flags, nghttp2_data_source *src, void *user)
 {
     (void)session;
     (void)id;
+    (void)buf;
     (void)user;
     struct h2_stream *s = src->ptr;
-    size_t n = 0;
-    size_t avail = s->out.len - s->opos;
-    if (avail > 0) {
-        n = avail < length ? avail : length;
-        memcpy(buf, s->out.base + s->opos, n);
-        s->opos += n;
-        if (s->opos == s->out.len) {
-            s->opos = 0;
-            um_buf_reset(&s->out);
-        }
-    } else if (s->file_left > 0) {
-        size_t want = s->file_left < length ? (size_t)s->file_left : length;
-        ssize_t r = pread(s->file_fd, buf, want, (off_t)s->file_off);
-        if (r <= 0) {
-            um_log_err("http2: reading a response file: %s", r < 0 ? strerror(errno) : "it shrank");
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM: not whole */
-        }
-        n = (size_t)r;
-        s->file_off += n;
-        s->file_left -= n;
-    }
-    if (out_buffered(s) == 0) {
+    size_t avail = out_buffered(s);
+    size_t n = avail < length ? avail : length;
+    if (n == avail) {
         if (s->out_abort)
             return n > 0 ? (ssize_t)n : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
         if (s->out_end) {
@@ -199,7 +248,74 @@ static ssize_t read_data(nghttp2_session *session, int32_t id, uint8_t *buf, siz
             return NGHTTP2_ERR_DEFERRED;
         }
     }
+    if (n > 0)
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     return (ssize_t)n;
+}
+
+/* Writes a DATA frame: its header (from nghttp2), then length bytes of the stream's
+ * segments and file, copied once, into the output queue. */
+static int send_data_frame(nghttp2_session *session, nghttp2_frame *frame,
+                           const uint8_t *framehd, size_t length, nghttp2_data_source *src,
+                           void *user)
+{
+    (void)session;
+    struct um__h2 *h = user;
+    struct h2_stream *s = src->ptr;
+    struct um__outq *q = &h->c->out;
+    size_t pad = frame->data.padlen;
+    um__outq_reserve(q, 9 + pad + length);
+    size_t start = q->buf.len;
+    um_buf_append(&q->buf, framehd, 9);
+    if (pad > 0)
+        um_buf_append(&q->buf, (uint8_t[]){(uint8_t)(pad - 1)}, 1);
+    size_t left = length;
+    while (left > 0 && s->seg_head < s->num_segs) {
+        struct h2_seg *g = &s->segs[s->seg_head];
+        size_t k = g->len < left ? g->len : left;
+        if (g->release) {
+            um_buf_append(&q->buf, g->p, k);
+            g->p += k;
+            s->ref_bytes -= k;
+        } else {
+            um_buf_append(&q->buf, s->out.base + s->opos, k);
+            s->opos += k;
+            if (s->opos == s->out.len) {
+                s->opos = 0;
+                um_buf_reset(&s->out);
+            }
+        }
+        g->len -= k;
+        left -= k;
+        if (g->len == 0) {
+            if (g->release)
+                g->release(g->ctx);
+            if (++s->seg_head == s->num_segs)
+                s->seg_head = s->num_segs = 0;
+        }
+    }
+    if (left > 0) {
+        /* The file's bytes, read straight into the queue. */
+        ssize_t r = left <= s->file_left
+                        ? pread(s->file_fd, q->buf.base + q->buf.len, left, (off_t)s->file_off)
+                        : -1;
+        if (r != (ssize_t)left) {
+            um_log_err("http2: reading a response file: %s", r < 0 ? strerror(errno) : "it shrank");
+            q->buf.len = start; /* no partial frame */
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM: not whole */
+        }
+        um_buf_commit(&q->buf, left);
+        s->file_off += left;
+        s->file_left -= left;
+    }
+    if (pad > 1) {
+        memset(q->buf.base + q->buf.len, 0, pad - 1);
+        um_buf_commit(&q->buf, pad - 1);
+    }
+    /* Enough for this turn: the rest when the queue drained (h2_on_drained). */
+    if (um__outq_backlog(q) >= OUT_SOFT_MAX)
+        return NGHTTP2_ERR_PAUSE;
+    return 0;
 }
 
 static void send_head(struct um__exchange *x, const struct um_response_head *h)
@@ -222,15 +338,13 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
         NV("date", 4, um__worker_date(c->w), UM_HTTP_DATE_LEN);
     NV("server", 6, "umbra/" UMBRA_VERSION, sizeof("umbra/" UMBRA_VERSION) - 1);
     size_t bytes = 0;
+    char scratch[2048]; /* lower-case names; nghttp2 copies them before we return */
+    size_t used = 0;
     for (size_t i = 0; i < h->num_headers && n < UM_NELEMS(nva) - 2; i++) {
         const struct um_header *f = &h->headers[i];
-        if (hop_by_hop(f->name) || f->name.len == 0)
+        if (f->name.len == 0 || hop_by_hop(f->name))
             continue;
-        /* Field names are lower case on HTTP/2 (section 8.2.1). */
-        char *name = um_arena_strdup(&x->arena, f->name.base, f->name.len);
-        for (size_t k = 0; k < f->name.len; k++)
-            if (name[k] >= 'A' && name[k] <= 'Z')
-                name[k] = (char)(name[k] + 32);
+        const char *name = lower_name(f->name, scratch, sizeof(scratch), &used, &x->arena);
         NV(name, f->name.len, f->value.base, f->value.len);
         bytes += f->name.len + f->value.len + 32;
     }
@@ -256,6 +370,18 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
     um__conn_wake(c);
 }
 
+/* Copies len bytes to the stream's copy buffer, as a segment (the last one grows). */
+static void seg_copy(struct h2_stream *s, const char *data, size_t len)
+{
+    um_buf_append(&s->out, data, len);
+    if (s->num_segs > s->seg_head && s->segs[s->num_segs - 1].release == NULL) {
+        s->segs[s->num_segs - 1].len += len;
+        return;
+    }
+    UM_ASSERT(s->num_segs < MAX_SEGS); /* borrowed ones leave the last slot free */
+    s->segs[s->num_segs++] = (struct h2_seg){NULL, len, NULL, NULL};
+}
+
 static size_t send_data(struct um__exchange *x, const char *data, size_t len, bool may_refuse)
 {
     struct h2_stream *s = stream_of(x);
@@ -263,7 +389,7 @@ static size_t send_data(struct um__exchange *x, const char *data, size_t len, bo
         return len; /* the client reset it: the bytes go nowhere */
     if (may_refuse && out_buffered(s) > STREAM_BUF_MAX)
         return 0;
-    um_buf_append(&s->out, data, len);
+    seg_copy(s, data, len);
     wake(s);
     return len;
 }
@@ -271,11 +397,23 @@ static size_t send_data(struct um__exchange *x, const char *data, size_t len, bo
 static size_t send_ref(struct um__exchange *x, const char *data, size_t len,
                        void (*release)(void *ctx), void *ctx, bool may_refuse)
 {
-    /* nghttp2 copies DATA payloads into its frames: copy once here and release now. */
-    size_t taken = send_data(x, data, len, may_refuse);
-    if (taken)
+    struct h2_stream *s = stream_of(x);
+    if (s->closed) {
         release(ctx);
-    return taken;
+        return len;
+    }
+    if (may_refuse && out_buffered(s) > STREAM_BUF_MAX)
+        return 0;
+    if (s->num_segs + 1 < MAX_SEGS) {
+        /* Kept as it is until its frames are written (send_data_frame). */
+        s->segs[s->num_segs++] = (struct h2_seg){data, len, release, ctx};
+        s->ref_bytes += len;
+    } else {
+        seg_copy(s, data, len);
+        release(ctx);
+    }
+    wake(s);
+    return len;
 }
 
 static void send_file(struct um__exchange *x, int fd, uint64_t off, uint64_t len)
@@ -365,13 +503,12 @@ static void send_info(struct um__exchange *x, int status, const struct um_header
                   (char)('0' + status % 10)};
     nva[k++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)st, 7, 3, NGHTTP2_NV_FLAG_NONE};
     size_t bytes = 0;
+    char scratch[1024];
+    size_t used = 0;
     for (size_t i = 0; i < n && k < UM_NELEMS(nva); i++) {
-        if (hop_by_hop(h[i].name) || h[i].name.len == 0)
+        if (h[i].name.len == 0 || hop_by_hop(h[i].name))
             continue;
-        char *name = um_arena_strdup(&x->arena, h[i].name.base, h[i].name.len);
-        for (size_t j = 0; j < h[i].name.len; j++)
-            if (name[j] >= 'A' && name[j] <= 'Z')
-                name[j] = (char)(name[j] + 32);
+        const char *name = lower_name(h[i].name, scratch, sizeof(scratch), &used, &x->arena);
         nva[k++] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)h[i].value.base, h[i].name.len,
                                 h[i].value.len, NGHTTP2_NV_FLAG_NONE};
         bytes += h[i].name.len + h[i].value.len + 32;
@@ -403,13 +540,28 @@ static const struct um__exchange_conn_ops h2_exchange_ops = {
 static struct h2_stream *stream_new(struct um__h2 *h, int32_t id)
 {
     struct um__conn *c = h->c;
-    struct h2_stream *s = um_calloc(1, sizeof(*s));
+    struct h2_stream *s = h->free_streams;
+    if (s != NULL) {
+        /* Taken again with its buffers: all but the head's fields and the request's
+         * header table are cleared (as conn.c's req_get does). */
+        h->free_streams = s->next;
+        struct um_buf hbuf = s->hbuf, body = s->body, out = s->out;
+        memset(s, 0, offsetof(struct h2_stream, fields));
+        memset(&s->x, 0, offsetof(struct um__exchange, req.headers));
+        char *rest = (char *)&s->x.req.num_headers;
+        memset(rest, 0, sizeof(*s) - (size_t)(rest - (char *)s));
+        s->hbuf = hbuf;
+        s->body = body;
+        s->out = out;
+    } else {
+        s = um_calloc(1, sizeof(*s));
+        um_buf_init(&s->hbuf);
+        um_buf_init(&s->body);
+        um_buf_init(&s->out);
+    }
     s->h2 = h;
     s->id = id;
     s->file_fd = -1;
-    um_buf_init(&s->hbuf);
-    um_buf_init(&s->body);
-    um_buf_init(&s->out);
     um__exchange_init(&s->x, &h2_exchange_ops, c->w, c->runtime, c->t, c->peer_ip,
                       c->peer_port, c->id);
     s->next = h->streams;
@@ -435,11 +587,32 @@ static void stream_free(struct um__h2 *h, struct h2_stream *s)
         nghttp2_session_set_stream_user_data(h->session, s->id, NULL);
     if (s->file_fd >= 0)
         close(s->file_fd);
-    um_buf_dispose(&s->hbuf);
-    um_buf_dispose(&s->body);
-    um_buf_dispose(&s->out);
+    segs_drop(s);
     um_arena_reset(&s->x.arena);
-    free(s);
+    /* Kept for the next stream, its buffers emptied (a large one goes back first). */
+    um_buf_reset(&s->hbuf);
+    um_buf_reset(&s->body);
+    if (s->hbuf.cap > 16 * 1024)
+        um_buf_dispose(&s->hbuf);
+    if (s->body.cap > 64 * 1024)
+        um_buf_dispose(&s->body);
+    if (s->out.cap > 64 * 1024)
+        um_buf_dispose(&s->out);
+    s->next = h->free_streams;
+    h->free_streams = s;
+}
+
+/* Frees the streams kept for reuse (no stream is open, or the connection goes). */
+static void free_streams_release(struct um__h2 *h)
+{
+    while (h->free_streams) {
+        struct h2_stream *s = h->free_streams;
+        h->free_streams = s->next;
+        um_buf_dispose(&s->hbuf);
+        um_buf_dispose(&s->body);
+        um_buf_dispose(&s->out);
+        free(s);
+    }
 }
 
 static um_str field_str(const struct h2_stream *s, uint32_t off, uint32_t len)
@@ -451,7 +624,12 @@ static um_str field_str(const struct h2_stream *s, uint32_t off, uint32_t len)
 static int build_request(struct h2_stream *s)
 {
     struct um_request *req = &s->x.req;
-    memset(req, 0, sizeof(*req));
+    /* All but the header table, filled below as far as num_headers says. */
+    memset(req, 0, offsetof(struct um_request, headers));
+    req->num_headers = 0;
+    req->head_len = 0;
+    req->content_length = 0;
+    req->flags = 0;
     if (s->too_large)
         return 431;
     /* nghttp2 checked the pseudo-fields (section 8.3.1): present once, before the others,
@@ -864,6 +1042,7 @@ static void make_callbacks(void)
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
         nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
         nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
+        nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_frame);
     }
 }
 
@@ -1047,6 +1226,8 @@ static void h2_arm_timer(struct um__conn *c)
      * output queue's memory. */
     if (c->rbuf != NULL && c->rpos == c->rlen)
         um__conn_rbuf_release(c);
+    if (h->num_streams == 0)
+        free_streams_release(h);
     if (h->num_streams == 0 && !um__outq_pending(&c->out) &&
         !nghttp2_session_want_write(h->session))
         um__outq_shrink(&c->out);
@@ -1125,6 +1306,7 @@ static void h2_dispose(struct um__conn *c)
         um__exchange_finish(&s->x);
         stream_free(h, s);
     }
+    free_streams_release(h);
     nghttp2_session_del(h->session);
     free(h);
     c->h2 = NULL;
