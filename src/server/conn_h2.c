@@ -73,7 +73,7 @@ struct h2_seg {
 struct h2_stream {
     struct um__h2 *h2;
     int32_t id;
-    struct h2_stream *prev, *next; /* the connection's streams (or its free list) */
+    struct h2_stream *prev, *next; /* the connection's streams */
 
     /* The request head as it arrives: names and values in hbuf, by offset (hbuf may
      * move), turned into x.req once complete. */
@@ -111,7 +111,7 @@ struct h2_stream {
 
     bool closed;         /* nghttp2 is done with it */
 
-    /* Last, so that a stream taken again from the free list is cleared without them: the
+    /* Last, so that a stream taken from the worker's pool is cleared without them: the
      * fields of the head (num_fields of them are set) and the exchange (whose request
      * header table is filled as far as num_headers says). */
     struct h2_field fields[UM_HTTP1_MAX_HEADERS];
@@ -122,9 +122,6 @@ struct um__h2 {
     struct um__conn *c;
     nghttp2_session *session;
     struct h2_stream *streams;
-    /* Streams done with, kept with their buffers for the next ones while the connection
-     * is busy (at most as many as were open at once); freed when no stream is open. */
-    struct h2_stream *free_streams;
     size_t num_streams;
     uint64_t total_streams;
     bool failed;          /* a connection error: GOAWAY queued, no more input */
@@ -145,6 +142,8 @@ struct um__h2 {
     size_t scan_hdr_len;
     unsigned num_cont;
 };
+
+const size_t um__h2_stream_size = sizeof(struct h2_stream);
 
 static inline struct h2_stream *stream_of(struct um__exchange *x)
 {
@@ -207,7 +206,17 @@ static bool hop_by_hop(um_str n)
 static const char *lower_name(um_str name, char *scratch, size_t room, size_t *used,
                               struct um_arena *arena)
 {
+    /* Eight bytes at a time: a byte from 'A' to 'Z' sets its top bit in the mask (the
+     * bytes of a valid name are below 0x80). */
     size_t k = 0;
+    const uint64_t ones = 0x0101010101010101ull, tops = 0x8080808080808080ull;
+    for (; k + 8 <= name.len; k += 8) {
+        uint64_t w;
+        memcpy(&w, name.base + k, 8);
+        uint64_t low7 = w & ~tops;
+        if (((ones * (127 + 'Z' + 1) - low7) & ~w & (low7 + ones * (127 - ('A' - 1))) & tops) != 0)
+            break;
+    }
     while (k < name.len && !(name.base[k] >= 'A' && name.base[k] <= 'Z'))
         k++;
     if (k == name.len)
@@ -404,6 +413,12 @@ static size_t send_ref(struct um__exchange *x, const char *data, size_t len,
     }
     if (may_refuse && out_buffered(s) > STREAM_BUF_MAX)
         return 0;
+    if (s->num_segs + 1 >= MAX_SEGS && s->seg_head > 0) {
+        /* The sent ones leave room at the front. */
+        memmove(s->segs, s->segs + s->seg_head, (s->num_segs - s->seg_head) * sizeof(s->segs[0]));
+        s->num_segs -= s->seg_head;
+        s->seg_head = 0;
+    }
     if (s->num_segs + 1 < MAX_SEGS) {
         /* Kept as it is until its frames are written (send_data_frame). */
         s->segs[s->num_segs++] = (struct h2_seg){data, len, release, ctx};
@@ -540,25 +555,16 @@ static const struct um__exchange_conn_ops h2_exchange_ops = {
 static struct h2_stream *stream_new(struct um__h2 *h, int32_t id)
 {
     struct um__conn *c = h->c;
-    struct h2_stream *s = h->free_streams;
-    if (s != NULL) {
-        /* Taken again with its buffers: all but the head's fields and the request's
-         * header table are cleared (as conn.c's req_get does). */
-        h->free_streams = s->next;
-        struct um_buf hbuf = s->hbuf, body = s->body, out = s->out;
-        memset(s, 0, offsetof(struct h2_stream, fields));
-        memset(&s->x, 0, offsetof(struct um__exchange, req.headers));
-        char *rest = (char *)&s->x.req.num_headers;
-        memset(rest, 0, sizeof(*s) - (size_t)(rest - (char *)s));
-        s->hbuf = hbuf;
-        s->body = body;
-        s->out = out;
-    } else {
-        s = um_calloc(1, sizeof(*s));
-        um_buf_init(&s->hbuf);
-        um_buf_init(&s->body);
-        um_buf_init(&s->out);
-    }
+    /* From the worker's pool: all but the head's fields and the request's header table
+     * is cleared (as conn.c's req_get does), not the 5 KiB of the whole. */
+    struct h2_stream *s = um_bufpool_get(&c->w->h2_streams);
+    memset(s, 0, offsetof(struct h2_stream, fields));
+    memset(&s->x, 0, offsetof(struct um__exchange, req.headers));
+    char *rest = (char *)&s->x.req.num_headers;
+    memset(rest, 0, sizeof(*s) - (size_t)(rest - (char *)s));
+    um_buf_init(&s->hbuf);
+    um_buf_init(&s->body);
+    um_buf_init(&s->out);
     s->h2 = h;
     s->id = id;
     s->file_fd = -1;
@@ -589,30 +595,10 @@ static void stream_free(struct um__h2 *h, struct h2_stream *s)
         close(s->file_fd);
     segs_drop(s);
     um_arena_reset(&s->x.arena);
-    /* Kept for the next stream, its buffers emptied (a large one goes back first). */
-    um_buf_reset(&s->hbuf);
-    um_buf_reset(&s->body);
-    if (s->hbuf.cap > 16 * 1024)
-        um_buf_dispose(&s->hbuf);
-    if (s->body.cap > 64 * 1024)
-        um_buf_dispose(&s->body);
-    if (s->out.cap > 64 * 1024)
-        um_buf_dispose(&s->out);
-    s->next = h->free_streams;
-    h->free_streams = s;
-}
-
-/* Frees the streams kept for reuse (no stream is open, or the connection goes). */
-static void free_streams_release(struct um__h2 *h)
-{
-    while (h->free_streams) {
-        struct h2_stream *s = h->free_streams;
-        h->free_streams = s->next;
-        um_buf_dispose(&s->hbuf);
-        um_buf_dispose(&s->body);
-        um_buf_dispose(&s->out);
-        free(s);
-    }
+    um_buf_dispose(&s->hbuf);
+    um_buf_dispose(&s->body);
+    um_buf_dispose(&s->out);
+    um_bufpool_put(&h->c->w->h2_streams, s);
 }
 
 static um_str field_str(const struct h2_stream *s, uint32_t off, uint32_t len)
@@ -1226,8 +1212,6 @@ static void h2_arm_timer(struct um__conn *c)
      * output queue's memory. */
     if (c->rbuf != NULL && c->rpos == c->rlen)
         um__conn_rbuf_release(c);
-    if (h->num_streams == 0)
-        free_streams_release(h);
     if (h->num_streams == 0 && !um__outq_pending(&c->out) &&
         !nghttp2_session_want_write(h->session))
         um__outq_shrink(&c->out);
@@ -1306,7 +1290,6 @@ static void h2_dispose(struct um__conn *c)
         um__exchange_finish(&s->x);
         stream_free(h, s);
     }
-    free_streams_release(h);
     nghttp2_session_del(h->session);
     free(h);
     c->h2 = NULL;
