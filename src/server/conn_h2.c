@@ -713,6 +713,11 @@ static int build_request(struct h2_stream *s)
     }
     if (!s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH))
         req->flags |= UM_REQ_F_CHUNKED; /* a body of a length told by its end */
+    if (s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body.len > 0) {
+        /* The whole body came with the head (in the same read): its length is known. */
+        req->content_length = s->body.len;
+        req->flags |= UM_REQ_F_CONTENT_LENGTH;
+    }
     if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body_eof && req->content_length > 0 &&
         s->body.len == 0)
         return 400;
@@ -741,7 +746,7 @@ static void stream_start(struct um__h2 *h, struct h2_stream *s)
     x->body_done = s->body_eof;
     x->body_wanted = false;
     x->body_error = 0;
-    bool has_body = !s->body_eof;
+    bool has_body = !s->body_eof || s->body.len > 0;
     if ((req->flags & UM_REQ_F_CONTENT_LENGTH) &&
         req->content_length > c->config->limits.max_body_bytes) {
         body_discard(s);

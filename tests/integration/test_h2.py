@@ -839,14 +839,29 @@ class H2Test(unittest.TestCase):
             self.assertIsNotNone(f, frames)
         self.assertTrue(self.umbra.alive())
 
+    def test_body_read_with_its_head_reaches_the_origin(self):
+        # Bug: a request without content-length whose DATA and END_STREAM came in the same
+        # read as its HEADERS went to the origin with no body (neither Content-Length nor
+        # chunked: the stream's body was taken as absent).
+        with RawH2(self.plain) as c:
+            c.send(frame(HEADERS, END_HEADERS, 1, hpack(request_fields(
+                self.plain, "/nocache/oneread?echo=1", "POST"))) +
+                frame(DATA, 0, 1, b"abc") + frame(DATA, END_STREAM, 1, b"defg"))
+            frames, f = c.until(lambda f: f[2] == 1 and (f[1] & END_STREAM or f[0] == RST_STREAM))
+            self.assertIsNotNone(f, frames)
+            body = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1)
+            self.assertTrue(body.endswith(b"\r\n\r\nabcdefg"), body)
+            self.assertRegex(body, rb"(?i)\r\ncontent-length: 7\r\n")
+        self.assertIn(("POST", "/nocache/oneread?echo=1", 7), self.origin.records())
+
     def test_request_trailers_are_accepted(self):
         # A request body followed by trailers (a HEADERS frame with END_STREAM, RFC 9113
         # 8.1): the origin gets the whole body, the client the answer.
         with RawH2(self.plain) as c:
-            c.headers(1, request_fields(self.plain, "/nocache/trailers?echo=1", "POST"),
-                      end_stream=False)
-            c.send(frame(DATA, 0, 1, b"hello ") + frame(DATA, 0, 1, b"world"))
-            c.headers(1, [("x-checksum", "abc")], end_stream=True)
+            c.send(frame(HEADERS, END_HEADERS, 1, hpack(request_fields(
+                self.plain, "/nocache/trailers?echo=1", "POST"))) +
+                frame(DATA, 0, 1, b"hello ") + frame(DATA, 0, 1, b"world") +
+                frame(HEADERS, END_STREAM | END_HEADERS, 1, hpack([("x-checksum", "abc")])))
             frames, f = c.until(lambda f: f[2] == 1 and (f[1] & END_STREAM or f[0] == RST_STREAM))
             self.assertIsNotNone(f, frames)
             self.assertNotEqual(f[0], RST_STREAM, frames)
