@@ -24,6 +24,18 @@
  * is granted window (nghttp2_session_consume) only as its exchange reads it, so a stream
  * buffers at most its window of body bytes.
  *
+ * Copies. A response body is copied once on its way to the socket's queue: read_data
+ * only says how much the next DATA frame carries (NGHTTP2_DATA_FLAG_NO_COPY), and
+ * send_data_frame writes the frame header and those bytes straight from where they wait
+ * (the cache's chunks, still borrowed; the stream's copy of what an origin handed over
+ * with send_data; the file, read in place) into the output queue, where TLS encrypts
+ * them. nghttp2 never holds body bytes. (On a plain socket the borrowed chunks could go
+ * out by writev without even that copy; the output queue would need to interleave its
+ * own bytes with borrowed ones for that, which it does not.)
+ *
+ * Memory. Streams come from a per-worker pool (um__h2_stream_size bytes each), and are
+ * cleared without their field tables, which are filled only as far as their counts say.
+ *
  * Abuse. Streams beyond max_concurrent_streams are refused by nghttp2; RST_STREAM frames
  * from the client spend a token bucket (rapid reset), CONTINUATION frames of one head are
  * counted, header lists are capped (431), SETTINGS and PING ACKs waiting for a client that
