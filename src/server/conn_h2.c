@@ -214,36 +214,23 @@ static bool hop_by_hop(um_str n)
 }
 
 /* The name in lower case (section 8.2.1): name itself when it is, else a copy in
- * scratch[*used..] (or, past its room, in the arena). */
+ * scratch[*used..] (or, past its room, in the arena). One pass: the copy is made as the
+ * name is read, and forgotten when it had no upper-case letter. */
 static const char *lower_name(um_str name, char *scratch, size_t room, size_t *used,
                               struct um_arena *arena)
 {
-    /* Eight bytes at a time: a byte from 'A' to 'Z' sets its top bit in the mask (the
-     * bytes of a valid name are below 0x80). */
-    size_t k = 0;
-    const uint64_t ones = 0x0101010101010101ull, tops = 0x8080808080808080ull;
-    for (; k + 8 <= name.len; k += 8) {
-        uint64_t w;
-        memcpy(&w, name.base + k, 8);
-        uint64_t low7 = w & ~tops;
-        if (((ones * (127 + 'Z' + 1) - low7) & ~w & (low7 + ones * (127 - ('A' - 1))) & tops) != 0)
-            break;
+    char *out = room - *used >= name.len ? scratch + *used : um_arena_alloc(arena, name.len);
+    unsigned upper = 0;
+    for (size_t k = 0; k < name.len; k++) {
+        unsigned char ch = (unsigned char)name.base[k];
+        unsigned is = (unsigned)(ch - 'A') <= 'Z' - 'A';
+        upper |= is;
+        out[k] = (char)(ch | (is << 5));
     }
-    while (k < name.len && !(name.base[k] >= 'A' && name.base[k] <= 'Z'))
-        k++;
-    if (k == name.len)
+    if (!upper)
         return name.base;
-    char *out;
-    if (room - *used >= name.len) {
-        out = scratch + *used;
+    if (out == scratch + *used)
         *used += name.len;
-    } else {
-        out = um_arena_alloc(arena, name.len);
-    }
-    for (k = 0; k < name.len; k++) {
-        char ch = name.base[k];
-        out[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
-    }
     return out;
 }
 
