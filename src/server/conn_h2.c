@@ -247,15 +247,16 @@ static ssize_t read_data(nghttp2_session *session, int32_t id, uint8_t *buf, siz
     size_t avail = out_buffered(s);
     size_t n = avail < length ? avail : length;
     if (n == avail) {
-        if (s->out_abort)
-            return n > 0 ? (ssize_t)n : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-        if (s->out_end) {
+        if (s->out_abort && n == 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM: not whole */
+        if (s->out_end && !s->out_abort) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
         } else if (n == 0) {
             s->deferred = true;
             return NGHTTP2_ERR_DEFERRED;
         }
     }
+    /* Every byte goes through send_data_frame (what is buffered is sent before a reset). */
     if (n > 0)
         *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     return (ssize_t)n;

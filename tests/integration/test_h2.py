@@ -410,6 +410,48 @@ class H2Test(unittest.TestCase):
         self.assertEqual(len(r.body), n)
         self.assertEqual(r.body, origin_body(n))
 
+    def test_body_cut_short_by_the_origin_resets_the_stream(self):
+        # The origin sends its head and half its body, then closes: the client must not
+        # take what it got for the whole (RST_STREAM, no END_STREAM), and the connection's
+        # other streams go on.
+        with RawH2(self.plain, settings=struct.pack(">HI", 0x4, 0x7fffffff)) as c:
+            c.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7fffffff - 65535)))
+            c.headers(1, request_fields(self.plain, "/nocache/cut?size=200000&drop=body"))
+            frames, f = c.until(lambda f: f[2] == 1 and (f[1] & END_STREAM or f[0] == RST_STREAM),
+                                timeout=10)
+            self.assertIsNotNone(f, "neither END_STREAM nor RST_STREAM")
+            self.assertEqual(f[0], RST_STREAM, "the cut body ended like a whole one")
+            self.assertLess(data_bytes(frames, 1), 200000)
+            c.headers(3, request_fields(self.plain))
+            _, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
+            self.assertIsNotNone(f, "stream 3 not answered")
+        r = h2c(self.plain, "/nocache/cut2?size=200000&drop=body")
+        self.assertLess(len(r.body), 200000)
+
+    def test_cache_hit_of_a_large_object_on_many_streams(self):
+        # A 1 MiB hit on 8 streams of one connection at once, each body whole and right
+        # (its slices borrowed from the cache until their frames are written).
+        t = "/up/big-hit?cc=max-age%3D60&size=1048576"
+        self.assertEqual(h2c(self.plain, t).body, origin_body(1 << 20))
+        with RawH2(self.plain, settings=struct.pack(">HI", 0x4, 0x7fffffff)) as c:
+            c.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7fffffff - 65535)))
+            ids = [1 + 2 * i for i in range(8)]
+            for sid in ids:
+                c.headers(sid, request_fields(self.plain, t))
+            done = set()
+
+            def progress(f):
+                if f[0] in (HEADERS, DATA) and f[1] & END_STREAM:
+                    done.add(f[2])
+                return f[0] in (RST_STREAM, GOAWAY) or len(done) == len(ids)
+            frames, f = c.until(progress, timeout=30)
+            self.assertIsNotNone(f, "%d of %d streams done" % (len(done), len(ids)))
+            self.assertNotIn(f[0], (RST_STREAM, GOAWAY), f)
+            for sid in ids:
+                body = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == sid)
+                self.assertEqual(body, origin_body(1 << 20), sid)
+        self.assertEqual(self.seen(t), 1)
+
     def test_cache_miss_hit_and_purge(self):
         t = "/up/cached?cc=max-age%3D60&size=100000"
         r1 = h2c(self.plain, t)
