@@ -24,10 +24,24 @@
  * is granted window (nghttp2_session_consume) only as its exchange reads it, so a stream
  * buffers at most its window of body bytes.
  *
+ * Copies. A response body is copied once on its way to the socket's queue: read_data
+ * only says how much the next DATA frame carries (NGHTTP2_DATA_FLAG_NO_COPY), and
+ * send_data_frame writes the frame header and those bytes straight from where they wait
+ * (the cache's chunks, still borrowed; the stream's copy of what an origin handed over
+ * with send_data; the file, read in place) into the output queue, where TLS encrypts
+ * them. nghttp2 never holds body bytes. (On a plain socket the borrowed chunks could go
+ * out by writev without even that copy; the output queue would need to interleave its
+ * own bytes with borrowed ones for that, which it does not.)
+ *
+ * Memory. Streams come from a per-worker pool (um__h2_stream_size bytes each), and are
+ * cleared without their field tables, which are filled only as far as their counts say.
+ *
  * Abuse. Streams beyond max_concurrent_streams are refused by nghttp2; RST_STREAM frames
  * from the client spend a token bucket (rapid reset), CONTINUATION frames of one head are
- * counted, header lists are capped (431), and SETTINGS and PING floods are bounded with
- * nghttp2's options. Each of these ends with GOAWAY ENHANCE_YOUR_CALM. */
+ * counted, header lists are capped (431), SETTINGS and PING ACKs waiting for a client that
+ * does not read are bounded with nghttp2's options, and frames that do no work (PING,
+ * SETTINGS, PRIORITY, empty DATA, invalid frames) spend a second token bucket, whether or
+ * not the client reads. Each of these ends with GOAWAY ENHANCE_YOUR_CALM. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -48,6 +62,8 @@
                                        default) */
 #define RST_BURST 200               /* client resets allowed at once... */
 #define RST_PER_SEC 50              /* ...and replenished per second */
+#define GLITCH_BURST 1000           /* frames that do no work allowed at once... */
+#define GLITCH_PER_SEC 100          /* ...and replenished per second */
 #define MAX_OUTBOUND_ACK 1000       /* SETTINGS/PING acks queued before GOAWAY */
 #define MAX_SETTINGS 32             /* entries in one SETTINGS frame */
 
@@ -55,8 +71,18 @@ struct h2_field {
     uint32_t name_off, name_len, value_off, value_len;
 };
 
+/* A piece of a response body waiting for nghttp2 to frame it: a borrowed slice (release
+ * not NULL: the cache's bytes, released once sent) or, release NULL, the next len bytes of
+ * the stream's copy buffer (out). */
+struct h2_seg {
+    const char *p;
+    size_t len;
+    void (*release)(void *ctx);
+    void *ctx;
+};
+#define MAX_SEGS 16 /* per stream; the last slot is kept for copied bytes */
+
 struct h2_stream {
-    struct um__exchange x;
     struct um__h2 *h2;
     int32_t id;
     struct h2_stream *prev, *next; /* the connection's streams */
@@ -64,7 +90,6 @@ struct h2_stream {
     /* The request head as it arrives: names and values in hbuf, by offset (hbuf may
      * move), turned into x.req once complete. */
     struct um_buf hbuf;
-    struct h2_field fields[UM_HTTP1_MAX_HEADERS];
     size_t num_fields;
     struct h2_field method, path, scheme, authority; /* name_len unused */
     bool has_method, has_path, has_scheme, has_authority;
@@ -81,16 +106,28 @@ struct h2_stream {
     bool body_eof;       /* END_STREAM came */
     uint64_t body_seen;
 
-    /* The response: out[opos..len), then file_left bytes of file_fd at file_off. */
+    /* The response body: the segments segs[seg_head..num_segs) (ref_bytes borrowed, the
+     * copied ones at out[opos..len)), then file_left bytes of file_fd at file_off. nghttp2
+     * frames them without copying (NGHTTP2_DATA_FLAG_NO_COPY): send_data_frame copies
+     * each frame's bytes once, from where they are into the output queue. */
     bool submitted;      /* the head went to nghttp2 */
     struct um_buf out;
     size_t opos;
+    struct h2_seg segs[MAX_SEGS];
+    unsigned seg_head, num_segs;
+    size_t ref_bytes;
     int file_fd;
     uint64_t file_off, file_left;
     bool out_end, out_abort;
     bool deferred;       /* read_data said NGHTTP2_ERR_DEFERRED */
 
     bool closed;         /* nghttp2 is done with it */
+
+    /* Last, so that a stream taken from the worker's pool is cleared without them: the
+     * fields of the head (num_fields of them are set) and the exchange (whose request
+     * header table is filled as far as num_headers says). */
+    struct h2_field fields[UM_HTTP1_MAX_HEADERS];
+    struct um__exchange x;
 };
 
 struct um__h2 {
@@ -105,6 +142,10 @@ struct um__h2 {
     /* Rapid reset: tokens left and when they were last replenished (loop ms). */
     double rst_tokens;
     uint64_t rst_at;
+    /* Frames that cost work and ask for none (PING, SETTINGS, PRIORITY, empty DATA, invalid
+     * frames): the same kind of bucket. */
+    double glitch_tokens;
+    uint64_t glitch_at;
     /* The frame boundaries in what the client sends, tracked before nghttp2 sees it:
      * the bytes of the frame being skipped, a partial frame header, and the count of
      * CONTINUATION frames in a row. */
@@ -114,6 +155,8 @@ struct um__h2 {
     unsigned num_cont;
 };
 
+const size_t um__h2_stream_size = sizeof(struct h2_stream);
+
 static inline struct h2_stream *stream_of(struct um__exchange *x)
 {
     return (struct h2_stream *)(void *)((char *)x - offsetof(struct h2_stream, x));
@@ -121,7 +164,19 @@ static inline struct h2_stream *stream_of(struct um__exchange *x)
 
 static size_t out_buffered(const struct h2_stream *s)
 {
-    return s->out.len - s->opos + (size_t)s->file_left;
+    return s->out.len - s->opos + s->ref_bytes + (size_t)s->file_left;
+}
+
+/* Releases the borrowed segments not sent (the stream is reset or freed). */
+static void segs_drop(struct h2_stream *s)
+{
+    for (unsigned i = s->seg_head; i < s->num_segs; i++)
+        if (s->segs[i].release)
+            s->segs[i].release(s->segs[i].ctx);
+    s->seg_head = s->num_segs = 0;
+    s->ref_bytes = 0;
+    s->opos = 0;
+    um_buf_reset(&s->out);
 }
 
 /* Ends the connection with a GOAWAY carrying err (once). */
@@ -148,50 +203,128 @@ static void wake(struct h2_stream *s)
 /* Connection-specific fields never cross to HTTP/2 (RFC 9113 section 8.2.2). */
 static bool hop_by_hop(um_str n)
 {
-    return um_str_eq_ci(n, "connection") || um_str_eq_ci(n, "keep-alive") ||
-           um_str_eq_ci(n, "transfer-encoding") || um_str_eq_ci(n, "upgrade") ||
-           um_str_eq_ci(n, "proxy-connection") || um_str_eq_ci(n, "te");
+    switch (n.len) {
+    case 2: return um_str_eq_ci(n, "te");
+    case 7: return um_str_eq_ci(n, "upgrade");
+    case 10: return um_str_eq_ci(n, "connection") || um_str_eq_ci(n, "keep-alive");
+    case 16: return um_str_eq_ci(n, "proxy-connection");
+    case 17: return um_str_eq_ci(n, "transfer-encoding");
+    default: return false;
+    }
 }
 
+/* The name in lower case (section 8.2.1): name itself when it is, else a copy in
+ * scratch[*used..] (or, past its room, in the arena). One pass: the copy is made as the
+ * name is read, and forgotten when it had no upper-case letter. */
+static const char *lower_name(um_str name, char *scratch, size_t room, size_t *used,
+                              struct um_arena *arena)
+{
+    char *out = room - *used >= name.len ? scratch + *used : um_arena_alloc(arena, name.len);
+    unsigned upper = 0;
+    for (size_t k = 0; k < name.len; k++) {
+        unsigned char ch = (unsigned char)name.base[k];
+        unsigned is = (unsigned)(ch - 'A') <= 'Z' - 'A';
+        upper |= is;
+        out[k] = (char)(ch | (is << 5));
+    }
+    if (!upper)
+        return name.base;
+    if (out == scratch + *used)
+        *used += name.len;
+    return out;
+}
+
+/* nghttp2 asks what the next DATA frame of a stream carries: up to length bytes of what
+ * is buffered, framed by send_data_frame (no copy into nghttp2's buffer). */
 static ssize_t read_data(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length,
                          uint32_t *flags, nghttp2_data_source *src, void *user)
 {
     (void)session;
     (void)id;
+    (void)buf;
     (void)user;
     struct h2_stream *s = src->ptr;
-    size_t n = 0;
-    size_t avail = s->out.len - s->opos;
-    if (avail > 0) {
-        n = avail < length ? avail : length;
-        memcpy(buf, s->out.base + s->opos, n);
-        s->opos += n;
-        if (s->opos == s->out.len) {
-            s->opos = 0;
-            um_buf_reset(&s->out);
-        }
-    } else if (s->file_left > 0) {
-        size_t want = s->file_left < length ? (size_t)s->file_left : length;
-        ssize_t r = pread(s->file_fd, buf, want, (off_t)s->file_off);
-        if (r <= 0) {
-            um_log_err("http2: reading a response file: %s", r < 0 ? strerror(errno) : "it shrank");
+    size_t avail = out_buffered(s);
+    size_t n = avail < length ? avail : length;
+    if (n == avail) {
+        if (s->out_abort && n == 0)
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM: not whole */
-        }
-        n = (size_t)r;
-        s->file_off += n;
-        s->file_left -= n;
-    }
-    if (out_buffered(s) == 0) {
-        if (s->out_abort)
-            return n > 0 ? (ssize_t)n : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-        if (s->out_end) {
+        if (s->out_end && !s->out_abort) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
         } else if (n == 0) {
             s->deferred = true;
             return NGHTTP2_ERR_DEFERRED;
         }
     }
+    /* Every byte goes through send_data_frame (what is buffered is sent before a reset). */
+    if (n > 0)
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     return (ssize_t)n;
+}
+
+/* Writes a DATA frame: its header (from nghttp2), then length bytes of the stream's
+ * segments and file, copied once, into the output queue. */
+static int send_data_frame(nghttp2_session *session, nghttp2_frame *frame,
+                           const uint8_t *framehd, size_t length, nghttp2_data_source *src,
+                           void *user)
+{
+    (void)session;
+    struct um__h2 *h = user;
+    struct h2_stream *s = src->ptr;
+    struct um__outq *q = &h->c->out;
+    size_t pad = frame->data.padlen;
+    um__outq_reserve(q, 9 + pad + length);
+    size_t start = q->buf.len;
+    um_buf_append(&q->buf, framehd, 9);
+    if (pad > 0)
+        um_buf_append(&q->buf, (uint8_t[]){(uint8_t)(pad - 1)}, 1);
+    size_t left = length;
+    while (left > 0 && s->seg_head < s->num_segs) {
+        struct h2_seg *g = &s->segs[s->seg_head];
+        size_t k = g->len < left ? g->len : left;
+        if (g->release) {
+            um_buf_append(&q->buf, g->p, k);
+            g->p += k;
+            s->ref_bytes -= k;
+        } else {
+            um_buf_append(&q->buf, s->out.base + s->opos, k);
+            s->opos += k;
+            if (s->opos == s->out.len) {
+                s->opos = 0;
+                um_buf_reset(&s->out);
+            }
+        }
+        g->len -= k;
+        left -= k;
+        if (g->len == 0) {
+            if (g->release)
+                g->release(g->ctx);
+            if (++s->seg_head == s->num_segs)
+                s->seg_head = s->num_segs = 0;
+        }
+    }
+    if (left > 0) {
+        /* The file's bytes, read straight into the queue. */
+        ssize_t r = left <= s->file_left
+                        ? pread(s->file_fd, q->buf.base + q->buf.len, left, (off_t)s->file_off)
+                        : -1;
+        if (r != (ssize_t)left) {
+            um_log_err("http2: reading a response file: %s", r < 0 ? strerror(errno) : "it shrank");
+            q->buf.len = start; /* no partial frame */
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM: not whole */
+        }
+        um_buf_commit(&q->buf, left);
+        s->file_off += left;
+        s->file_left -= left;
+    }
+    if (pad > 1) {
+        memset(q->buf.base + q->buf.len, 0, pad - 1);
+        um_buf_commit(&q->buf, pad - 1);
+    }
+    /* Enough for this turn: the rest when the queue drained (h2_on_drained). */
+    if (um__outq_backlog(q) >= OUT_SOFT_MAX)
+        return NGHTTP2_ERR_PAUSE;
+    return 0;
 }
 
 static void send_head(struct um__exchange *x, const struct um_response_head *h)
@@ -214,15 +347,13 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
         NV("date", 4, um__worker_date(c->w), UM_HTTP_DATE_LEN);
     NV("server", 6, "umbra/" UMBRA_VERSION, sizeof("umbra/" UMBRA_VERSION) - 1);
     size_t bytes = 0;
+    char scratch[2048]; /* lower-case names; nghttp2 copies them before we return */
+    size_t used = 0;
     for (size_t i = 0; i < h->num_headers && n < UM_NELEMS(nva) - 2; i++) {
         const struct um_header *f = &h->headers[i];
-        if (hop_by_hop(f->name) || f->name.len == 0)
+        if (f->name.len == 0 || hop_by_hop(f->name))
             continue;
-        /* Field names are lower case on HTTP/2 (section 8.2.1). */
-        char *name = um_arena_strdup(&x->arena, f->name.base, f->name.len);
-        for (size_t k = 0; k < f->name.len; k++)
-            if (name[k] >= 'A' && name[k] <= 'Z')
-                name[k] = (char)(name[k] + 32);
+        const char *name = lower_name(f->name, scratch, sizeof(scratch), &used, &x->arena);
         NV(name, f->name.len, f->value.base, f->value.len);
         bytes += f->name.len + f->value.len + 32;
     }
@@ -248,6 +379,18 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
     um__conn_wake(c);
 }
 
+/* Copies len bytes to the stream's copy buffer, as a segment (the last one grows). */
+static void seg_copy(struct h2_stream *s, const char *data, size_t len)
+{
+    um_buf_append(&s->out, data, len);
+    if (s->num_segs > s->seg_head && s->segs[s->num_segs - 1].release == NULL) {
+        s->segs[s->num_segs - 1].len += len;
+        return;
+    }
+    UM_ASSERT(s->num_segs < MAX_SEGS); /* borrowed ones leave the last slot free */
+    s->segs[s->num_segs++] = (struct h2_seg){NULL, len, NULL, NULL};
+}
+
 static size_t send_data(struct um__exchange *x, const char *data, size_t len, bool may_refuse)
 {
     struct h2_stream *s = stream_of(x);
@@ -255,7 +398,7 @@ static size_t send_data(struct um__exchange *x, const char *data, size_t len, bo
         return len; /* the client reset it: the bytes go nowhere */
     if (may_refuse && out_buffered(s) > STREAM_BUF_MAX)
         return 0;
-    um_buf_append(&s->out, data, len);
+    seg_copy(s, data, len);
     wake(s);
     return len;
 }
@@ -263,11 +406,29 @@ static size_t send_data(struct um__exchange *x, const char *data, size_t len, bo
 static size_t send_ref(struct um__exchange *x, const char *data, size_t len,
                        void (*release)(void *ctx), void *ctx, bool may_refuse)
 {
-    /* nghttp2 copies DATA payloads into its frames: copy once here and release now. */
-    size_t taken = send_data(x, data, len, may_refuse);
-    if (taken)
+    struct h2_stream *s = stream_of(x);
+    if (s->closed) {
         release(ctx);
-    return taken;
+        return len;
+    }
+    if (may_refuse && out_buffered(s) > STREAM_BUF_MAX)
+        return 0;
+    if (s->num_segs + 1 >= MAX_SEGS && s->seg_head > 0) {
+        /* The sent ones leave room at the front. */
+        memmove(s->segs, s->segs + s->seg_head, (s->num_segs - s->seg_head) * sizeof(s->segs[0]));
+        s->num_segs -= s->seg_head;
+        s->seg_head = 0;
+    }
+    if (s->num_segs + 1 < MAX_SEGS) {
+        /* Kept as it is until its frames are written (send_data_frame). */
+        s->segs[s->num_segs++] = (struct h2_seg){data, len, release, ctx};
+        s->ref_bytes += len;
+    } else {
+        seg_copy(s, data, len);
+        release(ctx);
+    }
+    wake(s);
+    return len;
 }
 
 static void send_file(struct um__exchange *x, int fd, uint64_t off, uint64_t len)
@@ -357,13 +518,12 @@ static void send_info(struct um__exchange *x, int status, const struct um_header
                   (char)('0' + status % 10)};
     nva[k++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)st, 7, 3, NGHTTP2_NV_FLAG_NONE};
     size_t bytes = 0;
+    char scratch[1024];
+    size_t used = 0;
     for (size_t i = 0; i < n && k < UM_NELEMS(nva); i++) {
-        if (hop_by_hop(h[i].name) || h[i].name.len == 0)
+        if (h[i].name.len == 0 || hop_by_hop(h[i].name))
             continue;
-        char *name = um_arena_strdup(&x->arena, h[i].name.base, h[i].name.len);
-        for (size_t j = 0; j < h[i].name.len; j++)
-            if (name[j] >= 'A' && name[j] <= 'Z')
-                name[j] = (char)(name[j] + 32);
+        const char *name = lower_name(h[i].name, scratch, sizeof(scratch), &used, &x->arena);
         nva[k++] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)h[i].value.base, h[i].name.len,
                                 h[i].value.len, NGHTTP2_NV_FLAG_NONE};
         bytes += h[i].name.len + h[i].value.len + 32;
@@ -395,13 +555,19 @@ static const struct um__exchange_conn_ops h2_exchange_ops = {
 static struct h2_stream *stream_new(struct um__h2 *h, int32_t id)
 {
     struct um__conn *c = h->c;
-    struct h2_stream *s = um_calloc(1, sizeof(*s));
-    s->h2 = h;
-    s->id = id;
-    s->file_fd = -1;
+    /* From the worker's pool: all but the head's fields and the request's header table
+     * is cleared (as conn.c's req_get does), not the 5 KiB of the whole. */
+    struct h2_stream *s = um_bufpool_get(&c->w->h2_streams);
+    memset(s, 0, offsetof(struct h2_stream, fields));
+    memset(&s->x, 0, offsetof(struct um__exchange, req.headers));
+    char *rest = (char *)&s->x.req.num_headers;
+    memset(rest, 0, sizeof(*s) - (size_t)(rest - (char *)s));
     um_buf_init(&s->hbuf);
     um_buf_init(&s->body);
     um_buf_init(&s->out);
+    s->h2 = h;
+    s->id = id;
+    s->file_fd = -1;
     um__exchange_init(&s->x, &h2_exchange_ops, c->w, c->runtime, c->t, c->peer_ip,
                       c->peer_port, c->id);
     s->next = h->streams;
@@ -427,11 +593,12 @@ static void stream_free(struct um__h2 *h, struct h2_stream *s)
         nghttp2_session_set_stream_user_data(h->session, s->id, NULL);
     if (s->file_fd >= 0)
         close(s->file_fd);
+    segs_drop(s);
+    um_arena_reset(&s->x.arena);
     um_buf_dispose(&s->hbuf);
     um_buf_dispose(&s->body);
     um_buf_dispose(&s->out);
-    um_arena_reset(&s->x.arena);
-    free(s);
+    um_bufpool_put(&h->c->w->h2_streams, s);
 }
 
 static um_str field_str(const struct h2_stream *s, uint32_t off, uint32_t len)
@@ -443,7 +610,12 @@ static um_str field_str(const struct h2_stream *s, uint32_t off, uint32_t len)
 static int build_request(struct h2_stream *s)
 {
     struct um_request *req = &s->x.req;
-    memset(req, 0, sizeof(*req));
+    /* All but the header table, filled below as far as num_headers says. */
+    memset(req, 0, offsetof(struct um_request, headers));
+    req->num_headers = 0;
+    req->head_len = 0;
+    req->content_length = 0;
+    req->flags = 0;
     if (s->too_large)
         return 431;
     /* nghttp2 checked the pseudo-fields (section 8.3.1): present once, before the others,
@@ -541,6 +713,11 @@ static int build_request(struct h2_stream *s)
     }
     if (!s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH))
         req->flags |= UM_REQ_F_CHUNKED; /* a body of a length told by its end */
+    if (s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body.len > 0) {
+        /* The whole body came with the head (in the same read): its length is known. */
+        req->content_length = s->body.len;
+        req->flags |= UM_REQ_F_CONTENT_LENGTH;
+    }
     if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body_eof && req->content_length > 0 &&
         s->body.len == 0)
         return 400;
@@ -569,7 +746,7 @@ static void stream_start(struct um__h2 *h, struct h2_stream *s)
     x->body_done = s->body_eof;
     x->body_wanted = false;
     x->body_error = 0;
-    bool has_body = !s->body_eof;
+    bool has_body = !s->body_eof || s->body.len > 0;
     if ((req->flags & UM_REQ_F_CONTENT_LENGTH) &&
         req->content_length > c->config->limits.max_body_bytes) {
         body_discard(s);
@@ -715,6 +892,33 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame,
     return 0;
 }
 
+/* Spends a token of a bucket (burst tokens, per_sec replenished each second); false when
+ * it is empty. */
+static bool spend(struct um__h2 *h, double *tokens, uint64_t *at, double burst, double per_sec)
+{
+    uint64_t now = um_loop_now(h->c->w->loop);
+    *tokens += (double)(now - *at) * per_sec / 1000.0;
+    if (*tokens > burst)
+        *tokens = burst;
+    *at = now;
+    if (*tokens < 1)
+        return false;
+    *tokens -= 1;
+    return true;
+}
+
+/* A frame that does no work for the client (a PING or SETTINGS it sends without end, a
+ * PRIORITY, an empty DATA frame, a frame nghttp2 refused): HAProxy's "glitches". Past the
+ * budget the connection ends with ENHANCE_YOUR_CALM, whether or not the client reads the
+ * ACKs (nghttp2's own limit counts only those queued). */
+static int glitch(struct um__h2 *h, const char *what)
+{
+    if (spend(h, &h->glitch_tokens, &h->glitch_at, GLITCH_BURST, GLITCH_PER_SEC))
+        return 0;
+    fail(h, NGHTTP2_ENHANCE_YOUR_CALM, what);
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user)
 {
     struct um__h2 *h = user;
@@ -731,21 +935,26 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     case NGHTTP2_DATA:
         if (s && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
             s->body_eof = true;
+        else if (frame->hd.length == 0)
+            return glitch(h, "too many empty DATA frames");
         break;
-    case NGHTTP2_RST_STREAM: {
+    case NGHTTP2_RST_STREAM:
         /* Rapid reset (CVE-2023-44487): a token bucket on the client's resets. */
-        uint64_t now = um_loop_now(h->c->w->loop);
-        h->rst_tokens += (double)(now - h->rst_at) * RST_PER_SEC / 1000.0;
-        if (h->rst_tokens > RST_BURST)
-            h->rst_tokens = RST_BURST;
-        h->rst_at = now;
-        if (h->rst_tokens < 1) {
+        if (!spend(h, &h->rst_tokens, &h->rst_at, RST_BURST, RST_PER_SEC)) {
             fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "too many stream resets");
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
-        h->rst_tokens -= 1;
         break;
-    }
+    case NGHTTP2_PING:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
+            return glitch(h, "too many PING frames");
+        break;
+    case NGHTTP2_SETTINGS:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
+            return glitch(h, "too many SETTINGS frames");
+        break;
+    case NGHTTP2_PRIORITY:
+        return glitch(h, "too many PRIORITY frames");
     default:
         break;
     }
@@ -786,6 +995,15 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
     return 0;
 }
 
+static int on_invalid_frame(nghttp2_session *session, const nghttp2_frame *frame, int err,
+                            void *user)
+{
+    (void)session;
+    (void)frame;
+    (void)err;
+    return glitch(user, "too many invalid frames");
+}
+
 static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t err, void *user)
 {
     (void)err;
@@ -814,6 +1032,8 @@ static void make_callbacks(void)
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
         nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+        nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
+        nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_frame);
     }
 }
 
@@ -829,8 +1049,9 @@ bool um__conn_h2_start(struct um__conn *c)
     struct um__h2 *h = um_calloc(1, sizeof(*h));
     h->c = c;
     h->rst_tokens = RST_BURST;
+    h->glitch_tokens = GLITCH_BURST;
     h->scan_skip = UM__H2_PREFACE_LEN; /* the client preface is not a frame */
-    h->rst_at = um_loop_now(c->w->loop);
+    h->rst_at = h->glitch_at = um_loop_now(c->w->loop);
     nghttp2_option *opt;
     nghttp2_option_new(&opt);
     nghttp2_option_set_no_auto_window_update(opt, 1);

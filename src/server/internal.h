@@ -91,6 +91,8 @@ struct um__worker {
     struct um_bufpool reqs;
     struct um__outq_pools outq_pools;
     struct um_bufpool tunbufs; /* a tunnel's buffer of one direction (conn_tunnel.c) */
+    /* HTTP/2 streams (conn_h2.c), taken for each request and given back when it is done. */
+    struct um_bufpool h2_streams;
     char path_buf[4096]; /* the normalised path of the request being dispatched */
 };
 
@@ -215,6 +217,10 @@ long um__purge_apply_peer(struct um_cache *cache, const char *desc, size_t len);
 size_t um__conn_rbuf_size(const struct um_config *cfg);
 /* The size of a connection's request state (struct um__conn_req). */
 extern const size_t um__conn_req_size;
+/* conn_h2.c: the size of an HTTP/2 stream (for the worker's pool of them), and how many
+ * the pool keeps. */
+extern const size_t um__h2_stream_size;
+#define UM__H2_STREAM_POOL_KEEP 256
 void um__conn_accept(struct um__worker *w, int fd, int flags); /* UM__ACCEPT_F_* */
 void um__conn_on_event(struct um__conn *c, uint32_t events);
 void um__conn_on_timeout(struct um__conn *c);

@@ -159,6 +159,7 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
     um_bufpool_init(&w->reqs, um__conn_req_size, UM__CONN_POOL_KEEP);
     um__outq_pools_init(&w->outq_pools, UM__CONN_POOL_KEEP);
     um_bufpool_init(&w->tunbufs, UM__TUNNEL_BUF, UM__TUNNEL_POOL_KEEP);
+    um_bufpool_init(&w->h2_streams, um__h2_stream_size, UM__H2_STREAM_POOL_KEEP);
     pthread_mutex_init(&w->mailbox.lock, NULL);
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(efd >= 0);
@@ -181,6 +182,7 @@ void um__worker_dispose(struct um__worker *w)
     um_bufpool_dispose(&w->reqs);
     um_bufpool_dispose(&w->tunbufs);
     um__outq_pools_dispose(&w->outq_pools);
+    um_bufpool_dispose(&w->h2_streams);
     if (w->mailbox.has_next)
         um_runtime_unref(w->mailbox.next_runtime);
     um_runtime_unref(w->runtime);

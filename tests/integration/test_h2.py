@@ -32,10 +32,10 @@ CERT_DIR = None
 STATIC = os.urandom(300000)
 
 # Frame types and error codes (RFC 9113 sections 6 and 7).
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    0x0, 0x1, 0x3, 0x4, 0x6, 0x7, 0x8, 0x9)
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    0x0, 0x1, 0x2, 0x3, 0x4, 0x6, 0x7, 0x8, 0x9)
 END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
-NO_ERROR, PROTOCOL_ERROR, CANCEL, ENHANCE_YOUR_CALM = 0x0, 0x1, 0x8, 0xb
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, CANCEL, ENHANCE_YOUR_CALM = 0x0, 0x1, 0x3, 0x8, 0xb
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
@@ -410,6 +410,48 @@ class H2Test(unittest.TestCase):
         self.assertEqual(len(r.body), n)
         self.assertEqual(r.body, origin_body(n))
 
+    def test_body_cut_short_by_the_origin_resets_the_stream(self):
+        # The origin sends its head and half its body, then closes: the client must not
+        # take what it got for the whole (RST_STREAM, no END_STREAM), and the connection's
+        # other streams go on.
+        with RawH2(self.plain, settings=struct.pack(">HI", 0x4, 0x7fffffff)) as c:
+            c.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7fffffff - 65535)))
+            c.headers(1, request_fields(self.plain, "/nocache/cut?size=200000&drop=body"))
+            frames, f = c.until(lambda f: f[2] == 1 and (f[1] & END_STREAM or f[0] == RST_STREAM),
+                                timeout=10)
+            self.assertIsNotNone(f, "neither END_STREAM nor RST_STREAM")
+            self.assertEqual(f[0], RST_STREAM, "the cut body ended like a whole one")
+            self.assertLess(data_bytes(frames, 1), 200000)
+            c.headers(3, request_fields(self.plain))
+            _, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
+            self.assertIsNotNone(f, "stream 3 not answered")
+        r = h2c(self.plain, "/nocache/cut2?size=200000&drop=body")
+        self.assertLess(len(r.body), 200000)
+
+    def test_cache_hit_of_a_large_object_on_many_streams(self):
+        # A 1 MiB hit on 8 streams of one connection at once, each body whole and right
+        # (its slices borrowed from the cache until their frames are written).
+        t = "/up/big-hit?cc=max-age%3D60&size=1048576"
+        self.assertEqual(h2c(self.plain, t).body, origin_body(1 << 20))
+        with RawH2(self.plain, settings=struct.pack(">HI", 0x4, 0x7fffffff)) as c:
+            c.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7fffffff - 65535)))
+            ids = [1 + 2 * i for i in range(8)]
+            for sid in ids:
+                c.headers(sid, request_fields(self.plain, t))
+            done = set()
+
+            def progress(f):
+                if f[0] in (HEADERS, DATA) and f[1] & END_STREAM:
+                    done.add(f[2])
+                return f[0] in (RST_STREAM, GOAWAY) or len(done) == len(ids)
+            frames, f = c.until(progress, timeout=30)
+            self.assertIsNotNone(f, "%d of %d streams done" % (len(done), len(ids)))
+            self.assertNotIn(f[0], (RST_STREAM, GOAWAY), f)
+            for sid in ids:
+                body = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == sid)
+                self.assertEqual(body, origin_body(1 << 20), sid)
+        self.assertEqual(self.seen(t), 1)
+
     def test_cache_miss_hit_and_purge(self):
         t = "/up/cached?cc=max-age%3D60&size=100000"
         r1 = h2c(self.plain, t)
@@ -690,6 +732,186 @@ class H2Test(unittest.TestCase):
                 self.assertIsNotNone(f, "no GOAWAY")
                 self.assertEqual(goaway(f)[1], ENHANCE_YOUR_CALM)
                 self.assertEqual(h2c(self.plain, "/index.html").status, 200)
+
+    def assertCalm(self, c, timeout=10):
+        """c gets GOAWAY ENHANCE_YOUR_CALM and is closed; another client is served."""
+        _, f = c.until(lambda f: f[0] == GOAWAY, timeout=timeout)
+        self.assertIsNotNone(f, "no GOAWAY")
+        self.assertEqual(goaway(f)[1], ENHANCE_YOUR_CALM)
+        self.assertTrue(c.wait_closed(5))
+        self.assertEqual(h2c(self.plain, "/index.html").status, 200)
+
+    def test_ping_and_settings_floods_of_a_reading_client_get_goaway(self):
+        # The client reads every ACK, so nghttp2's limit of queued ACKs never trips: the
+        # budget of frames that do no work does (1000 at once, 100/s after).
+        for name, one, ack in (("PING", frame(PING, 0, 0, b"12345678"), PING),
+                               ("SETTINGS", frame(SETTINGS, 0, 0), SETTINGS)):
+            with self.subTest(flood=name), RawH2(self.plain) as c:
+                got = None
+                for _ in range(30):
+                    try:
+                        c.send(one * 200)
+                    except (BrokenPipeError, ConnectionResetError):
+                        break
+                    acks = [0]
+
+                    def counted(f):
+                        if f[0] == ack and f[1] & ACK:
+                            acks[0] += 1
+                        return f[0] == GOAWAY or acks[0] >= 200
+                    _, got = c.until(counted, timeout=5)
+                    if got is None or got[0] == GOAWAY:
+                        break
+                self.assertIsNotNone(got, "neither the ACKs nor a GOAWAY came")
+                self.assertEqual(got[0], GOAWAY, "6000 %s frames read and answered" % name)
+                self.assertEqual(goaway(got)[1], ENHANCE_YOUR_CALM)
+                self.assertTrue(c.wait_closed(5))
+                self.assertEqual(h2c(self.plain, "/index.html").status, 200)
+
+    def test_priority_flood_gets_goaway(self):
+        # PRIORITY frames for idle streams are legal and ask for nothing back.
+        with RawH2(self.plain) as c:
+            try:
+                c.send(b"".join(frame(PRIORITY, 0, 1 + 2 * i, struct.pack(">IB", 0, 15))
+                                for i in range(3000)))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.assertCalm(c)
+
+    def test_empty_data_flood_gets_goaway(self):
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/nocache/empty?delay=3000", "POST"),
+                      end_stream=False)
+            try:
+                c.send(frame(DATA, 0, 1) * 3000)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.assertCalm(c)
+
+    def test_a_few_pings_and_priorities_are_fine(self):
+        # The budget leaves room for what real clients do.
+        with RawH2(self.plain) as c:
+            c.send(frame(PING, 0, 0, b"abcdefgh") * 50 +
+                   frame(PRIORITY, 0, 3, struct.pack(">IB", 0, 200)) * 50)
+            c.headers(1, request_fields(self.plain))
+            frames, f = c.until(lambda f: f[0] == GOAWAY or (f[2] == 1 and f[1] & END_STREAM))
+            self.assertIsNotNone(f, frames)
+            self.assertNotEqual(f[0], GOAWAY)
+            self.assertEqual(len([f for f in frames if f[0] == PING and f[1] & ACK]), 50)
+
+    def test_window_update_overflow(self):
+        # A window past 2^31-1 (RFC 9113 6.9.1): on the connection, GOAWAY
+        # FLOW_CONTROL_ERROR; on a stream, RST_STREAM FLOW_CONTROL_ERROR and the connection
+        # goes on.
+        with RawH2(self.plain) as c:
+            c.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7fffffff)))
+            _, f = c.until(lambda f: f[0] == GOAWAY)
+            self.assertIsNotNone(f, "no GOAWAY")
+            self.assertEqual(goaway(f)[1], FLOW_CONTROL_ERROR)
+            self.assertTrue(c.wait_closed(5))
+        with RawH2(self.plain) as c:
+            c.headers(1, request_fields(self.plain, "/nocache/wu?delay=1000"))
+            c.send(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 0x7fffffff)))
+            _, f = c.until(lambda f: f[2] == 1 and f[0] in (RST_STREAM, GOAWAY))
+            self.assertIsNotNone(f, "no RST_STREAM")
+            self.assertEqual((f[0], rst_code(f)), (RST_STREAM, FLOW_CONTROL_ERROR))
+            c.headers(3, request_fields(self.plain))
+            frames, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
+            self.assertIsNotNone(f, frames)
+
+    def test_frames_on_the_wrong_stream_are_connection_errors(self):
+        # RFC 9113 sections 5.1, 5.1.1 and 6: GOAWAY PROTOCOL_ERROR, then the close; other
+        # clients are served.
+        p = self.plain
+        get = hpack(request_fields(p))
+        cases = {
+            "DATA on stream 0": frame(DATA, 0, 0, b"x"),
+            "HEADERS on stream 0": frame(HEADERS, END_STREAM | END_HEADERS, 0, get),
+            "SETTINGS on stream 1": frame(SETTINGS, 0, 1),
+            "PING on stream 1": frame(PING, 0, 1, b"12345678"),
+            "RST_STREAM on stream 0": frame(RST_STREAM, 0, 0, struct.pack(">I", CANCEL)),
+            "GOAWAY on stream 1": frame(GOAWAY, 0, 1, struct.pack(">II", 0, 0)),
+            "WINDOW_UPDATE of 0": frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0)),
+            "even client stream id": frame(HEADERS, END_STREAM | END_HEADERS, 2, get),
+            "DATA on an idle stream": frame(DATA, END_STREAM, 7, b"x"),
+            "CONTINUATION without HEADERS": frame(CONTINUATION, END_HEADERS, 1, get),
+            "HEADERS interrupted": frame(HEADERS, END_STREAM, 1, get[:4]) +
+            frame(PING, 0, 0, b"12345678"),
+        }
+        for name, data in cases.items():
+            with self.subTest(case=name), RawH2(p) as c:
+                c.send(data)
+                _, f = c.until(lambda f: f[0] == GOAWAY)
+                self.assertIsNotNone(f, "no GOAWAY")
+                self.assertEqual(goaway(f)[1], PROTOCOL_ERROR)
+                self.assertTrue(c.wait_closed(5))
+        self.assertEqual(h2c(p, "/index.html").status, 200)
+
+    def test_content_length_must_match_the_data(self):
+        # RFC 9113 8.1.1: a request whose DATA add up to more or less than its
+        # content-length is malformed: RST_STREAM PROTOCOL_ERROR; the origin gets no
+        # request of it; the connection goes on.
+        for n, cl in ((5, 10), (5, 3)):
+            with self.subTest(data=n, content_length=cl), RawH2(self.plain) as c:
+                target = "/nocache/cl-%d-%d?echo=1" % (n, cl)
+                c.headers(1, request_fields(self.plain, target, "POST",
+                                            [("content-length", str(cl))]), end_stream=False)
+                c.send(frame(DATA, END_STREAM, 1, b"x" * n))
+                _, f = c.until(lambda f: f[2] == 1 and f[0] in (RST_STREAM, GOAWAY))
+                self.assertIsNotNone(f, "no RST_STREAM")
+                self.assertEqual((f[0], rst_code(f)), (RST_STREAM, PROTOCOL_ERROR))
+                c.headers(3, request_fields(self.plain))
+                frames, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
+                self.assertIsNotNone(f, frames)
+                self.assertFalse([r for r in self.origin.records() if r[1] == target])
+
+    def test_hpack_bomb_gets_431(self):
+        # One 4000-byte field put into the HPACK table, then referenced 200 times with a
+        # byte each: 800 KB of head from 4 KB on the wire. Past max_header_list (16 KB)
+        # nothing more is kept and the stream gets 431; the connection goes on.
+        bomb = b"\x40" + hpack_int(6, 7) + b"x-bomb" + hpack_int(4000, 7) + b"a" * 4000
+        bomb += b"\xbe" * 200  # indexed field 62: the newest entry of the table
+        with RawH2(self.plain) as c:
+            c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1,
+                         hpack(request_fields(self.plain)) + bomb))
+            frames, f = c.until(lambda f: f[2] == 1 and (f[1] & END_STREAM or f[0] == RST_STREAM))
+            self.assertIsNotNone(f, frames)
+            body = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1)
+            self.assertEqual(body, b"431 Request Header Fields Too Large\n")
+            c.headers(3, request_fields(self.plain))
+            frames, f = c.until(lambda f: f[2] == 3 and f[1] & END_STREAM)
+            self.assertIsNotNone(f, frames)
+        self.assertTrue(self.umbra.alive())
+
+    def test_body_read_with_its_head_reaches_the_origin(self):
+        # Bug: a request without content-length whose DATA and END_STREAM came in the same
+        # read as its HEADERS went to the origin with no body (neither Content-Length nor
+        # chunked: the stream's body was taken as absent).
+        with RawH2(self.plain) as c:
+            c.send(frame(HEADERS, END_HEADERS, 1, hpack(request_fields(
+                self.plain, "/nocache/oneread?echo=1", "POST"))) +
+                frame(DATA, 0, 1, b"abc") + frame(DATA, END_STREAM, 1, b"defg"))
+            frames, f = c.until(lambda f: f[2] == 1 and (f[1] & END_STREAM or f[0] == RST_STREAM))
+            self.assertIsNotNone(f, frames)
+            body = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1)
+            self.assertTrue(body.endswith(b"\r\n\r\nabcdefg"), body)
+            self.assertRegex(body, rb"(?i)\r\ncontent-length: 7\r\n")
+        self.assertIn(("POST", "/nocache/oneread?echo=1", 7), self.origin.records())
+
+    def test_request_trailers_are_accepted(self):
+        # A request body followed by trailers (a HEADERS frame with END_STREAM, RFC 9113
+        # 8.1): the origin gets the whole body, the client the answer.
+        with RawH2(self.plain) as c:
+            c.send(frame(HEADERS, END_HEADERS, 1, hpack(request_fields(
+                self.plain, "/nocache/trailers?echo=1", "POST"))) +
+                frame(DATA, 0, 1, b"hello ") + frame(DATA, 0, 1, b"world") +
+                frame(HEADERS, END_STREAM | END_HEADERS, 1, hpack([("x-checksum", "abc")])))
+            frames, f = c.until(lambda f: f[2] == 1 and (f[1] & END_STREAM or f[0] == RST_STREAM))
+            self.assertIsNotNone(f, frames)
+            self.assertNotEqual(f[0], RST_STREAM, frames)
+            body = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1)
+            self.assertTrue(body.endswith(b"hello world"), body)
+            self.assertRegex(body, rb"(?i)^POST /nocache/trailers\?echo=1 HTTP/1.1\r\n")
 
     def test_bad_preface_closes(self):
         with socket.create_connection(("127.0.0.1", self.plain), timeout=5) as s:
