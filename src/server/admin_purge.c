@@ -295,33 +295,14 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_clust
     /* The admin thread may sleep: a large purge is paced so that the workers keep most of
      * the CPU. */
     unsigned flags = UM_CACHE_PURGE_PACED | (p.soft ? UM_CACHE_PURGE_SOFT : 0);
+    /* Each purge is applied here, then told to the other nodes both ways: the ring's
+     * peers over HTTP (um__purge_broadcast) and the Redis channel (um__purge_announce). */
     size_t n = 0;
     if (p.ntags > 0) {
         n += um_cache_purge_tags(cache, p.tags, p.ntags, flags);
         struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_TAGS, .soft = p.soft, .tags = p.tags,
                                     .ntags = p.ntags};
         um__purge_broadcast(cluster, &ev);
-    }
-    if (p.path.len > 0 && p.path.base[p.path.len - 1] == '*') {
-        um_str pre = {p.path.base, p.path.len - 1};
-        n += um_cache_purge_prefix(cache, p.host, pre, flags);
-        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_PREFIX, .soft = p.soft,
-                                    .host = p.host, .prefix = pre};
-        um__purge_broadcast(cluster, &ev);
-    } else if (p.path.len > 0) {
-        size_t kl = p.host.len + 1 + p.path.len;
-        char *k = um_malloc(kl);
-        memcpy(k, p.host.base, p.host.len);
-        k[p.host.len] = ' ';
-        memcpy(k + p.host.len + 1, p.path.base, p.path.len);
-        n += p.soft ? um_cache_purge_soft(cache, (um_str){k, kl})
-                    : um_cache_purge(cache, (um_str){k, kl});
-        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_KEY, .soft = p.soft,
-                                    .key = (um_str){k, kl}};
-        um__purge_broadcast(cluster, &ev);
-        free(k);
-    }
-    if (p.ntags > 0) {
         struct um_buf tb;
         um_buf_init(&tb);
         for (size_t i = 0; i < p.ntags; i++) {
@@ -334,7 +315,12 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_clust
         um_buf_dispose(&tb);
     }
     if (p.path.len > 0 && p.path.base[p.path.len - 1] == '*') {
-        struct um_purge pg = {UM_PURGE_PREFIX, p.soft, p.host, {p.path.base, p.path.len - 1}};
+        um_str pre = {p.path.base, p.path.len - 1};
+        n += um_cache_purge_prefix(cache, p.host, pre, flags);
+        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_PREFIX, .soft = p.soft,
+                                    .host = p.host, .prefix = pre};
+        um__purge_broadcast(cluster, &ev);
+        struct um_purge pg = {UM_PURGE_PREFIX, p.soft, p.host, pre};
         um__purge_announce(s, &pg);
     } else if (p.path.len > 0) {
         size_t kl = p.host.len + 1 + p.path.len;
@@ -342,7 +328,11 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_clust
         memcpy(k, p.host.base, p.host.len);
         k[p.host.len] = ' ';
         memcpy(k + p.host.len + 1, p.path.base, p.path.len);
-        struct um_purge pg = {UM_PURGE_URL, p.soft, {"", 0}, {k, kl}};
+        um_str key = {k, kl};
+        n += p.soft ? um_cache_purge_soft(cache, key) : um_cache_purge(cache, key);
+        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_KEY, .soft = p.soft, .key = key};
+        um__purge_broadcast(cluster, &ev);
+        struct um_purge pg = {UM_PURGE_URL, p.soft, {"", 0}, key};
         um__purge_announce(s, &pg);
         free(k);
     }
