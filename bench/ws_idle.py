@@ -19,36 +19,19 @@ Prints "tunnels=N before_kb=B after_kb=A per_tunnel_bytes=X errors=E" (E "none" 
 went wrong). Every phase has a deadline (--timeout seconds).
 """
 import argparse
-import os
 import resource
 import selectors
 import socket
 import sys
 import time
 
+from idle_clients import rss_kb  # the same RSS count as the idle scenario
+
 REQ = (b"GET /ws HTTP/1.1\r\nHost: bench\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 ACCEPT = b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
 # A masked text frame "ping" (mask 01 02 03 04), echoed back as it is by the backend.
 FRAME = bytes([0x81, 0x84, 1, 2, 3, 4]) + bytes(b ^ (1 + i % 4) for i, b in enumerate(b"ping"))
-
-
-def rss_kb(pid):
-    """VmRSS of pid and its descendants, in KiB."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open("/proc/%d/status" % p) as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-            for tid in os.listdir("/proc/%d/task" % p):
-                with open("/proc/%d/task/%s/children" % (p, tid)) as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return total
 
 
 class Tunnel:
