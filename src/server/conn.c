@@ -576,7 +576,7 @@ static void h1_on_close(struct um__conn *c)
 {
     if (c->state == S_ORIGIN)
         um__exchange_cancel(&c->r->x);
-    um__tunnel_free(c); /* a 101 whose tunnel had not begun */
+    um__tunnel_close(c); /* a 101 whose tunnel had not begun; freed by dispose */
 }
 
 static void h1_dispose(struct um__conn *c)

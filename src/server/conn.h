@@ -160,7 +160,11 @@ void um__tunnel_prepare(struct um__conn *c, struct um__exchange *x,
  * the unparsed client bytes rbuf[from..rlen) go to the backend first. c's request state
  * and read buffer are given back. */
 void um__tunnel_begin(struct um__conn *c, size_t from);
-/* Closes and frees c's tunnel, begun or not (the connection is closed or freed). */
+/* Closes c's tunnel, begun or not (the connection is closed): logs it, closes the
+ * backend, gives its buffers back; the memory stays until um__tunnel_free, after the
+ * loop's batch of events (one may still name the backend's io). */
+void um__tunnel_close(struct um__conn *c);
+/* Closes (if need be) and frees c's tunnel (the connection is freed). */
 void um__tunnel_free(struct um__conn *c);
 
 /* conn_http1.c */

@@ -57,6 +57,7 @@ struct um__tunnel {
     bool b_can_read, b_can_write;
     bool b_rdhup; /* epoll said the backend's end (or an error) is there to read */
     bool begun; /* the connection is a tunnel (um__tunnel_begin) */
+    bool closed; /* um__tunnel_close ran: the backend is closed, the buffers given back */
     struct tun_dir up;   /* client -> backend */
     struct tun_dir down; /* backend -> client */
     /* For the log line: the request's strings in one block, and what the exchange knew. */
@@ -364,20 +365,30 @@ static void log_tunnel(struct um__conn *c, struct um__tunnel *t)
     um_access_log_request(&c->w->ctx, c->config, &r);
 }
 
-void um__tunnel_free(struct um__conn *c)
+void um__tunnel_close(struct um__conn *c)
 {
     struct um__tunnel *t = c->tun;
-    if (t == NULL)
+    if (t == NULL || t->closed)
         return;
-    c->tun = NULL;
+    t->closed = true;
     struct um__worker *w = c->w;
     if (t->begun)
         log_tunnel(c, t);
     um_counter_add(&um_metrics_worker()->tunnels_closed, 1);
     um_loop_io_set(w->loop, &t->io, t->backend->fd, 0);
     t->backend->ops->close(t->backend);
+    t->backend = NULL;
     dir_release(w, &t->up);
     dir_release(w, &t->down);
+}
+
+void um__tunnel_free(struct um__conn *c)
+{
+    struct um__tunnel *t = c->tun;
+    if (t == NULL)
+        return;
+    um__tunnel_close(c);
+    c->tun = NULL;
     free(t->strings);
     free(t);
 }
@@ -416,9 +427,11 @@ static void tunnel_drain(struct um__conn *c)
     um__conn_close(c);
 }
 
+/* The tunnel's memory stays until dispose: the backend's io is in it, and an event of
+ * the same epoll batch may still be on its way to on_backend_io (which sees c closed). */
 static void tunnel_on_close(struct um__conn *c)
 {
-    um__tunnel_free(c);
+    um__tunnel_close(c);
 }
 
 static void tunnel_dispose(struct um__conn *c)
