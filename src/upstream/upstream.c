@@ -215,17 +215,27 @@ static void build_fields(struct upstream *up, const struct um_fetch *f, struct x
 
 /* ---------------------------------------------------------------- response */
 
-void um__up_head(struct xfer *x, const struct um_http1_response *resp)
+/* A response head arrived for x's attempt: the server answered. */
+static void head_arrived(struct xfer *x)
 {
-    struct upstream *up = x->up;
     um_loop_timer_stop(x->loop, &x->ttfb);
-    server_ok(up, x->server);
-    um_metrics_upstream_done(up->slots[x->server], um_loop_now(x->loop) - x->t_attempt, false);
-    /* The end-to-end fields in order, then Via. */
-    struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
+    server_ok(x->up, x->server);
+    um_metrics_upstream_done(x->up->slots[x->server], um_loop_now(x->loop) - x->t_attempt,
+                             false);
+}
+
+/* Into fields (room for UM_HTTP1_MAX_RESPONSE_FIELDS + 1): resp's end-to-end fields in
+ * order (and Upgrade, for a 101), then Via. Returns how many. */
+static size_t response_fields(const struct um_http1_response *resp, bool keep_upgrade,
+                              struct um_header *fields)
+{
     size_t n = 0;
     for (size_t i = 0; i < resp->num_headers; i++) {
         um_str name = resp->headers[i].name;
+        if (keep_upgrade && um_str_eq_ci(name, "upgrade")) {
+            fields[n++] = resp->headers[i];
+            continue;
+        }
         if (um_str_eq_ci(name, "content-length") || is_hop_by_hop(name) ||
             um_str_eq_ci(name, "server") ||
             named_in_connection(resp->headers, resp->num_headers, name))
@@ -233,6 +243,14 @@ void um__up_head(struct xfer *x, const struct um_http1_response *resp)
         fields[n++] = resp->headers[i];
     }
     fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
+    return n;
+}
+
+void um__up_head(struct xfer *x, const struct um_http1_response *resp)
+{
+    head_arrived(x);
+    struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
+    size_t n = response_fields(resp, false, fields);
     /* Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3): the body is as
      * long as its coding says, and a length passed on would misframe it to the client. A
      * HEAD, 204 or 304 answer has no body and keeps the length the origin announced. */
@@ -271,24 +289,10 @@ static void xfer_free(struct xfer *x);
 void um__up_upgraded(struct xfer *x, const struct um_http1_response *resp,
                      struct um_transport *backend, const char *pre, size_t pre_len)
 {
-    struct upstream *up = x->up;
-    um_loop_timer_stop(x->loop, &x->ttfb);
-    server_ok(up, x->server);
-    um_metrics_upstream_done(up->slots[x->server], um_loop_now(x->loop) - x->t_attempt, false);
+    head_arrived(x);
     /* The end-to-end fields, and the protocol the server switched to. */
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
-    size_t n = 0;
-    for (size_t i = 0; i < resp->num_headers; i++) {
-        um_str name = resp->headers[i].name;
-        bool upgrade_field = um_str_eq_ci(name, "upgrade");
-        if (!upgrade_field &&
-            (um_str_eq_ci(name, "content-length") || is_hop_by_hop(name) ||
-             um_str_eq_ci(name, "server") ||
-             named_in_connection(resp->headers, resp->num_headers, name)))
-            continue;
-        fields[n++] = resp->headers[i];
-    }
-    fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
+    size_t n = response_fields(resp, true, fields);
     struct um_response_head head = {.status = 101, .headers = fields, .num_headers = n,
                                     .content_length = -1, .reason = resp->reason};
     x->head_sent = true;
