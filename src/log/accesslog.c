@@ -43,6 +43,18 @@ static bool plain_byte(unsigned char c)
     return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
 }
 
+/* Appends the run of plain bytes of s from i whole; returns where it ends (the next byte
+ * to escape, or s.len). */
+static size_t put_plain_run(struct um_buf *o, um_str s, size_t i)
+{
+    size_t run = i;
+    while (run < s.len && plain_byte((unsigned char)s.base[run]))
+        run++;
+    if (run > i)
+        um_buf_append(o, s.base + i, run - i);
+    return run;
+}
+
 /* A field of the combined format: '"', '\' and bytes outside printable ASCII as \xHH.
  * Runs of plain bytes are appended whole (a line is mostly such runs). */
 static void put_escaped(struct um_buf *o, um_str s)
@@ -54,11 +66,7 @@ static void put_escaped(struct um_buf *o, um_str s)
     }
     size_t i = 0;
     while (i < s.len) {
-        size_t run = i;
-        while (run < s.len && plain_byte((unsigned char)s.base[run]))
-            run++;
-        if (run > i)
-            um_buf_append(o, s.base + i, run - i);
+        size_t run = put_plain_run(o, s, i);
         if (run == s.len)
             break;
         unsigned char c = (unsigned char)s.base[run];
@@ -76,11 +84,7 @@ static void put_json(struct um_buf *o, um_str s)
     um_buf_append(o, "\"", 1);
     size_t i = 0;
     while (i < s.len) {
-        size_t run = i;
-        while (run < s.len && plain_byte((unsigned char)s.base[run]))
-            run++;
-        if (run > i)
-            um_buf_append(o, s.base + i, run - i);
+        size_t run = put_plain_run(o, s, i);
         if (run == s.len)
             break;
         unsigned char c = (unsigned char)s.base[run];
