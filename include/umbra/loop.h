@@ -94,8 +94,9 @@ int um_loop_run_once(struct um_loop *l, int max_wait_ms);
 int um_loop_poll(struct um_loop *l, int max_wait_ms);
 /* Fires the timers that are due, earliest first. */
 void um_loop_run_timers(struct um_loop *l);
-/* Runs the deferred tasks, and the ones they defer, for a bounded number of rounds (what
- * is left runs next turn, which then does not wait). */
+/* Runs the tasks posted from this loop's own thread, then the deferred tasks and the ones
+ * they defer, for a bounded number of rounds (what is left runs next turn, which then
+ * does not wait). */
 void um_loop_run_deferred(struct um_loop *l);
 /* Expires the due entries of every timeout queue. */
 void um_loop_run_timeouts(struct um_loop *l);
@@ -131,7 +132,8 @@ static inline bool um_loop_timer_armed(const struct um_timer *t)
 void um_loop_defer(struct um_loop *l, struct um_task *t);
 
 /* From any thread: queues t to run on loop l's thread (once, however often posted before
- * it runs). The loop is woken. */
+ * it runs). From another thread the loop is woken; from l's own, during its turn, t runs
+ * with this turn's deferred tasks. */
 void um_loop_post(struct um_loop *l, struct um_task *t);
 
 /* On l's own thread: withdraws t if it is still queued by um_loop_post, so that its owner

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -31,11 +32,19 @@ struct um_loop {
     struct um_task *deferred;
     struct um_task *on_stop; /* in the order queued */
     struct um_tq *queues;
-    /* Tasks posted from other threads, under lock; the eventfd wakes the loop. */
+    /* Tasks posted, under lock. From another thread the eventfd wakes the loop; from
+     * the loop's own thread (a fill waking a reader of the same worker) local_posts
+     * makes the turn run them with the deferred tasks instead, with no system call. */
     pthread_mutex_t post_lock;
     struct um_task *posted;
     struct um_io wake;
+    bool local_posts;
+    uint64_t id; /* never reused, unlike the address */
 };
+
+/* The loop whose turn this thread is in, by id (set by um_loop_poll). */
+static _Thread_local uint64_t tl_loop_id;
+static _Atomic uint64_t next_loop_id;
 
 static void update_time(struct um_loop *l)
 {
@@ -56,13 +65,9 @@ static void wake(struct um_loop *l)
 
 /* Runs posted tasks one at a time: each is taken off the queue under the lock, so a task
  * that makes its owner withdraw (and free) another one never leaves a dangling entry. */
-static void on_wake(struct um_io *io, uint32_t events)
+static void run_posted(struct um_loop *l)
 {
-    (void)events;
-    struct um_loop *l = (struct um_loop *)((char *)io - offsetof(struct um_loop, wake));
-    uint64_t v;
-    ssize_t r = read(io->fd, &v, sizeof(v));
-    (void)r;
+    l->local_posts = false;
     for (int budget = POST_BUDGET; budget > 0; budget--) {
         pthread_mutex_lock(&l->post_lock);
         struct um_task *t = l->posted;
@@ -80,6 +85,16 @@ static void on_wake(struct um_io *io, uint32_t events)
     wake(l);
 }
 
+static void on_wake(struct um_io *io, uint32_t events)
+{
+    (void)events;
+    struct um_loop *l = (struct um_loop *)((char *)io - offsetof(struct um_loop, wake));
+    uint64_t v;
+    ssize_t r = read(io->fd, &v, sizeof(v));
+    (void)r;
+    run_posted(l);
+}
+
 void um_loop_post(struct um_loop *l, struct um_task *t)
 {
     pthread_mutex_lock(&l->post_lock);
@@ -90,7 +105,11 @@ void um_loop_post(struct um_loop *l, struct um_task *t)
         l->posted = t;
     }
     pthread_mutex_unlock(&l->post_lock);
-    if (!queued)
+    if (queued)
+        return;
+    if (tl_loop_id == l->id)
+        l->local_posts = true;
+    else
         wake(l);
 }
 
@@ -118,6 +137,7 @@ struct um_loop *um_loop_create(void)
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     UM_ASSERT(l->epfd >= 0);
     pthread_mutex_init(&l->post_lock, NULL);
+    l->id = atomic_fetch_add(&next_loop_id, 1) + 1;
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(efd >= 0);
     l->wake.cb = on_wake;
@@ -245,6 +265,8 @@ void um_loop_defer(struct um_loop *l, struct um_task *t)
 
 void um_loop_run_deferred(struct um_loop *l)
 {
+    if (l->local_posts)
+        run_posted(l);
     /* Bounded, so that tasks deferring tasks cannot starve the descriptors. */
     for (int round = 0; round < DEFER_ROUNDS && l->deferred; round++) {
         struct um_task *list = l->deferred;
@@ -368,7 +390,7 @@ time_t um_loop_wall(const struct um_loop *l)
 /* Milliseconds until something is due, at most limit. */
 static int next_wait(struct um_loop *l, int max_wait_ms)
 {
-    if (l->deferred)
+    if (l->deferred || l->local_posts)
         return 0;
     uint64_t wait = max_wait_ms >= 0 && max_wait_ms < MAX_WAIT_MS ? (uint64_t)max_wait_ms
                                                                   : MAX_WAIT_MS;
@@ -392,6 +414,7 @@ static int next_wait(struct um_loop *l, int max_wait_ms)
 int um_loop_poll(struct um_loop *l, int max_wait_ms)
 {
     struct epoll_event evs[MAX_EVENTS];
+    tl_loop_id = l->id;
     int n = epoll_wait(l->epfd, evs, MAX_EVENTS, next_wait(l, max_wait_ms));
     if (n < 0 && errno != EINTR)
         return UM_ERR;

@@ -232,6 +232,46 @@ static void test_post_from_another_thread_wakes_the_loop(void **state)
     order_is(want2, 2);
 }
 
+/* A timer that posts a task to its own loop, as a fill wakes a reader of its worker. */
+struct posting_timer {
+    struct um_timer t;
+    struct id_task *task;
+};
+
+static void on_posting_timer(struct um_timer *t)
+{
+    struct posting_timer *pt = (struct posting_timer *)t;
+    seen(3);
+    um_loop_post(loop, &pt->task->t);
+}
+
+static void test_post_from_the_loops_own_thread_runs_this_turn(void **state)
+{
+    (void)state;
+    struct id_task task = {.t.cb = on_id_task, .id = 4};
+    struct posting_timer pt = {.t.cb = on_posting_timer, .task = &task};
+    um_loop_timer_start(loop, &pt.t, 0);
+    assert_int_equal(um_loop_run_once(loop, 1000), UM_OK);
+    /* The task ran in the turn it was posted in, after the timer. */
+    static const int want[] = {3, 4};
+    order_is(want, 2);
+    /* And the loop's eventfd was not written: the next turn waits its whole bound. */
+    uint64_t start = monotonic_ms();
+    assert_int_equal(um_loop_run_once(loop, 60), UM_OK);
+    uint64_t took = monotonic_ms() - start;
+    if (took < 50)
+        fail_msg("the turn after a local post was woken after %llu ms", (unsigned long long)took);
+    assert_int_equal(num_order, 2);
+    /* Withdrawn after a local post: it never runs. */
+    um_loop_timer_start(loop, &pt.t, 0);
+    assert_int_equal(um_loop_poll(loop, 1000), UM_OK);
+    um_loop_run_timers(loop);
+    um_loop_unpost(loop, &task.t);
+    um_loop_run_deferred(loop);
+    static const int want2[] = {3, 4, 3};
+    order_is(want2, 3);
+}
+
 /* ---------------------------------------------------------------- on_stop */
 
 static void test_on_stop_runs_in_queued_order(void **state)
@@ -338,6 +378,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_and_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_defer_runs_after_the_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_from_another_thread_wakes_the_loop, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_post_from_the_loops_own_thread_runs_this_turn, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_on_stop_runs_in_queued_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_queues_expire_in_order, setup, teardown),
