@@ -89,6 +89,8 @@ static struct {
 } guard_tags[GUARD_KEYS];
 static _Atomic unsigned guard_tag_next;
 static _Atomic uint64_t guard_broad;
+/* When the last URL / tag purge was noted: a fill long after it skips the scan. */
+static _Atomic uint64_t guard_key_last, guard_tag_last;
 
 static uint64_t key_hash(um_str k)
 {
@@ -112,6 +114,7 @@ void um_cluster_note_purge(const struct um_cache_purge *p)
             atomic_store_explicit(&guard_tags[i].at, now, memory_order_relaxed);
             atomic_store_explicit(&guard_tags[i].hash, key_hash(p->tags[t]), memory_order_relaxed);
         }
+        atomic_store_explicit(&guard_tag_last, now, memory_order_release);
         return;
     }
     if (p->kind == UM_CACHE_PURGE_PREFIX) {
@@ -121,12 +124,15 @@ void um_cluster_note_purge(const struct um_cache_purge *p)
     unsigned i = atomic_fetch_add_explicit(&guard_next, 1, memory_order_relaxed) % GUARD_KEYS;
     atomic_store_explicit(&guard_keys[i].at, now, memory_order_relaxed);
     atomic_store_explicit(&guard_keys[i].hash, key_hash(p->key), memory_order_relaxed);
+    atomic_store_explicit(&guard_key_last, now, memory_order_release);
 }
 
 bool um__cluster_recently_purged(um_str key, uint64_t now)
 {
     uint64_t b = atomic_load_explicit(&guard_broad, memory_order_relaxed);
     if (b != 0 && now - b < UM_CLUSTER_GUARD_MS) return true;
+    uint64_t last = atomic_load_explicit(&guard_key_last, memory_order_acquire);
+    if (last == 0 || now - last >= UM_CLUSTER_GUARD_MS) return false;
     uint64_t h = key_hash(key);
     for (size_t i = 0; i < GUARD_KEYS; i++) {
         if (atomic_load_explicit(&guard_keys[i].hash, memory_order_relaxed) != h) continue;
@@ -150,8 +156,9 @@ static bool tag_recent(um_str tag, uint64_t now)
 
 bool um__cluster_tags_recently_purged(const struct um_header *h, size_t n, uint64_t now)
 {
-    if (atomic_load_explicit(&guard_tag_next, memory_order_relaxed) == 0)
-        return false; /* no tag purge yet */
+    uint64_t last = atomic_load_explicit(&guard_tag_last, memory_order_acquire);
+    if (last == 0 || now - last >= UM_CLUSTER_GUARD_MS)
+        return false; /* no tag purge lately */
     for (size_t i = 0; i < n; i++) {
         um_str name = h[i].name, v = h[i].value;
         if (!um_str_eq_ci(name, "surrogate-key") && !um_str_eq_ci(name, "cache-tag") &&

@@ -40,9 +40,11 @@ struct rfetch {
     bool swallow; /* the peer failed: its answer is dropped, inner is asked next */
     bool posted;  /* task (the fetch from inner) is queued */
     struct um_task task;
-    struct um_fetch f;     /* the fill's fetch, its strings copied (for inner, later) */
-    struct um_request req; /* the fill's request with the Umbra-Peer field, for the peer */
-    char *strings;         /* the copies */
+    struct um_fetch f; /* the fill's fetch, its strings copied (for inner, later) */
+    char *strings;     /* the copies */
+    /* Last, and not zeroed: the fill's request with the Umbra-Peer field, for the peer
+     * (its field array alone is kilobytes; only the fields in use are written). */
+    struct um_request req;
 };
 
 /* ---------------------------------------------------------------- sink */
@@ -212,7 +214,8 @@ static void ring_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
 {
     struct ring_origin *ro = (struct ring_origin *)o;
     struct um_cluster *c = ro->c;
-    struct rfetch *rf = um_calloc(1, sizeof(*rf));
+    struct rfetch *rf = um_malloc(sizeof(*rf));
+    memset(rf, 0, offsetof(struct rfetch, req));
     rf->sink.ops = &rf_ops;
     rf->up = sink;
     rf->ro = ro;
@@ -248,11 +251,15 @@ static void ring_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
                                  (int64_t)time(NULL), hv, sl);
         }
         if (hl > 0) {
-            rf->req = *f->req;
+            const struct um_request *fq = f->req;
+            /* All but the unused tail of the field array. */
+            memcpy(&rf->req, fq, offsetof(struct um_request, headers));
+            memcpy(&rf->req.num_headers, &fq->num_headers,
+                   sizeof(*fq) - offsetof(struct um_request, num_headers));
             size_t w = 0;
-            for (size_t i = 0; i < rf->req.num_headers; i++)
-                if (!um_str_eq_ci(rf->req.headers[i].name, UM_CLUSTER_HEADER))
-                    rf->req.headers[w++] = rf->req.headers[i];
+            for (size_t i = 0; i < fq->num_headers; i++)
+                if (!um_str_eq_ci(fq->headers[i].name, UM_CLUSTER_HEADER))
+                    rf->req.headers[w++] = fq->headers[i];
             rf->req.num_headers = w;
             rf->req.headers[rf->req.num_headers++] =
                 (struct um_header){UM_STR(UM_CLUSTER_HEADER), {hv, hl}};

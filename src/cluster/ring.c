@@ -24,21 +24,25 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
+static uint64_t weight_of(uint64_t hk, um_str member)
+{
+    return mix(hk ^ mix(fnv1a(member.base, member.len, 0xcbf29ce484222325ull)));
+}
+
 uint64_t um_cluster_weight(um_str member, um_str key)
 {
-    uint64_t hm = mix(fnv1a(member.base, member.len, 0xcbf29ce484222325ull));
-    uint64_t hk = fnv1a(key.base, key.len, 0xcbf29ce484222325ull);
-    return mix(hk ^ hm);
+    return weight_of(fnv1a(key.base, key.len, 0xcbf29ce484222325ull), member);
 }
 
 int um_cluster_owner(const um_str *members, size_t n, um_str key,
                      bool (*usable)(void *arg, size_t i), void *arg)
 {
+    uint64_t hk = fnv1a(key.base, key.len, 0xcbf29ce484222325ull); /* once, not per member */
     int best = -1;
     uint64_t best_w = 0;
     for (size_t i = 0; i < n; i++) {
         if (usable && !usable(arg, i)) continue;
-        uint64_t w = um_cluster_weight(members[i], key);
+        uint64_t w = weight_of(hk, members[i]);
         if (best < 0 || w > best_w) {
             best = (int)i;
             best_w = w;
