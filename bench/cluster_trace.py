@@ -12,6 +12,10 @@
       are fetched at their owner (stored there), then once at ASKER_PORT's node (a miss
       filled from the owner: "through the owner"), then again there (a local hit). Prints
       "p50_owner_ms p50_local_ms" (medians over the COUNT objects, one keep-alive client).
+  cluster_trace.py p50 PORT COUNT
+      COUNT GETs of /hop over one keep-alive connection (bench/hop.c's server or relay, for
+      the floor of the latency figures: the same client, no HTTP work behind it). Prints
+      the median in ms.
 """
 
 import random
@@ -130,7 +134,17 @@ def latency(prefix, count, owner_port, asker_port, peers):
         r = ask.get(t)
         local.append(time.perf_counter() - t0)
         assert r == (200, SIZE), r
-    print("%.3f %.3f" % (statistics.median(through) * 1000, statistics.median(local) * 1000))
+    print("%.4f %.4f" % (statistics.median(through) * 1000, statistics.median(local) * 1000))
+
+
+def p50(port, count):
+    c = Conn(port)
+    ts = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        c.get("/hop")
+        ts.append(time.perf_counter() - t0)
+    print("%.4f" % (statistics.median(ts) * 1000))
 
 
 if __name__ == "__main__":
@@ -139,5 +153,7 @@ if __name__ == "__main__":
         trace(a[1], int(a[2]), int(a[3]), int(a[4]), [int(p) for p in a[5:]])
     elif a[0] == "latency":
         latency(a[1], int(a[2]), int(a[3]), int(a[4]), a[5:])
+    elif a[0] == "p50":
+        p50(int(a[1]), int(a[2]))
     else:
         sys.exit(__doc__)
