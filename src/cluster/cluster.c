@@ -9,8 +9,12 @@
  *
  * The purge thread: purges are queued (mutex and condition variable) by any thread and
  * sent by this one, one peer after the other, each over a kept-alive connection with
- * short timeouts; a peer that fails is marked down like a failed fill (and skipped while
- * it is). Blocking I/O is fine here: nothing else runs on this thread. */
+ * short timeouts; a peer that fails is marked down like a failed fill. A purge a peer
+ * could not take (down, unreachable) waits in that peer's backlog, and the peer's later
+ * purges behind it, so that they reach it in order once it is back: the backlogs are
+ * tried again every PURGE_RETRY_MS while no new purge is queued. A peer that answers
+ * but refuses a purge (another secret) does not get it again. Blocking I/O is fine here:
+ * nothing else runs on this thread. */
 #include "internal.h"
 
 #include <errno.h>
@@ -32,6 +36,8 @@
 #define PURGE_CONNECT_MS 500
 #define PURGE_IO_MS 1000
 #define MAX_QUEUED 10000
+#define PURGE_RETRY_MS 1000
+#define MAX_BACKLOG 10000 /* per peer; past it the oldest purge is dropped, and logged */
 
 static struct um__peer_stats slots[MAX_SLOTS];
 static _Atomic size_t num_slots;
@@ -270,7 +276,9 @@ static int exchange_once(struct um__peer *p, const char *req, size_t len)
     return status;
 }
 
-static void send_purge(struct um_cluster *c, struct um__peer *p, const struct purge_msg *m)
+enum sent { SENT, REFUSED, UNREACHABLE };
+
+static enum sent send_purge(struct um_cluster *c, struct um__peer *p, const struct purge_msg *m)
 {
     size_t sl = um_cluster_sign_len(m->len);
     size_t cap = sl + 256;
@@ -283,7 +291,7 @@ static void send_purge(struct um_cluster *c, struct um__peer *p, const struct pu
                                (um_str){m->desc, m->len}, now, req + o, cap - (size_t)o);
     if (n == 0) {
         free(req);
-        return;
+        return REFUSED; /* cannot be signed: never will */
     }
     size_t len = (size_t)o + n;
     memcpy(req + len, "\r\n\r\n", 4);
@@ -299,7 +307,7 @@ static void send_purge(struct um_cluster *c, struct um__peer *p, const struct pu
     free(req);
     if (st == 200) {
         atomic_fetch_add_explicit(&p->st->purges_sent, 1, memory_order_relaxed);
-        return;
+        return SENT;
     }
     atomic_fetch_add_explicit(&p->st->purges_failed, 1, memory_order_relaxed);
     if (p->fd >= 0) {
@@ -308,10 +316,74 @@ static void send_purge(struct um_cluster *c, struct um__peer *p, const struct pu
     }
     /* A peer that cannot be reached is skipped for a while (by fills too); one that
      * answers but refuses (another secret, no cache) is only logged. */
-    if (st < 0)
+    if (st < 0) {
         um__cluster_peer_failed(p, "purge: no connection");
+        return UNREACHABLE;
+    }
+    um_log_warn("cluster: peer %s refused a purge (status %d)", p->id.base, st);
+    return REFUSED;
+}
+
+static struct purge_msg *msg_copy(const struct purge_msg *m)
+{
+    struct purge_msg *k = um_malloc(sizeof(*k) + m->len + 1);
+    k->next = NULL;
+    k->len = m->len;
+    memcpy(k->desc, m->desc, m->len + 1);
+    return k;
+}
+
+static void backlog_add(struct um__peer *p, const struct purge_msg *m)
+{
+    if (p->num_backlog == MAX_BACKLOG) {
+        struct purge_msg *old = p->backlog;
+        p->backlog = old->next;
+        p->num_backlog--;
+        free(old);
+        atomic_fetch_add_explicit(&p->st->purges_failed, 1, memory_order_relaxed);
+        um_log_warn("cluster: peer %s has %d purges waiting; the oldest is dropped", p->id.base,
+                    MAX_BACKLOG);
+    }
+    struct purge_msg *k = msg_copy(m);
+    if (p->backlog)
+        p->backlog_tail->next = k;
     else
-        um_log_warn("cluster: peer %s refused a purge (status %d)", p->id.base, st);
+        p->backlog = k;
+    p->backlog_tail = k;
+    p->num_backlog++;
+    atomic_store_explicit(&p->st->purges_pending, p->num_backlog, memory_order_relaxed);
+}
+
+/* Sends p's backlog, oldest first, while p takes it. */
+static void backlog_send(struct um_cluster *c, struct um__peer *p, uint64_t now)
+{
+    while (p->backlog && um__cluster_peer_usable(p, now)) {
+        struct purge_msg *m = p->backlog;
+        if (send_purge(c, p, m) == UNREACHABLE) break;
+        p->backlog = m->next;
+        p->num_backlog--;
+        free(m);
+        now = um__cluster_now_ms();
+    }
+    if (p->backlog == NULL) p->backlog_tail = NULL;
+    atomic_store_explicit(&p->st->purges_pending, p->num_backlog, memory_order_relaxed);
+}
+
+/* m to p: at once when p is in use and has nothing waiting, else behind what waits. */
+static void deliver(struct um_cluster *c, struct um__peer *p, const struct purge_msg *m,
+                    uint64_t now)
+{
+    if (p->backlog == NULL && um__cluster_peer_usable(p, now) &&
+        send_purge(c, p, m) != UNREACHABLE)
+        return;
+    backlog_add(p, m);
+}
+
+static bool any_backlog(const struct um_cluster *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->peers[i].backlog) return true;
+    return false;
 }
 
 static void *purge_thread(void *arg)
@@ -319,18 +391,34 @@ static void *purge_thread(void *arg)
     struct um_cluster *c = arg;
     pthread_mutex_lock(&c->lock);
     for (;;) {
-        while (c->queue == NULL && !c->stop)
-            pthread_cond_wait(&c->cond, &c->lock);
+        if (c->queue == NULL && !c->stop) {
+            if (any_backlog(c)) {
+                struct timespec until;
+                clock_gettime(CLOCK_MONOTONIC, &until);
+                until.tv_nsec += (PURGE_RETRY_MS % 1000) * 1000000L;
+                until.tv_sec += PURGE_RETRY_MS / 1000 + until.tv_nsec / 1000000000L;
+                until.tv_nsec %= 1000000000L;
+                pthread_cond_timedwait(&c->cond, &c->lock, &until);
+            } else {
+                pthread_cond_wait(&c->cond, &c->lock);
+            }
+        }
         if (c->stop) break;
         struct purge_msg *m = c->queue;
-        c->queue = m->next;
-        if (c->queue == NULL) c->queue_tail = NULL;
-        c->queued--;
+        if (m) {
+            c->queue = m->next;
+            if (c->queue == NULL) c->queue_tail = NULL;
+            c->queued--;
+        }
         pthread_mutex_unlock(&c->lock);
         uint64_t now = um__cluster_now_ms();
-        for (size_t i = 0; i < c->n; i++)
-            if (i != c->self && um__cluster_peer_usable(&c->peers[i], now))
-                send_purge(c, &c->peers[i], m);
+        for (size_t i = 0; i < c->n; i++) {
+            if (i == c->self) continue;
+            if (m)
+                deliver(c, &c->peers[i], m, now);
+            else
+                backlog_send(c, &c->peers[i], now); /* the retry: nothing new queued */
+        }
         free(m);
         pthread_mutex_lock(&c->lock);
     }
@@ -425,7 +513,11 @@ struct um_cluster *um_cluster_create(const struct um_config *config)
         p->origin = um_upstream_origin_create(&p->conf);
     }
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cond, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&c->thread, NULL, purge_thread, c) != 0)
         UM_ASSERT(!"cluster: cannot start the purge thread");
     atomic_store(&ever, true);
@@ -448,8 +540,15 @@ void um_cluster_destroy(struct um_cluster *c)
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     for (size_t i = 0; i < c->n; i++) {
-        if (c->peers[i].origin) c->peers[i].origin->ops->destroy(c->peers[i].origin);
-        if (c->peers[i].fd >= 0) close(c->peers[i].fd);
+        struct um__peer *p = &c->peers[i];
+        if (p->origin) p->origin->ops->destroy(p->origin);
+        if (p->fd >= 0) close(p->fd);
+        while (p->backlog) {
+            struct purge_msg *m = p->backlog;
+            p->backlog = m->next;
+            free(m);
+        }
+        if (p->st) atomic_store_explicit(&p->st->purges_pending, 0, memory_order_relaxed);
     }
     free(c->peers);
     free(c->ids);
@@ -486,12 +585,17 @@ void um_cluster_write_metrics(struct um_buf *b)
          offsetof(struct um__peer_stats, fetch_failed)},
         {"umbra_cluster_purges_sent_total", "Purges sent to the peer and applied there.",
          offsetof(struct um__peer_stats, purges_sent)},
-        {"umbra_cluster_purge_failures_total", "Purges the peer did not take.",
+        {"umbra_cluster_purge_failures_total",
+         "Purge attempts the peer did not take (one it could not be reached for waits in its "
+         "backlog and is sent again).",
          offsetof(struct um__peer_stats, purges_failed)},
+        {"umbra_cluster_purges_pending", "Purges waiting in the peer's backlog.",
+         offsetof(struct um__peer_stats, purges_pending)},
     };
     for (size_t k = 0; k < UM_NELEMS(per); k++) {
-        um_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", per[k].name, per[k].help,
-                      per[k].name);
+        bool gauge = per[k].off == offsetof(struct um__peer_stats, purges_pending);
+        um_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", per[k].name, per[k].help, per[k].name,
+                      gauge ? "gauge" : "counter");
         for (size_t i = 0; i < n; i++) {
             if (atomic_load_explicit(&slots[i].self, memory_order_relaxed)) continue;
             _Atomic uint64_t *v = (_Atomic uint64_t *)((char *)&slots[i] + per[k].off);
@@ -525,14 +629,16 @@ void um_cluster_write_json(struct um_buf *b)
         um_buf_printf(
             b,
             "%s{\"peer\":\"%s\",\"self\":%s,\"up\":%s,\"fetches\":%llu,"
-            "\"fetch_failures\":%llu,\"purges_sent\":%llu,\"purge_failures\":%llu}",
+            "\"fetch_failures\":%llu,\"purges_sent\":%llu,\"purge_failures\":%llu,"
+            "\"purges_pending\":%llu}",
             i ? "," : "", s->url,
             atomic_load_explicit(&s->self, memory_order_relaxed) ? "true" : "false",
             atomic_load_explicit(&s->down_until, memory_order_relaxed) <= now ? "true" : "false",
             (unsigned long long)atomic_load_explicit(&s->fetch_ok, memory_order_relaxed),
             (unsigned long long)atomic_load_explicit(&s->fetch_failed, memory_order_relaxed),
             (unsigned long long)atomic_load_explicit(&s->purges_sent, memory_order_relaxed),
-            (unsigned long long)atomic_load_explicit(&s->purges_failed, memory_order_relaxed));
+            (unsigned long long)atomic_load_explicit(&s->purges_failed, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->purges_pending, memory_order_relaxed));
     }
     um_buf_append(b, "]},", 3);
 }

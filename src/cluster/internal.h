@@ -60,6 +60,7 @@ struct um__peer_stats {
     _Atomic bool self;
     _Atomic uint64_t down_until; /* monotonic ms */
     _Atomic uint64_t fetch_ok, fetch_failed, purges_sent, purges_failed;
+    _Atomic uint64_t purges_pending; /* in the backlog, for the metrics */
 };
 
 struct um__peer {
@@ -69,6 +70,10 @@ struct um__peer {
     struct um_origin *origin;                /* NULL for this node */
     struct um__peer_stats *st;
     int fd; /* the purge thread's kept-alive connection, or -1 */
+    /* Purges the peer has not taken yet (down, unreachable), oldest first, sent again
+     * in order when it is back. The purge thread's alone. */
+    struct purge_msg *backlog, *backlog_tail;
+    size_t num_backlog;
 };
 
 struct purge_msg;

@@ -4,7 +4,8 @@
 - a Zipf-like stream of requests spread over the nodes reaches the origin about once per
   URL (each key has one owner; the others fill from it);
 - a purge (URL, tag, soft) made on one node reaches the other two over signed HTTP;
-- with one node killed, the others answer every request, correctly;
+- with one node killed, the others answer every request, correctly, and a purge made
+  meanwhile waits for it and reaches it once it is back;
 - an Umbra-Peer field that is forged, stale or signed with another secret makes an
   ordinary client's request (stripped, never reaching the origin), while a valid one is
   served as a peer's;
@@ -302,6 +303,49 @@ class DeadPeerTest(unittest.TestCase):
                                        timeout=1.0 * SLOW))
             ring.nodes = ring.nodes[:2]
             dead._cleanup()
+
+
+class PurgeBacklogTest(unittest.TestCase):
+    def test_purge_made_while_a_peer_is_down_reaches_it_when_back(self):
+        with Origin(threads=2) as origin, \
+                UmbraCluster(3, node_body(origin.url)) as ring:
+            ports = ring.ports
+            node0 = ring.nodes[0]
+            peer2 = "http://127.0.0.1:%d" % ports[2]
+            target = "/b/purged?cc=max-age%3D600"
+            for port in ports[:2]:
+                self.assertEqual(fetch_req(port, target).status, 200)
+            # Node 2 goes away; node 0 learns it from a fill of a key node 2 owns.
+            dead = ring.nodes[2]
+            os.kill(dead.proc.pid, signal.SIGKILL)
+            dead.proc.wait(10)
+            owned = next(t for t in ("/b/own%d?cc=max-age%%3D600" % i for i in range(500))
+                         if owner_index(ports, t) == 2)
+            self.assertEqual(fetch_req(ports[0], owned, timeout=20).status, 200)
+            self.assertEqual(metric(node0, "umbra_cluster_peer_up", {"peer": peer2}), 0)
+            # A purge now: node 1 has it at once; node 2's waits in node 0's backlog.
+            self.assertEqual(fetch_req(ports[0], target, method="PURGE").status, 200)
+            self.assertTrue(wait_until(lambda: not only_if_cached(ports[1], target),
+                                       timeout=1.0 * SLOW))
+            self.assertEqual(metric(node0, "umbra_cluster_purges_pending", {"peer": peer2}), 1)
+            sent0 = metric(node0, "umbra_cluster_purges_sent_total", {"peer": peer2})
+            # Node 2 is back on its port and holds the object before node 0 sees it is back
+            # (a node that failed is skipped for 5 s).
+            back = Umbra(ring.config(2), workers=ring.workers)
+            back.__enter__()
+            ring.nodes[2] = back
+            dead._cleanup()
+            self.assertEqual(fetch_req(ports[2], target).status, 200)
+            self.assertTrue(only_if_cached(ports[2], target))
+            # The backlog reaches it, and the object is gone there too.
+            self.assertTrue(wait_until(lambda: not only_if_cached(ports[2], target),
+                                       timeout=10.0 * SLOW), "node 2 never got the purge")
+            self.assertTrue(wait_until(lambda: metric(node0, "umbra_cluster_purges_pending",
+                                                      {"peer": peer2}) == 0, timeout=2.0 * SLOW))
+            self.assertEqual(metric(node0, "umbra_cluster_purges_sent_total", {"peer": peer2}),
+                             sent0 + 1)
+            peers = {p["peer"]: p for p in status_json(node0)["cluster"]["peers"]}
+            self.assertEqual(peers[peer2]["purges_pending"], 0)
 
 
 class PurgeGuardTest(unittest.TestCase):
