@@ -20,7 +20,7 @@
  * and those hold the runtime or its snapshot.)
  *
  * The shared cache is the server's, not a runtime's: it keeps its contents. Settings that
- * cannot change while running (workers, cache memory, user and group) keep their old
+ * cannot change while running (workers, cache memory, cache.l2, user and group) keep their old
  * value, with a warning. A new listener is bound by the user the process runs as: once it
  * has dropped root, a port below 1024 fails to bind (unless it kept CAP_NET_BIND_SERVICE),
  * and the reload is refused whole, with the reason (server.c, um__bind_listen). */
@@ -133,6 +133,14 @@ void um__server_reload(struct um_server *s)
                      nc->cache.max_object != old->cache.max_object))
         um_log_warn("SIGHUP: cache.memory and cache.max_object take a restart; keeping the "
                     "running cache");
+    if (nc->cache.l2.enabled != old->cache.l2.enabled ||
+        (nc->cache.l2.enabled &&
+         (strcmp(nc->cache.l2.host, old->cache.l2.host) != 0 ||
+          nc->cache.l2.port != old->cache.l2.port ||
+          nc->cache.l2.max_object != old->cache.l2.max_object ||
+          nc->cache.l2.timeout != old->cache.l2.timeout)))
+        um_log_warn("SIGHUP: cache.l2 takes a restart; keeping the running L2 (%s)",
+                    old->cache.l2.enabled ? old->cache.l2.host : "none");
 
     int *fds = um_calloc(nc->num_listen + 1, sizeof(int));
     bool *kept = um_calloc(s->num_listen + 1, sizeof(bool));

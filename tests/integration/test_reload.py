@@ -16,7 +16,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Client, Origin, TlsClient, Umbra, http_get,  # noqa: E402
+from umbra_harness import (Client, Origin, TlsClient, Umbra, closed_port, http_get,  # noqa: E402
                            log_lines_with, make_cert, metric, parse_metrics, parse_response,
                            port_is_free, request, sanitizer_report, scrape, tls_context,
                            wait_until)
@@ -260,8 +260,8 @@ class ReloadUpstreamTest(ReloadBase):
 
 
 class ReloadKeepsTest(ReloadBase):
-    """What a reload keeps: the metrics count on from where they were; workers and the
-    cache's size stay as they are (a warning says that they take a restart)."""
+    """What a reload keeps: the metrics count on from where they were; workers, the
+    cache's size and its L2 stay as they are (a warning says that they take a restart)."""
 
     CONFIG = """
 admin = { listen = "127.0.0.1:0" }
@@ -324,8 +324,11 @@ routes = {
             with Umbra(cfg + 'cache = { memory = "64MB", max_object = "4MB" }', files=FILES,
                        workers=2) as u:
                 self.write_config(u, cfg + 'workers = 3\n'
-                                  'cache = { memory = "32MB", max_object = "1MB" }')
+                                  'cache = { memory = "32MB", max_object = "1MB",\n'
+                                  '  l2 = { redis = "redis://127.0.0.1:%d" } }' % closed_port())
                 self.reload(u)
+                self.assertTrue(log_lines_with(u, "SIGHUP: cache.l2 takes a restart; keeping "
+                                                  "the running L2 (none)"), u.log())
                 self.assertTrue(log_lines_with(u, "SIGHUP: workers = 3 takes a restart; "
                                                   "keeping 2"), u.log())
                 self.assertTrue(log_lines_with(u, "SIGHUP: cache.memory and cache.max_object "
