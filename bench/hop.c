@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,25 +175,19 @@ static int client(int port, int count)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "server") == 0) {
+    bool is_server = argc == 3 && strcmp(argv[1], "server") == 0;
+    bool is_relay = argc == 4 && strcmp(argv[1], "relay") == 0;
+    if (is_server || is_relay) {
         int l = listen_on(atoi(argv[2]));
         for (;;) {
             int c = accept(l, NULL, NULL);
             if (c < 0)
                 die("accept");
             nodelay(c);
-            serve(c);
-            close(c);
-        }
-    }
-    if (argc == 4 && strcmp(argv[1], "relay") == 0) {
-        int l = listen_on(atoi(argv[2]));
-        for (;;) {
-            int c = accept(l, NULL, NULL);
-            if (c < 0)
-                die("accept");
-            nodelay(c);
-            relay(c, atoi(argv[3]));
+            if (is_server)
+                serve(c);
+            else
+                relay(c, atoi(argv[3]));
             close(c);
         }
     }
