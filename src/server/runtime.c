@@ -42,6 +42,25 @@ static struct um_origin *cache_origin(struct um_runtime *rt, struct um_cache *ca
     return o;
 }
 
+/* The layers over a route's origin o: its hooks, then compression (above the hooks, so
+ * that on_response sees what the origin sent; below the cache, which stores the
+ * compressed variants), then the cache for an upstream or CGI route that caches. */
+static struct um_origin *layered(struct um_runtime *rt, struct um_cache **cache,
+                                 struct um_origin *o, const struct um_route *r, bool hooks,
+                                 bool cacheable)
+{
+    if (hooks)
+        o = um_hooks_origin_create(o, rt->hooks, r);
+    if (r->compress.enabled && o)
+        o = um_compress_origin_create(o, r);
+    if (cacheable && r->cache) {
+        if (*cache == NULL)
+            __atomic_store_n(cache, create_cache(rt->config), __ATOMIC_RELEASE);
+        o = cache_origin(rt, *cache, o, r);
+    }
+    return o;
+}
+
 /* The origins of the routes, each given its metrics slot. Returns false with "FILE:LINE:
  * message" when one cannot be made. */
 static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *err,
@@ -55,51 +74,21 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
         char msg[512];
         snprintf(msg, sizeof(msg), "%s%s", r->host ? r->host : "", r->path);
         rr->metrics_slot = um_metrics_route_slot(msg);
-        if (r->upstream >= 0) {
-            rr->origin = um_upstream_origin_ref(rt->upstreams[r->upstream]);
-            if (hooks)
-                rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
-            /* Below the cache: it stores the compressed variants. */
-            if (r->compress.enabled)
-                rr->origin = um_compress_origin_create(rr->origin, r);
-            if (r->cache) {
-                if (*cache == NULL)
-                    __atomic_store_n(cache, create_cache(config), __ATOMIC_RELEASE);
-                rr->origin = cache_origin(rt, *cache, rr->origin, r);
-            }
-            continue;
-        }
-        if (r->cgi) {
-            rr->origin = um_cgi_origin_create(r, config, msg, sizeof(msg));
-            if (rr->origin == NULL) {
-                snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
-                return false;
-            }
-            if (hooks)
-                rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
-            if (r->compress.enabled)
-                rr->origin = um_compress_origin_create(rr->origin, r);
-            if (r->cache) {
-                if (*cache == NULL)
-                    __atomic_store_n(cache, create_cache(config), __ATOMIC_RELEASE);
-                rr->origin = cache_origin(rt, *cache, rr->origin, r);
-            }
-            continue;
-        }
-        if (r->root) {
-            rr->origin = um_static_origin_create(r, config, msg, sizeof(msg));
-            if (rr->origin == NULL) {
-                snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
-                return false;
-            }
+        struct um_origin *o = NULL;
+        bool cacheable = r->upstream >= 0 || r->cgi;
+        if (r->upstream >= 0)
+            o = um_upstream_origin_ref(rt->upstreams[r->upstream]);
+        else if (r->cgi)
+            o = um_cgi_origin_create(r, config, msg, sizeof(msg));
+        else if (r->root)
+            o = um_static_origin_create(r, config, msg, sizeof(msg));
+        if (o == NULL && (r->cgi || (r->upstream < 0 && r->root))) {
+            snprintf(err, errlen, "%s:%d: %s", config->file, r->line, msg);
+            return false;
         }
         /* A route without root or upstream is answered by its hooks (or the upstream
          * they pick). */
-        if (hooks)
-            rr->origin = um_hooks_origin_create(rr->origin, rt->hooks, r);
-        /* Above the hooks, as on the other routes: on_response sees what the origin sent. */
-        if (r->compress.enabled && rr->origin)
-            rr->origin = um_compress_origin_create(rr->origin, r);
+        rr->origin = layered(rt, cache, o, r, hooks, cacheable);
     }
     return true;
 }
