@@ -320,15 +320,9 @@ bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
         return false;
     lua_pop(L, 1);
 
-    t = um__cfg_get_field(L, idx, "expose_tags");
-    if (t != LUA_TNIL) {
-        if (t != LUA_TBOOLEAN)
-            return um__cfg_fail(ld, L, "cache.expose_tags",
-                                "cache.expose_tags: expected true or false, got %s",
-                                lua_typename(L, t));
-        cc->expose_tags = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
+    if (!um__cfg_opt_bool(ld, L, idx, "cache.expose_tags", "expose_tags", &cc->expose_tags,
+                          NULL))
+        return false;
 
     return load_cache_targeted(ld, L, idx) && load_cache_purge(ld, L, idx) &&
            load_cache_l2(ld, L, idx);

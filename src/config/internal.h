@@ -118,6 +118,10 @@ bool um__cfg_check_list(struct um__cfg_load *ld, lua_State *L, int idx, const ch
  * as the value. what describes the expected value in the message. */
 bool um__cfg_get_string(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
                         const char *what, const char **s);
+/* The optional boolean `key` of the table at idx (path names it): *out is set when it is
+ * there, *given (may be NULL) says whether it is; fails on a value of another type. */
+bool um__cfg_opt_bool(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
+                      const char *key, bool *out, bool *given);
 /* An integer in [lo, hi] (a Lua number without fraction); false without a message. */
 bool um__cfg_get_integer(lua_State *L, int idx, double lo, double hi, long long *out);
 /* A number of seconds greater than 0 (get_seconds) or from 0 (get_seconds0), at most a

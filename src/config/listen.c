@@ -117,23 +117,13 @@ static bool load_listen_entry(struct um__cfg_load *ld, lua_State *L, int idx, co
                             LISTEN_HINT);
     }
     um__cfg_subpath(sub, sizeof sub, path, "tls");
-    int t = um__cfg_get_field(L, idx, "tls");
-    if (t != LUA_TNIL) {
-        if (t != LUA_TBOOLEAN)
-            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
-                                lua_typename(L, t));
-        out->tls = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
+    if (!um__cfg_opt_bool(ld, L, idx, sub, "tls", &out->tls, NULL))
+        return false;
     um__cfg_subpath(sub, sizeof sub, path, "http2");
-    t = um__cfg_get_field(L, idx, "http2");
-    if (t != LUA_TNIL) {
-        if (t != LUA_TBOOLEAN)
-            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
-                                lua_typename(L, t));
-        out->no_http2 = !lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
+    bool http2 = !out->no_http2;
+    if (!um__cfg_opt_bool(ld, L, idx, sub, "http2", &http2, NULL))
+        return false;
+    out->no_http2 = !http2;
     lua_rawgeti(L, idx, 1);
     if (lua_isnil(L, -1))
         return um__cfg_fail(ld, L, path, "%s: missing the address (expected %s)", path,

@@ -67,15 +67,7 @@ static bool load_cgi_route(struct um__cfg_load *ld, lua_State *L, int idx, const
         return false;
     lua_pop(L, 1);
     um__cfg_subpath(sub, sizeof sub, rpath, "cache");
-    int ct = um__cfg_get_field(L, idx, "cache");
-    if (ct != LUA_TNIL) {
-        if (ct != LUA_TBOOLEAN)
-            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
-                                lua_typename(L, ct));
-        r->cache = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
-    return true;
+    return um__cfg_opt_bool(ld, L, idx, sub, "cache", &r->cache, NULL);
 }
 
 static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const char *rpath,
@@ -124,19 +116,13 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
     lua_pop(L, 1);
 
     um__cfg_subpath(sub, sizeof sub, rpath, "redirect_https");
-    int rt = um__cfg_get_field(L, idx, "redirect_https");
-    if (rt != LUA_TNIL) {
-        if (rt != LUA_TBOOLEAN)
-            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
-                                lua_typename(L, rt));
-        r->redirect_https = lua_toboolean(L, -1);
-        if (r->redirect_https && !um__cfg_any_tls_listener(ld->c))
-            return um__cfg_fail(ld, L, sub,
-                                "%s: no listener has tls = true (there is no https "
-                                "address to redirect to)",
-                                sub);
-    }
-    lua_pop(L, 1);
+    if (!um__cfg_opt_bool(ld, L, idx, sub, "redirect_https", &r->redirect_https, NULL))
+        return false;
+    if (r->redirect_https && !um__cfg_any_tls_listener(ld->c))
+        return um__cfg_fail(ld, L, sub,
+                            "%s: no listener has tls = true (there is no https address to "
+                            "redirect to)",
+                            sub);
 
     um__cfg_subpath(sub, sizeof sub, rpath, "name");
     if (um__cfg_get_field(L, idx, "name") != LUA_TNIL) {
@@ -166,18 +152,14 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
         return false;
     lua_pop(L, 1);
     um__cfg_subpath(sub, sizeof sub, rpath, "precompressed");
-    int pt = um__cfg_get_field(L, idx, "precompressed");
-    if (pt != LUA_TNIL) {
-        if (pt != LUA_TBOOLEAN)
-            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
-                                lua_typename(L, pt));
-        r->precompressed = lua_toboolean(L, -1);
+    if (!um__cfg_opt_bool(ld, L, idx, sub, "precompressed", &r->precompressed, NULL))
+        return false;
+    if (r->precompressed) {
         int rt2 = um__cfg_get_field(L, idx, "root");
         lua_pop(L, 1);
-        if (r->precompressed && rt2 == LUA_TNIL)
+        if (rt2 == LUA_TNIL)
             return um__cfg_fail(ld, L, sub, "%s: applies to routes with a root (files)", sub);
     }
-    lua_pop(L, 1);
 
     if (um__cfg_get_field(L, idx, "cgi") != LUA_TNIL)
         return load_cgi_route(ld, L, idx, rpath, r);
@@ -212,19 +194,13 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
      * cache (cache = false on one is allowed, and changes nothing). */
     um__cfg_subpath(sub, sizeof sub, rpath, "cache");
     r->cache = has_upstream;
-    int ct = um__cfg_get_field(L, idx, "cache");
-    if (ct != LUA_TNIL) {
-        if (ct != LUA_TBOOLEAN)
-            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
-                                lua_typename(L, ct));
-        if (lua_toboolean(L, -1) && !has_upstream)
-            return um__cfg_fail(ld, L, sub,
-                                "%s: cache applies to upstream routes (this one serves "
-                                "files from a root)",
-                                sub);
-        r->cache = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
+    if (!um__cfg_opt_bool(ld, L, idx, sub, "cache", &r->cache, NULL))
+        return false;
+    if (r->cache && !has_upstream)
+        return um__cfg_fail(ld, L, sub,
+                            "%s: cache applies to upstream routes (this one serves files from "
+                            "a root)",
+                            sub);
 
     if (has_upstream) {
         um__cfg_subpath(sub, sizeof sub, rpath, "upstream");

@@ -213,13 +213,8 @@ static bool load_upstream_tls(struct um__cfg_load *ld, lua_State *L, int idx, co
     if (!um__cfg_check_keys(ld, L, tidx, tpath, um__cfg_upstream_tls_keys))
         return false;
     um__cfg_subpath(sub, sizeof sub, tpath, "verify");
-    if ((t = um__cfg_get_field(L, tidx, "verify")) != LUA_TNIL) {
-        if (t != LUA_TBOOLEAN)
-            return um__cfg_fail(ld, L, sub, "%s: expected true or false, got %s", sub,
-                                lua_typename(L, t));
-        u->tls_verify = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
+    if (!um__cfg_opt_bool(ld, L, tidx, sub, "verify", &u->tls_verify, NULL))
+        return false;
     um__cfg_subpath(sub, sizeof sub, tpath, "ca");
     if (um__cfg_get_field(L, tidx, "ca") != LUA_TNIL) {
         if (!um__cfg_get_string(ld, L, -1, sub, "the path of a CA certificate file", &s) ||

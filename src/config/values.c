@@ -248,6 +248,22 @@ bool um__cfg_get_string(struct um__cfg_load *ld, lua_State *L, int idx, const ch
     return true;
 }
 
+/* The optional boolean key of the table at idx; path names the key. */
+bool um__cfg_opt_bool(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
+                      const char *key, bool *out, bool *given)
+{
+    int t = um__cfg_get_field(L, idx, key);
+    if (given)
+        *given = t != LUA_TNIL;
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+        return um__cfg_fail(ld, L, path, "%s: expected true or false, got %s", path,
+                            lua_typename(L, t));
+    if (t != LUA_TNIL)
+        *out = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return true;
+}
+
 /* An integer in [lo, hi] (a Lua number without fraction). */
 bool um__cfg_get_integer(lua_State *L, int idx, double lo, double hi, long long *out)
 {
