@@ -522,6 +522,16 @@ static bool skip_field(um_str name)
            um_str_eq_ci(name, "proxy-connection");
 }
 
+/* The script's fields in[0..n) that go on, into out; returns how many. */
+static size_t kept_fields(const struct um_header *in, size_t n, struct um_header *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!skip_field(in[i].name))
+            out[k++] = in[i];
+    return k;
+}
+
 static int start_script(struct cgi_fetch *f, um_str path, um_str query);
 
 /* The head is complete: answer, redirect or fail. Returns false when the fetch is over. */
@@ -543,14 +553,10 @@ static bool send_head(struct cgi_fetch *f)
             fetch_fail(f, 502);
             return false;
         }
-        size_t n = 0;
-        for (size_t i = 0; i < resp.num_headers; i++)
-            if (!skip_field(resp.headers[i].name))
-                hs[n++] = resp.headers[i];
         head.status = resp.status;
         head.reason = resp.reason;
         head.headers = hs;
-        head.num_headers = n;
+        head.num_headers = kept_fields(resp.headers, resp.num_headers, hs);
         if (resp.flags & UM_RESP_F_CONTENT_LENGTH)
             head.content_length = (int64_t)resp.content_length;
         head_len = resp.head_len;
@@ -605,14 +611,10 @@ static bool send_head(struct cgi_fetch *f)
             }
             h.status = 302;
         }
-        size_t n = 0;
-        for (size_t i = 0; i < h.num_headers; i++)
-            if (!skip_field(h.headers[i].name))
-                hs[n++] = h.headers[i];
         head.status = h.status;
         head.reason = h.reason;
         head.headers = hs;
-        head.num_headers = n;
+        head.num_headers = kept_fields(h.headers, h.num_headers, hs);
         head.content_length = h.content_length;
         head_len = h.head_len;
     }
