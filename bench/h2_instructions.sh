@@ -26,11 +26,9 @@ bench_init
 ensure_umbra
 ensure_origin
 
-cert=$BENCH_TMP/cert.pem
-key=$BENCH_TMP/key.pem
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-    -keyout "$key" -out "$cert" >"$BENCH_TMP/openssl.log" 2>&1 || die "openssl could not make the certificate"
+make_cert
+cert=$BENCH_CERT
+key=$BENCH_KEY
 start_origin
 
 dir=$BENCH_TMP/umbra

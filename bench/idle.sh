@@ -30,13 +30,9 @@ mkdir -p "$docroot"
 chmod 755 "$docroot"
 make_file "$docroot/1k.bin" 1024
 
-tls_cert=$BENCH_TMP/cert.pem
-tls_key=$BENCH_TMP/key.pem
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-    -keyout "$tls_key" -out "$tls_cert" >"$BENCH_TMP/openssl.log" 2>&1 ||
-    die "openssl could not make the certificate: $(cat "$BENCH_TMP/openssl.log")"
-chmod 644 "$tls_cert" "$tls_key"
+make_cert
+tls_cert=$BENCH_CERT
+tls_key=$BENCH_KEY
 
 # Idle connections must outlive the measurement: both servers keep them 300 s.
 declare -A PORT TLS_PORT PID

@@ -159,6 +159,19 @@ wait_port() {
     die "$name (PID $pid) is not accepting connections on 127.0.0.1:$port after 10 s"
 }
 
+# make_cert: one self-signed ECDSA P-256 certificate for 127.0.0.1 and localhost, shared
+# by every server of the scenario; sets BENCH_CERT and BENCH_KEY (readable by nginx's
+# workers).
+make_cert() {
+    BENCH_CERT=$BENCH_TMP/cert.pem
+    BENCH_KEY=$BENCH_TMP/key.pem
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+        -keyout "$BENCH_KEY" -out "$BENCH_CERT" >"$BENCH_TMP/openssl.log" 2>&1 ||
+        die "openssl could not make the certificate: $(cat "$BENCH_TMP/openssl.log")"
+    chmod 644 "$BENCH_CERT" "$BENCH_KEY"
+}
+
 # bench_start NAME LOG CMD...: runs CMD in the background; sets BENCH_LAST_PID.
 bench_start() {
     local name=$1 logf=$2

@@ -30,14 +30,10 @@ mkdir -p "$docroot"
 chmod 755 "$docroot"
 make_file "$docroot/1k.bin" 1024
 
-# One certificate for both servers: self-signed ECDSA P-256 for 127.0.0.1 and localhost.
-cert=$BENCH_TMP/cert.pem
-key=$BENCH_TMP/key.pem
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-    -keyout "$key" -out "$cert" >"$BENCH_TMP/openssl.log" 2>&1 ||
-    die "openssl could not make the certificate: $(cat "$BENCH_TMP/openssl.log")"
-chmod 644 "$cert" "$key"
+# One certificate for both servers.
+make_cert
+cert=$BENCH_CERT
+key=$BENCH_KEY
 
 declare -A PORT PID
 # The servers keep the plain listener that lib.sh's start functions wait for; the TLS
