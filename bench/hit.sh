@@ -163,9 +163,7 @@ md=$(results_md hit)
     echo "- umbra-hit: GET $URL_HIT; route /hit/, upstream app (the origin), cache = { memory = \"256MB\" }, no hook; every request a hit"
     echo "- umbra-respond and umbra-hit are one Umbra (2 workers), measured in turn"
     echo
-    md_row case server "median req/s" compared ratio target met "p50 ms" "p99 ms" "CPU server %" "server us/req" \
-        "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" repeated
-    md_row --- --- ---: --- ---: --- --- ---: ---: ---: ---: ---: ---: ---: --- ---
+    md_compare_head
 } >"$md"
 
 declare -A VERDICT=()

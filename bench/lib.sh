@@ -992,6 +992,14 @@ md_row() {
     printf '%s\n' "$row"
 }
 
+# md_compare_head: the head of the table of the scenarios that compare cases with a
+# target (hit, lua, compress): one row per case and server.
+md_compare_head() {
+    md_row case server "median req/s" compared ratio target met "p50 ms" "p99 ms" "CPU server %" "server us/req" \
+        "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" repeated
+    md_row --- --- ---: --- ---: --- --- ---: ---: ---: ---: ---: ---: ---: --- ---
+}
+
 # results_md NAME: the path of a new results file of scenario NAME (BENCH_RESULTS made).
 # When BENCH_RESULTS_LIST names a file (bench/run sets it), the path is also appended to it.
 results_md() {

@@ -258,9 +258,7 @@ md=$(results_md lua)
     echo "- hello: GET /hello; nginx: location = /hello { default_type text/plain; return 200 \"$HELLO\"; }; Umbra: on_request returning umbra.respond(200, \"$HELLO\") on the route /hello"
     echo "- hook-hit: one Umbra, cache = { memory = \"256MB\" }; umbra: GET $URL_NOHOOK (route /nohook/, upstream app, no hook); umbra+hook: GET $URL_HOOK (route /hook/, upstream app, on_request: host lower-cased, port dropped, compared with 3 names, req.upstream set); both hits"
     echo
-    md_row case server "median req/s" compared ratio target met "p50 ms" "p99 ms" "CPU server %" "server us/req" \
-        "CPU wrk %" "CPU other %" "origin reqs/round" "req/s per round" repeated
-    md_row --- --- ---: --- ---: --- --- ---: ---: ---: ---: ---: ---: ---: --- ---
+    md_compare_head
 } >"$md"
 
 declare -A VERDICT=()
