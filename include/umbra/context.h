@@ -22,6 +22,7 @@ enum um_context_slot {
     UM_CONTEXT_ACCESS_LOG,  /* access log: the buffer of lines and its flush timer */
     UM_CONTEXT_CGI,         /* cgi: the scripts running on the worker */
     UM_CONTEXT_L2,          /* cluster: the worker's Redis connection (umbra/l2.h) */
+    UM_CONTEXT_STATIC,      /* static: the small-file cache */
     UM_CONTEXT_NUM_SLOTS
 };
 

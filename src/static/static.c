@@ -2,9 +2,11 @@
  *
  * Every open goes through openat2(RESOLVE_BENEATH) relative to the root's descriptor, so
  * neither "..", nor an absolute symlink, nor a symlink pointing outside can escape the
- * root, whatever the path normalisation let through. */
+ * root, whatever the path normalisation let through. A small file, once read, is served
+ * from the worker's copy while one stat says it is unchanged (filecache.c). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +15,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "umbra/compress.h"
+#include "umbra/context.h"
 #include "umbra/httpfield.h"
 #include "umbra/log.h"
 #include "umbra/static.h"
@@ -22,10 +26,13 @@
 
 struct static_origin {
     struct um_origin base;
+    uint64_t gen; /* names its entries in the small-file cache */
     int root_fd;
     char *index; /* NULL: no index file */
     const struct um_route *route;
 };
+
+static _Atomic uint64_t generations;
 
 static const char *const sibling_ext[UM_CODING_COUNT] = {"", ".gz", ".br", ".zst"};
 
@@ -153,6 +160,38 @@ static bool range_applies(const struct um_request *req, um_str etag, time_t mtim
     return um_http_date_parse(*ir, &t) && t == mtime;
 }
 
+/* The fields of file's answer into h (room for 4); returns how many. */
+static size_t file_fields(const struct um__file *file, struct um_header *h)
+{
+    h[0] = (struct um_header){UM_STR("Content-Type"), {file->type, strlen(file->type)}};
+    h[1] = (struct um_header){UM_STR("Last-Modified"), {file->last_modified, UM_HTTP_DATE_LEN}};
+    h[2] = (struct um_header){UM_STR("ETag"), {file->etag, file->etag_len}};
+    h[3] = (struct um_header){UM_STR("Accept-Ranges"), UM_STR("bytes")};
+    return 4;
+}
+
+/* A small file's whole answer from the worker's copy (no Range: those take the file). */
+static void serve_copy(const struct um_request *req, const struct um__file *file,
+                       struct um_sink *sink)
+{
+    struct um_header h[4];
+    size_t n = file_fields(file, h);
+    um_str etag = {file->etag, file->etag_len};
+    if (not_modified(req, etag, file->mtime.tv_sec)) {
+        struct um_response_head head = {.status = 304, .headers = h + 1, .num_headers = n - 1,
+                                        .content_length = -1};
+        sink->ops->on_head(sink, &head);
+        sink->ops->on_end(sink, UM_OK);
+        return;
+    }
+    struct um_response_head head = {.status = 200, .headers = h, .num_headers = n,
+                                    .content_length = (int64_t)file->size};
+    sink->ops->on_head(sink, &head);
+    if (file->size > 0)
+        sink->ops->on_data(sink, file->body, (size_t)file->size);
+    sink->ops->on_end(sink, UM_OK);
+}
+
 static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_sink *sink)
 {
     struct static_origin *o = (struct static_origin *)base;
@@ -175,6 +214,21 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
         return;
     }
     bool want_dir = req->path.len > 0 && req->path.base[req->path.len - 1] == '/';
+    /* The worker's copy: for the whole file, when no precompressed sibling may be served
+     * instead. */
+    bool copyable = f->ctx != NULL && !o->route->precompressed &&
+                    um_http1_find_header(req, "Range") == NULL;
+    if (copyable) {
+        const struct um__file *file =
+            um__static_file_find(f->ctx, o->gen, o->root_fd, want_dir, rel, rel_len);
+        if (file) {
+            serve_copy(req, file, sink);
+            return;
+        }
+    }
+    char key[MAX_PATH];
+    size_t key_len = rel_len;
+    memcpy(key, rel, rel_len);
     int fd = um_static_open_beneath(o->root_fd, rel_len ? rel : ".", O_RDONLY | O_NOCTTY);
     if (fd < 0) {
         respond_error(sink, um_static_errno_status(errno));
@@ -237,6 +291,23 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
             close(fd);
             fd = sfd;
             st = sst;
+        }
+    }
+
+    if (copyable && coding == UM_CODING_IDENTITY) {
+        struct um__file *file = um__static_file_add(f->ctx, o->gen, want_dir, key, key_len,
+                                                    rel_len ? rel : ".", rel_len ? rel_len : 1,
+                                                    fd, &st);
+        if (file) {
+            close(fd);
+            file->type = um_mime_type((um_str){rel, rel_len}, f->config->mime,
+                                      f->config->num_mime);
+            file->etag_len = (size_t)snprintf(file->etag, sizeof file->etag, "\"%llx-%llx\"",
+                                              (unsigned long long)st.st_mtime,
+                                              (unsigned long long)st.st_size);
+            um_http_date_format(st.st_mtime, file->last_modified);
+            serve_copy(req, file, sink);
+            return;
         }
     }
 
@@ -327,6 +398,7 @@ struct um_origin *um_static_origin_create(const struct um_route *route,
     }
     struct static_origin *o = um_calloc(1, sizeof(*o));
     o->base.ops = &static_ops;
+    o->gen = atomic_fetch_add(&generations, 1) + 1;
     o->root_fd = fd;
     o->index = route->index ? um_strndup(route->index, strlen(route->index)) : NULL;
     o->route = route;

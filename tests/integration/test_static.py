@@ -474,5 +474,66 @@ class StaticTest(unittest.TestCase, HttpAssertions):
         self.assertEqual(r.body, b"sub\n")
 
 
+
+class SmallFileCopyTest(unittest.TestCase):
+    """Each worker keeps small files it served; a change on disk is seen by the very next
+    request (one stat per request checks the copy), and the copy never outlives what the
+    root may serve."""
+
+    def setUp(self):
+        self.umbra = Umbra('routes = { { path = "/", root = "www" } }\n',
+                           files={"www/c.txt": "one\n", "secret": SECRET})
+        self.umbra.__enter__()
+        self.addCleanup(self.umbra.__exit__, None, None, None)
+        self.path = os.path.join(self.umbra.dir, "www/c.txt")
+        # Older than the window in which a file's next change could keep its timestamps:
+        # only such a file is kept.
+        time.sleep(2.1)
+
+    def fetch_all(self, target, times=6):
+        """target on new connections, spread over the workers: the bodies (or statuses)."""
+        out = set()
+        for _ in range(times):
+            data, _ = exchange(self.umbra.port, req(target))
+            r = parse_responses(data)[0]
+            out.add(r.body if r.status == 200 else r.status)
+        return out
+
+    def test_same_size_rewrite_is_seen_at_once(self):
+        self.assertEqual(self.fetch_all("/c.txt"), {b"one\n"})
+        with open(self.path, "wb") as f:
+            f.write(b"two\n")
+        self.assertEqual(self.fetch_all("/c.txt"), {b"two\n"})
+        # And written again at once, within the same clock tick: not kept, still seen.
+        with open(self.path, "wb") as f:
+            f.write(b"six\n")
+        self.assertEqual(self.fetch_all("/c.txt"), {b"six\n"})
+
+    def test_deleted_file_is_404(self):
+        self.assertEqual(self.fetch_all("/c.txt"), {b"one\n"})
+        os.unlink(self.path)
+        self.assertEqual(self.fetch_all("/c.txt"), {404})
+
+    def test_file_swapped_for_a_symlink_out_of_the_root_is_refused(self):
+        self.assertEqual(self.fetch_all("/c.txt"), {b"one\n"})
+        os.unlink(self.path)
+        os.symlink(os.path.join(self.umbra.dir, "secret"), self.path)
+        got = self.fetch_all("/c.txt")
+        self.assertNotIn(SECRET, got)
+        self.assertTrue(got <= {403, 404}, got)
+
+    def test_etag_follows_the_file(self):
+        data, _ = exchange(self.umbra.port, req("/c.txt"))
+        etag = parse_responses(data)[0].header("ETag")
+        for _ in range(4):
+            data, _ = exchange(self.umbra.port, req("/c.txt", headers=[("If-None-Match", etag)]))
+            self.assertEqual(parse_responses(data)[0].status, 304)
+        os.utime(self.path, (MTIME, MTIME))
+        for _ in range(4):
+            data, _ = exchange(self.umbra.port, req("/c.txt", headers=[("If-None-Match", etag)]))
+            r = parse_responses(data)[0]
+            self.assertEqual((r.status, r.body), (200, b"one\n"))
+            self.assertNotEqual(r.header("ETag"), etag)
+
 if __name__ == "__main__":
     unittest.main()
