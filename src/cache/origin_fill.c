@@ -85,10 +85,28 @@ static size_t tag_build(const struct um_vary *vary, const struct um_route *route
     return o;
 }
 
-static bool skip_stored_field(um_str name)
+/* Whether a field of a response to store is left out of its head block: one the cache
+ * sets itself when it serves, a tag field when clients are not to see them, or one that
+ * policy refuses to store. */
+static bool block_skips(um_str name, const struct um_resp_meta *m, bool strip_tags)
 {
-    return um_str_eq_ci(name, "age") || um_str_eq_ci(name, "content-length") ||
-           um_str_eq_ci(name, "cache-status") || um_str_eq_ci(name, "transfer-encoding");
+    enum um_field_id id = um_http_field_id(name);
+    switch (id) {
+    case UM_FIELD_AGE:
+    case UM_FIELD_CONTENT_LENGTH:
+    case UM_FIELD_CACHE_STATUS:
+    case UM_FIELD_TRANSFER_ENCODING:
+        return true;
+    case UM_FIELD_SURROGATE_KEY:
+    case UM_FIELD_CACHE_TAG:
+    case UM_FIELD_XKEY:
+        if (strip_tags)
+            return true;
+        break;
+    default:
+        break;
+    }
+    return !um_cache_field_storable_id(name, id, m);
 }
 
 /* Serialises the fields of a response worth storing. Returns a malloc'd block. The tag
@@ -104,8 +122,7 @@ static char *head_block(const struct cache_origin *co, const struct um_header *h
     char *b = um_malloc(cap + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (skip_stored_field(h[i].name) || !um_cache_field_storable(h[i].name, m) ||
-            (strip_tags && um_cache_is_tag_field(h[i].name)))
+        if (block_skips(h[i].name, m, strip_tags))
             continue;
         memcpy(b + o, h[i].name.base, h[i].name.len);
         o += h[i].name.len;
