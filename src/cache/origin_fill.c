@@ -165,6 +165,22 @@ struct worker_fills *um__cache_worker_fills(struct um_context *ctx)
 
 /* ---------------------------------------------------------------- fills */
 
+#define SPARE_FILLS_MAX 64
+
+struct fill *um__cache_fill_new(struct um_context *ctx)
+{
+    struct worker_fills *wf = um__cache_worker_fills(ctx);
+    struct fill *fl = wf->free_fills;
+    if (fl != NULL) {
+        wf->free_fills = fl->next_active;
+        wf->num_free_fills--;
+    } else {
+        fl = um_malloc(sizeof(*fl));
+    }
+    memset(fl, 0, offsetof(struct fill, req));
+    return fl;
+}
+
 /* Copies the request head so that the fill can outlive the client's buffer. The slices
  * may point anywhere (a hook's rewrites live in the connection's arena): each is copied. */
 void um__cache_copy_request(struct fill *fl, const struct um_request *req)
@@ -175,7 +191,11 @@ void um__cache_copy_request(struct fill *fl, const struct um_request *req)
         len += req->headers[i].name.len + req->headers[i].value.len;
     fl->head_copy = um_malloc(len + 1);
     char *p = fl->head_copy;
-    fl->req = *req;
+    /* All of *req but its unused header entries (most of its size). */
+    memcpy(&fl->req, req, offsetof(struct um_request, headers));
+    memcpy(fl->req.headers, req->headers, req->num_headers * sizeof(req->headers[0]));
+    memcpy(&fl->req.num_headers, &req->num_headers,
+           sizeof(*req) - offsetof(struct um_request, num_headers));
 #define COPY(s)                                                                                    \
     do {                                                                                           \
         if ((s).len > 0)                                                                           \
@@ -221,7 +241,14 @@ void um__cache_fill_free(struct fill *fl)
     free(fl->key);
     free(fl->head_copy);
     um_config_unref(fl->co->config);
-    free(fl);
+    if (wf == NULL || wf->num_free_fills >= SPARE_FILLS_MAX) {
+        free(fl);
+        return;
+    }
+    fl->kind = 0; /* not a live fill any more */
+    fl->next_active = wf->free_fills;
+    wf->free_fills = fl;
+    wf->num_free_fills++;
 }
 
 static void leave_pass_marker(struct fill *fl)
@@ -786,6 +813,11 @@ static void fills_stop(struct um_task *t)
         fl->fwd = NULL;
         fl->own = NULL;
         um__cache_fill_free(fl);
+    }
+    while (wf->free_fills) {
+        struct fill *fl = wf->free_fills;
+        wf->free_fills = fl->next_active;
+        free(fl);
     }
     while (wf->free_readers) {
         struct reader *r = wf->free_readers;
