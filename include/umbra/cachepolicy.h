@@ -34,6 +34,7 @@
 #include "umbra/cachestatus.h"
 #include "umbra/common.h"
 #include "umbra/http1.h"
+#include "umbra/httpfield.h"
 
 /* 2^31 seconds: what an oversized or overflowing delta-seconds becomes (RFC 9111 1.2.2). */
 #define UM_DELTA_MAX INT64_C(2147483648)
@@ -156,6 +157,7 @@ struct um_resp_meta {
     um_str etag;       /* a well-formed ETag (first line), or {NULL, 0} */
     int64_t age_value; /* Age: 0 when absent or invalid (ignored, RFC 9111 5.1) */
     bool has_set_cookie;
+    bool has_connection; /* a Connection line is among headers */
     const struct um_header *headers; /* the scanned fields (for Connection and the like) */
     size_t num_headers;
     um_str targeted; /* the targeted field whose directives cc holds (um_resp_meta_target),
@@ -260,6 +262,8 @@ enum um_nostore um_cache_storable(const struct um_req_meta *req, const struct um
  * (5.2.2.4, 5.2.2.7) and Age (the cache keeps age_value in its times and generates Age when
  * it serves, RFC 9111 section 4). */
 bool um_cache_field_storable(um_str name, const struct um_resp_meta *resp);
+/* The same for a field the caller classified already: id is um_http_field_id(name). */
+bool um_cache_field_storable_id(um_str name, enum um_field_id id, const struct um_resp_meta *resp);
 
 /* True for the statuses RFC 9110 15.1 (and RFC 7725 for 451) calls heuristically cacheable:
  * 200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 451, 501. */

@@ -52,6 +52,79 @@ static inline bool um_http_is_token(um_str s)
     return true;
 }
 
+/* The field names that more than one layer tests for. A field is classified once, by its
+ * name's length and bytes, instead of being compared with every name of every list. */
+enum um_field_id {
+    UM_FIELD_OTHER = 0,
+    UM_FIELD_AGE,
+    UM_FIELD_AUTHORIZATION,
+    UM_FIELD_CACHE_CONTROL,
+    UM_FIELD_CACHE_STATUS,
+    UM_FIELD_CACHE_TAG,
+    UM_FIELD_CONNECTION,
+    UM_FIELD_CONTENT_ENCODING,
+    UM_FIELD_CONTENT_LENGTH,
+    UM_FIELD_DATE,
+    UM_FIELD_ETAG,
+    UM_FIELD_EXPECT,
+    UM_FIELD_EXPIRES,
+    UM_FIELD_HOST,
+    UM_FIELD_KEEP_ALIVE,
+    UM_FIELD_LAST_MODIFIED,
+    UM_FIELD_PRAGMA,
+    UM_FIELD_PROXY_AUTHENTICATE,
+    UM_FIELD_PROXY_AUTHENTICATION_INFO,
+    UM_FIELD_PROXY_AUTHORIZATION,
+    UM_FIELD_PROXY_CONNECTION,
+    UM_FIELD_SERVER,
+    UM_FIELD_SET_COOKIE,
+    UM_FIELD_SURROGATE_KEY,
+    UM_FIELD_TE,
+    UM_FIELD_TRAILER,
+    UM_FIELD_TRANSFER_ENCODING,
+    UM_FIELD_UPGRADE,
+    UM_FIELD_VARY,
+    UM_FIELD_VIA,
+    UM_FIELD_X_FORWARDED_FOR,
+    UM_FIELD_X_FORWARDED_HOST,
+    UM_FIELD_X_FORWARDED_PORT,
+    UM_FIELD_X_FORWARDED_PREFIX,
+    UM_FIELD_X_FORWARDED_PROTO,
+    UM_FIELD_X_FORWARDED_SCHEME,
+    UM_FIELD_X_FORWARDED_SERVER,
+    UM_FIELD_X_HOST,
+    UM_FIELD_X_ORIGINAL_HOST,
+    UM_FIELD_X_ORIGINAL_URL,
+    UM_FIELD_X_REWRITE_URL,
+    UM_FIELD_XKEY,
+};
+
+/* The known field that name is (ASCII case-insensitively, the whole name), or
+ * UM_FIELD_OTHER. */
+enum um_field_id um_http_field_id(um_str name);
+
+struct um_header;
+
+#define UM_HTTP_CONN_TOKENS 16
+
+/* The members of a head's Connection lines, collected once so that testing whether a
+ * field is named there does not scan them again for every field. */
+struct um_http_conn_tokens {
+    size_t n;
+    bool overflow; /* more than UM_HTTP_CONN_TOKENS: lookups scan the lines instead */
+    const struct um_header *_h;
+    size_t _nh;
+    um_str tok[UM_HTTP_CONN_TOKENS];
+};
+
+/* Collects the non-empty members of the Connection lines of h[0..n), which must outlive
+ * t. Cheap when there is no Connection line. */
+void um_http_conn_tokens_init(struct um_http_conn_tokens *t, const struct um_header *h, size_t n);
+
+/* Whether a Connection line names name (ASCII case-insensitively). An empty name never
+ * matches. */
+bool um_http_conn_names(const struct um_http_conn_tokens *t, um_str name);
+
 #define UM_HTTP_DATE_LEN 29 /* "Sun, 06 Nov 1994 08:49:37 GMT" */
 
 /* Writes t as an IMF-fixdate plus a NUL into out. */

@@ -120,9 +120,8 @@ struct fill {
     struct um_cache_obj *old; /* the stale object a revalidation is for */
     char *key;
     size_t key_len;
-    /* A copy of the client's request head, so the fill outlives the client. */
+    /* A copy of the client's request head, so the fill outlives the client (req, last). */
     char *head_copy;
-    struct um_request req;
     time_t request_time;
     struct reader *own; /* the reader of the client that caused the fill, or NULL */
     struct pass *fwd;   /* the fill stopped storing and forwards to its client's pass */
@@ -142,6 +141,9 @@ struct fill {
     char *fetch_copy;
     uint64_t l2_started;
     bool from_l2; /* filled from the second-level cache: not written back */
+    /* Last: a new fill zeroes what is before it, and only the used entries of its
+     * headers[] are ever written (um__cache_copy_request). */
+    struct um_request req;
 };
 
 struct pass {
@@ -170,6 +172,9 @@ struct worker_fills {
     /* Spare readers, so that a hit allocates nothing. */
     struct reader *free_readers;
     unsigned num_free_readers;
+    /* Spare fills (linked by next_active), so that a miss does not allocate one. */
+    struct fill *free_fills;
+    unsigned num_free_fills;
 };
 
 static inline time_t now_sec(void)
@@ -255,6 +260,9 @@ extern const struct um_sink_ops um__cache_fill_ops;
 /* The worker's fills (made on first use), and the first of them (or NULL). */
 struct worker_fills *um__cache_worker_fills(struct um_context *ctx);
 struct fill *um__cache_first_fill(const struct um_context *ctx);
+/* A fill for the worker of ctx, everything before its req zeroed (a spare one when there
+ * is one); um__cache_fill_free gives it back. */
+struct fill *um__cache_fill_new(struct um_context *ctx);
 /* Copies the request head into the fill, so that the fill can outlive the client. */
 void um__cache_copy_request(struct fill *fl, const struct um_request *req);
 /* Asks the second-level cache for fl's key; the inner fetch ff (copied) starts when it

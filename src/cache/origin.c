@@ -142,7 +142,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
                        struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
                        size_t key_len, enum um_cache_fwd fwd, bool conditional)
 {
-    struct fill *fl = um_calloc(1, sizeof(*fl));
+    struct fill *fl = um__cache_fill_new(f->ctx);
     fl->kind = K_FILL;
     fl->co = co;
     /* A fill may outlive its client, and so the client's hold on the snapshot that owns
@@ -160,7 +160,7 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     fl->has_ttl = f->has_ttl;
     fl->ttl = f->ttl;
     um__cache_copy_request(fl, f->req);
-    struct worker_fills *wf = um__cache_worker_fills(fl->ctx);
+    struct worker_fills *wf = um_context_get(fl->ctx, UM_CONTEXT_CACHE_FILLS);
     fl->next_active = wf->active;
     if (wf->active)
         wf->active->prev_active = fl;

@@ -85,10 +85,28 @@ static size_t tag_build(const struct um_vary *vary, const struct um_route *route
     return o;
 }
 
-static bool skip_stored_field(um_str name)
+/* Whether a field of a response to store is left out of its head block: one the cache
+ * sets itself when it serves, a tag field when clients are not to see them, or one that
+ * policy refuses to store. */
+static bool block_skips(um_str name, const struct um_resp_meta *m, bool strip_tags)
 {
-    return um_str_eq_ci(name, "age") || um_str_eq_ci(name, "content-length") ||
-           um_str_eq_ci(name, "cache-status") || um_str_eq_ci(name, "transfer-encoding");
+    enum um_field_id id = um_http_field_id(name);
+    switch (id) {
+    case UM_FIELD_AGE:
+    case UM_FIELD_CONTENT_LENGTH:
+    case UM_FIELD_CACHE_STATUS:
+    case UM_FIELD_TRANSFER_ENCODING:
+        return true;
+    case UM_FIELD_SURROGATE_KEY:
+    case UM_FIELD_CACHE_TAG:
+    case UM_FIELD_XKEY:
+        if (strip_tags)
+            return true;
+        break;
+    default:
+        break;
+    }
+    return !um_cache_field_storable_id(name, id, m);
 }
 
 /* Serialises the fields of a response worth storing. Returns a malloc'd block. The tag
@@ -104,8 +122,7 @@ static char *head_block(const struct cache_origin *co, const struct um_header *h
     char *b = um_malloc(cap + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (skip_stored_field(h[i].name) || !um_cache_field_storable(h[i].name, m) ||
-            (strip_tags && um_cache_is_tag_field(h[i].name)))
+        if (block_skips(h[i].name, m, strip_tags))
             continue;
         memcpy(b + o, h[i].name.base, h[i].name.len);
         o += h[i].name.len;
@@ -148,6 +165,22 @@ struct worker_fills *um__cache_worker_fills(struct um_context *ctx)
 
 /* ---------------------------------------------------------------- fills */
 
+#define SPARE_FILLS_MAX 64
+
+struct fill *um__cache_fill_new(struct um_context *ctx)
+{
+    struct worker_fills *wf = um__cache_worker_fills(ctx);
+    struct fill *fl = wf->free_fills;
+    if (fl != NULL) {
+        wf->free_fills = fl->next_active;
+        wf->num_free_fills--;
+    } else {
+        fl = um_malloc(sizeof(*fl));
+    }
+    memset(fl, 0, offsetof(struct fill, req));
+    return fl;
+}
+
 /* Copies the request head so that the fill can outlive the client's buffer. The slices
  * may point anywhere (a hook's rewrites live in the connection's arena): each is copied. */
 void um__cache_copy_request(struct fill *fl, const struct um_request *req)
@@ -158,7 +191,11 @@ void um__cache_copy_request(struct fill *fl, const struct um_request *req)
         len += req->headers[i].name.len + req->headers[i].value.len;
     fl->head_copy = um_malloc(len + 1);
     char *p = fl->head_copy;
-    fl->req = *req;
+    /* All of *req but its unused header entries (most of its size). */
+    memcpy(&fl->req, req, offsetof(struct um_request, headers));
+    memcpy(fl->req.headers, req->headers, req->num_headers * sizeof(req->headers[0]));
+    memcpy(&fl->req.num_headers, &req->num_headers,
+           sizeof(*req) - offsetof(struct um_request, num_headers));
 #define COPY(s)                                                                                    \
     do {                                                                                           \
         if ((s).len > 0)                                                                           \
@@ -204,7 +241,14 @@ void um__cache_fill_free(struct fill *fl)
     free(fl->key);
     free(fl->head_copy);
     um_config_unref(fl->co->config);
-    free(fl);
+    if (wf == NULL || wf->num_free_fills >= SPARE_FILLS_MAX) {
+        free(fl);
+        return;
+    }
+    fl->kind = 0; /* not a live fill any more */
+    fl->next_active = wf->free_fills;
+    wf->free_fills = fl;
+    wf->num_free_fills++;
 }
 
 static void leave_pass_marker(struct fill *fl)
@@ -769,6 +813,11 @@ static void fills_stop(struct um_task *t)
         fl->fwd = NULL;
         fl->own = NULL;
         um__cache_fill_free(fl);
+    }
+    while (wf->free_fills) {
+        struct fill *fl = wf->free_fills;
+        wf->free_fills = fl->next_active;
+        free(fl);
     }
     while (wf->free_readers) {
         struct reader *r = wf->free_readers;

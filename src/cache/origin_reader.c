@@ -89,15 +89,21 @@ bool um__cache_match(const struct um_cache_obj *obj, void *arg)
 
 /* ---------------------------------------------------------------- stored heads */
 
-/* Splits a stored head block into fields (slices of it). */
-size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max)
+/* Splits a stored head block into at most max fields (slices of it); *wire (may be NULL)
+ * says whether the block is made of field lines alone, "Name: value\r\n" each, every one
+ * of them among the fields returned: a connection may then send the block as those
+ * fields. One pass does both, as a miss stores a block and builds its meta at once. */
+static size_t head_split(um_str head, struct um_header *f, size_t max, bool *wire)
 {
     size_t n = 0;
+    bool w = true;
     const char *p = head.base, *end = head.base + head.len;
     while (p < end && n < max) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (eol == NULL)
+        if (eol == NULL) {
+            w = false;
             break;
+        }
         const char *colon = memchr(p, ':', (size_t)(eol - p));
         if (colon) {
             size_t vl = (size_t)(eol - colon - 1);
@@ -106,27 +112,23 @@ size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max)
             f[n].name = (um_str){p, (size_t)(colon - p)};
             f[n].value = um_str_trim((um_str){colon + 1, vl});
             n++;
+            if (eol[-1] != '\r')
+                w = false;
+        } else {
+            w = false; /* an empty line, or one without a colon */
         }
         p = eol + 1;
     }
+    if (p < end)
+        w = false; /* lines beyond max */
+    if (wire)
+        *wire = w;
     return n;
 }
 
-/* Whether head is made of field lines alone, "Name: value\r\n" each, n of them: what
- * um__cache_head_fields found in it is then the whole block, and a connection may send the
- * block as those fields. */
-static bool head_is_wire(um_str head, size_t n)
+size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max)
 {
-    size_t lines = 0;
-    const char *p = head.base, *end = head.base + head.len;
-    while (p < end) {
-        const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (eol == NULL || eol == p || eol[-1] != '\r' || memchr(p, ':', (size_t)(eol - p)) == NULL)
-            return false;
-        lines++;
-        p = eol + 1;
-    }
-    return lines == n;
+    return head_split(head, f, max, NULL);
 }
 
 /* ---------------------------------------------------------------- meta blocks */
@@ -144,7 +146,8 @@ struct meta *um__cache_meta_build(const struct meta *base, um_str head,
                                   const struct um_cache_policy *pol, size_t *len)
 {
     struct um_header f[MAX_OUT_FIELDS];
-    size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
+    bool wire;
+    size_t n = head_split(head, f, MAX_OUT_FIELDS, &wire);
     struct um_resp_meta rm;
     um_resp_meta_scan(&rm, base->status, f, n);
     if (pol)
@@ -152,7 +155,7 @@ struct meta *um__cache_meta_build(const struct meta *base, um_str head,
     *len = sizeof(struct meta) + n * sizeof(struct meta_field);
     struct meta *m = um_calloc(1, *len);
     m->flags = base->flags & ~(uint32_t)META_F_WIRE;
-    if (n > 0 && n < MAX_OUT_FIELDS && head_is_wire(head, n))
+    if (n > 0 && n < MAX_OUT_FIELDS && wire)
         m->flags |= META_F_WIRE;
     m->status = base->status;
     m->times = base->times;

@@ -5,10 +5,12 @@
 
 #include <string.h>
 
+#include "umbra/httpfield.h"
+
 bool um_cache_is_tag_field(um_str name)
 {
-    return um_str_eq_ci(name, "surrogate-key") || um_str_eq_ci(name, "cache-tag") ||
-           um_str_eq_ci(name, "xkey");
+    enum um_field_id id = um_http_field_id(name);
+    return id == UM_FIELD_SURROGATE_KEY || id == UM_FIELD_CACHE_TAG || id == UM_FIELD_XKEY;
 }
 
 size_t um_cache_split_tags(um_str v, um_str *out, size_t n, size_t max)

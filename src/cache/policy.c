@@ -341,15 +341,21 @@ void um_resp_meta_scan(struct um_resp_meta *m, int status, const struct um_heade
     m->num_headers = n;
     bool date_seen = false, lm_seen = false, etag_seen = false, age_seen = false;
     for (size_t i = 0; i < n; i++) {
-        um_str name = h[i].name, v = um_str_trim(h[i].value);
-        if (um_str_eq_ci(name, "cache-control")) {
+        enum um_field_id id = um_http_field_id(h[i].name);
+        if (id == UM_FIELD_OTHER) continue;
+        um_str v = um_str_trim(h[i].value);
+        switch (id) {
+        case UM_FIELD_CACHE_CONTROL:
             um_cc_parse(&m->cc, v);
-        } else if (um_str_eq_ci(name, "vary")) {
+            break;
+        case UM_FIELD_VARY:
             um_vary_parse(&m->vary, v);
-        } else if (um_str_eq_ci(name, "date")) {
+            break;
+        case UM_FIELD_DATE:
             if (!date_seen) m->has_date = um_http_date_parse(v, &m->date);
             date_seen = true;
-        } else if (um_str_eq_ci(name, "expires")) {
+            break;
+        case UM_FIELD_EXPIRES: {
             /* Invalid dates, "0" above all, mean "already expired" (RFC 9111 5.3); lines
              * that disagree are treated the same way (4.2.1). */
             time_t t;
@@ -361,17 +367,28 @@ void um_resp_meta_scan(struct um_resp_meta *m, int status, const struct um_heade
             } else if (!ok || t != m->expires) {
                 m->expires_valid = false;
             }
-        } else if (um_str_eq_ci(name, "last-modified")) {
+            break;
+        }
+        case UM_FIELD_LAST_MODIFIED:
             if (!lm_seen) m->has_last_modified = um_http_date_parse(v, &m->last_modified);
             lm_seen = true;
-        } else if (um_str_eq_ci(name, "etag")) {
+            break;
+        case UM_FIELD_ETAG:
             if (!etag_seen && etag_valid(v)) m->etag = v;
             etag_seen = true;
-        } else if (um_str_eq_ci(name, "age")) {
+            break;
+        case UM_FIELD_AGE:
             if (!age_seen) m->age_value = parse_age(v);
             age_seen = true;
-        } else if (um_str_eq_ci(name, "set-cookie")) {
+            break;
+        case UM_FIELD_SET_COOKIE:
             m->has_set_cookie = true;
+            break;
+        case UM_FIELD_CONNECTION:
+            m->has_connection = true;
+            break;
+        default:
+            break;
         }
     }
 }
@@ -396,12 +413,12 @@ void um_req_meta_scan(struct um_req_meta *m, enum um_method method, const struct
     m->num_headers = n;
     bool pragma = false;
     for (size_t i = 0; i < n; i++) {
-        um_str name = h[i].name;
-        if (um_str_eq_ci(name, "cache-control"))
+        enum um_field_id id = um_http_field_id(h[i].name);
+        if (id == UM_FIELD_CACHE_CONTROL)
             um_cc_parse(&m->cc, um_str_trim(h[i].value));
-        else if (um_str_eq_ci(name, "pragma"))
+        else if (id == UM_FIELD_PRAGMA)
             pragma = pragma || pragma_no_cache(h[i].value);
-        else if (um_str_eq_ci(name, "authorization"))
+        else if (id == UM_FIELD_AUTHORIZATION)
             m->has_authorization = true;
     }
     /* RFC 9111 5.4: only when the request has no Cache-Control at all. */
@@ -575,21 +592,28 @@ static bool named_in_connection(const struct um_header *h, size_t n, um_str name
 
 bool um_cache_field_storable(um_str name, const struct um_resp_meta *resp)
 {
-    static const char *const never[] = {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "transfer-encoding",
-        "upgrade",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-authentication-info",
-        "age",
-    };
-    for (size_t i = 0; i < UM_NELEMS(never); i++)
-        if (um_str_eq_ci(name, never[i])) return false;
-    if (named_in_connection(resp->headers, resp->num_headers, name)) return false;
+    return um_cache_field_storable_id(name, um_http_field_id(name), resp);
+}
+
+bool um_cache_field_storable_id(um_str name, enum um_field_id id, const struct um_resp_meta *resp)
+{
+    switch (id) {
+    case UM_FIELD_CONNECTION:
+    case UM_FIELD_KEEP_ALIVE:
+    case UM_FIELD_PROXY_CONNECTION:
+    case UM_FIELD_TE:
+    case UM_FIELD_TRANSFER_ENCODING:
+    case UM_FIELD_UPGRADE:
+    case UM_FIELD_PROXY_AUTHENTICATE:
+    case UM_FIELD_PROXY_AUTHORIZATION:
+    case UM_FIELD_PROXY_AUTHENTICATION_INFO:
+    case UM_FIELD_AGE:
+        return false;
+    default:
+        break;
+    }
+    if (resp->has_connection && named_in_connection(resp->headers, resp->num_headers, name))
+        return false;
     return !um_cc_lists_field(&resp->cc, name);
 }
 

@@ -1,10 +1,13 @@
 /* HTTP field values that need more than a split on commas: dates (RFC 9110 section
- * 5.6.7), byte ranges (section 14) and entity tags (section 8.8.3).
+ * 5.6.7), byte ranges (section 14) and entity tags (section 8.8.3); the field names that
+ * several layers test for, and the members of Connection.
  *
  * Nothing here reads the locale or the TZ variable: the day and month names are our own
  * tables and the calendar arithmetic is Howard Hinnant's proleptic Gregorian
  * days_from_civil / civil_from_days, valid for any year a time_t can hold. */
 #include "umbra/httpfield.h"
+
+#include "umbra/http1.h"
 
 #include <string.h>
 
@@ -382,4 +385,153 @@ bool um_etag_match_weak(um_str if_none_match, um_str etag)
 bool um_etag_match_strong(um_str list, um_str etag)
 {
     return etag_match(list, etag, true);
+}
+
+/* ---------------------------------------------------------------- known field names */
+
+struct known {
+    char name[26]; /* lower case */
+    enum um_field_id id;
+};
+
+#define K(s, id) {s, UM_FIELD_##id}
+static const struct known k2[] = {K("te", TE)};
+static const struct known k3[] = {K("age", AGE), K("via", VIA)};
+static const struct known k4[] = {K("date", DATE), K("etag", ETAG), K("vary", VARY),
+                                  K("xkey", XKEY), K("host", HOST)};
+static const struct known k6[] = {K("server", SERVER), K("expect", EXPECT), K("pragma", PRAGMA),
+                                  K("x-host", X_HOST)};
+static const struct known k7[] = {K("expires", EXPIRES), K("trailer", TRAILER),
+                                  K("upgrade", UPGRADE)};
+static const struct known k9[] = {K("cache-tag", CACHE_TAG)};
+static const struct known k10[] = {K("connection", CONNECTION), K("keep-alive", KEEP_ALIVE),
+                                   K("set-cookie", SET_COOKIE)};
+static const struct known k12[] = {K("cache-status", CACHE_STATUS)};
+static const struct known k13[] = {K("cache-control", CACHE_CONTROL),
+                                   K("last-modified", LAST_MODIFIED),
+                                   K("authorization", AUTHORIZATION),
+                                   K("surrogate-key", SURROGATE_KEY),
+                                   K("x-rewrite-url", X_REWRITE_URL)};
+static const struct known k14[] = {K("content-length", CONTENT_LENGTH),
+                                   K("x-original-url", X_ORIGINAL_URL)};
+static const struct known k15[] = {K("x-forwarded-for", X_FORWARDED_FOR),
+                                   K("x-original-host", X_ORIGINAL_HOST)};
+static const struct known k16[] = {K("content-encoding", CONTENT_ENCODING),
+                                   K("proxy-connection", PROXY_CONNECTION),
+                                   K("x-forwarded-host", X_FORWARDED_HOST),
+                                   K("x-forwarded-port", X_FORWARDED_PORT)};
+static const struct known k17[] = {K("transfer-encoding", TRANSFER_ENCODING),
+                                   K("x-forwarded-proto", X_FORWARDED_PROTO)};
+static const struct known k18[] = {K("proxy-authenticate", PROXY_AUTHENTICATE),
+                                   K("x-forwarded-scheme", X_FORWARDED_SCHEME),
+                                   K("x-forwarded-prefix", X_FORWARDED_PREFIX),
+                                   K("x-forwarded-server", X_FORWARDED_SERVER)};
+static const struct known k19[] = {K("proxy-authorization", PROXY_AUTHORIZATION)};
+static const struct known k25[] = {K("proxy-authentication-info", PROXY_AUTHENTICATION_INFO)};
+#undef K
+
+static inline unsigned char fold(unsigned char c)
+{
+    return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
+}
+
+/* The entry of tab[0..k) (all of name's length) that name spells, or UM_FIELD_OTHER. The
+ * last byte tells most candidates apart before the loop. */
+static enum um_field_id pick(um_str name, const struct known *tab, size_t k)
+{
+    unsigned char first = fold((unsigned char)name.base[0]);
+    unsigned char last = fold((unsigned char)name.base[name.len - 1]);
+    for (size_t i = 0; i < k; i++) {
+        const char *lit = tab[i].name;
+        if ((unsigned char)lit[0] != first || (unsigned char)lit[name.len - 1] != last)
+            continue;
+        size_t j = 1;
+        while (j < name.len - 1 && fold((unsigned char)name.base[j]) == (unsigned char)lit[j])
+            j++;
+        if (j >= name.len - 1)
+            return tab[i].id;
+    }
+    return UM_FIELD_OTHER;
+}
+
+enum um_field_id um_http_field_id(um_str name)
+{
+#define PICK(tab) pick(name, tab, UM_NELEMS(tab))
+    switch (name.len) {
+    case 2: return PICK(k2);
+    case 3: return PICK(k3);
+    case 4: return PICK(k4);
+    case 6: return PICK(k6);
+    case 7: return PICK(k7);
+    case 9: return PICK(k9);
+    case 10: return PICK(k10);
+    case 12: return PICK(k12);
+    case 13: return PICK(k13);
+    case 14: return PICK(k14);
+    case 15: return PICK(k15);
+    case 16: return PICK(k16);
+    case 17: return PICK(k17);
+    case 18: return PICK(k18);
+    case 19: return PICK(k19);
+    case 25: return PICK(k25);
+    default: return UM_FIELD_OTHER;
+    }
+#undef PICK
+}
+
+/* ---------------------------------------------------------------- Connection's members */
+
+static bool tok_eq(um_str a, um_str b)
+{
+    if (a.len != b.len)
+        return false;
+    for (size_t i = 0; i < a.len; i++)
+        if (fold((unsigned char)a.base[i]) != fold((unsigned char)b.base[i]))
+            return false;
+    return true;
+}
+
+void um_http_conn_tokens_init(struct um_http_conn_tokens *t, const struct um_header *h, size_t n)
+{
+    t->n = 0;
+    t->overflow = false;
+    t->_h = h;
+    t->_nh = n;
+    for (size_t i = 0; i < n && !t->overflow; i++) {
+        if (um_http_field_id(h[i].name) != UM_FIELD_CONNECTION)
+            continue;
+        size_t pos = 0;
+        um_str tok;
+        while (um_http_list_next(h[i].value, &pos, &tok)) {
+            if (tok.len == 0)
+                continue;
+            if (t->n == UM_HTTP_CONN_TOKENS) {
+                t->overflow = true;
+                break;
+            }
+            t->tok[t->n++] = tok;
+        }
+    }
+}
+
+bool um_http_conn_names(const struct um_http_conn_tokens *t, um_str name)
+{
+    if (name.len == 0)
+        return false;
+    if (!t->overflow) {
+        for (size_t i = 0; i < t->n; i++)
+            if (tok_eq(t->tok[i], name))
+                return true;
+        return false;
+    }
+    for (size_t i = 0; i < t->_nh; i++) {
+        if (um_http_field_id(t->_h[i].name) != UM_FIELD_CONNECTION)
+            continue;
+        size_t pos = 0;
+        um_str tok;
+        while (um_http_list_next(t->_h[i].value, &pos, &tok))
+            if (tok_eq(tok, name))
+                return true;
+    }
+    return false;
 }

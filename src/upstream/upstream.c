@@ -91,15 +91,22 @@ static void server_ok(struct upstream *up, int i)
 
 /* ---------------------------------------------------------------- request headers */
 
-static bool is_hop_by_hop(um_str name)
+static bool is_hop_by_hop(enum um_field_id id)
 {
-    static const char *const hop[] = {"connection", "keep-alive", "proxy-connection", "te",
-                                      "trailer", "transfer-encoding", "upgrade",
-                                      "proxy-authorization", "proxy-authenticate"};
-    for (size_t i = 0; i < UM_NELEMS(hop); i++)
-        if (um_str_eq_ci(name, hop[i]))
-            return true;
-    return false;
+    switch (id) {
+    case UM_FIELD_CONNECTION:
+    case UM_FIELD_KEEP_ALIVE:
+    case UM_FIELD_PROXY_CONNECTION:
+    case UM_FIELD_TE:
+    case UM_FIELD_TRAILER:
+    case UM_FIELD_TRANSFER_ENCODING:
+    case UM_FIELD_UPGRADE:
+    case UM_FIELD_PROXY_AUTHORIZATION:
+    case UM_FIELD_PROXY_AUTHENTICATE:
+        return true;
+    default:
+        return false;
+    }
 }
 
 /* Fields that tell an application which host, scheme, port or URL a request was for. Umbra
@@ -107,33 +114,24 @@ static bool is_hop_by_hop(um_str name)
  * The cache key has none of them, so an origin that believes one (IIS and Symfony route by
  * X-Original-URL, Rails builds links from X-Forwarded-Scheme) would let one client choose
  * what the cache then gives everybody (cache poisoning). */
-static bool is_forwarding_field(um_str name)
+static bool is_forwarding_field(enum um_field_id id)
 {
-    static const char *const fwd[] = {
-        "x-forwarded-proto", "x-forwarded-host",   "x-forwarded-for",    "x-forwarded-scheme",
-        "x-forwarded-port",  "x-forwarded-prefix", "x-forwarded-server", "x-original-url",
-        "x-rewrite-url",     "x-original-host",    "x-host",
-    };
-    for (size_t i = 0; i < UM_NELEMS(fwd); i++)
-        if (um_str_eq_ci(name, fwd[i]))
-            return true;
-    return false;
-}
-
-/* True when the comma-separated Connection values of the fields[] name this field. */
-static bool named_in_connection(const struct um_header *fields, size_t n, um_str name)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (!um_str_eq_ci(fields[i].name, "connection"))
-            continue;
-        size_t pos = 0;
-        um_str tok;
-        while (um_http_list_next(fields[i].value, &pos, &tok))
-            if (tok.len == name.len && tok.len > 0 &&
-                strncasecmp(tok.base, name.base, tok.len) == 0)
-                return true;
+    switch (id) {
+    case UM_FIELD_X_FORWARDED_PROTO:
+    case UM_FIELD_X_FORWARDED_HOST:
+    case UM_FIELD_X_FORWARDED_FOR:
+    case UM_FIELD_X_FORWARDED_SCHEME:
+    case UM_FIELD_X_FORWARDED_PORT:
+    case UM_FIELD_X_FORWARDED_PREFIX:
+    case UM_FIELD_X_FORWARDED_SERVER:
+    case UM_FIELD_X_ORIGINAL_URL:
+    case UM_FIELD_X_REWRITE_URL:
+    case UM_FIELD_X_ORIGINAL_HOST:
+    case UM_FIELD_X_HOST:
+        return true;
+    default:
+        return false;
     }
-    return false;
 }
 
 /* Appends "Name: value\r\n" to buf (sized in advance by the caller). */
@@ -150,57 +148,83 @@ static size_t put_field(char *buf, size_t o, um_str name, um_str value)
     return o;
 }
 
+/* Appends raw bytes to buf (sized in advance by the caller). */
+static size_t put_bytes(char *buf, size_t o, const char *p, size_t n)
+{
+    memcpy(buf + o, p, n);
+    return o + n;
+}
+
 /* The fields sent to the server, as text, into x->fields: the client's end-to-end fields
  * in order, Host, and the forwarding fields. */
 static void build_fields(struct upstream *up, const struct um_fetch *f, struct xfer *x)
 {
     const struct um_request *req = f->req;
-    size_t size = 2048;
-    for (size_t i = 0; i < req->num_headers; i++)
-        size += req->headers[i].name.len + req->headers[i].value.len + 4;
-    size += 2 * req->authority.len + (up->conf->host ? strlen(up->conf->host) : 0);
+    const char *ip = f->client_ip ? f->client_ip : "";
+    size_t ip_len = strlen(ip), scheme_len = strlen(f->scheme);
+    size_t host_len = up->conf->host ? strlen(up->conf->host) : 0;
+    size_t size = 256 + ip_len + scheme_len;
+    /* Each field is classified once; ids[] keeps it for the copy. */
+    uint8_t ids[UM_HTTP1_MAX_HEADERS];
+    bool any_connection = false;
     um_str xff = {NULL, 0};
-    for (size_t i = 0; i < req->num_headers; i++)
-        if (um_str_eq_ci(req->headers[i].name, "x-forwarded-for") && xff.base == NULL)
-            xff = req->headers[i].value;
-    const um_str *via = um_http1_find_header(req, "via");
-    size += xff.len + (via ? via->len : 0);
+    const um_str *via = NULL;
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const struct um_header *fld = &req->headers[i];
+        enum um_field_id id = um_http_field_id(fld->name);
+        ids[i] = (uint8_t)id;
+        size += fld->name.len + fld->value.len + 4;
+        if (id == UM_FIELD_CONNECTION)
+            any_connection = true;
+        else if (id == UM_FIELD_X_FORWARDED_FOR && xff.base == NULL)
+            xff = fld->value;
+        else if (id == UM_FIELD_VIA && via == NULL)
+            via = &fld->value;
+    }
+    struct um_http_conn_tokens conn;
+    if (any_connection)
+        um_http_conn_tokens_init(&conn, req->headers, req->num_headers);
+    size += 2 * req->authority.len + host_len + xff.len + (via ? via->len : 0);
     if (x->upgrade)
         size += um_http1_find_header(req, "upgrade")->len + 64;
     char *out = um_malloc(size);
     size_t o = 0;
     for (size_t i = 0; i < req->num_headers; i++) {
         const struct um_header *fld = &req->headers[i];
-        if (is_hop_by_hop(fld->name) || um_str_eq_ci(fld->name, "host") ||
-            um_str_eq_ci(fld->name, "content-length") || um_str_eq_ci(fld->name, "expect") ||
-            is_forwarding_field(fld->name) ||
-            named_in_connection(req->headers, req->num_headers, fld->name))
+        enum um_field_id id = ids[i];
+        if (is_hop_by_hop(id) || id == UM_FIELD_HOST || id == UM_FIELD_CONTENT_LENGTH ||
+            id == UM_FIELD_EXPECT || is_forwarding_field(id) ||
+            (any_connection && um_http_conn_names(&conn, fld->name)))
             continue;
         o = put_field(out, o, fld->name, fld->value);
     }
     x->has_host = true;
     if (up->conf->host)
-        o = put_field(out, o, UM_STR("Host"), (um_str){up->conf->host, strlen(up->conf->host)});
+        o = put_field(out, o, UM_STR("Host"), (um_str){up->conf->host, host_len});
     else if (req->authority.len > 0)
         o = put_field(out, o, UM_STR("Host"), req->authority);
     else
         x->has_host = false;
-    char buf[1024];
-    int n;
-    if (xff.len > 0 && xff.len < 900)
-        n = snprintf(buf, sizeof(buf), "%.*s, %s", (int)xff.len, xff.base, f->client_ip);
-    else
-        n = snprintf(buf, sizeof(buf), "%s", f->client_ip);
-    o = put_field(out, o, UM_STR("X-Forwarded-For"), (um_str){buf, (size_t)n});
-    o = put_field(out, o, UM_STR("X-Forwarded-Proto"), (um_str){f->scheme, strlen(f->scheme)});
+    o = put_bytes(out, o, "X-Forwarded-For: ", 17);
+    if (xff.len > 0 && xff.len < 900) {
+        o = put_bytes(out, o, xff.base, xff.len);
+        o = put_bytes(out, o, ", ", 2);
+    }
+    o = put_bytes(out, o, ip, ip_len);
+    o = put_bytes(out, o, "\r\n", 2);
+    o = put_field(out, o, UM_STR("X-Forwarded-Proto"), (um_str){f->scheme, scheme_len});
     if (req->authority.len > 0)
         o = put_field(out, o, UM_STR("X-Forwarded-Host"), req->authority);
-    const char *proto = (req->flags & UM_REQ_F_HTTP2) ? "2" : req->minor_version ? "1.1" : "1.0";
-    if (via && via->len < 900)
-        n = snprintf(buf, sizeof(buf), "%.*s, %s umbra", (int)via->len, via->base, proto);
-    else
-        n = snprintf(buf, sizeof(buf), "%s umbra", proto);
-    o = put_field(out, o, UM_STR("Via"), (um_str){buf, (size_t)n});
+    um_str proto = (req->flags & UM_REQ_F_HTTP2) ? UM_STR("2")
+                   : req->minor_version          ? UM_STR("1.1")
+                                                 : UM_STR("1.0");
+    o = put_bytes(out, o, "Via: ", 5);
+    if (via && via->len < 900) {
+        o = put_bytes(out, o, via->base, via->len);
+        o = put_bytes(out, o, ", ", 2);
+    }
+    o = put_bytes(out, o, proto.base, proto.len);
+    o = put_bytes(out, o, " umbra\r\n", 8);
     if (x->upgrade) {
         /* The one hop-by-hop request that crosses: the protocol switch the client asks
          * for, whatever its token (websocket, h2c...), for the server to agree to. */
@@ -224,21 +248,38 @@ static void head_arrived(struct xfer *x)
                              false);
 }
 
+/* Classifies resp's fields into ids[] (room for UM_HTTP1_MAX_RESPONSE_FIELDS) and, when
+ * there is a Connection line, collects its members into *conn. Returns whether there was. */
+static bool classify_response(const struct um_http1_response *resp, uint8_t *ids,
+                              struct um_http_conn_tokens *conn)
+{
+    bool any = false;
+    for (size_t i = 0; i < resp->num_headers; i++) {
+        ids[i] = (uint8_t)um_http_field_id(resp->headers[i].name);
+        any |= ids[i] == UM_FIELD_CONNECTION;
+    }
+    if (any)
+        um_http_conn_tokens_init(conn, resp->headers, resp->num_headers);
+    return any;
+}
+
 /* Into fields (room for UM_HTTP1_MAX_RESPONSE_FIELDS + 1): resp's end-to-end fields in
  * order (and Upgrade, for a 101), then Via. Returns how many. */
 static size_t response_fields(const struct um_http1_response *resp, bool keep_upgrade,
                               struct um_header *fields)
 {
+    uint8_t ids[UM_HTTP1_MAX_RESPONSE_FIELDS];
+    struct um_http_conn_tokens conn;
+    bool any_connection = classify_response(resp, ids, &conn);
     size_t n = 0;
     for (size_t i = 0; i < resp->num_headers; i++) {
-        um_str name = resp->headers[i].name;
-        if (keep_upgrade && um_str_eq_ci(name, "upgrade")) {
+        enum um_field_id id = ids[i];
+        if (keep_upgrade && id == UM_FIELD_UPGRADE) {
             fields[n++] = resp->headers[i];
             continue;
         }
-        if (um_str_eq_ci(name, "content-length") || is_hop_by_hop(name) ||
-            um_str_eq_ci(name, "server") ||
-            named_in_connection(resp->headers, resp->num_headers, name))
+        if (id == UM_FIELD_CONTENT_LENGTH || is_hop_by_hop(id) || id == UM_FIELD_SERVER ||
+            (any_connection && um_http_conn_names(&conn, resp->headers[i].name)))
             continue;
         fields[n++] = resp->headers[i];
     }
@@ -273,11 +314,14 @@ void um__up_info(struct xfer *x, const struct um_http1_response *resp)
         return;
     x->infos++;
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS];
+    uint8_t ids[UM_HTTP1_MAX_RESPONSE_FIELDS];
+    struct um_http_conn_tokens conn;
+    bool any_connection = classify_response(resp, ids, &conn);
     size_t n = 0;
     for (size_t i = 0; i < resp->num_headers; i++) {
-        um_str name = resp->headers[i].name;
-        if (um_str_eq_ci(name, "content-length") || is_hop_by_hop(name) ||
-            named_in_connection(resp->headers, resp->num_headers, name))
+        enum um_field_id id = ids[i];
+        if (id == UM_FIELD_CONTENT_LENGTH || is_hop_by_hop(id) ||
+            (any_connection && um_http_conn_names(&conn, resp->headers[i].name)))
             continue;
         fields[n++] = resp->headers[i];
     }

@@ -11,12 +11,18 @@
  * - UM_OK from um_range_parse means size > 0 and first <= last < size; results do not
  *   depend on anything but the value and the size;
  * - a strong match is also a weak match; prefixing a strong tag with W/ changes no weak
- *   match and defeats every strong one (except the list "*"). */
+ *   match and defeats every strong one (except the list "*");
+ * - um_http_field_id gives the id of the one known name the input spells (case aside),
+ *   else UM_FIELD_OTHER, as a plain comparison with every name does;
+ * - with the input as a Connection line, every non-empty member is named, and a name is
+ *   named exactly when a plain scan of the members finds it. */
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "fuzz_common.h"
+#include "umbra/http1.h"
 #include "umbra/httpfield.h"
 
 #define DATE_MIN INT64_C(-62135596800) /* 0001-01-01T00:00:00Z */
@@ -167,6 +173,49 @@ static void fuzz_etag(um_str v)
     }
 }
 
+/* In the order of enum um_field_id, from UM_FIELD_AGE. */
+static const char *const KNOWN[] = {
+    "age", "authorization", "cache-control", "cache-status", "cache-tag", "connection",
+    "content-encoding", "content-length", "date", "etag", "expect", "expires", "host",
+    "keep-alive", "last-modified", "pragma", "proxy-authenticate", "proxy-authentication-info",
+    "proxy-authorization", "proxy-connection", "server", "set-cookie", "surrogate-key", "te",
+    "trailer", "transfer-encoding", "upgrade", "vary", "via", "x-forwarded-for",
+    "x-forwarded-host", "x-forwarded-port", "x-forwarded-prefix", "x-forwarded-proto",
+    "x-forwarded-scheme", "x-forwarded-server", "x-host", "x-original-host", "x-original-url",
+    "x-rewrite-url", "xkey"};
+
+/* Whether a member of list is name (case aside): a plain scan. */
+static bool ref_named(um_str list, um_str name)
+{
+    size_t pos = 0;
+    um_str tok;
+    while (um_http_list_next(list, &pos, &tok))
+        if (tok.len > 0 && tok.len == name.len && strncasecmp(tok.base, name.base, tok.len) == 0)
+            return true;
+    return false;
+}
+
+static void fuzz_names(um_str v)
+{
+    _Static_assert(sizeof(KNOWN) / sizeof(KNOWN[0]) == UM_FIELD_XKEY, "KNOWN is in enum order");
+    enum um_field_id want = UM_FIELD_OTHER;
+    for (size_t i = 0; i < sizeof(KNOWN) / sizeof(KNOWN[0]); i++)
+        if (um_str_eq_ci(v, KNOWN[i]))
+            want = (enum um_field_id)(i + 1);
+    FUZZ_CHECK(um_http_field_id(v) == want);
+
+    struct um_header h[2] = {{UM_STR("X-Other"), UM_STR("a, b")}, {UM_STR("Connection"), v}};
+    struct um_http_conn_tokens t;
+    um_http_conn_tokens_init(&t, h, 2);
+    size_t pos = 0;
+    um_str tok;
+    while (um_http_list_next(v, &pos, &tok))
+        FUZZ_CHECK(um_http_conn_names(&t, tok) == (tok.len > 0));
+    FUZZ_CHECK(um_http_conn_names(&t, v) == ref_named(v, v));
+    FUZZ_CHECK(um_http_conn_names(&t, UM_STR("b")) == ref_named(v, UM_STR("b")));
+    FUZZ_CHECK(!um_http_conn_names(&t, (um_str){"", 0}));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *buf = fuzz_dup(data, size);
@@ -174,6 +223,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_date(v, data, size);
     fuzz_range(v, data, size);
     fuzz_etag(v);
+    fuzz_names(v);
     free(buf);
     return 0;
 }

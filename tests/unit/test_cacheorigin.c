@@ -805,6 +805,24 @@ static void test_meta_matches_parsed_head(void **state)
     assert_false(m->flags & META_F_WIRE);
     free(m);
 
+    /* The other ways a block is not field lines alone: an empty line, a line without a
+     * colon, bytes after the last LF. Their fields are what the split finds all the same. */
+    static const char *const not_wire[] = {
+        "A: 1\r\n\r\nB: 2\r\n", "A: 1\r\nno colon\r\nB: 2\r\n", "A: 1\r\nB: 2",
+        "\r\nA: 1\r\n", "\nA: 1\r\n"};
+    for (size_t i = 0; i < UM_NELEMS(not_wire); i++) {
+        um_str h = {not_wire[i], strlen(not_wire[i])};
+        m = um__cache_meta_build(&base, h, NULL, &len);
+        assert_int_equal(m->nfields, um__cache_head_fields(h, f, MAX_OUT_FIELDS));
+        if (m->flags & META_F_WIRE)
+            fail_msg("block %zu sent as it is", i);
+        free(m);
+    }
+    static const char one[] = "A:1\r\n";
+    m = um__cache_meta_build(&base, (um_str){one, sizeof(one) - 1}, NULL, &len);
+    assert_true(m->flags & META_F_WIRE);
+    free(m);
+
     /* A hit-for-pass marker's empty head. */
     struct meta pass = {.flags = META_F_PASS, .content_length = -1};
     m = um__cache_meta_build(&pass, (um_str){"", 0}, NULL, &len);

@@ -677,6 +677,31 @@ static void test_field_storable(void **state)
         if (!um_cache_field_storable(S(yes[i]), &RESP)) fail_msg("%s not storable", yes[i]);
 }
 
+/* Connection may name fields on several lines, in any case, with odd whitespace; a field
+ * named there is not stored whether it comes before or after the line. */
+static void test_field_storable_connection_lines(void **state)
+{
+    resp(200, KV("X-Early", "1", "connection", " X-EARLY ,,\tx-mid  ", "X-Mid", "2",
+                 "CONNECTION", "x-late", "X-Late", "3", "X-Lately", "4"));
+    assert_true(RESP.has_connection);
+    const char *no[] = {"x-early", "X-Early", "X-MID", "x-late", "X-LATE"};
+    for (size_t i = 0; i < UM_NELEMS(no); i++) {
+        if (um_cache_field_storable(S(no[i]), &RESP)) fail_msg("%s storable", no[i]);
+        if (um_cache_field_storable_id(S(no[i]), um_http_field_id(S(no[i])), &RESP))
+            fail_msg("%s storable (id)", no[i]);
+    }
+    const char *yes[] = {"X-Lately", "X-Ear", "Content-Type"};
+    for (size_t i = 0; i < UM_NELEMS(yes); i++)
+        if (!um_cache_field_storable(S(yes[i]), &RESP)) fail_msg("%s not storable", yes[i]);
+    /* Without a Connection line, only the fixed list and Cache-Control's names. */
+    resp(200, KV("X-Early", "1", "Cache-Control", "private=\"x-early\"", "X-Late", "2"));
+    assert_false(RESP.has_connection);
+    assert_false(um_cache_field_storable(S("X-EARLY"), &RESP));
+    assert_true(um_cache_field_storable(S("X-Late"), &RESP));
+    assert_false(um_cache_field_storable(S("KEEP-ALIVE"), &RESP));
+    assert_false(um_cache_field_storable(S("proxy-authentication-info"), &RESP));
+}
+
 static void test_nostore_strings(void **state)
 {
     assert_string_equal(um_cache_nostore_str(UM_NOSTORE_NO_STORE), "no-store");
@@ -1871,6 +1896,7 @@ int main(void)
         cmocka_unit_test(test_store_useless),
         cmocka_unit_test(test_store_order),
         cmocka_unit_test(test_field_storable),
+        cmocka_unit_test(test_field_storable_connection_lines),
         cmocka_unit_test(test_nostore_strings),
         cmocka_unit_test(test_heuristic_statuses),
         cmocka_unit_test(test_lifetime_precedence),

@@ -777,6 +777,161 @@ static void test_char_classes(void **state)
     assert_int_equal(um_http_cls['\r'] | um_http_cls['\n'] | um_http_cls[0], 0);
 }
 
+/* ---- known field names and Connection's members -------------------------------------- */
+
+static void test_field_id_known(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        enum um_field_id id;
+    } known[] = {
+        {"te", UM_FIELD_TE},
+        {"age", UM_FIELD_AGE},
+        {"via", UM_FIELD_VIA},
+        {"date", UM_FIELD_DATE},
+        {"etag", UM_FIELD_ETAG},
+        {"vary", UM_FIELD_VARY},
+        {"xkey", UM_FIELD_XKEY},
+        {"host", UM_FIELD_HOST},
+        {"server", UM_FIELD_SERVER},
+        {"expect", UM_FIELD_EXPECT},
+        {"pragma", UM_FIELD_PRAGMA},
+        {"x-host", UM_FIELD_X_HOST},
+        {"expires", UM_FIELD_EXPIRES},
+        {"trailer", UM_FIELD_TRAILER},
+        {"upgrade", UM_FIELD_UPGRADE},
+        {"cache-tag", UM_FIELD_CACHE_TAG},
+        {"connection", UM_FIELD_CONNECTION},
+        {"keep-alive", UM_FIELD_KEEP_ALIVE},
+        {"set-cookie", UM_FIELD_SET_COOKIE},
+        {"cache-status", UM_FIELD_CACHE_STATUS},
+        {"cache-control", UM_FIELD_CACHE_CONTROL},
+        {"last-modified", UM_FIELD_LAST_MODIFIED},
+        {"authorization", UM_FIELD_AUTHORIZATION},
+        {"surrogate-key", UM_FIELD_SURROGATE_KEY},
+        {"x-rewrite-url", UM_FIELD_X_REWRITE_URL},
+        {"content-length", UM_FIELD_CONTENT_LENGTH},
+        {"x-original-url", UM_FIELD_X_ORIGINAL_URL},
+        {"x-forwarded-for", UM_FIELD_X_FORWARDED_FOR},
+        {"x-original-host", UM_FIELD_X_ORIGINAL_HOST},
+        {"content-encoding", UM_FIELD_CONTENT_ENCODING},
+        {"proxy-connection", UM_FIELD_PROXY_CONNECTION},
+        {"x-forwarded-host", UM_FIELD_X_FORWARDED_HOST},
+        {"x-forwarded-port", UM_FIELD_X_FORWARDED_PORT},
+        {"transfer-encoding", UM_FIELD_TRANSFER_ENCODING},
+        {"x-forwarded-proto", UM_FIELD_X_FORWARDED_PROTO},
+        {"proxy-authenticate", UM_FIELD_PROXY_AUTHENTICATE},
+        {"x-forwarded-scheme", UM_FIELD_X_FORWARDED_SCHEME},
+        {"x-forwarded-prefix", UM_FIELD_X_FORWARDED_PREFIX},
+        {"x-forwarded-server", UM_FIELD_X_FORWARDED_SERVER},
+        {"proxy-authorization", UM_FIELD_PROXY_AUTHORIZATION},
+        {"proxy-authentication-info", UM_FIELD_PROXY_AUTHENTICATION_INFO},
+    };
+    for (size_t i = 0; i < UM_NELEMS(known); i++) {
+        char up[32], mixed[32];
+        size_t n = strlen(known[i].name);
+        for (size_t k = 0; k <= n; k++) {
+            char c = known[i].name[k];
+            up[k] = c >= 'a' && c <= 'z' ? (char)(c - 32) : c;
+            mixed[k] = k % 2 ? up[k] : c;
+        }
+        const char *spellings[] = {known[i].name, up, mixed};
+        for (size_t s = 0; s < UM_NELEMS(spellings); s++) {
+            /* Right before a guard page: the whole name is read, and no more. */
+            enum um_field_id id = um_http_field_id(guard_cstr(spellings[s]));
+            if (id != known[i].id)
+                fail_msg("%s: id %d, expected %d", spellings[s], (int)id, (int)known[i].id);
+        }
+    }
+}
+
+static void test_field_id_other(void **state)
+{
+    (void)state;
+    const char *other[] = {
+        "",          "t",          "tf",         "ag",         "ages",      "agE ",
+        " age",      "aga",        "bge",        "dates",      "etags",     "connectio",
+        "connectiom", "xonnection", "connection:", "keep_alive", "set-cookie2",
+        "content-lengtH2",        "content-lenght", "contentlength", "x-forwarded-fox",
+        "proxy-authorizatio",     "proxy-authentication-inf0", "cache-controls",
+        "x-powered-by", "Content-Type", "\xc3\xa1ge",
+    };
+    for (size_t i = 0; i < UM_NELEMS(other); i++)
+        if (um_http_field_id(guard_cstr(other[i])) != UM_FIELD_OTHER)
+            fail_msg("%s classified as known", other[i]);
+    /* A NUL inside the name is a byte like another: "A\0E" is not "age". */
+    assert_int_equal(um_http_field_id(guard("a\0e", 3)), UM_FIELD_OTHER);
+    assert_int_equal(um_http_field_id((um_str){NULL, 0}), UM_FIELD_OTHER);
+}
+
+static um_str S(const char *s)
+{
+    return (um_str){s, strlen(s)};
+}
+
+static void conn_hdrs(struct um_header *h, const char *const *kv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h[i].name = (um_str){kv[2 * i], strlen(kv[2 * i])};
+        h[i].value = (um_str){kv[2 * i + 1], strlen(kv[2 * i + 1])};
+    }
+}
+
+static void test_conn_tokens(void **state)
+{
+    (void)state;
+    const char *kv[] = {"X-Before", "1", "connection", "  close ,\tX-Hop,, ,X-Other\t",
+                        "Content-Type", "text/plain", "CONNECTION", "x-third", "Connection", ""};
+    struct um_header h[5];
+    conn_hdrs(h, kv, 5);
+    struct um_http_conn_tokens t;
+    um_http_conn_tokens_init(&t, h, 5);
+    assert_false(t.overflow);
+    assert_int_equal(t.n, 4);
+    const char *named[] = {"close", "CLOSE", "x-hop", "X-HOP", "x-other", "X-Third", "x-THIRD"};
+    for (size_t i = 0; i < UM_NELEMS(named); i++)
+        if (!um_http_conn_names(&t, S(named[i])))
+            fail_msg("%s not named", named[i]);
+    const char *not_named[] = {"X-Before", "Content-Type", "x-ho", "x-hops", "X Hop", " X-Hop",
+                               "Connection", ""};
+    for (size_t i = 0; i < UM_NELEMS(not_named); i++)
+        if (um_http_conn_names(&t, S(not_named[i])))
+            fail_msg("%s named", not_named[i]);
+
+    /* No Connection line: nothing is named. */
+    um_http_conn_tokens_init(&t, h, 1);
+    assert_int_equal(t.n, 0);
+    assert_false(um_http_conn_names(&t, S("X-Before")));
+    um_http_conn_tokens_init(&t, NULL, 0);
+    assert_false(um_http_conn_names(&t, S("close")));
+}
+
+static void test_conn_tokens_overflow(void **state)
+{
+    (void)state;
+    /* More members than the set holds: lookups scan the lines, and still find them all. */
+    char list[UM_HTTP_CONN_TOKENS * 3 * 8];
+    size_t o = 0;
+    for (int i = 0; i < UM_HTTP_CONN_TOKENS * 3; i++)
+        o += (size_t)snprintf(list + o, sizeof(list) - o, "%sx-%d ", i ? ", " : "", i);
+    const char *kv[] = {"Connection", list, "Connection", " Last-One "};
+    struct um_header h[2];
+    conn_hdrs(h, kv, 2);
+    struct um_http_conn_tokens t;
+    um_http_conn_tokens_init(&t, h, 2);
+    assert_true(t.overflow);
+    char name[16];
+    for (int i = 0; i < UM_HTTP_CONN_TOKENS * 3; i++) {
+        snprintf(name, sizeof(name), "X-%d", i);
+        if (!um_http_conn_names(&t, S(name)))
+            fail_msg("%s not named", name);
+    }
+    assert_true(um_http_conn_names(&t, S("last-one")));
+    assert_false(um_http_conn_names(&t, S("x-1000")));
+    assert_false(um_http_conn_names(&t, S("")));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -805,6 +960,10 @@ int main(void)
         cmocka_unit_test(test_etag_strong),
         cmocka_unit_test(test_etag_truncated),
         cmocka_unit_test(test_list_next),
+        cmocka_unit_test(test_field_id_known),
+        cmocka_unit_test(test_field_id_other),
+        cmocka_unit_test(test_conn_tokens),
+        cmocka_unit_test(test_conn_tokens_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -516,6 +516,111 @@ static void test_retry_after_connect_timeout_answers_504_when_out_of_servers(voi
     assert_int_equal(num_attempts, 2);
 }
 
+/* ---------------------------------------------------------------- the fields */
+
+/* The names of fields[0..n), "Name|Name|...", into out. */
+static void names_of(const struct um_header *fields, size_t n, char *out, size_t outsz)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf(out + o, outsz - o, "%s%.*s", i ? "|" : "", (int)fields[i].name.len,
+                              fields[i].name.base);
+}
+
+static void parse_resp(const char *text, struct um_http1_response *r)
+{
+    struct um_http1_resp_parser p;
+    enum um_http1_resp_err err;
+    um_http1_resp_parser_init(&p);
+    assert_int_equal(um_http1_parse_response(&p, text, strlen(text), 65536, r, &err), UM_OK);
+}
+
+/* A field named in a Connection line is dropped, whichever line names it, in whatever case
+ * and with whatever whitespace around it, before or after the line; so are the hop-by-hop
+ * fields, Server and Content-Length. */
+static void test_response_fields_connection_named(void **state)
+{
+    static struct um_http1_response r;
+    parse_resp("HTTP/1.1 200 OK\r\n"
+               "X-Early: 1\r\n"
+               "Connection: close ,\tX-EARLY,, ,  x-late  \r\n"
+               "Content-Type: text/plain\r\n"
+               "x-LATE: 2\r\n"
+               "CONNECTION:x-third\r\n"
+               "X-Third: 3\r\n"
+               "X-Thirds: kept\r\n"
+               "Keep-Alive: timeout=5\r\n"
+               "Proxy-Connection: keep-alive\r\n"
+               "TE: trailers\r\n"
+               "Trailer: X-T\r\n"
+               "Upgrade: h2c\r\n"
+               "Proxy-Authenticate: Basic\r\n"
+               "Server: origin\r\n"
+               "Content-Length: 0\r\n"
+               "X-Kept: 4\r\n"
+               "\r\n",
+               &r);
+    struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
+    char names[512];
+    size_t n = response_fields(&r, false, fields);
+    names_of(fields, n, names, sizeof(names));
+    assert_string_equal(names, "Content-Type|X-Thirds|X-Kept|Via");
+    /* A 101 keeps its Upgrade. */
+    n = response_fields(&r, true, fields);
+    names_of(fields, n, names, sizeof(names));
+    assert_string_equal(names, "Content-Type|X-Thirds|Upgrade|X-Kept|Via");
+
+    /* Without a Connection line only the fixed lists are dropped. */
+    parse_resp("HTTP/1.1 200 OK\r\nX-Early: 1\r\nserver: o\r\nTRANSFER-ENCODING: chunked\r\n"
+               "x-late: 2\r\n\r\n",
+               &r);
+    n = response_fields(&r, false, fields);
+    names_of(fields, n, names, sizeof(names));
+    assert_string_equal(names, "X-Early|x-late|Via");
+}
+
+/* The request's fields: end-to-end ones in order, Host, then the forwarding fields, without
+ * the hop-by-hop ones, those Connection names, nor the ones that could poison the cache. */
+static void test_request_fields(void **state)
+{
+    make_upstream("fields");
+    static const char text[] = "GET /p?q HTTP/1.1\r\n"
+                               "X-A: 1\r\n"
+                               "Host: example.com\r\n"
+                               "connection: X-Drop ,\tx-also\r\n"
+                               "X-Drop: 2\r\n"
+                               "X-ALSO: 3\r\n"
+                               "X-Forwarded-For: 10.0.0.1\r\n"
+                               "x-forwarded-host: evil\r\n"
+                               "X-Original-URL: /admin\r\n"
+                               "Keep-Alive: 5\r\n"
+                               "Expect: 100-continue\r\n"
+                               "Via: 1.0 edge\r\n"
+                               "Accept: */*\r\n"
+                               "\r\n";
+    struct um_http1_parser p;
+    int status = 0;
+    um_http1_parser_init(&p);
+    assert_int_equal(
+        um_http1_parse_request(&p, text, sizeof(text) - 1, 8192, 16384, &request, &status), UM_OK);
+    struct um_fetch f = {.ctx = &ctx, .req = &request, .client_ip = "192.0.2.9", .scheme = "https"};
+    struct xfer x = {0};
+    build_fields(up, &f, &x);
+    static const char want[] = "X-A: 1\r\n"
+                               "Via: 1.0 edge\r\n"
+                               "Accept: */*\r\n"
+                               "Host: example.com\r\n"
+                               "X-Forwarded-For: 10.0.0.1, 192.0.2.9\r\n"
+                               "X-Forwarded-Proto: https\r\n"
+                               "X-Forwarded-Host: example.com\r\n"
+                               "Via: 1.0 edge, 1.1 umbra\r\n";
+    assert_int_equal(x.fields_len, sizeof(want) - 1);
+    assert_memory_equal(x.fields, want, sizeof(want) - 1);
+    assert_true(x.has_host);
+    free(x.fields);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -530,6 +635,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_status_per_error, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_retry_after_connect_timeout_answers_504_when_out_of_servers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_response_fields_connection_named, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_request_fields, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
