@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* The version comes from CMake's project(VERSION), its one source, as a definition on the
  * compiler's command line. */
@@ -47,6 +48,20 @@ static inline bool um_str_eq_ci(um_str s, const char *lit)
 }
 /* Exact comparison of s with lit. */
 bool um_str_eq(um_str s, const char *lit);
+
+/* Writes v in decimal at p (at most 20 bytes, no NUL); returns the end. Inline: status
+ * lines and lengths on the hit path use it. */
+static inline char *um_u64_dec(char *p, uint64_t v)
+{
+    char tmp[20];
+    size_t i = sizeof(tmp);
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(p, tmp + i, sizeof(tmp) - i);
+    return p + (sizeof(tmp) - i);
+}
 /* Returns s without leading and trailing spaces and tabs. */
 um_str um_str_trim(um_str s);
 

@@ -65,27 +65,12 @@ void um_cluster_mac_destroy(struct um_cluster_mac *m)
     free(m);
 }
 
-/* ts in decimal into out (at least 21 bytes); returns the length. */
-static size_t put_ts(int64_t ts, char *out)
-{
-    char tmp[24];
-    size_t n = 0, o = 0;
-    uint64_t v = ts < 0 ? (uint64_t)0 - (uint64_t)ts : (uint64_t)ts;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    if (ts < 0) out[o++] = '-';
-    while (n) out[o++] = tmp[--n];
-    return o;
-}
-
 /* The MAC of (method, target, key, ts) into mac (32 bytes). */
 static void mac_of(const struct um_cluster_mac *m, um_str method, um_str target, um_str key,
                    int64_t ts, unsigned char *mac)
 {
-    char tsb[24];
-    size_t tl = put_ts(ts, tsb);
+    char tsb[20];
+    size_t tl = (size_t)(um_u64_dec(tsb, (uint64_t)ts) - tsb); /* ts >= 0: now, or digits */
     unsigned char inner[SHA256_DIGEST_LENGTH];
     SHA256_CTX w = m->inner;
     SHA256_Update(&w, method.base, method.len);
@@ -114,7 +99,7 @@ size_t um_cluster_sign(const struct um_cluster_mac *secret, um_str method, um_st
     if (outsz < um_cluster_sign_len(key.len)) return 0;
     mac_of(secret, method, target, key, now, mac);
     memcpy(out, "ts=", 3);
-    size_t p = 3 + put_ts(now, out + 3);
+    size_t p = (size_t)(um_u64_dec(out + 3, (uint64_t)now) - out);
     memcpy(out + p, ", key=", 6);
     p += 6;
     for (size_t i = 0; i < key.len; i++) {

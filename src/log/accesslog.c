@@ -104,12 +104,7 @@ static void put_json(struct um_buf *o, um_str s)
 static void put_u64(struct um_buf *o, uint64_t v)
 {
     char tmp[20];
-    size_t i = sizeof(tmp);
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v > 0);
-    um_buf_append(o, tmp + i, sizeof(tmp) - i);
+    um_buf_append(o, tmp, (size_t)(um_u64_dec(tmp, v) - tmp));
 }
 
 /* Two digits of v (0..99). */

@@ -359,15 +359,9 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
     }
     char cl[24];
     bool bodiless = h->status == 304 || h->status == 204 || h->status < 200;
-    if (!bodiless && h->content_length >= 0) {
-        size_t i = sizeof(cl);
-        uint64_t v = (uint64_t)h->content_length;
-        do {
-            cl[--i] = (char)('0' + v % 10);
-            v /= 10;
-        } while (v);
-        NV("content-length", 14, cl + i, sizeof(cl) - i);
-    }
+    if (!bodiless && h->content_length >= 0)
+        NV("content-length", 14, cl,
+           (size_t)(um_u64_dec(cl, (uint64_t)h->content_length) - cl));
 #undef NV
     x->resp_bytes += bytes + 64; /* an estimate: HPACK decides the real size */
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_data};

@@ -21,17 +21,6 @@ static inline char *put(char *p, const void *s, size_t n)
 }
 #define PUT_LIT(p, lit) put((p), (lit), sizeof(lit) - 1)
 
-static char *put_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    size_t i = sizeof(tmp);
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    return put(p, tmp + i, sizeof(tmp) - i);
-}
-
 #define SERVER_FIELD "Server: umbra/" UMBRA_VERSION "\r\n"
 /* The status line and our Server field, for the usual status as one constant. */
 #define HEAD_200 "HTTP/1.1 200 OK\r\n" SERVER_FIELD
@@ -65,7 +54,7 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
         p = PUT_LIT(p, HEAD_200);
     } else {
         p = PUT_LIT(p, "HTTP/1.1 ");
-        p = put_u64(p, (uint64_t)(unsigned)h->status);
+        p = um_u64_dec(p, (uint64_t)(unsigned)h->status);
         *p++ = ' ';
         p = put(p, reason, reason_len);
         p = PUT_LIT(p, "\r\n" SERVER_FIELD);
@@ -88,7 +77,7 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
     if (!bodiless) {
         if (h->content_length >= 0) {
             p = PUT_LIT(p, "Content-Length: ");
-            p = put_u64(p, (uint64_t)h->content_length);
+            p = um_u64_dec(p, (uint64_t)h->content_length);
             p = PUT_LIT(p, "\r\n");
         } else if (x->req.minor_version == 1) {
             p = PUT_LIT(p, "Transfer-Encoding: chunked\r\n");
