@@ -84,6 +84,11 @@ enum um_method um_http1_method_id(const char *m, size_t n);
 /* Returns the value of the first header named name (case-insensitive), or NULL. */
 const um_str *um_http1_find_header(const struct um_request *req, const char *name);
 
+/* Copies *src into *dst but for the unused entries of its field array (most of its size):
+ * dst->headers[num_headers..] are left as they were. The slices still point where src's
+ * do. */
+void um_http1_request_copy(struct um_request *dst, const struct um_request *src);
+
 /* ---------------------------------------------------------------- responses */
 
 #define UM_HTTP1_MAX_RESPONSE_FIELDS 128

@@ -191,11 +191,7 @@ void um__cache_copy_request(struct fill *fl, const struct um_request *req)
         len += req->headers[i].name.len + req->headers[i].value.len;
     fl->head_copy = um_malloc(len + 1);
     char *p = fl->head_copy;
-    /* All of *req but its unused header entries (most of its size). */
-    memcpy(&fl->req, req, offsetof(struct um_request, headers));
-    memcpy(fl->req.headers, req->headers, req->num_headers * sizeof(req->headers[0]));
-    memcpy(&fl->req.num_headers, &req->num_headers,
-           sizeof(*req) - offsetof(struct um_request, num_headers));
+    um_http1_request_copy(&fl->req, req);
 #define COPY(s)                                                                                    \
     do {                                                                                           \
         if ((s).len > 0)                                                                           \

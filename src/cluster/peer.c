@@ -251,15 +251,11 @@ static void ring_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
                                  (int64_t)time(NULL), hv, sl);
         }
         if (hl > 0) {
-            const struct um_request *fq = f->req;
-            /* All but the unused tail of the field array. */
-            memcpy(&rf->req, fq, offsetof(struct um_request, headers));
-            memcpy(&rf->req.num_headers, &fq->num_headers,
-                   sizeof(*fq) - offsetof(struct um_request, num_headers));
+            um_http1_request_copy(&rf->req, f->req);
             size_t w = 0;
-            for (size_t i = 0; i < fq->num_headers; i++)
-                if (!um_str_eq_ci(fq->headers[i].name, UM_CLUSTER_HEADER))
-                    rf->req.headers[w++] = fq->headers[i];
+            for (size_t i = 0; i < rf->req.num_headers; i++)
+                if (!um_str_eq_ci(rf->req.headers[i].name, UM_CLUSTER_HEADER))
+                    rf->req.headers[w++] = rf->req.headers[i];
             rf->req.num_headers = w;
             rf->req.headers[rf->req.num_headers++] =
                 (struct um_header){UM_STR(UM_CLUSTER_HEADER), {hv, hl}};

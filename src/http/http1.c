@@ -450,6 +450,14 @@ fail:
     return UM_ERR;
 }
 
+void um_http1_request_copy(struct um_request *dst, const struct um_request *src)
+{
+    memcpy(dst, src, offsetof(struct um_request, headers));
+    memcpy(dst->headers, src->headers, src->num_headers * sizeof(src->headers[0]));
+    memcpy(&dst->num_headers, &src->num_headers,
+           sizeof(*src) - offsetof(struct um_request, num_headers));
+}
+
 const um_str *um_http1_find_header(const struct um_request *req, const char *name)
 {
     size_t n = strlen(name);

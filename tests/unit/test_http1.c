@@ -729,6 +729,30 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A copy has every part of the request but the unused field slots, which it leaves alone. */
+static void test_request_copy(void **state)
+{
+    (void)state;
+    PARSE_OK("POST /a?b HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nX-A: 1\r\n\r\n");
+    static struct um_request copy;
+    memset(&copy, 0x5a, sizeof(copy));
+    um_http1_request_copy(&copy, &req);
+    assert_int_equal(copy.num_headers, 3);
+    assert_int_equal(copy.method_id, req.method_id);
+    assert_true(um_str_eq(copy.path, "/a") && um_str_eq(copy.query, "b"));
+    assert_true(um_str_eq(copy.authority, "h"));
+    assert_int_equal(copy.content_length, 3);
+    assert_int_equal(copy.flags, req.flags);
+    assert_int_equal(copy.head_len, req.head_len);
+    for (size_t i = 0; i < 3; i++) {
+        assert_true(copy.headers[i].name.base == req.headers[i].name.base);
+        assert_true(copy.headers[i].value.len == req.headers[i].value.len);
+    }
+    const unsigned char *tail = (const unsigned char *)&copy.headers[3];
+    for (size_t i = 0; i < sizeof(copy.headers[0]); i++)
+        assert_int_equal(tail[i], 0x5a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -757,6 +781,7 @@ int main(void)
         cmocka_unit_test(test_fail_early),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_every_split),
+        cmocka_unit_test(test_request_copy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
