@@ -248,29 +248,21 @@ static void head_arrived(struct xfer *x)
                              false);
 }
 
-/* Classifies resp's fields into ids[] (room for UM_HTTP1_MAX_RESPONSE_FIELDS) and, when
- * there is a Connection line, collects its members into *conn. Returns whether there was. */
-static bool classify_response(const struct um_http1_response *resp, uint8_t *ids,
-                              struct um_http_conn_tokens *conn)
-{
-    bool any = false;
-    for (size_t i = 0; i < resp->num_headers; i++) {
-        ids[i] = (uint8_t)um_http_field_id(resp->headers[i].name);
-        any |= ids[i] == UM_FIELD_CONNECTION;
-    }
-    if (any)
-        um_http_conn_tokens_init(conn, resp->headers, resp->num_headers);
-    return any;
-}
-
-/* Into fields (room for UM_HTTP1_MAX_RESPONSE_FIELDS + 1): resp's end-to-end fields in
- * order (and Upgrade, for a 101), then Via. Returns how many. */
-static size_t response_fields(const struct um_http1_response *resp, bool keep_upgrade,
-                              struct um_header *fields)
+/* Into fields (room for UM_HTTP1_MAX_RESPONSE_FIELDS): resp's end-to-end fields in order,
+ * without Content-Length, and without Server for a final head (final), or with Upgrade
+ * for a 101 (keep_upgrade). Each field is classified once. Returns how many. */
+static size_t end_to_end_fields(const struct um_http1_response *resp, bool final,
+                                bool keep_upgrade, struct um_header *fields)
 {
     uint8_t ids[UM_HTTP1_MAX_RESPONSE_FIELDS];
+    bool any_connection = false;
+    for (size_t i = 0; i < resp->num_headers; i++) {
+        ids[i] = (uint8_t)um_http_field_id(resp->headers[i].name);
+        any_connection |= ids[i] == UM_FIELD_CONNECTION;
+    }
     struct um_http_conn_tokens conn;
-    bool any_connection = classify_response(resp, ids, &conn);
+    if (any_connection)
+        um_http_conn_tokens_init(&conn, resp->headers, resp->num_headers);
     size_t n = 0;
     for (size_t i = 0; i < resp->num_headers; i++) {
         enum um_field_id id = ids[i];
@@ -278,11 +270,21 @@ static size_t response_fields(const struct um_http1_response *resp, bool keep_up
             fields[n++] = resp->headers[i];
             continue;
         }
-        if (id == UM_FIELD_CONTENT_LENGTH || is_hop_by_hop(id) || id == UM_FIELD_SERVER ||
+        if (id == UM_FIELD_CONTENT_LENGTH || is_hop_by_hop(id) ||
+            (final && id == UM_FIELD_SERVER) ||
             (any_connection && um_http_conn_names(&conn, resp->headers[i].name)))
             continue;
         fields[n++] = resp->headers[i];
     }
+    return n;
+}
+
+/* Into fields (room for UM_HTTP1_MAX_RESPONSE_FIELDS + 1): the end-to-end fields of a
+ * final head (and Upgrade, for a 101), then Via. Returns how many. */
+static size_t response_fields(const struct um_http1_response *resp, bool keep_upgrade,
+                              struct um_header *fields)
+{
+    size_t n = end_to_end_fields(resp, true, keep_upgrade, fields);
     fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
     return n;
 }
@@ -314,17 +316,7 @@ void um__up_info(struct xfer *x, const struct um_http1_response *resp)
         return;
     x->infos++;
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS];
-    uint8_t ids[UM_HTTP1_MAX_RESPONSE_FIELDS];
-    struct um_http_conn_tokens conn;
-    bool any_connection = classify_response(resp, ids, &conn);
-    size_t n = 0;
-    for (size_t i = 0; i < resp->num_headers; i++) {
-        enum um_field_id id = ids[i];
-        if (id == UM_FIELD_CONTENT_LENGTH || is_hop_by_hop(id) ||
-            (any_connection && um_http_conn_names(&conn, resp->headers[i].name)))
-            continue;
-        fields[n++] = resp->headers[i];
-    }
+    size_t n = end_to_end_fields(resp, false, false, fields);
     um_sink_info(x->sink, resp->status, fields, n);
 }
 
