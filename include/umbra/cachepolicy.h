@@ -158,6 +158,7 @@ struct um_resp_meta {
     int64_t age_value; /* Age: 0 when absent or invalid (ignored, RFC 9111 5.1) */
     bool has_set_cookie;
     bool has_connection; /* a Connection line is among headers */
+    struct um_http_conn_tokens conn; /* its members, when has_connection */
     const struct um_header *headers; /* the scanned fields (for Connection and the like) */
     size_t num_headers;
     um_str targeted; /* the targeted field whose directives cc holds (um_resp_meta_target),

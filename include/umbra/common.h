@@ -46,6 +46,22 @@ static inline bool um_str_eq_ci(um_str s, const char *lit)
     }
     return lit[s.len] == '\0';
 }
+/* Case-insensitive (ASCII) comparison of a and b. */
+static inline bool um_str_ieq(um_str a, um_str b)
+{
+    if (a.len != b.len)
+        return false;
+    for (size_t i = 0; i < a.len; i++) {
+        unsigned char x = (unsigned char)a.base[i], y = (unsigned char)b.base[i];
+        if (x >= 'A' && x <= 'Z')
+            x = (unsigned char)(x + 32);
+        if (y >= 'A' && y <= 'Z')
+            y = (unsigned char)(y + 32);
+        if (x != y)
+            return false;
+    }
+    return true;
+}
 /* Exact comparison of s with lit. */
 bool um_str_eq(um_str s, const char *lit);
 

@@ -20,19 +20,6 @@ static bool is_ows(char c)
     return c == ' ' || c == '\t';
 }
 
-static int lower(int c)
-{
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
-
-static bool str_ieq(um_str a, um_str b)
-{
-    if (a.len != b.len) return false;
-    for (size_t i = 0; i < a.len; i++)
-        if (lower((unsigned char)a.base[i]) != lower((unsigned char)b.base[i])) return false;
-    return true;
-}
-
 static int64_t sat_add(int64_t a, int64_t b)
 {
     int64_t r;
@@ -190,7 +177,7 @@ static bool add_field_names(const struct directive *d, um_str *names, size_t *n)
         if (!um_http_is_token(f) || k == UM_CC_MAX_FIELDS) return false;
         bool dup = false;
         for (size_t i = 0; i < k && !dup; i++)
-            dup = str_ieq(names[i], f);
+            dup = um_str_ieq(names[i], f);
         if (!dup) names[k++] = f;
         added++;
     }
@@ -299,9 +286,9 @@ void um_cc_parse(struct um_cc *cc, um_str value)
 bool um_cc_lists_field(const struct um_cc *cc, um_str name)
 {
     for (size_t i = 0; i < cc->no_cache_nfields; i++)
-        if (str_ieq(cc->no_cache_fields[i], name)) return true;
+        if (um_str_ieq(cc->no_cache_fields[i], name)) return true;
     for (size_t i = 0; i < cc->private_nfields; i++)
-        if (str_ieq(cc->private_fields[i], name)) return true;
+        if (um_str_ieq(cc->private_fields[i], name)) return true;
     return false;
 }
 
@@ -391,6 +378,7 @@ void um_resp_meta_scan(struct um_resp_meta *m, int status, const struct um_heade
             break;
         }
     }
+    if (m->has_connection) um_http_conn_tokens_init(&m->conn, h, n);
 }
 
 static bool pragma_no_cache(um_str v)
@@ -573,23 +561,6 @@ enum um_nostore um_cache_storable(const struct um_req_meta *req, const struct um
     return UM_STORABLE;
 }
 
-/* True when name is listed in one of the Connection lines of h. */
-static bool named_in_connection(const struct um_header *h, size_t n, um_str name)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (!um_str_eq_ci(h[i].name, "connection")) continue;
-        const char *p = h[i].value.base, *end = p + h[i].value.len;
-        while (p < end) {
-            const char *s = p;
-            while (p < end && *p != ',')
-                p++;
-            if (str_ieq(um_str_trim((um_str){s, (size_t)(p - s)}), name)) return true;
-            if (p < end) p++;
-        }
-    }
-    return false;
-}
-
 bool um_cache_field_storable(um_str name, const struct um_resp_meta *resp)
 {
     return um_cache_field_storable_id(name, um_http_field_id(name), resp);
@@ -612,8 +583,7 @@ bool um_cache_field_storable_id(um_str name, enum um_field_id id, const struct u
     default:
         break;
     }
-    if (resp->has_connection && named_in_connection(resp->headers, resp->num_headers, name))
-        return false;
+    if (resp->has_connection && um_http_conn_names(&resp->conn, name)) return false;
     return !um_cc_lists_field(&resp->cc, name);
 }
 

@@ -357,29 +357,13 @@ static bool parse_line(struct um_cc *cc, um_str value, size_t *members)
     return true;
 }
 
-static bool same_name(um_str a, um_str b)
-{
-    if (a.len != b.len)
-        return false;
-    for (size_t i = 0; i < a.len; i++) {
-        char x = a.base[i], y = b.base[i];
-        if (x >= 'A' && x <= 'Z')
-            x = (char)(x + 32);
-        if (y >= 'A' && y <= 'Z')
-            y = (char)(y + 32);
-        if (x != y)
-            return false;
-    }
-    return true;
-}
-
 bool um_cc_parse_targeted(struct um_cc *cc, const struct um_header *h, size_t n, um_str name)
 {
     um_cc_init(cc);
     size_t members = 0;
     bool seen = false;
     for (size_t i = 0; i < n; i++) {
-        if (!same_name(h[i].name, name))
+        if (!um_str_ieq(h[i].name, name))
             continue;
         seen = true;
         if (!parse_line(cc, um_str_trim(h[i].value), &members)) {

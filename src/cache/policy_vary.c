@@ -19,14 +19,6 @@ static char lower(char c)
     return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
 }
 
-static bool str_ieq(um_str a, um_str b)
-{
-    if (a.len != b.len) return false;
-    for (size_t i = 0; i < a.len; i++)
-        if (lower(a.base[i]) != lower(b.base[i])) return false;
-    return true;
-}
-
 void um_vary_init(struct um_vary *v)
 {
     memset(v, 0, sizeof(*v));
@@ -54,7 +46,7 @@ void um_vary_parse(struct um_vary *v, um_str value)
         }
         bool dup = false;
         for (size_t i = 0; i < v->n && !dup; i++)
-            dup = str_ieq(v->names[i], m);
+            dup = um_str_ieq(v->names[i], m);
         if (dup) continue;
         if (v->n == UM_VARY_MAX)
             v->bad = true;
@@ -189,7 +181,7 @@ static bool normalize(um_str name, const struct um_header *h, size_t n, struct e
     enum kind k = kind_of(name);
     bool present = false, any = false;
     for (size_t i = 0; i < n; i++) {
-        if (!str_ieq(h[i].name, name)) continue;
+        if (!um_str_ieq(h[i].name, name)) continue;
         present = true;
         um_str v = um_str_trim(h[i].value);
         switch (k) {

@@ -481,16 +481,6 @@ enum um_field_id um_http_field_id(um_str name)
 
 /* ---------------------------------------------------------------- Connection's members */
 
-static bool tok_eq(um_str a, um_str b)
-{
-    if (a.len != b.len)
-        return false;
-    for (size_t i = 0; i < a.len; i++)
-        if (fold((unsigned char)a.base[i]) != fold((unsigned char)b.base[i]))
-            return false;
-    return true;
-}
-
 void um_http_conn_tokens_init(struct um_http_conn_tokens *t, const struct um_header *h, size_t n)
 {
     t->n = 0;
@@ -520,7 +510,7 @@ bool um_http_conn_names(const struct um_http_conn_tokens *t, um_str name)
         return false;
     if (!t->overflow) {
         for (size_t i = 0; i < t->n; i++)
-            if (tok_eq(t->tok[i], name))
+            if (um_str_ieq(t->tok[i], name))
                 return true;
         return false;
     }
@@ -530,7 +520,7 @@ bool um_http_conn_names(const struct um_http_conn_tokens *t, um_str name)
         size_t pos = 0;
         um_str tok;
         while (um_http_list_next(t->_h[i].value, &pos, &tok))
-            if (tok_eq(tok, name))
+            if (um_str_ieq(tok, name))
                 return true;
     }
     return false;
