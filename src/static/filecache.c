@@ -45,7 +45,7 @@ static uint64_t hash_of(uint64_t gen, bool dir, const char *key, size_t len)
 
 static size_t cost(const struct um__file *e)
 {
-    return sizeof(*e) + e->key_len + e->path_len + (size_t)e->size;
+    return sizeof(*e) + e->key_len + e->path_len + (size_t)e->st.st_size;
 }
 
 static void unlink_entry(struct files *fs, struct um__file *e)
@@ -83,12 +83,13 @@ static struct files *files_of(struct um_context *ctx)
     return fs;
 }
 
-static bool same_file(const struct um__file *e, const struct stat *st)
+/* Whether b is still the regular file a was. */
+static bool same_file(const struct stat *a, const struct stat *b)
 {
-    return S_ISREG(st->st_mode) && st->st_dev == e->dev && st->st_ino == e->ino &&
-           st->st_size == e->size && st->st_mtim.tv_sec == e->mtime.tv_sec &&
-           st->st_mtim.tv_nsec == e->mtime.tv_nsec && st->st_ctim.tv_sec == e->ctime.tv_sec &&
-           st->st_ctim.tv_nsec == e->ctime.tv_nsec;
+    return S_ISREG(b->st_mode) && b->st_dev == a->st_dev && b->st_ino == a->st_ino &&
+           b->st_size == a->st_size && b->st_mtim.tv_sec == a->st_mtim.tv_sec &&
+           b->st_mtim.tv_nsec == a->st_mtim.tv_nsec && b->st_ctim.tv_sec == a->st_ctim.tv_sec &&
+           b->st_ctim.tv_nsec == a->st_ctim.tv_nsec;
 }
 
 const struct um__file *um__static_file_find(struct um_context *ctx, uint64_t gen, int root_fd,
@@ -102,7 +103,7 @@ const struct um__file *um__static_file_find(struct um_context *ctx, uint64_t gen
             memcmp(e->key, key, key_len) != 0)
             continue;
         struct stat st;
-        if (fstatat(root_fd, e->path, &st, 0) == 0 && same_file(e, &st)) return e;
+        if (fstatat(root_fd, e->path, &st, 0) == 0 && same_file(&e->st, &st)) return e;
         unlink_entry(fs, e); /* changed or gone: the full path decides */
         return NULL;
     }
@@ -135,12 +136,7 @@ struct um__file *um__static_file_add(struct um_context *ctx, uint64_t gen, bool 
     }
     /* Read after the bytes: a file written meanwhile has another mtime than this. */
     struct stat after;
-    if (fstat(fd, &after) != 0 || !same_file(&(struct um__file){.dev = st->st_dev,
-                                                                .ino = st->st_ino,
-                                                                .size = st->st_size,
-                                                                .mtime = st->st_mtim,
-                                                                .ctime = st->st_ctim},
-                                             &after)) {
+    if (fstat(fd, &after) != 0 || !same_file(st, &after)) {
         free(e);
         return NULL;
     }
@@ -155,11 +151,7 @@ struct um__file *um__static_file_add(struct um_context *ctx, uint64_t gen, bool 
     e->path_len = path_len;
     e->gen = gen;
     e->dir = dir;
-    e->dev = st->st_dev;
-    e->ino = st->st_ino;
-    e->size = st->st_size;
-    e->mtime = st->st_mtim;
-    e->ctime = st->st_ctim;
+    e->st = *st;
     e->hash = hash_of(gen, dir, key, key_len);
 
     struct files *fs = files_of(ctx);

@@ -5,7 +5,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "umbra/common.h"
 
@@ -22,10 +21,7 @@ struct um__file {
     bool dir; /* asked for as a directory (its index) */
     char *key, *path; /* the path asked for; the one read (the index's, for a directory) */
     size_t key_len, path_len;
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime, ctime;
+    struct stat st; /* of the file read: what each use compares with */
     char *body;
     /* Set by static.c once added. */
     const char *type;

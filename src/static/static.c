@@ -177,7 +177,7 @@ static void serve_copy(const struct um_request *req, const struct um__file *file
     struct um_header h[4];
     size_t n = file_fields(file, h);
     um_str etag = {file->etag, file->etag_len};
-    if (not_modified(req, etag, file->mtime.tv_sec)) {
+    if (not_modified(req, etag, file->st.st_mtime)) {
         struct um_response_head head = {.status = 304, .headers = h + 1, .num_headers = n - 1,
                                         .content_length = -1};
         sink->ops->on_head(sink, &head);
@@ -185,10 +185,10 @@ static void serve_copy(const struct um_request *req, const struct um__file *file
         return;
     }
     struct um_response_head head = {.status = 200, .headers = h, .num_headers = n,
-                                    .content_length = (int64_t)file->size};
+                                    .content_length = (int64_t)file->st.st_size};
     sink->ops->on_head(sink, &head);
-    if (file->size > 0)
-        sink->ops->on_data(sink, file->body, (size_t)file->size);
+    if (file->st.st_size > 0)
+        sink->ops->on_data(sink, file->body, (size_t)file->st.st_size);
     sink->ops->on_end(sink, UM_OK);
 }
 
@@ -226,9 +226,8 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
             return;
         }
     }
-    char key[MAX_PATH];
+    /* The path asked for, the key of its copy: an index or a sibling is joined after it. */
     size_t key_len = rel_len;
-    memcpy(key, rel, rel_len);
     int fd = um_static_open_beneath(o->root_fd, rel_len ? rel : ".", O_RDONLY | O_NOCTTY);
     if (fd < 0) {
         respond_error(sink, um_static_errno_status(errno));
@@ -294,23 +293,6 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
         }
     }
 
-    if (copyable && coding == UM_CODING_IDENTITY) {
-        struct um__file *file = um__static_file_add(f->ctx, o->gen, want_dir, key, key_len,
-                                                    rel_len ? rel : ".", rel_len ? rel_len : 1,
-                                                    fd, &st);
-        if (file) {
-            close(fd);
-            file->type = um_mime_type((um_str){rel, rel_len}, f->config->mime,
-                                      f->config->num_mime);
-            file->etag_len = (size_t)snprintf(file->etag, sizeof file->etag, "\"%llx-%llx\"",
-                                              (unsigned long long)st.st_mtime,
-                                              (unsigned long long)st.st_size);
-            um_http_date_format(st.st_mtime, file->last_modified);
-            serve_copy(req, file, sink);
-            return;
-        }
-    }
-
     char etag_buf[48], lm[UM_HTTP_DATE_LEN + 1], cr[80];
     /* A sibling's tag names its coding too, so that no two representations share one. */
     int etag_len = snprintf(etag_buf, sizeof(etag_buf), "\"%llx-%llx%s%s\"",
@@ -320,6 +302,21 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
     um_str etag = {etag_buf, (size_t)etag_len};
     um_http_date_format(st.st_mtime, lm);
     const char *type = um_mime_type((um_str){rel, rel_len}, f->config->mime, f->config->num_mime);
+
+    if (copyable && coding == UM_CODING_IDENTITY) {
+        struct um__file *file = um__static_file_add(f->ctx, o->gen, want_dir, rel, key_len,
+                                                    rel_len ? rel : ".", rel_len ? rel_len : 1,
+                                                    fd, &st);
+        if (file) {
+            close(fd);
+            file->type = type;
+            memcpy(file->etag, etag_buf, (size_t)etag_len);
+            file->etag_len = (size_t)etag_len;
+            memcpy(file->last_modified, lm, sizeof lm);
+            serve_copy(req, file, sink);
+            return;
+        }
+    }
 
     struct um_header h[8];
     size_t n = 0;
