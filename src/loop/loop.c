@@ -39,12 +39,10 @@ struct um_loop {
     struct um_task *posted;
     struct um_io wake;
     bool local_posts;
-    uint64_t id; /* never reused, unlike the address */
+    /* The thread of the last um_loop_poll (pthread_self, as an integer; 0 before the
+     * first): a post from it needs no wake-up. Written by that thread, read by any. */
+    _Atomic unsigned long owner;
 };
-
-/* The loop whose turn this thread is in, by id (set by um_loop_poll). */
-static _Thread_local uint64_t tl_loop_id;
-static _Atomic uint64_t next_loop_id;
 
 static void update_time(struct um_loop *l)
 {
@@ -107,7 +105,7 @@ void um_loop_post(struct um_loop *l, struct um_task *t)
     pthread_mutex_unlock(&l->post_lock);
     if (queued)
         return;
-    if (tl_loop_id == l->id)
+    if (atomic_load_explicit(&l->owner, memory_order_relaxed) == (unsigned long)pthread_self())
         l->local_posts = true;
     else
         wake(l);
@@ -137,7 +135,6 @@ struct um_loop *um_loop_create(void)
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     UM_ASSERT(l->epfd >= 0);
     pthread_mutex_init(&l->post_lock, NULL);
-    l->id = atomic_fetch_add(&next_loop_id, 1) + 1;
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(efd >= 0);
     l->wake.cb = on_wake;
@@ -414,7 +411,9 @@ static int next_wait(struct um_loop *l, int max_wait_ms)
 int um_loop_poll(struct um_loop *l, int max_wait_ms)
 {
     struct epoll_event evs[MAX_EVENTS];
-    tl_loop_id = l->id;
+    unsigned long self = (unsigned long)pthread_self();
+    if (atomic_load_explicit(&l->owner, memory_order_relaxed) != self)
+        atomic_store_explicit(&l->owner, self, memory_order_relaxed);
     int n = epoll_wait(l->epfd, evs, MAX_EVENTS, next_wait(l, max_wait_ms));
     if (n < 0 && errno != EINTR)
         return UM_ERR;
