@@ -25,6 +25,7 @@ struct um_arena {
     struct um_arena_block *head;
 };
 void *um_arena_alloc(struct um_arena *a, size_t n);
+/* A NUL-terminated copy of s[0..n) in the arena; s may be NULL when n is 0. */
 char *um_arena_strdup(struct um_arena *a, const char *s, size_t n);
 void um_arena_reset(struct um_arena *a);
 

@@ -30,7 +30,8 @@ void *um_arena_alloc(struct um_arena *a, size_t n)
 char *um_arena_strdup(struct um_arena *a, const char *s, size_t n)
 {
     char *p = um_arena_alloc(a, n + 1);
-    memcpy(p, s, n);
+    if (n > 0)
+        memcpy(p, s, n); /* s may be NULL when n is 0 (an empty um_buf has no base) */
     p[n] = '\0';
     return p;
 }

@@ -646,6 +646,19 @@ static void test_lua_memory_setting(void **state)
                            "3: limits.lua_memory: bad size"));
 }
 
+/* Issue #26: HTTP/2 joined empty cookie crumbs into an empty um_buf, whose base is NULL,
+ * and memcpy got that NULL (a UBSan report under the sanitizer build). */
+static void test_arena_strdup_of_nothing(void **state)
+{
+    (void)state;
+    struct um_arena a = {0};
+    const char *volatile none = NULL; /* not a constant the compiler folds away */
+    char *p = um_arena_strdup(&a, none, 0);
+    assert_non_null(p);
+    assert_string_equal(p, "");
+    um_arena_reset(&a);
+}
+
 static void test_fold_shifts(void **state)
 {
     (void)state;
@@ -693,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_patterns_match_luajit),
         cmocka_unit_test(test_state_made_anew_past_the_cap),
         cmocka_unit_test(test_lua_memory_setting),
+        cmocka_unit_test(test_arena_strdup_of_nothing),
         cmocka_unit_test(test_fold_shifts),
         cmocka_unit_test(test_fold_shifts_keeps_precedence),
     };
