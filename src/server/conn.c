@@ -550,8 +550,16 @@ static enum input_result h1_process_input(struct um__conn *c)
     if (c->h2_allowed && c->requests == 0 && c->state == S_HEAD && !c->t->ops->secure &&
         c->rlen > c->rpos) {
         size_t n = c->rlen - c->rpos, m = n < UM__H2_PREFACE_LEN ? n : UM__H2_PREFACE_LEN;
-        if (memcmp(c->rbuf + c->rpos, UM__H2_PREFACE, m) != 0) {
+        size_t line = m < UM__H2_PRI_LEN ? m : UM__H2_PRI_LEN;
+        if (memcmp(c->rbuf + c->rpos, UM__H2_PREFACE, line) != 0) {
             c->h2_allowed = false; /* HTTP/1.1 it is */
+        } else if (m > line && memcmp(c->rbuf + c->rpos, UM__H2_PREFACE, m) != 0) {
+            /* "PRI * HTTP/2.0", then not the rest of the preface: an invalid HTTP/2
+             * preface (no HTTP/1.1 request is version 2.0), which nghttp2 answers with
+             * GOAWAY PROTOCOL_ERROR (section 3.4). */
+            if (!switch_h2(c))
+                return IN_DONE;
+            return c->proto->process_input(c);
         } else if (n < UM__H2_PREFACE_LEN) {
             return IN_NEED_INPUT;
         } else {

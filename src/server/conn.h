@@ -145,6 +145,7 @@ extern const struct um__conn_proto um__conn_proto_h2;
 /* The client preface ("PRI * HTTP/2.0...") that begins a prior-knowledge connection. */
 #define UM__H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define UM__H2_PREFACE_LEN 24
+#define UM__H2_PRI_LEN 14 /* "PRI * HTTP/2.0", its request line without CRLF */
 /* Switches c to HTTP/2 (after ALPN h2, or on the preface in rbuf); the bytes buffered
  * are HTTP/2's from the preface on. False when the session cannot be made (c closes). */
 bool um__conn_h2_start(struct um__conn *c);

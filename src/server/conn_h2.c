@@ -66,6 +66,10 @@
 #define GLITCH_PER_SEC 100          /* ...and replenished per second */
 #define MAX_OUTBOUND_ACK 1000       /* SETTINGS/PING acks queued before GOAWAY */
 #define MAX_SETTINGS 32             /* entries in one SETTINGS frame */
+#define MAX_GAPS 8                  /* ranges of skipped stream ids remembered */
+/* The PING that follows a shutdown notice; its ACK says that the client has read the
+ * notice, so that every stream it opened before it has arrived (RFC 9113 section 6.8). */
+static const uint8_t SHUTDOWN_PING[8] = {'u', 'm', '-', 'd', 'r', 'a', 'i', 'n'};
 
 struct h2_field {
     uint32_t name_off, name_len, value_off, value_len;
@@ -137,7 +141,8 @@ struct um__h2 {
     size_t num_streams;
     uint64_t total_streams;
     bool failed;          /* a connection error: GOAWAY queued, no more input */
-    bool goaway;          /* a graceful GOAWAY went out (drain, reload) */
+    bool goaway;          /* a graceful shutdown began (drain, reload): notice and PING */
+    bool goaway_final;    /* ...and the GOAWAY with the last stream id was submitted */
     bool head_timer;      /* the header timer runs for an unfinished head */
     /* Rapid reset: tokens left and when they were last replenished (loop ms). */
     double rst_tokens;
@@ -153,6 +158,13 @@ struct um__h2 {
     uint8_t scan_hdr[9];
     size_t scan_hdr_len;
     unsigned num_cont;
+    /* The stream ids the client skipped (section 5.1.1: the first use of an id closes
+     * the idle streams below it), as ranges [lo, hi], the last MAX_GAPS of them, and the
+     * highest id a HEADERS frame carried. nghttp2 cannot tell a skipped id from one that
+     * was used and closed, and ignores HEADERS on either. */
+    uint32_t gaps[MAX_GAPS][2];
+    unsigned num_gaps;
+    uint32_t max_id;
 };
 
 const size_t um__h2_stream_size = sizeof(struct h2_stream);
@@ -813,6 +825,34 @@ static bool run_streams(struct um__h2 *h)
     return did;
 }
 
+/* A graceful shutdown (reload, stop), as section 6.8 describes: a GOAWAY with the last
+ * stream id 2^31-1 (nghttp2's shutdown notice), which refuses nothing, and a PING. The
+ * streams the client opened before it read the notice arrive before the PING's ACK, and
+ * are served; the GOAWAY with the real last stream id follows the ACK (shutdown_final).
+ * A GOAWAY with the last id at once refused the streams already on their way, and the
+ * client counted them as failed. */
+static void shutdown_begin(struct um__h2 *h)
+{
+    if (h->goaway || h->failed)
+        return;
+    h->goaway = true;
+    nghttp2_submit_shutdown_notice(h->session);
+    nghttp2_submit_ping(h->session, NGHTTP2_FLAG_NONE, SHUTDOWN_PING);
+}
+
+/* The PING's ACK came (or the client did not answer within the header timeout): the
+ * GOAWAY that says which streams were taken. Those past it are refused, which nghttp2 does
+ * once the GOAWAY is out and on_begin_headers before. */
+static void shutdown_final(struct um__h2 *h)
+{
+    if (!h->goaway || h->goaway_final || h->failed)
+        return;
+    h->goaway_final = true;
+    nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE,
+                          nghttp2_session_get_last_proc_stream_id(h->session),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+}
+
 /* ---------------------------------------------------------------- nghttp2's callbacks */
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user)
@@ -820,9 +860,10 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     struct um__h2 *h = user;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    if (h->goaway || h->c->draining) {
-        /* Past a graceful GOAWAY nghttp2 ignores streams above its last id itself; one
-         * that slips in before it goes out is refused (retried elsewhere, section 8.7). */
+    if (h->goaway_final) {
+        /* Past the final GOAWAY nghttp2 ignores streams above its last id itself; one
+         * that slips in before it goes out is refused (retried elsewhere, section 8.7).
+         * Before it (after the shutdown notice) streams are still taken. */
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                   NGHTTP2_REFUSED_STREAM);
         return 0; /* no stream: its fields and body are ignored */
@@ -942,6 +983,8 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     case NGHTTP2_PING:
         if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
             return glitch(h, "too many PING frames");
+        if (memcmp(frame->ping.opaque_data, SHUTDOWN_PING, sizeof(SHUTDOWN_PING)) == 0)
+            shutdown_final(h);
         break;
     case NGHTTP2_SETTINGS:
         if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
@@ -1078,11 +1121,8 @@ bool um__conn_h2_start(struct um__conn *c)
     c->state = S_H2;
     c->head_started = false;
     um_counter_add(&um_metrics_worker()->h2_conns, 1);
-    if (c->draining) {
-        /* Stopping already: say so at once; the first streams are still refused. */
-        h->goaway = true;
-        nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
-    }
+    if (c->draining)
+        shutdown_begin(h); /* stopping already: the streams sent meanwhile are served */
     return true;
 }
 
@@ -1104,11 +1144,41 @@ static void send_frames(struct um__conn *c)
     }
 }
 
-/* Follows the frame headers in p[0..n) (the client's bytes, in order) and counts the
- * CONTINUATION frames that follow one HEADERS: nghttp2 1.52 as released takes any number
- * of them, each one a decoding pass even when empty (CVE-2024-27316's kind of flood).
- * False past MAX_CONTINUATIONS. */
-static bool scan_frames(struct um__h2 *h, const uint8_t *p, size_t n)
+/* A HEADERS frame on stream id: false when the client skipped id before (a stream that
+ * it closed without using it), which is a connection error PROTOCOL_ERROR (section
+ * 5.1.1). An id at or below the highest that is not a skipped one is trailers or a closed
+ * stream, nghttp2's to judge; stream 0 and even ids are too. */
+static bool scan_headers_id(struct um__h2 *h, uint32_t id)
+{
+    if (id == 0 || !(id & 1))
+        return true;
+    if (id > h->max_id) {
+        uint32_t lo = h->max_id == 0 ? 1 : h->max_id + 2;
+        if (id > lo) {
+            /* A ring of the last ranges: a client that skips more often than that is
+             * only checked against its latest ones. */
+            uint32_t *g = h->gaps[h->num_gaps++ % MAX_GAPS];
+            g[0] = lo;
+            g[1] = id - 2;
+        }
+        h->max_id = id;
+        return true;
+    }
+    unsigned n = h->num_gaps < MAX_GAPS ? h->num_gaps : MAX_GAPS;
+    for (unsigned i = 0; i < n; i++)
+        if (id >= h->gaps[i][0] && id <= h->gaps[i][1])
+            return false;
+    return true;
+}
+
+/* Follows the frame headers in p[0..n) (the client's bytes, in order), before nghttp2
+ * sees them. It counts the CONTINUATION frames that follow one HEADERS: nghttp2 1.52 as
+ * released takes any number of them, each one a decoding pass even when empty
+ * (CVE-2024-27316's kind of flood); past MAX_CONTINUATIONS it says ENHANCE_YOUR_CALM in
+ * *err. And it checks the stream id of each HEADERS (scan_headers_id): PROTOCOL_ERROR.
+ * False on either. */
+static bool scan_frames(struct um__h2 *h, const uint8_t *p, size_t n, uint32_t *err,
+                        const char **why)
 {
     while (n > 0) {
         if (h->scan_skip > 0) {
@@ -1131,8 +1201,20 @@ static bool scan_frames(struct um__h2 *h, const uint8_t *p, size_t n)
         h->scan_skip = (size_t)h->scan_hdr[0] << 16 | (size_t)h->scan_hdr[1] << 8 | h->scan_hdr[2];
         if (h->scan_hdr[3] != NGHTTP2_CONTINUATION)
             h->num_cont = 0;
-        else if (++h->num_cont > MAX_CONTINUATIONS)
+        else if (++h->num_cont > MAX_CONTINUATIONS) {
+            *err = NGHTTP2_ENHANCE_YOUR_CALM;
+            *why = "too many CONTINUATION frames";
             return false;
+        }
+        if (h->scan_hdr[3] == NGHTTP2_HEADERS) {
+            uint32_t id = ((uint32_t)h->scan_hdr[5] << 24 | (uint32_t)h->scan_hdr[6] << 16 |
+                           (uint32_t)h->scan_hdr[7] << 8 | h->scan_hdr[8]) & 0x7fffffffu;
+            if (!scan_headers_id(h, id)) {
+                *err = NGHTTP2_PROTOCOL_ERROR;
+                *why = "HEADERS on a stream id it skipped";
+                return false;
+            }
+        }
     }
     return true;
 }
@@ -1141,9 +1223,11 @@ static enum input_result h2_process_input(struct um__conn *c)
 {
     struct um__h2 *h = c->h2;
     if (c->rpos < c->rlen) {
+        uint32_t err = 0;
+        const char *why = NULL;
         if (!h->failed &&
-            !scan_frames(h, (const uint8_t *)c->rbuf + c->rpos, c->rlen - c->rpos))
-            fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "too many CONTINUATION frames");
+            !scan_frames(h, (const uint8_t *)c->rbuf + c->rpos, c->rlen - c->rpos, &err, &why))
+            fail(h, err, why);
         if (!h->failed) {
             ssize_t r = nghttp2_session_mem_recv(h->session, (const uint8_t *)c->rbuf + c->rpos,
                                                  c->rlen - c->rpos);
@@ -1214,6 +1298,13 @@ static void h2_arm_timer(struct um__conn *c)
     if (h->num_streams == 0 && !um__outq_pending(&c->out) &&
         !nghttp2_session_want_write(h->session))
         um__outq_shrink(&c->out);
+    if (h->goaway && !h->goaway_final && !h->failed) {
+        /* The shutdown PING's ACK is awaited for the header timeout at most. */
+        if (um__links(c)->tq_kind != UM__TQ_HEADER)
+            um__tq_arm(c->w, c, UM__TQ_HEADER);
+        h->head_timer = false;
+        return;
+    }
     bool head_pending = h->total_streams == 0, body_pending = false, stalled = false;
     for (struct h2_stream *s = h->streams; s; s = s->next) {
         if (!s->head_done)
@@ -1247,6 +1338,14 @@ static void h2_arm_timer(struct um__conn *c)
 
 static void h2_on_timeout(struct um__conn *c)
 {
+    struct um__h2 *h = c->h2;
+    if (h->goaway && !h->goaway_final && !h->failed) {
+        /* No ACK of the shutdown PING: the final GOAWAY goes out anyway. */
+        shutdown_final(h);
+        um__tq_disarm(c->w, c);
+        um__worker_ready(c->w, c);
+        return;
+    }
     uint64_t log_conn = um_log_set_conn(c->id);
     um_log_info("http2: %s:%d: timed out, closing", c->peer_ip, c->peer_port);
     um_log_set_conn(log_conn);
@@ -1255,14 +1354,7 @@ static void h2_on_timeout(struct um__conn *c)
 
 static void h2_drain(struct um__conn *c)
 {
-    struct um__h2 *h = c->h2;
-    if (!h->goaway && !h->failed) {
-        /* Streams begun so far are answered; later ones are refused (section 6.8). */
-        h->goaway = true;
-        nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE,
-                              nghttp2_session_get_last_proc_stream_id(h->session),
-                              NGHTTP2_NO_ERROR, NULL, 0);
-    }
+    shutdown_begin(c->h2);
     um__worker_ready(c->w, c);
 }
 
