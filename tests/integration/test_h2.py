@@ -188,6 +188,7 @@ class RawH2:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.buf = b""
         self.eof = False
+        self.ack_pings = True
         self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings) if preface is None
                           else preface)
 
@@ -217,7 +218,7 @@ class RawH2:
                     sid = struct.unpack(">I", self.buf[5:9])[0] & 0x7fffffff
                     payload = self.buf[9:9 + n]
                     self.buf = self.buf[9 + n:]
-                    if t in (SETTINGS, PING) and not fl & ACK:
+                    if (t == SETTINGS or (t == PING and self.ack_pings)) and not fl & ACK:
                         # As a client does: SETTINGS and PINGs are acknowledged (the
                         # server's PING after a shutdown GOAWAY waits for its ACK).
                         try:
@@ -1019,6 +1020,26 @@ class H2GoawayTest(unittest.TestCase):
                 self.assertTrue(c.wait_closed(5))
             # New connections are served by the new configuration.
             self.assertEqual(h2c(u.ports[0], "/index.html").status, 200)
+
+    def test_shutdown_ping_never_acknowledged(self):
+        # A client that does not answer the shutdown PING gets the final GOAWAY after the
+        # header timeout, and the connection ends once its stream is done.
+        with Origin() as o, Umbra(config(o.url), files=files()) as u:
+            with RawH2(u.ports[0]) as c:
+                c.ack_pings = False
+                c.headers(1, request_fields(u.ports[0], "/nocache/noack?delay=300"))
+                wait_until(lambda: len(o.records()) >= 1, timeout=5)
+                os.kill(u.proc.pid, signal.SIGHUP)
+                frames, f = c.until(lambda f: f[0] == GOAWAY, timeout=5)
+                self.assertIsNotNone(f, "no GOAWAY after the reload")
+                self.assertEqual(goaway(f), (0x7fffffff, NO_ERROR))
+                start = time.monotonic()
+                more, f = c.until(lambda f: f[0] == GOAWAY, timeout=HEADER_TIMEOUT + SLACK + 2)
+                self.assertIsNotNone(f, "no final GOAWAY")
+                self.assertEqual(goaway(f), (1, NO_ERROR))
+                self.assertLess(time.monotonic() - start, HEADER_TIMEOUT + SLACK)
+                self.assertTrue(stream_done(frames + more, 1), frames + more)
+                self.assertTrue(c.wait_closed(5))
 
     def test_goaway_on_stop_lets_streams_finish(self):
         with Origin() as o, Umbra(config(o.url), files=files()) as u:
