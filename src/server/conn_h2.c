@@ -41,7 +41,13 @@
  * counted, header lists are capped (431), SETTINGS and PING ACKs waiting for a client that
  * does not read are bounded with nghttp2's options, and frames that do no work (PING,
  * SETTINGS, PRIORITY, empty DATA, invalid frames) spend a second token bucket, whether or
- * not the client reads. Each of these ends with GOAWAY ENHANCE_YOUR_CALM. */
+ * not the client reads. Each of these ends with GOAWAY ENHANCE_YOUR_CALM. HEADERS on a
+ * stream id the client skipped is a PROTOCOL_ERROR, found by the same scan of frame
+ * headers that counts CONTINUATION frames, before nghttp2 (which ignores it) sees it.
+ *
+ * Shutdown (reload, stop). A GOAWAY with the last stream id 2^31-1 and a PING; the GOAWAY
+ * with the real last id only after the PING's ACK (or the header timeout), so the streams
+ * the client sent before it read the first GOAWAY are served (section 6.8). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
