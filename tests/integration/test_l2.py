@@ -597,10 +597,10 @@ class PromisesTest(unittest.TestCase):
                                "0.025", "0.05", "+Inf"])
 
     def test_writes_past_8MB_unanswered_are_dropped(self):
-        # README: writes are "dropped (counted) while the connection ... has more than 8 MB
-        # unanswered". A write costs its value, its key and 64 bytes (src/cluster/l2.c);
-        # once the first write is unanswered, one that would take the total one byte past
-        # 8 MiB is dropped, and one that takes it exactly to 8 MiB is sent.
+        # README: writes are dropped "when one would leave more than 8 MiB of writes
+        # unanswered on it (a write counts its value, its key and 64 bytes)". Once the
+        # first write is unanswered, one that would take the total one byte past 8 MiB is
+        # dropped, and one that takes it exactly to 8 MiB is sent.
         limit = 8 << 20
         with HoldingRedis() as redis, Origin() as origin, \
                 Umbra(l2_config(origin.url, redis.port, max_object='"8MB"'), workers=1) as u:
