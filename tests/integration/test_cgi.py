@@ -616,5 +616,118 @@ routes = { { path = "/cgi-bin/", cgi = "cgi-bin" } }
                 self.assertIn(word, log, body)
 
 
+# Issue #26: the README's numbers for CGI, each pinned at its boundary.
+PROMISE_FILES = dict(FILES)
+PROMISE_FILES.update({
+    # Marks that it runs (one file per pid), then holds its slot until told to go.
+    "cgi-bin/hold.sh": "#!/bin/sh\ntouch ../running.$$\nwhile [ ! -e ../release ]; do sleep 0.05; done\n"
+                       "printf 'Content-Type: text/plain\\n\\nheld\\n'\n",
+    # Ignores SIGTERM, saying when it came; only SIGKILL ends it.
+    "cgi-bin/stubborn.py": """#!%s
+import os, signal, time
+with open("../stubborn.pid", "w") as f:
+    f.write("%%d" %% os.getpid())
+def on_term(*_):
+    with open("../stubborn.term", "w") as f:
+        f.write(repr(time.time()))
+signal.signal(signal.SIGTERM, on_term)
+while True:
+    time.sleep(0.05)
+""" % PY,
+    # ?n=K: K local redirects in a row, then a document.
+    "cgi-bin/hop.sh": "#!/bin/sh\nn=${QUERY_STRING#n=}\nif [ \"$n\" -gt 0 ]; then\n"
+                      "  printf 'Location: /cgi-bin/hop.sh?n=%d\\n\\n' $((n - 1))\nelse\n"
+                      "  printf 'Content-Type: text/plain\\n\\nlanded\\n'\nfi\n",
+    "cgi-bin/nph-te.sh": "#!/bin/sh\nprintf 'HTTP/1.1 200 OK\\r\\nContent-Type: text/plain\\r\\n"
+                         "Transfer-Encoding: chunked\\r\\n\\r\\n5\\r\\nhello\\r\\n0\\r\\n\\r\\n'\n",
+    "cgi-bin/nph-plain.sh": "#!/bin/sh\nprintf 'HTTP/1.1 200 OK\\r\\nContent-Type: text/plain\\r\\n"
+                            "\\r\\nhello'\n",
+})
+PROMISE_EXEC = [k for k in PROMISE_FILES if k.endswith((".sh", ".py")) and not k.endswith("notexec.sh")]
+
+
+def setup_promise_scripts(d):
+    for k in PROMISE_EXEC:
+        os.chmod(os.path.join(d, k), 0o755)
+
+
+class CgiPromisesTest(unittest.TestCase):
+    """README: `cgi.max_children` ... past it, 503 with `Retry-After: 1`; SIGKILL 2 s after
+    SIGTERM; at most 8 local redirects in a row, more is 502; an nph- head with
+    `Transfer-Encoding` is a 502."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.umbra = class_context(cls, Umbra("""
+cgi = { max_children = 3, timeout = 1 }
+routes = { { path = "/cgi-bin/", cgi = "cgi-bin" } }
+""", files=PROMISE_FILES, setup=setup_promise_scripts))
+
+    def tearDown(self):
+        self.assertTrue(self.umbra.alive(), "umbra died:\n" + self.umbra.log())
+
+    def running(self):
+        return [n for n in os.listdir(self.umbra.path("")) if n.startswith("running.")]
+
+    def test_max_children_n_run_and_the_next_gets_503_retry_after_1(self):
+        u = self.umbra
+        for n in self.running() + (["release"] if os.path.exists(u.path("release")) else []):
+            os.unlink(u.path(n))
+        socks = []
+        try:
+            for _ in range(3):
+                s = connect(u.port, 10)
+                s.sendall(req("/cgi-bin/hold.sh"))
+                socks.append(s)
+            # The limit passes: all three run at once.
+            self.assertTrue(wait_until(lambda: len(self.running()) == 3, 5), self.running())
+            r = fetch_req(u.port, "/cgi-bin/hold.sh")
+            self.assertEqual(r.status, 503)
+            self.assertEqual(r.header("Retry-After"), "1")
+            self.assertEqual(len(self.running()), 3, "the fourth script ran")
+            with open(u.path("release"), "w"):
+                pass
+            for s in socks:
+                data = b""
+                while True:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                r = parse_response(data)
+                self.assertEqual((r.status, r.body), (200, b"held\n"))
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_script_ignoring_sigterm_is_killed_2s_later(self):
+        u = self.umbra
+        for f in ("stubborn.pid", "stubborn.term"):
+            if os.path.exists(u.path(f)):
+                os.unlink(u.path(f))
+        r = fetch_req(u.port, "/cgi-bin/stubborn.py", timeout=10)
+        self.assertEqual(r.status, 504)
+        self.assertTrue(wait_until(lambda: os.path.exists(u.path("stubborn.term")), 3))
+        pid = int(read_file(u.path("stubborn.pid")))
+        self.assertFalse(wait_until(lambda: pid_gone(pid), 1.5), "killed before the 2 s grace")
+        self.assertTrue(wait_until(lambda: pid_gone(pid), 2), "script %d outlived the grace" % pid)
+        gone = time.time()
+        term = float(read_file(u.path("stubborn.term")))
+        self.assertGreater(gone - term, 1.8)
+        self.assertLess(gone - term, 3.0)
+
+    def test_8_local_redirects_are_followed_the_9th_is_502(self):
+        r = fetch_req(self.umbra.port, "/cgi-bin/hop.sh?n=8")
+        self.assertEqual((r.status, r.body), (200, b"landed\n"))
+        r = fetch_req(self.umbra.port, "/cgi-bin/hop.sh?n=9")
+        self.assertEqual(r.status, 502)
+
+    def test_nph_head_with_transfer_encoding_is_502(self):
+        r = fetch_req(self.umbra.port, "/cgi-bin/nph-plain.sh")
+        self.assertEqual((r.status, r.body), (200, b"hello"))
+        r = fetch_req(self.umbra.port, "/cgi-bin/nph-te.sh")
+        self.assertEqual(r.status, 502)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1198,5 +1198,79 @@ class H2ConfigTest(unittest.TestCase):
                 self.assertEqual(got.get(0x6), 20 * 1024)
 
 
+class H2PromisesTest(unittest.TestCase):
+    """Issue #26, README: "more than 200 resets in a burst, 50/s after) and more than 8
+    CONTINUATION frames in a row ... get GOAWAY ENHANCE_YOUR_CALM": each at its boundary,
+    the limit passing on one connection and one past it failing on another."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url), files=files()))
+        cls.plain = cls.umbra.ports[0]
+
+    def served_or_goaway(self, c, sid):
+        """The stream's last frame, or a GOAWAY, whichever came first."""
+        frames, f = c.until(lambda f: f[0] == GOAWAY or (f[2] == sid and f[1] & END_STREAM),
+                            timeout=10)
+        self.assertIsNotNone(f, frames)
+        return frames, f
+
+    def continuations(self, n):
+        """A request whose head is a HEADERS frame and n CONTINUATION frames: its answer's
+        frames and the last one (the stream's end or a GOAWAY)."""
+        block = hpack(request_fields(self.plain))
+        self.assertGreater(len(block), n + 1)
+        step = len(block) // (n + 1)
+        pieces = [block[i * step:(i + 1) * step] for i in range(n)] + [block[n * step:]]
+        out = frame(HEADERS, END_STREAM, 1, pieces[0])
+        for i, p in enumerate(pieces[1:]):
+            out += frame(CONTINUATION, END_HEADERS if i == n - 1 else 0, 1, p)
+        with RawH2(self.plain) as c:
+            try:
+                c.send(out)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return self.served_or_goaway(c, 1)
+
+    def test_8_continuation_frames_pass_the_9th_gets_goaway(self):
+        frames, f = self.continuations(8)
+        self.assertNotEqual(f[0], GOAWAY, "GOAWAY %r" % (goaway(f),) if f[0] == GOAWAY else "")
+        self.assertEqual(data_bytes(frames, 1), len(b"hello over h2\n"))
+        _, f = self.continuations(9)
+        self.assertEqual(f[0], GOAWAY)
+        self.assertEqual(goaway(f)[1], ENHANCE_YOUR_CALM)
+
+    def resets(self, n):
+        """n streams opened and reset at once, then one more request: the frames after."""
+        out = b""
+        for i in range(n):
+            sid = 1 + 2 * i
+            out += frame(HEADERS, END_STREAM | END_HEADERS, sid,
+                         hpack(request_fields(self.plain, "/nocache/burst?delay=3000")))
+            out += frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL))
+        last = 1 + 2 * n
+        out += frame(HEADERS, END_STREAM | END_HEADERS, last, hpack(request_fields(self.plain)))
+        with RawH2(self.plain) as c:
+            try:
+                c.send(out)  # one write: the burst arrives well within 20 ms (1 token at 50/s)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return self.served_or_goaway(c, last)
+
+    def test_200_resets_pass_the_201st_gets_goaway(self):
+        frames, f = self.resets(200)
+        self.assertNotEqual(f[0], GOAWAY, "GOAWAY %r" % (goaway(f),) if f[0] == GOAWAY else "")
+        self.assertEqual(data_bytes(frames, f[2]), len(b"hello over h2\n"))
+        _, f = self.resets(201)
+        self.assertEqual(f[0], GOAWAY)
+        self.assertEqual(goaway(f)[1], ENHANCE_YOUR_CALM)
+        self.assertTrue(wait_until(lambda: self.origin_active() == 0, timeout=5))
+
+    def origin_active(self):
+        m = re.search(r"active\D*(\d+)", self.origin._control("/__stats"))
+        return int(m.group(1)) if m else -1
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -512,5 +512,124 @@ class ConfigTest(unittest.TestCase):
                     self.assertIn(needle, u.log())
 
 
+class HoldingRedis:
+    """A Redis that answers PING, SUBSCRIBE and GET (always a miss) until a connection
+    sends its first SET, and from then on reads that connection and never answers it: the
+    writes pile up unanswered. It records each SET's key and value length."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.sets = []  # (key, value length), in order
+        self.lock = threading.Lock()
+        self.conns = []
+        self.stop = threading.Event()
+
+    def _accept(self):
+        self.sock.settimeout(0.1)
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            self.conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        f = c.makefile("rb")
+        holding = False
+        try:
+            while not self.stop.is_set():
+                cmd = _resp_read(f)
+                if not isinstance(cmd, list) or not cmd:
+                    return
+                name = cmd[0].upper()
+                if name == b"SET":
+                    with self.lock:
+                        self.sets.append((cmd[1].decode(), len(cmd[2])))
+                    holding = True
+                if holding:
+                    continue
+                if name == b"PING":
+                    c.sendall(b"+PONG\r\n")
+                elif name == b"GET":
+                    c.sendall(b"$-1\r\n")
+                elif name == b"SUBSCRIBE":
+                    c.sendall(b"*3\r\n$9\r\nsubscribe\r\n$%d\r\n%s\r\n:1\r\n" % (len(cmd[1]), cmd[1]))
+                else:
+                    c.sendall(b"+OK\r\n")
+        except (OSError, ConnectionError, ValueError):
+            pass
+
+    def __enter__(self):
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for c in self.conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+        self.sock.close()
+        return False
+
+    def got(self):
+        with self.lock:
+            return list(self.sets)
+
+
+class PromisesTest(unittest.TestCase):
+    """Issue #26: the README's numbers for the L2, at their boundaries (the reconnect
+    backoff is tests/unit/test_redis_loop.c)."""
+
+    def test_lookup_histogram_buckets(self):
+        # README: "the histogram `umbra_l2_lookup_seconds` (buckets of 0.25, 0.5, 1, 2, 5,
+        # 10, 25 and 50 ms)".
+        with Origin() as origin, Umbra(l2_config(origin.url, closed_port())) as u:
+            text = scrape(u)
+        les = re.findall(r'^umbra_l2_lookup_seconds_bucket\{le="([^"]+)"\}', text, re.M)
+        self.assertEqual(les, ["0.00025", "0.0005", "0.001", "0.002", "0.005", "0.01",
+                               "0.025", "0.05", "+Inf"])
+
+    def test_writes_past_8MB_unanswered_are_dropped(self):
+        # README: writes are dropped "when one would leave more than 8 MiB of writes
+        # unanswered on it (a write counts its value, its key and 64 bytes)". Once the
+        # first write is unanswered, one that would take the total one byte past 8 MiB is
+        # dropped, and one that takes it exactly to 8 MiB is sent.
+        limit = 8 << 20
+        with HoldingRedis() as redis, Origin() as origin, \
+                Umbra(l2_config(origin.url, redis.port, max_object='"8MB"'), workers=1) as u:
+            self.assertTrue(wait_until(lambda: metric(u, "umbra_l2_connections_up") == 1, 10),
+                            u.log())
+            target = "/hold%d?cc=max-age%%3D600&size=%d"
+            b1 = 4000000
+            r, _ = get(u, target % (1, b1))
+            self.assertEqual((r.status, len(r.body)), (200, b1))
+            self.assertTrue(wait_until(lambda: len(redis.got()) == 1, 5))
+            key1, v1 = redis.got()[0]
+            overhead = v1 - b1
+            cost1 = v1 + len(key1) - len("umbra:o:") + 64
+            # Same key length, same digits in Content-Length: the same overhead.
+            b2 = limit - cost1 + 1 - (len(key1) - len("umbra:o:")) - 64 - overhead
+            self.assertEqual(len(str(b2)), len(str(b1)))
+            drops = metric(u, "umbra_l2_write_drops_total")
+            r, _ = get(u, target % (2, b2))
+            self.assertEqual((r.status, len(r.body)), (200, b2))
+            self.assertTrue(wait_until(
+                lambda: metric(u, "umbra_l2_write_drops_total") == drops + 1, 5))
+            r, _ = get(u, target % (3, b2 - 1))
+            self.assertEqual((r.status, len(r.body)), (200, b2 - 1))
+            self.assertTrue(wait_until(lambda: len(redis.got()) == 2, 5), redis.got())
+            key3, v3 = redis.got()[1]
+            self.assertIn("/hold3?", key3)
+            self.assertEqual(cost1 + v3 + len(key3) - len("umbra:o:") + 64, limit)
+            self.assertEqual(metric(u, "umbra_l2_write_drops_total"), drops + 1)
+
+
 if __name__ == "__main__":
     unittest.main()

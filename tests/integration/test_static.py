@@ -535,5 +535,69 @@ class SmallFileCopyTest(unittest.TestCase):
             self.assertEqual((r.status, r.body), (200, b"one\n"))
             self.assertNotEqual(r.header("ETag"), etag)
 
+
+def rchar(pid):
+    """Bytes the process read through read, pread and sendfile (/proc/PID/io), which a
+    file served from disk adds to and a worker's copy of it does not."""
+    with open("/proc/%d/io" % pid) as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/%d/io" % pid)
+
+
+class SmallFileLimitsTest(unittest.TestCase):
+    """Issue #26, README: "Each worker keeps the small files it served (up to 32 KiB each,
+    8 MiB per worker)". Whether a request was answered from the worker's copy shows in the
+    bytes the process read: a file sent from disk adds its size (sendfile counts), the copy
+    nothing."""
+
+    NFILES = 257  # 257 x 32 KiB is more than 8 MiB of bodies alone
+
+    @classmethod
+    def setUpClass(cls):
+        files = {"www/k32768": "k" * 32768, "www/k32769": "k" * 32769}
+        for i in range(cls.NFILES):
+            files["www/f%03d" % i] = "%03d" % i + "f" * (32768 - 3)
+        cls.umbra = class_context(cls, Umbra('routes = { { path = "/", root = "www" } }\n',
+                                             files=files, workers=1))
+        # Only a file older than the window in which its next change could keep its
+        # timestamps is kept.
+        time.sleep(2.1)
+
+    def read_by(self, target):
+        """Bytes read by the process while it answered target (a 200)."""
+        before = rchar(self.umbra.proc.pid)
+        data, _ = exchange(self.umbra.port, req(target))
+        after = rchar(self.umbra.proc.pid)
+        r = parse_responses(data)[0]
+        self.assertEqual(r.status, 200, target)
+        return after - before, r.body
+
+    def kept(self, target):
+        n, _ = self.read_by(target)
+        return n < 4096
+
+    def test_32KiB_file_is_kept_32KiB_plus_1_is_not(self):
+        for name, size, keep in (("/k32768", 32768, True), ("/k32769", 32769, False)):
+            n, body = self.read_by(name)  # the first answer reads the file either way
+            self.assertEqual(len(body), size)
+            self.assertGreaterEqual(n, size)
+            for _ in range(3):
+                self.assertEqual(self.kept(name), keep, name)
+
+    def test_8MiB_per_worker(self):
+        # 250 copies of 32 KiB (7.8 MiB of bodies, with what each entry costs besides) fit
+        # in 8 MiB: the first is still kept; 257 do not, and the oldest goes first.
+        for i in range(250):
+            self.read_by("/f%03d" % i)
+        self.assertTrue(self.kept("/f000"))
+        self.assertTrue(self.kept("/f249"))
+        for i in range(250, self.NFILES):
+            self.read_by("/f%03d" % i)
+        self.assertFalse(self.kept("/f000"), "257 x 32 KiB kept in 8 MiB")
+        self.assertTrue(self.kept("/f%03d" % (self.NFILES - 1)))
+
+
 if __name__ == "__main__":
     unittest.main()

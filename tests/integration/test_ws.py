@@ -745,5 +745,138 @@ class HttpsBackendTests(unittest.TestCase):
             self.assertEqual(status, "HTTP/1.1 502 Bad Gateway")
 
 
+def tcp_queues():
+    """{(local port, remote port): (tx_queue, rx_queue)} of the established IPv4 TCP
+    sockets on 127.0.0.1, from /proc/net/tcp: the bytes a socket holds unsent or unacked,
+    and the bytes received that its owner has not read."""
+    out = {}
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            if cols[3] != "01":  # ESTABLISHED
+                continue
+            lport = int(cols[1].split(":")[1], 16)
+            rport = int(cols[2].split(":")[1], 16)
+            tx, rx = (int(v, 16) for v in cols[4].split(":"))
+            out[(lport, rport)] = (tx, rx)
+    return out
+
+
+class StillBackend:
+    """Answers any upgrade request with 101 and then, on /still, never reads; on /gush,
+    sends as much as its socket takes (counted in .sent) and never reads. The port Umbra
+    connected from is in .peer_port."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.conns = []
+        self.sent = 0
+        self.peer_port = None
+        self.blocked = threading.Event()
+        self.stop = threading.Event()
+
+    def _run(self):
+        self.sock.settimeout(0.1)
+        while not self.stop.is_set():
+            try:
+                c, addr = self.sock.accept()
+            except socket.timeout:
+                continue
+            self.conns.append(c)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += c.recv(4096)
+            self.peer_port = addr[1]
+            c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n"
+                      b"Upgrade: raw\r\n\r\n")
+            if buf.startswith(b"GET /gush"):
+                self.sent = sent_until_blocked(c)
+                self.blocked.set()
+
+    def __enter__(self):
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+        return False
+
+
+def sent_until_blocked(s, quiet=0.5, limit=10):
+    """Sends on s without blocking until it has taken nothing for quiet seconds; the bytes
+    sent."""
+    s.setblocking(False)
+    block = b"t" * 65536
+    sent, since = 0, None
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            sent += s.send(block)
+            since = None
+        except BlockingIOError:
+            if since is None:
+                since = time.monotonic()
+            elif time.monotonic() - since > quiet:
+                return sent
+            time.sleep(0.02)
+    raise AssertionError("still sending after %d s: %d bytes" % (limit, sent))
+
+
+class TunnelBufferTest(unittest.TestCase):
+    """Issue #26, README: "Each direction buffers at most 64 KiB". With a peer that never
+    reads, the bytes the sender got rid of are in the kernel's socket queues (which
+    /proc/net/tcp shows, on both ends of both connections) or in Umbra's buffer: the
+    difference is what Umbra holds."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.backend = class_context(cls, StillBackend())
+        cls.umbra = class_context(cls, Umbra(
+            'upstreams = { app = { servers = { "%s" } } }\n'
+            'routes = { { path = "/", upstream = "app" } }\n' % cls.backend.url, workers=1))
+
+    def open(self, path):
+        s = connect(self.umbra.port)
+        s.sendall(upgrade_head(path, token="raw"))
+        status, _, rest = read_head(s)
+        self.assertEqual(status, "HTTP/1.1 101 Switching Protocols")
+        self.assertEqual(rest, b"")
+        return s
+
+    def held(self, sent, sender, receiver):
+        """What Umbra holds of sent bytes: sender and receiver are the (local, remote)
+        ports of the two outer sockets; Umbra's own are their reverse."""
+        q = tcp_queues()
+        for k in (sender, receiver, sender[::-1], receiver[::-1]):
+            self.assertIn(k, q)
+        return (sent - q[sender][0] - q[sender[::-1]][1] - q[receiver[::-1]][0]
+                - q[receiver][1])
+
+    def test_client_to_backend_at_most_64KiB(self):
+        with self.open("/still") as s:
+            sent = sent_until_blocked(s)
+            held = self.held(sent, (s.getsockname()[1], self.umbra.port),
+                             (self.backend.port, self.backend.peer_port))
+        self.assertLessEqual(held, 65536)
+        self.assertGreater(held, 32768)
+
+    def test_backend_to_client_at_most_64KiB(self):
+        self.backend.blocked.clear()
+        with self.open("/gush") as s:
+            self.assertTrue(self.backend.blocked.wait(15))
+            held = self.held(self.backend.sent, (self.backend.port, self.backend.peer_port),
+                             (s.getsockname()[1], self.umbra.port))
+        self.assertLessEqual(held, 65536)
+        self.assertGreater(held, 32768)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -106,6 +106,52 @@ static void test_bounds(void **state)
     um_cache_destroy(c);
 }
 
+/* Issue #26: the README's "at most 64 tags of 256 bytes", in its numbers: the 64th tag
+ * is kept (a purge by it finds the object), the 65th is not; a tag of 256 bytes is kept,
+ * one of 257 is not. */
+static void test_readme_64_tags_of_256_bytes(void **state)
+{
+    (void)state;
+    struct um_cache *c = mk(1 << 20);
+    struct um_cache_obj *o = um_cache_insert(c, S("h /limits"), NULL, 0);
+    char names[65][8], t256[257], t257[258];
+    um_str t[67];
+    for (int i = 0; i < 65; i++) {
+        snprintf(names[i], sizeof names[i], "n%d", i + 1);
+        t[i] = S(names[i]);
+    }
+    memset(t256, 'a', 256);
+    t256[256] = '\0';
+    memset(t257, 'b', 257);
+    t257[257] = '\0';
+    /* The long tags first, so that they fall within the 64 kept. */
+    um_str all[67] = {S(t257), S(t256)};
+    memcpy(all + 2, t, 65 * sizeof t[0]);
+    assert_int_equal(um_cache_obj_set_tags(o, all, 67), UM_OK);
+    assert_int_equal(um_cache_obj_set_head(o, "m", 1, "h", 1), UM_OK);
+    um_cache_obj_finish(o, true);
+    um_str out[70];
+    size_t n = um_cache_obj_tags(o, out, 70);
+    um_cache_obj_unref(o);
+    assert_int_equal(n, 64); /* t256 and n1..n63 */
+    assert_int_equal(out[0].len, 256);
+    assert_true(um_str_eq(out[63], "n63"));
+    assert_int_equal(um_cache_purge_tags(c, (um_str[]){S("n64")}, 1, 0), 0);
+    assert_int_equal(um_cache_purge_tags(c, (um_str[]){S(t257)}, 1, 0), 0);
+    assert_true(present(c, "h /limits"));
+    assert_int_equal(um_cache_purge_tags(c, (um_str[]){S(t256)}, 1, 0), 1);
+    assert_false(present(c, "h /limits"));
+
+    /* Exactly 64 short tags: the 64th is kept. */
+    o = um_cache_insert(c, S("h /sixty-four"), NULL, 0);
+    assert_int_equal(um_cache_obj_set_tags(o, t, 64), UM_OK);
+    assert_int_equal(um_cache_obj_set_head(o, "m", 1, "h", 1), UM_OK);
+    um_cache_obj_finish(o, true);
+    um_cache_obj_unref(o);
+    assert_int_equal(um_cache_purge_tags(c, (um_str[]){S("n64")}, 1, 0), 1);
+    um_cache_destroy(c);
+}
+
 static void test_soft_purge_and_held_objects(void **state)
 {
     (void)state;
@@ -260,6 +306,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_purge_tags_and_memory),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_readme_64_tags_of_256_bytes),
         cmocka_unit_test(test_soft_purge_and_held_objects),
         cmocka_unit_test(test_purge_prefix),
         cmocka_unit_test(test_tags_under_a_small_cap),

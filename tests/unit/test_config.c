@@ -236,6 +236,49 @@ static void test_defaults(void **state)
     um_config_unref(c);
 }
 
+/* Issue #26: the README's defaults, written here as the README's numbers (not the code's
+ * constants), so that a changed default without a changed README fails. */
+static void test_readme_defaults(void **state)
+{
+    (void)state;
+    struct um_config *c = load_ok("compress = true\nroutes = { { path = \"/\", root = \"www\" } }\n");
+    assert_int_equal(c->cgi.max_children, 64);
+    assert_true(c->cgi.timeout == 30);
+    assert_true(c->timeouts.tunnel == 3600);
+    assert_true(c->compress.enabled);
+    assert_int_equal(c->compress.level[UM_CODING_GZIP], 6);
+    assert_int_equal(c->compress.level[UM_CODING_BR], 4);
+    assert_int_equal(c->compress.level[UM_CODING_ZSTD], 3);
+    /* A route's own table starts from the same levels. */
+    assert_int_equal(c->routes[0].compress.level[UM_CODING_GZIP], 6);
+    assert_int_equal(c->routes[0].compress.level[UM_CODING_BR], 4);
+    assert_int_equal(c->routes[0].compress.level[UM_CODING_ZSTD], 3);
+    um_config_unref(c);
+}
+
+/* README: compress.types, "at most 32": 32 load, 33 are an error naming file:line. */
+static void test_compress_types_at_most_32(void **state)
+{
+    (void)state;
+    char text[4096], list[3000];
+    for (int n = 32; n <= 33; n++) {
+        size_t len = 0;
+        for (int i = 0; i < n; i++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "\"text/t%d\", ", i);
+        snprintf(text, sizeof text,
+                 "routes = { { path = \"/\", root = \"www\" } }\n"
+                 "compress = {\n  types = { %s },\n}\n", list);
+        if (n == 32) {
+            struct um_config *c = load_ok(text);
+            assert_int_equal(c->compress.num_types, 32);
+            assert_string_equal(c->compress.types[31], "text/t31");
+            um_config_unref(c);
+        } else {
+            expect_error(text, 3, "at most 32 types");
+        }
+    }
+}
+
 static void test_relative_root(void **state)
 {
     char sub[PATH_MAX], cwd[PATH_MAX];
@@ -1971,6 +2014,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_config),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_readme_defaults),
+        cmocka_unit_test(test_compress_types_at_most_32),
         cmocka_unit_test(test_relative_root),
         cmocka_unit_test(test_sizes_in_config),
         cmocka_unit_test(test_parse_size),
