@@ -1,6 +1,7 @@
 /* The caching layer's reader (see origin.c's note): it answers one client from a stored
- * object: the head with Age and Cache-Status (conditionals and Range when the object is
- * complete), then the body, without copying, while the object may still be filling. The
+ * object: the head with Age and Cache-Status (conditionals and Range once the object's
+ * length is known: complete, or filling with a Content-Length), then the body, without
+ * copying, while the object may still be filling. The
  * store wakes it on the filler's thread; it goes on on its own loop through a posted
  * task. A stored object that cannot answer after all makes it a pass. */
 #include "internal.h"
