@@ -154,7 +154,8 @@ size_t um_cache_obj_tags(const struct um_cache_obj *obj, um_str *out, size_t max
                                     (the admin's) */
 
 /* Purges every linked object tagged with any of tags[0..n): hard unlinks (FILLING objects
- * too), soft (flags UM_CACHE_PURGE_SOFT) marks COMPLETE ones stale and keeps them. Returns
+ * too), soft (flags UM_CACHE_PURGE_SOFT) marks COMPLETE ones stale and keeps them, their
+ * expires brought down to now (by the opts clock) when it was later. Returns
  * how many objects were affected, each counted once. Time linear in the objects tagged;
  * the tag index's lock is held only while they are collected, and never taken by hits. */
 size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t n, unsigned flags);
@@ -164,14 +165,15 @@ size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t n, uns
  * at a time. Returns how many were affected. */
 size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, unsigned flags);
 
-/* Marks every COMPLETE variant of key stale. Returns how many. */
+/* Marks every COMPLETE variant of key stale (expires as above). Returns how many. */
 size_t um_cache_purge_soft(struct um_cache *c, um_str key);
 
 /* Distinct tags in the index. */
 size_t um_cache_tag_count(const struct um_cache *c);
 
 /* Soft purge marks: set by the purges above; readable from any thread (relaxed). A
- * marked object is to be treated as stale (its age at least its lifetime). Match-safe. */
+ * marked object is to be treated as stale (its age at least its lifetime), stale since
+ * its expires (the purge's time, unless it was stale before). Match-safe. */
 void um_cache_obj_mark_stale(struct um_cache_obj *obj);
 bool um_cache_obj_marked_stale(const struct um_cache_obj *obj);
 

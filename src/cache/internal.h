@@ -161,6 +161,10 @@ struct pass {
     size_t loc_len;
     char content_location[1024];
     size_t cloc_len;
+    /* A fill's client that was sent a 206 before the object ran out of room (handoff):
+     * the rest of the fetch is cut to its range. */
+    bool ranged;
+    uint64_t range_skip, range_left;
 };
 
 /* The fills a worker has running, so that they can be stopped with the worker: the
@@ -180,6 +184,20 @@ struct worker_fills {
 static inline time_t now_sec(void)
 {
     return time(NULL);
+}
+
+/* The age obj's response is judged by (freshness, the stale windows, Cache-Status's ttl):
+ * its age, except that a soft-purged object is stale since the purge (its expires, which
+ * the purge set), however young its response; the Age sent stays the real one. */
+static inline int64_t judged_age(const struct um_cache_obj *obj, int64_t lifetime, int64_t age,
+                                 time_t now)
+{
+    if (!um_cache_obj_marked_stale(obj))
+        return age;
+    int64_t since = (int64_t)now - um_cache_obj_expires(obj);
+    if (since < 0)
+        since = 0;
+    return age < lifetime + since ? lifetime + since : age;
 }
 
 /* Tag: [u8 flags] then per Vary field [u16 name len][name][u8 present][u16 value len][value].

@@ -428,8 +428,7 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         time_t now = now_sec();
         struct um_stored_view v = {&scc, m->lifetime, um_current_age(&m->times, now),
                                    m->etag_len > 0 || m->has_last_modified};
-        if (v.age < v.lifetime && um_cache_obj_marked_stale(obj))
-            v.age = v.lifetime; /* soft-purged: stale from now on */
+        v.age = judged_age(obj, v.lifetime, v.age, now); /* soft-purged: stale since */
         enum um_cache_use use = um_cache_decide(&v, &qm);
         if (use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE) {
             if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET &&
@@ -443,7 +442,11 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
             }
             key_drop(key, kbuf);
             struct reader *r = um__cache_reader_new(co, f, client, obj, &qm);
+            /* A stale copy is still a hit (RFC 9211 2.1: this request did not go forward;
+             * the refresh is the cache's own), told apart by its negative ttl. */
             r->cs.hit = true;
+            if (use == UM_USE_STALE_WHILE_REVALIDATE)
+                r->cs.detail = "stale-while-revalidate";
             um__cache_reader_pump(r);
             return;
         }

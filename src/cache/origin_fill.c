@@ -552,7 +552,12 @@ static void on_fill_drop(struct um_task *t)
 {
     struct fill *fl = (struct fill *)((char *)t - offsetof(struct fill, drop));
     fl->drop_posted = false;
+    /* A pass still here has sent its client the whole range it asked for (fill_on_data). */
+    struct pass *p = fl->fwd;
+    fl->fwd = NULL;
     fl->src->ops->cancel(fl->src, &fl->sink);
+    if (p)
+        um__cache_pass_on_end(&p->sink, UM_OK);
     um__cache_fill_free(fl);
 }
 
@@ -575,8 +580,12 @@ static size_t fill_on_data(struct um_sink *s, const char *data, size_t len)
 {
     struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
     struct pass *p = fill_forward(fl);
-    if (p)
-        return um__cache_pass_on_data(&p->sink, data, len);
+    if (p) {
+        size_t n = um__cache_pass_on_data(&p->sink, data, len);
+        if (n > 0 && p->ranged && p->range_left == 0)
+            fill_post_drop(fl); /* the client has its range: the rest is not wanted */
+        return n;
+    }
     if (fl->discard) {
         /* Nobody wants the rest: the fetch is stopped rather than drained, since an
          * origin's body may be huge or endless (one that never ends would be read for

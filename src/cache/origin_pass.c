@@ -53,7 +53,16 @@ void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
 size_t um__cache_pass_on_data(struct um_sink *s, const char *data, size_t len)
 {
     struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
-    return p->client->ops->on_data(p->client, data, len);
+    if (!p->ranged)
+        return p->client->ops->on_data(p->client, data, len);
+    /* Only the range's bytes reach the client; those around it are taken and dropped. */
+    size_t skip = len < p->range_skip ? len : (size_t)p->range_skip;
+    size_t n = len - skip < p->range_left ? len - skip : (size_t)p->range_left;
+    if (n > 0 && p->client->ops->on_data(p->client, data + skip, n) == 0)
+        return 0;
+    p->range_skip -= skip;
+    p->range_left -= n;
+    return len;
 }
 
 static void pass_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)

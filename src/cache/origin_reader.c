@@ -1,6 +1,7 @@
 /* The caching layer's reader (see origin.c's note): it answers one client from a stored
- * object: the head with Age and Cache-Status (conditionals and Range when the object is
- * complete), then the body, without copying, while the object may still be filling. The
+ * object: the head with Age and Cache-Status (conditionals and Range once the object's
+ * length is known: complete, or filling with a Content-Length), then the body, without
+ * copying, while the object may still be filling. The
  * store wakes it on the filler's thread; it goes on on its own loop through a posted
  * task. A stored object that cannot answer after all makes it a pass. */
 #include "internal.h"
@@ -358,8 +359,11 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     int status = m->status;
     uint64_t first = 0, last = 0;
     char cr[96];
-    if (complete) {
-        /* Conditionals and Range, answered from what is stored. */
+    if (complete || length >= 0) {
+        /* Conditionals and Range, answered from what is stored, or from what the object
+         * is being filled with when its length is known: a Range on a miss gets its
+         * bytes as they arrive (the reader passes over those before them), while the fill
+         * fetches the whole object for the cache. */
         if (!r->has_qm) {
             um_req_meta_scan(&r->qm, r->req->method_id, r->req->headers, r->req->num_headers);
             r->has_qm = true;
@@ -390,9 +394,13 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     }
     char agebuf[24], csbuf[256];
     out[no++] = (struct um_header){UM_STR("Age"), format_age(agebuf, age)};
-    if (r->cs.hit) {
+    /* RFC 9211 2.4: the remaining freshness, negative when stale. Every hit says it, and
+     * so does a stale copy served on any other way (stale-if-error stands in for a failed
+     * fetch, a revalidation whose answer could not be stored). */
+    int64_t ttl = m->lifetime - judged_age(r->obj, m->lifetime, age, now);
+    if (r->cs.hit || ttl <= 0) {
         r->cs.has_ttl = true;
-        r->cs.ttl = m->lifetime - age;
+        r->cs.ttl = ttl;
     }
     size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &r->cs);
     if (cl < sizeof(csbuf))
@@ -537,6 +545,11 @@ void um__cache_reader_pump(struct reader *r)
                 p->req = r->req;
                 p->scheme = r->fetch.scheme;
                 p->fill = fl;
+                /* A range goes on from where the reader is: the fetch resumes at the first
+                 * byte the object could not take, the reader's position. */
+                p->ranged = r->ranged;
+                p->range_skip = r->range_skip;
+                p->range_left = r->range_left;
                 fl->own = NULL;
                 fl->handoff = false;
                 fl->fwd = p;

@@ -339,6 +339,10 @@ static bool try_ref(struct um_cache_obj *o)
 static size_t purge_collected(struct um_cache *c, struct objvec *ov, unsigned flags)
 {
     bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
+    /* A soft purge ends the objects' freshness now: their expires becomes the purge's time
+     * (when later), so that how long they have been stale, which the stale windows and
+     * Cache-Status's ttl count, is counted from the purge. */
+    int64_t now = soft ? c->o.now(c->o.now_arg) : 0;
     size_t n = 0;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -360,6 +364,8 @@ static size_t purge_collected(struct um_cache *c, struct objvec *ov, unsigned fl
         if (soft) {
             if (atomic_load_explicit(&o->linked, memory_order_relaxed)) {
                 um_cache_obj_mark_stale(o);
+                if (um_cache_obj_expires(o) > now)
+                    um_cache_obj_set_expires(o, now);
                 n++;
             }
         } else if (um__store_index_remove(c, o)) {

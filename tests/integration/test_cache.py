@@ -903,6 +903,100 @@ class RangeCrashTest(unittest.TestCase, CacheAssertions):
             self.assertEqual(seen(o, t), 1)
 
 
+class ColdRangeTest(unittest.TestCase, CacheAssertions):
+    """Range requests for an object not in the cache yet: the fill fetches all of it (for
+    the cache), the client gets a 206 of its bytes as soon as they arrive."""
+
+    SIZE = 8 << 20
+    # 8 MiB in 64 KiB pieces 25 ms apart: the origin takes about 3.2 s to send it all.
+    SLOW = "&piece=65536&slow=25"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url)))
+
+    def target(self, name):
+        return "/cold/%s?cc=max-age%%3D600&size=%d&header=ETag:%%22%s%%22%s" % (
+            name, self.SIZE, name, self.SLOW)
+
+    def ranged(self, t, rng, extra=()):
+        return fetch_req(self.umbra.port, t, headers=[("Range", rng)] + list(extra),
+                         timeout=30)
+
+    def assertRange(self, r, first, last):
+        self.assertEqual(r.status, 206, r.raw_head)
+        self.assertEqual(r.header("Content-Range"), "bytes %d-%d/%d" % (first, last, self.SIZE))
+        self.assertEqual(r.header("Content-Length"), str(last - first + 1))
+        self.assertEqual(r.body, origin_body(last - first + 1, first))
+
+    def test_bug_cold_range_fetched_and_sent_whole(self):
+        # The bug: a Range on an uncached object made Umbra fetch all of it and answer 200
+        # with all of it, once the origin had sent it. Now: a 206 of the bytes asked, sent
+        # as they arrive in the fill (the origin is still sending the tail), and the whole
+        # object stored, so that the next Range is a hit.
+        t = self.target("a")
+        first, last = 1000000, 1000999
+        t0 = time.monotonic()
+        r = self.ranged(t, "bytes=%d-%d" % (first, last))
+        took = time.monotonic() - t0
+        sending = self.origin.stats()["active"]
+        self.assertRange(r, first, last)
+        self.assertNotHit(r)
+        self.assertGreaterEqual(sending, 1, "the 206 came after the origin had sent the whole "
+                                "object (%.2f s)" % took)
+        self.assertTrue(wait_until(lambda: self.origin.stats()["active"] == 0, timeout=20))
+        r = self.ranged(t, "bytes=%d-" % (self.SIZE - 100))
+        self.assertRange(r, self.SIZE - 100, self.SIZE - 1)
+        self.assertHit(r)
+        self.assertEqual(seen(self.origin, t), 1)
+
+    def test_range_joins_fill_in_progress(self):
+        # Requests that arrive while the object fills read from it like the one that
+        # started the fill: each gets its own range (or the status a hit would get), and
+        # the origin is asked once.
+        t = self.target("b")
+        results = {}
+
+        def run(name, rng, extra=()):
+            try:
+                results[name] = self.ranged(t, rng, extra)
+            except Exception as e:  # reported below
+                results[name] = e
+
+        first = threading.Thread(target=run, args=("first", "bytes=0-99"), daemon=True)
+        first.start()
+        self.assertTrue(wait_until(lambda: seen(self.origin, t) == 1, timeout=5))
+        time.sleep(0.2)  # the head is stored, the body is arriving
+        cases = [("tail", "bytes=-1000", ()), ("mid", "bytes=6000000-6000499", ()),
+                 ("if-range", "bytes=10-19", [("If-Range", '"b"')]),
+                 ("if-range-other", "bytes=10-19", [("If-Range", '"other"')]),
+                 ("multi", "bytes=0-1,5-6", ()), ("unsatisfiable", "bytes=%d-" % self.SIZE, ())]
+        threads = [threading.Thread(target=run, args=c, daemon=True) for c in cases]
+        for th in threads:
+            th.start()
+        for th in threads + [first]:
+            th.join(40)
+        for name, r in results.items():
+            self.assertNotIsInstance(r, Exception, "%s: %r" % (name, r))
+        self.assertRange(results["first"], 0, 99)
+        self.assertRange(results["tail"], self.SIZE - 1000, self.SIZE - 1)
+        self.assertRange(results["mid"], 6000000, 6000499)
+        self.assertRange(results["if-range"], 10, 19)
+        for name in ("tail", "mid", "if-range"):
+            self.assertIn("collapsed", cache_status(results[name]), name)
+        # As on a hit: a failed If-Range and several ranges get the whole 200, a range
+        # past the end 416.
+        for name in ("if-range-other", "multi"):
+            r = results[name]
+            self.assertEqual(r.status, 200, name)
+            self.assertEqual(r.body, origin_body(self.SIZE), name)
+        r = results["unsatisfiable"]
+        self.assertEqual(r.status, 416, r.raw_head)
+        self.assertEqual(r.header("Content-Range"), "bytes */%d" % self.SIZE)
+        self.assertEqual(seen(self.origin, t), 1)
+
+
 class MaxObjectTest(unittest.TestCase, CacheAssertions):
     """Responses larger than cache.max_object still reach the client whole."""
 
@@ -1039,6 +1133,22 @@ class PyOriginTest(unittest.TestCase, CacheAssertions):
             self.assertGreaterEqual(int(r.header("Age")), 2)
             self.assertEqual(len(o.requests("/sie500")), 2)
 
+    def test_bug_stale_if_error_copy_had_no_ttl(self):
+        # RFC 9211 2.4: the ttl of a stale response is negative. The bug: a stale copy
+        # standing in for a failing origin (stale-if-error) carried no ttl at all, so
+        # nothing said the answer was stale.
+        with PyOrigin(self.app) as o, Umbra(config(o.url)) as u:
+            fetch_req(u.port, "/sie500/ttl")
+            time.sleep(EXPIRE)
+            r = fetch_req(u.port, "/sie500/ttl")
+            self.assertEqual((r.status, r.body), (200, b"good\n"), r.raw_head)
+            self.assertNotIn("hit", cache_status(r))  # it went forward (and failed)
+            self.assertEqual(cs_param(r, "fwd"), "stale", r.raw_head)
+            self.assertEqual(cs_param(r, "fwd-status"), "500", r.raw_head)
+            self.assertEqual(cs_param(r, "detail"), "stale-if-error", r.raw_head)
+            self.assertIsNotNone(cs_param(r, "ttl"), r.raw_head)
+            self.assertLess(int(cs_param(r, "ttl")), 0, r.raw_head)
+
     def test_failed_unsafe_request_does_not_invalidate(self):
         with PyOrigin(self.app) as o, Umbra(config(o.url)) as u:
             fetch_req(u.port, "/fail/a")
@@ -1139,6 +1249,24 @@ class StaleWhileRevalidateTest(unittest.TestCase, CacheAssertions):
             fetch_req(u.port, t)
             self.assertTrue(wait_until(lambda: seen(o, t) >= 2, timeout=2),
                             "no background revalidation within 2 s")
+
+    def test_bug_stale_while_revalidate_copy_cache_status(self):
+        # RFC 9211: a copy served stale is a hit (this request did not go forward; the
+        # refresh is the cache's own, so no fwd beside hit, 2.1-2.2) with a negative ttl
+        # (2.4, "a stale hit just has negative freshness"). The bug: nothing told it from
+        # a fresh hit but the sign of the ttl; it now says stale-while-revalidate.
+        with Origin() as o, Umbra(config(o.url)) as u:
+            t = "/swr/cs?cc=max-age%3D1%2C+stale-while-revalidate%3D30&header=ETag:%22c%22" \
+                "&delay=500"
+            fetch_req(u.port, t)
+            time.sleep(EXPIRE)
+            for _ in range(2):  # the one that starts the refresh, and one during it
+                r = fetch_req(u.port, t)
+                self.assertEqual(r.status, 200)
+                self.assertHit(r)
+                self.assertIsNone(cs_param(r, "fwd"), r.raw_head)
+                self.assertLess(int(cs_param(r, "ttl")), 0, r.raw_head)
+                self.assertEqual(cs_param(r, "detail"), "stale-while-revalidate", r.raw_head)
 
 
 class CoalescingTest(unittest.TestCase, CacheAssertions):

@@ -268,12 +268,65 @@ class SurrogateKeyTest(unittest.TestCase, CacheAssertions):
         self.assertTrue(wait_until(lambda: is_hit(self.get(t)), timeout=3))
         self.assertEqual(seen(self.origin, t), 2)
 
+    def test_bug_soft_purged_copy_said_fresh(self):
+        # The bug: after a soft purge, the copy served while it revalidates said
+        # "umbra; hit; ttl=600", as if fresh. It is stale since the purge: a hit (it did
+        # not go forward, RFC 9211 2.1) with a negative ttl counted from the purge (2.4),
+        # while Age stays the response's real age.
+        t = "/soft/cs?cc=max-age%3D600%2C+stale-while-revalidate%3D60&delay=300" + \
+            hdrs(("Surrogate-Key", "softcs"), ("ETag", '"c1"'))
+        r = self.stored(t)
+        self.assertGreater(int(cs_param(r, "ttl")), 590)
+        r = self.purge("/", headers=[("Surrogate-Key", "softcs"), ("Umbra-Purge", "soft")])
+        self.assertEqual(r.header("Umbra-Purged"), "1")
+        time.sleep(1.1)
+        r = self.get(t)
+        self.assertEqual(r.status, 200)
+        self.assertHit(r)
+        self.assertIsNone(cs_param(r, "fwd"), r.raw_head)
+        self.assertIn(int(cs_param(r, "ttl")), range(-4, 0), r.raw_head)
+        self.assertEqual(cs_param(r, "detail"), "stale-while-revalidate", r.raw_head)
+        self.assertLess(int(r.header("Age")), 5)
+        # The refresh replaces it: fresh again.
+        self.assertTrue(wait_until(lambda: int(cs_param(self.get(t), "ttl")) > 590, timeout=3))
+        self.assertEqual(seen(self.origin, t), 2)
+
+    def test_bug_soft_purged_copy_standing_in_had_no_ttl(self):
+        # The bug's other face: a soft-purged copy standing in for a failing origin
+        # (stale-if-error) said nothing of its staleness. It went forward to revalidate,
+        # so: fwd=stale, the origin's status, and a negative ttl.
+        state = {"fail": False}
+
+        def app(method, path, headers):
+            if state["fail"]:
+                return 503, [], b"down"
+            return 200, [("Cache-Control", "max-age=600, stale-if-error=600"),
+                         ("xkey", "siecs")], b"the body"
+
+        with PyOrigin(app) as o, Umbra(config(o.url)) as u:
+            t = "/soft/siecs"
+            fetch_req(u.port, t)
+            r = fetch_req(u.port, "/", method="PURGE",
+                          headers=[("xkey", "siecs"), ("Umbra-Purge", "soft")])
+            self.assertEqual(r.header("Umbra-Purged"), "1")
+            state["fail"] = True
+            time.sleep(1.1)
+            r = fetch_req(u.port, t)
+            self.assertEqual((r.status, r.body), (200, b"the body"), r.raw_head)
+            self.assertEqual(cs_param(r, "fwd"), "stale", r.raw_head)
+            self.assertEqual(cs_param(r, "fwd-status"), "503", r.raw_head)
+            self.assertEqual(cs_param(r, "detail"), "stale-if-error", r.raw_head)
+            self.assertIsNotNone(cs_param(r, "ttl"), r.raw_head)
+            self.assertIn(int(cs_param(r, "ttl")), range(-4, 0), r.raw_head)
+
     def test_soft_purge_without_stale_window_refetches(self):
         t = "/soft/b?cc=max-age%3D600" + hdrs(("Surrogate-Key", "soft2"))
         self.stored(t)
         r = self.purge("/", headers=[("Surrogate-Key", "soft2"), ("Umbra-Purge", "soft")])
         self.assertEqual(r.header("Umbra-Purged"), "1")
-        self.assertNotHit(self.get(t))
+        r = self.get(t)
+        self.assertNotHit(r)
+        self.assertEqual(cs_param(r, "fwd"), "stale", r.raw_head)  # forwarded to revalidate
         self.assertEqual(seen(self.origin, t), 2)
         self.assertHit(self.get(t))
 
