@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The configuration snapshot, loaded from config.lua.
  *
  * A snapshot is plain data, immutable once loaded and reference-counted: a reload loads a

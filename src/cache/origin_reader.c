@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The caching layer's reader (see origin.c's note): it answers one client from a stored
  * object: the head with Age and Cache-Status (conditionals and Range when the object is
  * complete), then the body, without copying, while the object may still be filling. The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Loading config.lua into an immutable, reference-counted snapshot.
  *
  * The file runs once in a fresh LuaJIT state of the sandbox (umbra/luasandbox.h: the whole

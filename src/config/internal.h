@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the files of the config module share: the state of one load, the error reporting
  * and the value readers (values.c), and one step per group of settings.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* listen = { "HOST:PORT", { "HOST:PORT", tls = true }, ... } and the certificates those
  * TLS listeners serve: tls = { { hosts = {...}, cert = "F", key = "F" }, ... }. */
 #include <arpa/inet.h>

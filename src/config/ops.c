@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Operating the server: log_level, admin = { listen, allow } and access_log = { path,
  * format }. */
 #include <netinet/in.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* routes = { { path = "/", root = "www" }, { path = "/api/", upstream = "app" }, ... }:
  * what each path serves (files, an upstream, or a hook's answer). */
 #include <stdio.h>

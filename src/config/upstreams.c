@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* upstreams = { NAME = { servers = { "http://HOST:PORT", ... }, ... }, ... }: the servers
  * that routes proxy to, with their balancing, timeouts, retries and TLS. */
 #include <arpa/inet.h>

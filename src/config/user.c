@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The process's identity: user = "NAME" and group = "NAME". Started as root, Umbra binds
  * its listeners and reads its keys, then becomes this user (the server does the switch:
  * src/server/privileges.c). The names are looked up here, so that an unknown one is an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What every step of the loader uses: error messages at the line of a value, and readers
  * that check a value's type and range (see internal.h). */
 #include <errno.h>

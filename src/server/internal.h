@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Types shared by the files of the server module only. */
 #ifndef UMBRA_SERVER_INTERNAL_H
 #define UMBRA_SERVER_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Configuration reload (SIGHUP), on the main thread.
  *
  * Everything that can fail happens before anything changes: load and validate the file

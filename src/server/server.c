@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Listening sockets, the listener thread, signals, start and stop. */
 #include <arpa/inet.h>
 #include <errno.h>
