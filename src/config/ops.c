@@ -18,7 +18,7 @@ static const char *const ACCESS_FORMATS[] = {"combined", "json", NULL};
 bool um__cfg_load_log_level(struct um__cfg_load *ld, lua_State *L)
 {
     static const int levels[] = {UM_LOG_ERR, UM_LOG_WARN, UM_LOG_INFO, UM_LOG_DEBUG};
-        int t = um__cfg_get_global(L, "log_level");
+    int t = um__cfg_get_global(L, "log_level");
     if (t == LUA_TNIL)
         return true;
     if (t == LUA_TSTRING)
@@ -117,7 +117,7 @@ bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L)
 bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L)
 {
     struct um_access_log_conf *al = &ld->c->access_log;
-        const char *s;
+    const char *s;
     int t = um__cfg_get_global(L, "access_log");
     if (t == LUA_TNIL || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)))
         return true;
