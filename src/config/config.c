@@ -263,6 +263,7 @@ static void config_free(struct um_config *c)
     free(c->admin.allow);
     free(c->access_log.path);
     free(c->user.name);
+    free(c->pid_file);
     free(c->user.group);
     free(c->file);
     free(c);
