@@ -506,6 +506,27 @@ static void test_err_unknown_upstream_names_every_upstream(void **state)
     assert_non_null(strstr(err, "_39)"));
 }
 
+/* pid = "FILE" (issue #26): kept absolute, relative to the file's folder; a missing
+ * folder or a bad value is an error at its line. */
+static void test_pid_file(void **state)
+{
+    char want[PATH_MAX];
+    struct um_config *c = load_ok("routes = { { path = '/', root = 'www' } }\n");
+    assert_null(c->pid_file);
+    um_config_unref(c);
+    c = load_ok("routes = { { path = '/', root = 'www' } }\npid = 'sub/umbra.pid'\n");
+    join_path(want, sizeof want, realdir, "sub/umbra.pid");
+    assert_non_null(c->pid_file);
+    assert_string_equal(c->pid_file, want);
+    assert_int_equal(c->pid_line, 2);
+    um_config_unref(c);
+    expect_error("routes = { { path = '/', root = 'www' } }\n\npid = 'nowhere/umbra.pid'\n", 3,
+                 "pid: no such");
+    expect_error("routes = { { path = '/', root = 'www' } }\npid = 42\n", 2, "pid: expected");
+    expect_error("routes = { { path = '/', root = 'www' } }\npid = 'sub/'\n", 2,
+                 "names a folder");
+}
+
 static void test_err_unknown_route_key(void **state)
 {
     expect_error("routes = {\n"
@@ -2040,6 +2061,7 @@ int main(void)
         cmocka_unit_test(test_err_unknown_setting),
         cmocka_unit_test(test_err_unknown_setting_names_every_setting),
         cmocka_unit_test(test_err_unknown_upstream_names_every_upstream),
+        cmocka_unit_test(test_pid_file),
         cmocka_unit_test(test_err_unknown_route_key),
         cmocka_unit_test(test_err_workers),
         cmocka_unit_test(test_err_listen),
