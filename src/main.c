@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* umbra [-t] [-h] [-v] [-a HOST:PORT]... [config.lua] */
 #include <stdio.h>
 #include <string.h>

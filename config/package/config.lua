@@ -15,6 +15,10 @@ listen = { "*:8080", "127.0.0.1:8081" }
 -- then becomes this user. (The systemd unit starts it as umbra already.)
 user = "umbra"
 
+-- The process ID, for logrotate's USR1 (/etc/logrotate.d/umbra) whoever started Umbra.
+-- /run/umbra is the unit's RuntimeDirectory, also made at boot (tmpfiles.d) and on install.
+pid = "/run/umbra/umbra.pid"
+
 upstreams = {
   origin = { servers = { "http://127.0.0.1:8081" }, host = "origin.local" },
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The access log and the per-request counters.
  *
  * Every answered request becomes one record, handed over on the worker thread that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A byte buffer that text and response heads are built in, in one of two modes:
  *
  * - growable (um_buf_init, or a zeroed struct): the buffer owns base, which grows on the

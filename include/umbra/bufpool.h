@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A free list of equal-sized memory blocks, for one thread (nginx's and HAProxy's pools,
  * h2o's recycle): a block given back is kept for the next taker, up to a reserve of
  * `keep` blocks, so that taking one and giving it back is a pointer move; a block given

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The shared in-memory cache store: objects that every worker thread can find, read and
  * wait on. This module is only the data structure; what may be stored, for how long, and
  * which stored response answers a request (RFC 9111) is decided by the caller.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The caching layer: an origin that wraps another (an upstream) with the shared cache.
  *
  * GET and HEAD are looked up; a miss fills an object from the inner origin while every

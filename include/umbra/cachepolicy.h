@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* HTTP caching rules for a shared cache: RFC 9111 (HTTP Caching), RFC 5861
  * (stale-while-revalidate, stale-if-error), RFC 8246 (immutable), conditional requests
  * answered from a stored response (RFC 9110 section 13) and the Cache-Status field

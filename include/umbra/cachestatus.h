@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the cache did for one request, as a type (RFC 9211 Cache-Status's parameters).
  * Types only: the cache layer fills it in and formats the Cache-Status field from it
  * (um_cache_status_format, cachepolicy.h); the connection, the access log and the metrics

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The CGI origin (src/cgi/): RFC 3875 scripts under a route's cgi directory.
  *
  * Created on the main thread with the runtime (umbra/runtime.h). A fetch spawns the script

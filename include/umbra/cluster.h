@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The cluster: a ring of Umbra nodes sharing their caches (README "Cluster").
  *
  * Every cache key has one owner among the nodes, by rendezvous (highest random weight)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Basic types shared by every module (the core floor, src/core/): slices, status codes,
  * assertions, allocation that panics with file:line. Pure helpers, safe from any thread. */
 #ifndef UMBRA_COMMON_H

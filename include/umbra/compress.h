@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Compression (src/compress/): choosing a content coding from Accept-Encoding, streaming
  * encoders for gzip (zlib), br (libbrotlienc) and zstd (libzstd), and the origin that
  * compresses another origin's responses on the fly.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The configuration snapshot, loaded from config.lua.
  *
  * A snapshot is plain data, immutable once loaded and reference-counted: a reload loads a
@@ -241,6 +242,10 @@ struct um_config {
     } lua;
     struct um_admin_conf admin;
     struct um_access_log_conf access_log;
+    /* pid = "FILE": the file that holds the process's ID while it runs (absolute, its
+     * folder exists), or NULL. Read at start only: a reload keeps the running one. */
+    char *pid_file;
+    int pid_line; /* of pid in the file */
     /* cgi = { max_children = N, timeout = S }: the limits of every cgi route */
     struct {
         int max_children; /* scripts running at once per cgi route; default 64 */

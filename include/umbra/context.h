@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A worker's context (src/loop/context.c): what the code below the server knows of the
  * worker it runs on, passed down explicitly (with each fetch, hook call and access log
  * record) instead of being found through thread-locals.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Request-time Lua: the on_request and on_response hooks of config.lua, and Yunying's
  * upstream_set.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* HTTP/1.1 request and response head parsing (RFC 9112), strict, into slices of the
  * caller's buffer, and the chunked decoder.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Parsing and formatting of individual HTTP fields: dates, ranges, entity tags. Pure
  * functions, no allocation, safe from any thread. */
 #ifndef UMBRA_HTTPFIELD_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The second-level cache on Redis (src/cluster/l2.c, l2_bus.c): objects kept across
  * restarts and shared by the nodes, and purges carried to every node.
  *

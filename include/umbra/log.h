@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Error log to stderr. Thread-safe: each line is one write(2). */
 #ifndef UMBRA_LOG_H
 #define UMBRA_LOG_H

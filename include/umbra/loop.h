@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The event loop (src/loop/): the floor every worker runs on.
  *
  * A loop owns an epoll set, a heap of one-shot timers, the tasks deferred to the end of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The Lua sandbox: how every Lua state of Umbra is made, what it has, how long its code may
  * run and how much memory it may hold.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Metrics: per-worker counters, summed when read (by the admin listener).
  *
  * Each worker thread owns one struct um_metrics_worker and is its only writer. A counter

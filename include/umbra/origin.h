@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The Origin interface: where a response comes from (static files, an upstream, later
  * CGI). The connection code and the cache only ever talk to this table of functions. */
 #ifndef UMBRA_ORIGIN_H

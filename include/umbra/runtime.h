@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the server makes of a configuration snapshot to run it.
  *
  * The snapshot (umbra/config.h) is plain data. Everything built from it at run time is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The server (src/server/, the top floor): listening sockets, the listener thread, the
  * worker threads and their connections, reloads, the admin listener. Only main.c calls
  * in, from the main thread. */

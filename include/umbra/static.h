@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The static origin (src/static/): files under a route's root, never outside it.
  * Created on the main thread with the runtime (umbra/runtime.h); its fetches run on the
  * worker thread that calls them, and never block but on the local disk. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* TLS for client connections (OpenSSL 3).
  *
  * A certificate store (struct um_tls) is built from one configuration's `tls` table: one

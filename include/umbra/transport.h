@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A transport: how a connection moves bytes over its socket, as a small table of
  * functions (Redis's ConnectionType, nginx's recv/send hooks). Two kinds: plain sockets
  * (src/loop/transport.c) and TLS (src/tls/transport.c, um_tls_transport_new in tls.h).

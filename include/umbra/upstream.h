@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The upstream origin: a reverse proxy to HTTP/HTTPS servers, driven from each worker's
  * epoll loop: Umbra's own HTTP/1.1 client for http:// servers at an IP address, libcurl's
  * multi interface (one CURLM per worker) for the others (src/upstream/internal.h).

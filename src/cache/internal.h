@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the files of the caching layer share (origin.c's note describes the layer): the
  * per-request states, the stored objects' meta block and tags, and the calls one part
  * makes into another.

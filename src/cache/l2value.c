@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The value a second-level cache keeps for an object (cacheorigin.h), and reading it back.
  *
  * Layout, integers little-endian, every length checked on the way back (the bytes come

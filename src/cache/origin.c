@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The caching layer (see cacheorigin.h).
  *
  * Three kinds of per-request state, each the origin_data of the client's sink:

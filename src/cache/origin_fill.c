@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The caching layer's fill (see origin.c's note): it stores the inner origin's answer in
  * an object every reader of the key streams from, or, for a revalidation, freshens the
  * stale object from a 304. An answer that may not be stored is forwarded to the client

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The caching layer's pass (see origin.c's note): it forwards the inner origin's answer
  * untouched but for Cache-Status; after a successful unsafe request it invalidates what
  * is stored for the URL and its same-origin Location and Content-Location (RFC 9111

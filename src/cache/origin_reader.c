@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The caching layer's reader (see origin.c's note): it answers one client from a stored
  * object: the head with Age and Cache-Status (conditionals and Range once the object's
  * length is known: complete, or filling with a Content-Length), then the body, without

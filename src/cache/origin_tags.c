@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The caching layer's surrogate keys: the response fields that tag a stored object
  * (Fastly's Surrogate-Key, Cloudflare's Cache-Tag, Varnish xkey's xkey), and the PURGE
  * requests that use them (see origin.c). The index itself is the store's (tags.c). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* HTTP caching rules for a shared cache (RFC 9111, RFC 5861, RFC 8246): Cache-Control,
  * what a message says about caching, storability, freshness and age, the reuse decision,
  * stale-if-error, 304 freshening and invalidation. Vary is in policy_vary.c; conditional

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Conditional requests answered from a stored response (RFC 9110 section 13, RFC 9111
  * 4.3.2), the URIs an unsafe request invalidates (RFC 9111 4.4, RFC 3986 section 5) and the
  * Cache-Status field (RFC 9211). */

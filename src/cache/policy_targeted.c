@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Targeted cache-control fields (RFC 9213): CDN-Cache-Control and the like.
  *
  * A targeted field is a Structured Field Dictionary (RFC 8941 section 3.2) whose members

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Vary (RFC 9111 section 4.1): the names a response varies on, and the normalised request
  * values that decide whether a later request matches.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The shared cache store: a sharded index, a SIEVE eviction queue, a hard memory cap,
  * append-only chunked bodies that readers stream while they are being filled, and
  * one-shot waiters woken on the filler's thread. This file is the index, the objects'

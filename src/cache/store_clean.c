@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The store's cleaner thread (see store.c for the index and the lock order).
  *
  * Every clean_interval seconds it unlinks the objects whose stale_until has passed; and

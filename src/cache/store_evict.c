@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The store's memory and eviction (see store.c for the index and the lock order).
  *
  * Design note

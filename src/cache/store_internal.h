@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the files of the shared cache store share: its structures, and the few calls one
  * part makes into another. The store's design note is spread over its files, each part
  * beside the code it describes:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The store's objects: chunked bodies, filling, reading, and waiting for progress (see
  * store.c for the index, the lock order and the objects' references, store_evict.c for
  * memory).

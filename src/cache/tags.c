@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The store's surrogate keys: tags on objects, the index from a tag to the objects it
  * tags, and the purges (by tag, by key prefix, soft).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The CGI origin: RFC 3875 scripts under a route's directory.
  *
  * Design. A fetch finds the script by walking the request path below the route (each step

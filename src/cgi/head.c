@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What a CGI script writes before its body (RFC 3875 section 6), and the arguments of a
  * search-string query (section 4.4): pure functions over the caller's bytes. */
 #include <stdlib.h>

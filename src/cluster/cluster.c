@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The cluster object (umbra/cluster.h): the members, their upstream origins, the peers'
  * health and counters, and the purge thread.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the files of the cluster floor share. For src/cluster/ only.
  * - The ring: the cluster object, its peers and their slots of health and counters
  *   (cluster.c's note).

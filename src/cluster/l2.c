@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The second-level cache on Redis: the workers' side (see umbra/l2.h).
  *
  * A worker's state (its context's UM_CONTEXT_L2 slot) is one connection and the counters

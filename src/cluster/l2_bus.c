@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The purge bus (see umbra/l2.h): a thread with a loop of its own and two Redis
  * connections, one subscribed to L2_CHANNEL, one that publishes and deletes.
  *

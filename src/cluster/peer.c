@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The fill origin of a cluster node (umbra/cluster.h): where a caching route's fills go.
  *
  * A fill's key (um_fetch.fill_key) is looked up in the ring among the nodes not taken out;

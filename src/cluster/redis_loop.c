@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* hiredis on a um_loop (see redis_loop.h).
  *
  * Lifetime: hiredis frees its context itself when a connect fails or the connection

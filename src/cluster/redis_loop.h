@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A Redis connection driven by a um_loop (src/cluster/redis_loop.c): hiredis's async
  * context with its event hooks on the loop's epoll set, and a reconnect with backoff.
  *

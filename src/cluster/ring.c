@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Rendezvous (highest random weight) hashing: the owner of a key is the member with the
  * highest weight(member, key). Every node computes the same owner from the same member
  * list without talking to the others; removing a member moves only the keys it owned (to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The signature of peer requests: HMAC-SHA256, with the cluster's shared secret, of
  *
  *     METHOD SP TARGET LF KEY LF TS

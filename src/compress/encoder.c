@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Streaming encoders: one table per library behind struct um_encoder.
  *
  * Each run feeds the whole input and drains the library's output into the caller's

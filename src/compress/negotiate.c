@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Choosing a content coding (RFC 9110 sections 12.5.3 and 12.4.2).
  *
  *   Accept-Encoding = #( codings [ weight ] )

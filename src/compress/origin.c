@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The compressing origin: between its consumer (the connection, or the cache's fill or
  * pass) and the origin that answers (an upstream, the static files, CGI), as a sink of
  * its own.

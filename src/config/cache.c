@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
  * stale_if_error = S, purge = { allow = {...} }, targeted = { "NAME", ... },
  * expose_tags = BOOL }. */

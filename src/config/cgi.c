@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* cgi = { max_children = N, timeout = S }: the limits of the cgi routes (a route's
  * cgi = "DIR" itself is read with the route, in routes.c). */
 #include "internal.h"

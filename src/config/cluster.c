@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* cluster = { self = "IP:PORT", peers = { "IP:PORT", ... }, secret = "..." }: the nodes of
  * a ring of Umbra servers (umbra/cluster.h). Every node lists the same peers (itself
  * included) and the same secret; self says which of them this node is. Peers are IP

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* compress = { algorithms = { "zstd", "br", "gzip" }, types = { "text/html", ... },
  * min_size = SIZE, level = { gzip = 6, br = 4, zstd = 3 } }, or true, or false: on-the-fly
  * compression of responses (src/compress/), globally and per route.

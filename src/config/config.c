@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Loading config.lua into an immutable, reference-counted snapshot.
  *
  * The file runs once in a fresh LuaJIT state of the sandbox (umbra/luasandbox.h: the whole
@@ -64,7 +65,6 @@ static void fail_lua(struct um__cfg_load *ld, lua_State *L)
  * nor a function (request hooks such as on_request are functions). */
 static bool check_globals(struct um__cfg_load *ld, lua_State *L)
 {
-    char names[128];
     char *bad = NULL;
     int bad_line = INT_MAX;
     lua_pushlightuserdata(L, (void *)&um__cfg_global_lines_key);
@@ -97,13 +97,17 @@ static bool check_globals(struct um__cfg_load *ld, lua_State *L)
     if (bad == NULL)
         return true;
     int line = um__cfg_line_of(ld, L, bad);
-    char msg[512];
-    char process[32];
-    snprintf(msg, sizeof msg, "unknown setting '%s' (settings are: %s, %s; use local for helper "
-             "variables)", bad, um__cfg_join(um__cfg_settings, names, sizeof names),
-             um__cfg_join(um__cfg_process, process, sizeof process));
+    /* The lists go on the Lua stack, not into char arrays: every setting is named, however
+     * many there are. */
+    lua_pushstring(L, bad);
     free(bad);
-    return um__cfg_fail_at(ld, line, "%s", msg);
+    const char *name = lua_tostring(L, -1);
+    const char *settings = um__cfg_join(L, um__cfg_settings);
+    const char *process = um__cfg_join(L, um__cfg_process);
+    return um__cfg_fail_at(ld, line,
+                           "unknown setting '%s' (settings are: %s, %s; use local for helper "
+                           "variables)",
+                           name, settings, process);
 }
 
 /* Reads and validates the globals, under lua_cpcall. */
@@ -259,6 +263,7 @@ static void config_free(struct um_config *c)
     free(c->admin.allow);
     free(c->access_log.path);
     free(c->user.name);
+    free(c->pid_file);
     free(c->user.group);
     free(c->file);
     free(c);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The request hooks a file defines: on_request and on_response functions (a route's own
  * are read with the route, in routes.c). */
 #include "internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* http2 = { max_concurrent_streams = N, initial_window = SIZE, max_header_list = SIZE }:
  * the settings every HTTP/2 client connection announces (RFC 9113 section 6.5.2). */
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the files of the config module share: the state of one load, the error reporting
  * and the value readers (values.c), and one step per group of settings.
  *
@@ -91,8 +92,9 @@ int um__cfg_line_of(struct um__cfg_load *ld, lua_State *L, const char *path);
 
 /* Whether s is one of the NULL-terminated list. */
 bool um__cfg_in_list(const char *const *list, const char *s);
-/* Writes list as "a, b, c" into buf (n bytes); returns buf. */
-const char *um__cfg_join(const char *const *list, char *buf, size_t n);
+/* Pushes list as "a, b, c" (every entry, no size limit) on L's stack and returns it; the
+ * string lives while it stays on the stack. */
+const char *um__cfg_join(lua_State *L, const char *const *list);
 /* Describes the key at idx for a message, without converting it (lua_next-safe). */
 const char *um__cfg_key_text(lua_State *L, int idx, char *buf, size_t n);
 /* Writes "parent.key" (or "parent.i") into buf, truncated to n bytes; returns buf. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* How much the server takes on: workers, limits = { ... } and timeouts = { ... }. */
 #include <limits.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* listen = { "HOST:PORT", { "HOST:PORT", tls = true }, ... } and the certificates those
  * TLS listeners serve: tls = { { hosts = {...}, cert = "F", key = "F" }, ... }. */
 #include <arpa/inet.h>
@@ -356,7 +357,7 @@ static bool load_tls_cert(struct um__cfg_load *ld, lua_State *L, int idx, const 
 static bool load_tls_protocols(struct um__cfg_load *ld, lua_State *L, int idx)
 {
     struct um_tls_conf *tc = &ld->c->tls;
-    char el[PATH_LEN], names[64];
+    char el[PATH_LEN];
     const char *s;
     size_t n = 1;
     int t = um__cfg_get_field(L, idx, "protocols");
@@ -376,7 +377,7 @@ static bool load_tls_protocols(struct um__cfg_load *ld, lua_State *L, int idx)
         if (n == 0)
             return um__cfg_fail(ld, L, "tls.protocols",
                                 "tls.protocols: expected at least one of: %s",
-                                um__cfg_join(TLS_PROTOCOLS, names, sizeof names));
+                                um__cfg_join(L, TLS_PROTOCOLS));
     }
     tc->protocols = 0;
     for (size_t j = 0; j < n; j++) {
@@ -396,7 +397,7 @@ static bool load_tls_protocols(struct um__cfg_load *ld, lua_State *L, int idx)
             return um__cfg_fail(ld, L, el,
                                 "%s: unknown protocol '%s' (expected one of: %s; older "
                                 "versions are not supported)",
-                                el, s, um__cfg_join(TLS_PROTOCOLS, names, sizeof names));
+                                el, s, um__cfg_join(L, TLS_PROTOCOLS));
         if (tc->protocols & (1u << k))
             return um__cfg_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
         tc->protocols |= 1u << k;
@@ -451,7 +452,7 @@ static bool check_tls_listeners(struct um__cfg_load *ld, lua_State *L)
 bool um__cfg_load_tls(struct um__cfg_load *ld, lua_State *L)
 {
     struct um_tls_conf *tc = &ld->c->tls;
-    char key[128], sub[PATH_LEN], names[128];
+    char key[128], sub[PATH_LEN];
     const char *s;
     int t = um__cfg_get_global(L, "tls");
     if (t == LUA_TNIL)
@@ -491,7 +492,7 @@ bool um__cfg_load_tls(struct um__cfg_load *ld, lua_State *L)
             return um__cfg_fail(ld, L, sub,
                                 "tls: unknown key '%s' (expected certificate entries and: "
                                 "%s)",
-                                key, um__cfg_join(um__cfg_tls_keys, names, sizeof names));
+                                key, um__cfg_join(L, um__cfg_tls_keys));
         return um__cfg_fail(ld, L, sub,
                             "tls: expected a list of certificate entries without holes "
                             "(found index %s)",

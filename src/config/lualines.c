@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The line finder; see lualines.h for what it promises.
  *
  * The lexer follows LuaJIT's (lj_lex.c) closely enough to stay in step with the real token

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The line finder: where, in a Lua config file, each table field was written.
  *
  * Lua keeps no source positions for table constructors, so when a setting deep inside

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Lua patterns with their work counted against the instruction budget (luapattern.h).
  *
  * LuaJIT matches patterns in C, where no count hook fires, by backtracking: a pattern like

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Lua patterns for the sandbox, with their work counted (luapattern.c). Internal to the
  * config floor: luasandbox.c opens them and charges their steps. */
 #ifndef UMBRA_CONFIG_LUAPATTERN_H

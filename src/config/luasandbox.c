@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The Lua sandbox, the instruction budget and the memory cap (umbra/luasandbox.h).
  *
  * A state's sandbox record (struct sandbox) is the user data of the allocator wrapped

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* mime = { ext = "type", ... }: media types of the files routes with a root serve, beside
  * the built-in ones. */
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Addresses and networks ("10.0.0.0/8", "::1") of the allow lists (cache.purge.allow,
  * admin.allow), and matching a client's address against them. */
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Operating the server: log_level, admin = { listen, allow } and access_log = { path,
  * format }. */
 #include <netinet/in.h>
@@ -17,7 +18,6 @@ static const char *const ACCESS_FORMATS[] = {"combined", "json", NULL};
 bool um__cfg_load_log_level(struct um__cfg_load *ld, lua_State *L)
 {
     static const int levels[] = {UM_LOG_ERR, UM_LOG_WARN, UM_LOG_INFO, UM_LOG_DEBUG};
-    char names[64];
     int t = um__cfg_get_global(L, "log_level");
     if (t == LUA_TNIL)
         return true;
@@ -28,7 +28,7 @@ bool um__cfg_load_log_level(struct um__cfg_load *ld, lua_State *L)
                 return true;
             }
     return um__cfg_fail(ld, L, "log_level", "log_level: expected one of: %s",
-                        um__cfg_join(LOG_LEVELS, names, sizeof names));
+                        um__cfg_join(L, LOG_LEVELS));
 }
 
 /* The list of addresses or networks at idx (a string is a list of one), at path. */
@@ -117,7 +117,6 @@ bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L)
 bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L)
 {
     struct um_access_log_conf *al = &ld->c->access_log;
-    char names[64];
     const char *s;
     int t = um__cfg_get_global(L, "access_log");
     if (t == LUA_TNIL || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)))
@@ -173,7 +172,7 @@ bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L)
         if (!found)
             return um__cfg_fail(ld, L, "access_log.format",
                                 "access_log.format: expected one of: %s",
-                                um__cfg_join(ACCESS_FORMATS, names, sizeof names));
+                                um__cfg_join(L, ACCESS_FORMATS));
     }
     lua_pop(L, 1);
     al->enabled = true;

@@ -1,7 +1,10 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* routes = { { path = "/", root = "www" }, { path = "/api/", upstream = "app" }, ... }:
  * what each path serves (files, an upstream, or a hook's answer). */
 #include <stdio.h>
 #include <string.h>
+
+#include <lauxlib.h>
 
 #include "internal.h"
 
@@ -15,7 +18,6 @@ static bool resolve_upstream(struct um__cfg_load *ld, lua_State *L, const char *
                              struct um_route *r)
 {
     struct um_config *c = ld->c;
-    char names[256];
     const char *s;
     if (!um__cfg_get_string(ld, L, -1, path, "the name of an upstream", &s))
         return false;
@@ -29,17 +31,17 @@ static bool resolve_upstream(struct um__cfg_load *ld, lua_State *L, const char *
                             "%s: unknown upstream '%s' (the upstreams setting defines "
                             "none)",
                             path, s);
-    size_t off = 0;
-    names[0] = '\0';
-    for (size_t i = 0; i < c->num_upstreams && off < sizeof names; i++) {
-        int w = snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "",
-                         c->upstreams[i].name);
-        if (w < 0)
-            break;
-        off += (size_t)w;
+    /* Every name, however many: a Lua buffer, not a char array. */
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (size_t i = 0; i < c->num_upstreams; i++) {
+        if (i > 0)
+            luaL_addstring(&b, ", ");
+        luaL_addstring(&b, c->upstreams[i].name);
     }
+    luaL_pushresult(&b);
     return um__cfg_fail(ld, L, path, "%s: unknown upstream '%s' (upstreams are: %s)", path, s,
-                        names);
+                        lua_tostring(L, -1));
 }
 
 /* { path = "/cgi-bin/", cgi = "DIR", cache = BOOL }: scripts under DIR (its value on top
@@ -73,7 +75,7 @@ static bool load_cgi_route(struct um__cfg_load *ld, lua_State *L, int idx, const
 static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const char *rpath,
                        struct um_route *r)
 {
-    char sub[PATH_LEN], names[128];
+    char sub[PATH_LEN];
     const char *s;
     if (!lua_istable(L, idx))
         return um__cfg_fail(
@@ -232,11 +234,11 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
     } else if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
         r->index = NULL;
     } else {
-        snprintf(names, sizeof names, "a file name such as \"index.html\", or false");
-        if (!um__cfg_get_string(ld, L, -1, sub, names, &s))
+        const char *what = "a file name such as \"index.html\", or false";
+        if (!um__cfg_get_string(ld, L, -1, sub, what, &s))
             return false;
         if (strchr(s, '/') != NULL || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
-            return um__cfg_fail(ld, L, sub, "%s: expected %s, got '%s'", sub, names, s);
+            return um__cfg_fail(ld, L, sub, "%s: expected %s, got '%s'", sub, what, s);
         r->index = um_strndup(s, strlen(s));
     }
     lua_pop(L, 1);

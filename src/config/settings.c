@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Every setting the loader knows, named as the documentation names them. The lists are
  * the ones the readers check keys against (internal.h), so a key added to a reader is a
  * key listed here, and tests/docs fails until umbra.lua(5) and the README describe it. */

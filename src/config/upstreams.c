@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* upstreams = { NAME = { servers = { "http://HOST:PORT", ... }, ... }, ... }: the servers
  * that routes proxy to, with their balancing, timeouts, retries and TLS. */
 #include <arpa/inet.h>
@@ -229,7 +230,7 @@ static bool load_upstream_tls(struct um__cfg_load *ld, lua_State *L, int idx, co
 static bool load_upstream(struct um__cfg_load *ld, lua_State *L, int idx, const char *upath,
                           struct um_upstream_conf *u)
 {
-    char sub[PATH_LEN], names[128];
+    char sub[PATH_LEN];
     const char *s;
     long long n;
     int t = lua_type(L, idx);
@@ -260,7 +261,7 @@ static bool load_upstream(struct um__cfg_load *ld, lua_State *L, int idx, const 
             i++;
         if (t != LUA_TSTRING || BALANCE_NAMES[i] == NULL)
             return um__cfg_fail(ld, L, sub, "%s: expected one of: %s", sub,
-                                um__cfg_join(BALANCE_NAMES, names, sizeof names));
+                                um__cfg_join(L, BALANCE_NAMES));
         u->balance = (enum um_balance)i;
     }
     lua_pop(L, 1);

@@ -1,15 +1,52 @@
-/* The process's identity: user = "NAME" and group = "NAME". Started as root, Umbra binds
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* The process's identity: user = "NAME", group = "NAME" and pid = "FILE". Started as root, Umbra binds
  * its listeners and reads its keys, then becomes this user (the server does the switch:
  * src/server/privileges.c). The names are looked up here, so that an unknown one is an
  * error with its line like any other bad value. */
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-const char *const um__cfg_process[] = {"user", "group", NULL};
+const char *const um__cfg_process[] = {"user", "group", "pid", NULL};
+
+/* pid = "FILE": the folder must exist (the file need not); kept as an absolute path, so
+ * that the server finds it whatever its working directory. */
+static bool load_pid(struct um__cfg_load *ld, lua_State *L)
+{
+    const char *s;
+    if (um__cfg_get_global(L, "pid") == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (!um__cfg_get_string(ld, L, -1, "pid", "a file name such as \"/run/umbra/umbra.pid\"",
+                            &s))
+        return false;
+    const char *slash = strrchr(s, '/');
+    const char *base = slash ? slash + 1 : s;
+    if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return um__cfg_fail(ld, L, "pid", "pid: '%s' names a folder, not a file", s);
+    char *dir = NULL;
+    char *folder = slash == NULL ? um_strndup(".", 1)
+                   : slash == s  ? um_strndup("/", 1)
+                                 : um_strndup(s, (size_t)(slash - s));
+    bool ok = um__cfg_resolve_path(ld, L, "pid", folder, true, &dir);
+    free(folder);
+    if (!ok)
+        return false;
+    size_t dl = strlen(dir), bl = strlen(base);
+    ld->c->pid_file = um_malloc(dl + 1 + bl + 1);
+    memcpy(ld->c->pid_file, dir, dl);
+    ld->c->pid_file[dl] = '/';
+    memcpy(ld->c->pid_file + dl + 1, base, bl + 1);
+    free(dir);
+    ld->c->pid_line = um__cfg_line_of(ld, L, "pid");
+    lua_pop(L, 1);
+    return true;
+}
 
 bool um__cfg_load_user(struct um__cfg_load *ld, lua_State *L)
 {
@@ -43,5 +80,5 @@ bool um__cfg_load_user(struct um__cfg_load *ld, lua_State *L)
         u->group = um_strndup(name, strlen(name));
     }
     lua_pop(L, 1);
-    return true;
+    return load_pid(ld, L);
 }

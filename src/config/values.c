@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What every step of the loader uses: error messages at the line of a value, and readers
  * that check a value's type and range (see internal.h). */
 #include <errno.h>
@@ -8,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+
+#include <lauxlib.h>
 
 #include "internal.h"
 
@@ -106,18 +109,20 @@ bool um__cfg_in_list(const char *const *list, const char *s)
     return false;
 }
 
-/* Writes list as "a, b, c" into buf. */
-const char *um__cfg_join(const char *const *list, char *buf, size_t n)
+/* Pushes list as "a, b, c" on L's stack and returns it. A Lua buffer rather than a char
+ * array: the message names every entry whatever their number, and the string is collected
+ * with the state (no leak if a later push raises). */
+const char *um__cfg_join(lua_State *L, const char *const *list)
 {
-    size_t off = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; list[i] != NULL && off < n; i++) {
-        int w = snprintf(buf + off, n - off, "%s%s", i ? ", " : "", list[i]);
-        if (w < 0)
-            break;
-        off += (size_t)w;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (size_t i = 0; list[i] != NULL; i++) {
+        if (i > 0)
+            luaL_addstring(&b, ", ");
+        luaL_addstring(&b, list[i]);
     }
-    return buf;
+    luaL_pushresult(&b);
+    return lua_tostring(L, -1);
 }
 
 /* Describes the key at idx for a message (never converts it in place: lua_next-safe). */
@@ -185,16 +190,17 @@ int um__cfg_get_field(lua_State *L, int idx, const char *name)
 bool um__cfg_check_keys(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
                        const char *const *allowed)
 {
-    char key[128], sub[PATH_LEN], names[256];
+    char key[128], sub[PATH_LEN];
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
         if (lua_type(L, -1) == LUA_TSTRING && um__cfg_in_list(allowed, lua_tostring(L, -1)))
             continue;
+        bool named = lua_type(L, -1) == LUA_TSTRING;
         um__cfg_key_text(L, -1, key, sizeof key);
-        um__cfg_join(allowed, names, sizeof names);
         um__cfg_subpath(sub, sizeof sub, path, key);
-        if (lua_type(L, -1) == LUA_TSTRING)
+        const char *names = um__cfg_join(L, allowed);
+        if (named)
             return um__cfg_fail(ld, L, sub, "%s: unknown key '%s' (expected one of: %s)", path, key,
                                 names);
         return um__cfg_fail(ld, L, sub,

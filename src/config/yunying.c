@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Yunying-style config files (https://github.com/chenyuheng/Yunying-HTTP-Server): their
  * settings are checked and rewritten as the Umbra settings that mean the same, which the
  * later steps then read. */

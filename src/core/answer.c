@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Small answers that origins make themselves (see um_sink_answer in origin.h). */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The byte buffer (see buf.h). */
 #include "umbra/buf.h"
 

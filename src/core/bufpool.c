@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Free lists of equal-sized blocks (bufpool.h). */
 #include "umbra/bufpool.h"
 

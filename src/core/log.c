@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 #include "umbra/log.h"
 
 #include <stdarg.h>

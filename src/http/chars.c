@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The character classes of HTTP's grammar (declared in httpfield.h), one table for the
  * request head parser, the chunked decoder and um_http_tchar. A class test is one load
  * and one AND, which the request parser does per byte on the hot path.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Chunked transfer-coding decoder (RFC 9112 7.1).
  *
  * A byte-at-a-time state machine for the framing (size lines, extensions,

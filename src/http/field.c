@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* HTTP field values that need more than a split on commas: dates (RFC 9110 section
  * 5.6.7), byte ranges (section 14) and entity tags (section 8.8.3); the field names that
  * several layers test for, and the members of Connection.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Strict HTTP/1.1 request head parser (RFC 9112).
  *
  * Parsing runs in two phases. The scan phase looks for the CRLFCRLF that ends

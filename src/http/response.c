@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Strict HTTP/1.x response head parser (RFC 9112), for the upstream's two transports: Umbra's
  * own client parses the bytes it read, the libcurl transport the lines curl handed over.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Canonical request paths for route matching, and the host of an authority. */
 #include "umbra/httpfield.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The access log (see accesslog.h). */
 #include "umbra/accesslog.h"
 

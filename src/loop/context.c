@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A worker's context (see context.h). */
 #include "umbra/context.h"
 

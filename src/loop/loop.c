@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The event loop (see loop.h).
  *
  * A turn: wait in epoll_wait (bounded by the first timer, the first timeout queue entry,

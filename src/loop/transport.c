@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The plain transport (transport.h): the socket calls themselves. EINTR is retried here;
  * every other errno is the caller's UM_AGAIN or UM_ERR. */
 #include "umbra/transport.h"

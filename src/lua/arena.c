@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The bump allocator of the strings hooks make (umbra/hooks.h). */
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What hooks see: req (the request, changed in place in on_request), res (the response
  * head in on_response) and the umbra table (respond, redirect, log, now, unescape).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Running the hooks of a request: on_request and on_response (Yunying's upstream_set is
  * yunying.c's), each under the budget, with errors logged on one line. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The hooks' origin: below the cache of a route, it picks the origin a fetch goes to (the
  * route's own, or the upstream an on_request hook chose) and runs on_response on the head
  * that comes back.

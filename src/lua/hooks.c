@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Request-time Lua: per-worker states and the bindings hooks see (req, res, umbra, and
  * Yunying's set_* functions).
  *

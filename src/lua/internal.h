@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the files of the lua module share (hooks.c has the module's design note).
  *
  * A request state (struct um__hook_state) is one worker's lua_State with references to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Yunying compatibility: the set_* functions a Yunying-style file's upstream_set calls,
  * and the call itself (um_hooks_on_request runs it instead of on_request for such a file).
  * upstream_set(target, method, host) starts from the server the file's upstream_*

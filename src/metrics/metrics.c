@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Per-worker counters and the label registry (see metrics.h). */
 #include "umbra/metrics.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The admin listener: GET /metrics (Prometheus text format), /status (an HTML page) and
  * /status.json, on a thread of its own so that nothing here touches a worker's loop.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* POST /purge on the admin listener: the purges of the cache (by tag, by path prefix, by
  * URL, hard or soft) for operators and deploy scripts, with a JSON or a form body:
  *

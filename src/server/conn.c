@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A client connection (conn.h): accepts the socket, drives reads and writes through its
  * transport (plain or TLS, transport.h), keeps its timers, and closes it. The exchange
  * (exchange.h) owns the request and its response; the connection's protocol table frames

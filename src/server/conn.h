@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The client connection, shared by its files: conn.c (the connection: its transport, read
  * buffer, timers, keep-alive and drive loop), conn_http1.c (the HTTP/1.1 messages on it:
  * requests parsed and their bodies decoded, responses framed into the output queue for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* HTTP/2 on a client connection (RFC 9113), with nghttp2's server session driven from the
  * worker's loop through its memory-buffer interface: the bytes conn.c reads are fed to
  * nghttp2_session_mem_recv, and the frames nghttp2_session_mem_send makes are appended to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* HTTP/1.1 messages on a client connection (conn.h): the exchange's sends, which frame
  * its response (the head, chunked coding, the connection's end) into the output queue,
  * and the requests: heads parsed from the read buffer, bodies decoded in place, each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Tunnels (conn.h's S_TUNNEL): after a backend answered an upgrade request with 101
  * (WebSocket, or any other protocol the client asked for), the client connection and the
  * backend's become one two-way byte stream, run by the worker's loop as the connection's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The life of a request (exchange.h): begun when its head is parsed, routed, handed to its
  * origin (or answered by us), its response taken from the origin through the sink and
  * passed to the connection's table, logged, finished.

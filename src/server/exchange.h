@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* An exchange (exchange.c, router.c): one request and its response, apart from the
  * connection that carries it (notes/connection-exchange.md).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Types shared by the files of the server module only. */
 #ifndef UMBRA_SERVER_INTERNAL_H
 #define UMBRA_SERVER_INTERNAL_H
@@ -117,6 +118,8 @@ struct um_server {
     struct um__admin *admin;
     int admin_fd; /* bound by um_server_create, handed to the admin thread at run */
     time_t started;
+    int pid_fd;     /* the locked pid file (pid = "FILE"), or -1 */
+    char *pid_path; /* its path (the start's config; a reload keeps it) */
 };
 
 /* A runtime a reload replaced, with the TLS store that went with it (NULL when the
@@ -170,6 +173,15 @@ void um__log_listening(struct um_server *s, const char *what);
  * running as root (false with "FILE:LINE: message"). */
 bool um__privileges_check(const struct um_config *c, char *err, size_t errlen);
 bool um__privileges_drop(const struct um_config *c, char *err, size_t errlen);
+
+/* The pid file (pidfile.c). um__pidfile_lock opens path and takes its lock: the
+ * descriptor (the caller's, for um__pidfile_release), or -1 with err written when another
+ * Umbra holds it or it cannot be opened. A stale file is taken over and left empty until
+ * um__pidfile_write writes this process's ID. um__pidfile_release removes the file (or
+ * empties it when that is not allowed) and closes fd; fd -1 does nothing. */
+int um__pidfile_lock(const char *path, char *err, size_t errlen);
+bool um__pidfile_write(int fd, const char *path);
+void um__pidfile_release(int fd, const char *path);
 
 /* notify.c: the systemd notification protocol (sd_notify), by hand: one datagram with
  * state ("READY=1", ...) to $NOTIFY_SOCKET when it is set; nothing otherwise. */

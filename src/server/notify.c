@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* sd_notify without libsystemd: a datagram to the AF_UNIX socket named by $NOTIFY_SOCKET
  * (a path, or "@name" for the abstract namespace), as systemd's Type=notify expects. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A connection's output queue (outq.h): its memory, its file, and flushing it through a
  * transport.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A connection's output queue (outq.c): what is waiting to be sent to the client, in send
  * order: the bytes of buf[pos..len) (response heads, copied body bytes, chunk framing),
  * then borrowed segments refs[ref_head..num_refs) (body bytes sent without copying, e.g.

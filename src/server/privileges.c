@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Who the process runs as: the user and group settings (umbra/config.h).
  *
  * Started as root, Umbra does what needs root first, on the main thread: it runs the file,

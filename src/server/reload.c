@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Configuration reload (SIGHUP), on the main thread.
  *
  * Everything that can fail happens before anything changes: load and validate the file
@@ -118,6 +119,11 @@ void um__server_reload(struct um_server *s)
         nc->user.gid != old->user.gid)
         um_log_warn("SIGHUP: %s: user and group take a restart; still running as uid %u "
                     "gid %u", nc->file, (unsigned)geteuid(), (unsigned)getegid());
+    /* The pid file was locked at start; a reload keeps it, like workers. */
+    const char *was = s->pid_path ? s->pid_path : "none";
+    const char *now = nc->pid_file ? nc->pid_file : "none";
+    if (strcmp(was, now) != 0)
+        um_log_warn("SIGHUP: a change of pid (%s) takes a restart; keeping %s", now, was);
     if (nc->workers != s->num_workers)
         um_log_warn("SIGHUP: workers = %d takes a restart; keeping %d", nc->workers,
                     s->num_workers);

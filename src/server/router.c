@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The router (exchange.h's um__route): picks the route of a parsed request, runs its
  * on_request hooks, and finds the origin that answers it, or answers itself (a bad path,
  * no route, a redirect to https, a hook's own answer). It sees the exchange only. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Building and destroying what runs a snapshot (umbra/runtime.h). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Listening sockets, the listener thread, signals, start and stop. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -99,6 +100,15 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     struct um_server *s = um_calloc(1, sizeof(*s));
     s->config = config;
     s->admin_fd = -1;
+    s->pid_fd = -1;
+    /* Before any listener is bound: a second Umbra on the same pid file stops here, not
+     * sharing the ports through SO_REUSEPORT. */
+    if (config->pid_file != NULL) {
+        s->pid_fd = um__pidfile_lock(config->pid_file, err, errlen);
+        if (s->pid_fd < 0)
+            goto fail;
+        s->pid_path = um_strndup(config->pid_file, strlen(config->pid_file));
+    }
     pthread_mutex_init(&s->config_lock, NULL);
     s->listen_fds = um_calloc(config->num_listen, sizeof(int));
     /* The workers' request states, here rather than on each worker's first request: the
@@ -137,6 +147,8 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     um_config_unref(config); /* the caller's: the runtime holds one of its own */
     return s;
 fail:
+    um__pidfile_release(s->pid_fd, s->pid_path);
+    free(s->pid_path);
     for (size_t i = 0; i < s->num_listen; i++)
         close(s->listen_fds[i]);
     if (s->admin_fd >= 0)
@@ -354,6 +366,10 @@ int um_server_run(struct um_server *s)
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
     UM_ASSERT(sfd >= 0);
     um__listener_start(s);
+    /* Started: a signal sent to the PID in the file now finds the signalfd. Written before
+     * the start-up line, so that whoever waits for that line finds the file. */
+    if (s->pid_fd >= 0)
+        um__pidfile_write(s->pid_fd, s->pid_path);
     log_start(s);
     s->admin_fd = -1;
     um__notify("READY=1");
@@ -460,6 +476,8 @@ void um_server_destroy(struct um_server *s)
     um__server_free_retired(s, true);
     um_runtime_unref(s->runtime); /* the routes' origins go with it */
     pthread_mutex_destroy(&s->config_lock);
+    um__pidfile_release(s->pid_fd, s->pid_path);
+    free(s->pid_path);
     if (s->cache) {
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);

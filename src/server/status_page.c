@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The status page served at /status: one self-contained page (inline style and script,
  * nothing fetched but /status.json). The charts are inline SVG polylines and the tables
  * plain HTML, so a test can read the rendered numbers from the DOM. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A worker: a loop (src/loop/) that owns its connections from first byte to close. */
 #include <errno.h>
 #include <limits.h>

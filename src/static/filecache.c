@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The worker's small-file cache (internal.h): the bytes and the fields of small files,
  * so that asking for one again costs one stat instead of openat2, fstat, sendfile and
  * close.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the files of the static floor share. For src/static/ only. */
 #ifndef UMBRA_STATIC_INTERNAL_H
 #define UMBRA_STATIC_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* File extension to Content-Type.
  *
  * The built-in table is sorted by extension (lower case, byte order) and searched by

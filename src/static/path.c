@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Request path to file path: the one place that decides what a static route may open.
  *
  * The path is decoded exactly once. A client that sends "%252e%252e" gets a file literally

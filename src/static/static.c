@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The static origin: files under a route's root.
  *
  * Every open goes through openat2(RESOLVE_BENEATH) relative to the root's descriptor, so

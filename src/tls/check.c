@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The TLS module's check of a loaded config (um_tls_check_config): the configuration
  * module records the settings as written and where; OpenSSL's verdict on them comes from
  * here, so that the configuration floor never calls up into TLS. */

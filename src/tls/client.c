@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The client side of TLS (tls.h's um_tls_client_*): a context per upstream whose servers
  * speak https, and a transport per connection to one of them, the same table as a
  * client connection's (transport.c) in connect state. Umbra's own HTTP/1.1 client uses it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What the files of the TLS module share (tls.c: the store; transport.c: a connection's
  * I/O). */
 #ifndef UMBRA_TLS_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The TLS certificate store (the non-blocking I/O of a connection is in transport.c).
  *
  * Contexts and reloads. Each certificate entry has one SSL_CTX, which the store holds a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* A TLS connection's non-blocking I/O (tls.h's um_tls_handshake ... um_tls_alpn) and the
  * TLS transport (transport.h) built on it, so that the connection code sees a table of
  * functions and never an SSL.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The upstream's libcurl transport: https:// servers, servers named by host name, every
  * server of an upstream with client = "curl", and a hook's server (h1.c carries the
  * others).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Umbra's own HTTP/1.1 client: the upstream's transport for http:// servers at an IP
  * address (libcurl's multi interface carries the others: https://, host names, and every
  * server of an upstream with client = "curl").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* Types shared by the files of the upstream module only: the origin (upstream.c: servers,
  * balancing, passive health, retries, the request's fields, handing the response to the
  * sink) and its transports behind struct um_up_transport, libcurl's multi interface

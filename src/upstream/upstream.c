@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* The upstream origin.
  *
  *   fetch -> the request's fields -> pick a server -> an attempt on the server's transport

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* What umbra -v says about libcurl. */
 #include <curl/curl.h>
 

@@ -979,19 +979,40 @@ class H2Test(unittest.TestCase):
             self.assertRegex(body, rb"(?i)^POST /nocache/trailers\?echo=1 HTTP/1.1\r\n")
 
     def test_bad_preface_closes(self):
+        # RFC 9113 3.4: the client's preface is the magic and a SETTINGS frame; a first
+        # frame of another type (a GOAWAY here) is a connection error of type
+        # PROTOCOL_ERROR: a GOAWAY with that code, then the connection closes.
         with socket.create_connection(("127.0.0.1", self.plain), timeout=5) as s:
             s.sendall(PREFACE + b"\x00\x00\x04\x07\x00\x00\x00\x00\x00garbage-frames-here")
-            s.settimeout(5)
-            data = b""
-            try:
-                while True:
+            data, closed = b"", False
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
                     d = s.recv(4096)
-                    if not d:
-                        break
-                    data += d
-            except ConnectionResetError:
-                pass
+                except socket.timeout:
+                    break
+                except ConnectionResetError:
+                    closed = True
+                    break
+                if not d:
+                    closed = True
+                    break
+                data += d
+        self.assertTrue(closed, "the connection stayed open after a bad preface: %r" % data)
+        frames = []
+        while len(data) >= 9:
+            n = struct.unpack(">I", b"\x00" + data[:3])[0]
+            frames.append((data[3], data[4], struct.unpack(">I", data[5:9])[0] & 0x7fffffff,
+                           data[9:9 + n]))
+            data = data[9 + n:]
+        away = [f for f in frames if f[0] == GOAWAY]
+        self.assertEqual(len(away), 1, frames)
+        self.assertEqual(goaway(away[0]), (0, PROTOCOL_ERROR), frames)
+        # Only this connection ended: the server still answers.
         self.assertTrue(self.umbra.alive())
+        r = h2c(self.plain, "/index.html")
+        self.assertEqual((r.version, r.status), ("2", 200))
 
 
 class H2GoawayTest(unittest.TestCase):

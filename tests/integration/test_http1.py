@@ -483,9 +483,6 @@ class Http1Test(unittest.TestCase, HttpAssertions):
             self.assertTrue(peer_closed(s, timeout=3))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class ConcurrencyTest(unittest.TestCase):
     """Several workers, many clients at once: every byte where it belongs."""
@@ -523,3 +520,7 @@ class ConcurrencyTest(unittest.TestCase):
             self.assertEqual(errors, [])
             self.assertIn("with 3 workers", u.log())
             self.assertTrue(u.alive())
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -404,6 +404,82 @@ class StatusPageTest(unittest.TestCase):
             self.assertGreater(len(png), 20000)
 
 
+class PidFileTest(unittest.TestCase):
+    """pid = "FILE" (issue #26): logrotate's USR1 reaches Umbra however it was started."""
+
+    ROUTES = 'routes = { { path = "/", root = "www" } }\n'
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="umbra-pid-")
+        self.pidfile = os.path.join(self.dir, "umbra.pid")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def cfg(self, extra=""):
+        return self.ROUTES + 'pid = "%s"\n' % self.pidfile + extra
+
+    def read_pid(self):
+        with open(self.pidfile) as f:
+            return f.read()
+
+    def test_written_at_start_kept_across_reload_removed_at_exit(self):
+        with Umbra(self.cfg(), files=FILES) as u:
+            self.assertEqual(self.read_pid(), "%d\n" % u.proc.pid)
+            # A reload keeps the file it started with and says a change takes a restart.
+            other = os.path.join(self.dir, "other.pid")
+            with open(u.config_path, "a") as f:
+                f.write('pid = "%s"\n' % other)
+            u.proc.send_signal(signal.SIGHUP)
+            self.assertTrue(wait_until(lambda: "takes a restart; keeping %s" % self.pidfile
+                                       in u.log(), 5), u.log())
+            self.assertEqual(self.read_pid(), "%d\n" % u.proc.pid)
+            self.assertFalse(os.path.exists(other))
+            self.assertEqual(u.stop(signal.SIGTERM, 10), 0)
+            self.assertFalse(os.path.exists(self.pidfile), "the pid file outlived a clean exit")
+
+    def test_second_instance_refused(self):
+        with Umbra(self.cfg(), files=FILES) as first:
+            with Umbra(self.cfg(), files=FILES, expect_fail=True) as second:
+                self.assertNotEqual(second.returncode, 0)
+                self.assertIn("%s is held by a running Umbra, PID %d" % (self.pidfile,
+                                                                        first.proc.pid),
+                              second.log())
+            # The first keeps its file and serves on.
+            self.assertTrue(first.alive())
+            self.assertEqual(self.read_pid(), "%d\n" % first.proc.pid)
+            self.assertEqual(http_get(first.port, "/a.txt")[0], 200)
+
+    def test_stale_file_taken_over(self):
+        # The PID of a process that has exited, as a crash or kill -9 leaves it.
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        with open(self.pidfile, "w") as f:
+            f.write("%d\n" % dead.pid)
+        with Umbra(self.cfg(), files=FILES) as u:
+            self.assertEqual(self.read_pid(), "%d\n" % u.proc.pid)
+            self.assertIn("held PID %d, which no running Umbra holds: taking it over"
+                          % dead.pid, u.log())
+        # Nor does a live process that is not an Umbra holding it (a PID reused) stop it.
+        with open(self.pidfile, "w") as f:
+            f.write("%d\n" % os.getpid())
+        with Umbra(self.cfg(), files=FILES) as u:
+            self.assertEqual(self.read_pid(), "%d\n" % u.proc.pid)
+
+    def test_usr1_sent_through_the_pid_file_reopens_logs(self):
+        extra = 'access_log = { path = "logs/access.log" }\n'
+        with Umbra(self.cfg(extra), files=dict(FILES, **{"logs/.keep": ""})) as u:
+            self.assertEqual(http_get(u.port, "/a.txt")[0], 200)
+            self.assertTrue(wait_until(lambda: os.path.getsize(u.path("logs/access.log")) > 0,
+                                       5))
+            os.rename(u.path("logs/access.log"), u.path("logs/access.log.1"))
+            # What the package's logrotate snippet does: kill -USR1 "$(cat FILE)".
+            subprocess.run(["sh", "-c", 'kill -USR1 "$(cat "$1")"', "sh", self.pidfile],
+                           check=True, timeout=10)
+            self.assertTrue(wait_until(lambda: log_lines_with(u, "SIGUSR1: log files reopened"),
+                                       5), u.log())
+            self.assertTrue(os.path.exists(u.path("logs/access.log")))
+            self.assertTrue(u.alive())
+
+
 class SignalsTest(unittest.TestCase):
     def test_sigquit_stops_with_a_request_in_flight(self):
         with Origin() as o, Umbra(config(o.url), files=FILES) as u:

@@ -8,9 +8,11 @@ configuration keeps serving. Skipped, with the reason, when not run as root."""
 import grp
 import os
 import pwd
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 import unittest
 
@@ -94,6 +96,32 @@ class DropTest(unittest.TestCase):
             self.assertEqual((status, data), (200, b"file\n"))
             # After the requests, threads made since (if any) are nobody's too.
             self.assert_all_threads(pid, NOBODY.pw_uid, NOBODY.pw_gid, [NOBODY.pw_gid])
+
+    def test_pid_file_written_as_root_and_removed_or_emptied_as_the_user(self):
+        # Issue #26: the pid file is opened (and locked) as root before the drop, so a
+        # folder only root writes works; the user cannot remove it there at exit, so it is
+        # emptied, and the next start takes it over. In a folder the user owns, it goes.
+        root_only = tempfile.mkdtemp(prefix="umbra-pid-root-")
+        users = tempfile.mkdtemp(prefix="umbra-pid-user-")
+        try:
+            os.chmod(root_only, 0o755)
+            os.chown(users, NOBODY.pw_uid, NOBODY.pw_gid)
+            for folder, left in ((root_only, ""), (users, None)):
+                pidfile = os.path.join(folder, "umbra.pid")
+                body = 'user = "nobody"\npid = "%s"\n' % pidfile + HOOK % "p"
+                for _ in range(2):  # the second start takes over what the first left
+                    with self.start(body) as u:
+                        with open(pidfile) as f:
+                            self.assertEqual(f.read(), "%d\n" % u.proc.pid)
+                        self.assertEqual(u.stop(signal.SIGTERM, 10), 0)
+                        if left is None:
+                            self.assertFalse(os.path.exists(pidfile), folder)
+                        else:
+                            with open(pidfile) as f:
+                                self.assertEqual(f.read(), left)
+        finally:
+            shutil.rmtree(root_only, ignore_errors=True)
+            shutil.rmtree(users, ignore_errors=True)
 
     def test_group_setting_sets_the_group(self):
         body = 'user = "nobody"\ngroup = "daemon"\n' + HOOK % "g"

@@ -91,15 +91,23 @@ static void test_bounds(void **state)
         snprintf(names[i], sizeof names[i], "k%d", i);
         t[i] = S(names[i]);
     }
-    char longtag[UM_CACHE_TAG_MAX_LEN + 2];
-    memset(longtag, 'x', sizeof longtag - 1);
-    longtag[sizeof longtag - 1] = '\0';
-    t[0] = S(longtag);  /* too long: skipped */
+    /* The documented limits (README: "at most 64 tags of 256 bytes"), written as numbers
+     * rather than the code's constants, so that a change of the constants fails here. */
+    char longtag[257 + 1], fulltag[256 + 1];
+    memset(longtag, 'x', 257);
+    longtag[257] = '\0';
+    memset(fulltag, 'y', 256);
+    fulltag[256] = '\0';
+    t[0] = S(longtag);  /* 257 bytes, too long: skipped */
     t[1] = S("a\x01b"); /* a control byte: skipped */
+    t[2] = S(fulltag);  /* 256 bytes: kept */
     assert_int_equal(um_cache_obj_set_tags(o, t, 200), UM_OK);
-    um_str out[UM_CACHE_MAX_TAGS + 1];
-    assert_int_equal(um_cache_obj_tags(o, out, UM_NELEMS(out)), UM_CACHE_MAX_TAGS);
-    assert_true(um_str_eq(out[0], "k2"));
+    um_str out[65];
+    assert_int_equal(um_cache_obj_tags(o, out, UM_NELEMS(out)), 64);
+    assert_int_equal(out[0].len, 256);
+    assert_true(um_str_eq(out[0], fulltag));
+    assert_true(um_str_eq(out[1], "k3"));
+    assert_true(um_str_eq(out[63], "k65"));
     um_cache_obj_finish(o, false);
     um_cache_obj_unref(o);
     assert_int_equal(um_cache_tag_count(c), 0);

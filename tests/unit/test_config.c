@@ -20,6 +20,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include "config/internal.h"
 #include "config/lualines.h"
 #include "umbra/config.h"
 #include "umbra/log.h"
@@ -490,6 +491,83 @@ static void test_err_unknown_setting(void **state)
                  "  _G[n .. 'bc'] = 1\n"
                  "end\n",
                  3, "unknown setting 'abc'");
+}
+
+/* Issue #26: the list of settings was cut by a fixed-size buffer ("..., compress, clu, user,
+ * group"). The message must name every top-level setting the loader knows, and still start
+ * with file:line. */
+static void test_err_unknown_setting_names_every_setting(void **state)
+{
+    char err[4096] = "", prefix[PATH_MAX + 64];
+    write_file(cfgpath, "routes = { { path = '/', root = 'www' } }\nworker = 4\n");
+    struct um_config *c = um_config_load(cfgpath, err, sizeof err);
+    assert_null(c);
+    snprintf(prefix, sizeof prefix, "%s:2: unknown setting 'worker' (settings are: ", cfgpath);
+    if (strncmp(err, prefix, strlen(prefix)) != 0)
+        fail_msg("error '%s' does not start with '%s'", err, prefix);
+    const char *list = err + strlen(prefix);
+    const char *end = strchr(list, ';');
+    assert_non_null(end);
+    /* The named list, split on ", ", is exactly the known settings, in order. */
+    const char *const *known[] = {um__cfg_settings, um__cfg_process};
+    const char *p = list;
+    size_t count = 0;
+    for (size_t k = 0; k < 2; k++)
+        for (const char *const *s = known[k]; *s; s++, count++) {
+            size_t n = strlen(*s);
+            if (strncmp(p, *s, n) != 0 || (p[n] != ',' && p[n] != ';'))
+                fail_msg("setting '%s' is missing from '%.*s'", *s, (int)(end - list), list);
+            p += n;
+            if (*p == ',')
+                p += 2;
+        }
+    assert_ptr_equal(p, end);
+    assert_true(count > 15);
+}
+
+/* Issue #26: the same for the list of upstreams an unknown one is compared to, whatever
+ * their number. */
+static void test_err_unknown_upstream_names_every_upstream(void **state)
+{
+    char text[8192], err[8192] = "", name[64];
+    size_t off = (size_t)snprintf(text, sizeof text, "upstreams = {\n");
+    for (int i = 0; i < 40; i++)
+        off += (size_t)snprintf(text + off, sizeof text - off,
+                                "  upstream_with_a_long_name_%02d = { servers = { "
+                                "'http://127.0.0.1:9' } },\n",
+                                i);
+    snprintf(text + off, sizeof text - off,
+             "}\nroutes = {\n  { path = '/', upstream = 'nope' },\n}\n");
+    write_file(cfgpath, text);
+    assert_null(um_config_load(cfgpath, err, sizeof err));
+    assert_non_null(strstr(err, ":44: routes.1.upstream: unknown upstream 'nope'"));
+    for (int i = 0; i < 40; i++) {
+        snprintf(name, sizeof name, "upstream_with_a_long_name_%02d", i);
+        if (strstr(err, name) == NULL)
+            fail_msg("'%s' is missing from '%s'", name, err);
+    }
+    assert_non_null(strstr(err, "_39)"));
+}
+
+/* pid = "FILE" (issue #26): kept absolute, relative to the file's folder; a missing
+ * folder or a bad value is an error at its line. */
+static void test_pid_file(void **state)
+{
+    char want[PATH_MAX];
+    struct um_config *c = load_ok("routes = { { path = '/', root = 'www' } }\n");
+    assert_null(c->pid_file);
+    um_config_unref(c);
+    c = load_ok("routes = { { path = '/', root = 'www' } }\npid = 'sub/umbra.pid'\n");
+    join_path(want, sizeof want, realdir, "sub/umbra.pid");
+    assert_non_null(c->pid_file);
+    assert_string_equal(c->pid_file, want);
+    assert_int_equal(c->pid_line, 2);
+    um_config_unref(c);
+    expect_error("routes = { { path = '/', root = 'www' } }\n\npid = 'nowhere/umbra.pid'\n", 3,
+                 "pid: no such");
+    expect_error("routes = { { path = '/', root = 'www' } }\npid = 42\n", 2, "pid: expected");
+    expect_error("routes = { { path = '/', root = 'www' } }\npid = 'sub/'\n", 2,
+                 "names a folder");
 }
 
 static void test_err_unknown_route_key(void **state)
@@ -2026,6 +2104,9 @@ int main(void)
         cmocka_unit_test(test_err_long_file_name),
         cmocka_unit_test(test_err_missing_file),
         cmocka_unit_test(test_err_unknown_setting),
+        cmocka_unit_test(test_err_unknown_setting_names_every_setting),
+        cmocka_unit_test(test_err_unknown_upstream_names_every_upstream),
+        cmocka_unit_test(test_pid_file),
         cmocka_unit_test(test_err_unknown_route_key),
         cmocka_unit_test(test_err_workers),
         cmocka_unit_test(test_err_listen),
