@@ -440,9 +440,9 @@ class OnTheFlyTest(unittest.TestCase):
                 for _, data in rd.pieces():
                     got += dec.feed(data)
                 dec.close()
-                self.assertTrue(rd.closed, "the connection stayed open")
                 self.assertFalse(rd.complete, "a cut body ended with its last chunk")
                 self.assertFalse(dec.eof, "a cut body ended its %s stream" % coding)
+                self.assertTrue(rd.closed, "the connection stayed open")
                 self.assertEqual(got, origin_body(len(got)))  # a prefix of the body
                 self.assertLess(len(got), 200000)
 
@@ -615,6 +615,54 @@ class LiveStreamTest(unittest.TestCase):
                     p.kill()
                     p.wait(10)
                     p.stdout.close()
+
+
+# A CGI script streaming four events; before each one after the first it waits (up to
+# 3 s) for the test to say it decoded the one before (a file ../ack-ID-N), and says in
+# the event whether it had to give up waiting.
+CGI_EVENTS = """#!%s
+import os, sys, time
+sid = os.environ["QUERY_STRING"].split("=", 1)[1]
+sys.stdout.write("Content-Type: text/event-stream\\r\\n\\r\\n")
+sys.stdout.flush()
+for i in range(4):
+    late = False
+    if i:
+        ack = "../ack-%%s-%%d" %% (sid, i - 1)
+        end = time.monotonic() + 3
+        while not os.path.exists(ack) and time.monotonic() < end:
+            time.sleep(0.02)
+        late = not os.path.exists(ack)
+        time.sleep(0.3)
+    sys.stdout.write("id: %%d\\ndata: %%s\\n\\n" %% (i, "late" if late else "on time"))
+    sys.stdout.flush()
+""" % sys.executable
+
+
+class LiveCgiStreamTest(unittest.TestCase):
+    """Issue #26 (8), for a CGI script's output: each event readable before the next."""
+
+    def test_cgi_events_live(self):
+        cfg = """cgi = { timeout = 30 }
+routes = { { path = "/cgi-bin/", cgi = "cgi-bin", compress = true } }
+"""
+        with Umbra(cfg, files={"cgi-bin/ev.py": CGI_EVENTS},
+                   setup=lambda d: os.chmod(os.path.join(d, "cgi-bin/ev.py"), 0o755)) as u:
+            for n, coding in enumerate(("gzip", "br", "zstd")):
+                with self.subTest(coding=coding), connect(u.port, 30) as sock:
+                    sock.sendall(req("/cgi-bin/ev.py?id=%d" % n,
+                                     headers=[("Accept-Encoding", coding)]))
+                    rd = ChunkedReader(sock, 30)
+                    self.assertEqual(rd.header("Content-Encoding"), coding, rd.head)
+                    dec, got, acked = StreamDecoder(coding), b"", 0
+                    for _, data in rd.pieces():
+                        got += dec.feed(data)
+                        while acked < 4 and b"id: %d\n" % acked in got and got.endswith(b"\n\n"):
+                            open(u.path("ack-%d-%d" % (n, acked)), "w").close()
+                            acked += 1
+                    self.assertTrue(dec.eof)
+                    dec.close()
+                    self.assertEqual(got.count(b"data: on time\n\n"), 4, got)
 
 
 class CacheVariantTest(unittest.TestCase):
