@@ -44,6 +44,12 @@ struct um_encoder *um_encoder_create(enum um_coding c, int level, int64_t size_h
  * a valid stream). */
 int um_encoder_run(struct um_encoder *e, const char *in, size_t len, bool finish,
                    struct um_buf *out);
+/* Ends the current block so that a decoder can give every byte the encoder was given so
+ * far (gzip Z_SYNC_FLUSH, brotli BROTLI_OPERATION_FLUSH, zstd ZSTD_e_flush), appending it
+ * to out; the stream goes on. Costs a few bytes and some ratio each time: for when the
+ * input pauses, not for every run. Returns UM_OK, or UM_ERR as um_encoder_run (and after
+ * the stream ended). */
+int um_encoder_flush(struct um_encoder *e, struct um_buf *out);
 void um_encoder_destroy(struct um_encoder *e);
 
 /* Wraps inner (the caller's reference passes to it) so that the responses of route go

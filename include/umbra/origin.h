@@ -86,6 +86,14 @@ struct um_sink_ops {
      * (no on_end follows). */
     void (*on_upgrade)(struct um_sink *s, const struct um_response_head *head,
                        struct um_transport *backend, const char *pre, size_t pre_len);
+    /* Optional (NULL: the sink holds nothing back): the origin's body bytes ran dry for
+     * now (its read would block) after some it passed since its last call. A layer that
+     * keeps bytes back to work on them (a compressing one) passes on what it holds, so
+     * that a live stream (server-sent events) stays live; a layer in between passes the
+     * call on. Says nothing about the end; never after on_end. Origins whose bytes arrive
+     * over time (upstream, CGI) call it through um_sink_flush, once per dry spell, not
+     * per on_data: every call costs an encoder a few bytes of ratio. */
+    void (*on_flush)(struct um_sink *s);
 };
 
 
@@ -100,6 +108,12 @@ static inline void um_sink_info(struct um_sink *s, int status, const struct um_h
 {
     if (s->ops->on_info)
         s->ops->on_info(s, status, h, n);
+}
+/* Tells s that the origin's body bytes ran dry for now (um_sink_ops.on_flush). */
+static inline void um_sink_flush(struct um_sink *s)
+{
+    if (s->ops->on_flush)
+        s->ops->on_flush(s);
 }
 /* A small answer an origin makes itself (an error page, a redirect, a purge result): the
  * head h, with its content_length set to body's length, then body, then the end. (No

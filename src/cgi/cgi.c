@@ -113,6 +113,7 @@ struct cgi_fetch {
     char *out;
     size_t out_len, out_off, out_cap;
     bool head_done, nph, paused;
+    bool unflushed; /* body bytes went to the sink since its last on_flush */
     int64_t remaining; /* body bytes the head announced and not yet sent; -1: unknown */
     /* stdin */
     char *in;
@@ -504,6 +505,7 @@ static bool deliver(struct cgi_fetch *f)
             return false;
         }
         f->out_off += took;
+        f->unflushed = true;
         if (f->remaining >= 0)
             f->remaining -= (int64_t)took;
     }
@@ -642,8 +644,15 @@ static void on_stdout(struct um_io *io, uint32_t events)
         ssize_t n = read(io->fd, f->out + f->out_len, f->out_cap - f->out_len);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && errno == EAGAIN)
+        if (n < 0 && errno == EAGAIN) {
+            /* The script's output ran dry: what a compressing layer holds goes out (a
+             * script may stream events). */
+            if (f->unflushed) {
+                f->unflushed = false;
+                um_sink_flush(f->sink);
+            }
             return;
+        }
         if (n <= 0) {
             /* The script closed its stdout (or it broke): the answer is over. */
             if (!f->head_done) {

@@ -16,6 +16,10 @@
 
 #define OUT_STEP 16384
 
+/* What a run does after taking its input: nothing more, end the block so that a decoder
+ * can give every byte so far (the stream goes on), or end the stream. */
+enum run_op { OP_PROCESS, OP_FLUSH, OP_FINISH };
+
 struct um_encoder {
     enum um_coding coding;
     bool done;
@@ -85,13 +89,14 @@ fail:
     return NULL;
 }
 
-static int run_gzip(struct um_encoder *e, const char *in, size_t len, bool finish,
+static int run_gzip(struct um_encoder *e, const char *in, size_t len, enum run_op op,
                     struct um_buf *out)
 {
     z_stream *z = &e->u.z;
     z->next_in = (Bytef *)(uintptr_t)in;
     z->avail_in = (uInt)len;
-    int flush = finish ? Z_FINISH : Z_NO_FLUSH;
+    bool finish = op == OP_FINISH;
+    int flush = finish ? Z_FINISH : op == OP_FLUSH ? Z_SYNC_FLUSH : Z_NO_FLUSH;
     for (int guard = 0; guard < 1 << 20; guard++) {
         um_buf_reserve(out, OUT_STEP);
         z->next_out = (Bytef *)out->base + out->len;
@@ -102,18 +107,23 @@ static int run_gzip(struct um_encoder *e, const char *in, size_t len, bool finis
             return UM_OK;
         if (rc != Z_OK && rc != Z_BUF_ERROR)
             return UM_ERR;
+        /* Output room left over: the input is taken and, for a flush, all of it is out
+         * (zlib's rule for Z_SYNC_FLUSH). */
         if (!finish && z->avail_in == 0 && z->avail_out != 0)
             return UM_OK;
     }
     return UM_ERR;
 }
 
-static int run_br(struct um_encoder *e, const char *in, size_t len, bool finish,
+static int run_br(struct um_encoder *e, const char *in, size_t len, enum run_op what,
                   struct um_buf *out)
 {
     const uint8_t *next_in = (const uint8_t *)in;
     size_t avail_in = len;
-    BrotliEncoderOperation op = finish ? BROTLI_OPERATION_FINISH : BROTLI_OPERATION_PROCESS;
+    bool finish = what == OP_FINISH;
+    BrotliEncoderOperation op = finish               ? BROTLI_OPERATION_FINISH
+                                : what == OP_FLUSH ? BROTLI_OPERATION_FLUSH
+                                                   : BROTLI_OPERATION_PROCESS;
     for (int guard = 0; guard < 1 << 20; guard++) {
         um_buf_reserve(out, OUT_STEP);
         uint8_t *next_out = (uint8_t *)out->base + out->len;
@@ -122,6 +132,7 @@ static int run_br(struct um_encoder *e, const char *in, size_t len, bool finish,
                                          NULL))
             return UM_ERR;
         um_buf_commit(out, OUT_STEP - avail_out);
+        /* A flush is done on the same terms as a process (the library's rule). */
         if (finish ? BrotliEncoderIsFinished(e->u.br)
                    : avail_in == 0 && !BrotliEncoderHasMoreOutput(e->u.br))
             return UM_OK;
@@ -129,11 +140,13 @@ static int run_br(struct um_encoder *e, const char *in, size_t len, bool finish,
     return UM_ERR;
 }
 
-static int run_zstd(struct um_encoder *e, const char *in, size_t len, bool finish,
+static int run_zstd(struct um_encoder *e, const char *in, size_t len, enum run_op what,
                     struct um_buf *out)
 {
     ZSTD_inBuffer ib = {in, len, 0};
-    ZSTD_EndDirective op = finish ? ZSTD_e_end : ZSTD_e_continue;
+    ZSTD_EndDirective op = what == OP_FINISH  ? ZSTD_e_end
+                           : what == OP_FLUSH ? ZSTD_e_flush
+                                              : ZSTD_e_continue;
     for (int guard = 0; guard < 1 << 20; guard++) {
         um_buf_reserve(out, OUT_STEP);
         ZSTD_outBuffer ob = {out->base + out->len, OUT_STEP, 0};
@@ -141,27 +154,39 @@ static int run_zstd(struct um_encoder *e, const char *in, size_t len, bool finis
         if (ZSTD_isError(left))
             return UM_ERR;
         um_buf_commit(out, ob.pos);
-        if (finish ? left == 0 : ib.pos == ib.size)
+        /* e_end and e_flush return what is still to be written out. */
+        if (op != ZSTD_e_continue ? left == 0 : ib.pos == ib.size)
             return UM_OK;
     }
     return UM_ERR;
 }
 
+static int run(struct um_encoder *e, const char *in, size_t len, enum run_op op,
+               struct um_buf *out)
+{
+    if (e->done)
+        return len == 0 && op != OP_FLUSH ? UM_OK : UM_ERR;
+    int rc = UM_ERR;
+    switch (e->coding) {
+    case UM_CODING_GZIP: rc = run_gzip(e, in, len, op, out); break;
+    case UM_CODING_BR: rc = run_br(e, in, len, op, out); break;
+    case UM_CODING_ZSTD: rc = run_zstd(e, in, len, op, out); break;
+    case UM_CODING_IDENTITY: break;
+    }
+    if (op == OP_FINISH || rc != UM_OK)
+        e->done = true;
+    return rc;
+}
+
 int um_encoder_run(struct um_encoder *e, const char *in, size_t len, bool finish,
                    struct um_buf *out)
 {
-    if (e->done)
-        return len == 0 ? UM_OK : UM_ERR;
-    int rc = UM_ERR;
-    switch (e->coding) {
-    case UM_CODING_GZIP: rc = run_gzip(e, in, len, finish, out); break;
-    case UM_CODING_BR: rc = run_br(e, in, len, finish, out); break;
-    case UM_CODING_ZSTD: rc = run_zstd(e, in, len, finish, out); break;
-    case UM_CODING_IDENTITY: break;
-    }
-    if (finish || rc != UM_OK)
-        e->done = true;
-    return rc;
+    return run(e, in, len, finish ? OP_FINISH : OP_PROCESS, out);
+}
+
+int um_encoder_flush(struct um_encoder *e, struct um_buf *out)
+{
+    return run(e, NULL, 0, OP_FLUSH, out);
 }
 
 void um_encoder_destroy(struct um_encoder *e)

@@ -14,6 +14,12 @@
  * is kept instead). A file (on_file, from the static origin) is read and compressed a
  * slice at a time, as the consumer takes the output.
  *
+ * A live stream stays live: when the origin's bytes run dry (on_flush: its read would
+ * block), the encoder's block is ended (a sync flush) and what it holds goes out at once,
+ * instead of waiting for the next block to fill, which for server-sent events may be
+ * never. Only then, not per on_data: each flush costs some ratio, and a body that arrives
+ * at full speed runs dry seldom.
+ *
  * A failing encoder never sends a corrupt body: the rest of the origin's answer is read
  * and dropped, and the consumer is told the body is incomplete (on_end with UM_ERR). */
 #include <stdio.h>
@@ -45,6 +51,7 @@ struct comp_fetch {
     bool inner_ended;
     int inner_err;
     bool failed;        /* the encoder failed: the answer is dropped */
+    bool unflushed;     /* the encoder took input since its last flush */
     int fd;             /* a file to compress (-1: none) */
     uint64_t file_off, file_left;
     uint64_t bytes_in, bytes_out;
@@ -232,6 +239,7 @@ static void encode(struct comp_fetch *cf, const char *data, size_t len, bool fin
     if (cf->failed)
         return;
     cf->bytes_in += len;
+    cf->unflushed = !finish;
     if (um_encoder_run(cf->enc, data, len, finish, &cf->out) != UM_OK) {
         cf->failed = true;
         um_buf_reset(&cf->out);
@@ -355,6 +363,28 @@ static void cf_on_end(struct um_sink *s, int err)
     pump(cf);
 }
 
+/* The origin's bytes ran dry: what the encoder holds goes out now (the file of the static
+ * origin never runs dry: pump reads it as the client takes the output). */
+static void cf_on_flush(struct um_sink *s)
+{
+    struct comp_fetch *cf = cf_of(s);
+    if (cf->enc == NULL) {
+        um_sink_flush(cf->client);
+        return;
+    }
+    if (!cf->unflushed || cf->failed || cf->inner_ended)
+        return;
+    cf->unflushed = false;
+    if (um_encoder_flush(cf->enc, &cf->out) != UM_OK) {
+        cf->failed = true;
+        um_buf_reset(&cf->out);
+        cf->out_off = 0;
+        return;
+    }
+    /* A client that is behind takes the rest from pump, on resume. */
+    flush_out(cf);
+}
+
 static ssize_t cf_read_body(struct um_sink *s, char *buf, size_t len)
 {
     struct comp_fetch *cf = cf_of(s);
@@ -374,6 +404,7 @@ static const struct um_sink_ops cf_ops = {
     .on_file = cf_on_file,
     .on_end = cf_on_end,
     .read_body = cf_read_body,
+    .on_flush = cf_on_flush,
 };
 
 /* ---------------------------------------------------------------- the origin */

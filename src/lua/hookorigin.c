@@ -148,6 +148,13 @@ static void hf_on_info(struct um_sink *s, int status, const struct um_header *h,
         um_sink_info(hf->client, status, h, n);
 }
 
+static void hf_on_flush(struct um_sink *s)
+{
+    struct hook_fetch *hf = hf_of(s);
+    if (!hf->failed && hf->client)
+        um_sink_flush(hf->client);
+}
+
 static const struct um_sink_ops hf_ops = {
     .on_info = hf_on_info,
     .on_head = hf_on_head,
@@ -156,6 +163,7 @@ static const struct um_sink_ops hf_ops = {
     .on_end = hf_on_end,
     .on_data_ref = hf_on_data_ref,
     .read_body = hf_read_body,
+    .on_flush = hf_on_flush,
 };
 
 static void ho_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *client)

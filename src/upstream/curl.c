@@ -51,6 +51,9 @@ struct worker_curl {
     struct sock *free_socks;
     struct attempt *pool[POOL_MAX];
     size_t num_pooled;
+    /* Attempts whose body bytes went to the sink in the current call into libcurl (each
+     * once, a->next_fed): they ran dry when libcurl returns (fed_ran_dry). */
+    struct attempt *fed;
 };
 
 /* One attempt: x->conn while it runs. */
@@ -61,11 +64,14 @@ struct attempt {
     struct curl_slist *headers; /* x->fields as libcurl's list (fields_to_slist) */
     struct um_buf head;         /* the response head's lines so far */
     enum um_up_err head_err; /* why on_header refused a line; UM_UP_OK: it did not */
+    bool on_fed;             /* in wc->fed */
+    struct attempt *next_fed;
     int socket_errno;        /* errno of a failed socket() (EMFILE...), or 0 */
     char err[CURL_ERROR_SIZE];
 };
 
 static void check_done(struct worker_curl *wc);
+static void fed_ran_dry(struct worker_curl *wc);
 
 /* ---------------------------------------------------------------- libcurl <-> loop */
 
@@ -81,6 +87,7 @@ static void on_sock_event(struct um_io *io, uint32_t events)
     int running;
     curl_multi_socket_action(wc->multi, io->fd, flags, &running);
     check_done(wc);
+    fed_ran_dry(wc);
 }
 
 static int sock_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
@@ -127,6 +134,7 @@ static void on_curl_timer(struct um_timer *t)
     int running;
     curl_multi_socket_action(wc->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     check_done(wc);
+    fed_ran_dry(wc);
 }
 
 static int timer_cb(CURLM *multi, long ms, void *userp)
@@ -293,7 +301,27 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *userp)
     size_t len = size * nitems;
     if (!a->x->head_sent) return 0;
     if (um__up_body(a->x, data, len) == 0) return CURL_WRITEFUNC_PAUSE;
+    if (!a->on_fed) {
+        a->on_fed = true;
+        a->next_fed = a->wc->fed;
+        a->wc->fed = a;
+    }
     return len;
+}
+
+/* libcurl returned after reading what the sockets had (what it left is read on the next
+ * event): the bytes of the attempts it fed ran dry. Runs after check_done, so that a
+ * finished answer gets its end rather than a flush first (released attempts have left
+ * the list). */
+static void fed_ran_dry(struct worker_curl *wc)
+{
+    while (wc->fed) {
+        struct attempt *a = wc->fed;
+        wc->fed = a->next_fed;
+        a->on_fed = false;
+        a->next_fed = NULL;
+        um__up_ran_dry(a->x);
+    }
 }
 
 /* What res means to the upstream; x->errbuf says it in libcurl's words (or ours, for what
@@ -461,6 +489,15 @@ static void curl_release(struct xfer *x)
     curl_multi_remove_handle(wc->multi, a->easy);
     x->conn = NULL;
     a->x = NULL;
+    if (a->on_fed) {
+        /* Off the list: the attempt may be reused for another fetch, or freed. */
+        struct attempt **p = &wc->fed;
+        while (*p != a)
+            p = &(*p)->next_fed;
+        *p = a->next_fed;
+        a->on_fed = false;
+        a->next_fed = NULL;
+    }
     free(a->headers); /* fields_to_slist's single allocation */
     a->headers = NULL;
     if (a->head.cap > HBUF_KEEP) {
@@ -478,6 +515,8 @@ static void unpause(struct xfer *x)
     struct attempt *a = x->conn;
     int mask = (x->paused_recv ? CURLPAUSE_RECV : 0) | (x->paused_send ? CURLPAUSE_SEND : 0);
     curl_easy_pause(a->easy, mask);
+    /* Unpausing hands over what libcurl kept, from inside the call. */
+    fed_ran_dry(a->wc);
 }
 
 static void curl_global_init_all(void)

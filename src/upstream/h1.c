@@ -633,8 +633,13 @@ static void receive(struct h1conn *c)
         }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && errno == EAGAIN)
+        if (n < 0 && errno == EAGAIN) {
+            /* Everything the server sent so far went to the sink: a live stream's bytes
+             * must not wait in a compressing layer for more that may not come soon. */
+            if (c->head_done)
+                um__up_ran_dry(x);
             return;
+        }
         if (n == 0 && c->head_done && c->framing == F_CLOSE) {
             c->keep = false;
             complete(c);

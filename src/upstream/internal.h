@@ -149,6 +149,7 @@ struct xfer {
     unsigned infos; /* interim responses passed on (at most UM_UP_MAX_INFOS) */
     bool counted;    /* counted in the server's active fetches */
     bool paused_recv, paused_send;
+    bool unflushed;  /* body bytes went to the sink since its last on_flush */
     uint64_t key_hash;
     uint64_t t_attempt; /* loop ms: start of the current attempt (metrics) */
     uint64_t log_conn;  /* the connection that started the fetch, for log lines */
@@ -175,6 +176,10 @@ void um__up_upgraded(struct xfer *x, const struct um_http1_response *resp,
 /* Body bytes for the sink. Returns len when taken, or 0 when the client is behind:
  * x->paused_recv is set and the transport stops reading until its resume. */
 size_t um__up_body(struct xfer *x, const char *data, size_t len);
+/* The transport's read would block (its bytes ran dry for now): when body bytes went to
+ * the sink since the last call, the sink is told (um_sink_flush), so that a layer that
+ * holds bytes back (compression) sends them. Call it once per dry spell, not per read. */
+void um__up_ran_dry(struct xfer *x);
 /* Copies up to len bytes of the request body (a hook's, or the client's through the sink)
  * into buf. Returns the count (> 0), 0 at its end, UM_AGAIN when nothing is buffered
  * (x->paused_send is set; body_ready follows), or UM_ERR when the client's body failed

@@ -347,7 +347,16 @@ size_t um__up_body(struct xfer *x, const char *data, size_t len)
         um_loop_timer_stop(x->loop, &x->ttfb); /* a slow client is not the server's fault */
         return 0;
     }
+    x->unflushed = true;
     return len;
+}
+
+void um__up_ran_dry(struct xfer *x)
+{
+    if (!x->unflushed || x->sink == NULL)
+        return;
+    x->unflushed = false;
+    um_sink_flush(x->sink);
 }
 
 ssize_t um__up_read_body(struct xfer *x, char *buf, size_t len)

@@ -213,6 +213,67 @@ static void test_zstd_and_br_streams_end(void **state)
     }
 }
 
+/* What a decoder gives for in[0..len) of a gzip or zstd stream, without its end: the
+ * bytes decodable so far. */
+static size_t decodable(enum um_coding c, const char *in, size_t len, char *out, size_t cap)
+{
+    if (c == UM_CODING_GZIP) {
+        z_stream z;
+        memset(&z, 0, sizeof(z));
+        assert_int_equal(inflateInit2(&z, 16 + 15), Z_OK);
+        z.next_in = (Bytef *)(uintptr_t)in;
+        z.avail_in = (uInt)len;
+        z.next_out = (Bytef *)out;
+        z.avail_out = (uInt)cap;
+        int rc = inflate(&z, Z_SYNC_FLUSH);
+        assert_true(rc == Z_OK || rc == Z_BUF_ERROR || rc == Z_STREAM_END);
+        size_t n = z.total_out;
+        inflateEnd(&z);
+        return n;
+    }
+    ZSTD_DStream *d = ZSTD_createDStream();
+    ZSTD_inBuffer ib = {in, len, 0};
+    ZSTD_outBuffer ob = {out, cap, 0};
+    while (ib.pos < ib.size) {
+        size_t r = ZSTD_decompressStream(d, &ob, &ib);
+        assert_false(ZSTD_isError(r));
+        if (ob.pos == ob.size)
+            break;
+    }
+    ZSTD_freeDStream(d);
+    return ob.pos;
+}
+
+static void test_flush_makes_all_input_decodable(void **state)
+{
+    (void)state;
+    /* Issue #26 (8): an event of a live stream must be readable at the client before the
+     * next one comes; without a flush the encoder keeps this compressible input in its
+     * block. */
+    static const char ev[] = "id: 1\nevent: progress\ndata: {\"step\": 1, \"of\": 4}\n\n";
+    static char back[4096];
+    enum um_coding codings[] = {UM_CODING_GZIP, UM_CODING_ZSTD};
+    for (size_t k = 0; k < 2; k++) {
+        struct um_encoder *e = um_encoder_create(codings[k], 6, -1);
+        struct um_buf out;
+        um_buf_init(&out);
+        assert_int_equal(um_encoder_run(e, ev, sizeof(ev) - 1, false, &out), UM_OK);
+        assert_true(decodable(codings[k], out.base, out.len, back, sizeof(back)) <
+                    sizeof(ev) - 1);
+        assert_int_equal(um_encoder_flush(e, &out), UM_OK);
+        assert_int_equal(decodable(codings[k], out.base, out.len, back, sizeof(back)),
+                         sizeof(ev) - 1);
+        assert_memory_equal(back, ev, sizeof(ev) - 1);
+        /* The stream goes on, and ends as a whole. */
+        assert_int_equal(um_encoder_run(e, ev, sizeof(ev) - 1, true, &out), UM_OK);
+        assert_int_equal(decodable(codings[k], out.base, out.len, back, sizeof(back)),
+                         2 * (sizeof(ev) - 1));
+        assert_int_equal(um_encoder_flush(e, &out), UM_ERR); /* after the end */
+        um_encoder_destroy(e);
+        um_buf_dispose(&out);
+    }
+}
+
 /* ---- the compressing origin, over a scripted inner origin and a scripted client ---- */
 
 struct script {
@@ -320,6 +381,31 @@ static struct um_origin *start(struct script *sc, struct client *c, const char *
     return o;
 }
 
+static void test_origin_flushes_when_the_origin_runs_dry(void **state)
+{
+    (void)state;
+    struct script sc = {.content_length = -1, .ct = "text/event-stream"};
+    struct client c;
+    struct um_origin *o = start(&sc, &c, "gzip");
+    assert_string_equal(c.coding, "gzip");
+    static const char ev[] = "data: one\n\n";
+    static char back[256];
+    assert_int_equal(sc.sink->ops->on_data(sc.sink, ev, sizeof(ev) - 1), sizeof(ev) - 1);
+    assert_int_equal(decodable(UM_CODING_GZIP, c.body.base, c.body.len, back, sizeof(back)), 0);
+    um_sink_flush(sc.sink);
+    assert_int_equal(decodable(UM_CODING_GZIP, c.body.base, c.body.len, back, sizeof(back)),
+                     sizeof(ev) - 1);
+    /* Nothing new since: a second flush sends nothing (no empty blocks). */
+    size_t len = c.body.len;
+    um_sink_flush(sc.sink);
+    assert_int_equal(c.body.len, len);
+    sc.sink->ops->on_end(sc.sink, UM_OK);
+    assert_int_equal(c.ended, 1);
+    assert_int_equal(c.err, UM_OK);
+    um_buf_dispose(&c.body);
+    o->ops->destroy(o);
+}
+
 static void test_origin_failing_encoder_cuts_the_body(void **state)
 {
     (void)state;
@@ -419,6 +505,8 @@ int main(void)
         cmocka_unit_test(test_types),
         cmocka_unit_test(test_gzip_stream_round_trip),
         cmocka_unit_test(test_zstd_and_br_streams_end),
+        cmocka_unit_test(test_flush_makes_all_input_decodable),
+        cmocka_unit_test(test_origin_flushes_when_the_origin_runs_dry),
         cmocka_unit_test(test_origin_failing_encoder_cuts_the_body),
         cmocka_unit_test(test_origin_backpressure_and_resume),
         cmocka_unit_test(test_origin_passes_what_it_does_not_compress),
