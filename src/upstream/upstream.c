@@ -15,7 +15,10 @@
  * Errors before the response head may be retried on another server (idempotent methods,
  * connect errors and resets); otherwise they become 502/504 answers. After the head, an
  * error ends the body as incomplete. The servers' health is shared by all workers
- * (relaxed atomics): failures in a row take a server out for fail_timeout. */
+ * (relaxed atomics): failures in a row take a server out for fail_timeout, except the only
+ * server of a group (nginx's rule: taking it out turns a few failed requests into a dead
+ * site), and when every server is out a request still goes to the one that comes back first
+ * (Envoy's panic routing) instead of getting a 502 untried. */
 #include "umbra/upstream.h"
 
 #include <netdb.h>
@@ -39,7 +42,26 @@ static bool server_usable(struct upstream *up, int i, uint64_t now)
     return atomic_load_explicit(&up->servers[i].down_until, memory_order_relaxed) <= now;
 }
 
-/* Returns a server not tried yet by x and not taken out at now (loop ms), or -1. */
+/* Panic routing: of the servers x has not tried, the one whose time out ends first, or -1
+ * when x has tried them all. Used only when every untried server is out. */
+static int pick_panic(struct upstream *up, struct xfer *x)
+{
+    int n = (int)up->conf->num_servers, best = -1;
+    uint64_t best_until = 0;
+    for (int i = 0; i < n; i++) {
+        if (i < 64 && (x->tried >> i) & 1)
+            continue;
+        uint64_t until = atomic_load_explicit(&up->servers[i].down_until, memory_order_relaxed);
+        if (best < 0 || until < best_until) {
+            best = i;
+            best_until = until;
+        }
+    }
+    return best;
+}
+
+/* Returns a server not tried yet by x and not taken out at now (loop ms); when every untried
+ * server is out, the one that comes back first (pick_panic); -1 when x has tried them all. */
 static int pick_server(struct upstream *up, struct xfer *x, uint64_t now)
 {
     int n = (int)up->conf->num_servers;
@@ -65,7 +87,7 @@ static int pick_server(struct upstream *up, struct xfer *x, uint64_t now)
             best_active = active;
         }
     }
-    return best;
+    return best >= 0 ? best : pick_panic(up, x);
 }
 
 /* Server i failed x at now (loop ms): max_fails in a row take it out for fail_timeout. */
@@ -74,7 +96,9 @@ static void server_failed(struct upstream *up, struct xfer *x, int i, uint64_t n
     if (x->url)
         return; /* a hook's server, not one of the upstream's */
     int fails = atomic_fetch_add_explicit(&up->servers[i].fails, 1, memory_order_relaxed) + 1;
-    if (fails >= up->conf->max_fails) {
+    /* The only server is never taken out: there is nothing to send its requests to instead,
+     * and a 502 untried is worse than a try (its failures still count in the metrics). */
+    if (fails >= up->conf->max_fails && up->conf->num_servers > 1) {
         uint64_t until = now + (uint64_t)(up->conf->fail_timeout * 1000);
         atomic_store_explicit(&up->servers[i].down_until, until, memory_order_relaxed);
         um_metrics_server_down_until(up->slots[i], until);
@@ -83,10 +107,16 @@ static void server_failed(struct upstream *up, struct xfer *x, int i, uint64_t n
     }
 }
 
+/* Server i answered: its failures in a row start again, and a server out that answered a
+ * request panic routing sent it is back at once. */
 static void server_ok(struct upstream *up, int i)
 {
     if (atomic_load_explicit(&up->servers[i].fails, memory_order_relaxed) != 0)
         atomic_store_explicit(&up->servers[i].fails, 0, memory_order_relaxed);
+    if (atomic_load_explicit(&up->servers[i].down_until, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&up->servers[i].down_until, 0, memory_order_relaxed);
+        um_metrics_server_down_until(up->slots[i], 0);
+    }
 }
 
 
@@ -244,7 +274,8 @@ static void build_fields(struct upstream *up, const struct um_fetch *f, struct x
 static void head_arrived(struct xfer *x)
 {
     um_loop_timer_stop(x->loop, &x->ttfb);
-    server_ok(x->up, x->server);
+    if (x->url == NULL) /* a hook's server says nothing of the upstream's */
+        server_ok(x->up, x->server);
     um_metrics_upstream_done(x->up->slots[x->server], um_loop_now(x->loop) - x->t_attempt,
                              false);
 }
@@ -678,13 +709,6 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
     }
     build_fields(up, f, x);
     x->server = pick_server(up, x, um_loop_now(x->loop));
-    if (x->server < 0) {
-        um_log_err("upstream %s: every server is out (failing); answering 502", up->conf->name);
-        x->server = 0;
-        respond_error(x, 502);
-        xfer_free(x);
-        return;
-    }
     start_attempt(x);
 }
 

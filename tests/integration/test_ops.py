@@ -138,21 +138,23 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(p.stdout.decode().strip(), "")
 
     def test_upstream_errors_and_health(self):
-        dead = "http://127.0.0.1:%d" % closed_port()
+        # Two servers: the only server of an upstream is never taken out (issue #26).
+        dead = ["http://127.0.0.1:%d" % closed_port() for _ in range(2)]
         cfg = """
 admin = { listen = "127.0.0.1:0" }
-upstreams = { gone = { servers = { "%s" }, retries = 0, max_fails = 2, fail_timeout = 30 } }
+upstreams = { gone = { servers = { "%s", "%s" }, retries = 0, max_fails = 2, fail_timeout = 30 } }
 routes = { { path = "/", upstream = "gone", cache = false } }
-""" % dead
+""" % tuple(dead)
         with Umbra(cfg) as u:
-            for _ in range(2):
+            for _ in range(4):
                 self.assertEqual(http_get(u.port, "/x")[0], 502)
             s = parse_metrics(scrape(u))
-            srv = dict(upstream="gone", server=dead)
-            self.assertEqual(metric(s, "umbra_upstream_requests_total", **srv), 2)
-            self.assertEqual(metric(s, "umbra_upstream_errors_total", **srv), 2)
-            self.assertEqual(metric(s, "umbra_upstream_server_up", **srv), 0)
-            self.assertEqual(metric(s, "umbra_requests_total", route="/", code="5xx"), 2)
+            for d in dead:
+                srv = dict(upstream="gone", server=d)
+                self.assertEqual(metric(s, "umbra_upstream_requests_total", **srv), 2)
+                self.assertEqual(metric(s, "umbra_upstream_errors_total", **srv), 2)
+                self.assertEqual(metric(s, "umbra_upstream_server_up", **srv), 0)
+            self.assertEqual(metric(s, "umbra_requests_total", route="/", code="5xx"), 4)
             # Error log lines say which worker (and connection, where one is at work). The
             # harness reads the log in a thread of its own: wait for the line to arrive.
             self.assertTrue(wait_until(lambda: log_lines_with(u, "upstream gone: server"), 5),

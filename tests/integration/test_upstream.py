@@ -22,7 +22,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Client, Origin, ParseError, Umbra, class_context,  # noqa: E402
                            closed_port, connect, echoed, exchange, fetch, make_cert, origin_body,
-                           parse_response, parse_responses, release_port, req, values, vm_rss_kb,
+                           parse_response, parse_responses, release_port, req, scrape, values,
+                           vm_rss_kb,
                            wait_until)
 
 
@@ -962,6 +963,73 @@ routes = { { path = "/", upstream = "app" } }
                 self.assertEqual(ports.count(a.port), 3, ports)
                 self.assertEqual(len(b.records()), 4, b.records())
                 self.assertEqual(outs(), 2, "B taken out again:\n" + u.log())
+
+
+# -- passive health never leaves a group with nowhere to go ------------------------------
+
+class PanicRoutingTest(unittest.TestCase):
+    """Issue #26: an upstream of one server went dark for fail_timeout after three dropped
+    connections (every request a 502 untried). The only server of a group is never taken
+    out, and when every server of a group is out, a request goes to the one whose time out
+    ends first."""
+
+    def test_bug_one_server_group_never_goes_dark(self):
+        with Origin() as o, Umbra("""
+admin = { listen = "127.0.0.1:0" }
+upstreams = { app = { servers = { "%s" }, retries = 0, max_fails = 3, fail_timeout = 30 } }
+routes = { { path = "/", upstream = "app" } }
+""" % o.url, workers=1) as u:
+            # The origin closes five connections without answering: each is tried (the
+            # origin sees it) and answered 502.
+            for i in range(5):
+                r = fetch(u.port, req("/drop%d?drop=head" % i))
+                self.assertEqual(r.status, 502, "drop %d: %r" % (i, r))
+            seen = [rec[1] for rec in o.records() if "drop=head" in rec[1]]
+            self.assertEqual(len(seen), 5, "requests answered 502 untried: origin saw %r" % seen)
+            # Then it answers again: the next request is served.
+            r = fetch(u.port, req("/after"))
+            self.assertEqual(r.status, 200, "%r\n%s" % (r, u.log()))
+            self.assertNotIn("in a row", u.log(), "the only server was taken out")
+            # The failures still count in the metrics.
+            metrics = scrape(u)
+            errors = [line for line in metrics.splitlines()
+                      if line.startswith("umbra_upstream_errors_total{") and o.url in line]
+            self.assertEqual(len(errors), 1, metrics)
+            self.assertEqual(int(float(errors[0].split()[-1])), 5, errors[0])
+            up = [line for line in metrics.splitlines()
+                  if line.startswith("umbra_upstream_server_up{") and o.url in line]
+            self.assertEqual([line.split()[-1] for line in up], ["1"], up)
+
+    def test_bug_every_server_out_goes_to_the_first_back(self):
+        ports = [closed_port(), closed_port()]
+        urls = ["http://127.0.0.1:%d" % p for p in ports]
+        with Umbra("""
+upstreams = { app = { servers = { "%s", "%s" }, retries = 1, max_fails = 1, fail_timeout = 60 } }
+routes = { { path = "/", upstream = "app" } }
+""" % tuple(urls), workers=1) as u:
+            # Both refuse: the request tries one, then the other; each is taken out.
+            r = fetch(u.port, req("/both"))
+            self.assertEqual(r.status, 502, r)
+            outs = [line for line in u.log().splitlines() if "in a row" in line]
+            self.assertEqual(len(outs), 2, u.log())
+            first = 0 if urls[0] in outs[0] else 1
+            self.assertIn(urls[first], outs[0])
+            self.assertIn(urls[1 - first], outs[1])
+            # Both come back while passive health still has them out for a minute: the next
+            # requests go to the one taken out first (its time out ends first), and it is
+            # back in the rotation once it answers.
+            for p in ports:
+                release_port(p)
+            with Origin(args=["-l", "127.0.0.1:%d" % ports[0]]) as a, \
+                    Origin(args=["-l", "127.0.0.1:%d" % ports[1]]) as b:
+                r = fetch(u.port, req("/panic"))
+                self.assertEqual(r.status, 200, "%r\n%s" % (r, u.log()))
+                self.assertEqual(int(r.header("X-Origin-Port")), ports[first])
+                got = [fetch(u.port, req("/next%d" % i)) for i in range(4)]
+                self.assertEqual([g.status for g in got], [200] * 4)
+                self.assertEqual({int(g.header("X-Origin-Port")) for g in got}, {ports[first]},
+                                 "the other server is still out: only the first back is used")
+                self.assertEqual(len((a, b)[1 - first].records()), 0)
 
 
 if __name__ == "__main__":

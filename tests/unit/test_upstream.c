@@ -449,10 +449,16 @@ static void test_every_server_out(void **state)
     fetch(&t, "GET", "/o", false);
     assert_int_equal(t.status, 502);
     assert_int_equal(num_attempts, 2);
-    /* Both out: answered 502 without an attempt. */
+    assert_true(down_until(0) > um_loop_now(loop) && down_until(1) > um_loop_now(loop));
+    /* Both out (issue #26: this was a 502 without an attempt): the request goes to the
+     * server whose time out ends first, here server 1, and it is back once it answers. */
+    atomic_store(&up->servers[1].down_until, down_until(0) - 1);
     fetch(&t, "GET", "/o", false);
-    assert_int_equal(t.status, 502);
-    assert_int_equal(num_attempts, 2);
+    assert_int_equal(t.status, 200);
+    assert_int_equal(num_attempts, 3);
+    assert_int_equal(order[2], 1);
+    assert_int_equal(down_until(1), 0);
+    assert_true(down_until(0) > um_loop_now(loop));
 }
 
 static void test_status_per_error(void **state)
