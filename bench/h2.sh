@@ -170,6 +170,7 @@ measure() {
     o1=$(origin_count)
     read -r rate n errs <<<"$(parse_h2load "$out" "$bytes")" || die "could not parse h2load's output ($out)"
     [[ $errs == none ]] || round_bad "$errs"
+    round_caps_check "$n" "$H2_CONNECTIONS"
     ((o1 == o0)) || round_bad "the origin got $((o1 - o0)) requests during the round (expected 0)"
     # The MB/s of the big hit: body bytes per second, in units of 10^6 bytes.
     if [[ $k == hit1m ]]; then rate=$(awk -v r="$rate" -v b="$BIG" 'BEGIN { printf "%.2f\n", r * b / 1e6 }'); fi
@@ -194,7 +195,7 @@ md=$(results_md h2)
     bench_env_md "(not used: $HOW)"
     echo "- h2load: $(h2load --version 2>/dev/null | head -n1); $(openssl version)"
     echo "- certificate: self-signed ECDSA P-256 (the same file for both); TLS 1.2 and 1.3; the protocol is what h2load and each server agree on"
-    echo "- nginx: master + 2 workers, listen ... ssl http2, return 200 \$remote_addr; proxy_cache on tmpfs (keys_zone 16m, proxy_cache_lock on), open_file_cache, upstream keepalive; Umbra: 2 workers, an on_request hook with umbra.respond(200, req.client_ip) and an upstream route with the cache"
+    echo "- nginx: master + 2 workers, listen ... ssl http2, return 200 \$remote_addr; proxy_cache on tmpfs (keys_zone 16m, proxy_cache_lock on), open_file_cache, upstream keepalive, keepalive_requests $BENCH_REQUEST_CAP (it also caps requests per HTTP/2 connection); Umbra: 2 workers, an on_request hook with umbra.respond(200, req.client_ip) and an upstream route with the cache"
     echo "- each case: $HOW; hits warmed before the rounds (the origin is asked during no round)"
     echo
     md_row case server median unit Umbra/nginx target met "server CPU %" "server us/req" "h2load CPU %" \
