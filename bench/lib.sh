@@ -1161,7 +1161,7 @@ bench_env_md() {
     if bench_uses varnish; then echo "- varnish: $(varnishd -V 2>&1 | head -n1)"; fi
     echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
     echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
-    echo "- wrong answers: a round with any is repeated, up to $BENCH_RETRIES times, then the scenario fails; repeated here: ${#REPEATS[@]} (listed at the end)"
+    echo "- wrong answers: a round with any (or that reached a limit of the server) is refused and repeated, up to $BENCH_RETRIES times, then the scenario fails; repeated here: ${#REPEATS[@]} (listed at the end)"
     echo "- servers: $SERVERS; their exact settings at the end"
     echo "- load average at the end: $(cut -d" " -f1-3 /proc/loadavg) (other processes on the machine skew the figures)"
 }
