@@ -9,7 +9,11 @@
 #               beside one without; target: >= 0.95 (not slower: the hit path never looks
 #               at Redis).
 # Servers: one redis-server (no persistence) and three Umbras: "writer" and "reader" share
-# the Redis, "plain" has no L2. See bench/README.md.
+# the Redis, "plain" has no L2. Both measurements go through lib.sh's round machinery: a
+# round with a wrong answer (status, size, the kind of hit, a request that reached the
+# origin during hits) or that reached a limit is refused and repeated; the throughput
+# rounds alternate which node goes first; each round's figures are in the results file.
+# See bench/README.md.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -62,9 +66,11 @@ sleep 0.5 # the workers' Redis connections
 # ---- latency: L2 hit vs memory hit ----
 declare -A LAT
 lat_round() {
-    local s=$1 r=$2 out
+    local s=$2 r=$3 out
     alive writer reader origin
-    out=$(python3 "$BENCH_DIR/l2_latency.py" "${PORT[writer]}" "${PORT[reader]}" "$r" "$L2_KEYS" "$SMALL") ||
+    # Keys of this attempt's own (a repeated round must not find the last attempt's in memory).
+    out=$(python3 "$BENCH_DIR/l2_latency.py" "${PORT[writer]}" "${PORT[reader]}" "$((r * 100000 + RANDOM))" \
+        "$L2_KEYS" "$SMALL") ||
         die "l2_latency.py failed"
     read -r l2p50 memp50 l2p99 memp99 wrong <<<"$out"
     if ((wrong > 0)); then
@@ -78,7 +84,7 @@ lat_round() {
 # shellcheck disable=SC2034 # read by each_round, by name
 LATS=(latency)
 log "measuring: latency x $ROUNDS rounds x $L2_KEYS keys"
-each_round LATS lat_round
+each_round LATS lat_round latency
 
 # ---- throughput: memory hits with and without cache.l2 ----
 MSRV=(umbra-l2 umbra-plain)
@@ -90,7 +96,15 @@ for s in "${MSRV[@]}"; do
     done
     curl -s -D - -o /dev/null "http://127.0.0.1:${PORT[${NODE[$s]}]}$URL_HIT" |
         grep -qiE '^Cache-Status:.*;[[:space:]]*hit' || die "$s: $URL_HIT is not a hit"
+    check_get "$s" "http://127.0.0.1:${PORT[${NODE[$s]}]}$URL_HIT" "$SMALL"
 done
+# What each answer must be: wrk's bytes per response (head and body, wrk_check) and, after
+# each round, one GET with exactly the origin's bytes (answer_check).
+declare -A EXPECT=()
+for s in "${MSRV[@]}"; do
+    EXPECT[$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[${NODE[$s]}]}$URL_HIT")
+done
+origin_ref "$SMALL" "$BENCH_TMP/ref.hit"
 # shellcheck disable=SC2034
 declare -A RPS P50 P99
 measure() {
@@ -101,8 +115,9 @@ measure() {
     run_wrk "http://127.0.0.1:${PORT[$n]}$URL_HIT" "$out"
     o1=$(origin_count)
     read_wrk "$out"
-    [[ $WRK_ERRS == none ]] || round_bad "wrk: $WRK_ERRS"
+    wrk_check "${EXPECT[$s]}" "$WRK_CONNECTIONS"
     ((o1 == o0)) || round_bad "the origin got $((o1 - o0)) requests during the round (expected 0)"
+    answer_check "http://127.0.0.1:${PORT[$n]}$URL_HIT" "$BENCH_TMP/ref.hit"
     printf '[bench] hit1k %-11s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  %s\n' \
         "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "${ROUND_BAD:-answers right}" >&2
     [[ -n $ROUND_BAD ]] && return 0
@@ -139,6 +154,20 @@ md=$(results_md l2)
     md_row --- ---: --- ---: --- ---
     md_row "l2 hit latency" "$l2p50 ms (p99 $l2p99)" "memory hit $memp50 ms (p99 $memp99)" "$latx" "<= $TARGET_LAT_X" "$latmet"
     md_row "hit1k with l2" "${MR[umbra-l2]}" "without l2 ${MR[umbra-plain]}" "$rpsx" ">= $TARGET_RPS_X" "$rpsmet"
+    echo
+    echo "Medians of the rounds; each round's figures (the throughput rounds alternate which node"
+    echo "goes first):"
+    echo
+    md_row measure "per round" repeated
+    md_row --- --- ---
+    md_row "L2 hit p50 ms" "${LAT[l2p50]% }" "$(repeated_md latency,latency)"
+    md_row "memory hit p50 ms" "${LAT[memp50]% }" "$(repeated_md latency,latency)"
+    md_row "L2 hit p99 ms" "${LAT[l2p99]% }" "$(repeated_md latency,latency)"
+    md_row "memory hit p99 ms" "${LAT[memp99]% }" "$(repeated_md latency,latency)"
+    md_row "hit1k req/s with l2" "${RPS[hit1k,umbra-l2]% }" "$(repeated_md hit1k,umbra-l2)"
+    md_row "hit1k req/s without l2" "${RPS[hit1k,umbra-plain]% }" "$(repeated_md hit1k,umbra-plain)"
+    md_row "hit1k p50 ms with l2" "${P50[hit1k,umbra-l2]% }" "$(repeated_md hit1k,umbra-l2)"
+    md_row "hit1k p50 ms without l2" "${P50[hit1k,umbra-plain]% }" "$(repeated_md hit1k,umbra-plain)"
     echo
     for n in writer reader plain; do
         echo "Umbra $n, \`config.lua\`:"

@@ -111,6 +111,7 @@ bench_cleanup() {
     local rc=$? pid d
     trap - EXIT INT TERM
     [[ -n ${BENCH_WRK_PID:-} ]] && stop_pid "$BENCH_WRK_PID"
+    [[ -n ${CONN_WATCH_PID:-} ]] && stop_pid "$CONN_WATCH_PID"
     for pid in "${BENCH_PIDS[@]}"; do
         stop_pid "$pid"
     done
@@ -315,20 +316,48 @@ make_file() {
     chmod 644 "$1"
 }
 
+# ---- the servers' own limits, beyond any round's reach (issue 26) ---------------------
+#
+# A server that reaches one of its configured limits during a round measures the limit, not
+# itself: nginx 1.22's keepalive_requests also caps the requests of an HTTP/2 connection
+# (http2_max_requests is obsolete since 1.19.7), and at 100000 it made every h2 echo round
+# of nginx 10 connections x 100000 requests, whatever the round's length. Every limit on
+# requests, connections or time that a round could meet is therefore set far beyond what a
+# round can reach (the largest round: proxy's -c1000 for 10 s, about 2000 connections and
+# a few hundred thousand requests per connection at most), and the round machinery refuses
+# a round that reaches one anyway (round_limits: requests per connection near the cap,
+# connections the server closed and the client did not reopen). The limits, per server:
+#   nginx    keepalive_requests, keepalive_time, keepalive_timeout, worker_connections and
+#            worker_rlimit_nofile (here), http2_max_concurrent_streams (h2.sh), the upstream
+#            pool's keepalive_requests and keepalive_timeout (NGINX_UPSTREAM_*);
+#   Varnish  no limit of requests per connection; timeout_idle (5 s) closes only a
+#            connection idle that long, which no round leaves; its threads are sized from the
+#            round's connections (cache.sh: thread_pool_min/max);
+#   Apache   MaxKeepAliveRequests 0 (no limit), processes for twice the connections (cgi.sh);
+#   Umbra    no limit of requests per connection; limits.max_connections 10000 (5 x the
+#            largest round's; idle.sh and ws.sh raise it for theirs), timeouts.idle 60 s,
+#            http2.max_concurrent_streams (h2.sh, the same as nginx's);
+#   Redis    maxclients 10000 (l2.sh: 2 workers x 2 Umbras connect).
+#
+# NGINX_KEEPALIVE_REQUESTS: requests per client connection, HTTP/1.1 and HTTP/2 (a knob only
+# so that a scratch run can show a capped round refused; never lower it for figures).
+: "${NGINX_KEEPALIVE_REQUESTS:=1000000000}"
+# nginx's worker_connections (client and upstream connections per worker; the largest round
+# needs 2000 if one worker takes them all) and the descriptors its workers may open.
+: "${NGINX_WORKER_CONNECTIONS:=16384}"
+NGINX_RLIMIT_NOFILE=$((2 * NGINX_WORKER_CONNECTIONS + 1024))
+
 # The settings of every nginx's http block that a user would tune for speed (the block has
 # also its temp paths and default type; start_nginx_with). Clients' connections are kept
-# alive for many requests.
-# No server in a comparison may reach a configured cap (issue #26): nginx 1.22's
-# keepalive_requests also caps the requests of one HTTP/2 connection, and a cap of 100,000
-# once made every nginx h2 round end at exactly 10 connections x 100,000 requests. A round
-# of the longest DURATION at tens of millions of requests per second stays far below
-# BENCH_REQUEST_CAP, and round_caps_check refuses a round that reaches it all the same.
-: "${BENCH_REQUEST_CAP:=1000000000}"
+# alive for as many requests and as long as any round lasts: keepalive_time (the longest a
+# connection lives, 1 h by default) a day, keepalive_timeout (idle between two requests) an
+# hour.
 NGINX_HTTP_COMMON="access_log off;
     sendfile on;
     tcp_nopush on;
-    keepalive_requests $BENCH_REQUEST_CAP;
-    keepalive_timeout 65s;"
+    keepalive_requests $NGINX_KEEPALIVE_REQUESTS;
+    keepalive_time 24h;
+    keepalive_timeout 3600s;"
 # nginx as its users would tune it for these jobs. The scenarios that serve files (static,
 # tls, and cache's hits, which nginx reads from its cache files) keep the files' descriptors
 # and sizes open: NGINX_OPEN_FILE_CACHE goes into their http block.
@@ -336,10 +365,11 @@ NGINX_OPEN_FILE_CACHE="open_file_cache max=10000 inactive=60s;
     open_file_cache_valid 60s;"
 # Its upstream connections (proxy, cache) as Umbra's own HTTP/1.1 client keeps its own: up
 # to 1024 idle connections per server and worker (nginx's keepalive is per worker too),
-# closed after 60 s idle. Umbra has no limit of requests per connection; nginx's default
-# keepalive_requests would close one after 1000.
+# closed after 60 s idle (no round leaves one idle that long). Umbra has no limit of
+# requests per connection; nginx's default keepalive_requests would close one after 1000,
+# so it is as far out of reach as the clients' (NGINX_KEEPALIVE_REQUESTS).
 NGINX_UPSTREAM_KEEPALIVE=1024
-NGINX_UPSTREAM_KEEPALIVE_REQUESTS=$BENCH_REQUEST_CAP
+NGINX_UPSTREAM_KEEPALIVE_REQUESTS=1000000000
 NGINX_UPSTREAM_KEEPALIVE_TIMEOUT=60s
 
 # nginx_upstream NAME PORT: an upstream block for the server at 127.0.0.1:PORT with the
@@ -377,9 +407,10 @@ worker_processes 2;
 pid $dir/nginx.pid;
 error_log $dir/error.log warn;
 $main
+$([[ $main == *worker_rlimit_nofile* ]] || echo "worker_rlimit_nofile $NGINX_RLIMIT_NOFILE;")
 
 events {
-    worker_connections ${NGINX_WORKER_CONNECTIONS:-4096};
+    worker_connections $NGINX_WORKER_CONNECTIONS;
 }
 
 http {
@@ -585,7 +616,10 @@ run_wrk() {
     local url=$1 out=$2 conns=${3:-$WRK_CONNECTIONS} script=${4:-}
     local args=(-t"$WRK_THREADS" -c"$conns" -d"${DURATION}s" --timeout "${WRK_TIMEOUT}s" --latency)
     [[ -n $script ]] && args+=(-s "$script")
+    [[ $url =~ ^https?://[^/]*:([0-9]+)(/|$) ]] || die "internal: run_wrk: no port in $url"
+    conn_watch_start "${BASH_REMATCH[1]}"
     run_timed "$out" $((DURATION + 30)) wrk "${args[@]}" "$url"
+    conn_watch_end
     if ((TIMED_RC != 0)); then
         cat "$out" >&2
         die "wrk exited with $TIMED_RC against $url"
@@ -689,20 +723,8 @@ each_round() {
 REPEATS=()
 declare -A REPEATED=()
 ROUND_BAD=
-
-# round_caps_check DONE CONNECTIONS: refuses the round (round_bad) when its client's
-# connections carried together as many requests as a configured per-connection cap
-# (BENCH_REQUEST_CAP, NGINX_HTTP_COMMON's keepalive_requests): one of them may then have
-# stopped at the cap, and the figure would be the cap's, not the server's. (An average per
-# connection would miss a round where only some connections reached it.) A client that does not reopen a connection the server closed (h2load)
-# stops at the cap; one that does (wrk) pays a reconnect per cap. h2.sh and wrk_check call it.
-round_caps_check() {
-    local done=$1 conns=$2
-    ((conns > 0)) || return 0
-    if ((done >= BENCH_REQUEST_CAP)); then
-        round_bad "$done requests over $conns connections reached the cap of $BENCH_REQUEST_CAP requests per connection"
-    fi
-}
+# The server of the round being run (bench_round's SERVER), for round_limits.
+ROUND_SERVER=
 
 # round_bad TEXT: the round being run has wrong answers, TEXT says which (appended to
 # ROUND_BAD). The round function must then not record its figures.
@@ -719,13 +741,15 @@ bench_round() {
         echo "${a[*]:1:n-2}"
     )
     label="$(basename "$0" .sh) ${a[*]:1:n-2} round $r"
+    ROUND_SERVER=${a[n - 2]}
     for ((try = 0; ; try++)); do
         ROUND_BAD=
+        CONN_SEEN=
         "$@"
         [[ -z $ROUND_BAD ]] && return 0
         ((try < BENCH_RETRIES)) ||
-            die "$label: wrong answers ($ROUND_BAD), $((try + 1)) attempts in a row: no figure, the scenario fails"
-        warn "$label: wrong answers ($ROUND_BAD): not a figure; repeating the round (repeat $((try + 1)) of at most $BENCH_RETRIES)"
+            die "$label: refused ($ROUND_BAD), $((try + 1)) attempts in a row: no figure, the scenario fails"
+        warn "$label: refused ($ROUND_BAD): not a figure; repeating the round (repeat $((try + 1)) of at most $BENCH_RETRIES)"
         REPEATS+=("$label, attempt $((try + 1)) of at most $((BENCH_RETRIES + 1)): $ROUND_BAD")
         REPEATED[$key]+="r$r: $ROUND_BAD. "
         sleep 1
@@ -748,8 +772,9 @@ repeats_md() {
         echo "BENCH_RETRIES=$BENCH_RETRIES times, and the scenario fails when it stays wrong)."
         return 0
     fi
-    echo "Rounds repeated because of wrong answers (these attempts are not in the figures; each"
-    echo "round is repeated up to BENCH_RETRIES=$BENCH_RETRIES times, and the scenario fails when it stays wrong):"
+    echo "Rounds repeated because they were refused: wrong answers, or a limit of the server reached"
+    echo "(these attempts are not in the figures; each round is repeated up to BENCH_RETRIES=$BENCH_RETRIES"
+    echo "times, and the scenario fails when it stays refused):"
     echo
     for b in "${REPEATS[@]}"; do echo "- $b"; done
 }
@@ -758,6 +783,89 @@ repeats_md() {
 warn_repeats() {
     if ((${#REPEATS[@]})); then
         warn "${#REPEATS[@]} round attempts had wrong answers and were repeated (listed in the results file)"
+    fi
+}
+
+# ---- rounds that reach a limit of the server -------------------------------------------
+#
+# A round that reaches a limit of the server (its requests per connection, its connections)
+# measures that limit: it is refused like a round with wrong answers (round_bad: repeated,
+# then the scenario fails), whatever its figure. The limits are set far out of reach (the
+# top of this file); these checks make sure that they stayed there.
+
+# req_cap SERVER: the requests per client connection that SERVER (a round's server name)
+# allows before it closes the connection, 0 for no limit: nginx's keepalive_requests (the
+# rows named nginx...); Umbra, Varnish and Apache (MaxKeepAliveRequests 0) have none.
+req_cap() {
+    case $1 in
+    nginx*) echo "$NGINX_KEEPALIVE_REQUESTS" ;;
+    *) echo 0 ;;
+    esac
+}
+
+# conn_watch_start PORT: while a client runs its round against 127.0.0.1:PORT, counts its
+# established connections to PORT (ss, the sockets whose destination is PORT) three times,
+# 0.1 s apart, from 3/4 of DURATION, keeping the largest count, for conn_watch_end. A
+# client that reopens what the server closed (wrk) keeps its count; one that does not
+# (h2load after a GOAWAY) shows fewer.
+CONN_WATCH_PID=
+CONN_SEEN=
+conn_watch_start() {
+    local port=$1
+    command -v ss >/dev/null 2>&1 || die "ss not found (iproute2): the rounds' connection check needs it"
+    CONN_WATCH_OUT=$BENCH_TMP/conn-watch.$port
+    CONN_WATCH_AT=$(awk -v d="$DURATION" 'BEGIN { printf "%.1f\n", d * 0.75 }')
+    rm -f "$CONN_WATCH_OUT"
+    (
+        sleep "$CONN_WATCH_AT"
+        best=0
+        for i in 1 2 3; do
+            n=$(ss -Htn state established "( dport = :$port )" 2>/dev/null | wc -l)
+            ((n > best)) && best=$n
+            ((i < 3)) && sleep 0.1
+        done
+        echo "$best" >"$CONN_WATCH_OUT"
+    ) &
+    CONN_WATCH_PID=$!
+}
+
+# conn_watch_end: after the client's run, CONN_SEEN: the largest count of conn_watch_start
+# ("-" when the client ended before the count was taken).
+conn_watch_end() {
+    [[ -n $CONN_WATCH_PID ]] || return 0
+    # A client that stopped early: the count is not waited for.
+    if kill -0 "$CONN_WATCH_PID" 2>/dev/null && [[ ! -s $CONN_WATCH_OUT ]]; then
+        local i
+        for ((i = 0; i < 10; i++)); do
+            kill -0 "$CONN_WATCH_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    stop_pid "$CONN_WATCH_PID"
+    CONN_WATCH_PID=
+    CONN_SEEN=$(cat "$CONN_WATCH_OUT" 2>/dev/null || true)
+    [[ $CONN_SEEN =~ ^[0-9]+$ ]] || CONN_SEEN=-
+}
+
+# round_limits DONE CONNS: after a round of DONE successful requests on CONNS client
+# connections to the round's server (ROUND_SERVER), round_bad when
+#   - DONE reaches half of CONNS x the server's requests per connection (req_cap): one
+#     connection may have met the limit, and at CONNS x the limit exactly the figure is the
+#     limit over the round's length;
+#   - fewer than CONNS client connections were open near the end of the round (CONN_SEEN,
+#     conn_watch_start): the server closed some and the client did not reopen them.
+round_limits() {
+    local done=$1 conns=$2 cap
+    cap=$(req_cap "$ROUND_SERVER")
+    if ((cap > 0 && done * 2 >= conns * cap)); then
+        if ((done == conns * cap)); then
+            round_bad "$done requests = $conns connections x $ROUND_SERVER's limit of $cap requests per connection: the figure is the limit"
+        else
+            round_bad "$done requests on $conns connections reach half of $ROUND_SERVER's limit of $cap requests per connection: the figure may be the limit's"
+        fi
+    fi
+    if [[ -n $CONN_SEEN && $CONN_SEEN != - ]] && ((CONN_SEEN < conns)); then
+        round_bad "$CONN_SEEN of $conns client connections open at ${CONN_WATCH_AT} s: the server closed the others and the client did not reopen them"
     fi
 }
 
@@ -784,7 +892,8 @@ answer_bytes() {
 # responses with a status of 400 or more, completed no response, or read a number of bytes
 # that does not fit EXPECT bytes per response (head and body, answer_bytes) with CONNS
 # connections: answers of another size (an error page, a redirect, a short body) with
-# the right framing. (A body that does not match its framing makes a socket error.)
+# the right framing. (A body that does not match its framing makes a socket error.) Also
+# round_limits: the server's limits out of the round's reach.
 wrk_check() {
     local expect=$1 conns=$2 v
     [[ $WRK_ERRS == none ]] || round_bad "wrk: $WRK_ERRS"
@@ -792,11 +901,11 @@ wrk_check() {
         round_bad "wrk: no complete response"
         return 0
     fi
+    round_limits "$WRK_REQS" "$conns"
     v=$(awk -v b="$WRK_BYTES" -v n="$WRK_REQS" -v e="$expect" -v c="$conns" -v t="$RESP_TOL" -v sl="$RESP_SLACK" '
         BEGIN { if (b < n * e * (1 - t) || b > n * (e * (1 + t) + sl) + c * e)
                     printf "%.1f bytes per response where one GET got %d", b / n, e }')
     [[ -z $v ]] || round_bad "wrk read $WRK_BYTES bytes in $WRK_REQS responses, $v"
-    round_caps_check "$WRK_REQS" "$conns"
 }
 
 # answer_check URL REF [CURL_OPTION...]: after a round, one GET of URL must answer 200 with
@@ -1052,7 +1161,7 @@ bench_env_md() {
     if bench_uses varnish; then echo "- varnish: $(varnishd -V 2>&1 | head -n1)"; fi
     echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
     echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
-    echo "- wrong answers: a round with any is repeated, up to $BENCH_RETRIES times, then the scenario fails; repeated here: ${#REPEATS[@]} (listed at the end)"
+    echo "- wrong answers: a round with any (or that reached a limit of the server) is refused and repeated, up to $BENCH_RETRIES times, then the scenario fails; repeated here: ${#REPEATS[@]} (listed at the end)"
     echo "- servers: $SERVERS; their exact settings at the end"
     echo "- load average at the end: $(cut -d" " -f1-3 /proc/loadavg) (other processes on the machine skew the figures)"
 }

@@ -264,7 +264,7 @@ md=$(results_md tls)
     bench_env_md "(arguments: tls/1k below)"
     echo "- ab: $(ab -V 2>&1 | head -n1 | sed 's/^This is //'); h2load: $(h2load --version 2>/dev/null | head -n1 || echo "not installed"); $(openssl version)"
     echo "- certificate: self-signed ECDSA P-256 (the same file for both); TLS 1.2 and 1.3; session tickets on; no session cache (Umbra has none, nginx's default ssl_session_cache none)"
-    echo "- nginx: master + 2 workers, ssl_protocols TLSv1.2 TLSv1.3, ssl_session_tickets on, keepalive_requests $BENCH_REQUEST_CAP, open_file_cache, other TLS settings default; Umbra: 2 workers, tls defaults"
+    echo "- nginx: master + 2 workers, ssl_protocols TLSv1.2 TLSv1.3, ssl_session_tickets on, keepalive_requests $NGINX_KEEPALIVE_REQUESTS, open_file_cache, other TLS settings default; Umbra: 2 workers, tls defaults"
     for s in "${SRV[@]}"; do echo "- $s negotiates with a default client: ${NEGOTIATED[$s]}"; done
     for k in "${CASES[@]}"; do echo "- tls/$k: ${WHAT[$k]}"; done
     echo
