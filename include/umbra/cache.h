@@ -104,6 +104,12 @@ void um_cache_destroy(struct um_cache *c);
 struct um_cache_obj *um_cache_lookup(struct um_cache *c, um_str key, um_cache_match_cb match,
                                      void *arg);
 
+/* Every linked, FILLING or COMPLETE object with this key that match accepts (newest
+ * first), at most max of them, each with a new reference in out[]. Returns how many. No
+ * visited bit is set: the caller is not serving them. */
+size_t um_cache_variants(struct um_cache *c, um_str key, um_cache_match_cb match, void *arg,
+                         struct um_cache_obj **out, size_t max);
+
 /* Lookup, and on a miss insert a new FILLING object with this key and tag, atomically with
  * respect to other lookup_or_insert calls on any thread: of N concurrent callers with the
  * same key and matching tags, exactly one gets UM_CACHE_CREATED. On FOUND and CREATED *out

@@ -160,6 +160,11 @@ struct um_fetch {
      * nodes with different secrets would otherwise bounce it between them for ever). */
     bool peer_refused;
     um_str fill_key;
+    /* Set by the cache layer on a fill that makes one coding of an object from another
+     * stored coding of it (identity): the compressing layer below the cache reads the
+     * answer from this origin instead of its inner one, and asks nobody else. Layers that
+     * do not transform bodies never see it set (the cache sets it only over compression). */
+    struct um_origin *source;
 };
 
 /* The origin reads the request body itself through um_sink_ops.read_body (it is not

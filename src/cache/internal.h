@@ -103,11 +103,27 @@ struct reader {
     /* The reader's reference to obj went with the answer's last bytes (to the sink,
      * which releases it): release gives none back. */
     bool obj_given;
+    /* The reader feeds a fill that makes another coding of its identity object
+     * (origin.c's derive_start): its head carries the object's tags (Surrogate-Key) even
+     * when clients are not to see them, and an object the origin coded after all is not
+     * used (the fill's own request goes to the origin instead). */
+    bool for_coding;
     struct um_req_meta qm; /* the request's metadata, scanned once (has_qm) */
     bool ranged;
     uint64_t range_skip; /* body bytes before the range, still to pass over */
     uint64_t range_left;
     struct um_cache_status cs;
+};
+
+/* The source of a fill that makes one coding of an object from its stored identity
+ * object instead of asking the origin (origin.c's derive_start): an origin whose fetch is
+ * a reader of obj, for the compressing layer to read from (um_fetch.source). Owned by the
+ * fill. */
+struct derive_src {
+    struct um_origin base;
+    struct cache_origin *co;
+    struct um_cache_obj *obj; /* referenced */
+    struct um_request *req;   /* the fill's request with Accept-Encoding: identity */
 };
 
 struct fill {
@@ -142,6 +158,7 @@ struct fill {
     char *fetch_copy;
     uint64_t l2_started;
     bool from_l2; /* filled from the second-level cache: not written back */
+    struct derive_src *dsrc; /* a coding made from the stored identity object, or NULL */
     /* Last: a new fill zeroes what is before it, and only the used entries of its
      * headers[] are ever written (um__cache_copy_request). */
     struct um_request req;
@@ -219,6 +236,8 @@ char *um__cache_make_key(const struct um_request *req, size_t *len);
 /* origin_reader.c */
 /* The match callback of lookups: does obj's tag take the request arg? */
 bool um__cache_match(const struct um_cache_obj *obj, void *arg);
+/* Whether obj's stored head has a Content-Encoding other than identity. */
+bool um__cache_obj_coded(const struct um_cache_obj *obj);
 /* Splits a stored head block into at most max fields (slices of it); returns how many. */
 size_t um__cache_head_fields(um_str head, struct um_header *f, size_t max);
 /* The meta block of a stored response: base's first fields (flags .. content_length) and

@@ -235,6 +235,12 @@ void um__cache_fill_free(struct fill *fl)
             um_cache_obj_release_refresh(fl->old);
         um_cache_obj_unref(fl->old);
     }
+    if (fl->dsrc) {
+        um_cache_obj_unref(fl->dsrc->obj);
+        free(fl->dsrc->req);
+        free(fl->dsrc);
+        fl->dsrc = NULL;
+    }
     free(fl->key);
     free(fl->head_copy);
     um_config_unref(fl->co->config);
@@ -305,6 +311,122 @@ static int64_t hook_ttl(const struct fill *fl, const struct um_response_head *h)
     return h->has_ttl ? h->ttl : fl->has_ttl ? fl->ttl : -1;
 }
 
+/* Freshens old from the 304 h (RFC 9111 4.3.4): its fields updated from the 304, its
+ * body and variant tag kept, in no (the object a coalesced revalidation's readers wait on)
+ * or a new object inserted ahead of old; old is unlinked once that is complete. Returns
+ * the new object (referenced; COMPLETE unless it could not be stored), or NULL. */
+static struct um_cache_obj *freshen(struct fill *fl, struct um_cache_obj *old,
+                                    struct um_cache_obj *no, const struct um_response_head *h,
+                                    const struct um_resp_meta *rm, time_t response_time)
+{
+    struct cache_origin *co = fl->co;
+    um_str ometa, ohead;
+    um_cache_obj_head(old, &ometa, &ohead);
+    struct meta m;
+    memcpy(&m, ometa.base, sizeof(m));
+    struct um_header of[MAX_OUT_FIELDS], merged[MAX_OUT_FIELDS * 2];
+    size_t on = um__cache_head_fields(ohead, of, MAX_OUT_FIELDS), mn = 0;
+    for (size_t i = 0; i < on; i++) {
+        bool replaced = false;
+        for (size_t j = 0; j < h->num_headers && !replaced; j++)
+            replaced = of[i].name.len == h->headers[j].name.len &&
+                       strncasecmp(of[i].name.base, h->headers[j].name.base, of[i].name.len) == 0 &&
+                       um_cache_field_updatable(h->headers[j].name, rm);
+        if (!replaced)
+            merged[mn++] = of[i];
+    }
+    for (size_t j = 0; j < h->num_headers && mn < UM_NELEMS(merged); j++)
+        if (um_cache_field_updatable(h->headers[j].name, rm))
+            merged[mn++] = h->headers[j];
+    struct um_resp_meta mm;
+    um_resp_meta_scan(&mm, m.status, merged, mn);
+    um_resp_meta_target(&mm, &co->pol);
+    um_age_times_init(&m.times, &mm, fl->request_time, response_time);
+    enum um_fresh_source src;
+    m.lifetime = um_freshness_lifetime(&mm, &co->pol, response_time, &src);
+    if (hook_ttl(fl, h) >= 0)
+        m.lifetime = hook_ttl(fl, h);
+    size_t blen, mlen;
+    char *block = head_block(co, merged, mn, &mm, &blen);
+    struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &co->pol, &mlen);
+    um_str otag = um_cache_obj_tag(old);
+    if (no && um_cache_obj_set_tag(no, otag.base, otag.len) != UM_OK) {
+        um_cache_obj_unref(no);
+        no = NULL;
+    } else if (no == NULL) {
+        no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len}, otag.base, otag.len);
+    }
+    /* The tags: the 304's own tag fields, else the stored object's. */
+    um_str tags[UM_CACHE_MAX_TAGS * 2];
+    size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
+    if (ntags == 0)
+        ntags = um_cache_obj_tags(old, tags, UM_NELEMS(tags));
+    if (no && um_cache_obj_set_tags(no, tags, ntags) == UM_OK &&
+        um_cache_obj_set_head(no, mb, mlen, block, blen) == UM_OK &&
+        um_cache_obj_adopt_body(no, old) == UM_OK) {
+        int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
+        um_cache_obj_set_expires(no, expires);
+        um_cache_obj_set_stale_until(no, expires + VALIDATOR_KEEP);
+        um_cache_obj_finish(no, true);
+        um_cache_unlink(co->cache, old);
+        l2_write(fl, no); /* its new lifetime */
+    } else if (no) {
+        um_cache_obj_finish(no, false);
+    }
+    free(mb);
+    free(block);
+    return no;
+}
+
+/* An object's ETag without its weak prefix (len 0: none). */
+static um_str opaque_etag(const struct um_cache_obj *obj)
+{
+    um_str ms, hs;
+    if (!um_cache_obj_head(obj, &ms, &hs))
+        return (um_str){NULL, 0};
+    const struct meta *m = (const struct meta *)(const void *)ms.base;
+    um_str e = {m->etag_len ? hs.base + m->etag_off : NULL, m->etag_len};
+    if (e.len >= 2 && e.base[0] == 'W' && e.base[1] == '/') {
+        e.base += 2;
+        e.len -= 2;
+    }
+    return e;
+}
+
+/* The other codings of the revalidated object are freshened by the same 304: each was
+ * made from the same identity bytes, and carries the weak form of its ETag (compress.h),
+ * so one revalidation refreshes every coding of the object (RFC 9111 4.3.4 freshens the
+ * stored responses the validator selects). Objects without an ETag are left alone. */
+static void freshen_siblings(struct fill *fl, const struct um_cache_obj *done,
+                             const struct um_response_head *h, const struct um_resp_meta *rm,
+                             time_t response_time)
+{
+    const struct um_compress_conf *cc = fl->co->route ? &fl->co->route->compress : NULL;
+    if (cc == NULL || !cc->enabled)
+        return;
+    um_str etag = opaque_etag(fl->old);
+    if (etag.len == 0)
+        return;
+    struct um_cache_obj *v[16];
+    size_t n = um_cache_variants(fl->co->cache, (um_str){fl->key, fl->key_len}, NULL, NULL, v,
+                                 UM_NELEMS(v));
+    for (size_t i = 0; i < n; i++) {
+        struct um_cache_obj *o = v[i];
+        if (o != fl->old && o != done && um_cache_obj_state(o) == UM_CACHE_COMPLETE) {
+            um_str ms, hs;
+            um_str e = opaque_etag(o);
+            if (um_cache_obj_head(o, &ms, &hs) &&
+                !(((const struct meta *)(const void *)ms.base)->flags & META_F_PASS) &&
+                e.len == etag.len && memcmp(e.base, etag.base, e.len) == 0) {
+                struct um_cache_obj *no = freshen(fl, o, NULL, h, rm, response_time);
+                if (no)
+                    um_cache_obj_unref(no);
+            }
+        }
+        um_cache_obj_unref(o);
+    }
+}
+
 static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
@@ -318,68 +440,11 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
     um_req_meta_scan(&qm, fl->req.method_id, fl->req.headers, fl->req.num_headers);
 
     if (fl->revalidating && h->status == 304 && fl->old) {
-        /* Freshen the stored response: its fields updated from the 304, its body kept. */
-        um_str ometa, ohead;
-        um_cache_obj_head(fl->old, &ometa, &ohead);
-        struct meta m;
-        memcpy(&m, ometa.base, sizeof(m));
-        struct um_header of[MAX_OUT_FIELDS], merged[MAX_OUT_FIELDS * 2];
-        size_t on = um__cache_head_fields(ohead, of, MAX_OUT_FIELDS), mn = 0;
-        for (size_t i = 0; i < on; i++) {
-            bool replaced = false;
-            for (size_t j = 0; j < h->num_headers && !replaced; j++)
-                replaced = of[i].name.len == h->headers[j].name.len &&
-                           strncasecmp(of[i].name.base, h->headers[j].name.base,
-                                       of[i].name.len) == 0 &&
-                           um_cache_field_updatable(h->headers[j].name, &rm);
-            if (!replaced)
-                merged[mn++] = of[i];
-        }
-        for (size_t j = 0; j < h->num_headers && mn < UM_NELEMS(merged); j++)
-            if (um_cache_field_updatable(h->headers[j].name, &rm))
-                merged[mn++] = h->headers[j];
-        struct um_resp_meta mm;
-        um_resp_meta_scan(&mm, m.status, merged, mn);
-        um_resp_meta_target(&mm, &co->pol);
-        um_age_times_init(&m.times, &mm, fl->request_time, response_time);
-        enum um_fresh_source src;
-        m.lifetime = um_freshness_lifetime(&mm, &co->pol, response_time, &src);
-        if (hook_ttl(fl, h) >= 0)
-            m.lifetime = hook_ttl(fl, h);
-        size_t blen, mlen;
-        char *block = head_block(co, merged, mn, &mm, &blen);
-        struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &co->pol, &mlen);
-        um_str otag = um_cache_obj_tag(fl->old);
         /* A coalesced revalidation fills the object its waiters read (fl->obj); a
          * background one makes a new object. */
-        struct um_cache_obj *no = fl->obj;
+        struct um_cache_obj *no = freshen(fl, fl->old, fl->obj, h, &rm, response_time);
         fl->obj = NULL;
-        if (no && um_cache_obj_set_tag(no, otag.base, otag.len) != UM_OK) {
-            um_cache_obj_unref(no);
-            no = NULL;
-        } else if (no == NULL) {
-            no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len}, otag.base,
-                                 otag.len);
-        }
-        /* The tags: the 304's own tag fields, else the stored object's. */
-        um_str tags[UM_CACHE_MAX_TAGS * 2];
-        size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
-        if (ntags == 0)
-            ntags = um_cache_obj_tags(fl->old, tags, UM_NELEMS(tags));
-        if (no && um_cache_obj_set_tags(no, tags, ntags) == UM_OK &&
-            um_cache_obj_set_head(no, mb, mlen, block, blen) == UM_OK &&
-            um_cache_obj_adopt_body(no, fl->old) == UM_OK) {
-            int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
-            um_cache_obj_set_expires(no, expires);
-            um_cache_obj_set_stale_until(no, expires + VALIDATOR_KEEP);
-            um_cache_obj_finish(no, true);
-            um_cache_unlink(co->cache, fl->old);
-            l2_write(fl, no); /* its new lifetime */
-        } else if (no) {
-            um_cache_obj_finish(no, false);
-        }
-        free(mb);
-        free(block);
+        freshen_siblings(fl, no, h, &rm, response_time);
         fl->revalidating = false;
         if (no && um_cache_obj_state(no) == UM_CACHE_COMPLETE)
             own_switch(fl, no, 304);

@@ -60,7 +60,7 @@ static bool tag_matches(um_str tag, const struct um_request *req)
 {
     /* No Vary values (the usual case; flags alone match every request): nothing to
      * compare. */
-    if (tag.len <= 1)
+    if (tag.len <= 1 || (tag.base[0] & (TAG_PASS | TAG_PENDING)))
         return true;
     struct tag_view tv;
     if (!tag_parse(tag, &tv))
@@ -87,6 +87,21 @@ bool um__cache_tag_matches(um_str tag, const struct um_request *req)
 bool um__cache_match(const struct um_cache_obj *obj, void *arg)
 {
     return tag_matches(um_cache_obj_tag(obj), arg);
+}
+
+bool um__cache_obj_coded(const struct um_cache_obj *obj)
+{
+    um_str ms, hs;
+    if (!um_cache_obj_head(obj, &ms, &hs))
+        return false;
+    struct um_header f[MAX_OUT_FIELDS];
+    size_t n = um__cache_meta_fields((const struct meta *)(const void *)ms.base, hs, f,
+                                     MAX_OUT_FIELDS);
+    for (size_t i = 0; i < n; i++)
+        if (um_str_eq_ci(f[i].name, "content-encoding") &&
+            !um_str_eq_ci(um_str_trim(f[i].value), "identity"))
+            return true;
+    return false;
 }
 
 /* ---------------------------------------------------------------- stored heads */
@@ -256,7 +271,7 @@ struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
         /* Only what the rest of this function does not set. */
         r->next_free = NULL;
         r->head_sent = r->done = r->waiting = r->registered = false;
-        r->ranged = r->obj_given = false;
+        r->ranged = r->obj_given = r->for_coding = false;
         r->range_skip = r->range_left = 0;
         memset(&r->cs, 0, sizeof(r->cs));
         memset(&r->task, 0, sizeof(r->task));
@@ -409,7 +424,7 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     /* A peer that fills from this node (umbra/cluster.h) stores the tags too, so that a
      * tag purge finds its copy: they go to it even when clients are not to see them. */
     char tagbuf[2048];
-    if (r->fetch.from_peer && !r->co->config->cache.expose_tags) {
+    if ((r->fetch.from_peer || r->for_coding) && !r->co->config->cache.expose_tags) {
         um_str tags[UM_CACHE_MAX_TAGS];
         size_t nt = um_cache_obj_tags(r->obj, tags, UM_CACHE_MAX_TAGS), tl = 0;
         for (size_t i = 0; i < nt && tl + tags[i].len + 1 < sizeof(tagbuf); i++) {
@@ -465,6 +480,10 @@ void um__cache_reader_pump(struct reader *r)
         const struct meta *m = (const struct meta *)(const void *)meta_s.base;
         if ((m->flags & META_F_PASS) || !tag_matches(um_cache_obj_tag(r->obj), r->req)) {
             reader_fall_back(r, (m->flags & META_F_PASS) ? "hit-for-pass" : "vary-mismatch");
+            return;
+        }
+        if (r->for_coding && um__cache_obj_coded(r->obj)) {
+            reader_fall_back(r, "coded");
             return;
         }
         if (!reader_send_head(r, meta_s, head))
@@ -565,7 +584,10 @@ void um__cache_reader_pump(struct reader *r)
         }
         r->registered = true;
         if (um_cache_obj_wait(r->obj, &r->cur, &r->waiter)) {
+            /* The fill's bytes ran dry: a sink that holds some back (the compressing
+             * layer of a coding made from this object) sends what it holds. */
             r->waiting = true;
+            um_sink_flush(r->client);
             return;
         }
     }

@@ -443,6 +443,27 @@ struct um_cache_obj *um_cache_lookup(struct um_cache *c, um_str key, um_cache_ma
     return o;
 }
 
+size_t um_cache_variants(struct um_cache *c, um_str key, um_cache_match_cb match, void *arg,
+                         struct um_cache_obj **out, size_t max)
+{
+    uint64_t hash = key_hash(c, key);
+    struct shard *sh = shard_of(c, hash);
+    size_t n = 0;
+    pthread_mutex_lock(&sh->lock);
+    for (struct um_cache_obj *o = sh->buckets[hash & sh->mask]; o != NULL && n < max;
+         o = o->h_next) {
+        if (o->hash != hash || o->key_len != key.len ||
+            (key.len > 0 && memcmp(o->key, key.base, key.len) != 0))
+            continue;
+        if (atomic_load_explicit(&o->state, memory_order_relaxed) == UM_CACHE_ABORTED) continue;
+        if (match != NULL && !match(o, arg)) continue;
+        atomic_fetch_add_explicit(&o->refcnt, 1, memory_order_relaxed);
+        out[n++] = o;
+    }
+    pthread_mutex_unlock(&sh->lock);
+    return n;
+}
+
 enum um_cache_result um_cache_lookup_or_insert(struct um_cache *c, um_str key,
                                                um_cache_match_cb match, void *arg, const void *tag,
                                                size_t tag_len, struct um_cache_obj **out)

@@ -43,6 +43,7 @@ struct comp_fetch {
     struct um_sink sink; /* what the inner origin writes to (first member) */
     struct um_sink *client;
     struct comp_origin *co;
+    struct um_origin *inner;   /* co->inner, or the fetch's source (umbra/origin.h) */
     enum um_coding coding;     /* negotiated for the request; identity: none */
     struct um_encoder *enc;    /* compressing; NULL: passing through */
     struct um_buf out;         /* encoder output the client has not taken */
@@ -292,7 +293,7 @@ static bool pump(struct comp_fetch *cf)
 
 static bool inner_resumable(const struct comp_fetch *cf)
 {
-    return cf->co->inner->ops->resume != NULL;
+    return cf->inner->ops->resume != NULL;
 }
 
 static size_t cf_on_data(struct um_sink *s, const char *data, size_t len)
@@ -426,45 +427,48 @@ static void comp_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
         cf->coding = um_compress_negotiate(req->headers, req->num_headers, cc->order,
                                            cc->num_algorithms);
     client->origin_data = cf;
-    co->inner->ops->fetch(co->inner, f, &cf->sink); /* may end (and free cf) at once */
+    cf->inner = f->source ? f->source : co->inner;
+    struct um_fetch ff = *f;
+    ff.source = NULL;
+    cf->inner->ops->fetch(cf->inner, &ff, &cf->sink); /* may end (and free cf) at once */
 }
 
 static void comp_resume(struct um_origin *o, struct um_sink *client)
 {
-    struct comp_origin *co = (struct comp_origin *)o;
+    (void)o;
     struct comp_fetch *cf = client->origin_data;
     if (cf == NULL)
         return;
     if (cf->enc == NULL) {
-        if (co->inner->ops->resume)
-            co->inner->ops->resume(co->inner, &cf->sink);
+        if (cf->inner->ops->resume)
+            cf->inner->ops->resume(cf->inner, &cf->sink);
         return;
     }
     if (!pump(cf))
         return;
     if (cf->inner_paused && cf->out_off >= cf->out.len) {
         cf->inner_paused = false;
-        co->inner->ops->resume(co->inner, &cf->sink);
+        cf->inner->ops->resume(cf->inner, &cf->sink);
     }
 }
 
 static void comp_body_ready(struct um_origin *o, struct um_sink *client)
 {
-    struct comp_origin *co = (struct comp_origin *)o;
+    (void)o;
     struct comp_fetch *cf = client->origin_data;
-    if (cf && !cf->inner_ended && co->inner->ops->body_ready)
-        co->inner->ops->body_ready(co->inner, &cf->sink);
+    if (cf && !cf->inner_ended && cf->inner->ops->body_ready)
+        cf->inner->ops->body_ready(cf->inner, &cf->sink);
 }
 
 static void comp_cancel(struct um_origin *o, struct um_sink *client)
 {
-    struct comp_origin *co = (struct comp_origin *)o;
+    (void)o;
     struct comp_fetch *cf = client->origin_data;
     if (cf == NULL)
         return;
     client->origin_data = NULL;
-    if (!cf->inner_ended && co->inner->ops->cancel)
-        co->inner->ops->cancel(co->inner, &cf->sink);
+    if (!cf->inner_ended && cf->inner->ops->cancel)
+        cf->inner->ops->cancel(cf->inner, &cf->sink);
     count(cf);
     cf_free(cf);
 }

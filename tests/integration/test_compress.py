@@ -666,7 +666,7 @@ routes = { { path = "/cgi-bin/", cgi = "cgi-bin", compress = true } }
 
 
 class CacheVariantTest(unittest.TestCase):
-    """A cached route: one fill per coding bucket, hits served as stored."""
+    """A cached route: one variant per coding bucket, hits served as stored."""
 
     def test_one_fill_per_bucket_and_hits(self):
         with Origin() as o, Umbra(upstream(o.url)) as u:
@@ -692,7 +692,7 @@ class CacheVariantTest(unittest.TestCase):
                             # A hit knows its length: no chunks.
                             self.assertEqual(r.header("Content-Length"), str(len(r.body)))
                         self.assertEqual(r.header("ETag"), 'W/"v1"' if coding else '"v1"')
-            self.assertEqual(seen(o, "/v"), 4)  # one fill per bucket
+            self.assertEqual(seen(o, "/v"), 1)  # one origin fetch for every coding
 
     def test_if_none_match_weak_gives_304(self):
         with Origin() as o, Umbra(upstream(o.url)) as u:
@@ -761,21 +761,32 @@ class CacheVariantTest(unittest.TestCase):
 
 class RevalidatingOrigin:
     """An origin in this process that answers 304 to any If-None-Match (the scripted
-    origin cannot compare validators): 5000 bytes of JSON, ETag "v3", max-age=1."""
+    origin cannot compare validators): 5000 bytes of JSON, ETag "v3", max-age=1 (or
+    max_age), tags (Surrogate-Key) when given. requests: the If-None-Match of each request
+    (None: unconditional); encodings: the Accept-Encoding of each."""
+
+    def __init__(self, max_age=1, tags=None):
+        self.max_age = max_age
+        self.tags = tags
 
     def __enter__(self):
         body = origin_body(5000)
         seen = self.requests = []
+        encodings = self.encodings = []
+        max_age, tags = self.max_age, self.tags
 
         class H(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self):
                 seen.append(self.headers.get("If-None-Match"))
+                encodings.append(self.headers.get("Accept-Encoding"))
                 cond = self.headers.get("If-None-Match") is not None
                 self.send_response(304 if cond else 200)
                 self.send_header("ETag", '"v3"')
-                self.send_header("Cache-Control", "max-age=1")
+                self.send_header("Cache-Control", "max-age=%d" % max_age)
+                if tags:
+                    self.send_header("Surrogate-Key", tags)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", "0" if cond else str(len(body)))
                 self.end_headers()
@@ -812,7 +823,10 @@ class RevalidationTest(unittest.TestCase):
                 self.assertEqual(decode("gzip", r.body), origin_body(5000))
                 self.assertEqual(r.header("ETag"), 'W/"v3"', r.raw_head)
             self.assertEqual(o.requests[0], None)
-            self.assertIn('W/"v3"', o.requests[1] or "")
+            # The stale coding is made again from the identity object, revalidated with
+            # its own (strong) tag.
+            self.assertEqual(o.requests[1], '"v3"')
+            self.assertEqual(len(o.requests), 2)
 
     def test_uncached_304_to_a_compressing_client_is_weak(self):
         # The client's copy is compressed (its tag weak): the origin's 304 must not hand
@@ -824,6 +838,105 @@ class RevalidationTest(unittest.TestCase):
             r = get(u.port, "/nc/rv", None, headers=[("If-None-Match", '"v3"')])
             self.assertEqual(r.status, 304)
             self.assertEqual(r.header("ETag"), '"v3"', r.raw_head)
+
+
+class OneFetchForEveryCodingTest(unittest.TestCase):
+    """Issue #26, defect 2: the codings of one object cost one origin fetch. A coding the
+    cache lacks is compressed from the stored identity bytes (or from the identity fill,
+    as it arrives, when it is the first request); one revalidation refreshes every coding;
+    a purge, by URL or by tag, removes them all."""
+
+    ORDERS = (("gzip", "br", "zstd", None), (None, "zstd", "gzip", "br"))
+
+    def check(self, r, coding, size=5000):
+        self.assertEqual(r.status, 200, r.raw_head)
+        self.assertEqual(r.header("Content-Encoding"), coding, r.raw_head)
+        self.assertEqual(decode(coding, r.body) if coding else r.body, origin_body(size))
+        self.assertIn("accept-encoding", (r.header("Vary") or "").lower())
+
+    def test_four_codings_one_origin_request(self):
+        with Origin() as o, Umbra(upstream(o.url)) as u:
+            for n, order in enumerate(self.ORDERS):
+                t = "/one%d?size=30000&cc=%s&header=%s&%s" % (n, q("max-age=60"),
+                                                              q('ETag:"o1"'), JSON)
+                for i, coding in enumerate(order):
+                    with self.subTest(order=order, coding=coding):
+                        r = get(u.port, t, coding)
+                        self.check(r, coding, 30000)
+                        cs = r.header("Cache-Status") or ""
+                        if i == 0:
+                            self.assertIn("fwd=uri-miss", cs, r.raw_head)
+                        else:
+                            self.assertIn("hit", cs, r.raw_head)
+                            self.assertNotIn("fwd", cs, r.raw_head)
+                        self.assertEqual(r.header("ETag"), 'W/"o1"' if coding else '"o1"')
+                # Asked once, for the identity bytes, whatever the first client took.
+                self.assertEqual(seen(o, "/one%d" % n), 1, order)
+                for coding in order:  # and each coding is stored: hits again
+                    r = get(u.port, t, coding)
+                    self.check(r, coding, 30000)
+                    self.assertIn("hit", r.header("Cache-Status") or "", r.raw_head)
+                self.assertEqual(seen(o, "/one%d" % n), 1, order)
+
+    def test_one_revalidation_refreshes_every_coding(self):
+        with RevalidatingOrigin(max_age=2) as o, Umbra(upstream(o.url)) as u:
+            for coding in ("gzip", "br", "zstd", None):
+                self.check(get(u.port, "/rv4", coding), coding)
+            self.assertEqual(len(o.requests), 1)
+            time.sleep(3.2)  # every coding is stale now
+            r = get(u.port, "/rv4", "br")
+            self.check(r, "br")
+            self.assertIn("fwd=stale", r.header("Cache-Status") or "", r.raw_head)
+            self.assertEqual(len(o.requests), 2)
+            self.assertIsNotNone(o.requests[1])  # a conditional request: the 304 freshens
+            for coding in ("gzip", "zstd", None):
+                r = get(u.port, "/rv4", coding)
+                self.check(r, coding)
+                cs = r.header("Cache-Status") or ""
+                self.assertIn("hit", cs, r.raw_head)
+                self.assertNotIn("ttl=-", cs, r.raw_head)  # fresh again, not served stale
+            self.assertEqual(len(o.requests), 2, o.requests)
+
+    def test_purge_by_url_removes_every_coding(self):
+        with Origin() as o, Umbra(upstream(o.url)) as u:
+            t = "/pu?size=8000&cc=%s&%s" % (q("max-age=600"), JSON)
+            for coding in ("gzip", "br", "zstd", None):
+                self.check(get(u.port, t, coding), coding, 8000)
+            self.assertEqual(seen(o, "/pu"), 1)
+            r = fetch_req(u.port, t, method="PURGE")
+            self.assertEqual(r.status, 200, r.raw_head)
+            for i, coding in enumerate(("zstd", None, "gzip", "br")):
+                r = get(u.port, t, coding)
+                self.check(r, coding, 8000)
+                cs = r.header("Cache-Status") or ""
+                if i == 0:  # nothing of any coding was left: to the origin
+                    self.assertIn("fwd=uri-miss", cs, r.raw_head)
+                else:
+                    self.assertIn("hit", cs, r.raw_head)
+            self.assertEqual(seen(o, "/pu"), 2)
+
+    def test_purge_by_tag_removes_every_coding(self):
+        with RevalidatingOrigin(max_age=600, tags="cat1 all") as o, \
+                Umbra(upstream(o.url)) as u:
+            for coding in ("gzip", "br", "zstd", None):
+                r = get(u.port, "/tg", coding)
+                self.check(r, coding)
+                self.assertIsNone(r.header("Surrogate-Key"), r.raw_head)  # not shown
+            self.assertEqual(len(o.requests), 1)
+            r = fetch_req(u.port, "/", method="PURGE", headers=[("Surrogate-Key", "cat1")])
+            self.assertEqual(r.status, 200, r.raw_head)
+            for coding in ("br", "gzip", "zstd", None):
+                r = get(u.port, "/tg", coding)
+                self.check(r, coding)
+                self.assertNotIn("hit", r.header("Cache-Status") or "", r.raw_head)
+                # the next request of the same coding is a hit of the new fetch
+                self.assertIn("hit", get(u.port, "/tg", coding).header("Cache-Status") or "")
+                r = fetch_req(u.port, "/", method="PURGE", headers=[("Surrogate-Key", "all")])
+                self.assertEqual(r.status, 200, r.raw_head)
+            self.assertEqual(len(o.requests), 5, o.requests)
+            # Every fetch asked the origin for the identity bytes (explicitly, or by
+            # asking for no coding).
+            self.assertTrue(all(e in ("identity", None) for e in o.encodings), o.encodings)
 
 
 class SettingsTest(unittest.TestCase):
