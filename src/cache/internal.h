@@ -8,8 +8,10 @@
  *   origin_reader.c  the reader: answering from a stored object (head, Range,
  *                    conditionals), streaming it while it fills; matching variant tags;
  *   origin_fill.c    the fill: storing an origin's answer for the coalesced readers,
- *                    revalidation, hit-for-pass markers; the fills a worker runs;
- *   origin_pass.c    the pass: forwarding uncached answers, invalidation.
+ *                    hit-for-pass markers; the fills a worker runs;
+ *   origin_revalidate.c  a revalidation's 304 (every coding freshened), stale-if-error;
+ *   origin_pass.c    the pass: forwarding uncached answers, invalidation;
+ *   origin_derive.c  the codings of an object made from its stored identity object.
  *
  * For those files only: everything else uses cacheorigin.h. */
 #ifndef UMBRA_CACHE_INTERNAL_H
@@ -232,6 +234,23 @@ static inline int64_t judged_age(const struct um_cache_obj *obj, int64_t lifetim
 /* origin.c */
 /* The URL's key of req ("host target"), NUL-terminated; *len is its length. */
 char *um__cache_make_key(const struct um_request *req, size_t *len);
+/* Starts a fill (origin.c's um__cache_fill_start comment); the fill takes obj, old, key and
+ * ds. */
+void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
+                          struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
+                          size_t key_len, enum um_cache_fwd fwd, bool conditional,
+                          struct derive_src *ds);
+/* The layer's resume and cancel (the sink's origin_data says which state it is). */
+void um__cache_resume(struct um_origin *o, struct um_sink *client);
+void um__cache_cancel(struct um_origin *o, struct um_sink *client);
+
+/* origin_derive.c */
+/* Fills obj (ahead of old, the stale coding it replaces, or NULL) with f's coding made from
+ * the identity object when the route compresses and f takes a coding; the fill then owns
+ * obj, old and key. Returns false when it does not (nothing taken). */
+bool um__cache_derive_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
+                            struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
+                            size_t klen, enum um_cache_fwd fwd);
 
 /* origin_reader.c */
 /* The match callback of lookups: does obj's tag take the request arg? */
@@ -293,8 +312,25 @@ size_t um__cache_pass_on_data(struct um_sink *s, const char *data, size_t len);
 void um__cache_pass_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n);
 void um__cache_pass_on_end(struct um_sink *s, int err);
 
+#define VALIDATOR_KEEP 3600 /* seconds a stale object with validators is kept for revalidation */
+
 /* origin_fill.c */
 extern const struct um_sink_ops um__cache_fill_ops;
+/* The stored head block of a response's fields (malloc'd; *len its length). */
+char *um__cache_head_block(const struct cache_origin *co, const struct um_header *h, size_t n,
+                           const struct um_resp_meta *m, size_t *len);
+/* Points the fill's own reader at obj and lets it go. */
+void um__cache_own_switch(struct fill *fl, struct um_cache_obj *obj, int fwd_status);
+/* A hook's freshness lifetime for this response, or -1. */
+int64_t um__cache_hook_ttl(const struct fill *fl, const struct um_response_head *h);
+/* Writes obj to the second-level cache (when there is one and obj came from the origin). */
+void um__cache_l2_write(struct fill *fl, struct um_cache_obj *obj);
+
+/* origin_revalidate.c */
+void um__cache_fill_freshen(struct fill *fl, const struct um_response_head *h,
+                            const struct um_resp_meta *rm, time_t response_time);
+bool um__cache_fill_stale_if_error(struct fill *fl, const struct um_response_head *h,
+                                   const struct um_req_meta *qm, time_t response_time);
 /* The worker's fills (made on first use), and the first of them (or NULL). */
 struct worker_fills *um__cache_worker_fills(struct um_context *ctx);
 struct fill *um__cache_first_fill(const struct um_context *ctx);

@@ -23,7 +23,8 @@
  * PURGE; origin_reader.c is the reader (head, Range and conditionals answered from a stored
  * object, and the variant tags), origin_fill.c the fill (storing an answer for the
  * coalesced readers, revalidation, hit-for-pass markers, the worker's running fills),
- * origin_pass.c the pass (forwarding, invalidation). */
+ * origin_pass.c the pass (forwarding, invalidation), origin_derive.c the codings made
+ * from a stored identity object. */
 #include "internal.h"
 
 #include "umbra/buf.h"
@@ -138,11 +139,11 @@ static bool match_filling(const struct um_cache_obj *obj, void *arg)
 /* ---------------------------------------------------------------- starting fills */
 
 /* Starts a fill of obj (NULL for a revalidation of old) for the request f; the client
- * becomes a reader of obj. */
-static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
-                       struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
-                       size_t key_len, enum um_cache_fwd fwd, bool conditional,
-                       struct derive_src *ds)
+ * becomes a reader of obj. ds: a coding made from the identity object (origin_derive.c). */
+void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
+                           struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
+                           size_t key_len, enum um_cache_fwd fwd, bool conditional,
+                           struct derive_src *ds)
 {
     struct fill *fl = um__cache_fill_new(f->ctx);
     fl->kind = K_FILL;
@@ -239,182 +240,6 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
      * starts if it still exists. */
     if (client && client->origin_data && ((struct reader *)client->origin_data)->kind == K_READER)
         um__cache_reader_pump(client->origin_data);
-}
-
-/* ---------------------------------------------------------------- codings from identity */
-
-/* On a compressing route every coding of an object comes from one origin fetch: the fill
- * of a coding other than identity reads the stored identity object (fresh, or being
- * filled) through the compressing layer instead of asking the origin, and when there is
- * none, an identity fill is started first (without a client) and read as it arrives. A
- * revalidation's 304 freshens every coding with the validator (origin_fill.c), and a purge
- * of the URL or a tag reaches them all (same key; the tags travel with the coding). */
-
-/* The identity fill's placeholder tag: pending like any fill's, but told apart so that
- * the lookup for the identity object never takes the coding's own fill for it. */
-static const char identity_pending[2] = {TAG_PENDING, 'i'};
-
-/* Whether req would get a coding other than identity on this route. */
-static bool wants_coding(const struct cache_origin *co, const struct um_request *req)
-{
-    const struct um_compress_conf *cc = co->route ? &co->route->compress : NULL;
-    if (cc == NULL || !cc->enabled || req->method_id != UM_METHOD_GET ||
-        um_http1_find_header(req, "range") != NULL)
-        return false;
-    return um_compress_negotiate(req->headers, req->num_headers, cc->order,
-                                 cc->num_algorithms) != UM_CODING_IDENTITY;
-}
-
-/* req with its Accept-Encoding fields replaced by "identity" (req has one at least: it
- * negotiated a coding). The slices are req's. */
-static struct um_request *identity_request(const struct um_request *req)
-{
-    struct um_request *ir = um_malloc(sizeof(*ir));
-    um_http1_request_copy(ir, req);
-    size_t w = 0;
-    for (size_t i = 0; i < ir->num_headers; i++)
-        if (!um_str_eq_ci(ir->headers[i].name, "accept-encoding"))
-            ir->headers[w++] = ir->headers[i];
-    ir->headers[w++] = (struct um_header){UM_STR("Accept-Encoding"), UM_STR("identity")};
-    ir->num_headers = w;
-    return ir;
-}
-
-/* The identity object of the request arg: a stored variant it matches, or an identity
- * fill in progress (never another coding's fill, whose head is not known yet). */
-static bool match_identity(const struct um_cache_obj *obj, void *arg)
-{
-    um_str tag = um_cache_obj_tag(obj);
-    if (tag.len > 0 && (tag.base[0] & TAG_PASS))
-        return false;
-    if (tag.len > 0 && (tag.base[0] & TAG_PENDING))
-        return tag.len == 2 && tag.base[1] == identity_pending[1];
-    return um__cache_match(obj, arg);
-}
-
-/* Whether the complete object obj may answer without going forward; *validators: it has
- * an ETag or Last-Modified. */
-static bool stored_fresh(const struct um_cache_obj *obj, bool *validators)
-{
-    um_str ms, hs;
-    *validators = false;
-    if (!um_cache_obj_head(obj, &ms, &hs))
-        return false;
-    const struct meta *m = (const struct meta *)(const void *)ms.base;
-    if (m->flags & META_F_PASS)
-        return false;
-    *validators = m->etag_len > 0 || m->has_last_modified;
-    struct um_cc scc;
-    um__cache_meta_cc(m, &scc);
-    time_t now = now_sec();
-    int64_t age = judged_age(obj, m->lifetime, um_current_age(&m->times, now), now);
-    return um_is_fresh(m->lifetime, age) && !scc.no_cache;
-}
-
-/* The identity object to make f's coding from, referenced, or NULL (then the fill asks
- * the origin as before). A stale one is revalidated (or fetched again) into a new
- * identity object that the coding reads as it fills; *forward says that this request
- * made the origin be asked. */
-static struct um_cache_obj *identity_source(struct cache_origin *co, struct um_fetch *f,
-                                            struct um_request *ir, um_str k, bool *forward)
-{
-    struct um_cache_obj *o = NULL;
-    *forward = false;
-    enum um_cache_result res = um_cache_lookup_or_insert(
-        co->cache, k, match_identity, ir, identity_pending, sizeof(identity_pending), &o);
-    if (res == UM_CACHE_NOSPACE)
-        return NULL;
-    struct um_fetch fi = *f;
-    fi.req = ir;
-    if (res == UM_CACHE_CREATED) {
-        *forward = true;
-        fill_start(co, &fi, NULL, um_cache_obj_ref(o), NULL, um_strndup(k.base, k.len), k.len,
-                   UM_FWD_URI_MISS, false, NULL);
-        return o;
-    }
-    bool validators;
-    if (um_cache_obj_state(o) == UM_CACHE_COMPLETE && um__cache_obj_coded(o)) {
-        /* The origin coded it although asked for identity: nothing to make codings from. */
-        um_cache_obj_unref(o);
-        return NULL;
-    }
-    if (um_cache_obj_state(o) == UM_CACHE_FILLING || stored_fresh(o, &validators)) {
-        *forward = um_cache_obj_state(o) == UM_CACHE_FILLING;
-        return o;
-    }
-    /* Stale: a new identity object ahead of it, revalidating it. */
-    struct um_cache_obj *n = um_cache_insert(co->cache, k, identity_pending,
-                                             sizeof(identity_pending));
-    if (n == NULL) {
-        um_cache_obj_unref(o);
-        return NULL;
-    }
-    *forward = true;
-    fill_start(co, &fi, NULL, um_cache_obj_ref(n), o, um_strndup(k.base, k.len), k.len,
-               UM_FWD_STALE, validators, NULL);
-    return n;
-}
-
-static void derive_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *sink)
-{
-    struct derive_src *ds = (struct derive_src *)o;
-    /* The reader matches the identity object with the identity request; should it fall
-     * back (the object failed, or the origin coded it after all), it asks the origin with
-     * the fill's own request. */
-    struct reader *r = um__cache_reader_new(ds->co, f, sink, um_cache_obj_ref(ds->obj), NULL);
-    r->req = ds->req;
-    r->for_coding = true;
-    um__cache_reader_pump(r);
-}
-
-static void cache_resume(struct um_origin *o, struct um_sink *client);
-static void cache_cancel(struct um_origin *o, struct um_sink *client);
-
-static void derive_resume(struct um_origin *o, struct um_sink *sink)
-{
-    cache_resume(&((struct derive_src *)o)->co->base, sink);
-}
-
-static void derive_cancel(struct um_origin *o, struct um_sink *sink)
-{
-    cache_cancel(&((struct derive_src *)o)->co->base, sink);
-}
-
-static void derive_destroy(struct um_origin *o)
-{
-    (void)o; /* the fill that owns it frees it (um__cache_fill_free) */
-}
-
-static const struct um_origin_ops derive_ops = {
-    .fetch = derive_fetch,
-    .resume = derive_resume,
-    .cancel = derive_cancel,
-    .destroy = derive_destroy,
-};
-
-/* Fills obj (a new object of the key, ahead of old when old is the stale coding it
- * replaces) with f's coding made from the identity object, when the route compresses and
- * f takes a coding. Returns false when it does not (key is still the caller's then). */
-static bool derive_start(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
-                         struct um_cache_obj *obj, struct um_cache_obj *old, char *key,
-                         size_t klen, enum um_cache_fwd fwd)
-{
-    if (!wants_coding(co, f->req))
-        return false;
-    struct um_request *ir = identity_request(f->req);
-    bool forward;
-    struct um_cache_obj *src = identity_source(co, f, ir, (um_str){key, klen}, &forward);
-    if (src == NULL) {
-        free(ir);
-        return false;
-    }
-    struct derive_src *ds = um_calloc(1, sizeof(*ds));
-    ds->base.ops = &derive_ops;
-    ds->co = co;
-    ds->obj = src;
-    ds->req = ir;
-    fill_start(co, f, client, obj, old, key, klen, forward ? fwd : UM_FWD_NONE, false, ds);
-    return true;
 }
 
 /* ---------------------------------------------------------------- origin ops */
@@ -555,6 +380,110 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
     um_sink_answer(client, &h, body);
 }
 
+/* A stored object obj (referenced) matched req: answers from it, revalidates it, or fetches
+ * it again. Returns false when the request goes on as a miss (obj given back, key still
+ * the caller's). */
+static bool serve_stored(struct cache_origin *co, struct um_fetch *f, struct um_sink *client,
+                         struct um_cache_obj *obj, const struct um_req_meta *qm, char *key,
+                         char *kbuf, size_t klen)
+{
+    const struct um_request *req = f->req;
+    um_str k = {key, klen};
+    um_str ms, hs;
+    enum um_cache_state st = um_cache_obj_state(obj);
+    if (st == UM_CACHE_FILLING || !um_cache_obj_head(obj, &ms, &hs)) {
+        /* Coalesced: stream it as it arrives. */
+        key_drop(key, kbuf);
+        struct reader *r = um__cache_reader_new(co, f, client, obj, qm);
+        r->cs.fwd = UM_FWD_URI_MISS;
+        r->cs.collapsed = true;
+        um__cache_reader_pump(r);
+        return true;
+    }
+    const struct meta *m = (const struct meta *)(const void *)ms.base;
+    if (m->flags & META_F_PASS) {
+        key_drop(key, kbuf);
+        um_cache_obj_unref(obj);
+        um__cache_pass_start(co, f, client, UM_FWD_URI_MISS, "hit-for-pass");
+        return true;
+    }
+    /* What the stored head says was parsed when it was stored. */
+    struct um_cc scc;
+    um__cache_meta_cc(m, &scc);
+    time_t now = now_sec();
+    struct um_stored_view v = {&scc, m->lifetime, um_current_age(&m->times, now),
+                               m->etag_len > 0 || m->has_last_modified};
+    v.age = judged_age(obj, v.lifetime, v.age, now); /* soft-purged: stale since */
+    enum um_cache_use use = um_cache_decide(&v, qm);
+    if (use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE) {
+        if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET &&
+            um_cache_obj_claim_refresh(obj)) {
+            /* Served stale; one refresh in the background (a conditional request when
+             * there are validators), claimed on the object so that the requests
+             * arriving meanwhile, on any worker, get the stale object too and send
+             * nothing. The answer replaces the object. */
+            um__cache_fill_start(co, f, NULL, NULL, um_cache_obj_ref(obj), um_strndup(key, klen),
+                                 klen, UM_FWD_STALE, true, NULL);
+        }
+        key_drop(key, kbuf);
+        struct reader *r = um__cache_reader_new(co, f, client, obj, qm);
+        /* A stale copy is still a hit (RFC 9211 2.1: this request did not go forward;
+         * the refresh is the cache's own), told apart by its negative ttl. */
+        r->cs.hit = true;
+        if (use == UM_USE_STALE_WHILE_REVALIDATE)
+            r->cs.detail = "stale-while-revalidate";
+        um__cache_reader_pump(r);
+        return true;
+    }
+    if (use == UM_USE_GATEWAY_TIMEOUT) {
+        key_drop(key, kbuf);
+        um_cache_obj_unref(obj);
+        respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
+        return true;
+    }
+    /* Stored and fresh, yet forwarded: the request asked for it (no-cache, max-age). */
+    bool asked = qm->cc.no_cache || qm->cc.max_age >= 0 || qm->cc.min_fresh >= 0;
+    enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !scc.no_cache && asked
+                                ? UM_FWD_REQUEST
+                                : UM_FWD_STALE;
+    if (req->method_id == UM_METHOD_GET) {
+        /* Revalidate (with validators) or fetch again (without), into a new object
+         * ahead of this one, which may still stand in if the origin fails. The new
+         * object is made atomically with the check for one already being filled, so
+         * that of many requests for a stale object, on any worker, one goes to the
+         * origin and the others stream its answer (a 304 fills it from the stored
+         * body). */
+        static const char pend = TAG_PENDING;
+        struct um_cache_obj *nobj = NULL;
+        enum um_cache_result res = um_cache_lookup_or_insert(
+            co->cache, k, match_filling, (void *)req, &pend, 1, &nobj);
+        if (res == UM_CACHE_FOUND) {
+            key_drop(key, kbuf);
+            um_cache_obj_unref(obj);
+            struct reader *r = um__cache_reader_new(co, f, client, nobj, qm);
+            r->cs.fwd = why;
+            r->cs.collapsed = true;
+            um__cache_reader_pump(r);
+            return true;
+        }
+        if (res == UM_CACHE_CREATED) {
+            key = key_keep(key, kbuf, klen);
+            if (um__cache_derive_start(co, f, client, nobj, obj, key, klen, why))
+                return true;
+            um__cache_fill_start(co, f, client, nobj, obj, key, klen, why,
+                                 use == UM_USE_REVALIDATE, NULL);
+            return true;
+        }
+    }
+    um_cache_obj_unref(obj);
+    if (req->method_id == UM_METHOD_GET) {
+        key_drop(key, kbuf);
+        um__cache_pass_start(co, f, client, UM_FWD_MISS, "no-room");
+        return true;
+    }
+    return false;
+}
+
 static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *client)
 {
     struct cache_origin *co = (struct cache_origin *)o;
@@ -590,98 +519,8 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
     um_str k = {key, klen};
     struct um_cache_obj *obj = um_cache_lookup(co->cache, k, um__cache_match, (void *)req);
     if (obj) {
-        um_str ms, hs;
-        enum um_cache_state st = um_cache_obj_state(obj);
-        if (st == UM_CACHE_FILLING || !um_cache_obj_head(obj, &ms, &hs)) {
-            /* Coalesced: stream it as it arrives. */
-            key_drop(key, kbuf);
-            struct reader *r = um__cache_reader_new(co, f, client, obj, &qm);
-            r->cs.fwd = UM_FWD_URI_MISS;
-            r->cs.collapsed = true;
-            um__cache_reader_pump(r);
+        if (serve_stored(co, f, client, obj, &qm, key, kbuf, klen))
             return;
-        }
-        const struct meta *m = (const struct meta *)(const void *)ms.base;
-        if (m->flags & META_F_PASS) {
-            key_drop(key, kbuf);
-            um_cache_obj_unref(obj);
-            um__cache_pass_start(co, f, client, UM_FWD_URI_MISS, "hit-for-pass");
-            return;
-        }
-        /* What the stored head says was parsed when it was stored. */
-        struct um_cc scc;
-        um__cache_meta_cc(m, &scc);
-        time_t now = now_sec();
-        struct um_stored_view v = {&scc, m->lifetime, um_current_age(&m->times, now),
-                                   m->etag_len > 0 || m->has_last_modified};
-        v.age = judged_age(obj, v.lifetime, v.age, now); /* soft-purged: stale since */
-        enum um_cache_use use = um_cache_decide(&v, &qm);
-        if (use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE) {
-            if (use == UM_USE_STALE_WHILE_REVALIDATE && req->method_id == UM_METHOD_GET &&
-                um_cache_obj_claim_refresh(obj)) {
-                /* Served stale; one refresh in the background (a conditional request when
-                 * there are validators), claimed on the object so that the requests
-                 * arriving meanwhile, on any worker, get the stale object too and send
-                 * nothing. The answer replaces the object. */
-                fill_start(co, f, NULL, NULL, um_cache_obj_ref(obj), um_strndup(key, klen), klen,
-                           UM_FWD_STALE, true, NULL);
-            }
-            key_drop(key, kbuf);
-            struct reader *r = um__cache_reader_new(co, f, client, obj, &qm);
-            /* A stale copy is still a hit (RFC 9211 2.1: this request did not go forward;
-             * the refresh is the cache's own), told apart by its negative ttl. */
-            r->cs.hit = true;
-            if (use == UM_USE_STALE_WHILE_REVALIDATE)
-                r->cs.detail = "stale-while-revalidate";
-            um__cache_reader_pump(r);
-            return;
-        }
-        if (use == UM_USE_GATEWAY_TIMEOUT) {
-            key_drop(key, kbuf);
-            um_cache_obj_unref(obj);
-            respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
-            return;
-        }
-        /* Stored and fresh, yet forwarded: the request asked for it (no-cache, max-age). */
-        bool asked = qm.cc.no_cache || qm.cc.max_age >= 0 || qm.cc.min_fresh >= 0;
-        enum um_cache_fwd why = um_is_fresh(v.lifetime, v.age) && !scc.no_cache && asked
-                                    ? UM_FWD_REQUEST
-                                    : UM_FWD_STALE;
-        if (req->method_id == UM_METHOD_GET) {
-            /* Revalidate (with validators) or fetch again (without), into a new object
-             * ahead of this one, which may still stand in if the origin fails. The new
-             * object is made atomically with the check for one already being filled, so
-             * that of many requests for a stale object, on any worker, one goes to the
-             * origin and the others stream its answer (a 304 fills it from the stored
-             * body). */
-            static const char pend = TAG_PENDING;
-            struct um_cache_obj *nobj = NULL;
-            enum um_cache_result res = um_cache_lookup_or_insert(
-                co->cache, k, match_filling, (void *)req, &pend, 1, &nobj);
-            if (res == UM_CACHE_FOUND) {
-                key_drop(key, kbuf);
-                um_cache_obj_unref(obj);
-                struct reader *r = um__cache_reader_new(co, f, client, nobj, &qm);
-                r->cs.fwd = why;
-                r->cs.collapsed = true;
-                um__cache_reader_pump(r);
-                return;
-            }
-            if (res == UM_CACHE_CREATED) {
-                key = key_keep(key, kbuf, klen);
-                if (derive_start(co, f, client, nobj, obj, key, klen, why))
-                    return;
-                fill_start(co, f, client, nobj, obj, key, klen, why, use == UM_USE_REVALIDATE,
-                           NULL);
-                return;
-            }
-        }
-        um_cache_obj_unref(obj);
-        if (req->method_id == UM_METHOD_GET) {
-            key_drop(key, kbuf);
-            um__cache_pass_start(co, f, client, UM_FWD_MISS, "no-room");
-            return;
-        }
     } else if (qm.cc.only_if_cached) {
         key_drop(key, kbuf);
         respond_small(client, 504, "504 Gateway Timeout: not in the cache (only-if-cached)\n");
@@ -719,12 +558,12 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
         return;
     }
     key = key_keep(key, kbuf, klen);
-    if (derive_start(co, f, client, nobj, NULL, key, klen, miss))
+    if (um__cache_derive_start(co, f, client, nobj, NULL, key, klen, miss))
         return;
-    fill_start(co, f, client, nobj, NULL, key, klen, miss, false, NULL);
+    um__cache_fill_start(co, f, client, nobj, NULL, key, klen, miss, false, NULL);
 }
 
-static void cache_resume(struct um_origin *o, struct um_sink *client)
+void um__cache_resume(struct um_origin *o, struct um_sink *client)
 {
     struct cache_origin *co = (struct cache_origin *)o;
     void *d = client->origin_data;
@@ -749,7 +588,7 @@ static void cache_body_ready(struct um_origin *o, struct um_sink *client)
         co->inner->ops->body_ready(co->inner, &((struct pass *)d)->sink);
 }
 
-static void cache_cancel(struct um_origin *o, struct um_sink *client)
+void um__cache_cancel(struct um_origin *o, struct um_sink *client)
 {
     struct cache_origin *co = (struct cache_origin *)o;
     void *d = client->origin_data;
@@ -789,9 +628,9 @@ static void cache_destroy(struct um_origin *o)
 static const struct um_origin_ops cache_ops = {
     .flags = UM_ORIGIN_F_STREAM_BODY,
     .fetch = cache_fetch,
-    .resume = cache_resume,
+    .resume = um__cache_resume,
     .body_ready = cache_body_ready,
-    .cancel = cache_cancel,
+    .cancel = um__cache_cancel,
     .destroy = cache_destroy,
 };
 

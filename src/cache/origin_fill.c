@@ -15,7 +15,6 @@
 #include "umbra/log.h"
 
 #define PASS_TTL 60          /* seconds a hit-for-pass marker lives */
-#define VALIDATOR_KEEP 3600  /* seconds a stale object with validators is kept for revalidation */
 
 /* ---------------------------------------------------------------- tags and heads */
 
@@ -113,8 +112,8 @@ static bool block_skips(um_str name, const struct um_resp_meta *m, bool strip_ta
 /* Serialises the fields of a response worth storing. Returns a malloc'd block. The tag
  * fields are kept in the object's tags, and in the head only when clients are to see
  * them (cache.expose_tags). */
-static char *head_block(const struct cache_origin *co, const struct um_header *h, size_t n,
-                        const struct um_resp_meta *m, size_t *len)
+char *um__cache_head_block(const struct cache_origin *co, const struct um_header *h, size_t n,
+                           const struct um_resp_meta *m, size_t *len)
 {
     bool strip_tags = !co->config->cache.expose_tags;
     size_t cap = 0;
@@ -138,7 +137,6 @@ static char *head_block(const struct cache_origin *co, const struct um_header *h
     return b;
 }
 
-static void l2_write(struct fill *fl, struct um_cache_obj *obj);
 
 /* ---------------------------------------------------------------- per-worker fills */
 
@@ -287,7 +285,7 @@ static struct um_sink *fill_take_own_client(struct fill *fl, struct um_fetch *f)
 }
 
 /* Points the fill's own reader at obj and lets it go. */
-static void own_switch(struct fill *fl, struct um_cache_obj *obj, int fwd_status)
+void um__cache_own_switch(struct fill *fl, struct um_cache_obj *obj, int fwd_status)
 {
     struct reader *r = fl->own;
     if (r == NULL)
@@ -306,125 +304,9 @@ static void own_switch(struct fill *fl, struct um_cache_obj *obj, int fwd_status
 
 /* A hook's freshness lifetime for this response, or -1: the head's (on_response) wins
  * over the request's (on_request). */
-static int64_t hook_ttl(const struct fill *fl, const struct um_response_head *h)
+int64_t um__cache_hook_ttl(const struct fill *fl, const struct um_response_head *h)
 {
     return h->has_ttl ? h->ttl : fl->has_ttl ? fl->ttl : -1;
-}
-
-/* Freshens old from the 304 h (RFC 9111 4.3.4): its fields updated from the 304, its
- * body and variant tag kept, in no (the object a coalesced revalidation's readers wait on)
- * or a new object inserted ahead of old; old is unlinked once that is complete. Returns
- * the new object (referenced; COMPLETE unless it could not be stored), or NULL. */
-static struct um_cache_obj *freshen(struct fill *fl, struct um_cache_obj *old,
-                                    struct um_cache_obj *no, const struct um_response_head *h,
-                                    const struct um_resp_meta *rm, time_t response_time)
-{
-    struct cache_origin *co = fl->co;
-    um_str ometa, ohead;
-    um_cache_obj_head(old, &ometa, &ohead);
-    struct meta m;
-    memcpy(&m, ometa.base, sizeof(m));
-    struct um_header of[MAX_OUT_FIELDS], merged[MAX_OUT_FIELDS * 2];
-    size_t on = um__cache_head_fields(ohead, of, MAX_OUT_FIELDS), mn = 0;
-    for (size_t i = 0; i < on; i++) {
-        bool replaced = false;
-        for (size_t j = 0; j < h->num_headers && !replaced; j++)
-            replaced = of[i].name.len == h->headers[j].name.len &&
-                       strncasecmp(of[i].name.base, h->headers[j].name.base, of[i].name.len) == 0 &&
-                       um_cache_field_updatable(h->headers[j].name, rm);
-        if (!replaced)
-            merged[mn++] = of[i];
-    }
-    for (size_t j = 0; j < h->num_headers && mn < UM_NELEMS(merged); j++)
-        if (um_cache_field_updatable(h->headers[j].name, rm))
-            merged[mn++] = h->headers[j];
-    struct um_resp_meta mm;
-    um_resp_meta_scan(&mm, m.status, merged, mn);
-    um_resp_meta_target(&mm, &co->pol);
-    um_age_times_init(&m.times, &mm, fl->request_time, response_time);
-    enum um_fresh_source src;
-    m.lifetime = um_freshness_lifetime(&mm, &co->pol, response_time, &src);
-    if (hook_ttl(fl, h) >= 0)
-        m.lifetime = hook_ttl(fl, h);
-    size_t blen, mlen;
-    char *block = head_block(co, merged, mn, &mm, &blen);
-    struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &co->pol, &mlen);
-    um_str otag = um_cache_obj_tag(old);
-    if (no && um_cache_obj_set_tag(no, otag.base, otag.len) != UM_OK) {
-        um_cache_obj_unref(no);
-        no = NULL;
-    } else if (no == NULL) {
-        no = um_cache_insert(co->cache, (um_str){fl->key, fl->key_len}, otag.base, otag.len);
-    }
-    /* The tags: the 304's own tag fields, else the stored object's. */
-    um_str tags[UM_CACHE_MAX_TAGS * 2];
-    size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
-    if (ntags == 0)
-        ntags = um_cache_obj_tags(old, tags, UM_NELEMS(tags));
-    if (no && um_cache_obj_set_tags(no, tags, ntags) == UM_OK &&
-        um_cache_obj_set_head(no, mb, mlen, block, blen) == UM_OK &&
-        um_cache_obj_adopt_body(no, old) == UM_OK) {
-        int64_t expires = response_time + (m.lifetime - um_current_age(&m.times, response_time));
-        um_cache_obj_set_expires(no, expires);
-        um_cache_obj_set_stale_until(no, expires + VALIDATOR_KEEP);
-        um_cache_obj_finish(no, true);
-        um_cache_unlink(co->cache, old);
-        l2_write(fl, no); /* its new lifetime */
-    } else if (no) {
-        um_cache_obj_finish(no, false);
-    }
-    free(mb);
-    free(block);
-    return no;
-}
-
-/* An object's ETag without its weak prefix (len 0: none). */
-static um_str opaque_etag(const struct um_cache_obj *obj)
-{
-    um_str ms, hs;
-    if (!um_cache_obj_head(obj, &ms, &hs))
-        return (um_str){NULL, 0};
-    const struct meta *m = (const struct meta *)(const void *)ms.base;
-    um_str e = {m->etag_len ? hs.base + m->etag_off : NULL, m->etag_len};
-    if (e.len >= 2 && e.base[0] == 'W' && e.base[1] == '/') {
-        e.base += 2;
-        e.len -= 2;
-    }
-    return e;
-}
-
-/* The other codings of the revalidated object are freshened by the same 304: each was
- * made from the same identity bytes, and carries the weak form of its ETag (compress.h),
- * so one revalidation refreshes every coding of the object (RFC 9111 4.3.4 freshens the
- * stored responses the validator selects). Objects without an ETag are left alone. */
-static void freshen_siblings(struct fill *fl, const struct um_cache_obj *done,
-                             const struct um_response_head *h, const struct um_resp_meta *rm,
-                             time_t response_time)
-{
-    const struct um_compress_conf *cc = fl->co->route ? &fl->co->route->compress : NULL;
-    if (cc == NULL || !cc->enabled)
-        return;
-    um_str etag = opaque_etag(fl->old);
-    if (etag.len == 0)
-        return;
-    struct um_cache_obj *v[16];
-    size_t n = um_cache_variants(fl->co->cache, (um_str){fl->key, fl->key_len}, NULL, NULL, v,
-                                 UM_NELEMS(v));
-    for (size_t i = 0; i < n; i++) {
-        struct um_cache_obj *o = v[i];
-        if (o != fl->old && o != done && um_cache_obj_state(o) == UM_CACHE_COMPLETE) {
-            um_str ms, hs;
-            um_str e = opaque_etag(o);
-            if (um_cache_obj_head(o, &ms, &hs) &&
-                !(((const struct meta *)(const void *)ms.base)->flags & META_F_PASS) &&
-                e.len == etag.len && memcmp(e.base, etag.base, e.len) == 0) {
-                struct um_cache_obj *no = freshen(fl, o, NULL, h, rm, response_time);
-                if (no)
-                    um_cache_obj_unref(no);
-            }
-        }
-        um_cache_obj_unref(o);
-    }
 }
 
 static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
@@ -440,79 +322,15 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
     um_req_meta_scan(&qm, fl->req.method_id, fl->req.headers, fl->req.num_headers);
 
     if (fl->revalidating && h->status == 304 && fl->old) {
-        /* A coalesced revalidation fills the object its waiters read (fl->obj); a
-         * background one makes a new object. */
-        struct um_cache_obj *no = freshen(fl, fl->old, fl->obj, h, &rm, response_time);
-        fl->obj = NULL;
-        freshen_siblings(fl, no, h, &rm, response_time);
-        fl->revalidating = false;
-        if (no && um_cache_obj_state(no) == UM_CACHE_COMPLETE)
-            own_switch(fl, no, 304);
-        else
-            own_switch(fl, fl->old, 304); /* could not store: answer from the old one */
-        if (no)
-            um_cache_obj_unref(no);
+        um__cache_fill_freshen(fl, h, &rm, response_time);
         return;
     }
 
-    if (fl->old && h->status >= 500) {
-        /* The origin fails: a stale answer may stand in (stale-if-error, RFC 5861). */
-        um_str ometa, ohead;
-        um_cache_obj_head(fl->old, &ometa, &ohead);
-        struct meta m;
-        memcpy(&m, ometa.base, sizeof(m));
-        struct um_header of[MAX_OUT_FIELDS];
-        size_t on = um__cache_head_fields(ohead, of, MAX_OUT_FIELDS);
-        struct um_resp_meta om;
-        um_resp_meta_scan(&om, m.status, of, on);
-        um_resp_meta_target(&om, &co->pol);
-        struct um_stored_view v = {&om.cc, m.lifetime, um_current_age(&m.times, response_time),
-                                   true};
-        if (um_cache_stale_if_error_ok(&v, &qm, &co->pol, h->status)) {
-            fl->revalidating = false;
-            struct um_cache_obj *stand_in = fl->old;
-            if (fl->obj) {
-                /* The object that was to replace it, which the coalesced requests wait on:
-                 * it becomes a copy of the stale one (same head, times and marks, the body
-                 * shared), so that they get the stale answer too rather than asking the
-                 * failing origin one by one. */
-                struct um_cache_obj *no = fl->obj;
-                fl->obj = NULL;
-                um_str otag = um_cache_obj_tag(fl->old);
-                um_str tags[UM_CACHE_MAX_TAGS];
-                size_t nt = um_cache_obj_tags(fl->old, tags, UM_CACHE_MAX_TAGS);
-                if (um_cache_obj_set_tag(no, otag.base, otag.len) == UM_OK &&
-                    um_cache_obj_set_tags(no, tags, nt) == UM_OK &&
-                    um_cache_obj_set_head(no, ometa.base, ometa.len, ohead.base, ohead.len) ==
-                        UM_OK &&
-                    um_cache_obj_adopt_body(no, fl->old) == UM_OK) {
-                    um_cache_obj_set_expires(no, um_cache_obj_expires(fl->old));
-                    um_cache_obj_set_stale_until(no, um_cache_obj_stale_until(fl->old));
-                    if (um_cache_obj_marked_stale(fl->old))
-                        um_cache_obj_mark_stale(no);
-                    um_cache_obj_finish(no, true);
-                    um_cache_unlink(co->cache, fl->old);
-                    stand_in = no;
-                } else {
-                    um_cache_obj_finish(no, false);
-                }
-                if (fl->own)
-                    fl->own->cs.detail = "stale-if-error";
-                own_switch(fl, stand_in, h->status);
-                um_cache_obj_unref(no);
-                fl->discard = true;
-                return;
-            }
-            if (fl->own)
-                fl->own->cs.detail = "stale-if-error";
-            own_switch(fl, stand_in, h->status);
-            fl->discard = true; /* the rest of this answer goes nowhere */
-            return;
-        }
-    }
+    if (fl->old && h->status >= 500 && um__cache_fill_stale_if_error(fl, h, &qm, response_time))
+        return;
 
     enum um_nostore why = um_cache_storable(&qm, &rm, &co->pol, response_time);
-    int64_t ttl = hook_ttl(fl, h);
+    int64_t ttl = um__cache_hook_ttl(fl, h);
     /* A hook's lifetime stands in for missing freshness information; it does not make
      * shareable what the response or the request keep private. */
     if (ttl > 0 && (why == UM_NOSTORE_UNCACHEABLE || why == UM_NOSTORE_USELESS))
@@ -542,7 +360,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         m.lifetime = ttl >= 0 ? ttl : um_freshness_lifetime(&rm, &co->pol, response_time, &src);
         m.content_length = h->content_length;
         size_t blen, mlen;
-        char *block = head_block(co, h->headers, h->num_headers, &rm, &blen);
+        char *block = um__cache_head_block(co, h->headers, h->num_headers, &rm, &blen);
         struct meta *mb = um__cache_meta_build(&m, (um_str){block, blen}, &co->pol, &mlen);
         um_str tags[UM_CACHE_MAX_TAGS * 2];
         size_t ntags = um_cache_response_tags(h->headers, h->num_headers, tags, UM_NELEMS(tags));
@@ -575,7 +393,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         }
         free(block);
         if (stored && fresh_object)
-            own_switch(fl, fl->obj, h->status);
+            um__cache_own_switch(fl, fl->obj, h->status);
     }
     if (!stored) {
         /* Not kept: the waiters go to the origin on their own (the object aborts), later
@@ -691,7 +509,7 @@ static void fill_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 
 /* Writes obj, which the fill stored (or freshened from a 304), to the second-level cache,
  * for the rest of its life (its stale windows included), when it is small enough. */
-static void l2_write(struct fill *fl, struct um_cache_obj *obj)
+void um__cache_l2_write(struct fill *fl, struct um_cache_obj *obj)
 {
     struct um_cache_l2 *l2 = fl->ctx->l2;
     if (l2 == NULL || fl->from_l2 || um_cache_obj_state(obj) != UM_CACHE_COMPLETE ||
@@ -823,7 +641,7 @@ static void fill_on_end(struct um_sink *s, int err)
         bool ok = err == UM_OK && fl->status != 0;
         um_cache_obj_finish(fl->obj, ok);
         if (ok)
-            l2_write(fl, fl->obj);
+            um__cache_l2_write(fl, fl->obj);
     } else if (fl->own) {
         /* Nothing was stored and the own client still waits (e.g. an error before any
          * head): let it fall back to a direct fetch. */
