@@ -29,6 +29,8 @@ struct um__disk_super {
     uint64_t store_id; /* random, new at each initialisation: records and snapshots of an
                         * earlier life of the file do not match it */
     uint64_t cursor;   /* the log position of the last snapshot */
+    uint64_t synced;   /* the end of the log at the last sync: tells a rebuild whether the
+                        * log went round since the snapshot */
     uint64_t check;    /* XXH3-64 of the bytes above */
 };
 

@@ -5,8 +5,8 @@
  * theirs):
  *
  * Layout. Block 0 (4 KiB) is the superblock: magic, format version, file size, a random
- * store id drawn at each initialisation, and the log position of the last index snapshot,
- * with an XXH3 of those fields. The rest of the file, the data region of `span` bytes, is
+ * store id drawn at each initialisation, the log position of the last index snapshot and
+ * the end of the log at the last sync, with an XXH3 of those fields. The rest of the file, the data region of `span` bytes, is
  * the log. A record is a 64-byte header (magic, version, flags, store id, 128-bit key
  * hash, log position, metadata and body lengths, write time), the metadata blob, the
  * body, the XXH3-64 of all of these (8 bytes), then zeros up to the next 4 KiB block.
@@ -53,10 +53,12 @@
  * is removed again by its tombstone or by the cursor at the rebuild.
  *
  * Rebuild (um_disk_open). Load the snapshot when it belongs to this file (store id, size,
- * checksums) and is less than a lap behind the superblock's cursor; then scan the log from
+ * checksums) and is less than a lap behind the log's synced end (superblock); then scan the log from
  * C: at position q a record must carry position q and a good checksum; when not, the
  * writer may have skipped to the next lap, so try its beginning; else the log ends at q
- * (a torn or never-written record) and the cursor resumes there. Without a usable
+ * (a torn or never-written record) and the cursor resumes there; a record of a later lap
+ * where q's should be means the log went round since, and the scan starts over from
+ * nothing, like this: without a usable
  * snapshot, every block of the region is probed (a whole-store read) and the valid
  * records are applied in log order. Then entries below cursor - span are evicted.
  *
@@ -147,7 +149,8 @@ struct um_disk {
     /* The writer's own (and close's, after the writer is joined): */
     bool dirty; /* written since the last fdatasync */
     uint64_t last_sync_ms, last_snap_ms;
-    uint64_t super_cursor;
+    uint64_t super_cursor, super_synced; /* what the superblock says */
+    uint64_t written; /* the end of the last record written */
 
     pthread_t writer;
     pthread_t *readers;
@@ -245,7 +248,7 @@ struct um_disk_key um_disk_key_of(const void *p, size_t n)
 
 /* ---------------------------------------------------------------- superblock */
 
-static int write_super(struct um_disk *d, uint64_t cursor)
+static int write_super(struct um_disk *d, uint64_t cursor, uint64_t synced)
 {
     static const char zero[UM__DISK_BLOCK];
     struct um__disk_super s;
@@ -256,12 +259,14 @@ static int write_super(struct um_disk *d, uint64_t cursor)
     s.size = d->size;
     s.store_id = d->store_id;
     s.cursor = cursor;
+    s.synced = synced;
     s.check = XXH3_64bits(&s, offsetof(struct um__disk_super, check));
+    /* The fields sit in the block's first sector, which a device writes whole. */
     if (pwrite_all(d->fd, &s, sizeof(s), 0) != UM_OK ||
-        pwrite_all(d->fd, zero, sizeof(zero) - sizeof(s), sizeof(s)) != UM_OK ||
-        fdatasync(d->fd) != 0)
+        pwrite_all(d->fd, zero, sizeof(zero) - sizeof(s), sizeof(s)) != UM_OK)
         return UM_ERR;
     d->super_cursor = cursor;
+    d->super_synced = synced;
     return UM_OK;
 }
 
@@ -297,7 +302,7 @@ static char *initialise(struct um_disk *d, uint64_t file_size)
         return fmt("cannot allocate %llu bytes: %s", (unsigned long long)d->size, strerror(e));
     if (getrandom(&d->store_id, sizeof(d->store_id), 0) != (ssize_t)sizeof(d->store_id))
         return fmt("getrandom: %s", strerror(errno));
-    if (write_super(d, 0) != UM_OK)
+    if (write_super(d, 0, 0) != UM_OK || fdatasync(d->fd) != 0)
         return fmt("cannot write its superblock: %s", strerror(errno));
     if (unlink(d->snap_path) != 0 && errno != ENOENT)
         return fmt("cannot remove %s: %s", d->snap_path, strerror(errno));
@@ -308,13 +313,20 @@ static char *initialise(struct um_disk *d, uint64_t file_size)
 
 /* ---------------------------------------------------------------- snapshots */
 
-/* The writer's (or close's): syncs the file, then writes the snapshot. */
+/* The writer's (or close's): syncs the file, then notes in the superblock how far the
+ * log is synced (itself synced with the next sync: an older value only makes a rebuild
+ * trust a snapshot it could have known was lapped, and the scan finds that out too). */
 static void do_sync(struct um_disk *d)
 {
     d->dirty = false;
     d->last_sync_ms = now_ms();
-    if (fdatasync(d->fd) != 0)
+    if (fdatasync(d->fd) != 0) {
         um_log(UM_LOG_ERR, "disk store %s: fdatasync: %s", d->path, strerror(errno));
+        return;
+    }
+    if (d->written != d->super_synced && write_super(d, d->super_cursor, d->written) != UM_OK)
+        um_log(UM_LOG_ERR, "disk store %s: writing the superblock: %s", d->path,
+               strerror(errno));
 }
 
 static int write_snapshot(struct um_disk *d)
@@ -389,7 +401,7 @@ static int write_snapshot(struct um_disk *d)
         return UM_ERR;
     }
     fsync_dir(d->snap_path);
-    if (write_super(d, cursor) != UM_OK) {
+    if (write_super(d, cursor, d->written) != UM_OK || fdatasync(d->fd) != 0) {
         um_log(UM_LOG_ERR, "disk store %s: writing the superblock: %s", d->path,
                strerror(errno));
         return UM_ERR;
@@ -493,7 +505,7 @@ static uint64_t load_snapshot(struct um_disk *d)
         goto out;
     }
     /* A snapshot ahead of the superblock is one whose superblock write a crash cut. */
-    if (d->super_cursor > h.cursor && d->super_cursor - h.cursor >= d->span) {
+    if (d->super_synced > h.cursor && d->super_synced - h.cursor >= d->span) {
         why = "it is a lap or more behind the store";
         goto out;
     }
@@ -595,6 +607,7 @@ static void rebuild(struct um_disk *d)
     if (d->cursor > d->span)
         um__disk_index_evict(&d->idx, d->cursor - d->span);
     d->changed = d->cursor != d->super_cursor;
+    d->written = d->cursor;
 }
 
 /* ---------------------------------------------------------------- the writer */
@@ -674,6 +687,7 @@ static void *writer_main(void *arg)
         d->st.queue_bytes -= j->alen;
         if (ok) {
             d->dirty = true;
+            d->written = j->pos + j->alen;
             d->st.writes++;
             d->st.write_bytes += j->alen;
             if (!j->tomb && !j->cancelled) {
@@ -1055,6 +1069,7 @@ struct um_disk *um_disk_open(const struct um_disk_opts *o, char **errmsg)
         } else {
             d->store_id = s.store_id;
             d->super_cursor = s.cursor;
+            d->super_synced = s.synced;
             rebuild(d);
         }
     }
