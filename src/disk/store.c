@@ -1,0 +1,1106 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* The disk store: one preallocated file written as a log at a cursor that cycles around.
+ *
+ * The design (after Traffic Server's cyclone buffer and Squid's rock store; no code of
+ * theirs):
+ *
+ * Layout. Block 0 (4 KiB) is the superblock: magic, format version, file size, a random
+ * store id drawn at each initialisation, the log position of the last index snapshot and
+ * the end of the log at the last sync, with an XXH3 of those fields. The rest of the file, the data region of `span` bytes, is
+ * the log. A record is a 64-byte header (magic, version, flags, store id, 128-bit key
+ * hash, log position, metadata and body lengths, write time), the metadata blob, the
+ * body, the XXH3-64 of all of these (8 bytes), then zeros up to the next 4 KiB block.
+ *
+ * Log positions. The cursor is a 64-bit log position that only grows; a record at
+ * position p lives at file offset 4096 + p % span. A record never wraps: one that would
+ * cross the region's end starts at the next lap's beginning instead (the tail is skipped).
+ * The position doubles as the write sequence number, and is written in the header, so a
+ * record of an earlier lap (or of an earlier life of the file: the store id) is told from
+ * the one the index expects. A record [p, p+len) stays whole while the cursor is at most
+ * p + span; reserving space for a write moves the cursor first, so the index drops (and
+ * counts as evicted) every entry below cursor - span before any byte of them is
+ * overwritten. The index keeps its entries in log order, so that is a pop from a list.
+ *
+ * Writes. um_disk_write copies the record into a block-aligned buffer on the caller's
+ * thread, then, under the mutex, reserves its position and queues it for the one writer
+ * thread, in the same critical section, so the queue is in log order and the writer
+ * writes the log front to back with no holes. The queue is bounded in bytes (opts
+ * queue_max, at most a quarter of the span, so a pending write is never lapped): a write
+ * that does not fit is dropped and counted, memory never grows. The writer computes the
+ * checksum, pwrites the record, and only then puts it in the index: a lookup never finds
+ * a record still being written. It fdatasyncs at most every sync_ms while records
+ * complete, so a power cut loses at most the last sync_ms of writes; a kill -9 loses only
+ * what was still queued (the page cache keeps what pwrite returned).
+ *
+ * Reads. A lookup is memory only. um_disk_read queues the record's position and length to
+ * the reader threads, which pread it and check magic, version, store id, key, position,
+ * lengths and checksum; the callback is posted to the caller's loop (um_loop_post). A bad
+ * record that the index still holds at that position is dropped from it and counted (a
+ * checksum failure) and the caller gets a miss; one the cursor reached meanwhile is a miss
+ * and no failure. A wrong body is never handed out.
+ *
+ * Removal. um_disk_remove drops the entry, marks queued writes of the key so that they do
+ * not enter the index, and queues a tombstone record (a header with no body) so that a
+ * rebuild that scans the log after the snapshot does not bring the key back.
+ *
+ * Snapshots. Every snapshot_ms while the index changed, at um_disk_sync(.., true) and at
+ * close, the writer syncs the file, then writes every index entry to path.index.tmp with
+ * the snapshot's cursor C (the position of the oldest write still queued, else the
+ * cursor), fsyncs it, renames it over path.index, fsyncs the directory, and writes C in
+ * the superblock. Every record below C is reflected in the snapshot: records complete in
+ * log order, and only the writer adds entries (it is busy writing the snapshot), so an
+ * entry removed or evicted while the snapshot is copied, chunk by chunk under the mutex,
+ * is removed again by its tombstone or by the cursor at the rebuild.
+ *
+ * Rebuild (um_disk_open). Load the snapshot when it belongs to this file (store id, size,
+ * checksums) and is less than a lap behind the log's synced end (superblock); then scan the log from
+ * C: at position q a record must carry position q and a good checksum; when not, the
+ * writer may have skipped to the next lap, so try its beginning; else the log ends at q
+ * (a torn or never-written record) and the cursor resumes there; a record of a later lap
+ * where q's should be means the log went round since, and the scan starts over from
+ * nothing, like this: without a usable
+ * snapshot, every block of the region is probed (a whole-store read) and the valid
+ * records are applied in log order. Then entries below cursor - span are evicted.
+ *
+ * Refusals. A file that is not a store, has another format version, or another size, is
+ * refused with a message that names the path and says what differs, or reinitialised
+ * (new store id, emptied) when reset_incompatible is set.
+ *
+ * Limits. A record is at most min(4 GiB, queue_max) bytes (the cache stores larger objects
+ * in slices). The index takes about 44 bytes an object (40 an entry, 4 a bucket, chunks of
+ * 1024 entries), under one mutex per store: several stores spread the keys (um_disk_pick)
+ * and the contention. The rebuild from a snapshot reads 32 bytes an object plus the log
+ * after it; without a snapshot it reads the whole store. The I/O is buffered (page cache),
+ * not O_DIRECT, though records and buffers are aligned for it. The store is in the host's
+ * byte order. A remove or an overwrite is as durable as its tombstone or record: one not
+ * synced before a power cut may come undone. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "umbra/disk.h"
+#include "umbra/log.h"
+#include "umbra/loop.h"
+
+#include "internal.h"
+
+#define BLOCK ((uint64_t)UM__DISK_BLOCK)
+#define MIN_SIZE (256u * 1024u)
+#define DEFAULT_QUEUE (64u * 1024u * 1024u)
+
+/* A record queued for the writer, or a barrier (buf NULL) for um_disk_sync. */
+struct wjob {
+    struct wjob *next;
+    char *buf;
+    uint64_t pos;
+    uint64_t hi, lo;
+    uint32_t len, alen;
+    bool tomb, cancelled;
+    bool snapshot, done; /* barrier */
+};
+
+/* A read; task first, so the posted task is the job. */
+struct rjob {
+    struct um_task task;
+    struct rjob *next;
+    struct um_disk *d;
+    uint64_t hi, lo, pos;
+    uint32_t len;
+    struct um_loop *loop;
+    um_disk_read_cb cb;
+    void *arg;
+    int status;
+    char *buf;
+    um_str meta, body;
+};
+
+struct um_disk {
+    char *path, *snap_path, *snap_tmp;
+    int fd;
+    uint64_t size, span;
+    uint64_t store_id, seed;
+    uint32_t sync_ms, snapshot_ms, delay_ms;
+    uint64_t queue_max;
+
+    pthread_mutex_t mu;
+    pthread_cond_t wcond; /* the writer: a job, or closing (CLOCK_MONOTONIC) */
+    pthread_cond_t rcond; /* the readers */
+    pthread_cond_t done;  /* barriers done */
+    /* Under mu: */
+    struct um__disk_index idx;
+    uint64_t cursor;
+    struct wjob *wq_head, *wq_tail;
+    struct rjob *rq_head, *rq_tail;
+    bool closing;
+    bool changed; /* the index changed since the last snapshot */
+    struct um_disk_stats st;
+
+    /* The writer's own (and close's, after the writer is joined): */
+    bool dirty; /* written since the last fdatasync */
+    uint64_t last_sync_ms, last_snap_ms;
+    uint64_t super_cursor, super_synced; /* what the superblock says */
+    uint64_t written; /* the end of the last record written */
+
+    pthread_t writer;
+    pthread_t *readers;
+    unsigned nreaders;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    if (!ms)
+        return;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static uint64_t round_up(uint64_t n, uint64_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...)
+{
+    char *s = um_malloc(1024);
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(s, 1024, f, ap);
+    va_end(ap);
+    return s;
+}
+
+static int pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r == 0 ? (errno = EIO, UM_ERR) : UM_ERR;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return UM_OK;
+}
+
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t r = pwrite(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r == 0 ? (errno = EIO, UM_ERR) : UM_ERR;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return UM_OK;
+}
+
+/* The file offset of log position pos. */
+static uint64_t phys(const struct um_disk *d, uint64_t pos)
+{
+    return BLOCK + pos % d->span;
+}
+
+static void fsync_dir(const char *path)
+{
+    char *copy = um_strndup(path, strlen(path));
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(copy);
+}
+
+struct um_disk_key um_disk_key_of(const void *p, size_t n)
+{
+    XXH128_hash_t h = XXH3_128bits(p, n);
+    return (struct um_disk_key){h.high64, h.low64};
+}
+
+/* ---------------------------------------------------------------- superblock */
+
+static int write_super(struct um_disk *d, uint64_t cursor, uint64_t synced)
+{
+    static const char zero[UM__DISK_BLOCK];
+    struct um__disk_super s;
+    memset(&s, 0, sizeof(s));
+    memcpy(s.magic, UM__DISK_SUPER_MAGIC, 8);
+    s.version = UM__DISK_VERSION;
+    s.block = UM__DISK_BLOCK;
+    s.size = d->size;
+    s.store_id = d->store_id;
+    s.cursor = cursor;
+    s.synced = synced;
+    s.check = XXH3_64bits(&s, offsetof(struct um__disk_super, check));
+    /* The fields sit in the block's first sector, which a device writes whole. */
+    if (pwrite_all(d->fd, &s, sizeof(s), 0) != UM_OK ||
+        pwrite_all(d->fd, zero, sizeof(zero) - sizeof(s), sizeof(s)) != UM_OK)
+        return UM_ERR;
+    d->super_cursor = cursor;
+    d->super_synced = synced;
+    return UM_OK;
+}
+
+/* Why the superblock s (of a file of file_size bytes) is not a store this build can open
+ * at d->size, or NULL. */
+static char *super_refusal(const struct um_disk *d, const struct um__disk_super *s,
+                           uint64_t file_size)
+{
+    if (memcmp(s->magic, UM__DISK_SUPER_MAGIC, 8) != 0)
+        return fmt("it is not an Umbra disk store (no superblock)");
+    if (s->version != UM__DISK_VERSION)
+        return fmt("it was written by store format version %u; this build uses version %u",
+                   s->version, UM__DISK_VERSION);
+    if (s->check != XXH3_64bits(s, offsetof(struct um__disk_super, check)))
+        return fmt("its superblock is damaged (checksum)");
+    if (s->block != UM__DISK_BLOCK)
+        return fmt("its block size is %u, not %u", s->block, UM__DISK_BLOCK);
+    if (s->size != d->size || file_size != d->size)
+        return fmt("it was made with size %llu (the file has %llu bytes); the configuration "
+                   "says %llu",
+                   (unsigned long long)s->size, (unsigned long long)file_size,
+                   (unsigned long long)d->size);
+    return NULL;
+}
+
+/* Empties the store: a new id (so nothing of the file's past matches), cursor 0. */
+static char *initialise(struct um_disk *d, uint64_t file_size)
+{
+    if (file_size > d->size && ftruncate(d->fd, (off_t)d->size) != 0)
+        return fmt("cannot truncate it: %s", strerror(errno));
+    int e = posix_fallocate(d->fd, 0, (off_t)d->size);
+    if (e != 0)
+        return fmt("cannot allocate %llu bytes: %s", (unsigned long long)d->size, strerror(e));
+    if (getrandom(&d->store_id, sizeof(d->store_id), 0) != (ssize_t)sizeof(d->store_id))
+        return fmt("getrandom: %s", strerror(errno));
+    if (write_super(d, 0, 0) != UM_OK || fdatasync(d->fd) != 0)
+        return fmt("cannot write its superblock: %s", strerror(errno));
+    if (unlink(d->snap_path) != 0 && errno != ENOENT)
+        return fmt("cannot remove %s: %s", d->snap_path, strerror(errno));
+    fsync_dir(d->path);
+    d->cursor = 0;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- snapshots */
+
+/* The writer's (or close's): syncs the file, then notes in the superblock how far the
+ * log is synced (itself synced with the next sync: an older value only makes a rebuild
+ * trust a snapshot it could have known was lapped, and the scan finds that out too). */
+static void do_sync(struct um_disk *d)
+{
+    d->dirty = false;
+    d->last_sync_ms = now_ms();
+    if (fdatasync(d->fd) != 0) {
+        um_log(UM_LOG_ERR, "disk store %s: fdatasync: %s", d->path, strerror(errno));
+        return;
+    }
+    if (d->written != d->super_synced && write_super(d, d->super_cursor, d->written) != UM_OK)
+        um_log(UM_LOG_ERR, "disk store %s: writing the superblock: %s", d->path,
+               strerror(errno));
+}
+
+static int write_snapshot(struct um_disk *d)
+{
+    do_sync(d);
+    d->last_snap_ms = now_ms();
+    pthread_mutex_lock(&d->mu);
+    d->changed = false;
+    uint64_t cursor = d->cursor;
+    for (struct wjob *j = d->wq_head; j; j = j->next) {
+        if (j->buf) {
+            cursor = j->pos;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+
+    int fd = open(d->snap_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        um_log(UM_LOG_ERR, "disk store %s: %s: %s", d->path, d->snap_tmp, strerror(errno));
+        return UM_ERR;
+    }
+    XXH3_state_t *xs = XXH3_createState();
+    UM_ASSERT(xs);
+    XXH3_64bits_reset(xs);
+    struct um__disk_snap_ent *buf = um_malloc(UM__DISK_CHUNK * sizeof(*buf));
+    uint64_t off = sizeof(struct um__disk_snap), count = 0;
+    int rc = UM_OK;
+    for (uint32_t c = 0; rc == UM_OK; c++) {
+        size_t n = 0;
+        pthread_mutex_lock(&d->mu);
+        if (c >= d->idx.nchunks) {
+            pthread_mutex_unlock(&d->mu);
+            break;
+        }
+        for (uint32_t i = 0; i < UM__DISK_CHUNK; i++) {
+            const struct um__disk_ent *e = &d->idx.chunks[c][i];
+            if (!e->len)
+                continue;
+            buf[n++] = (struct um__disk_snap_ent){e->hi, e->lo, e->pos, e->len, 0};
+        }
+        pthread_mutex_unlock(&d->mu);
+        XXH3_64bits_update(xs, buf, n * sizeof(*buf));
+        rc = pwrite_all(fd, buf, n * sizeof(*buf), off);
+        off += n * sizeof(*buf);
+        count += n;
+    }
+    struct um__disk_snap h;
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, UM__DISK_SNAP_MAGIC, 8);
+    h.version = UM__DISK_VERSION;
+    h.store_id = d->store_id;
+    h.size = d->size;
+    h.cursor = cursor;
+    h.count = count;
+    h.entries_check = XXH3_64bits_digest(xs);
+    h.check = XXH3_64bits(&h, offsetof(struct um__disk_snap, check));
+    XXH3_freeState(xs);
+    free(buf);
+    if (rc == UM_OK)
+        rc = pwrite_all(fd, &h, sizeof(h), 0);
+    if (rc == UM_OK && fsync(fd) != 0)
+        rc = UM_ERR;
+    if (close(fd) != 0)
+        rc = UM_ERR;
+    if (rc == UM_OK && rename(d->snap_tmp, d->snap_path) != 0)
+        rc = UM_ERR;
+    if (rc != UM_OK) {
+        um_log(UM_LOG_ERR, "disk store %s: writing the index snapshot %s: %s", d->path,
+               d->snap_tmp, strerror(errno));
+        unlink(d->snap_tmp);
+        return UM_ERR;
+    }
+    fsync_dir(d->snap_path);
+    if (write_super(d, cursor, d->written) != UM_OK || fdatasync(d->fd) != 0) {
+        um_log(UM_LOG_ERR, "disk store %s: writing the superblock: %s", d->path,
+               strerror(errno));
+        return UM_ERR;
+    }
+    return UM_OK;
+}
+
+/* ---------------------------------------------------------------- rebuild */
+
+struct found {
+    uint64_t hi, lo, pos;
+    uint32_t len;
+    uint32_t flags;
+};
+
+enum { PROBE_OK, PROBE_BAD, PROBE_AHEAD };
+
+/* Reads the record at log position q (any_lap: at the block of file offset phys(q),
+ * whatever its lap) and checks it whole. PROBE_AHEAD: a valid header of a later lap at
+ * q's place (the log has gone round since q). */
+static int probe(struct um_disk *d, uint64_t q, bool any_lap, struct found *f, char **scratch,
+                 size_t *scratch_len)
+{
+    struct um__disk_rec h;
+    uint64_t off = phys(d, q);
+    if (pread_all(d->fd, &h, sizeof(h), off) != UM_OK)
+        return PROBE_BAD;
+    if (h.magic != UM__DISK_REC_MAGIC || h.version != UM__DISK_VERSION ||
+        h.store_id != d->store_id)
+        return PROBE_BAD;
+    if (any_lap) {
+        if (h.pos % d->span != q % d->span)
+            return PROBE_BAD;
+    } else if (h.pos != q) {
+        return h.pos > q && (h.pos - q) % d->span == 0 ? PROBE_AHEAD : PROBE_BAD;
+    }
+    uint64_t len = UM__DISK_REC_LEN(h.meta_len, h.body_len);
+    if (len > UINT32_MAX || h.pos % d->span + len > d->span)
+        return PROBE_BAD;
+    if ((h.flags & UM__DISK_REC_TOMB) && (h.meta_len || h.body_len))
+        return PROBE_BAD;
+    if (*scratch_len < len) {
+        free(*scratch);
+        *scratch = um_malloc(len);
+        *scratch_len = len;
+    }
+    if (pread_all(d->fd, *scratch, len, off) != UM_OK)
+        return PROBE_BAD;
+    uint64_t check;
+    memcpy(&check, *scratch + len - 8, 8);
+    if (check != XXH3_64bits(*scratch, len - 8))
+        return PROBE_BAD;
+    *f = (struct found){h.key_hi, h.key_lo, h.pos, (uint32_t)len, h.flags};
+    return PROBE_OK;
+}
+
+static void apply(struct um_disk *d, const struct found *f)
+{
+    if (f->flags & UM__DISK_REC_TOMB)
+        um__disk_index_del(&d->idx, f->hi, f->lo, f->pos);
+    else
+        um__disk_index_put(&d->idx, f->hi, f->lo, f->pos, f->len);
+}
+
+static int by_pos(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+static int found_by_pos(const void *a, const void *b)
+{
+    return by_pos(&((const struct found *)a)->pos, &((const struct found *)b)->pos);
+}
+static int snap_by_pos(const void *a, const void *b)
+{
+    return by_pos(&((const struct um__disk_snap_ent *)a)->pos,
+                  &((const struct um__disk_snap_ent *)b)->pos);
+}
+
+/* Loads path.index into the (empty) index; returns its cursor, or UINT64_MAX (with the
+ * reason logged) when there is none that fits this store. */
+static uint64_t load_snapshot(struct um_disk *d)
+{
+    const char *why = NULL;
+    struct um__disk_snap h;
+    struct um__disk_snap_ent *ents = NULL;
+    uint64_t cursor = UINT64_MAX;
+    int fd = open(d->snap_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        why = errno == ENOENT ? "there is none" : strerror(errno);
+        goto out;
+    }
+    if (pread_all(fd, &h, sizeof(h), 0) != UM_OK || memcmp(h.magic, UM__DISK_SNAP_MAGIC, 8) ||
+        h.version != UM__DISK_VERSION ||
+        h.check != XXH3_64bits(&h, offsetof(struct um__disk_snap, check))) {
+        why = "it is damaged or of another version";
+        goto out;
+    }
+    if (h.store_id != d->store_id || h.size != d->size) {
+        why = "it belongs to another life of the store";
+        goto out;
+    }
+    /* A snapshot ahead of the superblock is one whose superblock write a crash cut. */
+    if (d->super_synced > h.cursor && d->super_synced - h.cursor >= d->span) {
+        why = "it is a lap or more behind the store";
+        goto out;
+    }
+    if (h.count > d->span / BLOCK) {
+        why = "it holds more entries than the store can";
+        goto out;
+    }
+    size_t n = (size_t)h.count;
+    ents = um_malloc(n ? n * sizeof(*ents) : 1);
+    if (pread_all(fd, ents, n * sizeof(*ents), sizeof(h)) != UM_OK ||
+        XXH3_64bits(ents, n * sizeof(*ents)) != h.entries_check) {
+        why = "its entries are damaged";
+        goto out;
+    }
+    qsort(ents, n, sizeof(*ents), snap_by_pos);
+    for (size_t i = 0; i < n; i++) {
+        if (!ents[i].len) {
+            why = "it has an empty entry";
+            um__disk_index_dispose(&d->idx);
+            um__disk_index_init(&d->idx);
+            goto out;
+        }
+        um__disk_index_put(&d->idx, ents[i].key_hi, ents[i].key_lo, ents[i].pos, ents[i].len);
+    }
+    cursor = h.cursor;
+out:
+    if (why)
+        um_log(UM_LOG_INFO, "disk store %s: no index snapshot used (%s): scanning the whole store",
+               d->path, why);
+    free(ents);
+    if (fd >= 0)
+        close(fd);
+    return cursor;
+}
+
+/* Scans from snapshot cursor c; returns PROBE_AHEAD when the log went round since. */
+static int scan_after(struct um_disk *d, uint64_t c, char **scratch, size_t *scratch_len)
+{
+    uint64_t q = c;
+    struct found f;
+    while (q < c + d->span) {
+        int r = probe(d, q, false, &f, scratch, scratch_len);
+        if (r == PROBE_BAD && q % d->span != 0) {
+            /* The writer skips a region's tail that a record does not fit in. */
+            uint64_t next = round_up(q, d->span);
+            if (next < c + d->span)
+                r = probe(d, next, false, &f, scratch, scratch_len);
+        }
+        if (r == PROBE_AHEAD)
+            return r;
+        if (r != PROBE_OK)
+            break; /* the log ends at q: a torn or never-written record */
+        apply(d, &f);
+        q = f.pos + round_up(f.len, BLOCK);
+    }
+    d->cursor = q;
+    return PROBE_OK;
+}
+
+static void scan_all(struct um_disk *d, char **scratch, size_t *scratch_len)
+{
+    size_t n = 0, cap = 0;
+    struct found *all = NULL, f;
+    for (uint64_t off = 0; off < d->span;) {
+        if (probe(d, off, true, &f, scratch, scratch_len) != PROBE_OK) {
+            off += BLOCK;
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            all = um_realloc(all, cap * sizeof(*all));
+        }
+        all[n++] = f;
+        off += round_up(f.len, BLOCK);
+    }
+    qsort(all, n, sizeof(*all), found_by_pos);
+    d->cursor = 0;
+    for (size_t i = 0; i < n; i++) {
+        apply(d, &all[i]);
+        d->cursor = all[i].pos + round_up(all[i].len, BLOCK);
+    }
+    free(all);
+}
+
+static void rebuild(struct um_disk *d)
+{
+    char *scratch = NULL;
+    size_t scratch_len = 0;
+    uint64_t c = load_snapshot(d);
+    if (c == UINT64_MAX || scan_after(d, c, &scratch, &scratch_len) == PROBE_AHEAD) {
+        if (c != UINT64_MAX)
+            um_log(UM_LOG_INFO, "disk store %s: the log went round since the index snapshot: "
+                   "scanning the whole store", d->path);
+        um__disk_index_dispose(&d->idx);
+        um__disk_index_init(&d->idx);
+        scan_all(d, &scratch, &scratch_len);
+    }
+    free(scratch);
+    if (d->cursor > d->span)
+        um__disk_index_evict(&d->idx, d->cursor - d->span);
+    d->changed = d->cursor != d->super_cursor;
+    d->written = d->cursor;
+}
+
+/* ---------------------------------------------------------------- the writer */
+
+static bool write_record(struct um_disk *d, struct wjob *j)
+{
+    sleep_ms(d->delay_ms);
+    uint64_t check = XXH3_64bits(j->buf, j->len - 8);
+    memcpy(j->buf + j->len - 8, &check, 8);
+    if (pwrite_all(d->fd, j->buf, j->alen, phys(d, j->pos)) != UM_OK) {
+        um_log(UM_LOG_ERR, "disk store %s: write at %llu: %s", d->path,
+               (unsigned long long)phys(d, j->pos), strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* Called with mu held, returns with it held: the sync and the snapshot when due. */
+static void duties(struct um_disk *d)
+{
+    uint64_t now = now_ms();
+    bool sync = d->dirty && now >= d->last_sync_ms + d->sync_ms;
+    bool snap = d->changed && now >= d->last_snap_ms + d->snapshot_ms;
+    if (!sync && !snap)
+        return;
+    pthread_mutex_unlock(&d->mu);
+    if (snap)
+        write_snapshot(d);
+    else
+        do_sync(d);
+    pthread_mutex_lock(&d->mu);
+}
+
+static void *writer_main(void *arg)
+{
+    struct um_disk *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        struct wjob *j = d->wq_head;
+        if (!j) {
+            if (d->closing)
+                break;
+            uint64_t due = UINT64_MAX;
+            if (d->dirty)
+                due = d->last_sync_ms + d->sync_ms;
+            if (d->changed && d->last_snap_ms + d->snapshot_ms < due)
+                due = d->last_snap_ms + d->snapshot_ms;
+            if (due == UINT64_MAX) {
+                pthread_cond_wait(&d->wcond, &d->mu);
+            } else if (due > now_ms()) {
+                struct timespec ts = {(time_t)(due / 1000), (long)(due % 1000) * 1000000L};
+                pthread_cond_timedwait(&d->wcond, &d->mu, &ts);
+            } else {
+                duties(d);
+            }
+            continue;
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (!j->buf) {
+            if (j->snapshot)
+                write_snapshot(d);
+            else
+                do_sync(d);
+            pthread_mutex_lock(&d->mu);
+            d->wq_head = j->next;
+            if (!d->wq_head)
+                d->wq_tail = NULL;
+            j->done = true;
+            pthread_cond_broadcast(&d->done);
+            continue;
+        }
+        bool ok = write_record(d, j);
+        pthread_mutex_lock(&d->mu);
+        d->wq_head = j->next;
+        if (!d->wq_head)
+            d->wq_tail = NULL;
+        d->st.queue_bytes -= j->alen;
+        if (ok) {
+            d->dirty = true;
+            d->written = j->pos + j->alen;
+            d->st.writes++;
+            d->st.write_bytes += j->alen;
+            if (!j->tomb && !j->cancelled) {
+                um__disk_index_put(&d->idx, j->hi, j->lo, j->pos, j->len);
+                d->changed = true;
+            }
+        } else {
+            d->st.io_errors++;
+        }
+        free(j->buf);
+        free(j);
+        duties(d);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Copies the record, then reserves its place and queues it in one critical section. */
+static int submit(struct um_disk *d, struct um_disk_key key, um_str meta, const void *body,
+                  size_t blen, bool tomb)
+{
+    uint64_t len = UM__DISK_REC_LEN(meta.len, blen);
+    uint64_t alen = round_up(len, BLOCK);
+    pthread_mutex_lock(&d->mu);
+    bool refuse = d->closing || meta.len > UINT32_MAX || blen > UINT32_MAX ||
+                  len > UINT32_MAX || d->st.queue_bytes + alen > d->queue_max;
+    if (refuse)
+        d->st.drops++;
+    pthread_mutex_unlock(&d->mu);
+    if (refuse)
+        return UM_ERR;
+
+    char *buf;
+    UM_ASSERT(posix_memalign((void **)&buf, BLOCK, alen) == 0);
+    struct um__disk_rec *h = (struct um__disk_rec *)buf;
+    memset(h, 0, sizeof(*h));
+    h->magic = UM__DISK_REC_MAGIC;
+    h->version = UM__DISK_VERSION;
+    h->flags = tomb ? UM__DISK_REC_TOMB : 0;
+    h->store_id = d->store_id;
+    h->key_hi = key.hi;
+    h->key_lo = key.lo;
+    h->meta_len = (uint32_t)meta.len;
+    h->body_len = (uint32_t)blen;
+    h->written = (uint64_t)time(NULL);
+    if (meta.len)
+        memcpy(buf + sizeof(*h), meta.base, meta.len);
+    if (blen)
+        memcpy(buf + sizeof(*h) + meta.len, body, blen);
+    memset(buf + len - 8, 0, alen - len + 8);
+    struct wjob *j = um_calloc(1, sizeof(*j));
+    j->buf = buf;
+    j->hi = key.hi;
+    j->lo = key.lo;
+    j->len = (uint32_t)len;
+    j->alen = (uint32_t)alen;
+    j->tomb = tomb;
+
+    pthread_mutex_lock(&d->mu);
+    if (d->closing || d->st.queue_bytes + alen > d->queue_max) {
+        d->st.drops++;
+        pthread_mutex_unlock(&d->mu);
+        free(buf);
+        free(j);
+        return UM_ERR;
+    }
+    uint64_t at = d->cursor % d->span;
+    if (at + alen > d->span)
+        d->cursor += d->span - at;
+    j->pos = d->cursor;
+    h->pos = j->pos;
+    d->cursor += alen;
+    if (d->cursor > d->span) {
+        uint64_t n = um__disk_index_evict(&d->idx, d->cursor - d->span);
+        if (n) {
+            d->st.evictions += n;
+            d->changed = true;
+        }
+    }
+    if (d->wq_tail)
+        d->wq_tail->next = j;
+    else
+        d->wq_head = j;
+    d->wq_tail = j;
+    d->st.queue_bytes += alen;
+    pthread_cond_signal(&d->wcond);
+    pthread_mutex_unlock(&d->mu);
+    return UM_OK;
+}
+
+int um_disk_write(struct um_disk *d, struct um_disk_key key, um_str meta, const void *body,
+                  size_t len)
+{
+    return submit(d, key, meta, body, len, false);
+}
+
+bool um_disk_remove(struct um_disk *d, struct um_disk_key key)
+{
+    pthread_mutex_lock(&d->mu);
+    bool had = um__disk_index_del(&d->idx, key.hi, key.lo, UINT64_MAX);
+    bool queued = false;
+    for (struct wjob *j = d->wq_head; j; j = j->next) {
+        if (j->buf && !j->tomb && j->hi == key.hi && j->lo == key.lo) {
+            j->cancelled = true;
+            queued = true;
+        }
+    }
+    if (had)
+        d->changed = true;
+    pthread_mutex_unlock(&d->mu);
+    /* Nothing of the key in the log since the snapshot would need no tombstone, but the
+     * snapshot may hold it: a tombstone whenever the key was anywhere. */
+    if (had || queued)
+        submit(d, key, (um_str){NULL, 0}, NULL, 0, true);
+    return had;
+}
+
+void um_disk_sync(struct um_disk *d, bool snapshot)
+{
+    struct wjob b;
+    memset(&b, 0, sizeof(b));
+    b.snapshot = snapshot;
+    pthread_mutex_lock(&d->mu);
+    if (!d->closing) {
+        if (d->wq_tail)
+            d->wq_tail->next = &b;
+        else
+            d->wq_head = &b;
+        d->wq_tail = &b;
+        pthread_cond_signal(&d->wcond);
+        while (!b.done)
+            pthread_cond_wait(&d->done, &d->mu);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ---------------------------------------------------------------- reads */
+
+static void on_read_done(struct um_task *t)
+{
+    struct rjob *j = (struct rjob *)t;
+    j->cb(j->arg, j->status, j->meta, j->body);
+    free(j->buf);
+    free(j);
+}
+
+/* UM_OK: j->meta and j->body set; UM_DONE: the record is not the one expected. */
+static int read_record(struct um_disk *d, struct rjob *j)
+{
+    sleep_ms(d->delay_ms);
+    j->buf = um_malloc(j->len);
+    if (pread_all(d->fd, j->buf, j->len, phys(d, j->pos)) != UM_OK) {
+        um_log(UM_LOG_ERR, "disk store %s: read at %llu: %s", d->path,
+               (unsigned long long)phys(d, j->pos), strerror(errno));
+        return UM_ERR;
+    }
+    struct um__disk_rec h;
+    memcpy(&h, j->buf, sizeof(h));
+    if (h.magic != UM__DISK_REC_MAGIC || h.version != UM__DISK_VERSION || h.flags != 0 ||
+        h.store_id != d->store_id || h.key_hi != j->hi || h.key_lo != j->lo ||
+        h.pos != j->pos || UM__DISK_REC_LEN(h.meta_len, h.body_len) != j->len)
+        return UM_DONE;
+    uint64_t check;
+    memcpy(&check, j->buf + j->len - 8, 8);
+    if (check != XXH3_64bits(j->buf, j->len - 8))
+        return UM_DONE;
+    j->meta = (um_str){j->buf + sizeof(h), h.meta_len};
+    j->body = (um_str){j->buf + sizeof(h) + h.meta_len, h.body_len};
+    return UM_OK;
+}
+
+static void *reader_main(void *arg)
+{
+    struct um_disk *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->rq_head && !d->closing)
+            pthread_cond_wait(&d->rcond, &d->mu);
+        struct rjob *j = d->rq_head;
+        if (!j)
+            break;
+        d->rq_head = j->next;
+        if (!d->rq_head)
+            d->rq_tail = NULL;
+        pthread_mutex_unlock(&d->mu);
+        int r = read_record(d, j);
+        pthread_mutex_lock(&d->mu);
+        if (r == UM_OK) {
+            d->st.reads++;
+            d->st.read_bytes += j->len;
+        } else if (r == UM_DONE) {
+            /* Bad, unless the cursor (which evicts before it writes) or a newer write
+             * took the entry meanwhile: then it is only gone. */
+            if (um__disk_index_del(&d->idx, j->hi, j->lo, j->pos + 1)) {
+                d->st.checksum_failures++;
+                d->changed = true;
+                um_log(UM_LOG_WARN, "disk store %s: bad record at %llu dropped", d->path,
+                       (unsigned long long)phys(d, j->pos));
+            }
+        } else {
+            d->st.io_errors++;
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (r != UM_OK) {
+            free(j->buf);
+            j->buf = NULL;
+            j->meta = j->body = (um_str){NULL, 0};
+        }
+        j->status = r;
+        um_loop_post(j->loop, &j->task);
+        pthread_mutex_lock(&d->mu);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+int um_disk_read(struct um_disk *d, struct um_disk_key key, struct um_loop *loop,
+                 um_disk_read_cb cb, void *arg)
+{
+    pthread_mutex_lock(&d->mu);
+    const struct um__disk_ent *e = um__disk_index_find(&d->idx, key.hi, key.lo);
+    uint64_t pos = e ? e->pos : 0;
+    uint32_t len = e ? e->len : 0;
+    if (!e || d->closing)
+        d->st.read_misses++;
+    bool miss = !e || d->closing;
+    pthread_mutex_unlock(&d->mu);
+    if (miss)
+        return UM_DONE;
+    struct rjob *j = um_calloc(1, sizeof(*j));
+    j->task.cb = on_read_done;
+    j->d = d;
+    j->hi = key.hi;
+    j->lo = key.lo;
+    j->pos = pos;
+    j->len = len;
+    j->loop = loop;
+    j->cb = cb;
+    j->arg = arg;
+    pthread_mutex_lock(&d->mu);
+    if (d->rq_tail)
+        d->rq_tail->next = j;
+    else
+        d->rq_head = j;
+    d->rq_tail = j;
+    pthread_cond_signal(&d->rcond);
+    pthread_mutex_unlock(&d->mu);
+    return UM_AGAIN;
+}
+
+/* ---------------------------------------------------------------- the rest */
+
+bool um_disk_lookup(struct um_disk *d, struct um_disk_key key, struct um_disk_info *info)
+{
+    pthread_mutex_lock(&d->mu);
+    const struct um__disk_ent *e = um__disk_index_find(&d->idx, key.hi, key.lo);
+    if (e && info)
+        *info = (struct um_disk_info){e->pos, phys(d, e->pos), e->len};
+    pthread_mutex_unlock(&d->mu);
+    return e != NULL;
+}
+
+void um_disk_stats(struct um_disk *d, struct um_disk_stats *st)
+{
+    pthread_mutex_lock(&d->mu);
+    *st = d->st;
+    st->size = d->size;
+    st->objects = d->idx.count;
+    st->bytes = d->idx.bytes;
+    st->index_bytes = um__disk_index_mem(&d->idx);
+    st->queue_max = d->queue_max;
+    st->cursor = d->cursor;
+    pthread_mutex_unlock(&d->mu);
+}
+
+struct um_disk *um_disk_pick(struct um_disk *const *stores, size_t n, struct um_disk_key key)
+{
+    UM_ASSERT(n > 0);
+    struct um_disk *best = stores[0];
+    uint64_t best_score = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t score = XXH3_64bits_withSeed(&key, sizeof(key), stores[i]->seed);
+        if (i == 0 || score > best_score) {
+            best = stores[i];
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+static void free_store(struct um_disk *d)
+{
+    if (d->fd >= 0)
+        close(d->fd);
+    um__disk_index_dispose(&d->idx);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->wcond);
+    pthread_cond_destroy(&d->rcond);
+    pthread_cond_destroy(&d->done);
+    free(d->readers);
+    free(d->path);
+    free(d->snap_path);
+    free(d->snap_tmp);
+    free(d);
+}
+
+struct um_disk *um_disk_open(const struct um_disk_opts *o, char **errmsg)
+{
+    *errmsg = NULL;
+    if (!o->path || !*o->path) {
+        *errmsg = fmt("disk store: no path");
+        return NULL;
+    }
+    uint64_t size = o->size / BLOCK * BLOCK;
+    if (size < MIN_SIZE) {
+        *errmsg = fmt("disk store %s: size %llu is below the minimum, %u bytes", o->path,
+                      (unsigned long long)o->size, MIN_SIZE);
+        return NULL;
+    }
+    struct um_disk *d = um_calloc(1, sizeof(*d));
+    size_t plen = strlen(o->path);
+    d->path = um_strndup(o->path, plen);
+    d->snap_path = um_malloc(plen + 7);
+    memcpy(d->snap_path, o->path, plen);
+    memcpy(d->snap_path + plen, ".index", 7);
+    d->snap_tmp = um_malloc(plen + 11);
+    memcpy(d->snap_tmp, o->path, plen);
+    memcpy(d->snap_tmp + plen, ".index.tmp", 11);
+    d->fd = -1;
+    d->size = size;
+    d->span = size - BLOCK;
+    d->seed = XXH3_64bits(o->path, plen);
+    d->sync_ms = o->sync_ms ? o->sync_ms : 1000;
+    d->snapshot_ms = o->snapshot_ms ? o->snapshot_ms : 60000;
+    d->delay_ms = o->delay_ms;
+    d->queue_max = o->queue_max ? o->queue_max : DEFAULT_QUEUE;
+    if (d->queue_max > d->span / 4)
+        d->queue_max = d->span / 4;
+    d->nreaders = o->readers ? o->readers : 2;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->wcond, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&d->rcond, NULL);
+    pthread_cond_init(&d->done, NULL);
+    um__disk_index_init(&d->idx);
+
+    char *why = NULL;
+    struct stat sb;
+    d->fd = open(d->path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (d->fd < 0 || fstat(d->fd, &sb) != 0) {
+        *errmsg = fmt("disk store %s: %s", d->path, strerror(errno));
+        goto fail;
+    }
+    if (sb.st_size == 0) {
+        why = initialise(d, 0);
+    } else {
+        struct um__disk_super s;
+        memset(&s, 0, sizeof(s));
+        if (pread(d->fd, &s, sizeof(s), 0) < 0) {
+            *errmsg = fmt("disk store %s: %s", d->path, strerror(errno));
+            goto fail;
+        }
+        char *refusal = super_refusal(d, &s, (uint64_t)sb.st_size);
+        if (refusal && !o->reset_incompatible) {
+            *errmsg = fmt("disk store %s: %s; set reset_incompatible to reinitialise it "
+                          "(its objects are lost)",
+                          d->path, refusal);
+            free(refusal);
+            goto fail;
+        }
+        if (refusal) {
+            um_log(UM_LOG_WARN, "disk store %s: %s: reinitialised (reset_incompatible)",
+                   d->path, refusal);
+            free(refusal);
+            why = initialise(d, (uint64_t)sb.st_size);
+        } else {
+            d->store_id = s.store_id;
+            d->super_cursor = s.cursor;
+            d->super_synced = s.synced;
+            rebuild(d);
+        }
+    }
+    if (why) {
+        *errmsg = fmt("disk store %s: %s", d->path, why);
+        free(why);
+        goto fail;
+    }
+    d->last_sync_ms = d->last_snap_ms = now_ms();
+    d->readers = um_calloc(d->nreaders, sizeof(pthread_t));
+    UM_ASSERT(pthread_create(&d->writer, NULL, writer_main, d) == 0);
+    for (unsigned i = 0; i < d->nreaders; i++)
+        UM_ASSERT(pthread_create(&d->readers[i], NULL, reader_main, d) == 0);
+    return d;
+fail:
+    free_store(d);
+    return NULL;
+}
+
+void um_disk_close(struct um_disk *d)
+{
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->closing = true;
+    pthread_cond_broadcast(&d->wcond);
+    pthread_cond_broadcast(&d->rcond);
+    pthread_mutex_unlock(&d->mu);
+    for (unsigned i = 0; i < d->nreaders; i++)
+        pthread_join(d->readers[i], NULL);
+    pthread_join(d->writer, NULL);
+    write_snapshot(d);
+    free_store(d);
+}
