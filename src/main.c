@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "umbra/config.h"
+#include "umbra/disktier.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
@@ -91,6 +92,11 @@ int main(int argc, char **argv)
             return 1;
         }
         um_hooks_destroy(hooks);
+        if (!um_disk_tier_check(cfg, err, sizeof(err))) {
+            fprintf(stderr, "%s\n", err);
+            um_config_unref(cfg);
+            return 1;
+        }
         printf("%s: configuration ok\n", file);
         um_config_unref(cfg);
         return 0;

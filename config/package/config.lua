@@ -31,6 +31,8 @@ routes = {
 }
 
 cache = { memory = "256MB", default_ttl = 60 }
+-- A disk tier beneath the memory (kept across restarts), in the folder the package made:
+-- cache.disk = { path = "/var/cache/umbra", size = "10GB" }
 
 access_log = { path = "/var/log/umbra/access.log", format = "combined" }
 

@@ -132,6 +132,11 @@ struct um_cache_obj *um_cache_insert(struct um_cache *c, um_str key, const void 
  * by the caller. */
 void um_cache_unlink(struct um_cache *c, struct um_cache_obj *obj);
 
+/* The disk tier beneath the store (umbra/disktier.h): every purge below reaches it too.
+ * Set once, before the workers use the store. */
+struct um_disk_tier;
+void um_cache_set_disk(struct um_cache *c, struct um_disk_tier *disk);
+
 /* Unlinks every object (every variant, FILLING ones included) with this key. Returns how
  * many were unlinked. key is borrowed. */
 size_t um_cache_purge(struct um_cache *c, um_str key);

@@ -168,6 +168,17 @@ struct um_cache_conf {
         double timeout;      /* seconds a lookup waits before the origin is asked; 0.05 */
         int line;
     } l2;
+    /* disk = { path = DIR, size = SIZE } or a list of such tables, with sync = S and
+     * reset_incompatible = BOOL beside them: the disk tier (umbra/disktier.h); off
+     * without the table. Each store is the file DIR/umbra.store (and its index). */
+    struct um_disk_conf {
+        char *path;    /* the directory, absolute */
+        uint64_t size; /* bytes of its store file */
+        int line;
+    } *disks;
+    size_t num_disks;
+    double disk_sync;              /* seconds between syncs; default 1 */
+    bool disk_reset_incompatible; /* reinitialise a store of another format; default false */
     int line;
 };
 

@@ -315,6 +315,11 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
     struct cache_origin *co = fl->co;
     time_t response_time = now_sec();
     fl->status = h->status;
+    if (fl->own && h->cache && h->cache->hit) {
+        /* Answered by the disk tier beneath (origin_disk.c): a hit, said as it says. */
+        fl->own->cs.hit = true;
+        fl->own->cs.detail = h->cache->detail;
+    }
     struct um_resp_meta rm;
     um_resp_meta_scan(&rm, h->status, h->headers, h->num_headers);
     um_resp_meta_target(&rm, &co->pol);

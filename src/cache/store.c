@@ -26,6 +26,7 @@
  * (store_obj.c) and the cleaner's lock (store_clean.c) are taken with no other lock of
  * the store's held. */
 #include "store_internal.h"
+#include "umbra/disktier.h"
 
 #include <endian.h>
 
@@ -515,8 +516,14 @@ void um_cache_unlink(struct um_cache *c, struct um_cache_obj *o)
     um__store_obj_unlink(c, o);
 }
 
+void um_cache_set_disk(struct um_cache *c, struct um_disk_tier *disk)
+{
+    c->disk = disk;
+}
+
 size_t um_cache_purge(struct um_cache *c, um_str key)
 {
+    um_disk_tier_purge_key(c->disk, key);
     uint64_t hash = key_hash(c, key);
     struct shard *sh = shard_of(c, hash);
     struct um_cache_obj *dead = NULL;

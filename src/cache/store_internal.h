@@ -111,6 +111,8 @@ struct shard {
 
 struct um_cache {
     struct um_cache_opts o;
+    /* The disk tier beneath (umbra/disktier.h), told of every purge; NULL: none. */
+    struct um_disk_tier *disk;
     size_t cap, high, low, max_object;
     uint64_t sipkey[2];
     unsigned shard_bits;

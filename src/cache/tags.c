@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "store_internal.h"
+#include "umbra/disktier.h"
 
 #define TAG_BUCKETS_INIT 64
 
@@ -390,6 +391,8 @@ static bool purgeable(const struct um_cache_obj *o, bool soft)
 
 size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags, unsigned flags)
 {
+    um_disk_tier_purge_all(c->disk);
+
     bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
     struct um__tags *t = &c->tags;
     struct objvec ov = {0};
@@ -414,6 +417,8 @@ size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags,
 
 size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, unsigned flags)
 {
+    um_disk_tier_purge_all(c->disk);
+
     bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
     struct objvec ov = {0};
     for (unsigned i = 0; i < (1u << c->shard_bits); i++) {
@@ -438,6 +443,8 @@ size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, uns
 
 size_t um_cache_purge_soft(struct um_cache *c, um_str key)
 {
+    um_disk_tier_purge_key(c->disk, key);
+
     struct objvec ov = {0};
     uint64_t hash = um__store_key_hash(c, key);
     struct shard *sh = shard_of(c, hash);

@@ -15,7 +15,7 @@
 const char *const um__cfg_cache_keys[] = {"memory",      "max_object",     "clean_interval",
                                           "default_ttl", "stale_if_error", "purge",
                                           "targeted",    "expose_tags",    "l2",
-                                          NULL};
+                                          "disk",        NULL};
 const char *const um__cfg_purge_keys[] = {"allow", NULL};
 const char *const um__cfg_l2_keys[] = {"redis", "max_object", "timeout", NULL};
 
@@ -326,5 +326,5 @@ bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
         return false;
 
     return load_cache_targeted(ld, L, idx) && load_cache_purge(ld, L, idx) &&
-           load_cache_l2(ld, L, idx);
+           load_cache_l2(ld, L, idx) && um__cfg_load_cache_disk(ld, L, idx);
 }

@@ -259,6 +259,9 @@ static void config_free(struct um_config *c)
     free(c->tls.ciphers);
     free(c->tls.ciphersuites);
     free(c->cache.purge_allow);
+    for (size_t i = 0; i < c->cache.num_disks; i++)
+        free(c->cache.disks[i].path);
+    free(c->cache.disks);
     free(c->admin.listen.text);
     free(c->admin.allow);
     free(c->access_log.path);

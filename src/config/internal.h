@@ -62,7 +62,8 @@ extern const char *const um__cfg_limit_keys[];      /* limits.c: limits */
 extern const char *const um__cfg_timeout_keys[];    /* limits.c: timeouts */
 extern const char *const um__cfg_cache_keys[];      /* cache.c: cache */
 extern const char *const um__cfg_purge_keys[];
-extern const char *const um__cfg_l2_keys[];      /* cache.c: cache.purge */
+extern const char *const um__cfg_l2_keys[];         /* cache.c: cache.l2 */
+extern const char *const um__cfg_disk_keys[];       /* disk.c: cache.disk */
 extern const char *const um__cfg_admin_keys[];      /* ops.c: admin */
 extern const char *const um__cfg_access_log_keys[]; /* ops.c: access_log */
 extern const char *const um__cfg_cgi_keys[];        /* cgi.c: cgi */
@@ -173,6 +174,8 @@ bool um__cfg_load_timeouts(struct um__cfg_load *ld, lua_State *L);   /* limits.c
 bool um__cfg_load_mime(struct um__cfg_load *ld, lua_State *L);       /* mime.c */
 bool um__cfg_load_log_level(struct um__cfg_load *ld, lua_State *L);  /* ops.c */
 bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L);      /* cache.c */
+/* cache.disk of the cache table at idx (disk.c). */
+bool um__cfg_load_cache_disk(struct um__cfg_load *ld, lua_State *L, int idx);
 bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L);      /* ops.c */
 bool um__cfg_load_http2(struct um__cfg_load *ld, lua_State *L);      /* http2.c */
 bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L); /* ops.c */

@@ -21,6 +21,7 @@ static const struct {
     {"cache", um__cfg_cache_keys},
     {"cache.purge", um__cfg_purge_keys},
     {"cache.l2", um__cfg_l2_keys},
+    {"cache.disk", um__cfg_disk_keys},
     {"admin", um__cfg_admin_keys},
     {"access_log", um__cfg_access_log_keys},
     {"cgi", um__cfg_cgi_keys},

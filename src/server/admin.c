@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/disktier.h"
 #include "umbra/buf.h"
 #include "umbra/log.h"
 #include "umbra/cluster.h"
@@ -194,6 +195,38 @@ static void server_labels(struct um_buf *b, int slot)
     um_buf_append(b, "\"", 1);
 }
 
+/* The disk tier's (cache.disk) counters, when there is one. */
+static void render_disk_metrics(struct um_server *s, struct um_buf *b)
+{
+    if (s->disk == NULL)
+        return;
+    struct um_disk_tier_stats d;
+    um_disk_tier_stats(s->disk, &d);
+    one(b, "umbra_disk_hits_total", "counter", "Memory misses the disk tier answered.", d.hits);
+    one(b, "umbra_disk_misses_total", "counter",
+        "Fills the disk tier could not answer (not there, stale, purged or damaged).", d.misses);
+    one(b, "umbra_disk_objects", "gauge", "Objects in the disk stores' indexes.", d.objects);
+    one(b, "umbra_disk_bytes", "gauge", "Bytes of the objects' records on disk.", d.bytes);
+    one(b, "umbra_disk_size_bytes", "gauge", "Bytes of the store files.", d.size);
+    one(b, "umbra_disk_index_bytes", "gauge", "Memory of the disk indexes.", d.index_bytes);
+    one(b, "umbra_disk_reads_total", "counter", "Records read from disk.", d.reads);
+    one(b, "umbra_disk_read_bytes_total", "counter", "Bytes read from disk.", d.read_bytes);
+    one(b, "umbra_disk_writes_total", "counter", "Records written to disk.", d.writes);
+    one(b, "umbra_disk_write_bytes_total", "counter", "Bytes written to disk.", d.write_bytes);
+    one(b, "umbra_disk_evictions_total", "counter", "Records overwritten by the log's cursor.",
+        d.evictions);
+    one(b, "umbra_disk_checksum_failures_total", "counter",
+        "Records found damaged on a read (dropped and fetched again).", d.checksum_failures);
+    one(b, "umbra_disk_io_errors_total", "counter", "Reads and writes the disk failed.",
+        d.io_errors);
+    one(b, "umbra_disk_write_queue_bytes", "gauge", "Bytes of records waiting to be written.",
+        d.queue_bytes);
+    one(b, "umbra_disk_write_drops_total", "counter",
+        "Writes dropped because the write queue was full.", d.drops);
+    one(b, "umbra_disk_purged_total", "counter",
+        "Records not served because a purge by prefix or tag came after them.", d.purged);
+}
+
 static void render_metrics(struct um__admin *a, struct um_buf *b)
 {
     static const char *const classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
@@ -306,6 +339,7 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
     for (int c = 1; c < 4; c++)
         um_buf_printf(b, "umbra_compress_out_bytes_total{coding=\"%s\"} %llu\n", codings[c],
                       (unsigned long long)t->compress_out[c]);
+    render_disk_metrics(s, b);
     if (s->l2) {
         struct um_l2_state ls;
         um_l2_state(s->l2, &ls);

@@ -109,6 +109,7 @@ struct um_server {
     struct um_tls *tls; /* certificates, when some listener has tls */
     struct um_cache *cache; /* the shared cache, when some route caches */
     struct um_l2 *l2;       /* the second-level cache on Redis (cache.l2), or NULL */
+    struct um_disk_tier *disk; /* the disk tier (cache.disk), or NULL; read at start only */
     atomic_size_t num_conns; /* open client connections, all workers */
     atomic_bool stop_accepting;
     /* s->runtime and s->config are replaced by reloads on the main thread; other threads

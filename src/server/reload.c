@@ -147,6 +147,15 @@ void um__server_reload(struct um_server *s)
           nc->cache.l2.timeout != old->cache.l2.timeout)))
         um_log_warn("SIGHUP: cache.l2 takes a restart; keeping the running L2 (%s)",
                     old->cache.l2.enabled ? old->cache.l2.host : "none");
+    bool disks_same = nc->cache.num_disks == old->cache.num_disks &&
+                      nc->cache.disk_sync == old->cache.disk_sync &&
+                      nc->cache.disk_reset_incompatible == old->cache.disk_reset_incompatible;
+    for (size_t i = 0; disks_same && i < nc->cache.num_disks; i++)
+        disks_same = strcmp(nc->cache.disks[i].path, old->cache.disks[i].path) == 0 &&
+                     nc->cache.disks[i].size == old->cache.disks[i].size;
+    if (!disks_same)
+        um_log_warn("SIGHUP: cache.disk takes a restart; keeping the running disk stores (%zu)",
+                    old->cache.num_disks);
 
     int *fds = um_calloc(nc->num_listen + 1, sizeof(int));
     bool *kept = um_calloc(s->num_listen + 1, sizeof(bool));
@@ -155,7 +164,7 @@ void um__server_reload(struct um_server *s)
     int admin_fd = -2; /* -2: unchanged */
     for (size_t i = 0; i < nc->num_listen; i++)
         fds[i] = -1;
-    struct um_runtime *rt = um_runtime_create(nc, hooks, &s->cache, err, sizeof(err));
+    struct um_runtime *rt = um_runtime_create(nc, hooks, &s->cache, s->disk, err, sizeof(err));
     if (rt == NULL)
         goto fail;
     for (size_t i = 0; i < nc->num_listen; i++) {

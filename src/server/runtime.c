@@ -12,6 +12,7 @@
 #include "umbra/metrics.h"
 #include "umbra/origin.h"
 #include "umbra/runtime.h"
+#include "umbra/disktier.h"
 #include "umbra/static.h"
 #include "umbra/upstream.h"
 #include "internal.h"
@@ -55,8 +56,15 @@ static struct um_origin *layered(struct um_runtime *rt, struct um_cache **cache,
     if (r->compress.enabled && o)
         o = um_compress_origin_create(o, r);
     if (cacheable && r->cache) {
-        if (*cache == NULL)
-            __atomic_store_n(cache, create_cache(rt->config), __ATOMIC_RELEASE);
+        if (*cache == NULL) {
+            struct um_cache *c = create_cache(rt->config);
+            um_cache_set_disk(c, rt->disk);
+            __atomic_store_n(cache, c, __ATOMIC_RELEASE);
+        }
+        /* The disk tier beneath the memory cache, above compression (it keeps the
+         * identity bytes the codings are made from). */
+        if (rt->disk && o)
+            o = um_disk_origin_create(rt->disk, o, r, rt->config);
         o = cache_origin(rt, *cache, o, r);
     }
     return o;
@@ -95,9 +103,11 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
 }
 
 struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *hooks,
-                                     struct um_cache **cache, char *err, size_t errlen)
+                                     struct um_cache **cache, struct um_disk_tier *disk,
+                                     char *err, size_t errlen)
 {
     struct um_runtime *rt = um_calloc(1, sizeof(*rt));
+    rt->disk = disk;
     rt->_refcnt = 1;
     um_config_ref(config);
     rt->config = config;

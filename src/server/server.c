@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/disktier.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
@@ -117,7 +118,15 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     struct um_hooks *hooks = um_hooks_create(config, config->workers, err, errlen);
     if (hooks == NULL)
         goto fail;
-    s->runtime = um_runtime_create(config, hooks, &s->cache, err, errlen);
+    /* The disk stores, their indexes rebuilt before anything is served. */
+    if (config->cache.num_disks > 0) {
+        s->disk = um_disk_tier_open(config, err, errlen);
+        if (s->disk == NULL) {
+            um_hooks_destroy(hooks);
+            goto fail;
+        }
+    }
+    s->runtime = um_runtime_create(config, hooks, &s->cache, s->disk, err, errlen);
     if (s->runtime == NULL)
         goto fail;
     for (size_t i = 0; i < config->num_listen; i++) {
@@ -163,6 +172,7 @@ fail:
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);
     }
+    um_disk_tier_close(s->disk);
     free(s);
     return NULL;
 }
@@ -482,5 +492,6 @@ void um_server_destroy(struct um_server *s)
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);
     }
+    um_disk_tier_close(s->disk); /* synced, its indexes written: the next start finds them */
     free(s);
 }

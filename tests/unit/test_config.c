@@ -1849,7 +1849,7 @@ static void test_err_cache_table(void **state)
                  "  max_objects = '1MB',\n"
                  "}\n",
                  5, "cache: unknown key 'max_objects' (expected one of: memory, max_object, "
-                    "clean_interval, default_ttl, stale_if_error, purge, targeted, expose_tags, l2)");
+                    "clean_interval, default_ttl, stale_if_error, purge, targeted, expose_tags, l2, disk)");
     expect_error(CACHE_ROUTES "cache = {\n  '1MB',\n}\n", 4,
                  "cache: unexpected value at key [1]");
     expect_error(CACHE_ROUTES

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* The disk tier: the stores of cache.disk (umbra/disk.h) beneath the memory cache, and the
+ * origin layer that reads and writes them (src/cache/origin_disk.c).
+ *
+ * The layer sits between the memory cache and the origin chain below it (compression,
+ * hooks, the upstream): a fill of the memory cache that the disk holds fresh is answered
+ * from the disk (and so promoted to memory: the memory tier's SIEVE then keeps what is
+ * asked again); any other fill goes on to the origin, and its answer, when it may be
+ * stored, is written to the disk after the client has had it (write-behind: a write that
+ * does not fit the store's queue is dropped and counted, never waited for). A worker never
+ * blocks on the disk: lookups are in memory, reads complete on the worker's loop.
+ *
+ * What goes to disk: 200 answers to GET that the cache may store (RFC 9111), whole
+ * (Content-Length or not) and at most cache.max_object, with no Content-Encoding of their
+ * own and no Vary other than Accept-Encoding (the codings are made from the identity
+ * object, see src/cache/origin_derive.c). An object on disk is a record of its key, its
+ * status, its stored fields and times; the fields include the tag fields, so that a
+ * promoted object is tagged again.
+ *
+ * Purges: a purge of a URL removes its record; a purge by prefix or tag (hard or soft)
+ * cannot look into the disk's records without reading them, so it moves the tier's purge
+ * time forward: records written before it are no longer served (a miss, and removed). The
+ * purge time is kept in DIR/umbra.purged of every store, so a restart keeps it. */
+#ifndef UMBRA_DISKTIER_H
+#define UMBRA_DISKTIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "umbra/common.h"
+
+struct um_config;
+struct um_route;
+struct um_origin;
+struct um_disk_tier;
+
+/* Checks that every store of config's cache.disk can be made: its directory exists and is
+ * writable, and the filesystem has room for what its store file still needs. false with
+ * "cache.disk: DIR: why" in err. No store is opened. */
+bool um_disk_tier_check(const struct um_config *config, char *err, size_t errlen);
+
+/* Opens (or creates) the stores of config's cache.disk; NULL with err set when one cannot
+ * be (the path named), or when config has none (err empty). Blocks for the index
+ * rebuilds: at start only. */
+struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err, size_t errlen);
+
+/* Writes what is queued, syncs, writes the index snapshots and frees t (NULL: nothing). */
+void um_disk_tier_close(struct um_disk_tier *t);
+
+/* The layer over inner for route r (inner is the layer's to destroy). */
+struct um_origin *um_disk_origin_create(struct um_disk_tier *t, struct um_origin *inner,
+                                        const struct um_route *r, const struct um_config *c);
+
+/* A purge of the cache key key: its record removed. */
+void um_disk_tier_purge_key(struct um_disk_tier *t, um_str key);
+/* A purge by prefix or tag: the records written until now are no longer served. */
+void um_disk_tier_purge_all(struct um_disk_tier *t);
+
+struct um_disk_tier_stats {
+    uint64_t stores, size, objects, bytes, index_bytes;
+    uint64_t hits, misses, reads, read_bytes, writes, write_bytes, evictions;
+    uint64_t checksum_failures, io_errors, queue_bytes, drops, purged;
+};
+void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st);
+
+#endif

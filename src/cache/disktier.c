@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* The disk tier's stores (umbra/disktier.h): opened from cache.disk, picked by key hash,
+ * purged, counted. The origin layer that uses them is origin_disk.c. */
+#include "disktier_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "umbra/config.h"
+#include "umbra/log.h"
+
+#define STORE_FILE "umbra.store"
+#define PURGED_FILE "umbra.purged"
+
+static void store_path(const char *dir, const char *file, char *out, size_t n)
+{
+    snprintf(out, n, "%s/%s", dir, file);
+}
+
+bool um_disk_tier_check(const struct um_config *config, char *err, size_t errlen)
+{
+    const struct um_cache_conf *cc = &config->cache;
+    for (size_t i = 0; i < cc->num_disks; i++) {
+        const struct um_disk_conf *dc = &cc->disks[i];
+        struct stat st;
+        int r = stat(dc->path, &st);
+        if (r != 0 || !S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "%s:%d: cache.disk: %s: %s", config->file, dc->line, dc->path,
+                     r != 0 ? strerror(errno) : "not a directory");
+            return false;
+        }
+        if (access(dc->path, W_OK | X_OK) != 0) {
+            snprintf(err, errlen, "%s:%d: cache.disk: %s: not writable (%s)", config->file,
+                     dc->line, dc->path, strerror(errno));
+            return false;
+        }
+        char file[4096];
+        store_path(dc->path, STORE_FILE, file, sizeof file);
+        uint64_t have = 0;
+        if (stat(file, &st) == 0)
+            have = (uint64_t)st.st_blocks * 512;
+        struct statvfs vfs;
+        if (statvfs(dc->path, &vfs) == 0) {
+            uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+            if (dc->size > have && dc->size - have > avail) {
+                snprintf(err, errlen,
+                         "%s:%d: cache.disk: %s: size %llu bytes, but the filesystem has %llu "
+                         "bytes free",
+                         config->file, dc->line, dc->path, (unsigned long long)dc->size,
+                         (unsigned long long)(avail + have));
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* The purge time kept in the first store's directory (and every other one, the newest
+ * wins at start). */
+static int64_t purged_read(const char *dir)
+{
+    char file[4096];
+    store_path(dir, PURGED_FILE, file, sizeof file);
+    FILE *f = fopen(file, "r");
+    if (f == NULL)
+        return 0;
+    long long v = 0;
+    if (fscanf(f, "%lld", &v) != 1)
+        v = 0;
+    fclose(f);
+    return (int64_t)v;
+}
+
+static void purged_write(const char *dir, int64_t when)
+{
+    char file[4096], tmp[4200];
+    store_path(dir, PURGED_FILE, file, sizeof file);
+    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        um_log_err("cache.disk: %s: %s (a purge by prefix or tag may not outlive a restart)",
+                     tmp, strerror(errno));
+        return;
+    }
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%lld\n", (long long)when);
+    bool ok = write(fd, buf, (size_t)n) == n && fdatasync(fd) == 0;
+    close(fd);
+    if (!ok || rename(tmp, file) != 0)
+        um_log_err("cache.disk: %s: could not be written (a purge by prefix or tag may not "
+                     "outlive a restart)",
+                     file);
+}
+
+struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err, size_t errlen)
+{
+    const struct um_cache_conf *cc = &config->cache;
+    err[0] = '\0';
+    if (cc->num_disks == 0)
+        return NULL;
+    if (!um_disk_tier_check(config, err, errlen))
+        return NULL;
+    struct um_disk_tier *t = um_calloc(1, sizeof(*t));
+    t->stores = um_calloc(cc->num_disks, sizeof(*t->stores));
+    t->dirs = um_calloc(cc->num_disks, sizeof(*t->dirs));
+    t->max_object = cc->max_object;
+    int64_t purged = 0;
+    for (size_t i = 0; i < cc->num_disks; i++) {
+        const struct um_disk_conf *dc = &cc->disks[i];
+        char file[4096];
+        store_path(dc->path, STORE_FILE, file, sizeof file);
+        struct um_disk_opts o = {
+            .path = file,
+            .size = dc->size,
+            .sync_ms = (uint32_t)(cc->disk_sync * 1000),
+            .reset_incompatible = cc->disk_reset_incompatible,
+        };
+        char *msg = NULL;
+        t->stores[i] = um_disk_open(&o, &msg);
+        if (t->stores[i] == NULL) {
+            snprintf(err, errlen, "%s:%d: cache.disk: %s", config->file, dc->line,
+                     msg ? msg : "cannot open the store");
+            free(msg);
+            t->n = i;
+            um_disk_tier_close(t);
+            return NULL;
+        }
+        t->dirs[i] = um_strndup(dc->path, strlen(dc->path));
+        t->n = i + 1;
+        int64_t p = purged_read(dc->path);
+        if (p > purged)
+            purged = p;
+        /* A store opened smaller than the largest object is given only what fits. */
+        struct um_disk_stats st;
+        um_disk_stats(t->stores[i], &st);
+        if (st.queue_max < t->max_object)
+            t->max_object = st.queue_max;
+    }
+    atomic_store(&t->purged_before, purged);
+    struct um_disk_tier_stats s;
+    um_disk_tier_stats(t, &s);
+    um_log_info("cache.disk: %zu store(s), %llu bytes, %llu objects found", t->n,
+                (unsigned long long)s.size, (unsigned long long)s.objects);
+    return t;
+}
+
+void um_disk_tier_close(struct um_disk_tier *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->n; i++) {
+        um_disk_close(t->stores[i]);
+        free(t->dirs[i]);
+    }
+    free(t->stores);
+    free(t->dirs);
+    free(t);
+}
+
+struct um_disk *um__disk_tier_store(struct um_disk_tier *t, struct um_disk_key key)
+{
+    return t->n == 1 ? t->stores[0] : um_disk_pick(t->stores, t->n, key);
+}
+
+void um_disk_tier_purge_key(struct um_disk_tier *t, um_str key)
+{
+    if (t == NULL)
+        return;
+    struct um_disk_key k = um_disk_key_of(key.base, key.len);
+    um_disk_remove(um__disk_tier_store(t, k), k);
+}
+
+void um_disk_tier_purge_all(struct um_disk_tier *t)
+{
+    if (t == NULL)
+        return;
+    /* Records written in this second may predate the purge: the next second is the limit,
+     * so nothing stored before the purge is served after it. */
+    int64_t when = (int64_t)time(NULL) + 1;
+    atomic_store(&t->purged_before, when);
+    atomic_fetch_add(&t->purges, 1);
+    for (size_t i = 0; i < t->n; i++)
+        purged_write(t->dirs[i], when);
+}
+
+void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (t == NULL)
+        return;
+    st->stores = t->n;
+    for (size_t i = 0; i < t->n; i++) {
+        struct um_disk_stats d;
+        um_disk_stats(t->stores[i], &d);
+        st->size += d.size;
+        st->objects += d.objects;
+        st->bytes += d.bytes;
+        st->index_bytes += d.index_bytes;
+        st->reads += d.reads;
+        st->read_bytes += d.read_bytes;
+        st->writes += d.writes;
+        st->write_bytes += d.write_bytes;
+        st->evictions += d.evictions;
+        st->checksum_failures += d.checksum_failures;
+        st->io_errors += d.io_errors;
+        st->queue_bytes += d.queue_bytes;
+        st->drops += d.drops;
+    }
+    st->hits = atomic_load(&t->hits);
+    st->misses = atomic_load(&t->misses);
+    st->purged = atomic_load(&t->purged);
+}

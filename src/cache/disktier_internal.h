@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* What disktier.c and origin_disk.c share: the tier's state. */
+#ifndef UMBRA_CACHE_DISKTIER_INTERNAL_H
+#define UMBRA_CACHE_DISKTIER_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "umbra/disk.h"
+#include "umbra/disktier.h"
+
+struct um_disk_tier {
+    struct um_disk **stores;
+    char **dirs;
+    size_t n;
+    uint64_t max_object; /* largest body written (cache.max_object, or what a store takes) */
+    /* Records written before this (unix seconds) are not served: a purge by prefix or tag
+     * (disktier.h). */
+    _Atomic int64_t purged_before;
+    _Atomic uint64_t hits, misses, purged, purges;
+};
+
+/* The store of t that holds key. */
+struct um_disk *um__disk_tier_store(struct um_disk_tier *t, struct um_disk_key key);
+
+#endif

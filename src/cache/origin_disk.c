@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* The disk tier's origin layer (umbra/disktier.h): between the memory cache and the origin
+ * chain below it. A fill of the memory cache looks its key up in the disk's index (memory
+ * only); a fresh record is read on the disk's threads and answered from (the memory cache
+ * stores it: promotion), anything else goes to the inner origin through a tee that keeps a
+ * copy of a storable answer and writes it once the answer is whole (write-behind).
+ *
+ * A record's metadata (struct disk_meta, then the key, then the stored fields as
+ * "Name: value\r\n" lines) carries what the answer needs to be judged again: status, the
+ * times of RFC 9111's age calculation and the freshness lifetime the cache gave it. Only a
+ * fresh record answers; a stale one is a miss (the fill asks the origin and the new answer
+ * replaces it). The key is kept to tell a hash collision from a hit. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disktier_internal.h"
+#include "umbra/buf.h"
+#include "umbra/httpfield.h"
+#include "umbra/loop.h"
+
+#define DISK_META_MAGIC 0x314d4455u /* "UDM1" */
+
+struct disk_meta {
+    uint32_t magic;
+    int32_t status;
+    int64_t request_time, response_time, date_value, age_value;
+    int64_t lifetime;
+    int64_t stored; /* unix seconds, for the tier's purge time */
+    uint32_t key_len, head_len;
+};
+
+struct disk_origin {
+    struct um_origin base;
+    struct um_origin *inner;
+    struct um_disk_tier *t;
+    struct um_cache_policy pol;
+    um_str targeted[UM_CACHE_TARGETED_MAX];
+};
+
+enum df_state { DF_READING, DF_SERVING, DF_INNER };
+
+struct disk_fetch {
+    struct um_sink sink; /* what the inner origin writes to */
+    struct um_sink *client;
+    struct disk_origin *d;
+    struct um_fetch f; /* the fill's (its strings live as long as the fill) */
+    enum df_state state;
+    bool cancelled; /* the client went away while the disk read */
+    struct um_disk_key key;
+    struct um_cache_status cs;
+    time_t request_time;
+    /* Serving a record: its body (a copy) and how far the client took it. */
+    char *body;
+    size_t body_len, body_off;
+    /* The tee: the answer's copy, while it may still be stored (tee: the fetch is a fill
+     * the disk may keep; a pass, a revalidation or a coding made from identity is not). */
+    bool tee, store;
+    struct um_buf rec; /* disk_meta, key, fields, then the body as it passes */
+    size_t body_start;
+};
+
+static void df_free(struct disk_fetch *df)
+{
+    free(df->body);
+    um_buf_dispose(&df->rec);
+    free(df);
+}
+
+/* ---------------------------------------------------------------- the tee (a miss) */
+
+/* Whether a field goes into the record: not the ones sent fresh, nor what the cache may
+ * not keep (um_cache_field_storable). The tag fields stay: a promoted object is tagged. */
+static bool keeps(um_str name, const struct um_resp_meta *rm)
+{
+    enum um_field_id id = um_http_field_id(name);
+    if (id == UM_FIELD_AGE || id == UM_FIELD_CONTENT_LENGTH || id == UM_FIELD_CACHE_STATUS ||
+        id == UM_FIELD_TRANSFER_ENCODING)
+        return false;
+    return um_cache_field_storable_id(name, id, rm);
+}
+
+/* Whether the answer h to the fill's request may go to disk (umbra/disktier.h), and its
+ * record's start in df->rec when it may. */
+static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
+{
+    struct disk_origin *d = df->d;
+    const struct um_request *req = df->f.req;
+    if (h->status != 200 || h->no_store ||
+        (h->content_length >= 0 && (uint64_t)h->content_length > d->t->max_object))
+        return false;
+    for (size_t i = 0; i < h->num_headers; i++) {
+        um_str n = h->headers[i].name, v = um_str_trim(h->headers[i].value);
+        if (um_str_eq_ci(n, "content-encoding") && !um_str_eq_ci(v, "identity"))
+            return false;
+        if (um_str_eq_ci(n, "vary")) {
+            size_t pos = 0;
+            um_str m;
+            while (um_http_list_next(v, &pos, &m))
+                if (!um_str_eq_ci(um_str_trim(m), "accept-encoding"))
+                    return false;
+        }
+    }
+    time_t now = time(NULL);
+    struct um_resp_meta rm;
+    um_resp_meta_scan(&rm, h->status, h->headers, h->num_headers);
+    um_resp_meta_target(&rm, &d->pol);
+    struct um_req_meta qm;
+    um_req_meta_scan(&qm, req->method_id, req->headers, req->num_headers);
+    if (um_cache_storable(&qm, &rm, &d->pol, now) != UM_STORABLE && !h->has_ttl &&
+        !df->f.has_ttl)
+        return false;
+    struct um_age_times times;
+    um_age_times_init(&times, &rm, df->request_time, now);
+    enum um_fresh_source src;
+    int64_t lifetime = um_freshness_lifetime(&rm, &d->pol, now, &src);
+    if (h->has_ttl)
+        lifetime = h->ttl;
+    else if (df->f.has_ttl)
+        lifetime = df->f.ttl;
+    if (lifetime <= 0 || rm.cc.no_cache || rm.cc.private_)
+        return false;
+    struct disk_meta m = {
+        .magic = DISK_META_MAGIC,
+        .status = h->status,
+        .request_time = times.request_time,
+        .response_time = times.response_time,
+        .date_value = times.date_value,
+        .age_value = times.age_value,
+        .lifetime = lifetime,
+        .stored = now,
+        .key_len = (uint32_t)df->f.fill_key.len,
+    };
+    um_buf_init(&df->rec);
+    um_buf_append(&df->rec, &m, sizeof(m));
+    um_buf_append(&df->rec, df->f.fill_key.base, df->f.fill_key.len);
+    size_t fields = df->rec.len;
+    for (size_t i = 0; i < h->num_headers; i++) {
+        if (!keeps(h->headers[i].name, &rm))
+            continue;
+        um_buf_append(&df->rec, h->headers[i].name.base, h->headers[i].name.len);
+        um_buf_append(&df->rec, ": ", 2);
+        um_buf_append(&df->rec, h->headers[i].value.base, h->headers[i].value.len);
+        um_buf_append(&df->rec, "\r\n", 2);
+    }
+    ((struct disk_meta *)(void *)df->rec.base)->head_len = (uint32_t)(df->rec.len - fields);
+    df->body_start = df->rec.len;
+    return true;
+}
+
+/* The body bytes the client took, into the copy (which is dropped past max_object). */
+static void tee_add(struct disk_fetch *df, const char *data, size_t n)
+{
+    if (!df->store || n == 0)
+        return;
+    if (df->rec.len - df->body_start + n > df->d->t->max_object) {
+        df->store = false;
+        um_buf_dispose(&df->rec);
+        return;
+    }
+    um_buf_append(&df->rec, data, n);
+}
+
+static void tee_on_head(struct um_sink *s, const struct um_response_head *h)
+{
+    struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    df->store = df->tee && tee_start(df, h);
+    df->client->ops->on_head(df->client, h);
+}
+
+static size_t tee_on_data(struct um_sink *s, const char *data, size_t len)
+{
+    struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    size_t n = df->client->ops->on_data(df->client, data, len);
+    tee_add(df, data, n);
+    return n;
+}
+
+static size_t tee_on_data_ref(struct um_sink *s, const char *data, size_t len,
+                              void (*release)(void *ctx), void *ctx)
+{
+    struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    /* Copied first: the sink may release the bytes before it returns. */
+    size_t before = df->rec.len;
+    bool storing = df->store;
+    tee_add(df, data, len);
+    size_t n;
+    if (df->client->ops->on_data_ref) {
+        n = df->client->ops->on_data_ref(df->client, data, len, release, ctx);
+    } else {
+        n = df->client->ops->on_data(df->client, data, len);
+        if (n)
+            release(ctx);
+    }
+    if (n == 0 && storing && df->store)
+        df->rec.len = before; /* not taken: offered again */
+    return n;
+}
+
+static void tee_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
+{
+    struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    df->store = false; /* a file's bytes are not seen here */
+    df->client->ops->on_file(df->client, fd, off, len);
+}
+
+static void tee_on_end(struct um_sink *s, int err)
+{
+    struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    struct um_sink *client = df->client;
+    df->sink.origin_data = NULL;
+    if (err == UM_OK && df->store) {
+        size_t meta_len = df->body_start;
+        um_str meta = {df->rec.base, meta_len};
+        struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
+        um_disk_write(st, df->key, meta, df->rec.base + meta_len, df->rec.len - meta_len);
+    }
+    client->origin_data = NULL;
+    df_free(df);
+    client->ops->on_end(client, err);
+}
+
+static ssize_t tee_read_body(struct um_sink *s, char *buf, size_t len)
+{
+    struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    return df->client->ops->read_body(df->client, buf, len);
+}
+
+static void tee_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
+{
+    um_sink_info(((struct disk_fetch *)(void *)s)->client, status, h, n);
+}
+
+static void tee_on_flush(struct um_sink *s)
+{
+    um_sink_flush(((struct disk_fetch *)(void *)s)->client);
+}
+
+static const struct um_sink_ops tee_ops = {
+    .on_head = tee_on_head,
+    .on_data = tee_on_data,
+    .on_data_ref = tee_on_data_ref,
+    .on_file = tee_on_file,
+    .on_end = tee_on_end,
+    .read_body = tee_read_body,
+    .on_info = tee_on_info,
+    .on_flush = tee_on_flush,
+};
+
+static void go_inner(struct disk_fetch *df)
+{
+    df->state = DF_INNER;
+    df->request_time = time(NULL);
+    df->client->origin_data = df;
+    df->d->inner->ops->fetch(df->d->inner, &df->f, &df->sink); /* may end (free df) at once */
+}
+
+/* ---------------------------------------------------------------- a record (a hit) */
+
+/* Sends what the client takes of the body, and the end. Returns false once df is freed. */
+static bool serve_pump(struct disk_fetch *df)
+{
+    while (df->body_off < df->body_len) {
+        size_t n = df->client->ops->on_data(df->client, df->body + df->body_off,
+                                            df->body_len - df->body_off);
+        if (n == 0)
+            return true; /* resume comes */
+        df->body_off += n;
+    }
+    struct um_sink *client = df->client;
+    client->origin_data = NULL;
+    df_free(df);
+    client->ops->on_end(client, UM_OK);
+    return false;
+}
+
+/* Whether the record (meta) may answer df now: its own, not purged, fresh. */
+static bool record_usable(struct disk_fetch *df, um_str meta, const struct disk_meta **out)
+{
+    struct disk_meta m;
+    if (meta.len < sizeof(m))
+        return false;
+    memcpy(&m, meta.base, sizeof(m));
+    if (m.magic != DISK_META_MAGIC || sizeof(m) + (size_t)m.key_len + m.head_len != meta.len ||
+        m.key_len != df->f.fill_key.len ||
+        memcmp(meta.base + sizeof(m), df->f.fill_key.base, m.key_len) != 0)
+        return false;
+    if (m.stored < atomic_load(&df->d->t->purged_before)) {
+        atomic_fetch_add(&df->d->t->purged, 1);
+        um_disk_remove(um__disk_tier_store(df->d->t, df->key), df->key);
+        return false;
+    }
+    struct um_age_times times = {(time_t)m.request_time, (time_t)m.response_time,
+                                 (time_t)m.date_value, m.age_value};
+    if (!um_is_fresh(m.lifetime, um_current_age(&times, time(NULL))))
+        return false;
+    *out = (const struct disk_meta *)(const void *)meta.base;
+    return true;
+}
+
+static void on_read(void *arg, int status, um_str meta, um_str body)
+{
+    struct disk_fetch *df = arg;
+    if (df->cancelled) {
+        df_free(df);
+        return;
+    }
+    const struct disk_meta *m = NULL;
+    if (status != UM_OK || !record_usable(df, meta, &m)) {
+        atomic_fetch_add(&df->d->t->misses, 1);
+        go_inner(df);
+        return;
+    }
+    atomic_fetch_add(&df->d->t->hits, 1);
+    struct um_age_times times = {(time_t)m->request_time, (time_t)m->response_time,
+                                 (time_t)m->date_value, m->age_value};
+    um_str head = {meta.base + sizeof(*m) + m->key_len, m->head_len};
+    struct um_header f[MAX_OUT_FIELDS + 1];
+    size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
+    char agebuf[24];
+    int64_t age = um_current_age(&times, time(NULL));
+    int al = snprintf(agebuf, sizeof agebuf, "%lld", (long long)(age < 0 ? 0 : age));
+    f[n++] = (struct um_header){UM_STR("Age"), {agebuf, (size_t)al}};
+    df->body = um_malloc(body.len + 1);
+    memcpy(df->body, body.base, body.len);
+    df->body_len = body.len;
+    df->state = DF_SERVING;
+    df->cs.hit = true;
+    df->cs.detail = "disk";
+    struct um_response_head h = {.status = m->status, .headers = f, .num_headers = n,
+                                 .content_length = (int64_t)body.len, .reason = {NULL, 0},
+                                 .cache = &df->cs};
+    df->client->origin_data = df;
+    df->client->ops->on_head(df->client, &h);
+    serve_pump(df);
+}
+
+/* ---------------------------------------------------------------- the origin */
+
+/* A fill's whole GET: what the disk may answer or keep. */
+static bool disk_candidate(const struct um_fetch *f)
+{
+    const struct um_request *req = f->req;
+    if (f->source != NULL || f->fill_key.base == NULL || req->method_id != UM_METHOD_GET)
+        return false;
+    for (size_t i = 0; i < req->num_headers; i++) {
+        um_str n = req->headers[i].name;
+        if (um_str_eq_ci(n, "if-none-match") || um_str_eq_ci(n, "if-modified-since") ||
+            um_str_eq_ci(n, "range"))
+            return false;
+    }
+    return true;
+}
+
+static void disk_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *client)
+{
+    struct disk_origin *d = (struct disk_origin *)o;
+    struct disk_fetch *df = um_calloc(1, sizeof(*df));
+    df->sink.ops = &tee_ops;
+    df->client = client;
+    df->d = d;
+    df->f = *f;
+    df->cs.cache_name = "umbra";
+    df->tee = disk_candidate(f);
+    if (!df->tee) {
+        go_inner(df); /* the layer only passes it on */
+        return;
+    }
+    df->key = um_disk_key_of(f->fill_key.base, f->fill_key.len);
+    df->state = DF_READING;
+    client->origin_data = df;
+    struct um_disk *st = um__disk_tier_store(d->t, df->key);
+    if (um_disk_read(st, df->key, f->ctx->loop, on_read, df) == UM_AGAIN)
+        return; /* on_read goes on */
+    atomic_fetch_add(&d->t->misses, 1);
+    go_inner(df);
+}
+
+static void disk_resume(struct um_origin *o, struct um_sink *client)
+{
+    struct disk_origin *d = (struct disk_origin *)o;
+    struct disk_fetch *df = client->origin_data;
+    if (df == NULL)
+        return;
+    if (df->state == DF_SERVING)
+        serve_pump(df);
+    else if (df->state == DF_INNER && d->inner->ops->resume)
+        d->inner->ops->resume(d->inner, &df->sink);
+}
+
+static void disk_body_ready(struct um_origin *o, struct um_sink *client)
+{
+    struct disk_origin *d = (struct disk_origin *)o;
+    struct disk_fetch *df = client->origin_data;
+    if (df && df->state == DF_INNER && d->inner->ops->body_ready)
+        d->inner->ops->body_ready(d->inner, &df->sink);
+}
+
+static void disk_cancel(struct um_origin *o, struct um_sink *client)
+{
+    struct disk_origin *d = (struct disk_origin *)o;
+    struct disk_fetch *df = client->origin_data;
+    if (df == NULL)
+        return;
+    client->origin_data = NULL;
+    if (df->state == DF_READING) {
+        df->cancelled = true; /* on_read frees it */
+        return;
+    }
+    if (df->state == DF_INNER && d->inner->ops->cancel)
+        d->inner->ops->cancel(d->inner, &df->sink);
+    df_free(df);
+}
+
+static void disk_destroy(struct um_origin *o)
+{
+    struct disk_origin *d = (struct disk_origin *)o;
+    d->inner->ops->destroy(d->inner);
+    free(d);
+}
+
+static const struct um_origin_ops disk_ops = {
+    .flags = UM_ORIGIN_F_STREAM_BODY,
+    .fetch = disk_fetch,
+    .resume = disk_resume,
+    .body_ready = disk_body_ready,
+    .cancel = disk_cancel,
+    .destroy = disk_destroy,
+};
+
+struct um_origin *um_disk_origin_create(struct um_disk_tier *t, struct um_origin *inner,
+                                        const struct um_route *r, const struct um_config *c)
+{
+    (void)r;
+    struct disk_origin *d = um_calloc(1, sizeof(*d));
+    d->base.ops = &disk_ops;
+    d->inner = inner;
+    d->t = t;
+    um_cache_policy_init(&d->pol);
+    d->pol.default_ttl = (int64_t)c->cache.default_ttl;
+    d->pol.stale_if_error = (int64_t)c->cache.stale_if_error;
+    for (size_t i = 0; i < c->cache.num_targeted; i++)
+        d->targeted[i] = (um_str){c->cache.targeted[i], strlen(c->cache.targeted[i])};
+    d->pol.targeted = d->targeted;
+    d->pol.num_targeted = c->cache.num_targeted;
+    return &d->base;
+}

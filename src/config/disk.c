@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* cache.disk = { path = DIR, size = SIZE, sync = S, reset_incompatible = BOOL }, or
+ * { { path = DIR, size = SIZE }, { ... }, sync = S, reset_incompatible = BOOL } for several
+ * stores (objects spread by key hash). Whether each directory can hold its store is checked
+ * where the store is opened (umbra -t and the start), not here: a config is read by other
+ * users too (the docs test, a reload). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+const char *const um__cfg_disk_keys[] = {"path", "size", "sync", "reset_incompatible", NULL};
+
+#define DISK_MIN_SIZE (1u << 20) /* a store smaller than this holds next to nothing */
+
+/* One store's { path = DIR, size = SIZE } at idx (what names it in messages). */
+static bool load_store(struct um__cfg_load *ld, lua_State *L, int idx, const char *what,
+                       struct um_disk_conf *dc)
+{
+    char p[PATH_LEN];
+    const char *s;
+    uint64_t v;
+    dc->line = um__cfg_line_of(ld, L, what);
+    if (um__cfg_get_field(L, idx, "path") == LUA_TNIL)
+        return um__cfg_fail(ld, L, what, "%s: path is required, such as path = "
+                            "\"/var/cache/umbra\"", what);
+    um__cfg_subpath(p, sizeof p, what, "path");
+    if (!um__cfg_get_string(ld, L, -1, p, "a directory such as \"/var/cache/umbra\"", &s))
+        return false;
+    dc->path = um__cfg_dir_join(ld, s);
+    lua_pop(L, 1);
+    if (um__cfg_get_field(L, idx, "size") == LUA_TNIL)
+        return um__cfg_fail(ld, L, what, "%s: size is required, such as size = \"100GB\"", what);
+    um__cfg_subpath(p, sizeof p, what, "size");
+    if (!um__cfg_get_size(ld, L, -1, p, 0, UINT64_MAX, &v))
+        return false;
+    if (v < DISK_MIN_SIZE)
+        return um__cfg_fail(ld, L, p, "%s: at least 1MB, got %llu bytes", p,
+                            (unsigned long long)v);
+    dc->size = v;
+    lua_pop(L, 1);
+    return true;
+}
+
+bool um__cfg_load_cache_disk(struct um__cfg_load *ld, lua_State *L, int idx)
+{
+    struct um_cache_conf *cc = &ld->c->cache;
+    cc->disk_sync = 1;
+    int t = um__cfg_get_field(L, idx, "disk");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (t != LUA_TTABLE)
+        return um__cfg_fail(ld, L, "cache.disk",
+                            "cache.disk: expected a table such as { path = \"/var/cache/umbra\", "
+                            "size = \"100GB\" }, got %s",
+                            lua_typename(L, t));
+    int didx = lua_gettop(L);
+    /* The keys of the table itself, whatever the list part holds. */
+    lua_pushnil(L);
+    while (lua_next(L, didx) != 0) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TNUMBER)
+            continue;
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        bool known = false;
+        for (const char *const *a = um__cfg_disk_keys; k && *a && !known; a++)
+            known = strcmp(k, *a) == 0;
+        if (!known) {
+            char kb[64];
+            const char *kt = um__cfg_key_text(L, -1, kb, sizeof kb);
+            lua_pop(L, 1);
+            return um__cfg_fail(ld, L, "cache.disk",
+                                "cache.disk: unknown setting %s (settings are: path, size, sync, "
+                                "reset_incompatible; several stores: a list of { path = ..., "
+                                "size = ... })",
+                                kt);
+        }
+    }
+    size_t n = lua_objlen(L, didx);
+    bool has_path = um__cfg_get_field(L, didx, "path") != LUA_TNIL;
+    lua_pop(L, 1);
+    if (n > 0 && has_path)
+        return um__cfg_fail(ld, L, "cache.disk",
+                            "cache.disk: either one store (path = ..., size = ...) or a list "
+                            "of them, not both");
+    cc->num_disks = n > 0 ? n : 1;
+    cc->disks = um_calloc(cc->num_disks, sizeof *cc->disks);
+    if (n == 0) {
+        if (!load_store(ld, L, didx, "cache.disk", &cc->disks[0]))
+            return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char el[PATH_LEN];
+        um__cfg_subpath_i(el, sizeof el, "cache.disk", i + 1);
+        lua_rawgeti(L, didx, (int)i + 1);
+        if (lua_type(L, -1) != LUA_TTABLE)
+            return um__cfg_fail(ld, L, el, "%s: expected a table such as { path = "
+                                "\"/srv/ssd1/umbra\", size = \"500GB\" }, got %s",
+                                el, lua_typename(L, lua_type(L, -1)));
+        int sidx = lua_gettop(L);
+        if (!um__cfg_check_keys(ld, L, sidx, el, um__cfg_disk_keys) ||
+            !load_store(ld, L, sidx, el, &cc->disks[i]))
+            return false;
+        lua_pop(L, 1);
+    }
+    for (size_t i = 0; i < cc->num_disks; i++)
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(cc->disks[i].path, cc->disks[j].path) == 0)
+                return um__cfg_fail(ld, L, "cache.disk",
+                                    "cache.disk: the directory %s is given twice (one store a "
+                                    "directory)",
+                                    cc->disks[i].path);
+    if (um__cfg_get_field(L, didx, "sync") != LUA_TNIL &&
+        !um__cfg_get_seconds(ld, L, -1, "cache.disk.sync", &cc->disk_sync))
+        return false;
+    lua_pop(L, 1);
+    if (cc->disk_sync > 60)
+        return um__cfg_fail(ld, L, "cache.disk.sync",
+                            "cache.disk.sync: at most 60 seconds, got %g", cc->disk_sync);
+    if (!um__cfg_opt_bool(ld, L, didx, "cache.disk.reset_incompatible", "reset_incompatible",
+                          &cc->disk_reset_incompatible, NULL))
+        return false;
+    lua_pop(L, 1);
+    return true;
+}

@@ -1,0 +1,228 @@
+"""The disk tier (issue #28): cache.disk beneath the memory cache, against the real binary.
+
+The origin here makes every object's body from its own path (SHA-256 blocks of the path
+and the block number), so a body served for the wrong object, or with any byte changed,
+never equals the one expected. It counts the requests per path.
+"""
+
+import hashlib
+import http.server
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from umbra_harness import Umbra, admin_port, fetch_req  # noqa: E402
+
+
+def body_of(path, size):
+    out = []
+    for k in range(size // 32 + 1):
+        out.append(hashlib.sha256(("%s:%d" % (path, k)).encode()).digest())
+    return b"".join(out)[:size]
+
+
+class PathOrigin:
+    """Answers GET /PATH?size=N[&tags=T] with body_of(/PATH, N), max-age=600."""
+
+    def __enter__(self):
+        counts = self.counts = {}
+        lock = threading.Lock()
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                path, _, query = self.path.partition("?")
+                q = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+                with lock:
+                    counts[path] = counts.get(path, 0) + 1
+                body = body_of(path, int(q.get("size", "1000")))
+                self.send_response(200)
+                self.send_header("Cache-Control", "max-age=600")
+                self.send_header("Content-Type", "application/octet-stream")
+                if "tags" in q:
+                    self.send_header("Surrogate-Key", q["tags"].replace("+", " "))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        return self
+
+    def total(self):
+        return sum(self.counts.values())
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        return False
+
+
+def config(origin_url, disk_dir, memory="2MB", size="64MB", extra=""):
+    return """
+cache = { memory = "%s", disk = { path = "%s", size = "%s", sync = 0.2 %s } }
+upstreams = { app = { servers = { "%s" } } }
+routes = { { path = "/", upstream = "app" } }
+""" % (memory, disk_dir, size, extra, origin_url)
+
+
+def get(u, path, size):
+    return fetch_req(u.port, "%s?size=%d" % (path, size))
+
+
+class DiskTierTest(unittest.TestCase):
+    N = 240          # objects of SIZE bytes: 12 x the 2 MB memory cap
+    SIZE = 100 * 1024
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="umbra-disk-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def fill(self, u, o, n=None):
+        n = n or self.N
+        for i in range(n):
+            r = get(u, "/o/%d" % i, self.SIZE)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE))
+        self.assertEqual(o.total(), n)
+
+    def wait_written(self, u, n):
+        """Until the disk holds n objects (its index, as /metrics says)."""
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.disk_metric(u, "umbra_disk_objects") >= n:
+                return
+            time.sleep(0.1)
+        self.fail("the disk did not get %d objects" % n)
+
+    def disk_metric(self, u, name):
+        r = fetch_req(admin_port(u), "/metrics")
+        m = re.search(r"^%s (\d+)" % name, r.body.decode(), re.M)
+        return int(m.group(1)) if m else -1
+
+    def serve_all_again(self, u, o, before, n=None):
+        n = n or self.N
+        disk_hits = 0
+        for i in range(n):
+            r = get(u, "/o/%d" % i, self.SIZE)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE), "object %d" % i)
+            if "detail=disk" in (r.header("Cache-Status") or ""):
+                disk_hits += 1
+        self.assertEqual(o.total(), before, "the origin was asked again")
+        return disk_hits
+
+    def umbra(self, o, **kw):
+        return Umbra(config(o.url, self.dir, **kw) + '\nadmin = { listen = "127.0.0.1:0" }\n')
+
+    def test_working_set_twelve_times_memory_served_without_the_origin(self):
+        with PathOrigin() as o, self.umbra(o) as u:
+            self.fill(u, o)
+            self.wait_written(u, self.N)
+            hits = self.serve_all_again(u, o, self.N)
+            # Most of it was evicted from the 2 MB of memory: the disk answered.
+            self.assertGreater(hits, self.N // 2)
+            self.assertGreater(self.disk_metric(u, "umbra_disk_hits_total"), self.N // 2)
+
+    def test_restart_keeps_the_cache(self):
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                self.fill(u, o, 60)
+                self.wait_written(u, 60)
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o) as u:
+                hits = self.serve_all_again(u, o, 60, 60)
+                self.assertEqual(hits, 60)  # memory was empty: every one from the disk
+
+    def test_kill_9_serves_what_was_synced(self):
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                self.fill(u, o, 60)
+                self.wait_written(u, 60)
+                time.sleep(1.0)  # past the sync interval (0.2 s)
+                u.stop(signal.SIGKILL)
+            with self.umbra(o) as u:
+                self.serve_all_again(u, o, 60, 60)
+
+    def test_corrupt_store_never_serves_a_wrong_body(self):
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                self.fill(u, o, 60)
+                self.wait_written(u, 60)
+                self.assertEqual(u.stop(), 0)
+            store = os.path.join(self.dir, "umbra.store")
+            rnd = random.Random(28)
+            size = os.path.getsize(store)
+            with open(store, "r+b") as f:
+                for _ in range(400):  # bytes all over the written records
+                    f.seek(rnd.randrange(4096, min(size, 60 * (self.SIZE + 8192))))
+                    f.write(bytes([rnd.randrange(256)]))
+            with self.umbra(o) as u:
+                for i in range(60):
+                    r = get(u, "/o/%d" % i, self.SIZE)
+                    self.assertEqual(r.status, 200)
+                    self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE), "object %d" % i)
+                self.assertGreater(o.total(), 60)  # the damaged ones were fetched again
+                self.assertGreater(self.disk_metric(u, "umbra_disk_checksum_failures_total"), 0)
+
+    def test_store_overflowing_stays_within_its_size(self):
+        with PathOrigin() as o, self.umbra(o, size="4MB") as u:
+            self.fill(u, o)  # 24 MB through a 4 MB store
+            self.wait_written(u, 1)
+            self.assertEqual(os.path.getsize(os.path.join(self.dir, "umbra.store")), 4 << 20)
+            self.assertGreater(self.disk_metric(u, "umbra_disk_evictions_total"), 0)
+            self.assertLess(self.disk_metric(u, "umbra_disk_objects"), 40)
+
+    def test_purges_reach_the_disk(self):
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                paths = ["/p/url", "/p/pre/a", "/p/tag"]
+                for p in paths:
+                    r = fetch_req(u.port, p + "?size=5000&tags=t1+t2")
+                    self.assertEqual(r.status, 200)
+                self.wait_written(u, 3)
+                self.assertEqual(fetch_req(u.port, "/p/url?size=5000&tags=t1+t2",
+                                           method="PURGE").status, 200)
+                r = fetch_req(u.port, "/", method="PURGE", headers=[("Surrogate-Key", "t2")])
+                self.assertEqual(r.status, 200)
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o) as u:  # memory empty: only the disk could answer
+                for p in paths:
+                    r = fetch_req(u.port, p + "?size=5000&tags=t1+t2")
+                    self.assertEqual(r.body, body_of(p, 5000))
+                    self.assertNotIn("hit", r.header("Cache-Status") or "", p)
+                self.assertEqual(o.total(), 6)
+
+    def test_check_names_the_file_line_and_directory(self):
+        missing = os.path.join(self.dir, "nope")
+        with Umbra(config("http://127.0.0.1:9", missing), args=["-t"],
+                   expect_fail=True) as u:
+            self.assertNotEqual(u.returncode, 0)
+            self.assertRegex(u.log(), r"config\.lua:\d+: cache\.disk: %s" % re.escape(missing))
+        with Umbra(config("http://127.0.0.1:9", self.dir, size="100000GB"), args=["-t"],
+                   expect_fail=True) as u:
+            self.assertNotEqual(u.returncode, 0)
+            self.assertIn("free", u.log())
+        with Umbra(config("http://127.0.0.1:9", self.dir, extra=", bogus = 1"),
+                   expect_fail=True) as u:
+            self.assertRegex(u.log(), r"config\.lua:\d+: cache\.disk: unknown setting")
+
+
+if __name__ == "__main__":
+    unittest.main()
