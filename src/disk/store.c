@@ -6,10 +6,11 @@
  *
  * Layout. Block 0 (4 KiB) is the superblock: magic, format version, file size, a random
  * store id drawn at each initialisation, the log position of the last index snapshot and
- * the end of the log at the last sync, with an XXH3 of those fields. The rest of the file, the data region of `span` bytes, is
- * the log. A record is a 64-byte header (magic, version, flags, store id, 128-bit key
- * hash, log position, metadata and body lengths, write time), the metadata blob, the
- * body, the XXH3-64 of all of these (8 bytes), then zeros up to the next 4 KiB block.
+ * the end of the log at the last sync, with an XXH3 of those fields. The rest of the
+ * file, the data region of `span` bytes, is the log. A record is a 64-byte header (magic,
+ * version, flags, store id, 128-bit key hash, log position, metadata and body lengths,
+ * write time), the metadata blob, the body, the XXH3-64 of all of these (8 bytes), then
+ * zeros up to the next 4 KiB block.
  *
  * Log positions. The cursor is a 64-bit log position that only grows; a record at
  * position p lives at file offset 4096 + p % span. A record never wraps: one that would
@@ -53,14 +54,15 @@
  * is removed again by its tombstone or by the cursor at the rebuild.
  *
  * Rebuild (um_disk_open). Load the snapshot when it belongs to this file (store id, size,
- * checksums) and is less than a lap behind the log's synced end (superblock); then scan the log from
- * C: at position q a record must carry position q and a good checksum; when not, the
- * writer may have skipped to the next lap, so try its beginning; else the log ends at q
- * (a torn or never-written record) and the cursor resumes there; a record of a later lap
- * where q's should be means the log went round since, and the scan starts over from
- * nothing, like this: without a usable
- * snapshot, every block of the region is probed (a whole-store read) and the valid
- * records are applied in log order. Then entries below cursor - span are evicted.
+ * checksums) and is less than a lap behind the log's synced end (superblock); then scan
+ * the log from C: at position q a record must carry position q and a good checksum; when
+ * not, the writer may have skipped to the next lap, so try its beginning; else the log
+ * ends at q (a torn or never-written record) and the cursor resumes there. A record of a
+ * later lap where q's should be means the log went round since: then, as without a
+ * usable snapshot, every block of the region is probed (a whole-store read) and the
+ * valid records are applied in log order. Then entries below cursor - span are evicted.
+ * (An entry a reader dropped as bad while a snapshot was copied may come back with it:
+ * its next read drops it again; it is never served.)
  *
  * Refusals. A file that is not a store, has another format version, or another size, is
  * refused with a message that names the path and says what differs, or reinitialised
@@ -713,7 +715,7 @@ static int submit(struct um_disk *d, struct um_disk_key key, um_str meta, const 
     uint64_t alen = round_up(len, BLOCK);
     pthread_mutex_lock(&d->mu);
     bool refuse = d->closing || meta.len > UINT32_MAX || blen > UINT32_MAX ||
-                  len > UINT32_MAX || d->st.queue_bytes + alen > d->queue_max;
+                  alen > UINT32_MAX || d->st.queue_bytes + alen > d->queue_max;
     if (refuse)
         d->st.drops++;
     pthread_mutex_unlock(&d->mu);
