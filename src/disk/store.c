@@ -86,6 +86,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -978,6 +979,48 @@ struct um_disk *um_disk_pick(struct um_disk *const *stores, size_t n, struct um_
         }
     }
     return best;
+}
+
+int um_disk_check(const struct um_disk_opts *o, char **errmsg)
+{
+    *errmsg = NULL;
+    if (!o->path || !*o->path) {
+        *errmsg = fmt("disk store: no path");
+        return UM_ERR;
+    }
+    uint64_t size = o->size / BLOCK * BLOCK;
+    if (size < MIN_SIZE) {
+        *errmsg = fmt("disk store %s: size %llu is below the minimum, %u bytes", o->path,
+                      (unsigned long long)o->size, MIN_SIZE);
+        return UM_ERR;
+    }
+    char *copy = um_strndup(o->path, strlen(o->path));
+    const char *dir = dirname(copy);
+    uint64_t have = 0;
+    struct stat sb;
+    struct statvfs vfs;
+    if (stat(dir, &sb) != 0) {
+        *errmsg = fmt("disk store %s: its directory %s: %s", o->path, dir, strerror(errno));
+    } else if (!S_ISDIR(sb.st_mode)) {
+        *errmsg = fmt("disk store %s: %s is not a directory", o->path, dir);
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        *errmsg = fmt("disk store %s: its directory %s is not writable: %s", o->path, dir,
+                      strerror(errno));
+    } else if (stat(o->path, &sb) == 0 && access(o->path, R_OK | W_OK) != 0) {
+        *errmsg = fmt("disk store %s: %s", o->path, strerror(errno));
+    } else if (statvfs(dir, &vfs) != 0) {
+        *errmsg = fmt("disk store %s: statvfs %s: %s", o->path, dir, strerror(errno));
+    } else {
+        if (stat(o->path, &sb) == 0)
+            have = (uint64_t)sb.st_blocks * 512;
+        uint64_t room = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        if (size > have && size - have > room)
+            *errmsg = fmt("disk store %s: size %llu, but its filesystem has room for %llu "
+                          "bytes more",
+                          o->path, (unsigned long long)size, (unsigned long long)room);
+    }
+    free(copy);
+    return *errmsg ? UM_ERR : UM_OK;
 }
 
 static void free_store(struct um_disk *d)

@@ -752,6 +752,37 @@ static void test_remove(void **state)
     um_disk_close(d);
 }
 
+static void test_check(void **state)
+{
+    (void)state;
+    char *err = NULL;
+    struct um_disk_opts o = opts_of(1 << 20);
+    assert_int_equal(um_disk_check(&o, &err), UM_OK);
+    assert_null(err);
+    struct stat sb;
+    assert_int_not_equal(stat(path, &sb), 0); /* touched nothing */
+    um_disk_close(open_ok(&o));
+    assert_int_equal(um_disk_check(&o, &err), UM_OK);
+
+    o.size = (uint64_t)1 << 60; /* more than any filesystem here */
+    assert_int_equal(um_disk_check(&o, &err), UM_ERR);
+    assert_non_null(strstr(err, "room"));
+    free(err);
+
+    o.size = 1000;
+    assert_int_equal(um_disk_check(&o, &err), UM_ERR);
+    assert_non_null(strstr(err, "minimum"));
+    free(err);
+
+    char nowhere[160];
+    snprintf(nowhere, sizeof(nowhere), "%s/no/such/store", dir);
+    o = opts_of(1 << 20);
+    o.path = nowhere;
+    assert_int_equal(um_disk_check(&o, &err), UM_ERR);
+    assert_non_null(strstr(err, "directory"));
+    free(err);
+}
+
 /* Several threads writing, reading (each on its own loop), removing and looking up at
  * once, as workers would (and for ThreadSanitizer's eyes). */
 struct worker {
@@ -873,6 +904,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_index_bytes_per_object, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_queue_drops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pick_spreads_and_is_stable, setup, teardown),
     };
