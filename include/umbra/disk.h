@@ -70,6 +70,8 @@ struct um_disk_info {
     uint64_t seq;    /* the record's write sequence number (its log position) */
     uint64_t offset; /* byte offset of the record in the file */
     uint32_t length; /* bytes of the record (header, metadata, body, checksum) */
+    uint64_t left;   /* bytes the log takes before the cursor reaches the record: a hit
+                      * with little left is worth writing again (ahead of the cursor) */
 };
 bool um_disk_lookup(struct um_disk *d, struct um_disk_key key, struct um_disk_info *info);
 

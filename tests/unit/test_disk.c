@@ -311,7 +311,14 @@ static void test_wraps_within_its_size(void **state)
     assert_int_equal(st.objects + st.evictions, (uint64_t)n);
     /* The oldest are gone, the newest are there, and whatever is there is right. */
     assert_false(um_disk_lookup(d, key(0), NULL));
-    assert_true(um_disk_lookup(d, key(n - 1), NULL));
+    struct um_disk_info newest, oldest;
+    assert_true(um_disk_lookup(d, key(n - 1), &newest));
+    assert_int_equal(newest.left, span - (st.cursor - newest.seq));
+    int first = 0;
+    while (!um_disk_lookup(d, key(first), &oldest))
+        first++;
+    assert_true(oldest.left < newest.left);
+    assert_true(oldest.left < 2 * 20480); /* the next record or two reach it */
     int found = 0;
     for (int i = 0; i < n; i++)
         found += object_or_miss(d, i, 0, (size_t)(i * 37) % 20000);
