@@ -53,6 +53,12 @@ struct um_disk_opts {
  * frees it with free()). */
 struct um_disk *um_disk_open(const struct um_disk_opts *opts, char **errmsg);
 
+/* For `umbra -t`, touching nothing: whether opts->path could be opened as a store: its
+ * size is valid, its directory is there and writable, the file (when it is there) is
+ * readable and writable, and its filesystem has room for the bytes still to allocate.
+ * Returns UM_OK, or UM_ERR with *errmsg set as um_disk_open's. */
+int um_disk_check(const struct um_disk_opts *opts, char **errmsg);
+
 /* Completes the writes queued and the reads under way, syncs, writes the index snapshot
  * and frees d. d may be NULL. The reads' callbacks are posted to their loops: call it
  * after the last um_disk_read, and run those loops (or at least do not destroy them)
@@ -64,6 +70,8 @@ struct um_disk_info {
     uint64_t seq;    /* the record's write sequence number (its log position) */
     uint64_t offset; /* byte offset of the record in the file */
     uint32_t length; /* bytes of the record (header, metadata, body, checksum) */
+    uint64_t left;   /* bytes the log takes before the cursor reaches the record: a hit
+                      * with little left is worth writing again (ahead of the cursor) */
 };
 bool um_disk_lookup(struct um_disk *d, struct um_disk_key key, struct um_disk_info *info);
 

@@ -6,10 +6,11 @@
  *
  * Layout. Block 0 (4 KiB) is the superblock: magic, format version, file size, a random
  * store id drawn at each initialisation, the log position of the last index snapshot and
- * the end of the log at the last sync, with an XXH3 of those fields. The rest of the file, the data region of `span` bytes, is
- * the log. A record is a 64-byte header (magic, version, flags, store id, 128-bit key
- * hash, log position, metadata and body lengths, write time), the metadata blob, the
- * body, the XXH3-64 of all of these (8 bytes), then zeros up to the next 4 KiB block.
+ * the end of the log at the last sync, with an XXH3 of those fields. The rest of the
+ * file, the data region of `span` bytes, is the log. A record is a 64-byte header (magic,
+ * version, flags, store id, 128-bit key hash, log position, metadata and body lengths,
+ * write time), the metadata blob, the body, the XXH3-64 of all of these (8 bytes), then
+ * zeros up to the next 4 KiB block.
  *
  * Log positions. The cursor is a 64-bit log position that only grows; a record at
  * position p lives at file offset 4096 + p % span. A record never wraps: one that would
@@ -53,14 +54,15 @@
  * is removed again by its tombstone or by the cursor at the rebuild.
  *
  * Rebuild (um_disk_open). Load the snapshot when it belongs to this file (store id, size,
- * checksums) and is less than a lap behind the log's synced end (superblock); then scan the log from
- * C: at position q a record must carry position q and a good checksum; when not, the
- * writer may have skipped to the next lap, so try its beginning; else the log ends at q
- * (a torn or never-written record) and the cursor resumes there; a record of a later lap
- * where q's should be means the log went round since, and the scan starts over from
- * nothing, like this: without a usable
- * snapshot, every block of the region is probed (a whole-store read) and the valid
- * records are applied in log order. Then entries below cursor - span are evicted.
+ * checksums) and is less than a lap behind the log's synced end (superblock); then scan
+ * the log from C: at position q a record must carry position q and a good checksum; when
+ * not, the writer may have skipped to the next lap, so try its beginning; else the log
+ * ends at q (a torn or never-written record) and the cursor resumes there. A record of a
+ * later lap where q's should be means the log went round since: then, as without a
+ * usable snapshot, every block of the region is probed (a whole-store read) and the
+ * valid records are applied in log order. Then entries below cursor - span are evicted.
+ * (An entry a reader dropped as bad while a snapshot was copied may come back with it:
+ * its next read drops it again; it is never served.)
  *
  * Refusals. A file that is not a store, has another format version, or another size, is
  * refused with a message that names the path and says what differs, or reinitialised
@@ -84,6 +86,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -713,7 +716,7 @@ static int submit(struct um_disk *d, struct um_disk_key key, um_str meta, const 
     uint64_t alen = round_up(len, BLOCK);
     pthread_mutex_lock(&d->mu);
     bool refuse = d->closing || meta.len > UINT32_MAX || blen > UINT32_MAX ||
-                  len > UINT32_MAX || d->st.queue_bytes + alen > d->queue_max;
+                  alen > UINT32_MAX || d->st.queue_bytes + alen > d->queue_max;
     if (refuse)
         d->st.drops++;
     pthread_mutex_unlock(&d->mu);
@@ -945,7 +948,8 @@ bool um_disk_lookup(struct um_disk *d, struct um_disk_key key, struct um_disk_in
     pthread_mutex_lock(&d->mu);
     const struct um__disk_ent *e = um__disk_index_find(&d->idx, key.hi, key.lo);
     if (e && info)
-        *info = (struct um_disk_info){e->pos, phys(d, e->pos), e->len};
+        *info = (struct um_disk_info){e->pos, phys(d, e->pos), e->len,
+                                      e->pos + d->span - d->cursor};
     pthread_mutex_unlock(&d->mu);
     return e != NULL;
 }
@@ -976,6 +980,48 @@ struct um_disk *um_disk_pick(struct um_disk *const *stores, size_t n, struct um_
         }
     }
     return best;
+}
+
+int um_disk_check(const struct um_disk_opts *o, char **errmsg)
+{
+    *errmsg = NULL;
+    if (!o->path || !*o->path) {
+        *errmsg = fmt("disk store: no path");
+        return UM_ERR;
+    }
+    uint64_t size = o->size / BLOCK * BLOCK;
+    if (size < MIN_SIZE) {
+        *errmsg = fmt("disk store %s: size %llu is below the minimum, %u bytes", o->path,
+                      (unsigned long long)o->size, MIN_SIZE);
+        return UM_ERR;
+    }
+    char *copy = um_strndup(o->path, strlen(o->path));
+    const char *dir = dirname(copy);
+    uint64_t have = 0;
+    struct stat sb;
+    struct statvfs vfs;
+    if (stat(dir, &sb) != 0) {
+        *errmsg = fmt("disk store %s: its directory %s: %s", o->path, dir, strerror(errno));
+    } else if (!S_ISDIR(sb.st_mode)) {
+        *errmsg = fmt("disk store %s: %s is not a directory", o->path, dir);
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        *errmsg = fmt("disk store %s: its directory %s is not writable: %s", o->path, dir,
+                      strerror(errno));
+    } else if (stat(o->path, &sb) == 0 && access(o->path, R_OK | W_OK) != 0) {
+        *errmsg = fmt("disk store %s: %s", o->path, strerror(errno));
+    } else if (statvfs(dir, &vfs) != 0) {
+        *errmsg = fmt("disk store %s: statvfs %s: %s", o->path, dir, strerror(errno));
+    } else {
+        if (stat(o->path, &sb) == 0)
+            have = (uint64_t)sb.st_blocks * 512;
+        uint64_t room = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        if (size > have && size - have > room)
+            *errmsg = fmt("disk store %s: size %llu, but its filesystem has room for %llu "
+                          "bytes more",
+                          o->path, (unsigned long long)size, (unsigned long long)room);
+    }
+    free(copy);
+    return *errmsg ? UM_ERR : UM_OK;
 }
 
 static void free_store(struct um_disk *d)

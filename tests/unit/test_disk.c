@@ -15,6 +15,7 @@
 #define _XOPEN_SOURCE_EXTENDED 1
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,7 +311,14 @@ static void test_wraps_within_its_size(void **state)
     assert_int_equal(st.objects + st.evictions, (uint64_t)n);
     /* The oldest are gone, the newest are there, and whatever is there is right. */
     assert_false(um_disk_lookup(d, key(0), NULL));
-    assert_true(um_disk_lookup(d, key(n - 1), NULL));
+    struct um_disk_info newest, oldest;
+    assert_true(um_disk_lookup(d, key(n - 1), &newest));
+    assert_int_equal(newest.left, span - (st.cursor - newest.seq));
+    int first = 0;
+    while (!um_disk_lookup(d, key(first), &oldest))
+        first++;
+    assert_true(oldest.left < newest.left);
+    assert_true(oldest.left < 2 * 20480); /* the next record or two reach it */
     int found = 0;
     for (int i = 0; i < n; i++)
         found += object_or_miss(d, i, 0, (size_t)(i * 37) % 20000);
@@ -751,6 +759,117 @@ static void test_remove(void **state)
     um_disk_close(d);
 }
 
+static void test_check(void **state)
+{
+    (void)state;
+    char *err = NULL;
+    struct um_disk_opts o = opts_of(1 << 20);
+    assert_int_equal(um_disk_check(&o, &err), UM_OK);
+    assert_null(err);
+    struct stat sb;
+    assert_int_not_equal(stat(path, &sb), 0); /* touched nothing */
+    um_disk_close(open_ok(&o));
+    assert_int_equal(um_disk_check(&o, &err), UM_OK);
+
+    o.size = (uint64_t)1 << 60; /* more than any filesystem here */
+    assert_int_equal(um_disk_check(&o, &err), UM_ERR);
+    assert_non_null(strstr(err, "room"));
+    free(err);
+
+    o.size = 1000;
+    assert_int_equal(um_disk_check(&o, &err), UM_ERR);
+    assert_non_null(strstr(err, "minimum"));
+    free(err);
+
+    char nowhere[160];
+    snprintf(nowhere, sizeof(nowhere), "%s/no/such/store", dir);
+    o = opts_of(1 << 20);
+    o.path = nowhere;
+    assert_int_equal(um_disk_check(&o, &err), UM_ERR);
+    assert_non_null(strstr(err, "directory"));
+    free(err);
+}
+
+/* Several threads writing, reading (each on its own loop), removing and looking up at
+ * once, as workers would (and for ThreadSanitizer's eyes). */
+struct worker {
+    struct um_disk *d;
+    int id;
+    int wrong; /* bodies that were not their key's */
+    int found;
+};
+
+static void on_worker_read(void *arg, int status, um_str m, um_str b)
+{
+    struct got *g = arg;
+    g->done = true;
+    g->status = status;
+    g->body = malloc(b.len + 1);
+    if (b.len)
+        memcpy(g->body, b.base, b.len);
+    g->body_len = b.len;
+    (void)m;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct um_loop *l = um_loop_create();
+    for (int round = 0; round < 3; round++) {
+        for (int k = 0; k < 150; k++) {
+            int i = w->id * 1000 + k;
+            put(w->d, i, round, (size_t)(k * 53) % 6000);
+            if (k % 10 == 0)
+                um_disk_remove(w->d, key(i - 5));
+            um_disk_lookup(w->d, key(i - 1), NULL);
+        }
+        um_disk_sync(w->d, round == 1);
+        for (int k = 0; k < 150; k++) {
+            int i = w->id * 1000 + k;
+            struct got g;
+            memset(&g, 0, sizeof(g));
+            if (um_disk_read(w->d, key(i), l, on_worker_read, &g) != UM_AGAIN)
+                continue;
+            uint64_t deadline = mono_ms() + 10000;
+            while (!g.done && mono_ms() < deadline)
+                um_loop_run_once(l, 50);
+            if (g.done && g.status == UM_OK) {
+                size_t len = (size_t)(k * 53) % 6000;
+                char *want = body(i, round, len);
+                w->wrong += g.body_len != len || (len && memcmp(g.body, want, len) != 0);
+                w->found++;
+                free(want);
+            }
+            free(g.body);
+        }
+    }
+    um_loop_destroy(l);
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    struct um_disk_opts o = opts_of(16 << 20);
+    struct um_disk *d = open_ok(&o);
+    struct worker w[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct worker){.d = d, .id = i};
+        assert_int_equal(pthread_create(&t[i], NULL, worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(w[i].wrong, 0);
+        assert_true(w[i].found > 0);
+    }
+    struct um_disk_stats st = stats(d);
+    assert_int_equal(st.checksum_failures, 0);
+    assert_int_equal(st.queue_bytes, 0);
+    um_disk_close(d);
+}
+
 static void test_pick_spreads_and_is_stable(void **state)
 {
     (void)state;
@@ -792,6 +911,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_index_bytes_per_object, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_queue_drops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pick_spreads_and_is_stable, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
