@@ -470,6 +470,10 @@ int um_server_run(struct um_server *s)
 
 void um_server_destroy(struct um_server *s)
 {
+    /* The disk's last reads post to the workers' loops: closed while those still exist
+     * (stopped, so what they would have run is freed with them). */
+    um_disk_tier_close(s->disk);
+    s->disk = NULL;
     for (int i = 0; i < s->num_workers; i++)
         um__worker_dispose(&s->workers[i]);
     free(s->workers);
@@ -492,6 +496,5 @@ void um_server_destroy(struct um_server *s)
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);
     }
-    um_disk_tier_close(s->disk); /* synced, its indexes written: the next start finds them */
     free(s);
 }
