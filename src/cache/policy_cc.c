@@ -26,7 +26,7 @@ struct directive {
 static bool next_directive(const char **pp, const char *end, struct directive *d)
 {
     const char *p = *pp;
-    while (p < end && (is_ows(*p) || *p == ','))
+    while (p < end && (um_is_ows(*p) || *p == ','))
         p++;
     if (p == end) {
         *pp = p;
@@ -39,11 +39,11 @@ static bool next_directive(const char **pp, const char *end, struct directive *d
     d->name = (um_str){s, (size_t)(p - s)};
     d->malformed = d->name.len == 0;
     const char *q = p;
-    while (q < end && is_ows(*q))
+    while (q < end && um_is_ows(*q))
         q++;
     if (!d->malformed && q < end && *q == '=') {
         p = q + 1;
-        while (p < end && is_ows(*p))
+        while (p < end && um_is_ows(*p))
             p++;
         d->has_arg = true;
         if (p < end && *p == '"') {
@@ -68,7 +68,7 @@ static bool next_directive(const char **pp, const char *end, struct directive *d
             d->arg = (um_str){s, (size_t)(p - s)};
         }
         q = p;
-        while (q < end && is_ows(*q))
+        while (q < end && um_is_ows(*q))
             q++;
     }
     p = q;

@@ -8,17 +8,13 @@
 
 #include "umbra/buf.h"
 #include "umbra/httpfield.h"
-
-static char lower(char c)
-{
-    return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
-}
+#include "umbra/ascii.h"
 
 static bool str_eq_ci_n(const char *a, size_t n, um_str b)
 {
     if (n != b.len) return false;
     for (size_t i = 0; i < n; i++)
-        if (lower(a[i]) != lower(b.base[i])) return false;
+        if (um_ascii_lower(a[i]) != um_ascii_lower(b.base[i])) return false;
     return true;
 }
 
@@ -221,7 +217,7 @@ static bool same_authority(um_str scheme, um_str req_auth, um_str auth)
         return false;
     if (p1 != p2 || h1.len != h2.len) return false;
     for (size_t i = 0; i < h1.len; i++)
-        if (lower(h1.base[i]) != lower(h2.base[i])) return false;
+        if (um_ascii_lower(h1.base[i]) != um_ascii_lower(h2.base[i])) return false;
     return true;
 }
 

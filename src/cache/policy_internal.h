@@ -7,14 +7,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "umbra/ascii.h"
 #include "umbra/common.h"
 
 /* ---- small helpers -------------------------------------------------------------------- */
-
-static inline bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
 
 static inline int64_t sat_add(int64_t a, int64_t b)
 {

@@ -9,16 +9,7 @@
 #include "umbra/httpfield.h"
 
 #include <string.h>
-
-static bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
-static char lower(char c)
-{
-    return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
-}
+#include "umbra/ascii.h"
 
 void um_vary_init(struct um_vary *v)
 {
@@ -118,7 +109,7 @@ static void put_span(struct emit *e, um_str s, bool fold, bool fold_until_eq)
                 inq = false;
             continue;
         }
-        if (is_ows(c)) {
+        if (um_is_ows(c)) {
             space = true;
             continue;
         }
@@ -130,7 +121,7 @@ static void put_span(struct emit *e, um_str s, bool fold, bool fold_until_eq)
             continue;
         }
         if (fold_until_eq && c == '=') fold = false;
-        put(e, fold ? lower(c) : c);
+        put(e, fold ? um_ascii_lower(c) : c);
     }
 }
 

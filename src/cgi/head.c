@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "umbra/cgi.h"
+#include "umbra/ascii.h"
 
 static bool is_tchar(unsigned char c)
 {
@@ -115,17 +116,6 @@ int um_cgi_parse_head(const char *buf, size_t len, struct um_cgi_head *h)
     return UM_OK;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 void um_cgi_free_args(char **args)
 {
     if (args == NULL)
@@ -157,8 +147,8 @@ char **um_cgi_query_args(um_str q, size_t max)
                 s[o++] = q.base[k];
                 continue;
             }
-            int hi = k + 2 < i ? hexval(q.base[k + 1]) : -1;
-            int lo = k + 2 < i ? hexval(q.base[k + 2]) : -1;
+            int hi = k + 2 < i ? um_hexval(q.base[k + 1]) : -1;
+            int lo = k + 2 < i ? um_hexval(q.base[k + 2]) : -1;
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
                 free(s);
                 um_cgi_free_args(args);

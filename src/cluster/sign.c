@@ -17,16 +17,9 @@
 #include <openssl/sha.h>
 
 #include "umbra/cluster.h"
+#include "umbra/ascii.h"
 
 static const char hexd[] = "0123456789abcdef";
-
-static int unhex(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
 
 /* HMAC-SHA256 (RFC 2104) with the key schedule made once: the states after the inner
  * and the outer padded keys, which each MAC copies instead of hashing the key again. The
@@ -151,13 +144,13 @@ bool um_cluster_verify(const struct um_cluster_mac *secret, um_str method, um_st
     }
     if (t > now + UM_CLUSTER_WINDOW || t < now - UM_CLUSTER_WINDOW) return false;
     for (size_t i = 0; i < hk.len / 2; i++) {
-        int a = unhex(hk.base[2 * i]), b = unhex(hk.base[2 * i + 1]);
+        int a = um_hexval(hk.base[2 * i]), b = um_hexval(hk.base[2 * i + 1]);
         if (a < 0 || b < 0) return false;
         key[i] = (char)(a << 4 | b);
     }
     unsigned char want[32], got[32];
     for (size_t i = 0; i < 32; i++) {
-        int a = unhex(sig.base[2 * i]), b = unhex(sig.base[2 * i + 1]);
+        int a = um_hexval(sig.base[2 * i]), b = um_hexval(sig.base[2 * i + 1]);
         if (a < 0 || b < 0) return false;
         got[i] = (unsigned char)(a << 4 | b);
     }

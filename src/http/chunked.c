@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "umbra/httpfield.h"
+#include "umbra/ascii.h"
 
 #define MAX_SIZE_DIGITS 16      /* 64 bits of hex: no overflow possible */
 #define MAX_SIZE_LINE 4096      /* chunk-size, extensions and CRLF */
@@ -49,14 +50,6 @@ enum {
     S_DONE,
     S_ERROR,
 };
-
-static int hexval(uint8_t c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
 
 static bool is_ws(uint8_t c)
 {
@@ -95,7 +88,7 @@ static int step(struct um_chunked *d, uint8_t c)
 
     switch (s) {
     case S_SIZE:
-        if ((h = hexval(c)) >= 0) {
+        if ((h = um_hexval(c)) >= 0) {
             if (d->_count > MAX_SIZE_DIGITS) return S_ERROR;
             d->_remaining = d->_remaining << 4 | (uint64_t)h;
             return S_SIZE;

@@ -11,6 +11,7 @@
 #include "umbra/http1.h"
 
 #include <string.h>
+#include "umbra/ascii.h"
 
 static const char wkday_names[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
 static const char *const weekday_names[7] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
@@ -243,11 +244,6 @@ bool um_http_date_parse(um_str s, time_t *t)
     return date_parse_at(s, time(NULL), t);
 }
 
-static bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
 /* Reads 1*DIGIT from [p, end), saturating at UINT64_MAX: a position too large to
  * represent is still a position past any representation we hold. Returns the end of the
  * digits, or NULL when there are none. */
@@ -273,7 +269,7 @@ int um_range_parse(um_str value, uint64_t size, uint64_t *first, uint64_t *last)
     /* range-set = 1#range-spec: OWS is allowed around the commas only, and empty list
      * elements are skipped (RFC 9110 section 5.6.1.2). */
     const char *p = eq + 1, *end = v.base + v.len;
-    if (p < end && is_ows(*p)) return UM_DONE;
+    if (p < end && um_is_ows(*p)) return UM_DONE;
     um_str spec = {NULL, 0};
     unsigned n = 0;
     for (;;) {
@@ -336,7 +332,7 @@ static bool get_etag(const char **pp, const char *end, bool *weak, um_str *opaqu
 
 static const char *skip_ows(const char *p, const char *end)
 {
-    while (p < end && is_ows(*p))
+    while (p < end && um_is_ows(*p))
         p++;
     return p;
 }

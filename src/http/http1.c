@@ -13,25 +13,16 @@
 #include <string.h>
 
 #include "umbra/httpfield.h"
+#include "umbra/ascii.h"
 
 #define IS(c, k) (um_http_cls[(uint8_t)(c)] & (k))
-
-static bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
-static int lower(int c)
-{
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
 
 /* s[0..n) equals the lowercase literal lit (of length n), ignoring ASCII case.
  */
 static bool eq_ci(const char *s, const char *lit, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (lower((uint8_t)s[i]) != lit[i]) return false;
+        if (um_ascii_lower((uint8_t)s[i]) != lit[i]) return false;
     return true;
 }
 
@@ -347,14 +338,14 @@ static int parse_head(const char *buf, size_t head_len, size_t rl, size_t max_li
         if (p == name || *p != ':') return 400;
         um_str n = {name, (size_t)(p - name)};
         p++;
-        while (is_ows(*p))
+        while (um_is_ows(*p))
             p++;
         const char *v = p;
         while (IS(*p, UM_HTTP_C_VALUE))
             p++;
         if (*p != '\r' || p[1] != '\n') return 400;
         const char *ve = p;
-        while (ve > v && is_ows(ve[-1]))
+        while (ve > v && um_is_ows(ve[-1]))
             ve--;
         if (req->num_headers == UM_HTTP1_MAX_HEADERS) return 431;
         struct um_header *h = &req->headers[req->num_headers++];

@@ -3,17 +3,7 @@
 #include "umbra/httpfield.h"
 
 #include <string.h>
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+#include "umbra/ascii.h"
 
 static bool unreserved(int c)
 {
@@ -36,8 +26,8 @@ bool um_url_path_canon(um_str path, char *out, size_t outsz, size_t *outlen)
         while (i < path.len && path.base[i] != '/') {
             int c = (unsigned char)path.base[i];
             if (c == '%') {
-                int hi = i + 2 < path.len ? hexval(path.base[i + 1]) : -1;
-                int lo = hi >= 0 ? hexval(path.base[i + 2]) : -1;
+                int hi = i + 2 < path.len ? um_hexval(path.base[i + 1]) : -1;
+                int lo = hi >= 0 ? um_hexval(path.base[i + 2]) : -1;
                 if (lo < 0)
                     return false;
                 int d = hi << 4 | lo;

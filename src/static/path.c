@@ -10,14 +10,7 @@
 #include "umbra/static.h"
 
 #include <string.h>
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
+#include "umbra/ascii.h"
 
 int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsigned *flags)
 {
@@ -37,8 +30,8 @@ int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsig
         while (p < end && *p != '/') {
             unsigned char c = (unsigned char)*p;
             if (c == '%') {
-                int hi = end - p > 2 ? hexval(p[1]) : -1;
-                int lo = hi >= 0 ? hexval(p[2]) : -1;
+                int hi = end - p > 2 ? um_hexval(p[1]) : -1;
+                int lo = hi >= 0 ? um_hexval(p[2]) : -1;
                 if (lo < 0) goto fail;
                 c = (unsigned char)(hi << 4 | lo);
                 /* An encoded '/' would let a "segment" carry a separator past the ".."
