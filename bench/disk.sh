@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Scenario "disk": the disk tier (issue 28) beside nginx's proxy_cache, whose cache is a
+# folder of files on the same filesystem. Random hits over a working set DISK_SET_X times
+# Umbra's memory cap (cache.memory = DISK_MEMORY), warm on disk (every object fetched once
+# before the rounds, so the page cache holds the store and nginx's files alike):
+#   hit16k   wrk, each request a random one of DISK_OBJECTS objects of 16 KiB; req/s;
+#            target >= 1.3 x nginx.
+# Umbra: 2 workers, cache.memory DISK_MEMORY, cache.disk on BENCH_TMP; nginx: 2 workers,
+# proxy_cache_path on BENCH_TMP (levels 1:2, keys_zone 64m), proxy_cache_valid 200 1h. A
+# round whose answers are wrong (status, size) or during which the origin was asked is
+# refused and repeated (lib.sh's round machinery); rounds alternate which server goes
+# first. See bench/README.md.
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SIZE=16384
+: "${DISK_MEMORY_MB:=32}"
+: "${DISK_SET_X:=8}"
+DISK_OBJECTS=$((DISK_MEMORY_MB * DISK_SET_X * 1024 * 1024 / SIZE))
+QUERY="size=$SIZE&cc=max-age%3D3600"
+TARGET_X=1.3
+
+need wrk curl python3 awk
+bench_init
+bench_uses umbra || die "the disk scenario measures Umbra: SERVERS must name umbra"
+ensure_umbra
+ensure_origin
+start_origin
+
+declare -A PORT PID
+PID[origin]=$ORIGIN_PID
+MSRV=()
+if bench_uses nginx; then
+    mkdir -p "$BENCH_TMP/nginx-cache"
+    start_nginx_with "" "
+        proxy_cache_path $BENCH_TMP/nginx-cache levels=1:2 keys_zone=disk:64m max_size=4g
+                         inactive=1d use_temp_path=off;
+        upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 64; }" "
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_cache disk;
+            proxy_cache_valid 200 1h;
+            proxy_cache_lock on;
+        }"
+    PORT[nginx]=$NGINX_PORT
+    PID[nginx]=$NGINX_PID
+    MSRV+=(nginx)
+fi
+mkdir -p "$BENCH_TMP/umbra-disk"
+ADMIN_PORT=$(free_port)
+start_umbra_with "upstreams = { app = { servers = { \"http://127.0.0.1:$ORIGIN_PORT\" } } }
+routes = { { path = \"/\", upstream = \"app\" } }
+admin = { listen = \"127.0.0.1:$ADMIN_PORT\" }
+cache = { memory = \"${DISK_MEMORY_MB}MB\", max_object = \"1MB\",
+          disk = { path = \"$BENCH_TMP/umbra-disk\", size = \"$((DISK_MEMORY_MB * DISK_SET_X * 2))MB\" } }"
+PORT[umbra]=$UMBRA_PORT
+PID[umbra]=$UMBRA_PID
+MSRV+=(umbra)
+
+# warm PORT: every object fetched once on one keep-alive connection; prints the count of
+# answers that were not 200 with SIZE bytes.
+warm() {
+    python3 - "$1" "$DISK_OBJECTS" "$QUERY" "$SIZE" <<'EOF'
+import http.client, sys
+port, n, query, size = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+bad = 0
+for i in range(n):
+    c.request("GET", "/o/%d?%s" % (i, query))
+    r = c.getresponse()
+    if r.status != 200 or len(r.read()) != size:
+        bad += 1
+print(bad)
+EOF
+}
+for s in "${MSRV[@]}"; do
+    log "warming $s: $DISK_OBJECTS objects of $SIZE bytes"
+    bad=$(warm "${PORT[$s]}")
+    ((bad == 0)) || die "$s: $bad of $DISK_OBJECTS warming answers were not 200 with $SIZE bytes"
+done
+# Umbra writes behind: the rounds start once the disk holds every object.
+for _ in $(seq 1 600); do
+    n=$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^umbra_disk_objects / { print $2 }')
+    ((${n:-0} >= DISK_OBJECTS)) && break
+    sleep 0.1
+done
+((${n:-0} >= DISK_OBJECTS)) || die "umbra: the disk holds ${n:-0} of $DISK_OBJECTS objects after the warm-up"
+# Warm again: the second pass reads what the first wrote (the page cache holds it).
+for s in "${MSRV[@]}"; do
+    bad=$(warm "${PORT[$s]}")
+    ((bad == 0)) || die "$s: $bad of $DISK_OBJECTS answers of the second warm-up were wrong"
+done
+
+SCRIPT=$BENCH_TMP/random.lua
+cat >"$SCRIPT" <<EOF
+-- A random object of the working set per request.
+math.randomseed(os.time())
+request = function()
+    return wrk.format("GET", "/o/" .. math.random(0, $((DISK_OBJECTS - 1))) .. "?$QUERY")
+end
+EOF
+declare -A EXPECT=()
+for s in "${MSRV[@]}"; do
+    EXPECT[$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}/o/0?$QUERY")
+done
+origin_ref "$SIZE" "$BENCH_TMP/ref.body"
+# shellcheck disable=SC2034
+declare -A RPS P50 P99
+measure() {
+    local s=$2 r=$3 out o0 o1
+    alive "$s" origin
+    out=$BENCH_TMP/wrk-$s-$r.txt
+    o0=$(origin_count)
+    run_wrk "http://127.0.0.1:${PORT[$s]}/" "$out" "$WRK_CONNECTIONS" "$SCRIPT"
+    o1=$(origin_count)
+    read_wrk "$out"
+    wrk_check "${EXPECT[$s]}" "$WRK_CONNECTIONS"
+    ((o1 == o0)) || round_bad "the origin got $((o1 - o0)) requests during the round (expected 0)"
+    answer_check "http://127.0.0.1:${PORT[$s]}/o/$((r * 7 % DISK_OBJECTS))?$QUERY" "$BENCH_TMP/ref.body"
+    printf '[bench] hit16k %-6s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  %s\n' \
+        "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
+    add_figures "hit16k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99"
+}
+check_idle
+log "measuring: hit16k x $ROUNDS rounds x ${#MSRV[@]} (${MSRV[*]}) x ${DURATION}s"
+each_round MSRV measure hit16k
+metrics=$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" | grep '^umbra_disk_' || true)
+
+declare -A MR=()
+median_map MR RPS "hit16k," "${MSRV[@]}"
+x=-
+met=-
+if bench_uses nginx; then
+    x=$(ratio "${MR[umbra]}" "${MR[nginx]}")
+    met=$(atleast "$x" "$TARGET_X" met "not met")
+fi
+
+md=$(results_md disk)
+{
+    echo "# disk: the disk tier beside nginx's proxy_cache"
+    echo
+    bench_env_md
+    echo "- working set: $DISK_OBJECTS objects of $SIZE bytes ($((DISK_MEMORY_MB * DISK_SET_X)) MB), $DISK_SET_X x Umbra's cache.memory (${DISK_MEMORY_MB}MB); every object fetched twice before the rounds (warm on disk, page cache warm)"
+    echo "- filesystem of both caches: $(df -T "$BENCH_TMP" | awk 'NR == 2 { print $2 }') ($BENCH_TMP)"
+    echo "- each request a random object (wrk script); the origin asked during no round"
+    echo
+    md_row case server median unit "Umbra/nginx" target met "per round" repeated
+    md_row --- --- ---: --- ---: --- --- --- ---
+    for s in "${MSRV[@]}"; do
+        if [[ $s == umbra ]]; then
+            md_row hit16k "$s" "${MR[$s]}" req/s "$x" ">= $TARGET_X" "$met" "${RPS[hit16k,$s]% }" "$(repeated_md "hit16k,$s")"
+        else
+            md_row hit16k "$s" "${MR[$s]}" req/s - - - "${RPS[hit16k,$s]% }" "$(repeated_md "hit16k,$s")"
+        fi
+    done
+    echo
+    echo "Umbra's disk metrics after the rounds:"
+    echo
+    echo '```'
+    echo "$metrics"
+    echo '```'
+    echo
+    echo "Umbra's \`config.lua\`:"
+    echo
+    echo '```lua'
+    cat "$BENCH_TMP/umbra/config.lua"
+    echo '```'
+    echo
+    repeats_md
+} >"$md"
+printf '\n%-8s %-6s %12s %8s %-7s %s\n' case server req/s ratio target met
+for s in "${MSRV[@]}"; do
+    printf '%-8s %-6s %12s %8s %-7s %s\n' hit16k "$s" "${MR[$s]}" "$([[ $s == umbra ]] && echo "$x" || echo -)" ">= $TARGET_X" "$([[ $s == umbra ]] && echo "$met" || echo -)"
+done
+warn_repeats
+log "results written to $md"
