@@ -87,6 +87,13 @@ typedef void (*um_disk_read_cb)(void *arg, int status, um_str meta, um_str body)
 int um_disk_read(struct um_disk *d, struct um_disk_key key, struct um_loop *loop,
                  um_disk_read_cb cb, void *arg);
 
+/* Reads key's object at once, on the caller's thread, when the whole record is in the
+ * page cache (preadv2 with RWF_NOWAIT: never waits for the device): then cb(arg, UM_OK,
+ * meta, body) has run before it returns UM_OK. UM_DONE: a miss (not in the index, or the
+ * record found bad: dropped and counted); UM_AGAIN: not all in memory (or a slow disk for
+ * tests), nothing done: um_disk_read it. */
+int um_disk_read_cached(struct um_disk *d, struct um_disk_key key, um_disk_read_cb cb, void *arg);
+
 /* Stores meta and body (copied) under key, replacing what key had once written. The
  * record is queued to the writer and enters the index when its write has completed
  * (write-behind). Returns UM_OK when queued, UM_ERR when dropped (counted): the write

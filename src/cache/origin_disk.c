@@ -323,9 +323,6 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
     int64_t age = um_current_age(&times, time(NULL));
     int al = snprintf(agebuf, sizeof agebuf, "%lld", (long long)(age < 0 ? 0 : age));
     f[n++] = (struct um_header){UM_STR("Age"), {agebuf, (size_t)al}};
-    df->body = um_malloc(body.len + 1);
-    memcpy(df->body, body.base, body.len);
-    df->body_len = body.len;
     df->state = DF_SERVING;
     df->cs.hit = true;
     df->cs.detail = "disk";
@@ -334,6 +331,18 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
                                  .cache = &df->cs};
     df->client->origin_data = df;
     df->client->ops->on_head(df->client, &h);
+    /* The body from the read's buffer while the client takes it (the memory cache's fill
+     * takes it all at once); what it does not take yet is copied for resume. */
+    size_t off = 0;
+    while (off < body.len) {
+        size_t k = df->client->ops->on_data(df->client, body.base + off, body.len - off);
+        if (k == 0)
+            break;
+        off += k;
+    }
+    df->body_len = body.len - off;
+    df->body = um_malloc(df->body_len + 1);
+    memcpy(df->body, body.base + off, df->body_len);
     serve_pump(df);
 }
 
@@ -372,8 +381,13 @@ static void disk_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
     df->state = DF_READING;
     client->origin_data = df;
     struct um_disk *st = um__disk_tier_store(d->t, df->key);
-    if (um_disk_read(st, df->key, f->ctx->loop, on_read, df) == UM_AGAIN)
-        return; /* on_read goes on */
+    /* A record the page cache holds is read at once; one it does not, by the store's
+     * threads, the answer coming back to this loop. */
+    int rc = um_disk_read_cached(st, df->key, on_read, df);
+    if (rc == UM_AGAIN)
+        rc = um_disk_read(st, df->key, f->ctx->loop, on_read, df);
+    if (rc == UM_OK || rc == UM_AGAIN)
+        return; /* on_read went, or goes, on */
     atomic_fetch_add(&d->t->misses, 1);
     go_inner(df);
 }

@@ -285,6 +285,54 @@ static void test_write_read_back(void **state)
     um_disk_close(d);
 }
 
+/* What the page cache holds is read at once, on the caller's thread, with the same checks:
+ * the right body, a miss for a key not stored, and a damaged record never handed out. */
+static void test_read_cached(void **state)
+{
+    (void)state;
+    struct um_disk_opts o = opts_of(4 << 20);
+    struct um_disk *d = open_ok(&o);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(put(d, i, 0, size_of(i)), UM_OK);
+    um_disk_sync(d, false);
+    int found = 0;
+    for (int i = 0; i < 20; i++) {
+        struct got g;
+        memset(&g, 0, sizeof(g));
+        int rc = um_disk_read_cached(d, key(i), on_read, &g);
+        if (rc == UM_AGAIN)
+            continue; /* not in the page cache after all: the threads' way */
+        assert_int_equal(rc, UM_OK);
+        assert_true(g.done); /* before it returned */
+        char *want = body(i, 0, size_of(i));
+        assert_int_equal(g.body_len, size_of(i));
+        if (g.body_len)
+            assert_memory_equal(g.body, want, g.body_len);
+        free(want);
+        got_free(&g);
+        found++;
+    }
+    assert_true(found > 0); /* just written: the page cache holds them */
+    struct got g;
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(um_disk_read_cached(d, key(1000), on_read, &g), UM_DONE);
+    assert_false(g.done);
+    /* A byte of object 7's body changed on disk: never read back, dropped, counted. */
+    struct um_disk_info info;
+    assert_true(um_disk_lookup(d, key(7), &info));
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    char c = 0x5a;
+    assert_int_equal(pwrite(fd, &c, 1, (off_t)(info.offset + info.length - 100)), 1);
+    close(fd);
+    int rc = um_disk_read_cached(d, key(7), on_read, &g);
+    assert_true(rc == UM_DONE || rc == UM_AGAIN);
+    assert_false(g.done);
+    if (rc == UM_DONE)
+        assert_int_equal(stats(d).checksum_failures, 1);
+    um_disk_close(d);
+}
+
 static void test_wraps_within_its_size(void **state)
 {
     (void)state;
@@ -901,6 +949,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_index),
         cmocka_unit_test_setup_teardown(test_write_read_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_cached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wraps_within_its_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_never_read_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_after_close, setup, teardown),
