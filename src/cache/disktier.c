@@ -217,4 +217,5 @@ void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)
     st->hits = atomic_load(&t->hits);
     st->misses = atomic_load(&t->misses);
     st->purged = atomic_load(&t->purged);
+    st->rewrites = atomic_load(&t->rewrites);
 }

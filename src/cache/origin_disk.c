@@ -300,6 +300,23 @@ static bool record_usable(struct disk_fetch *df, um_str meta, const struct disk_
     return true;
 }
 
+/* A record hit when the cursor is about to reach it is written again ahead of it (the log
+ * keeps what is asked for; after Traffic Server's "evacuation"): within the last quarter of
+ * the store's laps. A dropped write only lets it go as it would have. */
+static void rewrite_if_old(struct disk_fetch *df, um_str meta, um_str body)
+{
+    struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
+    struct um_disk_info info;
+    struct um_disk_stats ds;
+    if (!um_disk_lookup(st, df->key, &info))
+        return;
+    um_disk_stats(st, &ds);
+    if (info.left < ds.size / 4) {
+        um_disk_write(st, df->key, meta, body.base, body.len);
+        atomic_fetch_add(&df->d->t->rewrites, 1);
+    }
+}
+
 static void on_read(void *arg, int status, um_str meta, um_str body)
 {
     struct disk_fetch *df = arg;
@@ -314,6 +331,7 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
         return;
     }
     atomic_fetch_add(&df->d->t->hits, 1);
+    rewrite_if_old(df, meta, body);
     struct um_age_times times = {(time_t)m->request_time, (time_t)m->response_time,
                                  (time_t)m->date_value, m->age_value};
     um_str head = {meta.base + sizeof(*m) + m->key_len, m->head_len};

@@ -225,6 +225,8 @@ static void render_disk_metrics(struct um_server *s, struct um_buf *b)
         "Writes dropped because the write queue was full.", d.drops);
     one(b, "umbra_disk_purged_total", "counter",
         "Records not served because a purge by prefix or tag came after them.", d.purged);
+    one(b, "umbra_disk_rewrites_total", "counter",
+        "Records hit near the log's cursor and written again ahead of it.", d.rewrites);
 }
 
 static void render_metrics(struct um__admin *a, struct um_buf *b)

@@ -189,6 +189,23 @@ class DiskTierTest(unittest.TestCase):
             self.assertGreater(self.disk_metric(u, "umbra_disk_evictions_total"), 0)
             self.assertLess(self.disk_metric(u, "umbra_disk_objects"), 40)
 
+    def test_an_object_asked_for_survives_the_cursor(self):
+        # A 4 MB store laps about every 39 objects of 100 KiB (and the 2 MB of memory hold
+        # about 20): an object asked for every 33 objects comes from the disk, near the
+        # cursor, and is written again ahead of it; it never goes back to the origin.
+        with PathOrigin() as o, self.umbra(o, size="4MB") as u:
+            hot = "/hot/1"
+            self.assertEqual(get(u, hot, self.SIZE).status, 200)
+            for i in range(264):  # about seven laps
+                self.assertEqual(get(u, "/o/%d" % i, self.SIZE).status, 200)
+                if i % 33 == 32:
+                    self.wait_written(u, 1)
+                    r = get(u, hot, self.SIZE)
+                    self.assertEqual(r.body, body_of(hot, self.SIZE))
+            self.assertEqual(o.counts[hot], 1, "the hot object went back to the origin")
+            self.assertGreater(self.disk_metric(u, "umbra_disk_rewrites_total"), 0)
+            self.assertGreater(self.disk_metric(u, "umbra_disk_evictions_total"), 0)
+
     def test_purges_reach_the_disk(self):
         with PathOrigin() as o:
             with self.umbra(o) as u:
