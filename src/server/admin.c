@@ -446,6 +446,22 @@ static void render_json(struct um__admin *a, struct um_buf *b)
     } else {
         um_buf_append(b, "\"l2\":null,", 10);
     }
+    if (s->disk) {
+        struct um_disk_tier_stats d;
+        um_disk_tier_stats(s->disk, &d);
+        um_buf_printf(b,
+                      "\"disk\":{\"stores\":%llu,\"size\":%llu,\"used\":%llu,\"objects\":%llu,"
+                      "\"index_bytes\":%llu,\"hits\":%llu,\"misses\":%llu,\"writes\":%llu,"
+                      "\"write_drops\":%llu,\"evictions\":%llu,\"checksum_failures\":%llu},",
+                      (unsigned long long)d.stores, (unsigned long long)d.size,
+                      (unsigned long long)d.bytes, (unsigned long long)d.objects,
+                      (unsigned long long)d.index_bytes, (unsigned long long)d.hits,
+                      (unsigned long long)d.misses, (unsigned long long)d.writes,
+                      (unsigned long long)d.drops, (unsigned long long)d.evictions,
+                      (unsigned long long)d.checksum_failures);
+    } else {
+        um_buf_append(b, "\"disk\":null,", 12);
+    }
     um_buf_append(b, "\"workers\":[", 11);
     for (int i = 0; i < s->num_workers; i++) {
         const struct um_metrics_worker *m = um_metrics_get(i);

@@ -7,6 +7,7 @@ never equals the one expected. It counts the requests per path.
 
 import hashlib
 import http.server
+import json
 import os
 import random
 import re
@@ -139,6 +140,13 @@ class DiskTierTest(unittest.TestCase):
             # Most of it was evicted from the 2 MB of memory: the disk answered.
             self.assertGreater(hits, self.N // 2)
             self.assertGreater(self.disk_metric(u, "umbra_disk_hits_total"), self.N // 2)
+            status = json.loads(fetch_req(admin_port(u), "/status.json").body)
+            self.assertEqual(status["disk"]["stores"], 1)
+            self.assertEqual(status["disk"]["size"], 64 << 20)
+            self.assertEqual(status["disk"]["objects"], self.N)
+            self.assertGreater(status["disk"]["used"], self.N * self.SIZE)
+            page = fetch_req(admin_port(u), "/status").body.decode()
+            self.assertIn("disk-state", page)
 
     def test_restart_keeps_the_cache(self):
         with PathOrigin() as o:
