@@ -60,7 +60,7 @@ void um_disk_tier_purge_all(struct um_disk_tier *t);
 struct um_disk_tier_stats {
     uint64_t stores, size, objects, bytes, index_bytes;
     uint64_t hits, misses, reads, read_bytes, writes, write_bytes, evictions;
-    uint64_t checksum_failures, io_errors, queue_bytes, drops, purged, rewrites;
+    uint64_t checksum_failures, io_errors, queue_bytes, drops, purged, rewrites, revalidations;
 };
 void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st);
 

@@ -218,4 +218,5 @@ void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)
     st->misses = atomic_load(&t->misses);
     st->purged = atomic_load(&t->purged);
     st->rewrites = atomic_load(&t->rewrites);
+    st->revalidations = atomic_load(&t->revalidations);
 }

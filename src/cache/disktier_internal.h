@@ -16,7 +16,7 @@ struct um_disk_tier {
     /* Records written before this (unix seconds) are not served: a purge by prefix or tag
      * (disktier.h). */
     _Atomic int64_t purged_before;
-    _Atomic uint64_t hits, misses, purged, purges, rewrites;
+    _Atomic uint64_t hits, misses, purged, purges, rewrites, revalidations;
 };
 
 /* The store of t that holds key. */

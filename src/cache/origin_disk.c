@@ -60,11 +60,20 @@ struct disk_fetch {
     bool tee, store;
     struct um_buf rec; /* disk_meta, key, fields, then the body as it passes */
     size_t body_start;
+    /* A stale record with validators being revalidated: its metadata (a copy; the body is
+     * in body), the conditional request sent for it, and whether the 304 came (the record
+     * then answers once the inner fetch has ended). */
+    bool revalidating, serve_after;
+    char *old_meta;
+    size_t old_meta_len;
+    struct um_request *creq;
 };
 
 static void df_free(struct disk_fetch *df)
 {
     free(df->body);
+    free(df->old_meta);
+    free(df->creq);
     um_buf_dispose(&df->rec);
     free(df);
 }
@@ -163,9 +172,22 @@ static void tee_add(struct disk_fetch *df, const char *data, size_t n)
     um_buf_append(&df->rec, data, n);
 }
 
+static void revalidated(struct disk_fetch *df, const struct um_response_head *h);
+
 static void tee_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    if (df->revalidating) {
+        df->revalidating = false;
+        if (h->status == 304) {
+            revalidated(df, h);
+            return;
+        }
+        /* Changed (or failed): the stored copy goes, the answer is a fill's like any. */
+        free(df->body);
+        df->body = NULL;
+        df->body_len = 0;
+    }
     df->store = df->tee && tee_start(df, h);
     df->client->ops->on_head(df->client, h);
 }
@@ -173,6 +195,8 @@ static void tee_on_head(struct um_sink *s, const struct um_response_head *h)
 static size_t tee_on_data(struct um_sink *s, const char *data, size_t len)
 {
     struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    if (df->serve_after)
+        return len; /* a 304 has no body: nothing of it goes on */
     size_t n = df->client->ops->on_data(df->client, data, len);
     tee_add(df, data, n);
     return n;
@@ -206,11 +230,25 @@ static void tee_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
     df->client->ops->on_file(df->client, fd, off, len);
 }
 
+static bool serve_pump(struct disk_fetch *df);
+
 static void tee_on_end(struct um_sink *s, int err)
 {
     struct disk_fetch *df = (struct disk_fetch *)(void *)s;
     struct um_sink *client = df->client;
     df->sink.origin_data = NULL;
+    if (df->serve_after) {
+        /* The 304's end: the freshened record written again, its body sent. */
+        if (df->store) {
+            struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
+            um_disk_write(st, df->key, (um_str){df->rec.base, df->rec.len}, df->body,
+                          df->body_len);
+        }
+        df->state = DF_SERVING;
+        df->body_off = 0;
+        serve_pump(df);
+        return;
+    }
     if (err == UM_OK && df->store) {
         size_t meta_len = df->body_start;
         um_str meta = {df->rec.base, meta_len};
@@ -276,28 +314,133 @@ static bool serve_pump(struct disk_fetch *df)
     return false;
 }
 
-/* Whether the record (meta) may answer df now: its own, not purged, fresh. */
-static bool record_usable(struct disk_fetch *df, um_str meta, const struct disk_meta **out)
+enum rec_use { REC_BAD, REC_STALE, REC_FRESH };
+
+/* What the record (meta) is to df now: not its own (or purged): REC_BAD; its own but
+ * stale, or fresh. *out: its metadata. */
+static enum rec_use record_use(struct disk_fetch *df, um_str meta, const struct disk_meta **out)
 {
     struct disk_meta m;
     if (meta.len < sizeof(m))
-        return false;
+        return REC_BAD;
     memcpy(&m, meta.base, sizeof(m));
     if (m.magic != DISK_META_MAGIC || sizeof(m) + (size_t)m.key_len + m.head_len != meta.len ||
         m.key_len != df->f.fill_key.len ||
         memcmp(meta.base + sizeof(m), df->f.fill_key.base, m.key_len) != 0)
-        return false;
+        return REC_BAD;
     if (m.stored < atomic_load(&df->d->t->purged_before)) {
         atomic_fetch_add(&df->d->t->purged, 1);
         um_disk_remove(um__disk_tier_store(df->d->t, df->key), df->key);
-        return false;
+        return REC_BAD;
     }
+    *out = (const struct disk_meta *)(const void *)meta.base;
     struct um_age_times times = {(time_t)m.request_time, (time_t)m.response_time,
                                  (time_t)m.date_value, m.age_value};
-    if (!um_is_fresh(m.lifetime, um_current_age(&times, time(NULL))))
+    return um_is_fresh(m.lifetime, um_current_age(&times, time(NULL))) ? REC_FRESH : REC_STALE;
+}
+
+/* A stale record with an ETag or a Last-Modified: the fill's request goes on with them as
+ * conditionals (RFC 9111 4.3.1), the record kept to answer a 304. false: it has none. */
+static bool revalidate_start(struct disk_fetch *df, const struct disk_meta *m, um_str meta,
+                             um_str body)
+{
+    df->old_meta = um_malloc(meta.len + 1);
+    memcpy(df->old_meta, meta.base, meta.len);
+    df->old_meta_len = meta.len;
+    um_str head = {df->old_meta + sizeof(*m) + m->key_len, m->head_len};
+    struct um_header f[MAX_OUT_FIELDS];
+    size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
+    struct um_request *cr = um_malloc(sizeof(*cr));
+    um_http1_request_copy(cr, df->f.req);
+    size_t added = 0;
+    for (size_t i = 0; i < n && cr->num_headers < UM_HTTP1_MAX_HEADERS; i++) {
+        if (um_str_eq_ci(f[i].name, "etag"))
+            cr->headers[cr->num_headers++] = (struct um_header){UM_STR("If-None-Match"), f[i].value};
+        else if (um_str_eq_ci(f[i].name, "last-modified"))
+            cr->headers[cr->num_headers++] =
+                (struct um_header){UM_STR("If-Modified-Since"), f[i].value};
+        else
+            continue;
+        added++;
+    }
+    if (added == 0) {
+        free(cr);
         return false;
-    *out = (const struct disk_meta *)(const void *)meta.base;
+    }
+    df->creq = cr;
+    df->f.req = cr;
+    df->body = um_malloc(body.len + 1);
+    memcpy(df->body, body.base, body.len);
+    df->body_len = body.len;
+    df->revalidating = true;
     return true;
+}
+
+/* The 304 of a record's revalidation (RFC 9111 4.3.4): its fields updated from the 304,
+ * its times and lifetime new, sent to the client with the record's body once the inner
+ * fetch has ended (tee_on_end), and written again. */
+static void revalidated(struct disk_fetch *df, const struct um_response_head *h)
+{
+    struct disk_origin *d = df->d;
+    const struct disk_meta *om = (const struct disk_meta *)(const void *)df->old_meta;
+    um_str head = {df->old_meta + sizeof(*om) + om->key_len, om->head_len};
+    struct um_header of[MAX_OUT_FIELDS], merged[MAX_OUT_FIELDS * 2 + 1];
+    size_t on = um__cache_head_fields(head, of, MAX_OUT_FIELDS), mn = 0;
+    struct um_resp_meta rm;
+    um_resp_meta_scan(&rm, h->status, h->headers, h->num_headers);
+    for (size_t i = 0; i < on; i++) {
+        bool replaced = false;
+        for (size_t j = 0; j < h->num_headers && !replaced; j++)
+            replaced = um_str_ieq(of[i].name, h->headers[j].name) &&
+                       um_cache_field_updatable(h->headers[j].name, &rm);
+        if (!replaced)
+            merged[mn++] = of[i];
+    }
+    for (size_t j = 0; j < h->num_headers && mn < MAX_OUT_FIELDS * 2; j++)
+        if (um_cache_field_updatable(h->headers[j].name, &rm))
+            merged[mn++] = h->headers[j];
+    time_t now = time(NULL);
+    struct um_resp_meta mm;
+    um_resp_meta_scan(&mm, om->status, merged, mn);
+    um_resp_meta_target(&mm, &d->pol);
+    struct um_age_times times;
+    um_age_times_init(&times, &mm, df->request_time, now);
+    enum um_fresh_source src;
+    int64_t lifetime = um_freshness_lifetime(&mm, &d->pol, now, &src);
+    if (h->has_ttl)
+        lifetime = h->ttl;
+    else if (df->f.has_ttl)
+        lifetime = df->f.ttl;
+    struct disk_meta m = *om;
+    m.request_time = times.request_time;
+    m.response_time = times.response_time;
+    m.date_value = times.date_value;
+    m.age_value = times.age_value;
+    m.lifetime = lifetime;
+    m.stored = now;
+    um_buf_init(&df->rec);
+    um_buf_append(&df->rec, &m, sizeof(m));
+    um_buf_append(&df->rec, df->f.fill_key.base, df->f.fill_key.len);
+    size_t fields = df->rec.len;
+    for (size_t i = 0; i < mn; i++) {
+        if (!keeps(merged[i].name, &mm))
+            continue;
+        um_buf_append(&df->rec, merged[i].name.base, merged[i].name.len);
+        um_buf_append(&df->rec, ": ", 2);
+        um_buf_append(&df->rec, merged[i].value.base, merged[i].value.len);
+        um_buf_append(&df->rec, "\r\n", 2);
+    }
+    ((struct disk_meta *)(void *)df->rec.base)->head_len = (uint32_t)(df->rec.len - fields);
+    df->store = lifetime > 0;
+    df->serve_after = true;
+    char agebuf[24];
+    int64_t age = um_current_age(&times, now);
+    int al = snprintf(agebuf, sizeof agebuf, "%lld", (long long)(age < 0 ? 0 : age));
+    merged[mn++] = (struct um_header){UM_STR("Age"), {agebuf, (size_t)al}};
+    struct um_response_head nh = {.status = om->status, .headers = merged, .num_headers = mn,
+                                  .content_length = (int64_t)df->body_len,
+                                  .reason = {NULL, 0}};
+    df->client->ops->on_head(df->client, &nh);
 }
 
 /* A record hit when the cursor is about to reach it is written again ahead of it (the log
@@ -325,8 +468,11 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
         return;
     }
     const struct disk_meta *m = NULL;
-    if (status != UM_OK || !record_usable(df, meta, &m)) {
+    enum rec_use use = status == UM_OK ? record_use(df, meta, &m) : REC_BAD;
+    if (use != REC_FRESH) {
         atomic_fetch_add(&df->d->t->misses, 1);
+        if (use == REC_STALE && revalidate_start(df, m, meta, body))
+            atomic_fetch_add(&df->d->t->revalidations, 1);
         go_inner(df);
         return;
     }

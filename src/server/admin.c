@@ -227,6 +227,9 @@ static void render_disk_metrics(struct um_server *s, struct um_buf *b)
         "Records not served because a purge by prefix or tag came after them.", d.purged);
     one(b, "umbra_disk_rewrites_total", "counter",
         "Records hit near the log's cursor and written again ahead of it.", d.rewrites);
+    one(b, "umbra_disk_revalidations_total", "counter",
+        "Stale records revalidated with the origin (a 304 freshens and rewrites them).",
+        d.revalidations);
 }
 
 static void render_metrics(struct um__admin *a, struct um_buf *b)

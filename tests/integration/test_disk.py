@@ -31,10 +31,17 @@ def body_of(path, size):
 
 
 class PathOrigin:
-    """Answers GET /PATH?size=N[&tags=T] with body_of(/PATH, N), max-age=600."""
+    """Answers GET /PATH?size=N[&tags=T] with body_of(/PATH, N), max-age=600 (or max_age),
+    ETag "v1"; a request with If-None-Match: "v1" gets a 304. conditionals: the
+    If-None-Match of each request (None: unconditional)."""
+
+    def __init__(self, max_age=600):
+        self.max_age = max_age
 
     def __enter__(self):
         counts = self.counts = {}
+        conditionals = self.conditionals = []
+        max_age = self.max_age
         lock = threading.Lock()
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -43,11 +50,20 @@ class PathOrigin:
             def do_GET(self):
                 path, _, query = self.path.partition("?")
                 q = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+                inm = self.headers.get("If-None-Match")
                 with lock:
                     counts[path] = counts.get(path, 0) + 1
+                    conditionals.append(inm)
+                if inm == '"v1"':
+                    self.send_response(304)
+                    self.send_header("ETag", '"v1"')
+                    self.send_header("Cache-Control", "max-age=%d" % max_age)
+                    self.end_headers()
+                    return
                 body = body_of(path, int(q.get("size", "1000")))
                 self.send_response(200)
-                self.send_header("Cache-Control", "max-age=600")
+                self.send_header("ETag", '"v1"')
+                self.send_header("Cache-Control", "max-age=%d" % max_age)
                 self.send_header("Content-Type", "application/octet-stream")
                 if "tags" in q:
                     self.send_header("Surrogate-Key", q["tags"].replace("+", " "))
@@ -213,6 +229,30 @@ class DiskTierTest(unittest.TestCase):
             self.assertEqual(o.counts[hot], 1, "the hot object went back to the origin")
             self.assertGreater(self.disk_metric(u, "umbra_disk_rewrites_total"), 0)
             self.assertGreater(self.disk_metric(u, "umbra_disk_evictions_total"), 0)
+
+    def test_a_stale_record_is_revalidated_and_freshened(self):
+        with PathOrigin(max_age=5) as o:
+            with self.umbra(o) as u:
+                self.fill(u, o, 5)
+                self.wait_written(u, 5)
+                self.assertEqual(u.stop(), 0)
+            time.sleep(5.5)  # stale on disk
+            with self.umbra(o) as u:  # memory empty: the disk's stale records
+                for i in range(5):
+                    r = get(u, "/o/%d" % i, self.SIZE)
+                    self.assertEqual(r.status, 200)
+                    self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE))
+                # One conditional request each, answered 304: the record's body served.
+                self.assertEqual(o.conditionals[5:], ['"v1"'] * 5)
+                self.assertEqual(self.disk_metric(u, "umbra_disk_revalidations_total"), 5)
+                time.sleep(0.5)  # the freshened records written
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o) as u:  # fresh again on disk: no origin request
+                for i in range(5):
+                    r = get(u, "/o/%d" % i, self.SIZE)
+                    self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE))
+                    self.assertIn("detail=disk", r.header("Cache-Status") or "")
+                self.assertEqual(o.total(), 10)
 
     def test_purges_reach_the_disk(self):
         with PathOrigin() as o:
