@@ -12,8 +12,9 @@
  *
  * What goes to disk: 200 answers to GET that the cache may store (RFC 9111), whole
  * (Content-Length or not) and at most cache.max_object, with no Content-Encoding of their
- * own and no Vary other than Accept-Encoding (the codings are made from the identity
- * object, see src/cache/origin_derive.c). An object on disk is a record of its key, its
+ * own (the codings are made from the identity object, see src/cache/origin_derive.c) and
+ * not Vary "*"; a response that varies on other fields than Accept-Encoding is a variant
+ * record beside a marker under the URL's key (origin_disk.c). An object on disk is a record of its key, its
  * status, its stored fields and times; the fields include the tag fields, so that a
  * promoted object is tagged again.
  *

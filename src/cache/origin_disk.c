@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "disktier_internal.h"
 #include "umbra/buf.h"
@@ -22,6 +23,11 @@
 #include "umbra/loop.h"
 
 #define DISK_META_MAGIC 0x314d4455u /* "UDM1" */
+/* A Vary marker: the record under the URL's key of a response that varies, naming the
+ * request fields its variants are told apart by; each variant is a record under the hash
+ * of the URL's key and those fields' values (variant_key). A purge of the URL removes the
+ * marker, and so every variant (left to the cursor). */
+#define DISK_VARY_MAGIC 0x31564455u /* "UDV1" */
 
 struct disk_meta {
     uint32_t magic;
@@ -64,6 +70,14 @@ struct disk_fetch {
      * in body), the conditional request sent for it, and whether the 304 came (the record
      * then answers once the inner fetch has ended). */
     bool revalidating, serve_after;
+    /* The response varies (on more than Accept-Encoding): the marker's field names
+     * ("a,b"), and whether df->key is a variant's (read through the marker). */
+    char *vary;
+    bool variant;
+    /* The marker's generation, part of every variant's key: a marker written anew (after
+     * a purge of the URL, or lost) makes a new one, so the variants of an older marker are
+     * never reached again. 0: none yet (a new one is drawn when a variant is stored). */
+    uint64_t vary_gen;
     char *old_meta;
     size_t old_meta_len;
     struct um_request *creq;
@@ -74,6 +88,7 @@ static void df_free(struct disk_fetch *df)
     free(df->body);
     free(df->old_meta);
     free(df->creq);
+    free(df->vary);
     um_buf_dispose(&df->rec);
     free(df);
 }
@@ -91,6 +106,70 @@ static bool keeps(um_str name, const struct um_resp_meta *rm)
     return um_cache_field_storable_id(name, id, rm);
 }
 
+/* The key of the variant of the fill's request for the Vary field names in names ("a,b"):
+ * the hash of the URL's key and, per name, the request's normalised value. false when a
+ * value is too long to key on. */
+static bool variant_key(struct disk_fetch *df, um_str names, struct um_disk_key *out)
+{
+    struct um_buf b;
+    um_buf_init(&b);
+    um_buf_append(&b, df->f.fill_key.base, df->f.fill_key.len);
+    um_buf_append(&b, &df->vary_gen, sizeof(df->vary_gen));
+    size_t pos = 0;
+    um_str m;
+    bool ok = true;
+    while (ok && um_http_list_next(names, &pos, &m)) {
+        char val[1024];
+        bool present;
+        um_str name = um_str_trim(m);
+        size_t vl = um_vary_normalize(name, df->f.req->headers, df->f.req->num_headers, val,
+                                      sizeof(val), &present);
+        ok = vl < sizeof(val);
+        um_buf_append(&b, "\n", 1);
+        um_buf_append(&b, name.base, name.len);
+        um_buf_append(&b, present ? "=" : "!", 1);
+        um_buf_append(&b, val, vl < sizeof(val) ? vl : 0);
+    }
+    *out = um_disk_key_of(b.base, b.len);
+    um_buf_dispose(&b);
+    return ok;
+}
+
+/* The Vary names of h other than Accept-Encoding ("a,b"; malloc'd), NULL when none;
+ * *never: Vary "*" or unparsable (not to be stored). */
+static char *vary_names(const struct um_response_head *h, bool *never)
+{
+    struct um_buf b;
+    um_buf_init(&b);
+    *never = false;
+    for (size_t i = 0; i < h->num_headers; i++) {
+        if (!um_str_eq_ci(h->headers[i].name, "vary"))
+            continue;
+        struct um_vary v;
+        um_vary_init(&v);
+        um_vary_parse(&v, h->headers[i].value);
+        if (!um_vary_usable(&v)) {
+            *never = true;
+            break;
+        }
+        for (size_t k = 0; k < v.n; k++) {
+            if (um_str_eq_ci(v.names[k], "accept-encoding"))
+                continue;
+            if (b.len)
+                um_buf_append(&b, ",", 1);
+            um_buf_append(&b, v.names[k].base, v.names[k].len);
+        }
+    }
+    char *out = NULL;
+    if (!*never && b.len) {
+        out = um_malloc(b.len + 1);
+        memcpy(out, b.base, b.len);
+        out[b.len] = '\0';
+    }
+    um_buf_dispose(&b);
+    return out;
+}
+
 /* Whether the answer h to the fill's request may go to disk (umbra/disktier.h), and its
  * record's start in df->rec when it may. */
 static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
@@ -104,13 +183,22 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
         um_str n = h->headers[i].name, v = um_str_trim(h->headers[i].value);
         if (um_str_eq_ci(n, "content-encoding") && !um_str_eq_ci(v, "identity"))
             return false;
-        if (um_str_eq_ci(n, "vary")) {
-            size_t pos = 0;
-            um_str m;
-            while (um_http_list_next(v, &pos, &m))
-                if (!um_str_eq_ci(um_str_trim(m), "accept-encoding"))
-                    return false;
+    }
+    bool never;
+    free(df->vary);
+    df->vary = vary_names(h, &never);
+    if (never)
+        return false;
+    if (df->vary) {
+        struct um_disk_key vk;
+        if (df->vary_gen == 0) { /* no marker was found: a new generation */
+            while (getrandom(&df->vary_gen, sizeof(df->vary_gen), 0) != sizeof(df->vary_gen) ||
+                   df->vary_gen == 0)
+                ;
         }
+        if (!variant_key(df, (um_str){df->vary, strlen(df->vary)}, &vk))
+            return false;
+        df->key = vk;
     }
     time_t now = time(NULL);
     struct um_resp_meta rm;
@@ -232,6 +320,25 @@ static void tee_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 
 static bool serve_pump(struct disk_fetch *df);
 
+/* The Vary marker under the URL's key: a disk_meta with the other magic, the key, and the
+ * names as its "fields". */
+static void write_marker(struct disk_fetch *df)
+{
+    struct disk_meta m = {.magic = DISK_VARY_MAGIC,
+                          .age_value = (int64_t)df->vary_gen, /* a marker's generation */
+                          .stored = (int64_t)time(NULL),
+                          .key_len = (uint32_t)df->f.fill_key.len,
+                          .head_len = (uint32_t)strlen(df->vary)};
+    struct um_buf b;
+    um_buf_init(&b);
+    um_buf_append(&b, &m, sizeof(m));
+    um_buf_append(&b, df->f.fill_key.base, df->f.fill_key.len);
+    um_buf_append(&b, df->vary, m.head_len);
+    struct um_disk_key base = um_disk_key_of(df->f.fill_key.base, df->f.fill_key.len);
+    um_disk_write(um__disk_tier_store(df->d->t, base), base, (um_str){b.base, b.len}, NULL, 0);
+    um_buf_dispose(&b);
+}
+
 static void tee_on_end(struct um_sink *s, int err)
 {
     struct disk_fetch *df = (struct disk_fetch *)(void *)s;
@@ -254,6 +361,8 @@ static void tee_on_end(struct um_sink *s, int err)
         um_str meta = {df->rec.base, meta_len};
         struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
         um_disk_write(st, df->key, meta, df->rec.base + meta_len, df->rec.len - meta_len);
+        if (df->vary)
+            write_marker(df);
     }
     client->origin_data = NULL;
     df_free(df);
@@ -460,6 +569,39 @@ static void rewrite_if_old(struct disk_fetch *df, um_str meta, um_str body)
     }
 }
 
+static void on_read(void *arg, int status, um_str meta, um_str body);
+
+/* A Vary marker read for df (meta): the variant of df's request is read next. Returns
+ * false when meta is not df's marker (or its variant cannot be keyed). */
+static bool follow_marker(struct disk_fetch *df, um_str meta)
+{
+    struct disk_meta m;
+    if (df->variant || meta.len < sizeof(m))
+        return false;
+    memcpy(&m, meta.base, sizeof(m));
+    if (m.magic != DISK_VARY_MAGIC || sizeof(m) + (size_t)m.key_len + m.head_len != meta.len ||
+        m.key_len != df->f.fill_key.len ||
+        memcmp(meta.base + sizeof(m), df->f.fill_key.base, m.key_len) != 0 ||
+        m.stored < atomic_load(&df->d->t->purged_before))
+        return false;
+    um_str names = {meta.base + sizeof(m) + m.key_len, m.head_len};
+    df->vary_gen = (uint64_t)m.age_value;
+    struct um_disk_key vk;
+    if (!variant_key(df, names, &vk))
+        return false;
+    df->variant = true;
+    df->key = vk;
+    struct um_disk *st = um__disk_tier_store(df->d->t, vk);
+    int rc = um_disk_read_cached(st, vk, on_read, df);
+    if (rc == UM_AGAIN)
+        rc = um_disk_read(st, vk, df->f.ctx->loop, on_read, df);
+    if (rc == UM_DONE) {
+        atomic_fetch_add(&df->d->t->misses, 1);
+        go_inner(df);
+    }
+    return true;
+}
+
 static void on_read(void *arg, int status, um_str meta, um_str body)
 {
     struct disk_fetch *df = arg;
@@ -467,6 +609,8 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
         df_free(df);
         return;
     }
+    if (status == UM_OK && follow_marker(df, meta))
+        return;
     const struct disk_meta *m = NULL;
     enum rec_use use = status == UM_OK ? record_use(df, meta, &m) : REC_BAD;
     if (use != REC_FRESH) {

@@ -60,8 +60,13 @@ class PathOrigin:
                     self.send_header("Cache-Control", "max-age=%d" % max_age)
                     self.end_headers()
                     return
-                body = body_of(path, int(q.get("size", "1000")))
+                name = path
+                if "vary" in q:  # the body differs by the X-Lang the request sent
+                    name = "%s:%s" % (path, self.headers.get("X-Lang"))
+                body = body_of(name, int(q.get("size", "1000")))
                 self.send_response(200)
+                if "vary" in q:
+                    self.send_header("Vary", "X-Lang, Accept-Encoding")
                 self.send_header("ETag", '"v1"')
                 self.send_header("Cache-Control", "max-age=%d" % max_age)
                 self.send_header("Content-Type", "application/octet-stream")
@@ -253,6 +258,35 @@ class DiskTierTest(unittest.TestCase):
                     self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE))
                     self.assertIn("detail=disk", r.header("Cache-Status") or "")
                 self.assertEqual(o.total(), 10)
+
+    def test_variants_on_disk(self):
+        langs = ["fr", "de", None]
+        t = "/v/page?size=20000&vary=1"
+
+        def ask(u, lang):
+            h = [("X-Lang", lang)] if lang else []
+            return fetch_req(u.port, t, headers=h)
+
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                for lang in langs:
+                    self.assertEqual(ask(u, lang).body, body_of("/v/page:%s" % lang, 20000))
+                self.wait_written(u, 4)  # three variants and their marker
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o) as u:  # memory empty: each variant from the disk
+                for lang in langs + ["fr"]:
+                    r = ask(u, lang)
+                    self.assertEqual(r.body, body_of("/v/page:%s" % lang, 20000), lang)
+                self.assertEqual(o.total(), 3)
+                r = ask(u, "it")  # a variant never asked: to the origin
+                self.assertEqual(r.body, body_of("/v/page:it", 20000))
+                self.assertEqual(o.total(), 4)
+                self.assertEqual(fetch_req(u.port, t, method="PURGE").status, 200)
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o) as u:  # the purge of the URL took every variant
+                for lang in langs:
+                    self.assertEqual(ask(u, lang).body, body_of("/v/page:%s" % lang, 20000))
+                self.assertEqual(o.total(), 7)
 
     def test_purges_reach_the_disk(self):
         with PathOrigin() as o:
