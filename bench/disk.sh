@@ -5,6 +5,10 @@
 # before the rounds, so the page cache holds the store and nginx's files alike):
 #   hit16k   wrk, each request a random one of DISK_OBJECTS objects of 16 KiB; req/s;
 #            target >= 1.3 x nginx.
+#   memhit   one hot 1 KiB object in memory: the Umbra with the disk beside an Umbra
+#            without one (umbra-nodisk); target >= 0.97 (a disk costs memory hits nothing).
+#   miss     every request a new 16 KiB object (the origin asked each time): the Umbra with
+#            the disk (writing behind) beside umbra-nodisk; target >= 0.95.
 # Umbra: 2 workers, cache.memory DISK_MEMORY, cache.disk on BENCH_TMP; nginx: 2 workers,
 # proxy_cache_path on BENCH_TMP (levels 1:2, keys_zone 64m), proxy_cache_valid 200 1h. A
 # round whose answers are wrong (status, size) or during which the origin was asked is
@@ -59,6 +63,21 @@ cache = { memory = \"${DISK_MEMORY_MB}MB\", max_object = \"1MB\",
 PORT[umbra]=$UMBRA_PORT
 PID[umbra]=$UMBRA_PID
 MSRV+=(umbra)
+# The same Umbra without the disk, for memhit and miss.
+ND=$BENCH_TMP/umbra-nodisk
+mkdir -p "$ND"
+PORT[umbra-nodisk]=$(free_port)
+{
+    echo "listen = { \"127.0.0.1:${PORT[umbra-nodisk]}\" }"
+    echo "workers = 2"
+    ((EUID == 0)) && echo 'user = "root" -- the bench runs as root; Umbra refuses root unless told'
+    echo "upstreams = { app = { servers = { \"http://127.0.0.1:$ORIGIN_PORT\" } } }"
+    echo "routes = { { path = \"/\", upstream = \"app\" } }"
+    echo "cache = { memory = \"${DISK_MEMORY_MB}MB\", max_object = \"1MB\" }"
+} >"$ND/config.lua"
+bench_start umbra-nodisk "$ND/umbra.log" "$UMBRA_BIN" "$ND/config.lua"
+PID[umbra-nodisk]=$BENCH_LAST_PID
+wait_port umbra-nodisk "${PID[umbra-nodisk]}" "${PORT[umbra-nodisk]}" "$ND/umbra.log"
 
 # warm PORT: every object fetched once on one keep-alive connection; prints the count of
 # answers that were not 200 with SIZE bytes.
@@ -128,6 +147,66 @@ measure() {
 check_idle
 log "measuring: hit16k x $ROUNDS rounds x ${#MSRV[@]} (${MSRV[*]}) x ${DURATION}s"
 each_round MSRV measure hit16k
+
+# ---- memhit and miss: the Umbra with the disk beside the one without ----
+USRV=(umbra umbra-nodisk)
+HOT="/hot/1k?size=1024&cc=max-age%3D3600"
+for s in "${USRV[@]}"; do
+    for _ in 1 2; do
+        curl -s -o /dev/null --max-time 10 "http://127.0.0.1:${PORT[$s]}$HOT" || die "$s: GET $HOT failed"
+    done
+    EXPECT[memhit,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}$HOT")
+    EXPECT[miss,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}/m/probe-$s?$QUERY")
+done
+origin_ref 1024 "$BENCH_TMP/ref.hot"
+# miss_script FILE SERVER ROUND: a wrk script asking a path never asked before per request.
+miss_script() {
+    {
+        echo 'local n = 0'
+        echo 'local id = tostring({}):sub(-8)'
+        echo 'request = function()'
+        echo '    n = n + 1'
+        echo "    return wrk.format(\"GET\", \"/m/$2-$3-$RANDOM-\" .. id .. \"-\" .. n .. \"?$QUERY\")"
+        echo 'end'
+    } >"$1"
+}
+measure_u() {
+    local k=$1 s=$2 r=$3 out o0 o1 script
+    alive "$s" origin
+    out=$BENCH_TMP/wrk-$k-$s-$r.txt
+    o0=$(origin_count)
+    if [[ $k == miss ]]; then
+        script=$BENCH_TMP/miss-$s-$r.lua
+        miss_script "$script" "$s" "$r"
+        run_wrk "http://127.0.0.1:${PORT[$s]}/" "$out" "$WRK_CONNECTIONS" "$script"
+    else
+        run_wrk "http://127.0.0.1:${PORT[$s]}$HOT" "$out"
+    fi
+    o1=$(origin_count)
+    read_wrk "$out"
+    wrk_check "${EXPECT[$k,$s]}" "$WRK_CONNECTIONS"
+    if [[ $k == memhit ]]; then
+        ((o1 == o0)) || round_bad "the origin got $((o1 - o0)) requests during the round (expected 0)"
+        answer_check "http://127.0.0.1:${PORT[$s]}$HOT" "$BENCH_TMP/ref.hot"
+    else
+        ((o1 - o0 >= WRK_REQS)) || round_bad "the origin got $((o1 - o0)) requests for $WRK_REQS misses"
+    fi
+    printf '[bench] %-6s %-12s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
+    add_figures "$k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99"
+}
+for k in memhit miss; do
+    log "measuring: $k x $ROUNDS rounds x ${#USRV[@]} (${USRV[*]}) x ${DURATION}s"
+    each_round USRV measure_u "$k"
+done
+declare -A MH=() MM=()
+median_map MH RPS "memhit," "${USRV[@]}"
+median_map MM RPS "miss," "${USRV[@]}"
+xh=$(ratio "${MH[umbra]}" "${MH[umbra-nodisk]}")
+xm=$(ratio "${MM[umbra]}" "${MM[umbra-nodisk]}")
+meth=$(atleast "$xh" 0.97 met "not met")
+metm=$(atleast "$xm" 0.95 met "not met")
 metrics=$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" | grep '^umbra_disk_' || true)
 
 declare -A MR=()
@@ -158,6 +237,13 @@ md=$(results_md disk)
         fi
     done
     echo
+    md_row case server median unit "with disk / without" target met "per round" repeated
+    md_row --- --- ---: --- ---: --- --- --- ---
+    md_row memhit umbra "${MH[umbra]}" req/s "$xh" ">= 0.97" "$meth" "${RPS[memhit,umbra]% }" "$(repeated_md memhit,umbra)"
+    md_row memhit umbra-nodisk "${MH[umbra-nodisk]}" req/s - - - "${RPS[memhit,umbra-nodisk]% }" "$(repeated_md memhit,umbra-nodisk)"
+    md_row miss umbra "${MM[umbra]}" req/s "$xm" ">= 0.95" "$metm" "${RPS[miss,umbra]% }" "$(repeated_md miss,umbra)"
+    md_row miss umbra-nodisk "${MM[umbra-nodisk]}" req/s - - - "${RPS[miss,umbra-nodisk]% }" "$(repeated_md miss,umbra-nodisk)"
+    echo
     echo "Umbra's disk metrics after the rounds:"
     echo
     echo '```'
@@ -176,5 +262,7 @@ printf '\n%-8s %-6s %12s %8s %-7s %s\n' case server req/s ratio target met
 for s in "${MSRV[@]}"; do
     printf '%-8s %-6s %12s %8s %-7s %s\n' hit16k "$s" "${MR[$s]}" "$([[ $s == umbra ]] && echo "$x" || echo -)" ">= $TARGET_X" "$([[ $s == umbra ]] && echo "$met" || echo -)"
 done
+printf '%-8s %-12s %12s %8s %-7s %s\n' memhit umbra "${MH[umbra]}" "$xh" ">= 0.97" "$meth"
+printf '%-8s %-12s %12s %8s %-7s %s\n' miss umbra "${MM[umbra]}" "$xm" ">= 0.95" "$metm"
 warn_repeats
 log "results written to $md"
