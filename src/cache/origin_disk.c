@@ -244,6 +244,8 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
     }
     ((struct disk_meta *)(void *)df->rec.base)->head_len = (uint32_t)(df->rec.len - fields);
     df->body_start = df->rec.len;
+    if (h->content_length > 0)
+        um_buf_reserve(&df->rec, (size_t)h->content_length); /* one allocation for the body */
     return true;
 }
 
