@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* The Origin interface: where a response comes from (static files, an upstream, later
- * CGI). The connection code and the cache only ever talk to this table of functions. */
+/* The Origin interface: where a response comes from (static files, an upstream, CGI). The connection code and the cache only ever talk to this table of functions. */
 #ifndef UMBRA_ORIGIN_H
 #define UMBRA_ORIGIN_H
 
@@ -47,9 +46,15 @@ struct um_response_head {
     size_t num_wire;
 };
 
-/* The client side of a fetch. The connection implements it; an origin calls it, always on
- * the worker thread that started the fetch, never after on_end. None of these calls does
- * I/O or frees anything: the connection acts on them after the origin's callback returns. */
+/* The client side of a fetch. The connection implements it, and so does every layer that
+ * wraps another origin (cache, compression, Lua hooks): such a layer is the origin of its
+ * client's sink and the sink of its inner origin. An origin calls it always on the worker
+ * thread that started the fetch, never after on_end.
+ * Lifetime: on_end is the last call, and after it returns the caller must not touch the
+ * sink nor its origin_data: a wrapping layer frees its per-fetch state (which holds the
+ * sink) inside its on_end, then passes on_end on to its own client. The connection's
+ * sink frees nothing and does no I/O inside any call: it acts after the origin's
+ * callback returns, so an origin may still touch its own state after calling it. */
 struct um_sink_ops {
     /* Called once, first. */
     void (*on_head)(struct um_sink *s, const struct um_response_head *head);
@@ -185,7 +190,9 @@ struct um_origin_ops {
     void (*resume)(struct um_origin *o, struct um_sink *sink);
     void (*body_ready)(struct um_origin *o, struct um_sink *sink);
     void (*cancel)(struct um_origin *o, struct um_sink *sink);
-    /* Frees the origin. */
+    /* Drops the caller's hold on the origin, which is freed with the last hold: at once
+     * for most origins; an upstream group is shared by the routes that name it
+     * (um_upstream_origin_ref) and counts its holders. */
     void (*destroy)(struct um_origin *o);
 };
 

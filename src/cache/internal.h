@@ -28,7 +28,18 @@
 #define MAX_OUT_FIELDS 136
 #define CACHE_NAME "umbra"
 
-enum kind { K_READER = 0x52454144, K_FILL = 0x46494c4c, K_PASS = 0x50415353 };
+struct cache_origin;
+
+/* What a client's sink->origin_data points at, a reader or a pass, starts with its table:
+ * the origin's resume, body_ready and cancel call through it, and a pointer compared with
+ * &um__cache_reader_req tells a live reader (a reader freed or kept spare has NULL). */
+struct req_ops {
+    void (*resume)(struct cache_origin *co, void *d);
+    void (*body_ready)(struct cache_origin *co, void *d);
+    void (*cancel)(struct cache_origin *co, void *d);
+};
+extern const struct req_ops um__cache_reader_req;
+extern const struct req_ops um__cache_pass_req;
 
 #define META_F_PASS 0x1
 /* The head block is nothing but the fields' lines, "Name: value\r\n" each, one per entry
@@ -85,7 +96,7 @@ struct cache_origin {
 struct fill;
 
 struct reader {
-    enum kind kind;
+    const struct req_ops *ops; /* first: see struct req_ops */
     struct reader *next_free; /* on the worker's list of spare readers */
     struct cache_origin *co;
     struct um_sink *client;
@@ -129,7 +140,6 @@ struct derive_src {
 };
 
 struct fill {
-    enum kind kind;
     struct cache_origin *co;
     struct um_origin *src; /* where the fill fetches: co->fill_origin, else co->inner */
     struct um_sink sink; /* what the inner origin writes to */
@@ -167,7 +177,7 @@ struct fill {
 };
 
 struct pass {
-    enum kind kind;
+    const struct req_ops *ops; /* first: see struct req_ops */
     struct cache_origin *co;
     struct um_sink sink;
     struct um_sink *client;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* The caching layer (see cacheorigin.h).
  *
- * Three kinds of per-request state, each the origin_data of the client's sink:
+ * Three kinds of per-request state (a reader or a pass is the origin_data of the client's
+ * sink, and starts with its struct req_ops):
  *   reader - answers from a stored object, streaming it while it is still filling; woken
  *            across threads by the store's waiter, through a task posted to its own loop;
  *   fill   - fetches from the inner origin into a new object (a miss), or a conditional
@@ -146,7 +147,6 @@ void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um
                            struct derive_src *ds)
 {
     struct fill *fl = um__cache_fill_new(f->ctx);
-    fl->kind = K_FILL;
     fl->co = co;
     /* A fill may outlive its client, and so the client's hold on the snapshot that owns
      * co and the inner origin (a reload can retire it meanwhile): it holds its own. */
@@ -231,14 +231,14 @@ void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um
     /* A miss asks the second-level cache first; the fetch starts when that misses too. */
     if (obj && old == NULL && ds == NULL && fl->ctx->l2 && um__cache_fill_l2_lookup(fl, &ff)) {
         if (client && client->origin_data &&
-            ((struct reader *)client->origin_data)->kind == K_READER)
+            ((struct reader *)client->origin_data)->ops == &um__cache_reader_req)
             um__cache_reader_pump(client->origin_data);
         return;
     }
     fl->src->ops->fetch(fl->src, &ff, &fl->sink);
     /* The fetch may have ended at once (an error answered synchronously): the reader
      * starts if it still exists. */
-    if (client && client->origin_data && ((struct reader *)client->origin_data)->kind == K_READER)
+    if (client && client->origin_data && ((struct reader *)client->origin_data)->ops == &um__cache_reader_req)
         um__cache_reader_pump(client->origin_data);
 }
 
@@ -563,57 +563,90 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
     um__cache_fill_start(co, f, client, nobj, NULL, key, klen, miss, false, NULL);
 }
 
+static void reader_resume(struct cache_origin *co, void *d)
+{
+    (void)co;
+    um__cache_reader_pump(d);
+}
+
+static void reader_cancel(struct cache_origin *co, void *d)
+{
+    (void)co;
+    struct reader *r = d;
+    um__cache_forget_own(r);
+    um__cache_reader_release(r);
+    um__cache_reader_free(r);
+}
+
+static void noop(struct cache_origin *co, void *d)
+{
+    (void)co;
+    (void)d;
+}
+
+const struct req_ops um__cache_reader_req = {
+    .resume = reader_resume,
+    .body_ready = noop,
+    .cancel = reader_cancel,
+};
+
+static void pass_resume(struct cache_origin *co, void *d)
+{
+    struct pass *p = d;
+    if (p->fill)
+        p->fill->src->ops->resume(p->fill->src, &p->fill->sink);
+    else
+        co->inner->ops->resume(co->inner, &p->sink);
+}
+
+static void pass_body_ready(struct cache_origin *co, void *d)
+{
+    co->inner->ops->body_ready(co->inner, &((struct pass *)d)->sink);
+}
+
+static void pass_cancel(struct cache_origin *co, void *d)
+{
+    struct pass *p = d;
+    if (p->fill) {
+        /* A fill forwarding to this pass: nobody else wants its answer. */
+        struct fill *fl = p->fill;
+        fl->fwd = NULL;
+        fl->src->ops->cancel(fl->src, &fl->sink);
+        um__cache_fill_free(fl);
+        free(p);
+        return;
+    }
+    co->inner->ops->cancel(co->inner, &p->sink);
+    free(p);
+}
+
+const struct req_ops um__cache_pass_req = {
+    .resume = pass_resume,
+    .body_ready = pass_body_ready,
+    .cancel = pass_cancel,
+};
+
 void um__cache_resume(struct um_origin *o, struct um_sink *client)
 {
-    struct cache_origin *co = (struct cache_origin *)o;
     void *d = client->origin_data;
-    if (d == NULL)
-        return;
-    if (*(enum kind *)d == K_READER) {
-        um__cache_reader_pump(d);
-    } else if (*(enum kind *)d == K_PASS) {
-        struct pass *p = d;
-        if (p->fill)
-            p->fill->src->ops->resume(p->fill->src, &p->fill->sink);
-        else
-            co->inner->ops->resume(co->inner, &p->sink);
-    }
+    if (d)
+        (*(const struct req_ops **)d)->resume((struct cache_origin *)o, d);
 }
 
 static void cache_body_ready(struct um_origin *o, struct um_sink *client)
 {
-    struct cache_origin *co = (struct cache_origin *)o;
     void *d = client->origin_data;
-    if (d && *(enum kind *)d == K_PASS)
-        co->inner->ops->body_ready(co->inner, &((struct pass *)d)->sink);
+    if (d)
+        (*(const struct req_ops **)d)->body_ready((struct cache_origin *)o, d);
 }
 
 void um__cache_cancel(struct um_origin *o, struct um_sink *client)
 {
-    struct cache_origin *co = (struct cache_origin *)o;
     void *d = client->origin_data;
     if (d == NULL)
         return;
     client->origin_data = NULL;
-    if (*(enum kind *)d == K_READER) {
-        struct reader *r = d;
-        um__cache_forget_own(r);
-        um__cache_reader_release(r);
-        um__cache_reader_free(r);
-    } else if (*(enum kind *)d == K_PASS) {
-        struct pass *p = d;
-        if (p->fill) {
-            /* A fill forwarding to this pass: nobody else wants its answer. */
-            struct fill *fl = p->fill;
-            fl->fwd = NULL;
-            fl->src->ops->cancel(fl->src, &fl->sink);
-            um__cache_fill_free(fl);
-            free(p);
-            return;
-        }
-        co->inner->ops->cancel(co->inner, &p->sink);
-        free(p);
-    }
+    (*(const struct req_ops **)d)->cancel((struct cache_origin *)o, d);
 }
 
 static void cache_destroy(struct um_origin *o)

@@ -246,7 +246,6 @@ void um__cache_fill_free(struct fill *fl)
         free(fl);
         return;
     }
-    fl->kind = 0; /* not a live fill any more */
     fl->next_active = wf->free_fills;
     wf->free_fills = fl;
     wf->num_free_fills++;
@@ -418,7 +417,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         if (client) {
             /* Become a pass for the client: the rest of this fetch goes to it. */
             struct pass *p = um_calloc(1, sizeof(*p));
-            p->kind = K_PASS;
+            p->ops = &um__cache_pass_req;
             p->co = co;
             p->sink.ops = &um__cache_pass_ops;
             p->client = client;

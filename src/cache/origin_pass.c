@@ -128,7 +128,7 @@ void um__cache_pass_start(struct cache_origin *co, struct um_fetch *f, struct um
                           enum um_cache_fwd fwd, const char *detail)
 {
     struct pass *p = um_calloc(1, sizeof(*p));
-    p->kind = K_PASS;
+    p->ops = &um__cache_pass_req;
     p->co = co;
     p->sink.ops = &um__cache_pass_ops;
     p->client = client;

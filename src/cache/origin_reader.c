@@ -281,7 +281,7 @@ struct reader *um__cache_reader_new(struct cache_origin *co, struct um_fetch *f,
     r->has_qm = qm != NULL;
     if (qm != NULL)
         r->qm = *qm;
-    r->kind = K_READER;
+    r->ops = &um__cache_reader_req;
     r->co = co;
     r->client = client;
     r->ctx = f->ctx;
@@ -317,7 +317,7 @@ void um__cache_reader_free(struct reader *r)
         free(r);
         return;
     }
-    r->kind = 0; /* not a live reader any more */
+    r->ops = NULL; /* not a live reader any more */
     r->next_free = wf->free_readers;
     wf->free_readers = r;
     wf->num_free_readers++;
@@ -558,7 +558,7 @@ void um__cache_reader_pump(struct reader *r)
             if (fl && fl->handoff) {
                 /* Caught up with what was stored: the rest comes from the fetch. */
                 struct pass *p = um_calloc(1, sizeof(*p));
-                p->kind = K_PASS;
+                p->ops = &um__cache_pass_req;
                 p->co = r->co;
                 p->sink.ops = &um__cache_pass_ops;
                 p->client = r->client;
