@@ -97,152 +97,7 @@
 #include "umbra/log.h"
 #include "umbra/loop.h"
 
-#include "internal.h"
-
-#define BLOCK ((uint64_t)UM__DISK_BLOCK)
-#define MIN_SIZE (256u * 1024u)
-#define DEFAULT_QUEUE (64u * 1024u * 1024u)
-
-/* A record queued for the writer, or a barrier (buf NULL) for um_disk_sync. */
-struct wjob {
-    struct wjob *next;
-    char *buf;
-    uint64_t pos;
-    uint64_t hi, lo;
-    uint32_t len, alen;
-    bool tomb, cancelled;
-    bool snapshot, done; /* barrier */
-};
-
-/* A read; task first, so the posted task is the job. */
-struct rjob {
-    struct um_task task;
-    struct rjob *next;
-    struct um_disk *d;
-    uint64_t hi, lo, pos;
-    uint32_t len;
-    struct um_loop *loop;
-    um_disk_read_cb cb;
-    void *arg;
-    int status;
-    char *buf;
-    um_str meta, body;
-};
-
-struct um_disk {
-    char *path, *snap_path, *snap_tmp;
-    int fd;
-    uint64_t size, span;
-    uint64_t store_id, seed;
-    uint32_t sync_ms, snapshot_ms, delay_ms;
-    uint64_t queue_max;
-
-    pthread_mutex_t mu;
-    pthread_cond_t wcond; /* the writer: a job, or closing (CLOCK_MONOTONIC) */
-    pthread_cond_t rcond; /* the readers */
-    pthread_cond_t done;  /* barriers done */
-    /* Under mu: */
-    struct um__disk_index idx;
-    uint64_t cursor;
-    struct wjob *wq_head, *wq_tail;
-    struct rjob *rq_head, *rq_tail;
-    bool closing;
-    bool changed; /* the index changed since the last snapshot */
-    struct um_disk_stats st;
-
-    /* The writer's own (and close's, after the writer is joined): */
-    bool dirty; /* written since the last fdatasync */
-    uint64_t last_sync_ms, last_snap_ms;
-    uint64_t super_cursor, super_synced; /* what the superblock says */
-    uint64_t written; /* the end of the last record written */
-
-    pthread_t writer;
-    pthread_t *readers;
-    unsigned nreaders;
-};
-
-/* ---------------------------------------------------------------- helpers */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(uint32_t ms)
-{
-    if (!ms)
-        return;
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static uint64_t round_up(uint64_t n, uint64_t to)
-{
-    return (n + to - 1) / to * to;
-}
-
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-    char *s = um_malloc(1024);
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(s, 1024, f, ap);
-    va_end(ap);
-    return s;
-}
-
-static int pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return r == 0 ? (errno = EIO, UM_ERR) : UM_ERR;
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return UM_OK;
-}
-
-static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
-{
-    const char *p = buf;
-    while (n) {
-        ssize_t r = pwrite(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return r == 0 ? (errno = EIO, UM_ERR) : UM_ERR;
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return UM_OK;
-}
-
-/* The file offset of log position pos. */
-static uint64_t phys(const struct um_disk *d, uint64_t pos)
-{
-    return BLOCK + pos % d->span;
-}
-
-static void fsync_dir(const char *path)
-{
-    char *copy = um_strndup(path, strlen(path));
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    free(copy);
-}
+#include "store_internal.h"
 
 struct um_disk_key um_disk_key_of(const void *p, size_t n)
 {
@@ -252,7 +107,7 @@ struct um_disk_key um_disk_key_of(const void *p, size_t n)
 
 /* ---------------------------------------------------------------- superblock */
 
-static int write_super(struct um_disk *d, uint64_t cursor, uint64_t synced)
+int um__disk_write_super(struct um_disk *d, uint64_t cursor, uint64_t synced)
 {
     static const char zero[UM__DISK_BLOCK];
     struct um__disk_super s;
@@ -306,312 +161,13 @@ static char *initialise(struct um_disk *d, uint64_t file_size)
         return fmt("cannot allocate %llu bytes: %s", (unsigned long long)d->size, strerror(e));
     if (getrandom(&d->store_id, sizeof(d->store_id), 0) != (ssize_t)sizeof(d->store_id))
         return fmt("getrandom: %s", strerror(errno));
-    if (write_super(d, 0, 0) != UM_OK || fdatasync(d->fd) != 0)
+    if (um__disk_write_super(d, 0, 0) != UM_OK || fdatasync(d->fd) != 0)
         return fmt("cannot write its superblock: %s", strerror(errno));
     if (unlink(d->snap_path) != 0 && errno != ENOENT)
         return fmt("cannot remove %s: %s", d->snap_path, strerror(errno));
     fsync_dir(d->path);
     d->cursor = 0;
     return NULL;
-}
-
-/* ---------------------------------------------------------------- snapshots */
-
-/* The writer's (or close's): syncs the file, then notes in the superblock how far the
- * log is synced (itself synced with the next sync: an older value only makes a rebuild
- * trust a snapshot it could have known was lapped, and the scan finds that out too). */
-static void do_sync(struct um_disk *d)
-{
-    d->dirty = false;
-    d->last_sync_ms = now_ms();
-    if (fdatasync(d->fd) != 0) {
-        um_log(UM_LOG_ERR, "disk store %s: fdatasync: %s", d->path, strerror(errno));
-        return;
-    }
-    if (d->written != d->super_synced && write_super(d, d->super_cursor, d->written) != UM_OK)
-        um_log(UM_LOG_ERR, "disk store %s: writing the superblock: %s", d->path,
-               strerror(errno));
-}
-
-static int write_snapshot(struct um_disk *d)
-{
-    do_sync(d);
-    d->last_snap_ms = now_ms();
-    pthread_mutex_lock(&d->mu);
-    d->changed = false;
-    uint64_t cursor = d->cursor;
-    for (struct wjob *j = d->wq_head; j; j = j->next) {
-        if (j->buf) {
-            cursor = j->pos;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&d->mu);
-
-    int fd = open(d->snap_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd < 0) {
-        um_log(UM_LOG_ERR, "disk store %s: %s: %s", d->path, d->snap_tmp, strerror(errno));
-        return UM_ERR;
-    }
-    XXH3_state_t *xs = XXH3_createState();
-    UM_ASSERT(xs);
-    XXH3_64bits_reset(xs);
-    struct um__disk_snap_ent *buf = um_malloc(UM__DISK_CHUNK * sizeof(*buf));
-    uint64_t off = sizeof(struct um__disk_snap), count = 0;
-    int rc = UM_OK;
-    for (uint32_t c = 0; rc == UM_OK; c++) {
-        size_t n = 0;
-        pthread_mutex_lock(&d->mu);
-        if (c >= d->idx.nchunks) {
-            pthread_mutex_unlock(&d->mu);
-            break;
-        }
-        for (uint32_t i = 0; i < UM__DISK_CHUNK; i++) {
-            const struct um__disk_ent *e = &d->idx.chunks[c][i];
-            if (!e->len)
-                continue;
-            buf[n++] = (struct um__disk_snap_ent){e->hi, e->lo, e->pos, e->len, 0};
-        }
-        pthread_mutex_unlock(&d->mu);
-        XXH3_64bits_update(xs, buf, n * sizeof(*buf));
-        rc = pwrite_all(fd, buf, n * sizeof(*buf), off);
-        off += n * sizeof(*buf);
-        count += n;
-    }
-    struct um__disk_snap h;
-    memset(&h, 0, sizeof(h));
-    memcpy(h.magic, UM__DISK_SNAP_MAGIC, 8);
-    h.version = UM__DISK_VERSION;
-    h.store_id = d->store_id;
-    h.size = d->size;
-    h.cursor = cursor;
-    h.count = count;
-    h.entries_check = XXH3_64bits_digest(xs);
-    h.check = XXH3_64bits(&h, offsetof(struct um__disk_snap, check));
-    XXH3_freeState(xs);
-    free(buf);
-    if (rc == UM_OK)
-        rc = pwrite_all(fd, &h, sizeof(h), 0);
-    if (rc == UM_OK && fsync(fd) != 0)
-        rc = UM_ERR;
-    if (close(fd) != 0)
-        rc = UM_ERR;
-    if (rc == UM_OK && rename(d->snap_tmp, d->snap_path) != 0)
-        rc = UM_ERR;
-    if (rc != UM_OK) {
-        um_log(UM_LOG_ERR, "disk store %s: writing the index snapshot %s: %s", d->path,
-               d->snap_tmp, strerror(errno));
-        unlink(d->snap_tmp);
-        return UM_ERR;
-    }
-    fsync_dir(d->snap_path);
-    if (write_super(d, cursor, d->written) != UM_OK || fdatasync(d->fd) != 0) {
-        um_log(UM_LOG_ERR, "disk store %s: writing the superblock: %s", d->path,
-               strerror(errno));
-        return UM_ERR;
-    }
-    return UM_OK;
-}
-
-/* ---------------------------------------------------------------- rebuild */
-
-struct found {
-    uint64_t hi, lo, pos;
-    uint32_t len;
-    uint32_t flags;
-};
-
-enum { PROBE_OK, PROBE_BAD, PROBE_AHEAD };
-
-/* Reads the record at log position q (any_lap: at the block of file offset phys(q),
- * whatever its lap) and checks it whole. PROBE_AHEAD: a valid header of a later lap at
- * q's place (the log has gone round since q). */
-static int probe(struct um_disk *d, uint64_t q, bool any_lap, struct found *f, char **scratch,
-                 size_t *scratch_len)
-{
-    struct um__disk_rec h;
-    uint64_t off = phys(d, q);
-    if (pread_all(d->fd, &h, sizeof(h), off) != UM_OK)
-        return PROBE_BAD;
-    if (h.magic != UM__DISK_REC_MAGIC || h.version != UM__DISK_VERSION ||
-        h.store_id != d->store_id)
-        return PROBE_BAD;
-    if (any_lap) {
-        if (h.pos % d->span != q % d->span)
-            return PROBE_BAD;
-    } else if (h.pos != q) {
-        return h.pos > q && (h.pos - q) % d->span == 0 ? PROBE_AHEAD : PROBE_BAD;
-    }
-    uint64_t len = UM__DISK_REC_LEN(h.meta_len, h.body_len);
-    if (len > UINT32_MAX || h.pos % d->span + len > d->span)
-        return PROBE_BAD;
-    if ((h.flags & UM__DISK_REC_TOMB) && (h.meta_len || h.body_len))
-        return PROBE_BAD;
-    if (*scratch_len < len) {
-        free(*scratch);
-        *scratch = um_malloc(len);
-        *scratch_len = len;
-    }
-    if (pread_all(d->fd, *scratch, len, off) != UM_OK)
-        return PROBE_BAD;
-    uint64_t check;
-    memcpy(&check, *scratch + len - 8, 8);
-    if (check != XXH3_64bits(*scratch, len - 8))
-        return PROBE_BAD;
-    *f = (struct found){h.key_hi, h.key_lo, h.pos, (uint32_t)len, h.flags};
-    return PROBE_OK;
-}
-
-static void apply(struct um_disk *d, const struct found *f)
-{
-    if (f->flags & UM__DISK_REC_TOMB)
-        um__disk_index_del(&d->idx, f->hi, f->lo, f->pos);
-    else
-        um__disk_index_put(&d->idx, f->hi, f->lo, f->pos, f->len);
-}
-
-static int by_pos(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-static int found_by_pos(const void *a, const void *b)
-{
-    return by_pos(&((const struct found *)a)->pos, &((const struct found *)b)->pos);
-}
-static int snap_by_pos(const void *a, const void *b)
-{
-    return by_pos(&((const struct um__disk_snap_ent *)a)->pos,
-                  &((const struct um__disk_snap_ent *)b)->pos);
-}
-
-/* Loads path.index into the (empty) index; returns its cursor, or UINT64_MAX (with the
- * reason logged) when there is none that fits this store. */
-static uint64_t load_snapshot(struct um_disk *d)
-{
-    const char *why = NULL;
-    struct um__disk_snap h;
-    struct um__disk_snap_ent *ents = NULL;
-    uint64_t cursor = UINT64_MAX;
-    int fd = open(d->snap_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        why = errno == ENOENT ? "there is none" : strerror(errno);
-        goto out;
-    }
-    if (pread_all(fd, &h, sizeof(h), 0) != UM_OK || memcmp(h.magic, UM__DISK_SNAP_MAGIC, 8) ||
-        h.version != UM__DISK_VERSION ||
-        h.check != XXH3_64bits(&h, offsetof(struct um__disk_snap, check))) {
-        why = "it is damaged or of another version";
-        goto out;
-    }
-    if (h.store_id != d->store_id || h.size != d->size) {
-        why = "it belongs to another life of the store";
-        goto out;
-    }
-    /* A snapshot ahead of the superblock is one whose superblock write a crash cut. */
-    if (d->super_synced > h.cursor && d->super_synced - h.cursor >= d->span) {
-        why = "it is a lap or more behind the store";
-        goto out;
-    }
-    if (h.count > d->span / BLOCK) {
-        why = "it holds more entries than the store can";
-        goto out;
-    }
-    size_t n = (size_t)h.count;
-    ents = um_malloc(n ? n * sizeof(*ents) : 1);
-    if (pread_all(fd, ents, n * sizeof(*ents), sizeof(h)) != UM_OK ||
-        XXH3_64bits(ents, n * sizeof(*ents)) != h.entries_check) {
-        why = "its entries are damaged";
-        goto out;
-    }
-    qsort(ents, n, sizeof(*ents), snap_by_pos);
-    for (size_t i = 0; i < n; i++) {
-        if (!ents[i].len) {
-            why = "it has an empty entry";
-            um__disk_index_dispose(&d->idx);
-            um__disk_index_init(&d->idx);
-            goto out;
-        }
-        um__disk_index_put(&d->idx, ents[i].key_hi, ents[i].key_lo, ents[i].pos, ents[i].len);
-    }
-    cursor = h.cursor;
-out:
-    if (why)
-        um_log(UM_LOG_INFO, "disk store %s: no index snapshot used (%s): scanning the whole store",
-               d->path, why);
-    free(ents);
-    if (fd >= 0)
-        close(fd);
-    return cursor;
-}
-
-/* Scans from snapshot cursor c; returns PROBE_AHEAD when the log went round since. */
-static int scan_after(struct um_disk *d, uint64_t c, char **scratch, size_t *scratch_len)
-{
-    uint64_t q = c;
-    struct found f;
-    while (q < c + d->span) {
-        int r = probe(d, q, false, &f, scratch, scratch_len);
-        if (r == PROBE_BAD && q % d->span != 0) {
-            /* The writer skips a region's tail that a record does not fit in. */
-            uint64_t next = round_up(q, d->span);
-            if (next < c + d->span)
-                r = probe(d, next, false, &f, scratch, scratch_len);
-        }
-        if (r == PROBE_AHEAD)
-            return r;
-        if (r != PROBE_OK)
-            break; /* the log ends at q: a torn or never-written record */
-        apply(d, &f);
-        q = f.pos + round_up(f.len, BLOCK);
-    }
-    d->cursor = q;
-    return PROBE_OK;
-}
-
-static void scan_all(struct um_disk *d, char **scratch, size_t *scratch_len)
-{
-    size_t n = 0, cap = 0;
-    struct found *all = NULL, f;
-    for (uint64_t off = 0; off < d->span;) {
-        if (probe(d, off, true, &f, scratch, scratch_len) != PROBE_OK) {
-            off += BLOCK;
-            continue;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1024;
-            all = um_realloc(all, cap * sizeof(*all));
-        }
-        all[n++] = f;
-        off += round_up(f.len, BLOCK);
-    }
-    qsort(all, n, sizeof(*all), found_by_pos);
-    d->cursor = 0;
-    for (size_t i = 0; i < n; i++) {
-        apply(d, &all[i]);
-        d->cursor = all[i].pos + round_up(all[i].len, BLOCK);
-    }
-    free(all);
-}
-
-static void rebuild(struct um_disk *d)
-{
-    char *scratch = NULL;
-    size_t scratch_len = 0;
-    uint64_t c = load_snapshot(d);
-    if (c == UINT64_MAX || scan_after(d, c, &scratch, &scratch_len) == PROBE_AHEAD) {
-        if (c != UINT64_MAX)
-            um_log(UM_LOG_INFO, "disk store %s: the log went round since the index snapshot: "
-                   "scanning the whole store", d->path);
-        um__disk_index_dispose(&d->idx);
-        um__disk_index_init(&d->idx);
-        scan_all(d, &scratch, &scratch_len);
-    }
-    free(scratch);
-    if (d->cursor > d->span)
-        um__disk_index_evict(&d->idx, d->cursor - d->span);
-    d->changed = d->cursor != d->super_cursor;
-    d->written = d->cursor;
 }
 
 /* ---------------------------------------------------------------- the writer */
@@ -639,9 +195,9 @@ static void duties(struct um_disk *d)
         return;
     pthread_mutex_unlock(&d->mu);
     if (snap)
-        write_snapshot(d);
+        um__disk_write_snapshot(d);
     else
-        do_sync(d);
+        um__disk_do_sync(d);
     pthread_mutex_lock(&d->mu);
 }
 
@@ -672,9 +228,9 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&d->mu);
         if (!j->buf) {
             if (j->snapshot)
-                write_snapshot(d);
+                um__disk_write_snapshot(d);
             else
-                do_sync(d);
+                um__disk_do_sync(d);
             pthread_mutex_lock(&d->mu);
             d->wq_head = j->next;
             if (!d->wq_head)
@@ -826,166 +382,6 @@ void um_disk_sync(struct um_disk *d, bool snapshot)
             pthread_cond_wait(&d->done, &d->mu);
     }
     pthread_mutex_unlock(&d->mu);
-}
-
-/* ---------------------------------------------------------------- reads */
-
-static void on_read_done(struct um_task *t)
-{
-    struct rjob *j = (struct rjob *)t;
-    j->cb(j->arg, j->status, j->meta, j->body);
-    free(j->buf);
-    free(j);
-}
-
-/* The checks of a record read into j->buf: UM_OK with j->meta and j->body set, or UM_DONE
- * when it is not the one expected. */
-static int check_record(struct um_disk *d, struct rjob *j)
-{
-    struct um__disk_rec h;
-    memcpy(&h, j->buf, sizeof(h));
-    if (h.magic != UM__DISK_REC_MAGIC || h.version != UM__DISK_VERSION || h.flags != 0 ||
-        h.store_id != d->store_id || h.key_hi != j->hi || h.key_lo != j->lo ||
-        h.pos != j->pos || UM__DISK_REC_LEN(h.meta_len, h.body_len) != j->len)
-        return UM_DONE;
-    uint64_t check;
-    memcpy(&check, j->buf + j->len - 8, 8);
-    if (check != XXH3_64bits(j->buf, j->len - 8))
-        return UM_DONE;
-    j->meta = (um_str){j->buf + sizeof(h), h.meta_len};
-    j->body = (um_str){j->buf + sizeof(h) + h.meta_len, h.body_len};
-    (void)d;
-    return UM_OK;
-}
-
-/* UM_OK: j->meta and j->body set; UM_DONE: the record is not the one expected. */
-static int read_record(struct um_disk *d, struct rjob *j)
-{
-    sleep_ms(d->delay_ms);
-    j->buf = um_malloc(j->len);
-    if (pread_all(d->fd, j->buf, j->len, phys(d, j->pos)) != UM_OK) {
-        um_log(UM_LOG_ERR, "disk store %s: read at %llu: %s", d->path,
-               (unsigned long long)phys(d, j->pos), strerror(errno));
-        return UM_ERR;
-    }
-    return check_record(d, j);
-}
-
-/* Under d->mu: the counters of a read that ended with r, and a bad record dropped. */
-static void read_account(struct um_disk *d, struct rjob *j, int r)
-{
-    if (r == UM_OK) {
-        d->st.reads++;
-        d->st.read_bytes += j->len;
-    } else if (r == UM_DONE) {
-        /* Bad, unless the cursor (which evicts before it writes) or a newer write took the
-         * entry meanwhile: then it is only gone. */
-        if (um__disk_index_del(&d->idx, j->hi, j->lo, j->pos + 1)) {
-            d->st.checksum_failures++;
-            d->changed = true;
-            um_log(UM_LOG_WARN, "disk store %s: bad record at %llu dropped", d->path,
-                   (unsigned long long)phys(d, j->pos));
-        }
-    } else {
-        d->st.io_errors++;
-    }
-}
-
-static void *reader_main(void *arg)
-{
-    struct um_disk *d = arg;
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        while (!d->rq_head && !d->closing)
-            pthread_cond_wait(&d->rcond, &d->mu);
-        struct rjob *j = d->rq_head;
-        if (!j)
-            break;
-        d->rq_head = j->next;
-        if (!d->rq_head)
-            d->rq_tail = NULL;
-        pthread_mutex_unlock(&d->mu);
-        int r = read_record(d, j);
-        pthread_mutex_lock(&d->mu);
-        read_account(d, j, r);
-        pthread_mutex_unlock(&d->mu);
-        if (r != UM_OK) {
-            free(j->buf);
-            j->buf = NULL;
-            j->meta = j->body = (um_str){NULL, 0};
-        }
-        j->status = r;
-        um_loop_post(j->loop, &j->task);
-        pthread_mutex_lock(&d->mu);
-    }
-    pthread_mutex_unlock(&d->mu);
-    return NULL;
-}
-
-int um_disk_read(struct um_disk *d, struct um_disk_key key, struct um_loop *loop,
-                 um_disk_read_cb cb, void *arg)
-{
-    pthread_mutex_lock(&d->mu);
-    const struct um__disk_ent *e = um__disk_index_find(&d->idx, key.hi, key.lo);
-    uint64_t pos = e ? e->pos : 0;
-    uint32_t len = e ? e->len : 0;
-    if (!e || d->closing)
-        d->st.read_misses++;
-    bool miss = !e || d->closing;
-    pthread_mutex_unlock(&d->mu);
-    if (miss)
-        return UM_DONE;
-    struct rjob *j = um_calloc(1, sizeof(*j));
-    j->task.cb = on_read_done;
-    j->d = d;
-    j->hi = key.hi;
-    j->lo = key.lo;
-    j->pos = pos;
-    j->len = len;
-    j->loop = loop;
-    j->cb = cb;
-    j->arg = arg;
-    pthread_mutex_lock(&d->mu);
-    if (d->rq_tail)
-        d->rq_tail->next = j;
-    else
-        d->rq_head = j;
-    d->rq_tail = j;
-    pthread_cond_signal(&d->rcond);
-    pthread_mutex_unlock(&d->mu);
-    return UM_AGAIN;
-}
-
-int um_disk_read_cached(struct um_disk *d, struct um_disk_key key, um_disk_read_cb cb, void *arg)
-{
-    if (d->delay_ms)
-        return UM_AGAIN; /* a slow disk (tests): the threads' way */
-    pthread_mutex_lock(&d->mu);
-    const struct um__disk_ent *e = um__disk_index_find(&d->idx, key.hi, key.lo);
-    struct rjob j = {.hi = key.hi, .lo = key.lo, .pos = e ? e->pos : 0, .len = e ? e->len : 0};
-    bool miss = !e || d->closing;
-    if (miss)
-        d->st.read_misses++;
-    pthread_mutex_unlock(&d->mu);
-    if (miss)
-        return UM_DONE;
-    /* RWF_NOWAIT: the kernel copies what the page cache holds and never waits for the
-     * device; anything short of the whole record goes to the reader threads. */
-    j.buf = um_malloc(j.len);
-    struct iovec iov = {j.buf, j.len};
-    ssize_t n = preadv2(d->fd, &iov, 1, (off_t)phys(d, j.pos), RWF_NOWAIT);
-    if (n != (ssize_t)j.len) {
-        free(j.buf);
-        return UM_AGAIN;
-    }
-    int r = check_record(d, &j);
-    pthread_mutex_lock(&d->mu);
-    read_account(d, &j, r);
-    pthread_mutex_unlock(&d->mu);
-    if (r == UM_OK)
-        cb(arg, UM_OK, j.meta, j.body);
-    free(j.buf);
-    return r == UM_OK ? UM_OK : UM_DONE;
 }
 
 /* ---------------------------------------------------------------- the rest */
@@ -1163,7 +559,7 @@ struct um_disk *um_disk_open(const struct um_disk_opts *o, char **errmsg)
             d->store_id = s.store_id;
             d->super_cursor = s.cursor;
             d->super_synced = s.synced;
-            rebuild(d);
+            um__disk_rebuild(d);
         }
     }
     if (why) {
@@ -1175,7 +571,7 @@ struct um_disk *um_disk_open(const struct um_disk_opts *o, char **errmsg)
     d->readers = um_calloc(d->nreaders, sizeof(pthread_t));
     UM_ASSERT(pthread_create(&d->writer, NULL, writer_main, d) == 0);
     for (unsigned i = 0; i < d->nreaders; i++)
-        UM_ASSERT(pthread_create(&d->readers[i], NULL, reader_main, d) == 0);
+        UM_ASSERT(pthread_create(&d->readers[i], NULL, um__disk_reader_main, d) == 0);
     return d;
 fail:
     free_store(d);
@@ -1194,6 +590,6 @@ void um_disk_close(struct um_disk *d)
     for (unsigned i = 0; i < d->nreaders; i++)
         pthread_join(d->readers[i], NULL);
     pthread_join(d->writer, NULL);
-    write_snapshot(d);
+    um__disk_write_snapshot(d);
     free_store(d);
 }

@@ -16,17 +16,16 @@ MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 150
 # Files other work is still splitting (issue #27): paths relative to src/.
 ALLOWED = {
-    "cache/origin_fill.c",
     "server/admin.c",
 }
 # Not yet split by the feat-split branch (issue #27), left for the lead to finish: each
 # entry goes when its file or function is under the limit.
 PENDING_FILES = {
-    "cache/policy.c", "cgi/cgi.c", "lua/bindings.c", "server/conn_h2.c", "tls/tls.c",
-    "upstream/h1.c", "upstream/upstream.c",
+    "cgi/cgi.c", "lua/bindings.c", "server/conn_h2.c", "tls/tls.c", "upstream/h1.c",
+    "upstream/upstream.c",
 }
 PENDING_FUNCTIONS = {
-    "cache_fetch", "load_route", "um__cfg_load_yunying", "um__server_reload", "static_fetch",
+    "load_route", "um__cfg_load_yunying", "um__server_reload", "static_fetch",
 }
 
 
