@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -43,6 +42,10 @@ struct client {
     uint64_t deadline;
     char in[4096];
     size_t inlen;
+    /* The strict HTTP/1.1 parser every listener uses (src/http/): the admin's requests are
+     * refused the same way (400, 414, 431, 501, 505). */
+    struct um_http1_parser parser;
+    struct um_request req;
     char *out;
     size_t outlen, outpos;
 };
@@ -522,84 +525,83 @@ static void respond(struct client *cl, int status, const char *reason, const cha
     cl->outpos = 0;
 }
 
-/* The value of field name (lower case, with its colon) in the head, or NULL; *len is its
- * length without surrounding whitespace. */
-static const char *head_field(const char *head, size_t hlen, const char *name, size_t *len)
+static const char *reason(int status)
 {
-    size_t nl = strlen(name);
-    for (const char *p = head; p && p < head + hlen;) {
-        const char *eol = memchr(p, '\n', (size_t)(head + hlen - p));
-        if (eol == NULL)
-            break;
-        const char *line = eol + 1;
-        if ((size_t)(head + hlen - line) > nl && strncasecmp(line, name, nl) == 0) {
-            const char *v = line + nl, *e = memchr(v, '\r', (size_t)(head + hlen - v));
-            if (e == NULL)
-                e = head + hlen;
-            while (v < e && (*v == ' ' || *v == '\t'))
-                v++;
-            while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
-                e--;
-            *len = (size_t)(e - v);
-            return v;
-        }
-        p = line;
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Error";
     }
-    return NULL;
+}
+
+static void respond_error(struct client *cl, int status)
+{
+    char msg[64];
+    int n = snprintf(msg, sizeof(msg), "%d %s\n", status, reason(status));
+    respond(cl, status, reason(status), "text/plain", msg, (size_t)n, false);
+}
+
+/* Whether a Content-Type names JSON: its media type (before any ';') is application/json or
+ * a +json suffix type. A body without one is JSON when it opens with '{'. */
+static bool is_json(const struct um_request *req, const char *body, size_t len)
+{
+    const um_str *ct = um_http1_find_header(req, "content-type");
+    if (ct == NULL)
+        return len > 0 && body[0] == '{';
+    um_str t = *ct;
+    for (size_t i = 0; i < t.len; i++)
+        if (t.base[i] == ';')
+            t.len = i;
+    t = um_str_trim(t);
+    return um_str_eq_ci(t, "application/json") ||
+           (t.len > 5 && um_str_eq_ci((um_str){t.base + t.len - 5, 5}, "+json"));
 }
 
 static void handle_request(struct um__admin *a, struct client *cl)
 {
-    char *sp1 = memchr(cl->in, ' ', cl->inlen);
-    char *eol = memchr(cl->in, '\r', cl->inlen);
-    if (sp1 == NULL || eol == NULL || sp1 > eol) {
-        static const char msg[] = "400 Bad Request\n";
-        respond(cl, 400, "Bad Request", "text/plain", msg, sizeof(msg) - 1, false);
-        return;
-    }
-    size_t mlen = (size_t)(sp1 - cl->in);
-    char *path = sp1 + 1;
-    char *sp2 = memchr(path, ' ', (size_t)(eol - path));
-    size_t plen = sp2 ? (size_t)(sp2 - path) : (size_t)(eol - path);
-    char *q = memchr(path, '?', plen);
-    if (q)
-        plen = (size_t)(q - path);
-    bool head = mlen == 4 && memcmp(cl->in, "HEAD", 4) == 0;
-    if (mlen == 4 && memcmp(cl->in, "POST", 4) == 0 && plen == 6 &&
-        memcmp(path, "/purge", 6) == 0) {
+    const struct um_request *req = &cl->req;
+    um_str path = req->path;
+    bool head = req->method_id == UM_METHOD_HEAD;
+    if (req->method_id == UM_METHOD_POST && um_str_eq(path, "/purge")) {
         /* The body follows the head (on_client waited for all of it). */
-        const char *end = strstr(cl->in, "\r\n\r\n");
-        size_t hl = (size_t)(end + 4 - cl->in), tl = 0;
-        const char *ct = head_field(cl->in, hl, "content-type:", &tl);
-        bool json = ct == NULL ? (hl < cl->inlen && cl->in[hl] == '{')
-                               : memmem(ct, tl, "json", 4) != NULL;
+        const char *body = cl->in + req->head_len;
+        size_t blen = cl->inlen - req->head_len;
         struct um_buf b = {0};
         /* The runtime, for its cluster (a purge goes to the other nodes too). */
         pthread_mutex_lock(&a->s->config_lock);
         struct um_runtime *rt = a->s->runtime;
         um_runtime_ref(rt);
         pthread_mutex_unlock(&a->s->config_lock);
-        int st = um__admin_purge(a->s, cache_of(a->s), rt->cluster, json, cl->in + hl,
-                                 cl->inlen - hl, &b);
+        int st = um__admin_purge(a->s, cache_of(a->s), rt->cluster, is_json(req, body, blen),
+                                 body, blen, &b);
         um_runtime_unref(rt);
-        respond(cl, st, st == 200 ? "OK" : st == 400 ? "Bad Request" : "Service Unavailable",
-                "application/json", b.base, b.len, false);
+        respond(cl, st, reason(st), "application/json", b.base, b.len, false);
         um_buf_dispose(&b);
         return;
     }
-    if (!head && !(mlen == 3 && memcmp(cl->in, "GET", 3) == 0)) {
+    if (!head && req->method_id != UM_METHOD_GET) {
         static const char msg[] = "405 Method Not Allowed\n";
         respond(cl, 405, "Method Not Allowed", "text/plain", msg, sizeof(msg) - 1, false);
         return;
     }
     struct um_buf b = {0};
-    if (plen == 8 && memcmp(path, "/metrics", 8) == 0) {
+    if (um_str_eq(path, "/metrics")) {
         render_metrics(a, &b);
         respond(cl, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b.base, b.len, head);
-    } else if (plen == 12 && memcmp(path, "/status.json", 12) == 0) {
+    } else if (um_str_eq(path, "/status.json")) {
         render_json(a, &b);
         respond(cl, 200, "OK", "application/json", b.base, b.len, head);
-    } else if ((plen == 7 && memcmp(path, "/status", 7) == 0) || (plen == 1 && path[0] == '/')) {
+    } else if (um_str_eq(path, "/status") || um_str_eq(path, "/")) {
         respond(cl, 200, "OK", "text/html; charset=utf-8", um__status_page,
                 strlen(um__status_page), head);
     } else {
@@ -635,6 +637,7 @@ static void on_accept(struct um__admin *a)
         }
         cl->fd = fd;
         cl->deadline = mono_ms() + CLIENT_TIMEOUT_MS;
+        um_http1_parser_init(&cl->parser);
         struct um_config *cfg = config_ref(a->s);
         bool allowed = um_netmask_match(cfg->admin.allow, cfg->admin.num_allow,
                                         (struct sockaddr *)&ss);
@@ -643,6 +646,39 @@ static void on_accept(struct um__admin *a)
             static const char msg[] = "403 Forbidden: not in admin.allow\n";
             respond(cl, 403, "Forbidden", "text/plain", msg, sizeof(msg) - 1, false);
         }
+    }
+}
+
+/* Parses what arrived so far; answers once the head (and, for POST /purge, the body)
+ * is complete, or at once when the request is refused. */
+static void read_request(struct um__admin *a, struct client *cl)
+{
+    size_t cap = sizeof(cl->in) - 1;
+    int status = 0;
+    int rc = um_http1_parse_request(&cl->parser, cl->in, cl->inlen, cap, cap, &cl->req, &status);
+    if (rc == UM_ERR) {
+        respond_error(cl, status);
+        return;
+    }
+    if (rc == UM_AGAIN) {
+        if (cl->inlen == cap)
+            respond_error(cl, 431);
+        return;
+    }
+    /* A body (POST /purge): wait for all of it; it must fit the buffer. */
+    const struct um_request *req = &cl->req;
+    if (req->flags & UM_REQ_F_CHUNKED) {
+        respond_error(cl, 411);
+        return;
+    }
+    uint64_t want = req->flags & UM_REQ_F_CONTENT_LENGTH ? req->content_length : 0;
+    if (want > cap - req->head_len) {
+        respond_error(cl, 413);
+        return;
+    }
+    if (cl->inlen >= req->head_len + want) {
+        cl->inlen = req->head_len + (size_t)want;
+        handle_request(a, cl);
     }
 }
 
@@ -658,34 +694,7 @@ static void on_client(struct um__admin *a, struct client *cl, short revents)
         }
         cl->inlen += (size_t)n;
         cl->in[cl->inlen] = '\0';
-        const char *hend = strstr(cl->in, "\r\n\r\n");
-        if (hend != NULL) {
-            /* A body (POST /purge): wait for all of it; it must fit the buffer. */
-            size_t hl = (size_t)(hend + 4 - cl->in), vl = 0;
-            const char *v = head_field(cl->in, hl, "content-length:", &vl);
-            unsigned long long want = 0;
-            bool ok = true;
-            if (v != NULL) {
-                ok = vl > 0 && vl < 8;
-                for (size_t i = 0; ok && i < vl; i++)
-                    ok = v[i] >= '0' && v[i] <= '9';
-                for (size_t i = 0; ok && i < vl; i++)
-                    want = want * 10 + (unsigned long long)(v[i] - '0');
-            }
-            if (!ok || hl + want > sizeof(cl->in) - 1) {
-                static const char msg[] = "413 Content Too Large (or a bad Content-Length)\n";
-                respond(cl, 413, "Content Too Large", "text/plain", msg, sizeof(msg) - 1, false);
-            } else if (cl->inlen >= hl + want) {
-                cl->inlen = hl + want;
-                cl->in[cl->inlen] = '\0';
-                handle_request(a, cl);
-            }
-        }
-        if (cl->out == NULL && cl->inlen == sizeof(cl->in) - 1) {
-            static const char msg[] = "431 Request Header Fields Too Large\n";
-            respond(cl, 431, "Request Header Fields Too Large", "text/plain", msg,
-                    sizeof(msg) - 1, false);
-        }
+        read_request(a, cl);
     }
     while (cl->out && cl->outpos < cl->outlen) {
         ssize_t n = send(cl->fd, cl->out + cl->outpos, cl->outlen - cl->outpos, MSG_NOSIGNAL);
