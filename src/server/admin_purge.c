@@ -20,6 +20,7 @@
 #include "umbra/cluster.h"
 #include "umbra/buf.h"
 #include "umbra/cache.h"
+#include "umbra/json.h"
 
 #define PURGE_MAX_ITEMS UM_PURGE_MAX_TAGS
 
@@ -30,6 +31,7 @@ struct purge_req {
     um_str host, path;
     bool soft;
     const char *error;
+    char errbuf[160];
 };
 
 static void add_tags(struct purge_req *p, char *s, size_t n)
@@ -125,139 +127,35 @@ static void parse_form(struct purge_req *p, char *s, size_t n)
 
 /* ---- JSON: one object of strings, lists of strings and booleans ---- */
 
-struct js {
-    char *p, *end;
-};
-
-static void js_ws(struct js *j)
-{
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-        j->p++;
-}
-
-/* A string, decoded in place (printable ASCII escapes only); *out is a slice of the body. */
-static bool js_string(struct js *j, um_str *out)
-{
-    if (j->p >= j->end || *j->p != '"')
-        return false;
-    char *w = ++j->p, *b = w;
-    while (j->p < j->end) {
-        char c = *j->p++;
-        if (c == '"') {
-            *out = (um_str){b, (size_t)(w - b)};
-            return true;
-        }
-        if ((unsigned char)c < 0x20)
-            return false;
-        if (c == '\\') {
-            if (j->p >= j->end)
-                return false;
-            char e = *j->p++;
-            if (e == '"' || e == '\\' || e == '/')
-                c = e;
-            else if (e == 'u' && j->end - j->p >= 4) {
-                int v = 0;
-                for (int k = 0; k < 4; k++) {
-                    int h = hexval(j->p[k]);
-                    if (h < 0)
-                        return false;
-                    v = v * 16 + h;
-                }
-                if (v < 0x20 || v > 0x7e)
-                    return false;
-                c = (char)v;
-                j->p += 4;
-            } else {
-                return false;
-            }
-        }
-        *w++ = c;
-    }
-    return false;
-}
-
-static bool js_lit(struct js *j, const char *lit)
-{
-    size_t n = strlen(lit);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0)
-        return false;
-    j->p += n;
-    return true;
-}
-
 static void parse_json(struct purge_req *p, char *s, size_t n)
 {
-    struct js j = {s, s + n};
-    js_ws(&j);
-    if (j.p >= j.end || *j.p++ != '{')
-        goto bad;
-    js_ws(&j);
-    if (j.p < j.end && *j.p == '}') {
-        j.p++;
-        goto end;
-    }
-    for (;;) {
+    struct um_json j;
+    um_json_init(&j, s, n);
+    size_t i = 0;
+    um_json_enter(&j, '{');
+    while (p->error == NULL && um_json_more(&j, '}', &i)) {
         um_str key, v;
-        js_ws(&j);
-        if (!js_string(&j, &key))
-            goto bad;
-        js_ws(&j);
-        if (j.p >= j.end || *j.p++ != ':')
-            goto bad;
-        js_ws(&j);
-        if (j.p < j.end && *j.p == '[') {
-            j.p++;
-            if (!um_str_eq(key, "tags") && !um_str_eq(key, "tag"))
-                goto bad;
-            js_ws(&j);
-            if (j.p < j.end && *j.p == ']') {
-                j.p++;
-            } else {
-                for (;;) {
-                    js_ws(&j);
-                    if (!js_string(&j, &v))
-                        goto bad;
-                    add_tags(p, (char *)v.base, v.len);
-                    js_ws(&j);
-                    if (j.p < j.end && *j.p == ',') {
-                        j.p++;
-                        continue;
-                    }
-                    if (j.p < j.end && *j.p == ']') {
-                        j.p++;
-                        break;
-                    }
-                    goto bad;
-                }
-            }
-        } else if (js_lit(&j, "true")) {
-            set_field(p, key, "1", 1);
-        } else if (js_lit(&j, "false")) {
-            set_field(p, key, "0", 1);
-        } else if (js_string(&j, &v)) {
-            set_field(p, key, (char *)v.base, v.len);
-        } else {
-            goto bad;
-        }
-        if (p->error)
-            return;
-        js_ws(&j);
-        if (j.p < j.end && *j.p == ',') {
-            j.p++;
-            continue;
-        }
-        if (j.p < j.end && *j.p == '}') {
-            j.p++;
+        bool b;
+        if (!um_json_key(&j, &key))
             break;
+        char c = um_json_peek(&j);
+        if (c == '[' && (um_str_eq(key, "tags") || um_str_eq(key, "tag"))) {
+            size_t k = 0;
+            um_json_enter(&j, '[');
+            while (um_json_more(&j, ']', &k) && um_json_string(&j, &v))
+                add_tags(p, (char *)v.base, v.len);
+        } else if (c == 't' || c == 'f') {
+            if (um_json_bool(&j, &b))
+                set_field(p, key, b ? "1" : "0", 1);
+        } else if (um_json_string(&j, &v)) {
+            set_field(p, key, (char *)v.base, v.len);
         }
-        goto bad;
     }
-end:
-    js_ws(&j);
-    if (j.p == j.end)
-        return;
-bad:
-    p->error = "malformed JSON (expected an object of tags, host, path, soft)";
+    if (p->error == NULL && !um_json_done(&j)) {
+        snprintf(p->errbuf, sizeof(p->errbuf), "malformed JSON at byte %zu: expected %s",
+                 j.at, j.error);
+        p->error = p->errbuf;
+    }
 }
 
 int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_cluster *cluster,
@@ -284,7 +182,14 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_clust
         p.host.len == 0)
         p.error = "a path without * needs its host";
     if (p.error) {
-        um_buf_printf(out, "{\"error\":\"%s\"}\n", p.error);
+        /* The reader's messages may quote a '"' or a '\\'. */
+        um_buf_append_str(out, "{\"error\":\"");
+        for (const char *c = p.error; *c; c++) {
+            if (*c == '"' || *c == '\\')
+                um_buf_append(out, "\\", 1);
+            um_buf_append(out, c, 1);
+        }
+        um_buf_append_str(out, "\"}\n");
         free(copy);
         return 400;
     }
