@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admin_http.h"
 #include "internal.h"
 #include "umbra/buf.h"
 #include "umbra/log.h"
@@ -35,19 +36,6 @@ extern const char um__status_page[];
 struct sample {
     uint64_t t; /* seconds since the start */
     uint64_t requests, hits, lookups;
-};
-
-struct client {
-    int fd;
-    uint64_t deadline;
-    char in[4096];
-    size_t inlen;
-    /* The strict HTTP/1.1 parser every listener uses (src/http/): the admin's requests are
-     * refused the same way (400, 414, 431, 501, 505). */
-    struct um_http1_parser parser;
-    struct um_request req;
-    char *out;
-    size_t outlen, outpos;
 };
 
 struct um__admin {
@@ -510,63 +498,6 @@ static void take_sample(struct um__admin *a)
 
 /* ---------------------------------------------------------------- HTTP */
 
-static void respond(struct client *cl, int status, const char *reason, const char *type,
-                    const char *body, size_t len, bool head_only)
-{
-    struct um_buf b = {0};
-    um_buf_printf(&b,
-                  "HTTP/1.1 %d %s\r\nServer: umbra/%s\r\nContent-Type: %s\r\n"
-                  "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-                  status, reason, UMBRA_VERSION, type, len);
-    if (!head_only)
-        um_buf_append(&b, body, len);
-    cl->outlen = b.len;
-    cl->out = um_buf_detach(&b);
-    cl->outpos = 0;
-}
-
-static const char *reason(int status)
-{
-    switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 431: return "Request Header Fields Too Large";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Error";
-    }
-}
-
-static void respond_error(struct client *cl, int status)
-{
-    char msg[64];
-    int n = snprintf(msg, sizeof(msg), "%d %s\n", status, reason(status));
-    respond(cl, status, reason(status), "text/plain", msg, (size_t)n, false);
-}
-
-/* Whether a Content-Type names JSON: its media type (before any ';') is application/json or
- * a +json suffix type. A body without one is JSON when it opens with '{'. */
-static bool is_json(const struct um_request *req, const char *body, size_t len)
-{
-    const um_str *ct = um_http1_find_header(req, "content-type");
-    if (ct == NULL)
-        return len > 0 && body[0] == '{';
-    um_str t = *ct;
-    for (size_t i = 0; i < t.len; i++)
-        if (t.base[i] == ';')
-            t.len = i;
-    t = um_str_trim(t);
-    return um_str_eq_ci(t, "application/json") ||
-           (t.len > 5 && um_str_eq_ci((um_str){t.base + t.len - 5, 5}, "+json"));
-}
-
 static void handle_request(struct um__admin *a, struct client *cl)
 {
     const struct um_request *req = &cl->req;
@@ -582,41 +513,34 @@ static void handle_request(struct um__admin *a, struct client *cl)
         struct um_runtime *rt = a->s->runtime;
         um_runtime_ref(rt);
         pthread_mutex_unlock(&a->s->config_lock);
-        int st = um__admin_purge(a->s, cache_of(a->s), rt->cluster, is_json(req, body, blen),
-                                 body, blen, &b);
+        bool json = um__admin_is_json(req, body, blen);
+        int st = um__admin_purge(a->s, cache_of(a->s), rt->cluster, json, body, blen, &b);
         um_runtime_unref(rt);
-        respond(cl, st, reason(st), "application/json", b.base, b.len, false);
+        um__admin_respond(cl, st, "application/json", b.base, b.len, false);
         um_buf_dispose(&b);
         return;
     }
     if (!head && req->method_id != UM_METHOD_GET) {
         static const char msg[] = "405 Method Not Allowed\n";
-        respond(cl, 405, "Method Not Allowed", "text/plain", msg, sizeof(msg) - 1, false);
+        um__admin_respond(cl, 405, "text/plain", msg, sizeof(msg) - 1, false);
         return;
     }
     struct um_buf b = {0};
     if (um_str_eq(path, "/metrics")) {
         render_metrics(a, &b);
-        respond(cl, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b.base, b.len, head);
+        um__admin_respond(cl, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len,
+                          head);
     } else if (um_str_eq(path, "/status.json")) {
         render_json(a, &b);
-        respond(cl, 200, "OK", "application/json", b.base, b.len, head);
+        um__admin_respond(cl, 200, "application/json", b.base, b.len, head);
     } else if (um_str_eq(path, "/status") || um_str_eq(path, "/")) {
-        respond(cl, 200, "OK", "text/html; charset=utf-8", um__status_page,
+        um__admin_respond(cl, 200, "text/html; charset=utf-8", um__status_page,
                 strlen(um__status_page), head);
     } else {
         static const char msg[] = "404 Not Found: try /metrics, /status or /status.json\n";
-        respond(cl, 404, "Not Found", "text/plain", msg, sizeof(msg) - 1, head);
+        um__admin_respond(cl, 404, "text/plain", msg, sizeof(msg) - 1, head);
     }
     um_buf_dispose(&b);
-}
-
-static void client_close(struct client *cl)
-{
-    close(cl->fd);
-    free(cl->out);
-    memset(cl, 0, sizeof(*cl));
-    cl->fd = -1;
 }
 
 static void on_accept(struct um__admin *a)
@@ -644,72 +568,16 @@ static void on_accept(struct um__admin *a)
         um_config_unref(cfg);
         if (!allowed) {
             static const char msg[] = "403 Forbidden: not in admin.allow\n";
-            respond(cl, 403, "Forbidden", "text/plain", msg, sizeof(msg) - 1, false);
+            um__admin_respond(cl, 403, "text/plain", msg, sizeof(msg) - 1, false);
         }
-    }
-}
-
-/* Parses what arrived so far; answers once the head (and, for POST /purge, the body)
- * is complete, or at once when the request is refused. */
-static void read_request(struct um__admin *a, struct client *cl)
-{
-    size_t cap = sizeof(cl->in) - 1;
-    int status = 0;
-    int rc = um_http1_parse_request(&cl->parser, cl->in, cl->inlen, cap, cap, &cl->req, &status);
-    if (rc == UM_ERR) {
-        respond_error(cl, status);
-        return;
-    }
-    if (rc == UM_AGAIN) {
-        if (cl->inlen == cap)
-            respond_error(cl, 431);
-        return;
-    }
-    /* A body (POST /purge): wait for all of it; it must fit the buffer. */
-    const struct um_request *req = &cl->req;
-    if (req->flags & UM_REQ_F_CHUNKED) {
-        respond_error(cl, 411);
-        return;
-    }
-    uint64_t want = req->flags & UM_REQ_F_CONTENT_LENGTH ? req->content_length : 0;
-    if (want > cap - req->head_len) {
-        respond_error(cl, 413);
-        return;
-    }
-    if (cl->inlen >= req->head_len + want) {
-        cl->inlen = req->head_len + (size_t)want;
-        handle_request(a, cl);
     }
 }
 
 static void on_client(struct um__admin *a, struct client *cl, short revents)
 {
-    if (cl->out == NULL && (revents & (POLLIN | POLLHUP | POLLERR))) {
-        ssize_t n = recv(cl->fd, cl->in + cl->inlen, sizeof(cl->in) - 1 - cl->inlen, 0);
-        if (n <= 0) {
-            if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                return;
-            client_close(cl);
-            return;
-        }
-        cl->inlen += (size_t)n;
-        cl->in[cl->inlen] = '\0';
-        read_request(a, cl);
-    }
-    while (cl->out && cl->outpos < cl->outlen) {
-        ssize_t n = send(cl->fd, cl->out + cl->outpos, cl->outlen - cl->outpos, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EINTR)
-                return;
-            client_close(cl);
-            return;
-        }
-        cl->outpos += (size_t)n;
-    }
-    if (cl->out && cl->outpos == cl->outlen) {
-        shutdown(cl->fd, SHUT_WR);
-        client_close(cl);
-    }
+    if (cl->out == NULL && (revents & (POLLIN | POLLHUP | POLLERR)) && um__admin_read(cl))
+        handle_request(a, cl);
+    um__admin_write(cl);
 }
 
 static void *admin_main(void *arg)
@@ -752,7 +620,7 @@ static void *admin_main(void *arg)
             if (cl->fd < 0)
                 continue;
             if (cl->deadline <= now) {
-                client_close(cl);
+                um__admin_client_close(cl);
                 continue;
             }
             if (cl->deadline < wake)
@@ -779,7 +647,7 @@ static void *admin_main(void *arg)
     }
     for (int i = 0; i < MAX_CLIENTS; i++)
         if (a->clients[i].fd >= 0)
-            client_close(&a->clients[i]);
+            um__admin_client_close(&a->clients[i]);
     if (a->lfd >= 0)
         close(a->lfd);
     return NULL;
