@@ -180,6 +180,11 @@ size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, uns
 /* Marks every COMPLETE variant of key stale (expires as above). Returns how many. */
 size_t um_cache_purge_soft(struct um_cache *c, um_str key);
 
+/* Applies p (umbra/purge.h) with the calls above: a URL's key hard or soft, a prefix, tags;
+ * flags as above (p->soft adds UM_CACHE_PURGE_SOFT). Returns how many were affected. */
+struct um_purge;
+size_t um_cache_purge_apply(struct um_cache *c, const struct um_purge *p, unsigned flags);
+
 /* Distinct tags in the index. */
 size_t um_cache_tag_count(const struct um_cache *c);
 

@@ -15,6 +15,7 @@
 #include "umbra/config.h"
 #include "umbra/context.h"
 #include "umbra/origin.h"
+#include "umbra/purge.h"
 
 /* ---- Second-level cache ----------------------------------------------------------------
  * A store of encoded objects shared by the nodes (the cluster floor's Redis L2 is one,
@@ -28,16 +29,6 @@ enum um_cache_l2_result {
     UM_L2_MISS,
     UM_L2_UNAVAILABLE, /* error, timeout, down: go on to the origin */
     UM_L2_CLOSED,      /* the worker stops: go on no more */
-};
-
-/* A purge, as carried to the other nodes. */
-enum um_purge_kind { UM_PURGE_URL, UM_PURGE_PREFIX, UM_PURGE_TAGS };
-struct um_purge {
-    enum um_purge_kind kind;
-    bool soft;
-    um_str host;  /* PREFIX: the host (empty: every host) */
-    um_str value; /* URL: the cache key; PREFIX: the target prefix (without '*'); TAGS: the
-                     tags, separated by spaces */
 };
 
 struct um_cache_l2;
@@ -62,8 +53,8 @@ struct um_cache_l2 {
     size_t max_object; /* bodies above it are not put */
 };
 
-/* A purge applied on this node is handed to the context's on_purge (umbra/context.h),
- * which carries it to the other nodes. */
+/* A PURGE applied on this node (not a peer's own) is handed to the context's on_purge
+ * (umbra/context.h, umbra/purge.h), which carries it to the other nodes. */
 
 /* Wraps inner (takes over the caller's reference to it) for route, answering from cache.
  * cache and config must outlive the origin. Destroy through ops->destroy. */
@@ -71,27 +62,12 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
                                          const struct um_route *route,
                                          const struct um_config *config);
 
-/* A purge, as the cache layer (PURGE) and the admin listener (POST /purge) describe it to
- * the other nodes of a cluster. Everything is borrowed for the call. */
-enum um_cache_purge_kind { UM_CACHE_PURGE_KEY, UM_CACHE_PURGE_PREFIX, UM_CACHE_PURGE_TAGS };
-struct um_cache_purge {
-    enum um_cache_purge_kind kind;
-    bool soft;
-    um_str key;    /* KEY: the cache key */
-    um_str host;   /* PREFIX: the host (lower case) and the target prefix (no '*') */
-    um_str prefix;
-    const um_str *tags; /* TAGS */
-    size_t ntags;
-};
-
 /* What a cluster node adds to a caching origin (umbra/cluster.h): fill, the origin its
  * fills go to instead of inner (taken over: destroyed with the cache origin, before
- * inner), and on_purge, called on the worker after each PURGE it applied (not for
- * a peer's own PURGE). Main thread, before the origin is used. */
+ * inner). Its purges reach the peers through the context's on_purge, as every other
+ * node's do. Main thread, before the origin is used. */
 struct um_cache_ring {
     struct um_origin *fill;
-    void (*on_purge)(void *arg, const struct um_cache_purge *p);
-    void *arg;
 };
 void um_cache_origin_set_ring(struct um_origin *o, const struct um_cache_ring *ring);
 

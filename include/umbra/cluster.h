@@ -85,7 +85,7 @@ struct um_origin *um_cluster_fill_origin_create(struct um_cluster *c, struct um_
 
 /* Sends purge p (applied locally already) to every other live node, signed, from the
  * cluster's thread: copies what it needs and returns at once. Any thread. */
-void um_cluster_purge_fanout(struct um_cluster *c, const struct um_cache_purge *p);
+void um_cluster_purge_fanout(struct um_cluster *c, const struct um_purge *p);
 
 /* Notes purge p, applied on this node (its own, or a peer's): for UM_CLUSTER_GUARD_MS,
  * fills of what it may have touched go to the origin, not to their owner, which may not
@@ -93,7 +93,7 @@ void um_cluster_purge_fanout(struct um_cluster *c, const struct um_cache_purge *
  * back: a URL's key; after a prefix purge, every key; after a tag purge, an owner's answer
  * that carries the tag is dropped and the origin asked instead. Any thread. */
 #define UM_CLUSTER_GUARD_MS 200
-void um_cluster_note_purge(const struct um_cache_purge *p);
+void um_cluster_note_purge(const struct um_purge *p);
 
 /* Counts a peer request served here (a valid signature), or one refused (a field that was
  * forged, stale or not for this cluster: the request was served as an ordinary client's).

@@ -37,7 +37,8 @@ struct um_context {
      * NULL; set by the worker's owner before the loop runs, outlives it. */
     struct um_cache_l2 *l2;
     /* Called after the cache layer applied a purge (PURGE) on this worker, to carry it to
-     * the other nodes (the server's one call site for that); NULL: nothing. */
+     * the other nodes: the ring's peers and the Redis bus (umbra/purge.h; the server's one
+     * hook for that); NULL: nothing. */
     void (*on_purge)(void *arg, const struct um_purge *p);
     void *on_purge_arg;
     void *_slots[UM_CONTEXT_NUM_SLOTS];

@@ -81,11 +81,8 @@ struct meta {
 struct cache_origin {
     struct um_origin base;
     struct um_origin *inner;
-    /* A cluster node's (um_cache_ring): where fills go (else inner), and the hook told of
-     * each purge. */
+    /* A cluster node's (um_cache_ring): where fills go (else inner). */
     struct um_origin *fill_origin;
-    void (*on_purge)(void *arg, const struct um_cache_purge *p);
-    void *purge_arg;
     struct um_cache *cache;
     const struct um_config *config;
     const struct um_route *route;

@@ -292,34 +292,18 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
         else if (um_cache_is_tag_field(h->name))
             ntags = um_cache_split_tags(h->value, tags, ntags, UM_NELEMS(tags));
     }
-    size_t n;
-    bool by_url = false;
-    struct um_cache_purge ev = {.soft = soft, .tags = tags, .ntags = ntags};
+    struct um_purge pg = {.soft = soft, .tags = tags, .ntags = ntags};
     bool has_query = (req->flags & UM_REQ_F_HAS_QUERY) != 0;
     um_str last = has_query ? req->query : req->path;
-    void (*on_purge)(void *, const struct um_purge *) = f->ctx ? f->ctx->on_purge : NULL;
-    void *on_purge_arg = f->ctx ? f->ctx->on_purge_arg : NULL;
+    char *pre = NULL, *host = NULL, *key = NULL;
+    char kbuf[KEY_STACK];
     if (ntags > 0) {
-        n = um_cache_purge_tags(co->cache, tags, ntags, soft ? UM_CACHE_PURGE_SOFT : 0);
-        if (on_purge && !f->from_peer && !f->peer_refused) {
-            struct um_buf b;
-            um_buf_init(&b);
-            for (size_t i = 0; i < ntags; i++) {
-                if (i > 0)
-                    um_buf_append(&b, " ", 1);
-                um_buf_append(&b, tags[i].base, tags[i].len);
-            }
-            struct um_purge pg = {UM_PURGE_TAGS, soft, {"", 0}, {b.base, b.len}};
-            on_purge(on_purge_arg, &pg);
-            um_buf_dispose(&b);
-        }
-        ev.kind = UM_CACHE_PURGE_TAGS;
-        if (co->on_purge && !f->from_peer && !f->peer_refused)
-            co->on_purge(co->purge_arg, &ev);
+        pg.kind = UM_PURGE_TAGS;
     } else if (last.len > 0 && last.base[last.len - 1] == '*') {
         /* The key's target is path[?query]: the prefix is that without the '*'. */
         size_t tl = req->path.len + (has_query ? 1 + req->query.len : 0) - 1;
-        char *pre = um_malloc(tl + 1), *host = um_malloc(req->authority.len + 1);
+        pre = um_malloc(tl + 1);
+        host = um_malloc(req->authority.len + 1);
         memcpy(pre, req->path.base, req->path.len < tl ? req->path.len : tl);
         if (has_query && tl > req->path.len) {
             pre[req->path.len] = '?';
@@ -329,38 +313,25 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
             char ch = req->authority.base[i];
             host[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
         }
-        n = um_cache_purge_prefix(co->cache, (um_str){host, req->authority.len},
-                                  (um_str){pre, tl}, soft ? UM_CACHE_PURGE_SOFT : 0);
-        if (on_purge && !f->from_peer && !f->peer_refused) {
-            struct um_purge pg = {UM_PURGE_PREFIX, soft, {host, req->authority.len}, {pre, tl}};
-            on_purge(on_purge_arg, &pg);
-        }
-        ev.kind = UM_CACHE_PURGE_PREFIX;
-        ev.host = (um_str){host, req->authority.len};
-        ev.prefix = (um_str){pre, tl};
-        if (co->on_purge && !f->from_peer && !f->peer_refused)
-            co->on_purge(co->purge_arg, &ev);
-        free(pre);
-        free(host);
+        pg.kind = UM_PURGE_PREFIX;
+        pg.host = (um_str){host, req->authority.len};
+        pg.prefix = (um_str){pre, tl};
     } else {
-        by_url = true;
-        char kbuf[KEY_STACK];
         size_t klen;
-        char *key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
-        n = soft ? um_cache_purge_soft(co->cache, (um_str){key, klen})
-                 : um_cache_purge(co->cache, (um_str){key, klen});
-        if (on_purge && !f->from_peer && !f->peer_refused) {
-            /* Carried even when nothing was here: other nodes, or the L2, may hold it. */
-            struct um_purge pg = {UM_PURGE_URL, soft, {"", 0}, {key, klen}};
-            on_purge(on_purge_arg, &pg);
-        }
-        ev.kind = UM_CACHE_PURGE_KEY;
-        ev.key = (um_str){key, klen};
-        /* Told even when nothing was here: another node may hold it. */
-        if (co->on_purge && !f->from_peer && !f->peer_refused)
-            co->on_purge(co->purge_arg, &ev);
-        key_drop(key, kbuf);
+        key = fetch_key(f, kbuf, sizeof(kbuf), &klen);
+        pg.kind = UM_PURGE_URL;
+        pg.key = (um_str){key, klen};
     }
+    size_t n = um_cache_purge_apply(co->cache, &pg, 0);
+    bool by_url = pg.kind == UM_PURGE_URL;
+    /* Carried even when nothing was here: other nodes, or the L2, may hold it. A peer's
+     * own PURGE is not carried again. */
+    if (f->ctx && f->ctx->on_purge && !f->from_peer && !f->peer_refused)
+        f->ctx->on_purge(f->ctx->on_purge_arg, &pg);
+    free(pre);
+    free(host);
+    if (key)
+        key_drop(key, kbuf);
     int status = n == 0 && by_url ? 404 : 200;
     char body[96], count[24];
     int bl = status == 404 ? snprintf(body, sizeof(body), "404 Not in the cache\n")
@@ -671,8 +642,6 @@ void um_cache_origin_set_ring(struct um_origin *o, const struct um_cache_ring *r
 {
     struct cache_origin *co = (struct cache_origin *)o;
     co->fill_origin = ring->fill;
-    co->on_purge = ring->on_purge;
-    co->purge_arg = ring->arg;
 }
 
 struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origin *inner,

@@ -32,6 +32,7 @@
 
 #include "store_internal.h"
 #include "umbra/disktier.h"
+#include "umbra/purge.h"
 
 #define TAG_BUCKETS_INIT 64
 
@@ -458,4 +459,19 @@ size_t um_cache_purge_soft(struct um_cache *c, um_str key)
     }
     pthread_mutex_unlock(&sh->lock);
     return purge_collected(c, &ov, UM_CACHE_PURGE_SOFT);
+}
+
+size_t um_cache_purge_apply(struct um_cache *c, const struct um_purge *p, unsigned flags)
+{
+    if (p->soft)
+        flags |= UM_CACHE_PURGE_SOFT;
+    switch (p->kind) {
+    case UM_PURGE_URL:
+        return p->soft ? um_cache_purge_soft(c, p->key) : um_cache_purge(c, p->key);
+    case UM_PURGE_PREFIX:
+        return um_cache_purge_prefix(c, p->host, p->prefix, flags);
+    case UM_PURGE_TAGS:
+        return p->ntags > 0 ? um_cache_purge_tags(c, p->tags, p->ntags, flags) : 0;
+    }
+    return 0;
 }

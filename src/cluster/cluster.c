@@ -109,10 +109,10 @@ static uint64_t key_hash(um_str k)
     return h | 1; /* never 0, the value of an empty slot */
 }
 
-void um_cluster_note_purge(const struct um_cache_purge *p)
+void um_cluster_note_purge(const struct um_purge *p)
 {
     uint64_t now = um__cluster_now_ms();
-    if (p->kind == UM_CACHE_PURGE_TAGS) {
+    if (p->kind == UM_PURGE_TAGS) {
         /* Checked against the tags of the owner's answers (um__cluster_tags_recently_purged):
          * which keys carry a tag is only known from the answer. */
         for (size_t t = 0; t < p->ntags; t++) {
@@ -124,7 +124,7 @@ void um_cluster_note_purge(const struct um_cache_purge *p)
         atomic_store_explicit(&guard_tag_last, now, memory_order_release);
         return;
     }
-    if (p->kind == UM_CACHE_PURGE_PREFIX) {
+    if (p->kind == UM_PURGE_PREFIX) {
         atomic_store_explicit(&guard_broad, now, memory_order_relaxed);
         return;
     }
@@ -427,30 +427,14 @@ static void *purge_thread(void *arg)
     return NULL;
 }
 
-void um_cluster_purge_fanout(struct um_cluster *c, const struct um_cache_purge *p)
+void um_cluster_purge_fanout(struct um_cluster *c, const struct um_purge *p)
 {
     if (c == NULL || c->n < 2) return;
     um_cluster_note_purge(p);
     struct um_buf b = {0};
-    um_buf_printf(&b, "%s ", p->soft ? "soft" : "hard");
-    switch (p->kind) {
-    case UM_CACHE_PURGE_KEY:
-        um_buf_append(&b, "key ", 4);
-        um_buf_append(&b, p->key.base, p->key.len);
-        break;
-    case UM_CACHE_PURGE_PREFIX:
-        um_buf_append(&b, "prefix ", 7);
-        um_buf_append(&b, p->host.base, p->host.len);
-        um_buf_append(&b, " ", 1);
-        um_buf_append(&b, p->prefix.base, p->prefix.len);
-        break;
-    case UM_CACHE_PURGE_TAGS:
-        um_buf_append(&b, "tags", 4);
-        for (size_t i = 0; i < p->ntags; i++) {
-            um_buf_append(&b, " ", 1);
-            um_buf_append(&b, p->tags[i].base, p->tags[i].len);
-        }
-        break;
+    if (!um_purge_encode(p, &b)) {
+        um_buf_dispose(&b);
+        return; /* no such key, host or tag (an admin's form may decode one) */
     }
     struct purge_msg *m = um_malloc(sizeof(*m) + b.len + 1);
     m->next = NULL;

@@ -2,10 +2,8 @@
 /* The purge bus (see umbra/l2.h): a thread with a loop of its own and two Redis
  * connections, one subscribed to L2_CHANNEL, one that publishes and deletes.
  *
- * A message is text: "NODE\nKIND\nSOFT\nHOST\nVALUE", KIND one of U (URL: VALUE is the
- * cache key), P (prefix of HOST, empty for every host) or T (VALUE: tags separated by
- * spaces). Neither a cache key nor a host nor a tag holds a newline (the request parser
- * refuses them), and VALUE is last, so a split at the first four newlines is exact.
+ * A message is text: "NODE\nPURGE", PURGE the wire form of umbra/purge.h (the one a
+ * ring's peers send each other); no purge holds a newline, so the split is exact.
  *
  * What a purge covers in Redis is deleted once, by the node that published it:
  *   URL:    DEL of the key;
@@ -22,15 +20,16 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "umbra/buf.h"
 #include "umbra/log.h"
+#include "umbra/purge.h"
 
 #define BUS_QUEUE_MAX 4096 /* purges waiting for the bus; more are dropped (logged) */
 #define SCAN_MAX_STEPS 100000
 
 struct l2_msg {
     struct l2_msg *next;
-    struct um_purge p; /* slices of text */
-    size_t len;
+    size_t len, purge_off; /* the purge's wire form is text + purge_off */
     char text[]; /* the message as published */
 };
 
@@ -59,25 +58,14 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
         r->element[2]->type != REDIS_REPLY_STRING)
         return;
     const char *s = r->element[2]->str, *end = s + r->element[2]->len;
-    um_str f[5];
-    for (int i = 0; i < 4; i++) {
-        const char *nl = memchr(s, '\n', (size_t)(end - s));
-        if (nl == NULL)
-            return;
-        f[i] = (um_str){s, (size_t)(nl - s)};
-        s = nl + 1;
-    }
-    f[4] = (um_str){s, (size_t)(end - s)};
-    if (f[0].len == strlen(l2->node_id) && memcmp(f[0].base, l2->node_id, f[0].len) == 0)
+    const char *nl = memchr(s, '\n', (size_t)(end - s));
+    if (nl == NULL)
+        return;
+    if ((size_t)(nl - s) == strlen(l2->node_id) && memcmp(s, l2->node_id, (size_t)(nl - s)) == 0)
         return; /* our own */
-    struct um_purge p = {.soft = um_str_eq(f[2], "1"), .host = f[3], .value = f[4]};
-    if (um_str_eq(f[1], "U"))
-        p.kind = UM_PURGE_URL;
-    else if (um_str_eq(f[1], "P"))
-        p.kind = UM_PURGE_PREFIX;
-    else if (um_str_eq(f[1], "T"))
-        p.kind = UM_PURGE_TAGS;
-    else
+    struct um_purge p;
+    um_str tags[UM_PURGE_MAX_TAGS];
+    if (!um_purge_decode(nl + 1, (size_t)(end - nl - 1), &p, tags, UM_NELEMS(tags)))
         return;
     atomic_fetch_add(&l2->purges_received, 1);
     if (l2->apply)
@@ -161,26 +149,18 @@ static void delete_covered(struct um_l2 *l2, const struct um_purge *p)
 {
     redisAsyncContext *ac = l2->pub.ac;
     if (p->kind == UM_PURGE_URL) {
-        redisAsyncCommand(ac, NULL, NULL, "UNLINK " L2_OBJ_PREFIX "%b", p->value.base,
-                          p->value.len);
+        redisAsyncCommand(ac, NULL, NULL, "UNLINK " L2_OBJ_PREFIX "%b", p->key.base,
+                          p->key.len);
     } else if (p->kind == UM_PURGE_TAGS) {
-        const char *argv[3 + UM_CACHE_MAX_TAGS * 4];
+        const char *argv[3 + UM_PURGE_MAX_TAGS];
         size_t lens[UM_NELEMS(argv)];
         char *names[UM_NELEMS(argv)];
         int n = 3, k = 0;
-        const char *s = p->value.base, *end = s + p->value.len;
-        while (s < end && n < (int)UM_NELEMS(argv)) {
-            while (s < end && *s == ' ')
-                s++;
-            const char *b = s;
-            while (s < end && *s != ' ')
-                s++;
-            if (s == b)
-                continue;
-            size_t tl = (size_t)(s - b);
+        for (size_t i = 0; i < p->ntags && n < (int)UM_NELEMS(argv); i++) {
+            size_t tl = p->tags[i].len;
             names[k] = um_malloc(sizeof(L2_TAG_PREFIX) + tl);
             memcpy(names[k], L2_TAG_PREFIX, sizeof(L2_TAG_PREFIX) - 1);
-            memcpy(names[k] + sizeof(L2_TAG_PREFIX) - 1, b, tl);
+            memcpy(names[k] + sizeof(L2_TAG_PREFIX) - 1, p->tags[i].base, tl);
             argv[n] = names[k];
             lens[n] = sizeof(L2_TAG_PREFIX) - 1 + tl;
             n++;
@@ -200,7 +180,7 @@ static void delete_covered(struct um_l2 *l2, const struct um_purge *p)
             free(names[i]);
     } else {
         /* "umbra:o:HOST PREFIX*", any host when none is given. */
-        char *pat = um_malloc(sizeof(L2_OBJ_PREFIX) + 2 * (p->host.len + p->value.len) + 4);
+        char *pat = um_malloc(sizeof(L2_OBJ_PREFIX) + 2 * (p->host.len + p->prefix.len) + 4);
         size_t o = sizeof(L2_OBJ_PREFIX) - 1;
         memcpy(pat, L2_OBJ_PREFIX, o);
         if (p->host.len > 0) {
@@ -209,7 +189,7 @@ static void delete_covered(struct um_l2 *l2, const struct um_purge *p)
             pat[o++] = '*';
         }
         pat[o++] = ' ';
-        o += glob_escape(pat + o, p->value);
+        o += glob_escape(pat + o, p->prefix);
         pat[o++] = '*';
         pat[o] = '\0';
         struct scan *sc = um_calloc(1, sizeof(*sc));
@@ -240,7 +220,11 @@ static void on_bus_wake(struct um_task *t)
             redisAsyncCommand(l2->pub.ac, NULL, NULL, "PUBLISH " L2_CHANNEL " %b", m->text,
                               m->len) == REDIS_OK) {
             atomic_fetch_add(&l2->purges_sent, 1);
-            delete_covered(l2, &m->p);
+            struct um_purge p;
+            um_str tags[UM_PURGE_MAX_TAGS];
+            if (um_purge_decode(m->text + m->purge_off, m->len - m->purge_off, &p, tags,
+                                UM_NELEMS(tags)))
+                delete_covered(l2, &p);
         } else {
             atomic_fetch_add(&l2->purges_dropped, 1);
             um_log_warn("l2: Redis is down: a purge was applied here only (not on the other "
@@ -252,28 +236,22 @@ static void on_bus_wake(struct um_task *t)
 
 void um_l2_purge_publish(struct um_l2 *l2, const struct um_purge *p)
 {
-    static const char kinds[] = {[UM_PURGE_URL] = 'U', [UM_PURGE_PREFIX] = 'P',
-                                 [UM_PURGE_TAGS] = 'T'};
-    if (p->host.len > 0 && memchr(p->host.base, '\n', p->host.len) != NULL)
-        return; /* no such host (an admin's form may decode one): nothing to carry */
-    size_t len = strlen(l2->node_id) + 8 + p->host.len + p->value.len;
-    struct l2_msg *m = um_malloc(sizeof(*m) + len + 1);
-    int hl = snprintf(m->text, len + 1, "%s\n%c\n%c\n", l2->node_id, kinds[p->kind],
-                      p->soft ? '1' : '0');
-    size_t o = (size_t)hl;
-    memcpy(m->text + o, p->host.base, p->host.len);
-    size_t host_off = o;
-    o += p->host.len;
-    m->text[o++] = '\n';
-    memcpy(m->text + o, p->value.base, p->value.len);
-    size_t value_off = o;
-    o += p->value.len;
-    m->text[o] = '\0';
-    m->len = o;
+    struct um_buf b;
+    um_buf_init(&b);
+    um_buf_append_str(&b, l2->node_id);
+    um_buf_append(&b, "\n", 1);
+    size_t off = b.len;
+    if (!um_purge_encode(p, &b)) {
+        um_buf_dispose(&b);
+        return; /* no such key, host or tag (an admin's form may decode one) */
+    }
+    struct l2_msg *m = um_malloc(sizeof(*m) + b.len + 1);
+    memcpy(m->text, b.base, b.len);
+    m->text[b.len] = '\0';
+    m->len = b.len;
+    m->purge_off = off;
     m->next = NULL;
-    m->p = *p;
-    m->p.host = (um_str){m->text + host_off, p->host.len};
-    m->p.value = (um_str){m->text + value_off, p->value.len};
+    um_buf_dispose(&b);
     pthread_mutex_lock(&l2->bus_lock);
     bool full = l2->queued >= BUS_QUEUE_MAX;
     if (!full) {

@@ -14,12 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "admin_http.h"
 #include "internal.h"
 #include "umbra/disktier.h"
 #include "umbra/buf.h"
@@ -37,15 +37,6 @@ extern const char um__status_page[];
 struct sample {
     uint64_t t; /* seconds since the start */
     uint64_t requests, hits, lookups;
-};
-
-struct client {
-    int fd;
-    uint64_t deadline;
-    char in[4096];
-    size_t inlen;
-    char *out;
-    size_t outlen, outpos;
 };
 
 struct um__admin {
@@ -562,114 +553,49 @@ static void take_sample(struct um__admin *a)
 
 /* ---------------------------------------------------------------- HTTP */
 
-static void respond(struct client *cl, int status, const char *reason, const char *type,
-                    const char *body, size_t len, bool head_only)
-{
-    struct um_buf b = {0};
-    um_buf_printf(&b,
-                  "HTTP/1.1 %d %s\r\nServer: umbra/%s\r\nContent-Type: %s\r\n"
-                  "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-                  status, reason, UMBRA_VERSION, type, len);
-    if (!head_only)
-        um_buf_append(&b, body, len);
-    cl->outlen = b.len;
-    cl->out = um_buf_detach(&b);
-    cl->outpos = 0;
-}
-
-/* The value of field name (lower case, with its colon) in the head, or NULL; *len is its
- * length without surrounding whitespace. */
-static const char *head_field(const char *head, size_t hlen, const char *name, size_t *len)
-{
-    size_t nl = strlen(name);
-    for (const char *p = head; p && p < head + hlen;) {
-        const char *eol = memchr(p, '\n', (size_t)(head + hlen - p));
-        if (eol == NULL)
-            break;
-        const char *line = eol + 1;
-        if ((size_t)(head + hlen - line) > nl && strncasecmp(line, name, nl) == 0) {
-            const char *v = line + nl, *e = memchr(v, '\r', (size_t)(head + hlen - v));
-            if (e == NULL)
-                e = head + hlen;
-            while (v < e && (*v == ' ' || *v == '\t'))
-                v++;
-            while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
-                e--;
-            *len = (size_t)(e - v);
-            return v;
-        }
-        p = line;
-    }
-    return NULL;
-}
-
 static void handle_request(struct um__admin *a, struct client *cl)
 {
-    char *sp1 = memchr(cl->in, ' ', cl->inlen);
-    char *eol = memchr(cl->in, '\r', cl->inlen);
-    if (sp1 == NULL || eol == NULL || sp1 > eol) {
-        static const char msg[] = "400 Bad Request\n";
-        respond(cl, 400, "Bad Request", "text/plain", msg, sizeof(msg) - 1, false);
-        return;
-    }
-    size_t mlen = (size_t)(sp1 - cl->in);
-    char *path = sp1 + 1;
-    char *sp2 = memchr(path, ' ', (size_t)(eol - path));
-    size_t plen = sp2 ? (size_t)(sp2 - path) : (size_t)(eol - path);
-    char *q = memchr(path, '?', plen);
-    if (q)
-        plen = (size_t)(q - path);
-    bool head = mlen == 4 && memcmp(cl->in, "HEAD", 4) == 0;
-    if (mlen == 4 && memcmp(cl->in, "POST", 4) == 0 && plen == 6 &&
-        memcmp(path, "/purge", 6) == 0) {
+    const struct um_request *req = &cl->req;
+    um_str path = req->path;
+    bool head = req->method_id == UM_METHOD_HEAD;
+    if (req->method_id == UM_METHOD_POST && um_str_eq(path, "/purge")) {
         /* The body follows the head (on_client waited for all of it). */
-        const char *end = strstr(cl->in, "\r\n\r\n");
-        size_t hl = (size_t)(end + 4 - cl->in), tl = 0;
-        const char *ct = head_field(cl->in, hl, "content-type:", &tl);
-        bool json = ct == NULL ? (hl < cl->inlen && cl->in[hl] == '{')
-                               : memmem(ct, tl, "json", 4) != NULL;
+        const char *body = cl->in + req->head_len;
+        size_t blen = cl->inlen - req->head_len;
         struct um_buf b = {0};
         /* The runtime, for its cluster (a purge goes to the other nodes too). */
         pthread_mutex_lock(&a->s->config_lock);
         struct um_runtime *rt = a->s->runtime;
         um_runtime_ref(rt);
         pthread_mutex_unlock(&a->s->config_lock);
-        int st = um__admin_purge(a->s, cache_of(a->s), rt->cluster, json, cl->in + hl,
-                                 cl->inlen - hl, &b);
+        bool json = um__admin_is_json(req, body, blen);
+        int st = um__admin_purge(a->s, cache_of(a->s), rt->cluster, json, body, blen, &b);
         um_runtime_unref(rt);
-        respond(cl, st, st == 200 ? "OK" : st == 400 ? "Bad Request" : "Service Unavailable",
-                "application/json", b.base, b.len, false);
+        um__admin_respond(cl, st, "application/json", b.base, b.len, false);
         um_buf_dispose(&b);
         return;
     }
-    if (!head && !(mlen == 3 && memcmp(cl->in, "GET", 3) == 0)) {
+    if (!head && req->method_id != UM_METHOD_GET) {
         static const char msg[] = "405 Method Not Allowed\n";
-        respond(cl, 405, "Method Not Allowed", "text/plain", msg, sizeof(msg) - 1, false);
+        um__admin_respond(cl, 405, "text/plain", msg, sizeof(msg) - 1, false);
         return;
     }
     struct um_buf b = {0};
-    if (plen == 8 && memcmp(path, "/metrics", 8) == 0) {
+    if (um_str_eq(path, "/metrics")) {
         render_metrics(a, &b);
-        respond(cl, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b.base, b.len, head);
-    } else if (plen == 12 && memcmp(path, "/status.json", 12) == 0) {
+        um__admin_respond(cl, 200, "text/plain; version=0.0.4; charset=utf-8", b.base, b.len,
+                          head);
+    } else if (um_str_eq(path, "/status.json")) {
         render_json(a, &b);
-        respond(cl, 200, "OK", "application/json", b.base, b.len, head);
-    } else if ((plen == 7 && memcmp(path, "/status", 7) == 0) || (plen == 1 && path[0] == '/')) {
-        respond(cl, 200, "OK", "text/html; charset=utf-8", um__status_page,
+        um__admin_respond(cl, 200, "application/json", b.base, b.len, head);
+    } else if (um_str_eq(path, "/status") || um_str_eq(path, "/")) {
+        um__admin_respond(cl, 200, "text/html; charset=utf-8", um__status_page,
                 strlen(um__status_page), head);
     } else {
         static const char msg[] = "404 Not Found: try /metrics, /status or /status.json\n";
-        respond(cl, 404, "Not Found", "text/plain", msg, sizeof(msg) - 1, head);
+        um__admin_respond(cl, 404, "text/plain", msg, sizeof(msg) - 1, head);
     }
     um_buf_dispose(&b);
-}
-
-static void client_close(struct client *cl)
-{
-    close(cl->fd);
-    free(cl->out);
-    memset(cl, 0, sizeof(*cl));
-    cl->fd = -1;
 }
 
 static void on_accept(struct um__admin *a)
@@ -690,72 +616,23 @@ static void on_accept(struct um__admin *a)
         }
         cl->fd = fd;
         cl->deadline = mono_ms() + CLIENT_TIMEOUT_MS;
+        um_http1_parser_init(&cl->parser);
         struct um_config *cfg = config_ref(a->s);
         bool allowed = um_netmask_match(cfg->admin.allow, cfg->admin.num_allow,
                                         (struct sockaddr *)&ss);
         um_config_unref(cfg);
         if (!allowed) {
             static const char msg[] = "403 Forbidden: not in admin.allow\n";
-            respond(cl, 403, "Forbidden", "text/plain", msg, sizeof(msg) - 1, false);
+            um__admin_respond(cl, 403, "text/plain", msg, sizeof(msg) - 1, false);
         }
     }
 }
 
 static void on_client(struct um__admin *a, struct client *cl, short revents)
 {
-    if (cl->out == NULL && (revents & (POLLIN | POLLHUP | POLLERR))) {
-        ssize_t n = recv(cl->fd, cl->in + cl->inlen, sizeof(cl->in) - 1 - cl->inlen, 0);
-        if (n <= 0) {
-            if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                return;
-            client_close(cl);
-            return;
-        }
-        cl->inlen += (size_t)n;
-        cl->in[cl->inlen] = '\0';
-        const char *hend = strstr(cl->in, "\r\n\r\n");
-        if (hend != NULL) {
-            /* A body (POST /purge): wait for all of it; it must fit the buffer. */
-            size_t hl = (size_t)(hend + 4 - cl->in), vl = 0;
-            const char *v = head_field(cl->in, hl, "content-length:", &vl);
-            unsigned long long want = 0;
-            bool ok = true;
-            if (v != NULL) {
-                ok = vl > 0 && vl < 8;
-                for (size_t i = 0; ok && i < vl; i++)
-                    ok = v[i] >= '0' && v[i] <= '9';
-                for (size_t i = 0; ok && i < vl; i++)
-                    want = want * 10 + (unsigned long long)(v[i] - '0');
-            }
-            if (!ok || hl + want > sizeof(cl->in) - 1) {
-                static const char msg[] = "413 Content Too Large (or a bad Content-Length)\n";
-                respond(cl, 413, "Content Too Large", "text/plain", msg, sizeof(msg) - 1, false);
-            } else if (cl->inlen >= hl + want) {
-                cl->inlen = hl + want;
-                cl->in[cl->inlen] = '\0';
-                handle_request(a, cl);
-            }
-        }
-        if (cl->out == NULL && cl->inlen == sizeof(cl->in) - 1) {
-            static const char msg[] = "431 Request Header Fields Too Large\n";
-            respond(cl, 431, "Request Header Fields Too Large", "text/plain", msg,
-                    sizeof(msg) - 1, false);
-        }
-    }
-    while (cl->out && cl->outpos < cl->outlen) {
-        ssize_t n = send(cl->fd, cl->out + cl->outpos, cl->outlen - cl->outpos, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EINTR)
-                return;
-            client_close(cl);
-            return;
-        }
-        cl->outpos += (size_t)n;
-    }
-    if (cl->out && cl->outpos == cl->outlen) {
-        shutdown(cl->fd, SHUT_WR);
-        client_close(cl);
-    }
+    if (cl->out == NULL && (revents & (POLLIN | POLLHUP | POLLERR)) && um__admin_read(cl))
+        handle_request(a, cl);
+    um__admin_write(cl);
 }
 
 static void *admin_main(void *arg)
@@ -798,7 +675,7 @@ static void *admin_main(void *arg)
             if (cl->fd < 0)
                 continue;
             if (cl->deadline <= now) {
-                client_close(cl);
+                um__admin_client_close(cl);
                 continue;
             }
             if (cl->deadline < wake)
@@ -825,7 +702,7 @@ static void *admin_main(void *arg)
     }
     for (int i = 0; i < MAX_CLIENTS; i++)
         if (a->clients[i].fd >= 0)
-            client_close(&a->clients[i]);
+            um__admin_client_close(&a->clients[i]);
     if (a->lfd >= 0)
         close(a->lfd);
     return NULL;

@@ -20,8 +20,9 @@
 #include "umbra/cluster.h"
 #include "umbra/buf.h"
 #include "umbra/cache.h"
+#include "umbra/json.h"
 
-#define PURGE_MAX_ITEMS (UM_CACHE_MAX_TAGS * 4)
+#define PURGE_MAX_ITEMS UM_PURGE_MAX_TAGS
 
 struct purge_req {
     /* Slices of the decoded copy. */
@@ -30,6 +31,7 @@ struct purge_req {
     um_str host, path;
     bool soft;
     const char *error;
+    char errbuf[160];
 };
 
 static void add_tags(struct purge_req *p, char *s, size_t n)
@@ -125,139 +127,35 @@ static void parse_form(struct purge_req *p, char *s, size_t n)
 
 /* ---- JSON: one object of strings, lists of strings and booleans ---- */
 
-struct js {
-    char *p, *end;
-};
-
-static void js_ws(struct js *j)
-{
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-        j->p++;
-}
-
-/* A string, decoded in place (printable ASCII escapes only); *out is a slice of the body. */
-static bool js_string(struct js *j, um_str *out)
-{
-    if (j->p >= j->end || *j->p != '"')
-        return false;
-    char *w = ++j->p, *b = w;
-    while (j->p < j->end) {
-        char c = *j->p++;
-        if (c == '"') {
-            *out = (um_str){b, (size_t)(w - b)};
-            return true;
-        }
-        if ((unsigned char)c < 0x20)
-            return false;
-        if (c == '\\') {
-            if (j->p >= j->end)
-                return false;
-            char e = *j->p++;
-            if (e == '"' || e == '\\' || e == '/')
-                c = e;
-            else if (e == 'u' && j->end - j->p >= 4) {
-                int v = 0;
-                for (int k = 0; k < 4; k++) {
-                    int h = hexval(j->p[k]);
-                    if (h < 0)
-                        return false;
-                    v = v * 16 + h;
-                }
-                if (v < 0x20 || v > 0x7e)
-                    return false;
-                c = (char)v;
-                j->p += 4;
-            } else {
-                return false;
-            }
-        }
-        *w++ = c;
-    }
-    return false;
-}
-
-static bool js_lit(struct js *j, const char *lit)
-{
-    size_t n = strlen(lit);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0)
-        return false;
-    j->p += n;
-    return true;
-}
-
 static void parse_json(struct purge_req *p, char *s, size_t n)
 {
-    struct js j = {s, s + n};
-    js_ws(&j);
-    if (j.p >= j.end || *j.p++ != '{')
-        goto bad;
-    js_ws(&j);
-    if (j.p < j.end && *j.p == '}') {
-        j.p++;
-        goto end;
-    }
-    for (;;) {
+    struct um_json j;
+    um_json_init(&j, s, n);
+    size_t i = 0;
+    um_json_enter(&j, '{');
+    while (p->error == NULL && um_json_more(&j, '}', &i)) {
         um_str key, v;
-        js_ws(&j);
-        if (!js_string(&j, &key))
-            goto bad;
-        js_ws(&j);
-        if (j.p >= j.end || *j.p++ != ':')
-            goto bad;
-        js_ws(&j);
-        if (j.p < j.end && *j.p == '[') {
-            j.p++;
-            if (!um_str_eq(key, "tags") && !um_str_eq(key, "tag"))
-                goto bad;
-            js_ws(&j);
-            if (j.p < j.end && *j.p == ']') {
-                j.p++;
-            } else {
-                for (;;) {
-                    js_ws(&j);
-                    if (!js_string(&j, &v))
-                        goto bad;
-                    add_tags(p, (char *)v.base, v.len);
-                    js_ws(&j);
-                    if (j.p < j.end && *j.p == ',') {
-                        j.p++;
-                        continue;
-                    }
-                    if (j.p < j.end && *j.p == ']') {
-                        j.p++;
-                        break;
-                    }
-                    goto bad;
-                }
-            }
-        } else if (js_lit(&j, "true")) {
-            set_field(p, key, "1", 1);
-        } else if (js_lit(&j, "false")) {
-            set_field(p, key, "0", 1);
-        } else if (js_string(&j, &v)) {
-            set_field(p, key, (char *)v.base, v.len);
-        } else {
-            goto bad;
-        }
-        if (p->error)
-            return;
-        js_ws(&j);
-        if (j.p < j.end && *j.p == ',') {
-            j.p++;
-            continue;
-        }
-        if (j.p < j.end && *j.p == '}') {
-            j.p++;
+        bool b;
+        if (!um_json_key(&j, &key))
             break;
+        char c = um_json_peek(&j);
+        if (c == '[' && (um_str_eq(key, "tags") || um_str_eq(key, "tag"))) {
+            size_t k = 0;
+            um_json_enter(&j, '[');
+            while (um_json_more(&j, ']', &k) && um_json_string(&j, &v))
+                add_tags(p, (char *)v.base, v.len);
+        } else if (c == 't' || c == 'f') {
+            if (um_json_bool(&j, &b))
+                set_field(p, key, b ? "1" : "0", 1);
+        } else if (um_json_string(&j, &v)) {
+            set_field(p, key, (char *)v.base, v.len);
         }
-        goto bad;
     }
-end:
-    js_ws(&j);
-    if (j.p == j.end)
-        return;
-bad:
-    p->error = "malformed JSON (expected an object of tags, host, path, soft)";
+    if (p->error == NULL && !um_json_done(&j)) {
+        snprintf(p->errbuf, sizeof(p->errbuf), "malformed JSON at byte %zu: expected %s",
+                 j.at, j.error);
+        p->error = p->errbuf;
+    }
 }
 
 int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_cluster *cluster,
@@ -284,7 +182,14 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_clust
         p.host.len == 0)
         p.error = "a path without * needs its host";
     if (p.error) {
-        um_buf_printf(out, "{\"error\":\"%s\"}\n", p.error);
+        /* The reader's messages may quote a '"' or a '\\'. */
+        um_buf_append_str(out, "{\"error\":\"");
+        for (const char *c = p.error; *c; c++) {
+            if (*c == '"' || *c == '\\')
+                um_buf_append(out, "\\", 1);
+            um_buf_append(out, c, 1);
+        }
+        um_buf_append_str(out, "\"}\n");
         free(copy);
         return 400;
     }
@@ -294,47 +199,28 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_clust
             *ch = (char)(*ch + 32);
     }
     /* The admin thread may sleep: a large purge is paced so that the workers keep most of
-     * the CPU. */
-    unsigned flags = UM_CACHE_PURGE_PACED | (p.soft ? UM_CACHE_PURGE_SOFT : 0);
-    /* Each purge is applied here, then told to the other nodes both ways: the ring's
-     * peers over HTTP (um__purge_broadcast) and the Redis channel (um__purge_announce). */
+     * the CPU. Each purge is applied here, then told to the other nodes. */
     size_t n = 0;
+    char *k = NULL;
     if (p.ntags > 0) {
-        n += um_cache_purge_tags(cache, p.tags, p.ntags, flags);
-        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_TAGS, .soft = p.soft, .tags = p.tags,
-                                    .ntags = p.ntags};
-        um__purge_broadcast(cluster, &ev);
-        struct um_buf tb;
-        um_buf_init(&tb);
-        for (size_t i = 0; i < p.ntags; i++) {
-            if (i > 0)
-                um_buf_append(&tb, " ", 1);
-            um_buf_append(&tb, p.tags[i].base, p.tags[i].len);
-        }
-        struct um_purge pg = {UM_PURGE_TAGS, p.soft, {"", 0}, {tb.base, tb.len}};
-        um__purge_announce(s, &pg);
-        um_buf_dispose(&tb);
+        struct um_purge pg = {.kind = UM_PURGE_TAGS, .soft = p.soft, .tags = p.tags,
+                              .ntags = p.ntags};
+        n += um_cache_purge_apply(cache, &pg, UM_CACHE_PURGE_PACED);
+        um__purge_tell(s, cluster, &pg);
     }
-    if (p.path.len > 0 && p.path.base[p.path.len - 1] == '*') {
-        um_str pre = {p.path.base, p.path.len - 1};
-        n += um_cache_purge_prefix(cache, p.host, pre, flags);
-        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_PREFIX, .soft = p.soft,
-                                    .host = p.host, .prefix = pre};
-        um__purge_broadcast(cluster, &ev);
-        struct um_purge pg = {UM_PURGE_PREFIX, p.soft, p.host, pre};
-        um__purge_announce(s, &pg);
-    } else if (p.path.len > 0) {
-        size_t kl = p.host.len + 1 + p.path.len;
-        char *k = um_malloc(kl);
-        memcpy(k, p.host.base, p.host.len);
-        k[p.host.len] = ' ';
-        memcpy(k + p.host.len + 1, p.path.base, p.path.len);
-        um_str key = {k, kl};
-        n += p.soft ? um_cache_purge_soft(cache, key) : um_cache_purge(cache, key);
-        struct um_cache_purge ev = {.kind = UM_CACHE_PURGE_KEY, .soft = p.soft, .key = key};
-        um__purge_broadcast(cluster, &ev);
-        struct um_purge pg = {UM_PURGE_URL, p.soft, {"", 0}, key};
-        um__purge_announce(s, &pg);
+    if (p.path.len > 0) {
+        struct um_purge pg = {.kind = UM_PURGE_PREFIX, .soft = p.soft, .host = p.host,
+                              .prefix = {p.path.base, p.path.len - 1}};
+        if (p.path.base[p.path.len - 1] != '*') {
+            size_t kl = p.host.len + 1 + p.path.len;
+            k = um_malloc(kl);
+            memcpy(k, p.host.base, p.host.len);
+            k[p.host.len] = ' ';
+            memcpy(k + p.host.len + 1, p.path.base, p.path.len);
+            pg = (struct um_purge){.kind = UM_PURGE_URL, .soft = p.soft, .key = {k, kl}};
+        }
+        n += um_cache_purge_apply(cache, &pg, UM_CACHE_PURGE_PACED);
+        um__purge_tell(s, cluster, &pg);
         free(k);
     }
     um_buf_printf(out, "{\"purged\":%zu,\"soft\":%s}\n", n, p.soft ? "true" : "false");
@@ -344,98 +230,35 @@ int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_clust
 
 /* ---- other nodes ---- */
 
-void um__purge_announce(void *arg, const struct um_purge *p)
+void um__purge_tell(struct um_server *s, struct um_cluster *cluster, const struct um_purge *p)
 {
-    struct um_server *s = arg;
+    if (cluster)
+        um_cluster_purge_fanout(cluster, p);
     if (s->l2)
         um_l2_purge_publish(s->l2, p);
+}
+
+void um__purge_announce(void *arg, const struct um_purge *p)
+{
+    struct um__worker *w = arg;
+    um__purge_tell(w->server, w->runtime->cluster, p);
 }
 
 void um__purge_apply(void *arg, const struct um_purge *p)
 {
     struct um_server *s = arg;
     struct um_cache *cache = __atomic_load_n(&s->cache, __ATOMIC_ACQUIRE);
-    if (cache == NULL)
-        return;
-    unsigned flags = UM_CACHE_PURGE_PACED | (p->soft ? UM_CACHE_PURGE_SOFT : 0);
-    if (p->kind == UM_PURGE_URL) {
-        if (p->soft)
-            um_cache_purge_soft(cache, p->value);
-        else
-            um_cache_purge(cache, p->value);
-    } else if (p->kind == UM_PURGE_PREFIX) {
-        um_cache_purge_prefix(cache, p->host, p->value, flags);
-    } else {
-        um_str tags[PURGE_MAX_ITEMS];
-        size_t n = um_cache_split_tags(p->value, tags, 0, PURGE_MAX_ITEMS);
-        if (n > 0)
-            um_cache_purge_tags(cache, tags, n, flags);
-    }
-}
-
-/* ---------------------------------------------------------------- the cluster */
-
-void um__purge_broadcast(void *arg, const struct um_cache_purge *p)
-{
-    /* The ring's fan-out over HTTP (the Redis channel, when there is one, is
-     * um__purge_announce's; with both a purge goes both ways). */
-    if (arg)
-        um_cluster_purge_fanout(arg, p);
+    if (cache != NULL)
+        um_cache_purge_apply(cache, p, UM_CACHE_PURGE_PACED);
 }
 
 long um__purge_apply_peer(struct um_cache *cache, const char *desc, size_t len)
 {
-    if (cache == NULL)
+    struct um_purge p;
+    um_str tags[UM_PURGE_MAX_TAGS];
+    if (cache == NULL || !um_purge_decode(desc, len, &p, tags, UM_NELEMS(tags)))
         return -1;
-    const char *end = desc + len;
-    bool soft;
-    if (len >= 5 && memcmp(desc, "soft ", 5) == 0)
-        soft = true;
-    else if (len >= 5 && memcmp(desc, "hard ", 5) == 0)
-        soft = false;
-    else
-        return -1;
-    const char *q = desc + 5;
-    unsigned flags = soft ? UM_CACHE_PURGE_SOFT : 0;
     /* Noted for the cluster's guard (fills of what it touched skip the owner a moment). */
-    struct um_cache_purge ev = {.soft = soft};
-    if ((size_t)(end - q) >= 4 && memcmp(q, "key ", 4) == 0) {
-        um_str k = {q + 4, (size_t)(end - q - 4)};
-        ev.kind = UM_CACHE_PURGE_KEY;
-        ev.key = k;
-        um_cluster_note_purge(&ev);
-        return (long)(soft ? um_cache_purge_soft(cache, k) : um_cache_purge(cache, k));
-    }
-    if ((size_t)(end - q) >= 7 && memcmp(q, "prefix ", 7) == 0) {
-        q += 7;
-        const char *sp = memchr(q, ' ', (size_t)(end - q));
-        if (sp == NULL)
-            return -1;
-        ev.kind = UM_CACHE_PURGE_PREFIX;
-        um_cluster_note_purge(&ev);
-        return (long)um_cache_purge_prefix(cache, (um_str){q, (size_t)(sp - q)},
-                                           (um_str){sp + 1, (size_t)(end - sp - 1)}, flags);
-    }
-    if ((size_t)(end - q) >= 4 && memcmp(q, "tags", 4) == 0) {
-        um_str tags[PURGE_MAX_ITEMS];
-        size_t nt = 0;
-        q += 4;
-        while (q < end && nt < PURGE_MAX_ITEMS) {
-            while (q < end && *q == ' ')
-                q++;
-            const char *t = q;
-            while (q < end && *q != ' ')
-                q++;
-            if (q > t)
-                tags[nt++] = (um_str){t, (size_t)(q - t)};
-        }
-        if (nt == 0)
-            return -1;
-        ev.kind = UM_CACHE_PURGE_TAGS;
-        ev.tags = tags;
-        ev.ntags = nt;
-        um_cluster_note_purge(&ev);
-        return (long)um_cache_purge_tags(cache, tags, nt, flags);
-    }
-    return -1;
+    um_cluster_note_purge(&p);
+    return (long)um_cache_purge_apply(cache, &p, 0);
 }

@@ -132,7 +132,12 @@ struct um__retired {
 };
 
 /* admin_purge.c: a purge applied on this node goes to the other nodes from here, its one
- * call site (through Redis when cache.l2 is set). Any thread; arg is the server. */
+ * call site: the ring's peers (cluster, when the runtime has one) and the Redis bus (when
+ * cache.l2 is set). Any thread; never blocks. */
+struct um_cluster;
+void um__purge_tell(struct um_server *s, struct um_cluster *cluster, const struct um_purge *p);
+/* The worker context's on_purge (um_context.on_purge) on a worker's thread; arg is the
+ * struct um__worker: um__purge_tell with its runtime's cluster. */
 void um__purge_announce(void *arg, const struct um_purge *p);
 /* Applies a purge another node published to this node's cache (the L2 bus's thread). */
 void um__purge_apply(void *arg, const struct um_purge *p);
@@ -206,15 +211,8 @@ struct um_buf;
 struct um_cluster;
 int um__admin_purge(struct um_server *s, struct um_cache *cache, struct um_cluster *cluster,
                     bool json, const char *body, size_t len, struct um_buf *out);
-/* admin_purge.c: tells the other nodes of the cluster (arg, a struct um_cluster *; may be
- * NULL) about purge p, applied here already. The one place purges leave this node: the
- * cache layer's PURGE (um_cache_ring.on_purge) and POST /purge both call it. Any thread;
- * never blocks. */
-struct um_cache_purge;
-struct um_cluster;
-void um__purge_broadcast(void *arg, const struct um_cache_purge *p);
-/* admin_purge.c: applies a peer's purge (the description um_cluster_purge_fanout signed:
- * "soft|hard key|prefix|tags ...") to cache; returns how many objects it affected, or -1
+/* admin_purge.c: applies a peer's purge (the wire form um_cluster_purge_fanout signed,
+ * umbra/purge.h) to cache; returns how many objects it affected, or -1
  * when desc is not one. */
 long um__purge_apply_peer(struct um_cache *cache, const char *desc, size_t len);
 

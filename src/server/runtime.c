@@ -36,9 +36,7 @@ static struct um_origin *cache_origin(struct um_runtime *rt, struct um_cache *ca
 {
     struct um_origin *o = um_cache_origin_create(cache, inner, r, rt->config);
     if (rt->cluster) {
-        struct um_cache_ring ring = {.fill = um_cluster_fill_origin_create(rt->cluster, inner),
-                                     .on_purge = um__purge_broadcast,
-                                     .arg = rt->cluster};
+        struct um_cache_ring ring = {.fill = um_cluster_fill_origin_create(rt->cluster, inner)};
         um_cache_origin_set_ring(o, &ring);
     }
     return o;

@@ -445,6 +445,21 @@ class AdminPurgeTest(unittest.TestCase, CacheAssertions):
         self.assertEqual(status, 413)
         self.assertTrue(self.umbra.alive())
 
+    def test_bad_json_names_what_is_wrong(self):
+        # The answer says what the reader expected, and where.
+        for body, want in (('{"tags": ["a",]}', "malformed JSON at byte 14: expected a string"),
+                           ('{"tags" ["a"]}', "malformed JSON at byte 8: expected ':'"),
+                           ('{"soft": tru}', "malformed JSON at byte 9: expected true or false"),
+                           ('{"tags": "a"} x', "malformed JSON at byte 14: expected the end"),
+                           ('{"tags": "a\\q"}', "expected a valid escape")):
+            with self.subTest(body=body):
+                st, out = self.post(body, "application/json")
+                self.assertEqual(st, 400)
+                self.assertIn(want, out["error"])
+        # A \u escape decodes (to a tag nothing has: nothing purged, no error).
+        st, out = self.post('{"tags": ["caf\\u00e9-\\ud83d\\ude00"]}', "application/json")
+        self.assertEqual((st, out["purged"]), (200, 0))
+
     def test_refused_outside_admin_allow(self):
         cfg = config(self.origin.url) + \
             'admin = { listen = "127.0.0.1:0", allow = { "10.9.8.7" } }\n'

@@ -217,6 +217,25 @@ routes = { { path = "/", root = "www" } }
             # The admin port is not the site, and the site has no /metrics.
             self.assertNotIn(b"umbra_requests_total", http_get(u.port, "/metrics")[2])
 
+    def test_admin_malformed_requests_get_the_strict_parsers_errors(self):
+        """The admin listener's requests go through the strict HTTP/1.1 parser: what any
+        listener refuses, it refuses the same way."""
+        with Umbra(config(self.origin.url), files=FILES) as u:
+            port = admin_port(u)
+
+            def status_of(raw):
+                return parse_response(request(port, raw)).status
+            # A bad request line (a control byte in the target), a field line without a colon, no Host.
+            self.assertEqual(status_of(b"GET /met\x01rics HTTP/1.1\r\nHost: a\r\n\r\n"), 400)
+            self.assertEqual(status_of(b"GET /metrics HTTP/1.1\r\nHost: a\r\nNo colon\r\n\r\n"),
+                             400)
+            self.assertEqual(status_of(b"GET /metrics HTTP/1.1\r\n\r\n"), 400)
+            # A head larger than the admin's buffer.
+            self.assertEqual(status_of(b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-Big: " +
+                                       b"x" * 6000 + b"\r\n\r\n"), 431)
+            # What the parser accepts still answers.
+            self.assertEqual(status_of(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n"), 200)
+
     def test_config_errors_name_the_line(self):
         cases = [
             ('admin = { listen = "127.0.0.1" }\n', 4, "admin.listen"),
