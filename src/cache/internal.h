@@ -26,7 +26,10 @@
 #define MAX_OUT_FIELDS 136
 #define CACHE_NAME "umbra"
 
-enum kind { K_READER = 0x52454144, K_FILL = 0x46494c4c, K_PASS = 0x50415353 };
+/* What a state of the cache origin is. A client sink's origin_data, when the cache origin
+ * serves it, is a reader or a pass, each starting with its kind: as_reader and as_pass
+ * (below) tell them apart. K_NONE marks a reader that was released. */
+enum kind { K_NONE = 0, K_READER, K_FILL, K_PASS };
 
 #define META_F_PASS 0x1
 /* The head block is nothing but the fields' lines, "Name: value\r\n" each, one per entry
@@ -170,6 +173,18 @@ struct pass {
 
 /* The fills a worker has running, so that they can be stopped with the worker: the
  * state of its context's UM_CONTEXT_CACHE_FILLS slot. */
+/* d: a client sink's origin_data under the cache origin, or NULL. The reader or pass it
+ * is, or NULL when it is not one. */
+static inline struct reader *as_reader(void *d)
+{
+    return d && ((struct reader *)d)->kind == K_READER ? d : NULL;
+}
+
+static inline struct pass *as_pass(void *d)
+{
+    return d && ((struct pass *)d)->kind == K_PASS ? d : NULL;
+}
+
 struct worker_fills {
     struct um_context *ctx;
     struct fill *active;

@@ -220,15 +220,14 @@ static void fill_start(struct cache_origin *co, struct um_fetch *f, struct um_si
     ff.fill_key = (um_str){fl->key, fl->key_len};
     /* A miss asks the second-level cache first; the fetch starts when that misses too. */
     if (obj && old == NULL && fl->ctx->l2 && um__cache_fill_l2_lookup(fl, &ff)) {
-        if (client && client->origin_data &&
-            ((struct reader *)client->origin_data)->kind == K_READER)
+        if (client && as_reader(client->origin_data))
             um__cache_reader_pump(client->origin_data);
         return;
     }
     fl->src->ops->fetch(fl->src, &ff, &fl->sink);
     /* The fetch may have ended at once (an error answered synchronously): the reader
      * starts if it still exists. */
-    if (client && client->origin_data && ((struct reader *)client->origin_data)->kind == K_READER)
+    if (client && as_reader(client->origin_data))
         um__cache_reader_pump(client->origin_data);
 }
 
@@ -536,13 +535,11 @@ static void cache_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
 static void cache_resume(struct um_origin *o, struct um_sink *client)
 {
     struct cache_origin *co = (struct cache_origin *)o;
-    void *d = client->origin_data;
-    if (d == NULL)
-        return;
-    if (*(enum kind *)d == K_READER) {
-        um__cache_reader_pump(d);
-    } else if (*(enum kind *)d == K_PASS) {
-        struct pass *p = d;
+    struct reader *r = as_reader(client->origin_data);
+    struct pass *p = as_pass(client->origin_data);
+    if (r) {
+        um__cache_reader_pump(r);
+    } else if (p) {
         if (p->fill)
             p->fill->src->ops->resume(p->fill->src, &p->fill->sink);
         else
@@ -553,25 +550,22 @@ static void cache_resume(struct um_origin *o, struct um_sink *client)
 static void cache_body_ready(struct um_origin *o, struct um_sink *client)
 {
     struct cache_origin *co = (struct cache_origin *)o;
-    void *d = client->origin_data;
-    if (d && *(enum kind *)d == K_PASS)
-        co->inner->ops->body_ready(co->inner, &((struct pass *)d)->sink);
+    struct pass *p = as_pass(client->origin_data);
+    if (p)
+        co->inner->ops->body_ready(co->inner, &p->sink);
 }
 
 static void cache_cancel(struct um_origin *o, struct um_sink *client)
 {
     struct cache_origin *co = (struct cache_origin *)o;
-    void *d = client->origin_data;
-    if (d == NULL)
-        return;
+    struct reader *r = as_reader(client->origin_data);
+    struct pass *p = as_pass(client->origin_data);
     client->origin_data = NULL;
-    if (*(enum kind *)d == K_READER) {
-        struct reader *r = d;
+    if (r) {
         um__cache_forget_own(r);
         um__cache_reader_release(r);
         um__cache_reader_free(r);
-    } else if (*(enum kind *)d == K_PASS) {
-        struct pass *p = d;
+    } else if (p) {
         if (p->fill) {
             /* A fill forwarding to this pass: nobody else wants its answer. */
             struct fill *fl = p->fill;

@@ -302,7 +302,7 @@ void um__cache_reader_free(struct reader *r)
         free(r);
         return;
     }
-    r->kind = 0; /* not a live reader any more */
+    r->kind = K_NONE; /* not a live reader any more */
     r->next_free = wf->free_readers;
     wf->free_readers = r;
     wf->num_free_readers++;
