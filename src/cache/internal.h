@@ -172,7 +172,7 @@ struct pass {
 };
 
 /* The fills a worker has running, so that they can be stopped with the worker: the
- * state of its context's UM_CONTEXT_CACHE_FILLS slot. */
+ * state of its context's fills slot (um__cache_fills_slot). */
 /* d: a client sink's origin_data under the cache origin, or NULL. The reader or pass it
  * is, or NULL when it is not one. */
 static inline struct reader *as_reader(void *d)
@@ -292,6 +292,8 @@ void um__cache_pass_on_end(struct um_sink *s, int err);
 /* origin_fill.c */
 extern const struct um_sink_ops um__cache_fill_ops;
 /* The worker's fills (made on first use), and the first of them (or NULL). */
+/* The worker context's slot of the fills (umbra/context.h), in um_cache_module. */
+extern struct um_context_slot um__cache_fills_slot;
 struct worker_fills *um__cache_worker_fills(struct um_context *ctx);
 struct fill *um__cache_first_fill(const struct um_context *ctx);
 /* A fill for the worker of ctx, everything before its req zeroed (a spare one when there

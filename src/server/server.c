@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/module.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
@@ -349,6 +350,7 @@ int um_server_run(struct um_server *s)
     s->num_workers = s->config->workers;
     s->started = time(NULL);
     um_metrics_init(s->num_workers);
+    um_modules_init(); /* the slots of the worker contexts, in the list's order */
     /* The second-level cache, before the workers that use it (a reload does not change
      * it: cache.l2 is read at start). */
     if (s->config->cache.l2.enabled)
