@@ -14,12 +14,19 @@
 
 #include "umbra/context.h"
 
+struct um_config;
+
 struct um_module {
     const char *name;
     /* The module's slots in every worker's context (umbra/context.h), ended by NULL;
      * NULL when it keeps no state per worker. The module makes and frees that state
      * itself, as context.h says. */
     struct um_context_slot *const *slots;
+    /* The module's settings that a reload cannot change: called on SIGHUP, on the main
+     * thread, with the running configuration and the new one (both borrowed for the
+     * call); logs a warning for what changed, whose running value stays. NULL: every
+     * setting of the module takes effect at a reload. */
+    void (*check_reload)(const struct um_config *was, const struct um_config *now);
 };
 
 /* The list of every module's record, ended by NULL, in the order the runtime walks it.

@@ -21,9 +21,24 @@
 /* The worker's Redis connection (struct worker_l2). */
 static struct um_context_slot l2_slot = {.name = "l2 connection"};
 
+/* cache.l2 is read at start (the server makes the L2 before the workers): a reload keeps
+ * the running one. */
+static void check_reload(const struct um_config *was, const struct um_config *now)
+{
+    if (now->cache.l2.enabled != was->cache.l2.enabled ||
+        (now->cache.l2.enabled &&
+         (strcmp(now->cache.l2.host, was->cache.l2.host) != 0 ||
+          now->cache.l2.port != was->cache.l2.port ||
+          now->cache.l2.max_object != was->cache.l2.max_object ||
+          now->cache.l2.timeout != was->cache.l2.timeout)))
+        um_log_warn("SIGHUP: cache.l2 takes a restart; keeping the running L2 (%s)",
+                    was->cache.l2.enabled ? was->cache.l2.host : "none");
+}
+
 const struct um_module um_cluster_module = {
     .name = "cluster",
     .slots = (struct um_context_slot *const[]){&l2_slot, NULL},
+    .check_reload = check_reload,
 };
 
 #define L2_MAX_OUTSTANDING (8u << 20) /* bytes of writes sent and not answered, per worker */
