@@ -4,9 +4,10 @@
  * Every answered request becomes one record, handed over on the worker thread that
  * answered it, with the worker's context: the record is counted in the worker's metrics,
  * and, when the connection's configuration has access_log, formatted (combined or JSON
- * lines) into the worker's buffer (its context's UM_CONTEXT_ACCESS_LOG slot). A buffer is written when it passes 32 KiB, and at the latest a second after its
- * first line (a loop timer), and when the worker stops. All workers write to one
- * descriptor, whole lines per write(2) with O_APPEND, so lines never interleave.
+ * lines) into the worker's buffer (its context's access log slot). A buffer is written
+ * when it passes 32 KiB, and at the latest a second after its first line (a loop timer),
+ * and when the worker stops. All workers write to one descriptor, whole lines per
+ * write(2) with O_APPEND, so lines never interleave.
  *
  * Files: um_access_log_configure opens the configured file (main thread, at start and at
  * each reload); um_access_log_reopen opens it again under the same name (SIGUSR1, after

@@ -10,6 +10,7 @@
 #define UMBRA_COMPRESS_H
 
 #include "umbra/buf.h"
+#include "umbra/coding.h"
 #include "umbra/common.h"
 #include "umbra/config.h"
 #include "umbra/http1.h"

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "umbra/coding.h"
 #include "umbra/common.h"
 
 struct um_listen {
@@ -50,9 +51,6 @@ struct um_upstream_conf {
     int line;                   /* line of the upstream in the config file */
 };
 
-/* Content codings Umbra can apply (compress.h negotiates among them). */
-enum um_coding { UM_CODING_IDENTITY = 0, UM_CODING_GZIP = 1, UM_CODING_BR = 2, UM_CODING_ZSTD = 3 };
-#define UM_CODING_COUNT 4
 #define UM_COMPRESS_MAX_TYPES 32
 #define UM_COMPRESS_TYPE_MAX 63
 

@@ -4,28 +4,36 @@
  * record) instead of being found through thread-locals.
  *
  * It holds the worker's loop, its index, and one slot per module that keeps state per
- * worker (h2o's h2o_context_t is the model). A slot's owner makes its state when the
- * worker first needs it, through the context, registers a um_loop_on_stop task that frees
- * it and empties the slot, and is the only one to read it.
+ * worker (h2o's h2o_context_t is the model). The context names no module: a module owns a
+ * struct um_context_slot, lists it in its record (umbra/module.h), and gets an index for
+ * it from the runtime. A slot's owner makes its state when the worker first needs it,
+ * through the context, registers a um_loop_on_stop task that frees it and empties the
+ * slot, and is the only one to read it.
  *
- * Threads: the worker that owns it, only. */
+ * Threads: the worker that owns it, only (slot indexes: any thread). */
 #ifndef UMBRA_CONTEXT_H
 #define UMBRA_CONTEXT_H
+
+#include <stdatomic.h>
 
 #include "umbra/common.h"
 #include "umbra/loop.h"
 
-/* The modules with per-worker state. */
-enum um_context_slot {
-    UM_CONTEXT_CACHE_FILLS, /* cache: the fills running on the worker */
-    UM_CONTEXT_CURL,        /* upstream: the CURLM, its sockets and easy handles */
-    UM_CONTEXT_H1_CLIENT,   /* upstream: the HTTP/1.1 client's connection pools */
-    UM_CONTEXT_ACCESS_LOG,  /* access log: the buffer of lines and its flush timer */
-    UM_CONTEXT_CGI,         /* cgi: the scripts running on the worker */
-    UM_CONTEXT_L2,          /* cluster: the worker's Redis connection (umbra/l2.h) */
-    UM_CONTEXT_STATIC,      /* static: the small-file cache */
-    UM_CONTEXT_NUM_SLOTS
+/* How many slots a context holds, for all modules together. */
+#define UM_CONTEXT_MAX_SLOTS 16
+
+/* A module's slot in every worker's context. Define one per kind of per-worker state
+ * (static storage, owned by the module, _index zero); its index is given once, by
+ * um_context_slot_index, and is the same in every context. */
+struct um_context_slot {
+    const char *name;   /* what the state is, for a reader of the module's record */
+    atomic_uint _index; /* 0: not given yet; else the index + 1 */
 };
+
+/* The index of slot s, given at the first call (the runtime gives them in the order of its
+ * list of modules before the workers start; a test without the runtime gets them at first
+ * use). Any thread. Asserts when more than UM_CONTEXT_MAX_SLOTS slots are asked for. */
+unsigned um_context_slot_index(struct um_context_slot *s);
 
 struct um_cache_l2;
 struct um_purge;
@@ -41,7 +49,7 @@ struct um_context {
      * hook for that); NULL: nothing. */
     void (*on_purge)(void *arg, const struct um_purge *p);
     void *on_purge_arg;
-    void *_slots[UM_CONTEXT_NUM_SLOTS];
+    void *_slots[UM_CONTEXT_MAX_SLOTS];
 };
 
 /* Sets ctx up with empty slots for the worker worker_id running loop (borrowed: it must
@@ -52,15 +60,16 @@ void um_context_init(struct um_context *ctx, struct um_loop *loop, int worker_id
 void um_context_dispose(struct um_context *ctx);
 
 /* The state of slot s, or NULL when its owner has made none on this worker. */
-static inline void *um_context_get(const struct um_context *ctx, enum um_context_slot s)
+static inline void *um_context_get(const struct um_context *ctx, struct um_context_slot *s)
 {
-    return ctx->_slots[s];
+    return ctx->_slots[um_context_slot_index(s)];
 }
 
 /* Sets (or, with NULL, empties) slot s; for the slot's owner only. */
-static inline void um_context_set(struct um_context *ctx, enum um_context_slot s, void *state)
+static inline void um_context_set(struct um_context *ctx, struct um_context_slot *s,
+                                  void *state)
 {
-    ctx->_slots[s] = state;
+    ctx->_slots[um_context_slot_index(s)] = state;
 }
 
 #endif

@@ -1,5 +1,14 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* The Origin interface: where a response comes from (static files, an upstream, CGI). The connection code and the cache only ever talk to this table of functions. */
+/* The Origin interface: where a response comes from (static files, an upstream, CGI, a
+ * Lua hook, or a decorator around another origin: cache, compress). The connection code
+ * and the cache only ever talk to this table of functions.
+ *
+ * Lifetimes. A sink may be freed inside its own on_end: a decorator's sink (the cache's
+ * pass, compress's fetch, a Lua hook's fetch) frees its state there and then ends its
+ * client. So the origin calling on_end forgets the sink first (clears its pointer and
+ * sink->origin_data) and touches neither after the call. No other sink callback frees
+ * the sink. destroy drops the caller's reference to the origin: the origin is freed when
+ * the last one goes (an upstream is shared by the routes and runtimes that name it). */
 #ifndef UMBRA_ORIGIN_H
 #define UMBRA_ORIGIN_H
 
@@ -65,7 +74,8 @@ struct um_sink_ops {
     /* Body bytes from a file: len bytes at offset off. The sink owns fd from now on. */
     void (*on_file)(struct um_sink *s, int fd, uint64_t off, uint64_t len);
     /* Called once, last. err is UM_OK when the body is complete, UM_ERR when it is not
-     * (the client must then not be told the body was whole). */
+     * (the client must then not be told the body was whole). s may be freed before it
+     * returns: the caller forgets s first and touches it no more. */
     void (*on_end)(struct um_sink *s, int err);
     /* Body bytes in memory that stay valid until release(ctx): like on_data, but the sink
      * may send them without copying. Returns len when taken (release is then called once,
@@ -104,7 +114,9 @@ struct um_sink_ops {
 
 struct um_sink {
     const struct um_sink_ops *ops;
-    void *origin_data; /* the origin's state for this fetch; set by fetch */
+    /* The state of the origin serving this fetch: set by fetch, cleared before on_end.
+     * Only that origin reads it. */
+    void *origin_data;
 };
 
 /* Passes an interim response to s when its ops take one. */

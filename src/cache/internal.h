@@ -195,7 +195,7 @@ struct pass {
 };
 
 /* The fills a worker has running, so that they can be stopped with the worker: the
- * state of its context's UM_CONTEXT_CACHE_FILLS slot. */
+ * state of its context's fills slot (um__cache_fills_slot). */
 struct worker_fills {
     struct um_context *ctx;
     struct fill *active;
@@ -339,6 +339,8 @@ void um__cache_fill_freshen(struct fill *fl, const struct um_response_head *h,
 bool um__cache_fill_stale_if_error(struct fill *fl, const struct um_response_head *h,
                                    const struct um_req_meta *qm, time_t response_time);
 /* The worker's fills (made on first use), and the first of them (or NULL). */
+/* The worker context's slot of the fills (umbra/context.h), in um_cache_module. */
+extern struct um_context_slot um__cache_fills_slot;
 struct worker_fills *um__cache_worker_fills(struct um_context *ctx);
 struct fill *um__cache_first_fill(const struct um_context *ctx);
 /* A fill for the worker of ctx, everything before its req zeroed (a spare one when there

@@ -36,6 +36,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include "umbra/module.h"
+
+const struct um_module um_cache_module = {
+    .name = "cache",
+    .slots = (struct um_context_slot *const[]){&um__cache_fills_slot, NULL},
+};
 
 /* ---------------------------------------------------------------- keys */
 
@@ -164,7 +170,7 @@ void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um
     fl->ttl = f->ttl;
     fl->dsrc = ds;
     um__cache_copy_request(fl, f->req);
-    struct worker_fills *wf = um_context_get(fl->ctx, UM_CONTEXT_CACHE_FILLS);
+    struct worker_fills *wf = um_context_get(fl->ctx, &um__cache_fills_slot);
     fl->next_active = wf->active;
     if (wf->active)
         wf->active->prev_active = fl;

@@ -14,6 +14,9 @@
 #include "umbra/buf.h"
 #include "umbra/log.h"
 
+/* The fills running on the worker (struct worker_fills). */
+struct um_context_slot um__cache_fills_slot = {.name = "cache fills"};
+
 #define PASS_TTL 60          /* seconds a hit-for-pass marker lives */
 
 /* ---------------------------------------------------------------- tags and heads */
@@ -145,19 +148,19 @@ static void fills_stop(struct um_task *t);
 /* The first of the worker's fills, or NULL. */
 struct fill *um__cache_first_fill(const struct um_context *ctx)
 {
-    struct worker_fills *wf = um_context_get(ctx, UM_CONTEXT_CACHE_FILLS);
+    struct worker_fills *wf = um_context_get(ctx, &um__cache_fills_slot);
     return wf ? wf->active : NULL;
 }
 
 struct worker_fills *um__cache_worker_fills(struct um_context *ctx)
 {
-    struct worker_fills *wf = um_context_get(ctx, UM_CONTEXT_CACHE_FILLS);
+    struct worker_fills *wf = um_context_get(ctx, &um__cache_fills_slot);
     if (wf == NULL) {
         wf = um_calloc(1, sizeof(*wf));
         wf->ctx = ctx;
         wf->stop.cb = fills_stop;
         um_loop_on_stop(ctx->loop, &wf->stop);
-        um_context_set(ctx, UM_CONTEXT_CACHE_FILLS, wf);
+        um_context_set(ctx, &um__cache_fills_slot, wf);
     }
     return wf;
 }
@@ -217,7 +220,7 @@ void um__cache_fill_free(struct fill *fl)
     free(fl->fetch_copy);
     if (fl->drop_posted)
         um_loop_unpost(fl->ctx->loop, &fl->drop);
-    struct worker_fills *wf = um_context_get(fl->ctx, UM_CONTEXT_CACHE_FILLS);
+    struct worker_fills *wf = um_context_get(fl->ctx, &um__cache_fills_slot);
     if (fl->prev_active)
         fl->prev_active->next_active = fl->next_active;
     else if (wf && wf->active == fl)
@@ -717,7 +720,7 @@ static void fills_stop(struct um_task *t)
         wf->free_readers = r->next_free;
         free(r);
     }
-    um_context_set(wf->ctx, UM_CONTEXT_CACHE_FILLS, NULL);
+    um_context_set(wf->ctx, &um__cache_fills_slot, NULL);
     free(wf);
 }
 

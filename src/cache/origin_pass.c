@@ -86,6 +86,8 @@ static void purge_key(struct cache_origin *co, um_str authority, um_str target)
     free(k);
 }
 
+/* The inner origin's last call: the pass is freed here (umbra/origin.h: a sink may be
+ * freed in its on_end), then the client is ended. */
 void um__cache_pass_on_end(struct um_sink *s, int err)
 {
     struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));

@@ -312,7 +312,7 @@ void um__cache_reader_release(struct reader *r)
 
 void um__cache_reader_free(struct reader *r)
 {
-    struct worker_fills *wf = um_context_get(r->ctx, UM_CONTEXT_CACHE_FILLS);
+    struct worker_fills *wf = um_context_get(r->ctx, &um__cache_fills_slot);
     if (wf == NULL || wf->num_free_readers >= SPARE_READERS_MAX) {
         free(r);
         return;

@@ -21,7 +21,7 @@
  *   timeout: the fetch, if still attached, answers 504 (or aborts a body in flight), then
  *   SIGTERM goes to the group, and SIGKILL after a grace period. A fetch that ends detaches
  *   from its child; the child object stays until it is reaped.
- * Both are listed in the worker's slot (UM_CONTEXT_CGI), with the spawns still queued to
+ * Both are listed in the worker's slot (cgi_slot), with the spawns still queued to
  * the spawners, so that a worker that stops waits for those, kills and reaps what is left
  * and frees it.
  *
@@ -54,6 +54,15 @@
 #include "umbra/log.h"
 #include "umbra/loop.h"
 #include "umbra/static.h"
+#include "umbra/module.h"
+
+/* The scripts running on the worker (struct worker_cgi). */
+static struct um_context_slot cgi_slot = {.name = "cgi scripts"};
+
+const struct um_module um_cgi_module = {
+    .name = "cgi",
+    .slots = (struct um_context_slot *const[]){&cgi_slot, NULL},
+};
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -239,20 +248,20 @@ static void on_worker_stop(struct um_task *t)
         }
         child_free(c);
     }
-    um_context_set(wc->ctx, UM_CONTEXT_CGI, NULL);
+    um_context_set(wc->ctx, &cgi_slot, NULL);
     free(wc);
 }
 
 static struct worker_cgi *worker_cgi(struct um_context *ctx)
 {
-    struct worker_cgi *wc = um_context_get(ctx, UM_CONTEXT_CGI);
+    struct worker_cgi *wc = um_context_get(ctx, &cgi_slot);
     if (wc)
         return wc;
     wc = um_calloc(1, sizeof(*wc));
     wc->ctx = ctx;
     wc->on_stop.cb = on_worker_stop;
     um_loop_on_stop(ctx->loop, &wc->on_stop);
-    um_context_set(ctx, UM_CONTEXT_CGI, wc);
+    um_context_set(ctx, &cgi_slot, wc);
     return wc;
 }
 

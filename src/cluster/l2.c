@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* The second-level cache on Redis: the workers' side (see umbra/l2.h).
  *
- * A worker's state (its context's UM_CONTEXT_L2 slot) is one connection and the counters
+ * A worker's state (its context's l2 slot) is one connection and the counters
  * of what is outstanding on it. A lookup is a struct get that lives until Redis answers
  * or the connection goes (hiredis then calls every pending callback with a NULL reply):
  * its timer, or a cancel, only detaches the caller (done = NULL), so that a late reply
@@ -16,6 +16,30 @@
 
 #include "umbra/log.h"
 #include "umbra/metrics.h"
+#include "umbra/module.h"
+
+/* The worker's Redis connection (struct worker_l2). */
+static struct um_context_slot l2_slot = {.name = "l2 connection"};
+
+/* cache.l2 is read at start (the server makes the L2 before the workers): a reload keeps
+ * the running one. */
+static void check_reload(const struct um_config *was, const struct um_config *now)
+{
+    if (now->cache.l2.enabled != was->cache.l2.enabled ||
+        (now->cache.l2.enabled &&
+         (strcmp(now->cache.l2.host, was->cache.l2.host) != 0 ||
+          now->cache.l2.port != was->cache.l2.port ||
+          now->cache.l2.max_object != was->cache.l2.max_object ||
+          now->cache.l2.timeout != was->cache.l2.timeout)))
+        um_log_warn("SIGHUP: cache.l2 takes a restart; keeping the running L2 (%s)",
+                    was->cache.l2.enabled ? was->cache.l2.host : "none");
+}
+
+const struct um_module um_cluster_module = {
+    .name = "cluster",
+    .slots = (struct um_context_slot *const[]){&l2_slot, NULL},
+    .check_reload = check_reload,
+};
 
 #define L2_MAX_OUTSTANDING (8u << 20) /* bytes of writes sent and not answered, per worker */
 #define L2_TIMEOUTS_TO_DROP 3          /* timeouts in a row that drop the connection */
@@ -92,13 +116,13 @@ static void worker_stop(struct um_task *t)
         um_counter_add(&um_metrics_worker()->l2_up, (uint64_t)-1);
         atomic_fetch_sub(&w->l2->workers_up, 1);
     }
-    um_context_set(w->ctx, UM_CONTEXT_L2, NULL);
+    um_context_set(w->ctx, &l2_slot, NULL);
     free(w);
 }
 
 static struct worker_l2 *worker_l2(struct um_l2 *l2, struct um_context *ctx)
 {
-    struct worker_l2 *w = um_context_get(ctx, UM_CONTEXT_L2);
+    struct worker_l2 *w = um_context_get(ctx, &l2_slot);
     if (w)
         return w;
     w = um_calloc(1, sizeof(*w));
@@ -106,7 +130,7 @@ static struct worker_l2 *worker_l2(struct um_l2 *l2, struct um_context *ctx)
     w->ctx = ctx;
     w->stop.cb = worker_stop;
     um_loop_on_stop(ctx->loop, &w->stop);
-    um_context_set(ctx, UM_CONTEXT_L2, w);
+    um_context_set(ctx, &l2_slot, w);
     um__redis_init(&w->conn, ctx->loop, l2->host, l2->port);
     w->conn.data = w;
     w->conn.on_up = worker_on_up;

@@ -348,6 +348,9 @@ static void cf_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
     pump(cf); /* the end has not come yet: cf stays */
 }
 
+/* The inner origin's last call. Without an encoder cf is freed here (umbra/origin.h: a
+ * sink may be freed in its on_end) and the client ended; with one, pump frees it once the
+ * encoder's tail is out. */
 static void cf_on_end(struct um_sink *s, int err)
 {
     struct comp_fetch *cf = cf_of(s);

@@ -16,6 +16,15 @@
 #include "umbra/log.h"
 #include "umbra/loop.h"
 #include "umbra/metrics.h"
+#include "umbra/module.h"
+
+/* The worker's buffer of lines (struct worker_log). */
+static struct um_context_slot log_slot = {.name = "access log buffer"};
+
+const struct um_module um_log_module = {
+    .name = "log",
+    .slots = (struct um_context_slot *const[]){&log_slot, NULL},
+};
 
 #define FLUSH_AT (32 * 1024)
 #define FLUSH_MS 1000
@@ -26,7 +35,7 @@
 static atomic_int out_fd = -1;
 static char *cur_path; /* main thread only; NULL: stderr */
 
-/* The state of a worker context's UM_CONTEXT_ACCESS_LOG slot. */
+/* The state of a worker context's access log slot (log_slot). */
 struct worker_log {
     struct um_context *ctx;
     struct um_loop *loop;
@@ -285,7 +294,7 @@ static void flush_worker(struct worker_log *wl)
 
 void um_access_log_flush(struct um_context *ctx)
 {
-    struct worker_log *wl = um_context_get(ctx, UM_CONTEXT_ACCESS_LOG);
+    struct worker_log *wl = um_context_get(ctx, &log_slot);
     if (wl)
         flush_worker(wl);
 }
@@ -302,7 +311,7 @@ static void on_worker_stop(struct um_task *t)
     flush_worker(wl);
     um_loop_timer_stop(wl->loop, &wl->timer);
     free(wl->buf);
-    um_context_set(wl->ctx, UM_CONTEXT_ACCESS_LOG, NULL);
+    um_context_set(wl->ctx, &log_slot, NULL);
     free(wl);
 }
 
@@ -310,7 +319,7 @@ static struct worker_log *worker_log(struct um_context *ctx)
 {
     if (ctx == NULL)
         return NULL;
-    struct worker_log *wl = um_context_get(ctx, UM_CONTEXT_ACCESS_LOG);
+    struct worker_log *wl = um_context_get(ctx, &log_slot);
     if (wl)
         return wl;
     wl = um_calloc(1, sizeof(*wl));
@@ -320,7 +329,7 @@ static struct worker_log *worker_log(struct um_context *ctx)
     wl->timer.cb = on_flush_timer;
     wl->stop.cb = on_worker_stop;
     um_loop_on_stop(ctx->loop, &wl->stop);
-    um_context_set(ctx, UM_CONTEXT_ACCESS_LOG, wl);
+    um_context_set(ctx, &log_slot, wl);
     return wl;
 }
 

@@ -4,6 +4,24 @@
 
 #include <string.h>
 
+/* The next index to give; slots are given for the life of the process. */
+static atomic_uint next_index;
+
+unsigned um_context_slot_index(struct um_context_slot *s)
+{
+    unsigned i = atomic_load_explicit(&s->_index, memory_order_acquire);
+    if (i != 0)
+        return i - 1;
+    /* Two threads may ask at once: each call takes an index, only the first store wins,
+     * and the loser's index stays unused (there is room for that). */
+    unsigned mine = atomic_fetch_add(&next_index, 1) + 1;
+    UM_ASSERT(mine <= UM_CONTEXT_MAX_SLOTS);
+    unsigned expect = 0;
+    if (atomic_compare_exchange_strong(&s->_index, &expect, mine))
+        return mine - 1;
+    return expect - 1;
+}
+
 void um_context_init(struct um_context *ctx, struct um_loop *loop, int worker_id)
 {
     memset(ctx, 0, sizeof(*ctx));
@@ -15,7 +33,7 @@ void um_context_dispose(struct um_context *ctx)
 {
     /* A slot still set is state its owner never freed: its on_stop task did not run, or
      * did not empty the slot. */
-    for (int s = 0; s < UM_CONTEXT_NUM_SLOTS; s++)
+    for (int s = 0; s < UM_CONTEXT_MAX_SLOTS; s++)
         UM_ASSERT(ctx->_slots[s] == NULL);
     ctx->loop = NULL;
 }

@@ -119,6 +119,8 @@ static void hf_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
     hf->client->ops->on_file(hf->client, fd, off, len);
 }
 
+/* The inner origin's last call: hf is freed here (umbra/origin.h: a sink may be freed in
+ * its on_end), then the client is ended. */
 static void hf_on_end(struct um_sink *s, int err)
 {
     struct hook_fetch *hf = hf_of(s);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "umbra/module.h"
 #include "umbra/accesslog.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
@@ -135,18 +136,16 @@ void um__server_reload(struct um_server *s)
         failed(s, err);
         return;
     }
+    /* The size of the shared cache is the server's rule, not the cache module's: only the
+     * server knows whether it has made the cache (it does at the first caching route). */
     if (s->cache && (nc->cache.memory != old->cache.memory ||
                      nc->cache.max_object != old->cache.max_object))
         um_log_warn("SIGHUP: cache.memory and cache.max_object take a restart; keeping the "
                     "running cache");
-    if (nc->cache.l2.enabled != old->cache.l2.enabled ||
-        (nc->cache.l2.enabled &&
-         (strcmp(nc->cache.l2.host, old->cache.l2.host) != 0 ||
-          nc->cache.l2.port != old->cache.l2.port ||
-          nc->cache.l2.max_object != old->cache.l2.max_object ||
-          nc->cache.l2.timeout != old->cache.l2.timeout)))
-        um_log_warn("SIGHUP: cache.l2 takes a restart; keeping the running L2 (%s)",
-                    old->cache.l2.enabled ? old->cache.l2.host : "none");
+    /* The modules' own rules (umbra/module.h). */
+    for (size_t m = 0; um_modules[m]; m++)
+        if (um_modules[m]->check_reload)
+            um_modules[m]->check_reload(old, nc);
     bool disks_same = nc->cache.num_disks == old->cache.num_disks &&
                       nc->cache.disk_sync == old->cache.disk_sync &&
                       nc->cache.disk_reset_incompatible == old->cache.disk_reset_incompatible;

@@ -18,6 +18,7 @@
 
 #include "internal.h"
 #include "umbra/disktier.h"
+#include "umbra/module.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/server.h"
@@ -359,6 +360,7 @@ int um_server_run(struct um_server *s)
     s->num_workers = s->config->workers;
     s->started = time(NULL);
     um_metrics_init(s->num_workers);
+    um_modules_init(); /* the slots of the worker contexts, in the list's order */
     /* The second-level cache, before the workers that use it (a reload does not change
      * it: cache.l2 is read at start). */
     if (s->config->cache.l2.enabled)

@@ -22,6 +22,15 @@
 #include "internal.h"
 #include "umbra/context.h"
 #include "umbra/loop.h"
+#include "umbra/module.h"
+
+/* The worker's small-file cache (struct files). */
+static struct um_context_slot files_slot = {.name = "small-file cache"};
+
+const struct um_module um_static_module = {
+    .name = "static",
+    .slots = (struct um_context_slot *const[]){&files_slot, NULL},
+};
 
 #define BUCKETS 512          /* a power of two */
 #define BUDGET (8u << 20)    /* bytes of bodies and paths per worker */
@@ -68,19 +77,19 @@ static void on_stop(struct um_task *t)
     struct files *fs = (struct files *)((char *)t - offsetof(struct files, on_stop));
     while (fs->oldest)
         unlink_entry(fs, fs->oldest);
-    um_context_set(fs->ctx, UM_CONTEXT_STATIC, NULL);
+    um_context_set(fs->ctx, &files_slot, NULL);
     free(fs);
 }
 
 static struct files *files_of(struct um_context *ctx)
 {
-    struct files *fs = um_context_get(ctx, UM_CONTEXT_STATIC);
+    struct files *fs = um_context_get(ctx, &files_slot);
     if (fs) return fs;
     fs = um_calloc(1, sizeof(*fs));
     fs->ctx = ctx;
     fs->on_stop.cb = on_stop;
     um_loop_on_stop(ctx->loop, &fs->on_stop);
-    um_context_set(ctx, UM_CONTEXT_STATIC, fs);
+    um_context_set(ctx, &files_slot, fs);
     return fs;
 }
 
@@ -96,7 +105,7 @@ static bool same_file(const struct stat *a, const struct stat *b)
 const struct um__file *um__static_file_find(struct um_context *ctx, uint64_t gen, int root_fd,
                                            bool dir, const char *key, size_t key_len)
 {
-    struct files *fs = um_context_get(ctx, UM_CONTEXT_STATIC);
+    struct files *fs = um_context_get(ctx, &files_slot);
     if (fs == NULL) return NULL;
     uint64_t h = hash_of(gen, dir, key, key_len);
     for (struct um__file *e = fs->buckets[h & (BUCKETS - 1)]; e; e = e->h_next) {

@@ -26,6 +26,9 @@
 #include "umbra/loop.h"
 #include "internal.h"
 
+/* The CURLM, its sockets and easy handles (struct worker_curl). */
+struct um_context_slot um__curl_slot = {.name = "curl multi handle"};
+
 #define POOL_MAX 256   /* attempts (easy handles) kept per worker */
 #define HBUF_KEEP 8192 /* a pooled attempt keeps a head buffer up to this size */
 
@@ -41,7 +44,7 @@ struct sock {
 
 struct attempt;
 
-/* The state of a worker context's UM_CONTEXT_CURL slot. */
+/* The state of a worker context's curl slot (um__curl_slot). */
 struct worker_curl {
     struct um_context *ctx;
     struct um_loop *loop;
@@ -167,13 +170,13 @@ static void worker_curl_stop(struct um_task *t)
         wc->free_socks = s->next_free;
         free(s);
     }
-    um_context_set(wc->ctx, UM_CONTEXT_CURL, NULL);
+    um_context_set(wc->ctx, &um__curl_slot, NULL);
     free(wc);
 }
 
 static struct worker_curl *worker_curl(struct um_context *ctx)
 {
-    struct worker_curl *wc = um_context_get(ctx, UM_CONTEXT_CURL);
+    struct worker_curl *wc = um_context_get(ctx, &um__curl_slot);
     if (wc) return wc;
     wc = um_calloc(1, sizeof(*wc));
     wc->ctx = ctx;
@@ -188,7 +191,7 @@ static struct worker_curl *worker_curl(struct um_context *ctx)
     wc->timer.cb = on_curl_timer;
     wc->stop.cb = worker_curl_stop;
     um_loop_on_stop(ctx->loop, &wc->stop);
-    um_context_set(ctx, UM_CONTEXT_CURL, wc);
+    um_context_set(ctx, &um__curl_slot, wc);
     return wc;
 }
 

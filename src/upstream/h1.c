@@ -38,6 +38,9 @@
 #include "umbra/http1.h"
 #include "umbra/log.h"
 
+/* The HTTP/1.1 client's connection pools (struct h1worker). */
+struct um_context_slot um__h1_slot = {.name = "http/1.1 client pools"};
+
 #define IN_SIZE (32 * 1024)                /* read buffer; grows for a long head */
 #define OUT_BODY (64 * 1024)               /* request body read from the sink at a time */
 #define CHUNK_HEAD 18                      /* room for "%zx\r\n" before a chunk */
@@ -55,7 +58,7 @@ struct h1pool {
     size_t num_idle;
 };
 
-/* The state of a worker context's UM_CONTEXT_H1_CLIENT slot. */
+/* The state of a worker context's h1 client slot (um__h1_slot). */
 struct h1worker {
     struct um_context *ctx;
     struct um_loop *loop;
@@ -180,13 +183,13 @@ static void on_worker_stop(struct um_task *t)
         hw->pools = p->next;
         free(p);
     }
-    um_context_set(hw->ctx, UM_CONTEXT_H1_CLIENT, NULL);
+    um_context_set(hw->ctx, &um__h1_slot, NULL);
     free(hw);
 }
 
 static struct h1worker *h1worker(struct um_context *ctx)
 {
-    struct h1worker *hw = um_context_get(ctx, UM_CONTEXT_H1_CLIENT);
+    struct h1worker *hw = um_context_get(ctx, &um__h1_slot);
     if (hw)
         return hw;
     hw = um_calloc(1, sizeof(*hw));
@@ -195,7 +198,7 @@ static struct h1worker *h1worker(struct um_context *ctx)
     hw->stop.cb = on_worker_stop;
     hw->reap.cb = on_reap;
     um_loop_on_stop(ctx->loop, &hw->stop);
-    um_context_set(ctx, UM_CONTEXT_H1_CLIENT, hw);
+    um_context_set(ctx, &um__h1_slot, hw);
     return hw;
 }
 

@@ -190,4 +190,9 @@ ssize_t um__up_read_body(struct xfer *x, char *buf, size_t len);
  * else the sink gets its answer or its end. x may be freed on return. */
 void um__up_finish(struct xfer *x, enum um_up_err err);
 
+/* The worker context's slots of the two clients (umbra/context.h); listed in
+ * um_upstream_module (upstream.c). */
+extern struct um_context_slot um__curl_slot;
+extern struct um_context_slot um__h1_slot;
+
 #endif

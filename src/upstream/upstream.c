@@ -34,6 +34,12 @@
 #include "umbra/loop.h"
 #include "umbra/metrics.h"
 #include "internal.h"
+#include "umbra/module.h"
+
+const struct um_module um_upstream_module = {
+    .name = "upstream",
+    .slots = (struct um_context_slot *const[]){&um__curl_slot, &um__h1_slot, NULL},
+};
 
 /* ---------------------------------------------------------------- servers */
 

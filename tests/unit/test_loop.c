@@ -2,6 +2,7 @@
  * descriptors and timeout queues. Durations are a few milliseconds of the real clock. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -13,7 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "umbra/context.h"
 #include "umbra/loop.h"
+#include "umbra/module.h"
 
 /* What the callbacks saw, in order. */
 static int order[16];
@@ -371,6 +374,41 @@ static void test_timeout_queues_expire_in_order(void **state)
     assert_int_equal(num_order, 6);
 }
 
+/* Every module's slot in the worker context gets an index of its own, the same at every
+ * call, and two slots keep two states in one context. */
+static void test_module_slots_are_distinct(void **state)
+{
+    (void)state;
+    um_modules_init();
+    bool seen[UM_CONTEXT_MAX_SLOTS] = {false};
+    size_t n = 0;
+    for (size_t m = 0; um_modules[m]; m++) {
+        assert_non_null(um_modules[m]->name);
+        for (size_t s = 0; um_modules[m]->slots && um_modules[m]->slots[s]; s++) {
+            unsigned i = um_context_slot_index(um_modules[m]->slots[s]);
+            assert_true(i < UM_CONTEXT_MAX_SLOTS);
+            assert_false(seen[i]);
+            seen[i] = true;
+            n++;
+            assert_int_equal(um_context_slot_index(um_modules[m]->slots[s]), i);
+        }
+    }
+    assert_int_equal(n, 7); /* cache, curl, h1, static, cgi, access log, l2 */
+
+    static struct um_context_slot a = {.name = "a"}, b = {.name = "b"};
+    struct um_context ctx;
+    um_context_init(&ctx, loop, 0);
+    int x, y;
+    assert_null(um_context_get(&ctx, &a));
+    um_context_set(&ctx, &a, &x);
+    um_context_set(&ctx, &b, &y);
+    assert_ptr_equal(um_context_get(&ctx, &a), &x);
+    assert_ptr_equal(um_context_get(&ctx, &b), &y);
+    um_context_set(&ctx, &a, NULL);
+    um_context_set(&ctx, &b, NULL);
+    um_context_dispose(&ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -383,6 +421,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_on_stop_runs_in_queued_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_queues_expire_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_module_slots_are_distinct, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

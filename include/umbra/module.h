@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* A module's record: what the runtime needs to know of a module, so that the loop, the
+ * context and the server name none (nginx's ngx_module_t and h2o's handlers are the
+ * models). Each module folder defines one, const and static in storage:
+ *
+ *     const struct um_module um_NAME_module = { .name = "NAME", ... };
+ *
+ * and the server lists it once (src/server/modules.c). A new module is a folder and one
+ * line in that list.
+ *
+ * Threads: records are constant; read by any thread. */
+#ifndef UMBRA_MODULE_H
+#define UMBRA_MODULE_H
+
+#include "umbra/context.h"
+
+struct um_config;
+
+struct um_module {
+    const char *name;
+    /* The module's slots in every worker's context (umbra/context.h), ended by NULL;
+     * NULL when it keeps no state per worker. The module makes and frees that state
+     * itself, as context.h says. */
+    struct um_context_slot *const *slots;
+    /* The module's settings that a reload cannot change: called on SIGHUP, on the main
+     * thread, with the running configuration and the new one (both borrowed for the
+     * call); logs a warning for what changed, whose running value stays. NULL: every
+     * setting of the module takes effect at a reload. */
+    void (*check_reload)(const struct um_config *was, const struct um_config *now);
+};
+
+/* The list of every module's record, ended by NULL, in the order the runtime walks it.
+ * Defined by the server floor (src/server/modules.c): only the server may name it. */
+extern const struct um_module *const um_modules[];
+
+/* Gives every module's slots their indexes, in the order of um_modules (so they are the
+ * same from run to run). Called once by the server before any worker starts. */
+void um_modules_init(void);
+
+#endif
