@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* The Origin interface: where a response comes from (static files, an upstream, later
- * CGI). The connection code and the cache only ever talk to this table of functions. */
+/* The Origin interface: where a response comes from (static files, an upstream, CGI
+ * scripts). The connection code and the cache only ever talk to this table of functions. */
 #ifndef UMBRA_ORIGIN_H
 #define UMBRA_ORIGIN_H
 

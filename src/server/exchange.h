@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* An exchange (exchange.c, router.c): one request and its response, apart from the
- * connection that carries it (notes/connection-exchange.md).
+ * connection that carries it.
  *
  * The exchange holds the request head, the state of its body and of its response, the
  * sink the origin writes into, the arena of the request's hooks and what the access log
  * wants to know. The router, the hooks, the cache and the origins see only the exchange
  * (through the sink and struct um_fetch). The exchange reaches its connection through a
  * small table (struct um__exchange_conn_ops): HTTP/1.1 embeds one exchange in its
- * connection and begins it again for each request; an HTTP/2 connection would embed one
- * in each stream, with the same table.
+ * connection and begins it again for each request; an HTTP/2 connection embeds one in
+ * each stream (conn_h2_stream.c), with the same table.
  *
  * The connection calls back into the exchange when its output drained
  * (um__exchange_proceed), when request body bytes arrived (um__exchange_body_ready) and
