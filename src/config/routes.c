@@ -72,6 +72,60 @@ static bool load_cgi_route(struct um__cfg_load *ld, lua_State *L, int idx, const
     return um__cfg_opt_bool(ld, L, idx, sub, "cache", &r->cache, NULL);
 }
 
+/* The route's host, lowercased, if it has one. */
+static bool load_host(struct um__cfg_load *ld, lua_State *L, int idx, const char *rpath,
+                      struct um_route *r)
+{
+    char sub[PATH_LEN];
+    const char *s;
+    um__cfg_subpath(sub, sizeof sub, rpath, "host");
+    if (um__cfg_get_field(L, idx, "host") != LUA_TNIL) {
+        if (!um__cfg_get_string(ld, L, -1, sub, "a host name such as \"example.com\"", &s))
+            return false;
+        for (const char *p = s; *p; p++)
+            if (*p <= ' ' || *p == ':' || *p == '/' || *p == 0x7f)
+                return um__cfg_fail(ld, L, sub, "%s: bad host name '%s' (no port, path or spaces)",
+                                    sub, s);
+        r->host = um_strndup(s, strlen(s));
+        for (char *p = r->host; *p; p++)
+            if (*p >= 'A' && *p <= 'Z')
+                *p = (char)(*p + 32);
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
+/* A route that serves files: its root and its index. */
+static bool load_root(struct um__cfg_load *ld, lua_State *L, int idx, const char *rpath,
+                      struct um_route *r)
+{
+    char sub[PATH_LEN];
+    const char *s;
+    um__cfg_subpath(sub, sizeof sub, rpath, "root");
+    um__cfg_get_field(L, idx, "root");
+    if (!um__cfg_get_string(ld, L, -1, sub, "a directory", &s) ||
+        !um__cfg_resolve_path(ld, L, sub, s, true, &r->root))
+        return false;
+    lua_pop(L, 1);
+
+    um__cfg_subpath(sub, sizeof sub, rpath, "index");
+    int t = um__cfg_get_field(L, idx, "index");
+    if (t == LUA_TNIL) {
+        r->index = um_strndup("index.html", strlen("index.html"));
+    } else if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+        r->index = NULL;
+    } else {
+        const char *what = "a file name such as \"index.html\", or false";
+        if (!um__cfg_get_string(ld, L, -1, sub, what, &s))
+            return false;
+        if (strchr(s, '/') != NULL || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+            return um__cfg_fail(ld, L, sub, "%s: expected %s, got '%s'", sub, what, s);
+        r->index = um_strndup(s, strlen(s));
+    }
+    lua_pop(L, 1);
+    return true;
+}
+
 static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const char *rpath,
                        struct um_route *r)
 {
@@ -87,20 +141,8 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
         return false;
     r->line = um__cfg_line_of(ld, L, rpath);
 
-    um__cfg_subpath(sub, sizeof sub, rpath, "host");
-    if (um__cfg_get_field(L, idx, "host") != LUA_TNIL) {
-        if (!um__cfg_get_string(ld, L, -1, sub, "a host name such as \"example.com\"", &s))
-            return false;
-        for (const char *p = s; *p; p++)
-            if (*p <= ' ' || *p == ':' || *p == '/' || *p == 0x7f)
-                return um__cfg_fail(ld, L, sub, "%s: bad host name '%s' (no port, path or spaces)",
-                                    sub, s);
-        r->host = um_strndup(s, strlen(s));
-        for (char *p = r->host; *p; p++)
-            if (*p >= 'A' && *p <= 'Z')
-                *p = (char)(*p + 32);
-    }
-    lua_pop(L, 1);
+    if (!load_host(ld, L, idx, rpath, r))
+        return false;
 
     um__cfg_subpath(sub, sizeof sub, rpath, "path");
     if (um__cfg_get_field(L, idx, "path") == LUA_TNIL)
@@ -220,29 +262,7 @@ static bool load_route(struct um__cfg_load *ld, lua_State *L, int idx, const cha
         return true;
     }
 
-    um__cfg_subpath(sub, sizeof sub, rpath, "root");
-    um__cfg_get_field(L, idx, "root");
-    if (!um__cfg_get_string(ld, L, -1, sub, "a directory", &s) ||
-        !um__cfg_resolve_path(ld, L, sub, s, true, &r->root))
-        return false;
-    lua_pop(L, 1);
-
-    um__cfg_subpath(sub, sizeof sub, rpath, "index");
-    int t = um__cfg_get_field(L, idx, "index");
-    if (t == LUA_TNIL) {
-        r->index = um_strndup("index.html", strlen("index.html"));
-    } else if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
-        r->index = NULL;
-    } else {
-        const char *what = "a file name such as \"index.html\", or false";
-        if (!um__cfg_get_string(ld, L, -1, sub, what, &s))
-            return false;
-        if (strchr(s, '/') != NULL || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
-            return um__cfg_fail(ld, L, sub, "%s: expected %s, got '%s'", sub, what, s);
-        r->index = um_strndup(s, strlen(s));
-    }
-    lua_pop(L, 1);
-    return true;
+    return load_root(ld, L, idx, rpath, r);
 }
 
 bool um__cfg_load_routes(struct um__cfg_load *ld, lua_State *L)

@@ -46,30 +46,9 @@ static void set_global(lua_State *L, const char *name)
     lua_rawset(L, LUA_GLOBALSINDEX);
 }
 
-/* A Yunying-style file: checks its settings and writes the Umbra settings that mean the
- * same (listen, workers, cache, upstreams, routes), which the other steps then read. */
-bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
+/* port and working_thread_num: Umbra's listen and workers. */
+static bool yy_listen_workers(struct um__cfg_load *ld, lua_State *L)
 {
-    int yl, ul, hl;
-    const char *yy = first_set(ld, L, um__cfg_yunying, &yl);
-    if (yy == NULL)
-        return true;
-    const char *um = first_set(ld, L, um__cfg_settings, &ul);
-    const char *hook = first_set(ld, L, um__cfg_hooks, &hl);
-    if (um == NULL || (hook && hl < ul)) {
-        um = hook;
-        ul = hl;
-    }
-    if (um != NULL) {
-        bool um_later = ul != INT_MAX && (yl == INT_MAX || ul > yl);
-        int line = um_later ? ul : yl;
-        return um__cfg_fail_at(ld, line == INT_MAX ? 0 : line,
-                               "'%s' is an Umbra setting and '%s' a Yunying one: "
-                               "a config file uses one style or the other, not both",
-                               um, yy);
-    }
-    struct um_config *c = ld->c;
-    c->lua.yunying = true;
     long long n;
     char buf[PATH_LEN];
 
@@ -92,7 +71,14 @@ bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
     lua_pop(L, 1);
     lua_pushinteger(L, (lua_Integer)n);
     set_global(L, "workers");
+    return true;
+}
 
+/* cache_size_bytes, cache_default_max_age, cache_clean_interval: Umbra's cache table. */
+static bool yy_cache(struct um__cfg_load *ld, lua_State *L)
+{
+    long long n;
+    int t;
     lua_newtable(L);
     int cache = lua_gettop(L);
     t = um__cfg_get_global(L, "cache_size_bytes");
@@ -120,6 +106,38 @@ bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
         lua_setfield(L, cache, secs[i].um);
     }
     set_global(L, "cache");
+    return true;
+}
+
+/* A Yunying-style file: checks its settings and writes the Umbra settings that mean the
+ * same (listen, workers, cache, upstreams, routes), which the other steps then read. */
+bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
+{
+    int yl, ul, hl;
+    const char *yy = first_set(ld, L, um__cfg_yunying, &yl);
+    if (yy == NULL)
+        return true;
+    const char *um = first_set(ld, L, um__cfg_settings, &ul);
+    const char *hook = first_set(ld, L, um__cfg_hooks, &hl);
+    if (um == NULL || (hook && hl < ul)) {
+        um = hook;
+        ul = hl;
+    }
+    if (um != NULL) {
+        bool um_later = ul != INT_MAX && (yl == INT_MAX || ul > yl);
+        int line = um_later ? ul : yl;
+        return um__cfg_fail_at(ld, line == INT_MAX ? 0 : line,
+                               "'%s' is an Umbra setting and '%s' a Yunying one: "
+                               "a config file uses one style or the other, not both",
+                               um, yy);
+    }
+    struct um_config *c = ld->c;
+    c->lua.yunying = true;
+    long long n;
+    char buf[PATH_LEN];
+
+    if (!yy_listen_workers(ld, L) || !yy_cache(ld, L))
+        return false;
 
     const char *origin = "static_file";
     if (um__cfg_get_global(L, "origin_type") != LUA_TNIL &&

@@ -110,4 +110,31 @@ void um__hooks_open_yunying(lua_State *L);
 enum um_hook_result um__hooks_yunying(struct um__hook_state *h, struct um_hook_request *hr,
                                       struct um__hook_call *cl);
 
+/* --- bindings_req.c, bindings_res.c, bindings_umbra.c: the tables, set up by bindings.c --- */
+
+bool um__hooks_name_is(um_str field, const char *name, size_t n);
+bool um__hooks_is_framing(const char *name, size_t n);
+const char *um__hooks_check_value(lua_State *L, int idx, const char *type_what, const char *what,
+                               const char *name, size_t *n);
+int um__hooks_push_header(lua_State *L, const struct um_header *h, size_t n, const char *name,
+                       size_t nlen);
+int um__hooks_push_headers(lua_State *L, const struct um_header *h, size_t n);
+int um__hooks_req_header(lua_State *L);
+int um__hooks_req_set_header(lua_State *L);
+int um__hooks_req_remove_header(lua_State *L);
+void um__hooks_set_ttl(lua_State *L, int idx, const char *what, bool *has_ttl, int64_t *ttl);
+int um__hooks_req_index(lua_State *L);
+int um__hooks_req_newindex(lua_State *L);
+int um__hooks_res_header(lua_State *L);
+int um__hooks_res_set_header(lua_State *L);
+int um__hooks_res_remove_header(lua_State *L);
+int um__hooks_res_index(lua_State *L);
+int um__hooks_res_newindex(lua_State *L);
+int um__hooks_l_respond(lua_State *L);
+int um__hooks_l_early_hints(lua_State *L);
+int um__hooks_l_redirect(lua_State *L);
+int um__hooks_l_log(lua_State *L);
+int um__hooks_l_now(lua_State *L);
+int um__hooks_l_unescape(lua_State *L);
+
 #endif

@@ -49,145 +49,17 @@
  * Shutdown (reload, stop). A GOAWAY with the last stream id 2^31-1 and a PING; the GOAWAY
  * with the real last id only after the PING's ACK (or the header timeout), so the streams
  * the client sent before it read the first GOAWAY are served (section 6.8). */
-#include <errno.h>
-#include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include <nghttp2/nghttp2.h>
-
-#include "conn.h"
-#include "umbra/log.h"
-#include "umbra/metrics.h"
-
-#define STREAM_BUF_MAX (64 * 1024)  /* response bytes a stream buffers before refusing */
-#define STREAM_BUF_LOW (16 * 1024)  /* ...and below which its origin goes on */
-#define OUT_SOFT_MAX (256 * 1024)   /* output queue bytes past which frames wait */
-#define MAX_CONTINUATIONS 8         /* CONTINUATION frames after one HEADERS (8 x 16 KiB
-                                       frames hold any head under max_header_list's 64 KiB
-                                       default) */
-#define RST_BURST 200               /* client resets allowed at once... */
-#define RST_PER_SEC 50              /* ...and replenished per second */
-#define GLITCH_BURST 1000           /* frames that do no work allowed at once... */
-#define GLITCH_PER_SEC 100          /* ...and replenished per second */
-#define MAX_OUTBOUND_ACK 1000       /* SETTINGS/PING acks queued before GOAWAY */
-#define MAX_SETTINGS 32             /* entries in one SETTINGS frame */
-#define MAX_GAPS 8                  /* ranges of skipped stream ids remembered */
-/* The PING that follows a shutdown notice; its ACK says that the client has read the
- * notice, so that every stream it opened before it has arrived (RFC 9113 section 6.8). */
-static const uint8_t SHUTDOWN_PING[8] = {'u', 'm', '-', 'd', 'r', 'a', 'i', 'n'};
-
-struct h2_field {
-    uint32_t name_off, name_len, value_off, value_len;
-};
-
-/* A piece of a response body waiting for nghttp2 to frame it: a borrowed slice (release
- * not NULL: the cache's bytes, released once sent) or, release NULL, the next len bytes of
- * the stream's copy buffer (out). */
-struct h2_seg {
-    const char *p;
-    size_t len;
-    void (*release)(void *ctx);
-    void *ctx;
-};
-#define MAX_SEGS 16 /* per stream; the last slot is kept for copied bytes */
-
-struct h2_stream {
-    struct um__h2 *h2;
-    int32_t id;
-    struct h2_stream *prev, *next; /* the connection's streams */
-
-    /* The request head as it arrives: names and values in hbuf, by offset (hbuf may
-     * move), turned into x.req once complete. */
-    struct um_buf hbuf;
-    size_t num_fields;
-    struct h2_field method, path, scheme, authority; /* name_len unused */
-    bool has_method, has_path, has_scheme, has_authority;
-    size_t head_bytes;     /* counted as SETTINGS_MAX_HEADER_LIST_SIZE counts */
-    bool too_large;        /* past max_header_list or UM_HTTP1_MAX_HEADERS: 431 */
-    bool head_done;        /* END_HEADERS came */
-    bool started;          /* the exchange has begun */
-    bool body_first;       /* routed; the body is discarded, then dispatched */
-    bool discard_body;     /* nobody reads the body: grant its window at once */
-
-    /* The request body: body[bpos..len) not read yet. */
-    struct um_buf body;
-    size_t bpos;
-    bool body_eof;       /* END_STREAM came */
-    uint64_t body_seen;
-
-    /* The response body: the segments segs[seg_head..num_segs) (ref_bytes borrowed, the
-     * copied ones at out[opos..len)), then file_left bytes of file_fd at file_off. nghttp2
-     * frames them without copying (NGHTTP2_DATA_FLAG_NO_COPY): send_data_frame copies
-     * each frame's bytes once, from where they are into the output queue. */
-    bool submitted;      /* the head went to nghttp2 */
-    struct um_buf out;
-    size_t opos;
-    struct h2_seg segs[MAX_SEGS];
-    unsigned seg_head, num_segs;
-    size_t ref_bytes;
-    int file_fd;
-    uint64_t file_off, file_left;
-    bool out_end, out_abort;
-    bool deferred;       /* read_data said NGHTTP2_ERR_DEFERRED */
-
-    bool closed;         /* nghttp2 is done with it */
-
-    /* Last, so that a stream taken from the worker's pool is cleared without them: the
-     * fields of the head (num_fields of them are set) and the exchange (whose request
-     * header table is filled as far as num_headers says). */
-    struct h2_field fields[UM_HTTP1_MAX_HEADERS];
-    struct um__exchange x;
-};
-
-struct um__h2 {
-    struct um__conn *c;
-    nghttp2_session *session;
-    struct h2_stream *streams;
-    size_t num_streams;
-    uint64_t total_streams;
-    bool failed;          /* a connection error: GOAWAY queued, no more input */
-    bool goaway;          /* a graceful shutdown began (drain, reload): notice and PING */
-    bool goaway_final;    /* ...and the GOAWAY with the last stream id was submitted */
-    bool head_timer;      /* the header timer runs for an unfinished head */
-    /* Rapid reset: tokens left and when they were last replenished (loop ms). */
-    double rst_tokens;
-    uint64_t rst_at;
-    /* Frames that cost work and ask for none (PING, SETTINGS, PRIORITY, empty DATA, invalid
-     * frames): the same kind of bucket. */
-    double glitch_tokens;
-    uint64_t glitch_at;
-    /* The frame boundaries in what the client sends, tracked before nghttp2 sees it:
-     * the bytes of the frame being skipped, a partial frame header, and the count of
-     * CONTINUATION frames in a row. */
-    size_t scan_skip;
-    uint8_t scan_hdr[9];
-    size_t scan_hdr_len;
-    unsigned num_cont;
-    /* The stream ids the client skipped (section 5.1.1: the first use of an id closes
-     * the idle streams below it), as ranges [lo, hi], the last MAX_GAPS of them, and the
-     * highest id a HEADERS frame carried. nghttp2 cannot tell a skipped id from one that
-     * was used and closed, and ignores HEADERS on either. */
-    uint32_t gaps[MAX_GAPS][2];
-    unsigned num_gaps;
-    uint32_t max_id;
-};
+#include "conn_h2.h"
 
 const size_t um__h2_stream_size = sizeof(struct h2_stream);
 
-static inline struct h2_stream *stream_of(struct um__exchange *x)
-{
-    return (struct h2_stream *)(void *)((char *)x - offsetof(struct h2_stream, x));
-}
-
-static size_t out_buffered(const struct h2_stream *s)
+size_t um__h2_out_buffered(const struct h2_stream *s)
 {
     return s->out.len - s->opos + s->ref_bytes + (size_t)s->file_left;
 }
 
 /* Releases the borrowed segments not sent (the stream is reset or freed). */
-static void segs_drop(struct h2_stream *s)
+void um__h2_segs_drop(struct h2_stream *s)
 {
     for (unsigned i = s->seg_head; i < s->num_segs; i++)
         if (s->segs[i].release)
@@ -208,661 +80,9 @@ static void fail(struct um__h2 *h, uint32_t err, const char *why)
     nghttp2_session_terminate_session(h->session, err);
 }
 
-/* ---------------------------------------------------------------- the exchange's sends */
-
-static void wake(struct h2_stream *s)
-{
-    if (s->deferred && !s->closed) {
-        s->deferred = false;
-        nghttp2_session_resume_data(s->h2->session, s->id);
-    }
-    um__conn_wake(s->h2->c);
-}
-
-/* Connection-specific fields never cross to HTTP/2 (RFC 9113 section 8.2.2). */
-static bool hop_by_hop(um_str n)
-{
-    switch (n.len) {
-    case 2: return um_str_eq_ci(n, "te");
-    case 7: return um_str_eq_ci(n, "upgrade");
-    case 10: return um_str_eq_ci(n, "connection") || um_str_eq_ci(n, "keep-alive");
-    case 16: return um_str_eq_ci(n, "proxy-connection");
-    case 17: return um_str_eq_ci(n, "transfer-encoding");
-    default: return false;
-    }
-}
-
-/* The name in lower case (section 8.2.1): name itself when it is, else a copy in
- * scratch[*used..] (or, past its room, in the arena). One pass: the copy is made as the
- * name is read, and forgotten when it had no upper-case letter. */
-static const char *lower_name(um_str name, char *scratch, size_t room, size_t *used,
-                              struct um_arena *arena)
-{
-    char *out = room - *used >= name.len ? scratch + *used : um_arena_alloc(arena, name.len);
-    unsigned upper = 0;
-    for (size_t k = 0; k < name.len; k++) {
-        unsigned char ch = (unsigned char)name.base[k];
-        unsigned is = (unsigned)(ch - 'A') <= 'Z' - 'A';
-        upper |= is;
-        out[k] = (char)(ch | (is << 5));
-    }
-    if (!upper)
-        return name.base;
-    if (out == scratch + *used)
-        *used += name.len;
-    return out;
-}
-
-/* nghttp2 asks what the next DATA frame of a stream carries: up to length bytes of what
- * is buffered, framed by send_data_frame (no copy into nghttp2's buffer). */
-static ssize_t read_data(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length,
-                         uint32_t *flags, nghttp2_data_source *src, void *user)
-{
-    (void)session;
-    (void)id;
-    (void)buf;
-    (void)user;
-    struct h2_stream *s = src->ptr;
-    size_t avail = out_buffered(s);
-    size_t n = avail < length ? avail : length;
-    if (n == avail) {
-        if (s->out_abort && n == 0)
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM: not whole */
-        if (s->out_end && !s->out_abort) {
-            *flags |= NGHTTP2_DATA_FLAG_EOF;
-        } else if (n == 0) {
-            s->deferred = true;
-            return NGHTTP2_ERR_DEFERRED;
-        }
-    }
-    /* Every byte goes through send_data_frame (what is buffered is sent before a reset). */
-    if (n > 0)
-        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-    return (ssize_t)n;
-}
-
-/* Writes a DATA frame: its header (from nghttp2), then length bytes of the stream's
- * segments and file, copied once, into the output queue. */
-static int send_data_frame(nghttp2_session *session, nghttp2_frame *frame,
-                           const uint8_t *framehd, size_t length, nghttp2_data_source *src,
-                           void *user)
-{
-    (void)session;
-    struct um__h2 *h = user;
-    struct h2_stream *s = src->ptr;
-    struct um__outq *q = &h->c->out;
-    size_t pad = frame->data.padlen;
-    um__outq_reserve(q, 9 + pad + length);
-    size_t start = q->buf.len;
-    um_buf_append(&q->buf, framehd, 9);
-    if (pad > 0)
-        um_buf_append(&q->buf, (uint8_t[]){(uint8_t)(pad - 1)}, 1);
-    size_t left = length;
-    while (left > 0 && s->seg_head < s->num_segs) {
-        struct h2_seg *g = &s->segs[s->seg_head];
-        size_t k = g->len < left ? g->len : left;
-        if (g->release) {
-            um_buf_append(&q->buf, g->p, k);
-            g->p += k;
-            s->ref_bytes -= k;
-        } else {
-            um_buf_append(&q->buf, s->out.base + s->opos, k);
-            s->opos += k;
-            if (s->opos == s->out.len) {
-                s->opos = 0;
-                um_buf_reset(&s->out);
-            }
-        }
-        g->len -= k;
-        left -= k;
-        if (g->len == 0) {
-            if (g->release)
-                g->release(g->ctx);
-            if (++s->seg_head == s->num_segs)
-                s->seg_head = s->num_segs = 0;
-        }
-    }
-    if (left > 0) {
-        /* The file's bytes, read straight into the queue. */
-        ssize_t r = left <= s->file_left
-                        ? pread(s->file_fd, q->buf.base + q->buf.len, left, (off_t)s->file_off)
-                        : -1;
-        if (r != (ssize_t)left) {
-            um_log_err("http2: reading a response file: %s", r < 0 ? strerror(errno) : "it shrank");
-            q->buf.len = start; /* no partial frame */
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM: not whole */
-        }
-        um_buf_commit(&q->buf, left);
-        s->file_off += left;
-        s->file_left -= left;
-    }
-    if (pad > 1) {
-        memset(q->buf.base + q->buf.len, 0, pad - 1);
-        um_buf_commit(&q->buf, pad - 1);
-    }
-    /* Enough for this turn: the rest when the queue drained (h2_on_drained). */
-    if (um__outq_backlog(q) >= OUT_SOFT_MAX)
-        return NGHTTP2_ERR_PAUSE;
-    return 0;
-}
-
-static void send_head(struct um__exchange *x, const struct um_response_head *h)
-{
-    struct h2_stream *s = stream_of(x);
-    struct um__conn *c = s->h2->c;
-    if (s->closed)
-        return; /* the client reset it; run_streams cancels the origin */
-    nghttp2_nv nva[UM_HTTP1_MAX_RESPONSE_FIELDS + 8];
-    size_t n = 0;
-    char status[4] = {(char)('0' + h->status / 100 % 10), (char)('0' + h->status / 10 % 10),
-                      (char)('0' + h->status % 10), 0};
-#define NV(nm, nl, vl, vll)                                                                   \
-    nva[n++] = (nghttp2_nv){(uint8_t *)(nm), (uint8_t *)(vl), (nl), (vll), NGHTTP2_NV_FLAG_NONE}
-    NV(":status", 7, status, 3);
-    bool has_date = false;
-    for (size_t i = 0; i < h->num_headers && !has_date; i++)
-        has_date = h->headers[i].name.len == 4 && um_str_eq_ci(h->headers[i].name, "date");
-    if (!has_date)
-        NV("date", 4, um__worker_date(c->w), UM_HTTP_DATE_LEN);
-    NV("server", 6, "umbra/" UMBRA_VERSION, sizeof("umbra/" UMBRA_VERSION) - 1);
-    size_t bytes = 0;
-    char scratch[2048]; /* lower-case names; nghttp2 copies them before we return */
-    size_t used = 0;
-    for (size_t i = 0; i < h->num_headers && n < UM_NELEMS(nva) - 2; i++) {
-        const struct um_header *f = &h->headers[i];
-        if (f->name.len == 0 || hop_by_hop(f->name))
-            continue;
-        const char *name = lower_name(f->name, scratch, sizeof(scratch), &used, &x->arena);
-        NV(name, f->name.len, f->value.base, f->value.len);
-        bytes += f->name.len + f->value.len + 32;
-    }
-    char cl[24];
-    bool bodiless = h->status == 304 || h->status == 204 || h->status < 200;
-    if (!bodiless && h->content_length >= 0)
-        NV("content-length", 14, cl,
-           (size_t)(um_u64_dec(cl, (uint64_t)h->content_length) - cl));
-#undef NV
-    x->resp_bytes += bytes + 64; /* an estimate: HPACK decides the real size */
-    nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_data};
-    int rv = nghttp2_submit_response(s->h2->session, s->id, nva, n, &prd);
-    if (rv != 0)
-        um_log_err("http2: stream %d: cannot submit the response: %s", s->id,
-                   nghttp2_strerror(rv));
-    s->submitted = true;
-    um__conn_wake(c);
-}
-
-/* Copies len bytes to the stream's copy buffer, as a segment (the last one grows). */
-static void seg_copy(struct h2_stream *s, const char *data, size_t len)
-{
-    um_buf_append(&s->out, data, len);
-    if (s->num_segs > s->seg_head && s->segs[s->num_segs - 1].release == NULL) {
-        s->segs[s->num_segs - 1].len += len;
-        return;
-    }
-    UM_ASSERT(s->num_segs < MAX_SEGS); /* borrowed ones leave the last slot free */
-    s->segs[s->num_segs++] = (struct h2_seg){NULL, len, NULL, NULL};
-}
-
-static size_t send_data(struct um__exchange *x, const char *data, size_t len, bool may_refuse)
-{
-    struct h2_stream *s = stream_of(x);
-    if (s->closed)
-        return len; /* the client reset it: the bytes go nowhere */
-    if (may_refuse && out_buffered(s) > STREAM_BUF_MAX)
-        return 0;
-    seg_copy(s, data, len);
-    wake(s);
-    return len;
-}
-
-static size_t send_ref(struct um__exchange *x, const char *data, size_t len,
-                       void (*release)(void *ctx), void *ctx, bool may_refuse)
-{
-    struct h2_stream *s = stream_of(x);
-    if (s->closed) {
-        release(ctx);
-        return len;
-    }
-    if (may_refuse && out_buffered(s) > STREAM_BUF_MAX)
-        return 0;
-    if (s->num_segs + 1 >= MAX_SEGS && s->seg_head > 0) {
-        /* The sent ones leave room at the front. */
-        memmove(s->segs, s->segs + s->seg_head, (s->num_segs - s->seg_head) * sizeof(s->segs[0]));
-        s->num_segs -= s->seg_head;
-        s->seg_head = 0;
-    }
-    if (s->num_segs + 1 < MAX_SEGS) {
-        /* Kept as it is until its frames are written (send_data_frame). */
-        s->segs[s->num_segs++] = (struct h2_seg){data, len, release, ctx};
-        s->ref_bytes += len;
-    } else {
-        seg_copy(s, data, len);
-        release(ctx);
-    }
-    wake(s);
-    return len;
-}
-
-static void send_file(struct um__exchange *x, int fd, uint64_t off, uint64_t len)
-{
-    struct h2_stream *s = stream_of(x);
-    if (s->file_fd >= 0 || s->closed) {
-        /* One file per response; a second one cannot follow the first's bytes. */
-        close(fd);
-        if (!s->closed)
-            s->out_abort = true;
-        wake(s);
-        return;
-    }
-    s->file_fd = fd;
-    s->file_off = off;
-    s->file_left = len;
-    wake(s);
-}
-
-/* Body bytes nobody will read: drop them and give their window back. */
-static void body_discard(struct h2_stream *s)
-{
-    size_t n = s->body.len - s->bpos;
-    s->discard_body = true;
-    if (n > 0 && !s->closed)
-        nghttp2_session_consume(s->h2->session, s->id, n);
-    s->bpos = 0;
-    um_buf_reset(&s->body);
-}
-
-static void end(struct um__exchange *x)
-{
-    struct h2_stream *s = stream_of(x);
-    s->out_end = true;
-    body_discard(s);
-    wake(s);
-}
-
-static void abort_response(struct um__exchange *x)
-{
-    struct h2_stream *s = stream_of(x);
-    s->out_abort = true;
-    body_discard(s);
-    wake(s);
-}
-
-static ssize_t read_body(struct um__exchange *x, char *buf, size_t len)
-{
-    struct h2_stream *s = stream_of(x);
-    if (x->body_error)
-        return UM_ERR;
-    size_t avail = s->body.len - s->bpos;
-    if (avail > 0) {
-        size_t n = avail < len ? avail : len;
-        memcpy(buf, s->body.base + s->bpos, n);
-        s->bpos += n;
-        if (s->bpos == s->body.len) {
-            s->bpos = 0;
-            um_buf_reset(&s->body);
-        }
-        if (!s->closed)
-            nghttp2_session_consume(s->h2->session, s->id, n); /* WINDOW_UPDATE */
-        um__conn_wake(s->h2->c);
-        return (ssize_t)n;
-    }
-    if (s->body_eof)
-        return 0;
-    if (s->closed) {
-        x->body_error = 400; /* reset before its body ended */
-        return UM_ERR;
-    }
-    return UM_AGAIN;
-}
-
-/* An interim response (1xx, RFC 9113 8.1): a HEADERS frame of its own before the
- * response's; a 100 only when the stream did not get ours for Expect: 100-continue (as
- * over HTTP/1.1, conn_http1.c). */
-static void send_info(struct um__exchange *x, int status, const struct um_header *h, size_t n)
-{
-    struct h2_stream *s = stream_of(x);
-    if (s->closed || s->submitted || status < 100 || status > 199 || status == 101 ||
-        (status == 100 && (x->req.flags & UM_REQ_F_EXPECT_CONTINUE)))
-        return;
-    nghttp2_nv nva[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
-    size_t k = 0;
-    char st[3] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10),
-                  (char)('0' + status % 10)};
-    nva[k++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)st, 7, 3, NGHTTP2_NV_FLAG_NONE};
-    size_t bytes = 0;
-    char scratch[1024];
-    size_t used = 0;
-    for (size_t i = 0; i < n && k < UM_NELEMS(nva); i++) {
-        if (h[i].name.len == 0 || hop_by_hop(h[i].name))
-            continue;
-        const char *name = lower_name(h[i].name, scratch, sizeof(scratch), &used, &x->arena);
-        nva[k++] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)h[i].value.base, h[i].name.len,
-                                h[i].value.len, NGHTTP2_NV_FLAG_NONE};
-        bytes += h[i].name.len + h[i].value.len + 32;
-    }
-    /* nghttp2 copies the fields: they need not outlive the call. */
-    int rv = nghttp2_submit_headers(s->h2->session, NGHTTP2_FLAG_NONE, s->id, NULL, nva, k, NULL);
-    if (rv != 0) {
-        um_log_err("http2: stream %d: cannot submit a %d: %s", s->id, status,
-                   nghttp2_strerror(rv));
-        return;
-    }
-    x->resp_bytes += bytes + 16; /* an estimate: HPACK decides the real size */
-    um__conn_wake(s->h2->c);
-}
-
-static const struct um__exchange_conn_ops h2_exchange_ops = {
-    .send_head = send_head,
-    .send_data = send_data,
-    .send_ref = send_ref,
-    .send_file = send_file,
-    .end = end,
-    .abort = abort_response,
-    .send_info = send_info,
-    .read_body = read_body,
-};
-
-/* ---------------------------------------------------------------- streams */
-
-static struct h2_stream *stream_new(struct um__h2 *h, int32_t id)
-{
-    struct um__conn *c = h->c;
-    /* From the worker's pool: all but the head's fields and the request's header table
-     * is cleared (as conn.c's req_get does), not the 5 KiB of the whole. */
-    struct h2_stream *s = um_bufpool_get(&c->w->h2_streams);
-    memset(s, 0, offsetof(struct h2_stream, fields));
-    memset(&s->x, 0, offsetof(struct um__exchange, req.headers));
-    char *rest = (char *)&s->x.req.num_headers;
-    memset(rest, 0, sizeof(*s) - (size_t)(rest - (char *)s));
-    um_buf_init(&s->hbuf);
-    um_buf_init(&s->body);
-    um_buf_init(&s->out);
-    s->h2 = h;
-    s->id = id;
-    s->file_fd = -1;
-    um__exchange_init(&s->x, &h2_exchange_ops, c->w, c->runtime, c->t, c->peer_ip,
-                      c->peer_port, c->id);
-    s->next = h->streams;
-    if (h->streams)
-        h->streams->prev = s;
-    h->streams = s;
-    h->num_streams++;
-    h->total_streams++;
-    um_counter_add(&um_metrics_worker()->h2_streams, 1);
-    return s;
-}
-
-static void stream_free(struct um__h2 *h, struct h2_stream *s)
-{
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        h->streams = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    h->num_streams--;
-    if (!s->closed)
-        nghttp2_session_set_stream_user_data(h->session, s->id, NULL);
-    if (s->file_fd >= 0)
-        close(s->file_fd);
-    segs_drop(s);
-    um_arena_reset(&s->x.arena);
-    um_buf_dispose(&s->hbuf);
-    um_buf_dispose(&s->body);
-    um_buf_dispose(&s->out);
-    um_bufpool_put(&h->c->w->h2_streams, s);
-}
-
-static um_str field_str(const struct h2_stream *s, uint32_t off, uint32_t len)
-{
-    return (um_str){s->hbuf.base + off, len};
-}
-
-/* The head is complete: x.req from the fields, as the HTTP/1.1 parser would fill it. */
-static int build_request(struct h2_stream *s)
-{
-    struct um_request *req = &s->x.req;
-    /* All but the header table, filled below as far as num_headers says. */
-    memset(req, 0, offsetof(struct um_request, headers));
-    req->num_headers = 0;
-    req->head_len = 0;
-    req->content_length = 0;
-    req->flags = 0;
-    if (s->too_large)
-        return 431;
-    /* nghttp2 checked the pseudo-fields (section 8.3.1): present once, before the others,
-     * :path not empty, no CONNECT without :authority. */
-    if (!s->has_method)
-        return 400;
-    req->method = field_str(s, s->method.value_off, s->method.value_len);
-    req->method_id = um_http1_method_id(req->method.base, req->method.len);
-    if (req->method_id == UM_METHOD_CONNECT)
-        return 501;
-    if (!s->has_path || !s->has_scheme)
-        return 400;
-    req->target = field_str(s, s->path.value_off, s->path.value_len);
-    req->path = req->target;
-    if (req->target.len == 1 && req->target.base[0] == '*') {
-        if (req->method_id != UM_METHOD_OPTIONS)
-            return 400;
-    } else if (req->target.base[0] != '/') {
-        return 400;
-    } else {
-        const char *q = memchr(req->target.base, '?', req->target.len);
-        if (q) {
-            req->path.len = (size_t)(q - req->target.base);
-            req->query = (um_str){q + 1, req->target.len - req->path.len - 1};
-            req->flags |= UM_REQ_F_HAS_QUERY;
-        }
-    }
-    req->minor_version = 1;
-    req->flags |= UM_REQ_F_HTTP2 | UM_REQ_F_KEEPALIVE;
-    bool has_host = false;
-    um_str authority = s->has_authority
-                           ? field_str(s, s->authority.value_off, s->authority.value_len)
-                           : (um_str){NULL, 0};
-    for (size_t i = 0; i < s->num_fields; i++) {
-        struct um_header *f = &req->headers[req->num_headers++];
-        f->name = field_str(s, s->fields[i].name_off, s->fields[i].name_len);
-        f->value = field_str(s, s->fields[i].value_off, s->fields[i].value_len);
-        if (um_str_eq(f->name, "host")) {
-            /* One Host, naming what :authority names, if both are there (8.3.1). */
-            if (has_host || (s->has_authority && (f->value.len != authority.len ||
-                                                  memcmp(f->value.base, authority.base,
-                                                         authority.len) != 0)))
-                return 400;
-            has_host = true;
-            if (!s->has_authority)
-                req->authority = f->value;
-        } else if (um_str_eq(f->name, "content-length")) {
-            uint64_t v = 0;
-            if (f->value.len == 0 || f->value.len > 18)
-                return 400;
-            for (size_t k = 0; k < f->value.len; k++) {
-                char ch = f->value.base[k];
-                if (ch < '0' || ch > '9')
-                    return 400;
-                v = v * 10 + (uint64_t)(ch - '0');
-            }
-            req->content_length = v;
-            req->flags |= UM_REQ_F_CONTENT_LENGTH;
-        } else if (um_str_eq(f->name, "expect")) {
-            if (um_str_eq_ci(f->value, "100-continue"))
-                req->flags |= UM_REQ_F_EXPECT_CONTINUE;
-        }
-    }
-    /* Cookie crumbs travel as separate fields on HTTP/2; an HTTP/1.1 origin expects one
-     * field, joined with "; " (section 8.2.3). */
-    size_t first_cookie = SIZE_MAX, num_cookies = 0;
-    for (size_t i = 0; i < req->num_headers; i++)
-        if (um_str_eq(req->headers[i].name, "cookie") && num_cookies++ == 0)
-            first_cookie = i;
-    if (num_cookies > 1) {
-        struct um_buf b;
-        um_buf_init(&b);
-        size_t keep = 0;
-        for (size_t i = 0; i < req->num_headers; i++) {
-            if (um_str_eq(req->headers[i].name, "cookie")) {
-                if (b.len > 0)
-                    um_buf_append(&b, "; ", 2);
-                um_buf_append(&b, req->headers[i].value.base, req->headers[i].value.len);
-                if (i != first_cookie)
-                    continue;
-            }
-            req->headers[keep++] = req->headers[i];
-        }
-        req->num_headers = keep;
-        for (size_t i = 0; i < req->num_headers; i++)
-            if (um_str_eq(req->headers[i].name, "cookie"))
-                req->headers[i].value = (um_str){um_arena_strdup(&s->x.arena, b.base, b.len), b.len};
-        um_buf_dispose(&b);
-    }
-    /* :authority is the Host (section 8.3.1); the layers above read a host field too. */
-    if (s->has_authority) {
-        req->authority = authority;
-        if (!has_host && req->num_headers < UM_HTTP1_MAX_HEADERS)
-            req->headers[req->num_headers++] = (struct um_header){UM_STR("host"), req->authority};
-    }
-    if (!s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH))
-        req->flags |= UM_REQ_F_CHUNKED; /* a body of a length told by its end */
-    if (s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body.len > 0) {
-        /* The whole body came with the head (in the same read): its length is known. */
-        req->content_length = s->body.len;
-        req->flags |= UM_REQ_F_CONTENT_LENGTH;
-    }
-    if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body_eof && req->content_length > 0 &&
-        s->body.len == 0)
-        return 400;
-    req->head_len = s->head_bytes;
-    return 0;
-}
-
-/* Begins the exchange of a stream whose head is complete. */
-static void stream_start(struct um__h2 *h, struct h2_stream *s)
-{
-    struct um__conn *c = h->c;
-    struct um__exchange *x = &s->x;
-    s->started = true;
-    int status = build_request(s);
-    um__exchange_begin(x, false, true);
-    if (status != 0) {
-        body_discard(s);
-        x->req_parsed = false;
-        um__exchange_respond(x, status, NULL, 0);
-        um__exchange_log(x, 0); /* a request we could not take: logged as "-" */
-        return;
-    }
-    struct um_request *req = &x->req;
-    x->req_parsed = true;
-    x->head_only = req->method_id == UM_METHOD_HEAD;
-    x->body_done = s->body_eof;
-    x->body_wanted = false;
-    x->body_error = 0;
-    bool has_body = !s->body_eof || s->body.len > 0;
-    if ((req->flags & UM_REQ_F_CONTENT_LENGTH) &&
-        req->content_length > c->config->limits.max_body_bytes) {
-        body_discard(s);
-        um__exchange_respond(x, 413, NULL, 0);
-        return;
-    }
-    if (has_body && (req->flags & UM_REQ_F_EXPECT_CONTINUE) && s->body.len == 0) {
-        /* The client waits for a go-ahead before it sends the body (RFC 9110 10.1.1). */
-        static const nghttp2_nv cont[] = {
-            {(uint8_t *)":status", (uint8_t *)"100", 7, 3, NGHTTP2_NV_FLAG_NONE}};
-        nghttp2_submit_headers(h->session, NGHTTP2_FLAG_NONE, s->id, NULL, cont, 1, NULL);
-    }
-    enum um__start r = um__exchange_start(x, has_body);
-    if (r == UM__START_BODY_FIRST) {
-        s->body_first = true;
-        body_discard(s);
-        if (s->body_eof) {
-            s->body_first = false;
-            um__exchange_dispatch_pending(x);
-        }
-    } else if (r == UM__START_ANSWERED) {
-        body_discard(s);
-    }
-}
-
-/* What the callbacks recorded, done outside nghttp2: streams begun, fed, resumed, and
- * freed once both nghttp2 and the exchange are done with them. Returns true when it did
- * something that may have queued frames. */
-static bool run_streams(struct um__h2 *h)
-{
-    bool did = false;
-    for (struct h2_stream *s = h->streams, *next; s != NULL; s = next) {
-        next = s->next;
-        struct um__exchange *x = &s->x;
-        if (s->closed) {
-            if (s->started && !x->ended)
-                um__exchange_cancel(x); /* stops the origin, logs 499 or the status */
-            else if (x->req_parsed)
-                um__exchange_log(x, 0);
-            um__exchange_finish(x);
-            stream_free(h, s);
-            did = true;
-            continue;
-        }
-        if (!s->started) {
-            if (s->head_done) {
-                stream_start(h, s);
-                did = true;
-            }
-            continue;
-        }
-        if (s->body_first && s->body_eof) {
-            s->body_first = false;
-            x->body_done = true;
-            um__exchange_dispatch_pending(x);
-            did = true;
-            continue;
-        }
-        if (x->body_wanted && x->origin && !x->ended &&
-            (s->body.len > s->bpos || s->body_eof || x->body_error)) {
-            x->body_done = s->body_eof;
-            um__exchange_body_ready(x);
-            did = true;
-        }
-        if (x->origin_paused && x->origin && !x->ended && out_buffered(s) < STREAM_BUF_LOW) {
-            um__exchange_proceed(x);
-            did = true;
-        }
-    }
-    return did;
-}
-
-/* A graceful shutdown (reload, stop), as section 6.8 describes: a GOAWAY with the last
- * stream id 2^31-1 (nghttp2's shutdown notice), which refuses nothing, and a PING. The
- * streams the client opened before it read the notice arrive before the PING's ACK, and
- * are served; the GOAWAY with the real last stream id follows the ACK (shutdown_final).
- * A GOAWAY with the last id at once refused the streams already on their way, and the
- * client counted them as failed. */
-static void shutdown_begin(struct um__h2 *h)
-{
-    if (h->goaway || h->failed)
-        return;
-    h->goaway = true;
-    nghttp2_submit_shutdown_notice(h->session);
-    nghttp2_submit_ping(h->session, NGHTTP2_FLAG_NONE, SHUTDOWN_PING);
-}
-
-/* The PING's ACK came (or the client did not answer within the header timeout): the
- * GOAWAY that says which streams were taken. Those past it are refused, which nghttp2 does
- * once the GOAWAY is out and on_begin_headers before. */
-static void shutdown_final(struct um__h2 *h)
-{
-    if (!h->goaway || h->goaway_final || h->failed)
-        return;
-    h->goaway_final = true;
-    nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE,
-                          nghttp2_session_get_last_proc_stream_id(h->session),
-                          NGHTTP2_NO_ERROR, NULL, 0);
-}
-
 /* ---------------------------------------------------------------- nghttp2's callbacks */
 
-static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user)
+int um__h2_on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user)
 {
     struct um__h2 *h = user;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
@@ -875,7 +95,7 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
                                   NGHTTP2_REFUSED_STREAM);
         return 0; /* no stream: its fields and body are ignored */
     }
-    struct h2_stream *s = stream_new(h, frame->hd.stream_id);
+    struct h2_stream *s = um__h2_stream_new(h, frame->hd.stream_id);
     nghttp2_session_set_stream_user_data(session, s->id, s);
     return 0;
 }
@@ -991,7 +211,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
             return glitch(h, "too many PING frames");
         if (memcmp(frame->ping.opaque_data, SHUTDOWN_PING, sizeof(SHUTDOWN_PING)) == 0)
-            shutdown_final(h);
+            um__h2_shutdown_final(h);
         break;
     case NGHTTP2_SETTINGS:
         if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
@@ -1070,18 +290,18 @@ static void make_callbacks(void)
 {
     {
         UM_ASSERT(nghttp2_session_callbacks_new(&cbs) == 0);
-        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, um__h2_on_begin_headers);
         nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
         nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
         nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame);
-        nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_frame);
+        nghttp2_session_callbacks_set_send_data_callback(cbs, um__h2_send_data_frame);
     }
 }
 
-static nghttp2_session_callbacks *callbacks(void)
+nghttp2_session_callbacks *um__h2_callbacks(void)
 {
     pthread_once(&cbs_once, make_callbacks);
     return cbs;
@@ -1102,7 +322,7 @@ bool um__conn_h2_start(struct um__conn *c)
     nghttp2_option_set_max_outbound_ack(opt, MAX_OUTBOUND_ACK);
     nghttp2_option_set_max_settings(opt, MAX_SETTINGS);
     nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
-    int rv = nghttp2_session_server_new2(&h->session, callbacks(), h, opt);
+    int rv = nghttp2_session_server_new2(&h->session, um__h2_callbacks(), h, opt);
     nghttp2_option_del(opt);
     if (rv != 0) {
         um_log_err("http2: cannot make a session: %s", nghttp2_strerror(rv));
@@ -1129,7 +349,7 @@ bool um__conn_h2_start(struct um__conn *c)
     c->head_started = false;
     um_counter_add(&um_metrics_worker()->h2_conns, 1);
     if (c->draining)
-        shutdown_begin(h); /* stopping already: the streams sent meanwhile are served */
+        um__h2_shutdown_begin(h); /* stopping already: the streams sent meanwhile are served */
     return true;
 }
 
@@ -1258,7 +478,7 @@ static enum input_result h2_process_input(struct um__conn *c)
         c->rpos = c->rlen = 0; /* nghttp2 keeps what it needs of a partial frame */
     }
     for (int round = 0; round < 8; round++) {
-        bool did = run_streams(h);
+        bool did = um__h2_run_streams(h);
         size_t before = c->out.buf.len;
         send_frames(c);
         if (!did && c->out.buf.len == before)
@@ -1281,7 +501,7 @@ static enum input_result h2_process_input(struct um__conn *c)
     return IN_NEED_INPUT;
 }
 
-static bool h2_on_drained(struct um__conn *c)
+bool um__h2_on_drained(struct um__conn *c)
 {
     /* Frames wait in nghttp2 for room in the queue: pull them now. */
     struct um__h2 *h = c->h2;
@@ -1289,7 +509,7 @@ static bool h2_on_drained(struct um__conn *c)
         return false;
     size_t before = c->out.buf.len;
     send_frames(c);
-    run_streams(h);
+    um__h2_run_streams(h);
     return c->out.buf.len != before;
 }
 
@@ -1318,7 +538,7 @@ static void h2_arm_timer(struct um__conn *c)
             head_pending = true;
         else if (s->started && !s->body_eof && !s->x.ended)
             body_pending = true;
-        if (s->submitted && !s->deferred && out_buffered(s) > 0)
+        if (s->submitted && !s->deferred && um__h2_out_buffered(s) > 0)
             stalled = true; /* bytes wait for window the client does not open */
     }
     if (head_pending) {
@@ -1348,7 +568,7 @@ static void h2_on_timeout(struct um__conn *c)
     struct um__h2 *h = c->h2;
     if (h->goaway && !h->goaway_final && !h->failed) {
         /* No ACK of the shutdown PING: the final GOAWAY goes out anyway. */
-        shutdown_final(h);
+        um__h2_shutdown_final(h);
         um__tq_disarm(c->w, c);
         um__worker_ready(c->w, c);
         return;
@@ -1361,7 +581,7 @@ static void h2_on_timeout(struct um__conn *c)
 
 static void h2_drain(struct um__conn *c)
 {
-    shutdown_begin(c->h2);
+    um__h2_shutdown_begin(c->h2);
     um__worker_ready(c->w, c);
 }
 
@@ -1386,7 +606,7 @@ static void h2_dispose(struct um__conn *c)
         struct h2_stream *s = h->streams;
         s->closed = true;
         um__exchange_finish(&s->x);
-        stream_free(h, s);
+        um__h2_stream_free(h, s);
     }
     nghttp2_session_del(h->session);
     free(h);
@@ -1396,7 +616,7 @@ static void h2_dispose(struct um__conn *c)
 const struct um__conn_proto um__conn_proto_h2 = {
     .name = "HTTP/2",
     .process_input = h2_process_input,
-    .on_drained = h2_on_drained,
+    .on_drained = um__h2_on_drained,
     .arm_timer = h2_arm_timer,
     .on_timeout = h2_on_timeout,
     .drain = h2_drain,

@@ -8,7 +8,7 @@
  * (through the sink and struct um_fetch). The exchange reaches its connection through a
  * small table (struct um__exchange_conn_ops): HTTP/1.1 embeds one exchange in its
  * connection and begins it again for each request; an HTTP/2 connection embeds one in
- * each stream (conn_h2.c), with the same table.
+ * each stream (conn_h2_stream.c), with the same table.
  *
  * The connection calls back into the exchange when its output drained
  * (um__exchange_proceed), when request body bytes arrived (um__exchange_body_ready) and

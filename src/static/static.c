@@ -193,6 +193,64 @@ static void serve_copy(const struct um_request *req, const struct um__file *file
     sink->ops->on_end(sink, UM_OK);
 }
 
+/* Opens the file rel names below the root, or the directory's index (rel grows by it):
+ * its descriptor and its stat, or -1 once the sink has been answered. */
+static int open_target(struct static_origin *o, struct um_fetch *f, struct um_sink *sink,
+                       bool want_dir, char *rel, size_t *rel_len, struct stat *st)
+{
+    int fd = um_static_open_beneath(o->root_fd, *rel_len ? rel : ".", O_RDONLY | O_NOCTTY);
+    if (fd < 0) {
+        respond_error(sink, um_static_errno_status(errno));
+        return -1;
+    }
+    if (fstat(fd, st) != 0) {
+        close(fd);
+        respond_error(sink, 500);
+        return -1;
+    }
+    if (S_ISDIR(st->st_mode)) {
+        if (!want_dir) {
+            close(fd);
+            redirect_to_dir(f, sink);
+            return -1;
+        }
+        close(fd);
+        int ifd = -1, err = ENOENT;
+        if (o->index) {
+            /* Joined and opened from the root, so an index symlink is held to the root
+             * like any other path. */
+            size_t ilen = strlen(o->index);
+            if (*rel_len + 1 + ilen < MAX_PATH) {
+                if (*rel_len)
+                    rel[(*rel_len)++] = '/';
+                memcpy(rel + *rel_len, o->index, ilen + 1);
+                *rel_len += ilen;
+                ifd = um_static_open_beneath(o->root_fd, rel, O_RDONLY | O_NOCTTY);
+                err = errno;
+            }
+        }
+        if (ifd < 0) {
+            respond_error(sink, o->index && err != ENOENT ? um_static_errno_status(err) : 403);
+            return -1;
+        }
+        fd = ifd;
+        if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+            close(fd);
+            respond_error(sink, 403);
+            return -1;
+        }
+    } else if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        respond_error(sink, 403);
+        return -1;
+    } else if (want_dir) {
+        close(fd); /* "file.txt/" */
+        respond_error(sink, 404);
+        return -1;
+    }
+    return fd;
+}
+
 static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_sink *sink)
 {
     struct static_origin *o = (struct static_origin *)base;
@@ -229,57 +287,10 @@ static void static_fetch(struct um_origin *base, struct um_fetch *f, struct um_s
     }
     /* The path asked for, the key of its copy: an index or a sibling is joined after it. */
     size_t key_len = rel_len;
-    int fd = um_static_open_beneath(o->root_fd, rel_len ? rel : ".", O_RDONLY | O_NOCTTY);
-    if (fd < 0) {
-        respond_error(sink, um_static_errno_status(errno));
-        return;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        respond_error(sink, 500);
+    int fd = open_target(o, f, sink, want_dir, rel, &rel_len, &st);
+    if (fd < 0)
         return;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        if (!want_dir) {
-            close(fd);
-            redirect_to_dir(f, sink);
-            return;
-        }
-        close(fd);
-        int ifd = -1, err = ENOENT;
-        if (o->index) {
-            /* Joined and opened from the root, so an index symlink is held to the root
-             * like any other path. */
-            size_t ilen = strlen(o->index);
-            if (rel_len + 1 + ilen < sizeof(rel)) {
-                if (rel_len)
-                    rel[rel_len++] = '/';
-                memcpy(rel + rel_len, o->index, ilen + 1);
-                rel_len += ilen;
-                ifd = um_static_open_beneath(o->root_fd, rel, O_RDONLY | O_NOCTTY);
-                err = errno;
-            }
-        }
-        if (ifd < 0) {
-            respond_error(sink, o->index && err != ENOENT ? um_static_errno_status(err) : 403);
-            return;
-        }
-        fd = ifd;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            close(fd);
-            respond_error(sink, 403);
-            return;
-        }
-    } else if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        respond_error(sink, 403);
-        return;
-    } else if (want_dir) {
-        close(fd); /* "file.txt/" */
-        respond_error(sink, 404);
-        return;
-    }
 
     /* A precompressed sibling for the whole file (a Range is of the file's own bytes). */
     enum um_coding coding = UM_CODING_IDENTITY;

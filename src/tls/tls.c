@@ -63,77 +63,9 @@
 #include "umbra/log.h"
 #include "internal.h"
 
-/* Mozilla's "intermediate" TLS 1.2 suites: forward secrecy and AEAD only. */
-#define DEFAULT_CIPHERS                                                                      \
-    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"                           \
-    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"                           \
-    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
-#define SESSION_ID_CONTEXT "umbra"
-#define MAX_HOST 253
-/* A reload waits at most this long after the first change of a burst. */
-#define WATCH_MAX_DELAY_MS 1000
-
-/* ALPN protocols, in the server's order of preference, in wire format (length-prefixed):
- * "h2" first, unless the connection's listener has http2 = false (the SSL's app data is
- * then set, um_tls_transport_h1_only). */
-static const unsigned char ALPN_PROTOS[] = "\x02h2\x08http/1.1";
-static const unsigned char ALPN_PROTOS_H1[] = "\x08http/1.1";
-
-struct file_sig {
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime, ctime;
-    bool exists;
-};
-
-struct entry {
-    SSL_CTX *ctx;         /* guarded by um_tls.lock; the store's reference */
-    char *cert, *key;     /* as in the config */
-    char *name;           /* first host, for messages */
-    struct file_sig cert_sig, key_sig; /* of the files last loaded or tried; main thread */
-};
-
-struct host {
-    char *name; /* lower case; "*.example.com" for a wildcard */
-    size_t entry;
-};
-
-struct ticket_key {
-    unsigned char name[16];
-    unsigned char aes[32];
-    unsigned char hmac[32];
-    bool set;
-};
-
-struct um_tls {
-    int _refcnt; /* the owner's reference + one per SSL from um_tls_accept_new */
-    pthread_mutex_t lock;
-    struct entry *entries;
-    size_t num_entries;
-    size_t default_entry;
-    struct host *hosts; /* sorted by name */
-    size_t num_hosts;
-    unsigned protocols;
-    char *ciphers, *ciphersuites;
-
-    struct {
-        pthread_mutex_t lock;
-        struct ticket_key cur, prev;
-        struct timespec started; /* of cur, CLOCK_MONOTONIC */
-        EVP_CIPHER *cipher;
-    } tickets;
-
-    /* Watching (main thread). */
-    int epfd, inofd, timerfd;
-    char **dirs;
-    size_t num_dirs;
-    bool pending;          /* a change was seen; the timer is armed */
-    struct timespec first; /* of the first change since the last check */
-};
 
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
-static int ssl_index = -1;   /* the store a connection holds */
+int um__tls_ssl_index = -1; /* the store a connection holds */
 static int error_index = -1; /* the connection's last error (char[UM__TLS_ERROR_LEN]), once it has one */
 
 static void store_unref(struct um_tls *t);
@@ -153,7 +85,7 @@ static void on_error_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, 
 
 static void make_index(void)
 {
-    ssl_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
+    um__tls_ssl_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
     error_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_error_free);
 }
 
@@ -273,61 +205,8 @@ static enum um_tls_fault load_pair(SSL_CTX *ctx, const char *cert, const char *k
 }
 
 static int on_servername(SSL *ssl, int *alert, void *arg);
-/* The host name of the ClientHello's server_name extension into out ("" when it has none
- * or it does not fit). Read from the raw extension: OpenSSL decrypts a ticket before it
- * parses server_name. Returns false when the ClientHello is not at hand. */
-static bool hello_server_name(SSL *ssl, char *out, size_t n)
-{
-    const unsigned char *p;
-    size_t len;
-    out[0] = '\0';
-    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &len) != 1)
-        return SSL_client_hello_get0_ciphers(ssl, &p) > 0; /* no extension, or no hello */
-    if (len < 5 || ((size_t)p[0] << 8 | p[1]) + 2 != len || p[2] != TLSEXT_NAMETYPE_host_name)
-        return true;
-    size_t nl = (size_t)p[3] << 8 | p[4];
-    if (nl + 5 > len || nl >= n)
-        return true;
-    memcpy(out, p + 5, nl);
-    out[nl] = '\0';
-    return true;
-}
-
-/* RFC 6066 section 3: a session is resumed only under the name it was made for; offered
- * under another, the client gets a full handshake (and that name's certificate). */
-static SSL_TICKET_RETURN on_ticket(SSL *ssl, SSL_SESSION *ss, const unsigned char *keyname,
-                                   size_t keyname_len, SSL_TICKET_STATUS status, void *arg)
-{
-    (void)keyname;
-    (void)keyname_len;
-    (void)arg;
-    switch (status) {
-    case SSL_TICKET_SUCCESS:
-    case SSL_TICKET_SUCCESS_RENEW: {
-        char now[256];
-        if (!hello_server_name(ssl, now, sizeof(now))) {
-            const char *sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-            snprintf(now, sizeof(now), "%s", sni ? sni : "");
-        }
-        const char *was = SSL_SESSION_get0_hostname(ss);
-        if (strcasecmp(was ? was : "", now) != 0)
-            return SSL_TICKET_RETURN_IGNORE_RENEW;
-        return status == SSL_TICKET_SUCCESS ? SSL_TICKET_RETURN_USE : SSL_TICKET_RETURN_USE_RENEW;
-    }
-    case SSL_TICKET_FATAL_ERR_MALLOC:
-    case SSL_TICKET_FATAL_ERR_OTHER:
-        return SSL_TICKET_RETURN_ABORT;
-    default: /* none, or one we cannot decrypt: a full handshake and a new ticket */
-        return SSL_TICKET_RETURN_IGNORE_RENEW;
-    }
-}
-
 static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned int inlen, void *arg);
-static int on_ticket_key(SSL *ssl, unsigned char key_name[16], unsigned char *iv,
-                         EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc);
-static SSL_TICKET_RETURN on_ticket(SSL *ssl, SSL_SESSION *ss, const unsigned char *keyname,
-                                   size_t keyname_len, SSL_TICKET_STATUS status, void *arg);
 
 /* A server context with the store's settings and no certificate yet. */
 static SSL_CTX *new_ctx(unsigned protocols, const char *ciphers, const char *ciphersuites,
@@ -366,8 +245,8 @@ static SSL_CTX *new_ctx(unsigned protocols, const char *ciphers, const char *cip
     SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_tlsext_servername_callback(ctx, on_servername);
     SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
-    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, on_ticket_key);
-    SSL_CTX_set_session_ticket_cb(ctx, NULL, on_ticket, NULL);
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, um__tls_on_ticket_key);
+    SSL_CTX_set_session_ticket_cb(ctx, NULL, um__tls_on_ticket, NULL);
     return ctx;
 }
 
@@ -431,34 +310,12 @@ out:
 
 /* --- the store ------------------------------------------------------------------------- */
 
-static void sig_of(const char *file, struct file_sig *s)
-{
-    struct stat st;
-    memset(s, 0, sizeof *s);
-    if (stat(file, &st) != 0)
-        return;
-    s->exists = true;
-    s->dev = st.st_dev;
-    s->ino = st.st_ino;
-    s->size = st.st_size;
-    s->mtime = st.st_mtim;
-    s->ctime = st.st_ctim;
-}
-
-static bool sig_eq(const struct file_sig *a, const struct file_sig *b)
-{
-    return a->exists == b->exists && a->dev == b->dev && a->ino == b->ino &&
-           a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
-           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
-           a->ctime.tv_nsec == b->ctime.tv_nsec;
-}
-
 /* A complete context for entry e from its files, or NULL with "FILE: reason". */
 static SSL_CTX *load_entry(struct um_tls *t, struct entry *e, char *err, size_t errlen)
 {
     char reason[256];
-    sig_of(e->cert, &e->cert_sig);
-    sig_of(e->key, &e->key_sig);
+    um__tls_sig_of(e->cert, &e->cert_sig);
+    um__tls_sig_of(e->key, &e->key_sig);
     SSL_CTX *ctx = new_ctx(t->protocols, t->ciphers, t->ciphersuites, reason, sizeof reason);
     if (ctx == NULL) {
         snprintf(err, errlen, "%s: %s", e->cert, reason);
@@ -478,133 +335,9 @@ static SSL_CTX *load_entry(struct um_tls *t, struct entry *e, char *err, size_t 
     return NULL;
 }
 
-static bool ticket_key_new(struct ticket_key *k)
-{
-    if (RAND_bytes(k->name, sizeof k->name) != 1 || RAND_bytes(k->aes, sizeof k->aes) != 1 ||
-        RAND_bytes(k->hmac, sizeof k->hmac) != 1) {
-        ERR_clear_error();
-        return false;
-    }
-    k->set = true;
-    return true;
-}
-
-/* Under tickets.lock. */
-static void rotate_locked(struct um_tls *t, const struct timespec *now)
-{
-    struct ticket_key k;
-    if (!ticket_key_new(&k)) {
-        um_log_err("tls: cannot make a session ticket key (no randomness); keeping the "
-                   "current one");
-        return;
-    }
-    t->tickets.prev = t->tickets.cur;
-    t->tickets.cur = k;
-    t->tickets.started = *now;
-    OPENSSL_cleanse(&k, sizeof k);
-}
-
-void um_tls_rotate_tickets(struct um_tls *t)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    pthread_mutex_lock(&t->tickets.lock);
-    rotate_locked(t, &now);
-    pthread_mutex_unlock(&t->tickets.lock);
-}
-
-void um_tls_inherit_tickets(struct um_tls *to, struct um_tls *from)
-{
-    if (to == from)
-        return;
-    struct ticket_key cur, prev;
-    struct timespec started;
-    pthread_mutex_lock(&from->tickets.lock);
-    cur = from->tickets.cur;
-    prev = from->tickets.prev;
-    started = from->tickets.started;
-    pthread_mutex_unlock(&from->tickets.lock);
-    pthread_mutex_lock(&to->tickets.lock);
-    to->tickets.cur = cur;
-    to->tickets.prev = prev;
-    to->tickets.started = started;
-    pthread_mutex_unlock(&to->tickets.lock);
-    OPENSSL_cleanse(&cur, sizeof cur);
-    OPENSSL_cleanse(&prev, sizeof prev);
-}
-
 static int cmp_host(const void *a, const void *b)
 {
     return strcmp(((const struct host *)a)->name, ((const struct host *)b)->name);
-}
-
-static void add_dir(struct um_tls *t, const char *file)
-{
-    const char *slash = strrchr(file, '/');
-    if (slash == NULL)
-        return;
-    size_t n = slash == file ? 1 : (size_t)(slash - file);
-    for (size_t i = 0; i < t->num_dirs; i++)
-        if (strlen(t->dirs[i]) == n && memcmp(t->dirs[i], file, n) == 0)
-            return;
-    t->dirs = um_realloc(t->dirs, (t->num_dirs + 1) * sizeof *t->dirs);
-    t->dirs[t->num_dirs++] = um_strndup(file, n);
-}
-
-/* (Re)adds the watches; a directory that was removed and created again gets a new one. */
-static void add_watches(struct um_tls *t, bool log)
-{
-    for (size_t i = 0; i < t->num_dirs; i++)
-        if (inotify_add_watch(t->inofd, t->dirs[i],
-                              IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE |
-                                  IN_DELETE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0 &&
-            log)
-            um_log_warn("tls: cannot watch %s for certificate changes: %s", t->dirs[i],
-                        strerror(errno));
-}
-
-static void start_watching(struct um_tls *t)
-{
-    for (size_t i = 0; i < t->num_entries; i++) {
-        const char *files[] = {t->entries[i].cert, t->entries[i].key};
-        for (size_t j = 0; j < 2; j++) {
-            add_dir(t, files[j]);
-            char *real = realpath(files[j], NULL);
-            if (real != NULL) {
-                add_dir(t, real);
-                free(real);
-            }
-        }
-    }
-    struct epoll_event ev = {.events = EPOLLIN};
-    t->epfd = epoll_create1(EPOLL_CLOEXEC);
-    t->inofd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    t->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (t->epfd < 0 || t->inofd < 0 || t->timerfd < 0 ||
-        epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->inofd, &ev) != 0 ||
-        epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->timerfd, &ev) != 0) {
-        um_log_warn("tls: cannot watch certificate files (%s); they reload on HUP only",
-                    strerror(errno));
-        if (t->epfd >= 0)
-            close(t->epfd);
-        if (t->inofd >= 0)
-            close(t->inofd);
-        if (t->timerfd >= 0)
-            close(t->timerfd);
-        t->epfd = t->inofd = t->timerfd = -1;
-        return;
-    }
-    add_watches(t, true);
-}
-
-static void stop_watching(struct um_tls *t)
-{
-    if (t->epfd >= 0) {
-        close(t->epfd);
-        close(t->inofd);
-        close(t->timerfd);
-    }
-    t->epfd = t->inofd = t->timerfd = -1;
 }
 
 static void store_free(struct um_tls *t)
@@ -651,7 +384,7 @@ struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errl
     char msg[PATH_MAX + 256];
     UM_ASSERT(tc->num_certs > 0 && tc->default_cert < tc->num_certs);
     pthread_once(&index_once, make_index);
-    if (ssl_index < 0) {
+    if (um__tls_ssl_index < 0) {
         snprintf(err, errlen, "tls: cannot register SSL ex_data");
         return NULL;
     }
@@ -691,13 +424,13 @@ struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errl
     qsort(t->hosts, t->num_hosts, sizeof *t->hosts, cmp_host);
 
     t->tickets.cipher = EVP_CIPHER_fetch(NULL, "AES-256-CBC", NULL);
-    if (t->tickets.cipher == NULL || !ticket_key_new(&t->tickets.cur)) {
+    if (t->tickets.cipher == NULL || !um__tls_ticket_key_new(&t->tickets.cur)) {
         ERR_clear_error();
         snprintf(err, errlen, "tls: cannot set up session tickets (AES-256-CBC, randomness)");
         goto fail;
     }
     clock_gettime(CLOCK_MONOTONIC, &t->tickets.started);
-    start_watching(t);
+    um__tls_start_watching(t);
     return t;
 
 fail:
@@ -709,7 +442,7 @@ void um_tls_destroy(struct um_tls *t)
 {
     if (t == NULL)
         return;
-    stop_watching(t);
+    um__tls_stop_watching(t);
     store_unref(t);
 }
 
@@ -732,7 +465,7 @@ static bool reload_entry(struct um_tls *t, size_t i, char *err, size_t errlen)
     return true;
 }
 
-static int reload(struct um_tls *t, bool only_changed, char *err, size_t errlen)
+int um__tls_reload(struct um_tls *t, bool only_changed, char *err, size_t errlen)
 {
     char msg[PATH_MAX + 256];
     int n = 0;
@@ -743,9 +476,9 @@ static int reload(struct um_tls *t, bool only_changed, char *err, size_t errlen)
         struct entry *e = &t->entries[i];
         if (only_changed) {
             struct file_sig c, k;
-            sig_of(e->cert, &c);
-            sig_of(e->key, &k);
-            if (sig_eq(&c, &e->cert_sig) && sig_eq(&k, &e->key_sig))
+            um__tls_sig_of(e->cert, &c);
+            um__tls_sig_of(e->key, &k);
+            if (um__tls_sig_eq(&c, &e->cert_sig) && um__tls_sig_eq(&k, &e->key_sig))
                 continue;
         }
         if (reload_entry(t, i, msg, sizeof msg)) {
@@ -760,64 +493,7 @@ static int reload(struct um_tls *t, bool only_changed, char *err, size_t errlen)
 
 int um_tls_reload(struct um_tls *t, char *err, size_t errlen)
 {
-    return reload(t, false, err, errlen);
-}
-
-int um_tls_watch_fd(struct um_tls *t)
-{
-    return t->epfd;
-}
-
-static int64_t ns_of(const struct timespec *ts)
-{
-    return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
-}
-
-int um_tls_on_watch(struct um_tls *t)
-{
-    if (t->epfd < 0)
-        return 0;
-    /* inotify events are only a hint that something in a directory changed: the file
-     * identities decide. So their content (and an overflow of the queue) does not matter. */
-    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-    bool changed = false;
-    for (;;) {
-        ssize_t r = read(t->inofd, buf, sizeof buf);
-        if (r > 0) {
-            changed = true;
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        break;
-    }
-    if (changed) {
-        /* UM_TLS_WATCH_DELAY_MS after the last change, but no later than
-         * WATCH_MAX_DELAY_MS after the first: a directory that never stays quiet (some
-         * other file rewritten all the time) must not hold a reload back forever. */
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (!t->pending)
-            t->first = now;
-        t->pending = true;
-        int64_t at = ns_of(&now) + UM_TLS_WATCH_DELAY_MS * 1000000LL;
-        int64_t cap = ns_of(&t->first) + WATCH_MAX_DELAY_MS * 1000000LL;
-        if (at > cap)
-            at = cap;
-        struct itimerspec its = {{0, 0}, {(time_t)(at / 1000000000), (long)(at % 1000000000)}};
-        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
-            its.it_value.tv_nsec = 1; /* zero would disarm */
-        timerfd_settime(t->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
-        return 0;
-    }
-    uint64_t expirations;
-    if (read(t->timerfd, &expirations, sizeof expirations) != (ssize_t)sizeof expirations ||
-        !t->pending)
-        return 0;
-    t->pending = false;
-    /* A directory that was replaced needs a new watch. */
-    add_watches(t, false);
-    return reload(t, true, NULL, 0);
+    return um__tls_reload(t, false, err, errlen);
 }
 
 SSL *um_tls_accept_new(struct um_tls *t, int fd)
@@ -829,7 +505,7 @@ SSL *um_tls_accept_new(struct um_tls *t, int fd)
     ERR_clear_error();
     SSL *ssl = SSL_new(ctx);
     SSL_CTX_free(ctx);
-    if (ssl == NULL || SSL_set_fd(ssl, fd) != 1 || SSL_set_ex_data(ssl, ssl_index, t) != 1) {
+    if (ssl == NULL || SSL_set_fd(ssl, fd) != 1 || SSL_set_ex_data(ssl, um__tls_ssl_index, t) != 1) {
         char why[256];
         take_error(why, sizeof why);
         um_log_err("tls: cannot create a connection: %s", why);
@@ -894,7 +570,7 @@ unknown:
 
 static int on_servername(SSL *ssl, int *alert, void *arg)
 {
-    struct um_tls *t = SSL_get_ex_data(ssl, ssl_index);
+    struct um_tls *t = SSL_get_ex_data(ssl, um__tls_ssl_index);
     if (t == NULL)
         return SSL_TLSEXT_ERR_OK;
     size_t i = pick_entry(t, SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name));
@@ -924,48 +600,3 @@ static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
     return SSL_TLSEXT_ERR_OK;
 }
 
-static int on_ticket_key(SSL *ssl, unsigned char key_name[16], unsigned char *iv,
-                         EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc)
-{
-    struct um_tls *t = SSL_get_ex_data(ssl, ssl_index);
-    struct ticket_key k;
-    int ret = 1;
-    if (t == NULL)
-        return enc ? -1 : 0;
-    pthread_mutex_lock(&t->tickets.lock);
-    if (enc) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - t->tickets.started.tv_sec >= UM_TLS_TICKET_ROTATE_SECONDS)
-            rotate_locked(t, &now);
-        k = t->tickets.cur;
-    } else if (memcmp(key_name, t->tickets.cur.name, 16) == 0) {
-        k = t->tickets.cur;
-    } else if (t->tickets.prev.set && memcmp(key_name, t->tickets.prev.name, 16) == 0) {
-        k = t->tickets.prev;
-        ret = 2; /* decrypts, but issue a ticket under the current key */
-    } else {
-        pthread_mutex_unlock(&t->tickets.lock);
-        return 0; /* unknown key: a full handshake */
-    }
-    pthread_mutex_unlock(&t->tickets.lock);
-
-    int ivlen = EVP_CIPHER_get_iv_length(t->tickets.cipher);
-    OSSL_PARAM params[] = {
-        OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, k.hmac, sizeof k.hmac),
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
-        OSSL_PARAM_construct_end(),
-    };
-    if (enc) {
-        memcpy(key_name, k.name, 16);
-        if (RAND_bytes(iv, ivlen) != 1 ||
-            EVP_EncryptInit_ex2(cctx, t->tickets.cipher, k.aes, iv, NULL) != 1)
-            ret = -1;
-    } else if (EVP_DecryptInit_ex2(cctx, t->tickets.cipher, k.aes, iv, NULL) != 1) {
-        ret = -1;
-    }
-    if (ret > 0 && EVP_MAC_CTX_set_params(hctx, params) != 1)
-        ret = -1;
-    OPENSSL_cleanse(&k, sizeof k);
-    return ret;
-}

@@ -15,6 +15,7 @@
 
 #include "umbra/context.h"
 #include "umbra/http1.h"
+#include "umbra/httpfield.h"
 #include "umbra/loop.h"
 #include "umbra/transport.h"
 #include "umbra/tls.h"
@@ -194,5 +195,81 @@ void um__up_finish(struct xfer *x, enum um_up_err err);
  * um_upstream_module (upstream.c). */
 extern struct um_context_slot um__curl_slot;
 extern struct um_context_slot um__h1_slot;
+
+/* --- fields.c: the request's fields (upstream.c builds them per fetch) ----------------- */
+
+bool um__up_is_hop_by_hop(enum um_field_id id);
+void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct xfer *x);
+
+/* --- h1.c, h1_wire.c: the HTTP/1.1 transport's connections and pools ------------------- */
+
+#define H1_IN_SIZE (32 * 1024)             /* read buffer; grows for a long head */
+
+enum h1_state { H1_CONNECTING, H1_HANDSHAKE, H1_ACTIVE, H1_IDLE };
+enum h1_framing { F_NONE, F_LENGTH, F_CHUNKED, F_CLOSE };
+
+struct h1pool {
+    struct h1pool *next;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    struct h1conn *idle; /* newest first */
+    size_t num_idle;
+};
+
+/* The state of a worker context's UM_CONTEXT_H1_CLIENT slot. */
+struct h1worker {
+    struct um_context *ctx;
+    struct um_loop *loop;
+    struct h1pool *pools;
+    struct h1conn *all;  /* every open connection, for the loop's stop */
+    struct h1conn *dead; /* closed in this loop turn: freed at its end */
+    struct um_task stop, reap;
+};
+
+struct h1conn {
+    struct um_io io;
+    struct h1worker *hw;
+    struct h1pool *pool;
+    struct h1conn *next_idle, *prev_all, *next_all;
+    struct xfer *x; /* NULL while idle */
+    /* An https:// server's TLS (only for the upgrades this client carries there: such a
+     * connection is never kept for another request); NULL: plain send and recv. */
+    struct um_transport *tls;
+    struct um_timer timer; /* connect timeout, then idle expiry */
+    enum h1_state state;
+    bool reused;     /* taken from the pool for this attempt */
+    bool got_data;   /* a byte of the answer arrived in this attempt */
+    bool keep;       /* the answer allows another request after it */
+    bool req_done;   /* the whole request has been sent */
+    bool body_eof;   /* the request body has been read to its end */
+    bool chunked_out;
+    bool head_done;
+    bool dead;       /* closed: events still pending in this turn are ignored */
+    uint32_t want;   /* the events the connection is registered for */
+    /* request bytes to send: out[out_pos..out_len) */
+    char *out;
+    size_t out_pos, out_len, out_cap;
+    /* response bytes read: in[in_pos..in_pos + in_len) */
+    char *in;
+    size_t in_pos, in_len, in_cap;
+    /* decoded body bytes the sink has not taken yet (inside in, before in_pos) */
+    const char *pend;
+    size_t pend_len;
+    struct um_http1_resp_parser hp; /* the response head, until head_done */
+    enum h1_framing framing;
+    uint64_t remaining; /* F_LENGTH */
+    struct um_chunked chunk;
+};
+
+void um__h1_conn_close(struct h1conn *c);
+bool um__h1_conn_want(struct h1conn *c, uint32_t events);
+void um__h1_detach(struct h1conn *c);
+void um__h1_fail(struct h1conn *c, enum um_up_err err, const char *why);
+void um__h1_fail_errno(struct h1conn *c, enum um_up_err err, const char *what, int e);
+void um__h1_complete(struct h1conn *c);
+void um__h1_attempt(struct xfer *x, bool new_conn);
+void um__h1_put_head(struct h1conn *c, struct xfer *x);
+bool um__h1_send_request(struct h1conn *c);
+void um__h1_receive(struct h1conn *c);
 
 #endif

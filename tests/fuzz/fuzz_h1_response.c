@@ -1,4 +1,4 @@
-/* Fuzzes the upstream's HTTP/1.1 client reading a response: src/upstream/h1.c's receive()
+/* Fuzzes the upstream's HTTP/1.1 client reading a response: src/upstream/h1_wire.c's um__h1_receive()
  * (the head parsed in its buffer by um_http1_parse_response, interim heads skipped,
  * framing by Transfer-Encoding/Content-Length/close, chunked decoding, the sink pausing
  * and resuming) with upstream.c's head delivery and error handling behind it.
@@ -29,7 +29,9 @@
 #define um_loop_on_stop fuzz_loop_on_stop
 #define um_log fuzz_log
 #include "../../src/upstream/upstream.c"
+#include "../../src/upstream/fields.c"
 #include "../../src/upstream/h1.c"
+#include "../../src/upstream/h1_wire.c"
 #undef um_loop_timer_stop
 #undef um_loop_timer_start
 #undef um_loop_now
@@ -223,7 +225,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* x was freed by um__up_finish. A connection kept for reuse is closed here. */
     while (hw->all)
-        conn_close(hw->all);
+        um__h1_conn_close(hw->all);
     reap(hw);
     close(sv[1]);
     return 0;

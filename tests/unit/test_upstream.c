@@ -612,7 +612,7 @@ static void test_request_fields(void **state)
         um_http1_parse_request(&p, text, sizeof(text) - 1, 8192, 16384, &request, &status), UM_OK);
     struct um_fetch f = {.ctx = &ctx, .req = &request, .client_ip = "192.0.2.9", .scheme = "https"};
     struct xfer x = {0};
-    build_fields(up, &f, &x);
+    um__up_build_fields(up, &f, &x);
     static const char want[] = "X-A: 1\r\n"
                                "Via: 1.0 edge\r\n"
                                "Accept: */*\r\n"
