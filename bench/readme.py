@@ -408,6 +408,17 @@ def r_disk(s):
             u["Umbra/nginx"], "", "≥ 1.3")
 
 
+def r_disk_vs(case, target):
+    def cells(s):
+        try:
+            u, n = s.row(case, server="umbra"), s.row(case, server="umbra-nodisk")
+        except Missing:
+            return ("not measured in this run", "", "", "", "", target)
+        return ("%s vs %s req/s" % (n0(u["median"]), n0(n["median"])), "", "", "", "",
+                "%s: %s" % (target, u["with disk / without"]))
+    return cells
+
+
 def r_ring(first, fmt, target, unit="", num=str):
     def cells(s):
         r = s.row(first)
@@ -477,6 +488,9 @@ ROWS = [
     ("ring: 1 KiB local hits on a ring node vs no cluster", "cluster",
      r_ring("1 KiB local hits req/s*", "%s vs %s req/s", "≥ 0.95: {ratio}, {met}", num=n0)),
     ("disk tier: random 16 KiB hits over 8 × the memory cap, warm on disk", "disk", r_disk),
+    ("disk tier: 1 KiB memory hits with a disk vs without", "disk", r_disk_vs("memhit", "≥ 0.97")),
+    ("disk tier: misses (written behind) with a disk vs without", "disk",
+     r_disk_vs("miss", "≥ 0.95")),
 ]
 
 
