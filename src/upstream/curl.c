@@ -26,9 +26,6 @@
 #include "umbra/loop.h"
 #include "internal.h"
 
-/* The CURLM, its sockets and easy handles (struct worker_curl). */
-struct um_context_slot um__curl_slot = {.name = "curl multi handle"};
-
 #define POOL_MAX 256   /* attempts (easy handles) kept per worker */
 #define HBUF_KEEP 8192 /* a pooled attempt keeps a head buffer up to this size */
 

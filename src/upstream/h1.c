@@ -38,9 +38,6 @@
 #include "umbra/http1.h"
 #include "umbra/log.h"
 
-/* The HTTP/1.1 client's connection pools (struct h1worker). */
-struct um_context_slot um__h1_slot = {.name = "http/1.1 client pools"};
-
 #define IDLE_MS (60 * 1000)                /* an idle connection is closed after this */
 #define POOL_MAX 1024                      /* idle connections per server and worker */
 
