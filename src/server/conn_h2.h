@@ -129,7 +129,7 @@ struct um__h2 {
 };
 
 
-static inline inline struct h2_stream *um__h2_stream_of(struct um__exchange *x)
+static inline struct h2_stream *um__h2_stream_of(struct um__exchange *x)
 {
     return (struct h2_stream *)(void *)((char *)x - offsetof(struct h2_stream, x));
 }
