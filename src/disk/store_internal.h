@@ -121,11 +121,13 @@ static inline char *fmt(const char *f, ...)
     return s;
 }
 
-static inline int pread_all(int fd, void *buf, size_t n, uint64_t off)
+/* pread or pwrite all n bytes at off, through short counts and EINTR; a zero count
+ * (end of file) is EIO. */
+static inline int io_all(int fd, void *buf, size_t n, uint64_t off, bool write)
 {
     char *p = buf;
     while (n) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
+        ssize_t r = write ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
@@ -137,20 +139,14 @@ static inline int pread_all(int fd, void *buf, size_t n, uint64_t off)
     return UM_OK;
 }
 
+static inline int pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+    return io_all(fd, buf, n, off, false);
+}
+
 static inline int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 {
-    const char *p = buf;
-    while (n) {
-        ssize_t r = pwrite(fd, p, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return r == 0 ? (errno = EIO, UM_ERR) : UM_ERR;
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return UM_OK;
+    return io_all(fd, (void *)buf, n, off, true);
 }
 
 /* The file offset of log position pos. */
