@@ -127,6 +127,8 @@ struct um_disk_stats {
     uint64_t cursor;            /* the log position the next write takes */
 };
 void um_disk_stats(struct um_disk *d, struct um_disk_stats *st);
+/* Adds every figure of one to sum (the stores of a tier counted together). */
+void um_disk_stats_add(struct um_disk_stats *sum, const struct um_disk_stats *one);
 
 /* The store of n (n > 0) that holds key: rendezvous hashing on each store's path, so that
  * adding or removing a store moves only the keys it gains or had. */

@@ -14,9 +14,9 @@
  * (Content-Length or not) and at most cache.max_object, with no Content-Encoding of their
  * own (the codings are made from the identity object, see src/cache/origin_derive.c) and
  * not Vary "*"; a response that varies on other fields than Accept-Encoding is a variant
- * record beside a marker under the URL's key (origin_disk.c). An object on disk is a record of its key, its
- * status, its stored fields and times; the fields include the tag fields, so that a
- * promoted object is tagged again.
+ * record beside a marker under the URL's key (origin_disk.c). An object on disk is a
+ * record of its key, its status, its stored fields and times; the fields include the tag
+ * fields, so that a promoted object is tagged again.
  *
  * Purges: a purge of a URL removes its record; a purge by prefix or tag (hard or soft)
  * cannot look into the disk's records without reading them, so it moves the tier's purge
@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "umbra/common.h"
+#include "umbra/disk.h"
 
 struct um_config;
 struct um_route;
@@ -59,9 +60,9 @@ void um_disk_tier_purge_key(struct um_disk_tier *t, um_str key);
 void um_disk_tier_purge_all(struct um_disk_tier *t);
 
 struct um_disk_tier_stats {
-    uint64_t stores, size, objects, bytes, index_bytes;
-    uint64_t hits, misses, reads, read_bytes, writes, write_bytes, evictions;
-    uint64_t checksum_failures, io_errors, queue_bytes, drops, purged, rewrites, revalidations;
+    uint64_t stores;
+    struct um_disk_stats disk; /* of every store, added */
+    uint64_t hits, misses, purged, rewrites, revalidations;
 };
 void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st);
 

@@ -148,7 +148,7 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
     struct um_disk_tier_stats s;
     um_disk_tier_stats(t, &s);
     um_log_info("cache.disk: %zu store(s), %llu bytes, %llu objects found", t->n,
-                (unsigned long long)s.size, (unsigned long long)s.objects);
+                (unsigned long long)s.disk.size, (unsigned long long)s.disk.objects);
     return t;
 }
 
@@ -200,19 +200,7 @@ void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)
     for (size_t i = 0; i < t->n; i++) {
         struct um_disk_stats d;
         um_disk_stats(t->stores[i], &d);
-        st->size += d.size;
-        st->objects += d.objects;
-        st->bytes += d.bytes;
-        st->index_bytes += d.index_bytes;
-        st->reads += d.reads;
-        st->read_bytes += d.read_bytes;
-        st->writes += d.writes;
-        st->write_bytes += d.write_bytes;
-        st->evictions += d.evictions;
-        st->checksum_failures += d.checksum_failures;
-        st->io_errors += d.io_errors;
-        st->queue_bytes += d.queue_bytes;
-        st->drops += d.drops;
+        um_disk_stats_add(&st->disk, &d);
     }
     st->hits = atomic_load(&t->hits);
     st->misses = atomic_load(&t->misses);

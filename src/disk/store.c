@@ -410,6 +410,16 @@ void um_disk_stats(struct um_disk *d, struct um_disk_stats *st)
     pthread_mutex_unlock(&d->mu);
 }
 
+void um_disk_stats_add(struct um_disk_stats *sum, const struct um_disk_stats *one)
+{
+    /* Every field is a uint64_t figure: added as an array, so that a new one is not missed. */
+    _Static_assert(sizeof(*sum) % sizeof(uint64_t) == 0, "um_disk_stats holds only uint64_t");
+    uint64_t *s = (uint64_t *)(void *)sum;
+    const uint64_t *o = (const uint64_t *)(const void *)one;
+    for (size_t i = 0; i < sizeof(*sum) / sizeof(uint64_t); i++)
+        s[i] += o[i];
+}
+
 struct um_disk *um_disk_pick(struct um_disk *const *stores, size_t n, struct um_disk_key key)
 {
     UM_ASSERT(n > 0);

@@ -196,24 +196,24 @@ static void render_disk_metrics(struct um_server *s, struct um_buf *b)
     one(b, "umbra_disk_hits_total", "counter", "Memory misses the disk tier answered.", d.hits);
     one(b, "umbra_disk_misses_total", "counter",
         "Fills the disk tier could not answer (not there, stale, purged or damaged).", d.misses);
-    one(b, "umbra_disk_objects", "gauge", "Objects in the disk stores' indexes.", d.objects);
-    one(b, "umbra_disk_bytes", "gauge", "Bytes of the objects' records on disk.", d.bytes);
-    one(b, "umbra_disk_size_bytes", "gauge", "Bytes of the store files.", d.size);
-    one(b, "umbra_disk_index_bytes", "gauge", "Memory of the disk indexes.", d.index_bytes);
-    one(b, "umbra_disk_reads_total", "counter", "Records read from disk.", d.reads);
-    one(b, "umbra_disk_read_bytes_total", "counter", "Bytes read from disk.", d.read_bytes);
-    one(b, "umbra_disk_writes_total", "counter", "Records written to disk.", d.writes);
-    one(b, "umbra_disk_write_bytes_total", "counter", "Bytes written to disk.", d.write_bytes);
+    one(b, "umbra_disk_objects", "gauge", "Objects in the disk stores' indexes.", d.disk.objects);
+    one(b, "umbra_disk_bytes", "gauge", "Bytes of the objects' records on disk.", d.disk.bytes);
+    one(b, "umbra_disk_size_bytes", "gauge", "Bytes of the store files.", d.disk.size);
+    one(b, "umbra_disk_index_bytes", "gauge", "Memory of the disk indexes.", d.disk.index_bytes);
+    one(b, "umbra_disk_reads_total", "counter", "Records read from disk.", d.disk.reads);
+    one(b, "umbra_disk_read_bytes_total", "counter", "Bytes read from disk.", d.disk.read_bytes);
+    one(b, "umbra_disk_writes_total", "counter", "Records written to disk.", d.disk.writes);
+    one(b, "umbra_disk_write_bytes_total", "counter", "Bytes written to disk.", d.disk.write_bytes);
     one(b, "umbra_disk_evictions_total", "counter", "Records overwritten by the log's cursor.",
-        d.evictions);
+        d.disk.evictions);
     one(b, "umbra_disk_checksum_failures_total", "counter",
-        "Records found damaged on a read (dropped and fetched again).", d.checksum_failures);
+        "Records found damaged on a read (dropped and fetched again).", d.disk.checksum_failures);
     one(b, "umbra_disk_io_errors_total", "counter", "Reads and writes the disk failed.",
-        d.io_errors);
+        d.disk.io_errors);
     one(b, "umbra_disk_write_queue_bytes", "gauge", "Bytes of records waiting to be written.",
-        d.queue_bytes);
+        d.disk.queue_bytes);
     one(b, "umbra_disk_write_drops_total", "counter",
-        "Writes dropped because the write queue was full.", d.drops);
+        "Writes dropped because the write queue was full.", d.disk.drops);
     one(b, "umbra_disk_purged_total", "counter",
         "Records not served because a purge by prefix or tag came after them.", d.purged);
     one(b, "umbra_disk_rewrites_total", "counter",
@@ -447,12 +447,12 @@ static void render_json(struct um__admin *a, struct um_buf *b)
                       "\"disk\":{\"stores\":%llu,\"size\":%llu,\"used\":%llu,\"objects\":%llu,"
                       "\"index_bytes\":%llu,\"hits\":%llu,\"misses\":%llu,\"writes\":%llu,"
                       "\"write_drops\":%llu,\"evictions\":%llu,\"checksum_failures\":%llu},",
-                      (unsigned long long)d.stores, (unsigned long long)d.size,
-                      (unsigned long long)d.bytes, (unsigned long long)d.objects,
-                      (unsigned long long)d.index_bytes, (unsigned long long)d.hits,
-                      (unsigned long long)d.misses, (unsigned long long)d.writes,
-                      (unsigned long long)d.drops, (unsigned long long)d.evictions,
-                      (unsigned long long)d.checksum_failures);
+                      (unsigned long long)d.stores, (unsigned long long)d.disk.size,
+                      (unsigned long long)d.disk.bytes, (unsigned long long)d.disk.objects,
+                      (unsigned long long)d.disk.index_bytes, (unsigned long long)d.hits,
+                      (unsigned long long)d.misses, (unsigned long long)d.disk.writes,
+                      (unsigned long long)d.disk.drops, (unsigned long long)d.disk.evictions,
+                      (unsigned long long)d.disk.checksum_failures);
     } else {
         um_buf_append(b, "\"disk\":null,", 12);
     }
