@@ -72,6 +72,7 @@ struct um_disk_info {
     uint32_t length; /* bytes of the record (header, metadata, body, checksum) */
     uint64_t left;   /* bytes the log takes before the cursor reaches the record: a hit
                       * with little left is worth writing again (ahead of the cursor) */
+    uint64_t span;   /* bytes of one lap of the log */
 };
 bool um_disk_lookup(struct um_disk *d, struct um_disk_key key, struct um_disk_info *info);
 

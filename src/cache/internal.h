@@ -324,6 +324,10 @@ void um__cache_pass_on_end(struct um_sink *s, int err);
 /* origin_fill.c */
 extern const struct um_sink_ops um__cache_fill_ops;
 /* The stored head block of a response's fields (malloc'd; *len its length). */
+/* Whether a field of a response to store is left out of what is stored: one the cache sets
+ * itself when it serves, a tag field when strip_tags (clients are not to see them), or one
+ * that policy refuses to store. */
+bool um__cache_field_skipped(um_str name, const struct um_resp_meta *m, bool strip_tags);
 char *um__cache_head_block(const struct cache_origin *co, const struct um_header *h, size_t n,
                            const struct um_resp_meta *m, size_t *len);
 /* Points the fill's own reader at obj and lets it go. */

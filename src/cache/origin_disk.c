@@ -95,15 +95,34 @@ static void df_free(struct disk_fetch *df)
 
 /* ---------------------------------------------------------------- the tee (a miss) */
 
-/* Whether a field goes into the record: not the ones sent fresh, nor what the cache may
- * not keep (um_cache_field_storable). The tag fields stay: a promoted object is tagged. */
-static bool keeps(um_str name, const struct um_resp_meta *rm)
+/* A record's metadata into rec (initialised here): m, the key, then the fields of h the
+ * memory cache would keep (um__cache_field_skipped), the tag fields included so that a
+ * promoted object is tagged again. */
+static void record_start(struct um_buf *rec, struct disk_meta m, um_str key,
+                         const struct um_header *h, size_t n, const struct um_resp_meta *rm)
 {
-    enum um_field_id id = um_http_field_id(name);
-    if (id == UM_FIELD_AGE || id == UM_FIELD_CONTENT_LENGTH || id == UM_FIELD_CACHE_STATUS ||
-        id == UM_FIELD_TRANSFER_ENCODING)
-        return false;
-    return um_cache_field_storable_id(name, id, rm);
+    m.key_len = (uint32_t)key.len;
+    um_buf_init(rec);
+    um_buf_append(rec, &m, sizeof(m));
+    um_buf_append(rec, key.base, key.len);
+    size_t fields = rec->len;
+    for (size_t i = 0; i < n; i++) {
+        if (um__cache_field_skipped(h[i].name, rm, false))
+            continue;
+        um_buf_append(rec, h[i].name.base, h[i].name.len);
+        um_buf_append(rec, ": ", 2);
+        um_buf_append(rec, h[i].value.base, h[i].value.len);
+        um_buf_append(rec, "\r\n", 2);
+    }
+    ((struct disk_meta *)(void *)rec->base)->head_len = (uint32_t)(rec->len - fields);
+}
+
+/* The Age field of a record served now (its buffer: buf). */
+static struct um_header age_field(const struct um_age_times *t, time_t now, char (*buf)[24])
+{
+    int64_t age = um_current_age(t, now);
+    int n = snprintf(*buf, sizeof(*buf), "%lld", (long long)(age < 0 ? 0 : age));
+    return (struct um_header){UM_STR("Age"), {*buf, (size_t)n}};
 }
 
 /* The key of the variant of the fill's request for the Vary field names in names ("a,b"):
@@ -228,21 +247,8 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
         .age_value = times.age_value,
         .lifetime = lifetime,
         .stored = now,
-        .key_len = (uint32_t)df->f.fill_key.len,
     };
-    um_buf_init(&df->rec);
-    um_buf_append(&df->rec, &m, sizeof(m));
-    um_buf_append(&df->rec, df->f.fill_key.base, df->f.fill_key.len);
-    size_t fields = df->rec.len;
-    for (size_t i = 0; i < h->num_headers; i++) {
-        if (!keeps(h->headers[i].name, &rm))
-            continue;
-        um_buf_append(&df->rec, h->headers[i].name.base, h->headers[i].name.len);
-        um_buf_append(&df->rec, ": ", 2);
-        um_buf_append(&df->rec, h->headers[i].value.base, h->headers[i].value.len);
-        um_buf_append(&df->rec, "\r\n", 2);
-    }
-    ((struct disk_meta *)(void *)df->rec.base)->head_len = (uint32_t)(df->rec.len - fields);
+    record_start(&df->rec, m, df->f.fill_key, h->headers, h->num_headers, &rm);
     df->body_start = df->rec.len;
     if (h->content_length > 0)
         um_buf_reserve(&df->rec, (size_t)h->content_length); /* one allocation for the body */
@@ -427,17 +433,25 @@ static bool serve_pump(struct disk_fetch *df)
 
 enum rec_use { REC_BAD, REC_STALE, REC_FRESH };
 
+/* Whether meta is a whole metadata of kind magic (a record or a marker) under df's own key
+ * (not a hash collision), and *m its disk_meta. */
+static bool meta_of(const struct disk_fetch *df, um_str meta, uint32_t magic,
+                    struct disk_meta *m)
+{
+    if (meta.len < sizeof(*m))
+        return false;
+    memcpy(m, meta.base, sizeof(*m));
+    return m->magic == magic && sizeof(*m) + (size_t)m->key_len + m->head_len == meta.len &&
+           m->key_len == df->f.fill_key.len &&
+           memcmp(meta.base + sizeof(*m), df->f.fill_key.base, m->key_len) == 0;
+}
+
 /* What the record (meta) is to df now: not its own (or purged): REC_BAD; its own but
  * stale, or fresh. *out: its metadata. */
 static enum rec_use record_use(struct disk_fetch *df, um_str meta, const struct disk_meta **out)
 {
     struct disk_meta m;
-    if (meta.len < sizeof(m))
-        return REC_BAD;
-    memcpy(&m, meta.base, sizeof(m));
-    if (m.magic != DISK_META_MAGIC || sizeof(m) + (size_t)m.key_len + m.head_len != meta.len ||
-        m.key_len != df->f.fill_key.len ||
-        memcmp(meta.base + sizeof(m), df->f.fill_key.base, m.key_len) != 0)
+    if (!meta_of(df, meta, DISK_META_MAGIC, &m))
         return REC_BAD;
     if (m.stored < atomic_load(&df->d->t->purged_before)) {
         atomic_fetch_add(&df->d->t->purged, 1);
@@ -529,25 +543,11 @@ static void revalidated(struct disk_fetch *df, const struct um_response_head *h)
     m.age_value = times.age_value;
     m.lifetime = lifetime;
     m.stored = now;
-    um_buf_init(&df->rec);
-    um_buf_append(&df->rec, &m, sizeof(m));
-    um_buf_append(&df->rec, df->f.fill_key.base, df->f.fill_key.len);
-    size_t fields = df->rec.len;
-    for (size_t i = 0; i < mn; i++) {
-        if (!keeps(merged[i].name, &mm))
-            continue;
-        um_buf_append(&df->rec, merged[i].name.base, merged[i].name.len);
-        um_buf_append(&df->rec, ": ", 2);
-        um_buf_append(&df->rec, merged[i].value.base, merged[i].value.len);
-        um_buf_append(&df->rec, "\r\n", 2);
-    }
-    ((struct disk_meta *)(void *)df->rec.base)->head_len = (uint32_t)(df->rec.len - fields);
+    record_start(&df->rec, m, df->f.fill_key, merged, mn, &mm);
     df->store = lifetime > 0;
     df->serve_after = true;
     char agebuf[24];
-    int64_t age = um_current_age(&times, now);
-    int al = snprintf(agebuf, sizeof agebuf, "%lld", (long long)(age < 0 ? 0 : age));
-    merged[mn++] = (struct um_header){UM_STR("Age"), {agebuf, (size_t)al}};
+    merged[mn++] = age_field(&times, now, &agebuf);
     struct um_response_head nh = {.status = om->status, .headers = merged, .num_headers = mn,
                                   .content_length = (int64_t)df->body_len,
                                   .reason = {NULL, 0}};
@@ -561,11 +561,7 @@ static void rewrite_if_old(struct disk_fetch *df, um_str meta, um_str body)
 {
     struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
     struct um_disk_info info;
-    struct um_disk_stats ds;
-    if (!um_disk_lookup(st, df->key, &info))
-        return;
-    um_disk_stats(st, &ds);
-    if (info.left < ds.size / 4) {
+    if (um_disk_lookup(st, df->key, &info) && info.left < info.span / 4) {
         um_disk_write(st, df->key, meta, body.base, body.len);
         atomic_fetch_add(&df->d->t->rewrites, 1);
     }
@@ -578,12 +574,7 @@ static void on_read(void *arg, int status, um_str meta, um_str body);
 static bool follow_marker(struct disk_fetch *df, um_str meta)
 {
     struct disk_meta m;
-    if (df->variant || meta.len < sizeof(m))
-        return false;
-    memcpy(&m, meta.base, sizeof(m));
-    if (m.magic != DISK_VARY_MAGIC || sizeof(m) + (size_t)m.key_len + m.head_len != meta.len ||
-        m.key_len != df->f.fill_key.len ||
-        memcmp(meta.base + sizeof(m), df->f.fill_key.base, m.key_len) != 0 ||
+    if (df->variant || !meta_of(df, meta, DISK_VARY_MAGIC, &m) ||
         m.stored < atomic_load(&df->d->t->purged_before))
         return false;
     um_str names = {meta.base + sizeof(m) + m.key_len, m.head_len};
@@ -630,9 +621,7 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
     struct um_header f[MAX_OUT_FIELDS + 1];
     size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
     char agebuf[24];
-    int64_t age = um_current_age(&times, time(NULL));
-    int al = snprintf(agebuf, sizeof agebuf, "%lld", (long long)(age < 0 ? 0 : age));
-    f[n++] = (struct um_header){UM_STR("Age"), {agebuf, (size_t)al}};
+    f[n++] = age_field(&times, time(NULL), &agebuf);
     df->state = DF_SERVING;
     df->cs.hit = true;
     df->cs.detail = "disk";

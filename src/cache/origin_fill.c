@@ -88,10 +88,7 @@ static size_t tag_build(const struct um_vary *vary, const struct um_route *route
     return o;
 }
 
-/* Whether a field of a response to store is left out of its head block: one the cache
- * sets itself when it serves, a tag field when clients are not to see them, or one that
- * policy refuses to store. */
-static bool block_skips(um_str name, const struct um_resp_meta *m, bool strip_tags)
+bool um__cache_field_skipped(um_str name, const struct um_resp_meta *m, bool strip_tags)
 {
     enum um_field_id id = um_http_field_id(name);
     switch (id) {
@@ -125,7 +122,7 @@ char *um__cache_head_block(const struct cache_origin *co, const struct um_header
     char *b = um_malloc(cap + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (block_skips(h[i].name, m, strip_tags))
+        if (um__cache_field_skipped(h[i].name, m, strip_tags))
             continue;
         memcpy(b + o, h[i].name.base, h[i].name.len);
         o += h[i].name.len;

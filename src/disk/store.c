@@ -392,7 +392,7 @@ bool um_disk_lookup(struct um_disk *d, struct um_disk_key key, struct um_disk_in
     const struct um__disk_ent *e = um__disk_index_find(&d->idx, key.hi, key.lo);
     if (e && info)
         *info = (struct um_disk_info){e->pos, phys(d, e->pos), e->len,
-                                      e->pos + d->span - d->cursor};
+                                      e->pos + d->span - d->cursor, d->span};
     pthread_mutex_unlock(&d->mu);
     return e != NULL;
 }
