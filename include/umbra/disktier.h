@@ -56,7 +56,9 @@ struct um_origin *um_disk_origin_create(struct um_disk_tier *t, struct um_origin
 
 /* A purge of the cache key key: its record removed. */
 void um_disk_tier_purge_key(struct um_disk_tier *t, um_str key);
-/* A purge by prefix or tag: the records written until now are no longer served. */
+/* A purge by prefix or tag: the records written until now are no longer served. The new
+ * purge time is written to the stores' directories by the tier's thread (never waited for
+ * here: any thread may purge); um_disk_tier_close writes the last one. */
 void um_disk_tier_purge_all(struct um_disk_tier *t);
 
 struct um_disk_tier_stats {

@@ -100,6 +100,28 @@ static void purged_write(const char *dir, int64_t when)
                      file);
 }
 
+/* The purge writer: writes the newest purge time until the tier closes, the last one
+ * included. */
+static void *purge_writer_main(void *arg)
+{
+    struct um_disk_tier *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (t->to_write == t->written && !t->closing)
+            pthread_cond_wait(&t->cond, &t->mu);
+        if (t->to_write == t->written)
+            break; /* closing, nothing left */
+        int64_t when = t->to_write;
+        pthread_mutex_unlock(&t->mu);
+        for (size_t i = 0; i < t->n; i++)
+            purged_write(t->dirs[i], when);
+        pthread_mutex_lock(&t->mu);
+        t->written = when;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
 struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err, size_t errlen)
 {
     const struct um_cache_conf *cc = &config->cache;
@@ -145,6 +167,16 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
             t->max_object = st.queue_max;
     }
     atomic_store(&t->purged_before, purged);
+    t->to_write = t->written = purged;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    int e = pthread_create(&t->purge_writer, NULL, purge_writer_main, t);
+    if (e != 0) {
+        snprintf(err, errlen, "cache.disk: cannot start the purge writer: %s", strerror(e));
+        um_disk_tier_close(t);
+        return NULL;
+    }
+    t->started = true;
     struct um_disk_tier_stats s;
     um_disk_tier_stats(t, &s);
     um_log_info("cache.disk: %zu store(s), %llu bytes, %llu objects found", t->n,
@@ -156,6 +188,15 @@ void um_disk_tier_close(struct um_disk_tier *t)
 {
     if (t == NULL)
         return;
+    if (t->started) {
+        pthread_mutex_lock(&t->mu);
+        t->closing = true;
+        pthread_cond_signal(&t->cond);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->purge_writer, NULL);
+        pthread_cond_destroy(&t->cond);
+        pthread_mutex_destroy(&t->mu);
+    }
     for (size_t i = 0; i < t->n; i++) {
         um_disk_close(t->stores[i]);
         free(t->dirs[i]);
@@ -187,8 +228,12 @@ void um_disk_tier_purge_all(struct um_disk_tier *t)
     int64_t when = (int64_t)time(NULL) + 1;
     atomic_store(&t->purged_before, when);
     atomic_fetch_add(&t->purges, 1);
-    for (size_t i = 0; i < t->n; i++)
-        purged_write(t->dirs[i], when);
+    pthread_mutex_lock(&t->mu);
+    if (when > t->to_write) {
+        t->to_write = when;
+        pthread_cond_signal(&t->cond);
+    }
+    pthread_mutex_unlock(&t->mu);
 }
 
 void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)

@@ -3,6 +3,7 @@
 #ifndef UMBRA_CACHE_DISKTIER_INTERNAL_H
 #define UMBRA_CACHE_DISKTIER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "umbra/disk.h"
@@ -16,6 +17,14 @@ struct um_disk_tier {
     /* Records written before this (unix seconds) are not served: a purge by prefix or tag
      * (disktier.h). */
     _Atomic int64_t purged_before;
+    /* The purge time is written to every store's directory (with an fsync) by a thread of
+     * the tier's own, not by the thread that purged (a worker may): to_write is the newest
+     * time to write, written the last one written. */
+    pthread_t purge_writer;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int64_t to_write, written;
+    bool closing, started;
     _Atomic uint64_t hits, misses, purged, purges, rewrites, revalidations;
 };
 
