@@ -26,17 +26,15 @@ bool um_url_path_canon(um_str path, char *out, size_t outsz, size_t *outlen)
         while (i < path.len && path.base[i] != '/') {
             int c = (unsigned char)path.base[i];
             if (c == '%') {
-                int hi = i + 2 < path.len ? um_hexval(path.base[i + 1]) : -1;
-                int lo = hi >= 0 ? um_hexval(path.base[i + 2]) : -1;
-                if (lo < 0)
+                int d = um_pct_byte(path.base + i, path.len - i);
+                if (d < 0)
                     return false;
-                int d = hi << 4 | lo;
                 if (unreserved(d)) {
                     out[start + n++] = (char)d;
                 } else {
                     out[start + n++] = '%';
-                    out[start + n++] = hex[hi];
-                    out[start + n++] = hex[lo];
+                    out[start + n++] = hex[d >> 4];
+                    out[start + n++] = hex[d & 15];
                 }
                 i += 3;
             } else {

@@ -8,6 +8,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "umbra/ascii.h"
 #include "umbra/cacheorigin.h"
 #include "umbra/config.h"
 #include "umbra/hooks.h"
@@ -200,15 +201,13 @@ int um__hooks_l_unescape(lua_State *L)
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     for (size_t i = 0; i < n; i++) {
-        int hi, lo;
-#define HEX(c) ((c) >= '0' && (c) <= '9' ? (c) - '0' : ((c) | 32) >= 'a' && ((c) | 32) <= 'f' ? ((c) | 32) - 'a' + 10 : -1)
-        if (s[i] == '%' && i + 2 < n && (hi = HEX(s[i + 1])) >= 0 && (lo = HEX(s[i + 2])) >= 0) {
-            luaL_addchar(&b, (char)(hi * 16 + lo));
+        int c = um_pct_byte(s + i, n - i);
+        if (c >= 0) {
+            luaL_addchar(&b, (char)c);
             i += 2;
         } else {
             luaL_addchar(&b, s[i]);
         }
-#undef HEX
     }
     luaL_pushresult(&b);
     return 1;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "umbra/ascii.h"
 #include "umbra/cacheorigin.h"
 #include "umbra/cluster.h"
 #include "umbra/buf.h"
@@ -70,13 +71,6 @@ static void set_field(struct purge_req *p, um_str key, char *v, size_t vl)
 
 /* ---- application/x-www-form-urlencoded ---- */
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                                                : -1;
-}
-
 /* Decodes s[0..n) in place; returns the new length, or SIZE_MAX when malformed. */
 static size_t form_decode(char *s, size_t n)
 {
@@ -85,12 +79,10 @@ static size_t form_decode(char *s, size_t n)
         if (s[i] == '+') {
             s[o++] = ' ';
         } else if (s[i] == '%') {
-            if (i + 2 >= n)
+            int c = um_pct_byte(s + i, n - i);
+            if (c <= 0) /* malformed, or a NUL */
                 return SIZE_MAX;
-            int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
-            if (h < 0 || l < 0 || (h == 0 && l == 0))
-                return SIZE_MAX;
-            s[o++] = (char)(h * 16 + l);
+            s[o++] = (char)c;
             i += 2;
         } else {
             s[o++] = s[i];

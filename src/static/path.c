@@ -30,10 +30,9 @@ int um_path_normalize(um_str raw, char *out, size_t outsz, size_t *outlen, unsig
         while (p < end && *p != '/') {
             unsigned char c = (unsigned char)*p;
             if (c == '%') {
-                int hi = end - p > 2 ? um_hexval(p[1]) : -1;
-                int lo = hi >= 0 ? um_hexval(p[2]) : -1;
-                if (lo < 0) goto fail;
-                c = (unsigned char)(hi << 4 | lo);
+                int d = um_pct_byte(p, (size_t)(end - p));
+                if (d < 0) goto fail;
+                c = (unsigned char)d;
                 /* An encoded '/' would let a "segment" carry a separator past the ".."
                  * check below. */
                 if (c == '/') goto fail;
