@@ -36,6 +36,11 @@ struct um_config;
 struct um_route;
 struct um_origin;
 struct um_disk_tier;
+struct um_module;
+
+/* The tier's record (umbra/module.h): its /metrics lines and /status.json member from the
+ * tier the server gives um_module_run. */
+extern const struct um_module um_disk_module;
 
 /* Checks that every store of config's cache.disk can be made: its directory exists and is
  * writable, and the filesystem has room for what its store file still needs. false with

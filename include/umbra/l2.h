@@ -52,6 +52,10 @@ void um_l2_worker_start(struct um_l2 *l2, struct um_context *ctx);
  * down). */
 void um_l2_purge_publish(struct um_l2 *l2, const struct um_purge *p);
 
+/* The L2's record (umbra/module.h, defined with its worker connections): its counters,
+ * /metrics lines and /status.json member from the L2 the server gives um_module_run. */
+extern const struct um_module um_cluster_module;
+
 struct um_l2_state {
     const char *host;
     int port;

@@ -14,7 +14,13 @@
  *
  * Labels: routes and (upstream, server) pairs get a small integer slot, registered on the
  * main thread when a configuration is loaded; the same label keeps its slot across
- * reloads, so counters never go backwards. */
+ * reloads, so counters never go backwards.
+ *
+ * The struct holds the server's own counters (requests, bytes, connections, the cache's
+ * answers, upstream attempts by server); a module's counters are its own block
+ * (struct um_metric_block, named in its record, umbra/module.h), given a place in every
+ * thread's counters when the server registers the records: adding a module's counter
+ * edits only the module. */
 #ifndef UMBRA_METRICS_H
 #define UMBRA_METRICS_H
 
@@ -32,9 +38,8 @@ typedef _Atomic uint64_t um_counter;
 /* Upper bounds (ms) of the upstream latency histogram, then +Inf. */
 #define UM_METRICS_LATENCY_BUCKETS 11
 extern const uint64_t um_metrics_latency_bounds_ms[UM_METRICS_LATENCY_BUCKETS];
-/* Upper bounds (microseconds) of the L2 lookup latency histogram, then +Inf. */
-#define UM_METRICS_L2_BUCKETS 8
-extern const uint64_t um_metrics_l2_bounds_us[UM_METRICS_L2_BUCKETS];
+/* Counters of every module's blocks together. */
+#define UM_METRICS_MAX_MODULE_COUNTERS 256
 
 struct um_metrics_worker {
     /* requests[route slot][status class]: class 0 is 1xx, 4 is 5xx, 5 anything else */
@@ -46,26 +51,11 @@ struct um_metrics_worker {
     um_counter upstream_errors[UM_METRICS_MAX_SERVERS];   /* connect errors, resets, timeouts */
     um_counter upstream_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
     um_counter upstream_latency_ms_sum[UM_METRICS_MAX_SERVERS];
-    /* Lua hook errors (runtime errors, instruction budget): bump from the worker thread
-     * with um_counter_add(&um_metrics_worker()->lua_errors, 1). (um_metrics_worker()->
-     * lua_errors++ is correct too, being an atomic increment, only dearer: it takes a
-     * locked instruction; fine on an error path.) */
-    um_counter lua_errors;
-    um_counter tls_handshakes, tls_failures;
     um_counter h2_conns, h2_streams; /* connections switched to HTTP/2; streams begun on them */
     /* Tunnels (upgraded connections): begun, ended, bytes client -> backend and back. */
     um_counter tunnels_opened, tunnels_closed, tunnel_bytes_up, tunnel_bytes_down;
-    /* On-the-fly compression, by coding (enum um_coding; [0] unused): body bytes given to
-     * the encoders and bytes they made. */
-    um_counter compress_in[4], compress_out[4];
-    /* The second-level cache (umbra/l2.h): lookups by result, their latency (ms, of the
-     * ones answered), writes sent and dropped, and whether the worker's Redis connection is
-     * up (0 or 1). */
-    um_counter l2_hits, l2_misses, l2_errors, l2_timeouts;
-    um_counter l2_lookup_us_sum, l2_lookups_answered;
-    um_counter l2_lookup_hist[UM_METRICS_L2_BUCKETS + 1]; /* by um_metrics_l2_bounds_us, +Inf */
-    um_counter l2_writes, l2_write_drops;
-    um_counter l2_up;
+    /* The modules' blocks, each at its base (um_metrics_register). */
+    um_counter module[UM_METRICS_MAX_MODULE_COUNTERS];
 };
 
 /* Bumps a counter owned by the calling thread (no atomic read-modify-write). */
@@ -90,6 +80,39 @@ static inline struct um_metrics_worker *um_metrics_worker(void)
     struct um_metrics_worker *m = um__metrics_self;
     return m ? m : &um__metrics_other;
 }
+
+/* One counter of a module's block: its Prometheus name, type ("counter" or "gauge") and
+ * help, and its labels ('coding="gzip"'; NULL: none). Counters of one name are listed
+ * together, the first with the help. A NULL type: the module renders it itself (a
+ * histogram's buckets, umbra/module.h's metrics). */
+struct um_metric_def {
+    const char *name, *type, *help, *labels;
+};
+
+/* A module's counters: a constant table of n definitions, and the block's place in
+ * every thread's um_metrics_worker.module, set by um_metrics_register. */
+struct um_metric_block {
+    const struct um_metric_def *defs;
+    size_t n;
+    size_t base;
+};
+
+/* Gives b its place (main thread, before the workers start; once per block). */
+void um_metrics_register(struct um_metric_block *b);
+
+/* Counter i of b for the calling thread (bump it with um_counter_add). */
+static inline um_counter *um_metric(const struct um_metric_block *b, size_t i)
+{
+    return &um_metrics_worker()->module[b->base + i];
+}
+
+/* Counter i of b summed over every thread. */
+uint64_t um_metric_sum(const struct um_metric_block *b, size_t i);
+
+/* Appends b's counters in the Prometheus text format, summed, in the order of its table
+ * (the ones of a NULL type left out). */
+struct um_buf;
+void um_metrics_render_block(struct um_buf *out, const struct um_metric_block *b);
 
 /* Allocates the counters of n workers (main thread, once, before workers start). */
 void um_metrics_init(int n);

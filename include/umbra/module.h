@@ -14,7 +14,9 @@
 
 #include "umbra/context.h"
 
+struct um_buf;
 struct um_config;
+struct um_metric_block;
 
 struct um_module {
     const char *name;
@@ -27,6 +29,15 @@ struct um_module {
      * call); logs a warning for what changed, whose running value stays. NULL: every
      * setting of the module takes effect at a reload. */
     void (*check_reload)(const struct um_config *was, const struct um_config *now);
+    /* Its counters (umbra/metrics.h): given their place by um_modules_init, before any
+     * worker starts, and shown in /metrics in the order of their table. NULL: none. */
+    struct um_metric_block *counters;
+    /* The rest of its /metrics lines (gauges of its running state, histograms), and its
+     * member of /status.json ("NAME":{...}, or "NAME":null while it does not run), made
+     * from running: the state the server gave um_module_run (NULL: none). Called on the
+     * admin thread; NULL: nothing to add. */
+    void (*metrics)(struct um_buf *b, void *running);
+    void (*status)(struct um_buf *b, void *running);
 };
 
 /* The list of every module's record, ended by NULL, in the order the runtime walks it.
@@ -36,5 +47,10 @@ extern const struct um_module *const um_modules[];
 /* Gives every module's slots their indexes, in the order of um_modules (so they are the
  * same from run to run). Called once by the server before any worker starts. */
 void um_modules_init(void);
+
+/* The process-wide state of m while it runs (the disk tier, the L2), for its renderers;
+ * NULL when it stops. Set by the server on the main thread, read on the admin thread. */
+void um_module_run(const struct um_module *m, void *running);
+void *um_module_running(const struct um_module *m);
 
 #endif

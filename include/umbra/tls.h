@@ -186,6 +186,10 @@ enum um_tls_fault um_tls_check_pair(const char *cert, const char *key, char *rea
  * operators and not checked one by one. false with a reason otherwise. */
 bool um_tls_check_ciphers(const char *list, bool tls13, char *reason, size_t len);
 
+/* Counts a handshake with a client that completed (ok) or failed or timed out, in the
+ * calling thread's counters (the module's umbra_tls_handshake* metrics). */
+void um_tls_count_handshake(bool ok);
+
 /* The TLS library's name and version as loaded ("OpenSSL 3.0.x ..."): static text. */
 const char *um_tls_library_version(void);
 

@@ -14,8 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "umbra/buf.h"
 #include "umbra/config.h"
 #include "umbra/log.h"
+#include "umbra/module.h"
 
 #define STORE_FILE "umbra.store"
 #define PURGED_FILE "umbra.purged"
@@ -253,3 +255,91 @@ void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)
     st->rewrites = atomic_load(&t->rewrites);
     st->revalidations = atomic_load(&t->revalidations);
 }
+
+/* ---------------------------------------------------------------- the module's record */
+
+static void one(struct um_buf *b, const char *name, const char *type, const char *text,
+                uint64_t v)
+{
+    um_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, text, name, type, name,
+                  (unsigned long long)v);
+}
+
+/* The tier's lines of /metrics, when there is one. */
+static void render_metrics(struct um_buf *b, void *running)
+{
+    if (running == NULL)
+        return;
+    struct um_disk_tier_stats d;
+    um_disk_tier_stats(running, &d);
+    one(b, "umbra_disk_hits_total", "counter", "Memory misses the disk tier answered.", d.hits);
+    one(b, "umbra_disk_misses_total", "counter",
+        "Fills the disk tier could not answer (not there, stale, purged or damaged).", d.misses);
+    one(b, "umbra_disk_objects", "gauge", "Objects in the disk stores' indexes.", d.disk.objects);
+    one(b, "umbra_disk_bytes", "gauge", "Bytes of the objects' records on disk.", d.disk.bytes);
+    one(b, "umbra_disk_size_bytes", "gauge", "Bytes of the store files.", d.disk.size);
+    one(b, "umbra_disk_index_bytes", "gauge", "Memory of the disk indexes.", d.disk.index_bytes);
+    one(b, "umbra_disk_reads_total", "counter", "Records read from disk.", d.disk.reads);
+    one(b, "umbra_disk_read_bytes_total", "counter", "Bytes read from disk.", d.disk.read_bytes);
+    one(b, "umbra_disk_writes_total", "counter", "Records written to disk.", d.disk.writes);
+    one(b, "umbra_disk_write_bytes_total", "counter", "Bytes written to disk.", d.disk.write_bytes);
+    one(b, "umbra_disk_evictions_total", "counter", "Records overwritten by the log's cursor.",
+        d.disk.evictions);
+    one(b, "umbra_disk_checksum_failures_total", "counter",
+        "Records found damaged on a read (dropped and fetched again).", d.disk.checksum_failures);
+    one(b, "umbra_disk_io_errors_total", "counter", "Reads and writes the disk failed.",
+        d.disk.io_errors);
+    one(b, "umbra_disk_write_queue_bytes", "gauge", "Bytes of records waiting to be written.",
+        d.disk.queue_bytes);
+    one(b, "umbra_disk_write_drops_total", "counter",
+        "Writes dropped because the write queue was full.", d.disk.drops);
+    one(b, "umbra_disk_purged_total", "counter",
+        "Records not served because a purge by prefix or tag came after them.", d.purged);
+    one(b, "umbra_disk_rewrites_total", "counter",
+        "Records hit near the log's cursor and written again ahead of it.", d.rewrites);
+    one(b, "umbra_disk_revalidations_total", "counter",
+        "Stale records revalidated with the origin (a 304 freshens and rewrites them).",
+        d.revalidations);
+}
+
+/* The tier's member of /status.json. */
+static void render_status(struct um_buf *b, void *running)
+{
+    if (running == NULL) {
+        um_buf_printf(b, "\"disk\":null");
+        return;
+    }
+    struct um_disk_tier_stats d;
+    um_disk_tier_stats(running, &d);
+    um_buf_printf(b,
+                  "\"disk\":{\"stores\":%llu,\"size\":%llu,\"used\":%llu,\"objects\":%llu,"
+                  "\"index_bytes\":%llu,\"hits\":%llu,\"misses\":%llu,\"writes\":%llu,"
+                  "\"write_drops\":%llu,\"evictions\":%llu,\"checksum_failures\":%llu}",
+                  (unsigned long long)d.stores, (unsigned long long)d.disk.size,
+                  (unsigned long long)d.disk.bytes, (unsigned long long)d.disk.objects,
+                  (unsigned long long)d.disk.index_bytes, (unsigned long long)d.hits,
+                  (unsigned long long)d.misses, (unsigned long long)d.disk.writes,
+                  (unsigned long long)d.disk.drops, (unsigned long long)d.disk.evictions,
+                  (unsigned long long)d.disk.checksum_failures);
+}
+
+/* The stores are opened at start (before the workers): a reload keeps the running ones. */
+static void check_reload(const struct um_config *was, const struct um_config *now)
+{
+    bool same = now->cache.num_disks == was->cache.num_disks &&
+                now->cache.disk_sync == was->cache.disk_sync &&
+                now->cache.disk_reset_incompatible == was->cache.disk_reset_incompatible;
+    for (size_t i = 0; same && i < now->cache.num_disks; i++)
+        same = strcmp(now->cache.disks[i].path, was->cache.disks[i].path) == 0 &&
+               now->cache.disks[i].size == was->cache.disks[i].size;
+    if (!same)
+        um_log_warn("SIGHUP: cache.disk takes a restart; keeping the running disk stores (%zu)",
+                    was->cache.num_disks);
+}
+
+const struct um_module um_disk_module = {
+    .name = "disk",
+    .check_reload = check_reload,
+    .metrics = render_metrics,
+    .status = render_status,
+};

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "umbra/buf.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
 #include "umbra/module.h"
@@ -35,11 +36,117 @@ static void check_reload(const struct um_config *was, const struct um_config *no
                     was->cache.l2.enabled ? was->cache.l2.host : "none");
 }
 
+/* The worker's counters: lookups by result, the latency of the ones answered (a
+ * histogram by bounds_us, then +Inf, with its sum), writes sent and dropped. */
+#define L2_BUCKETS 8
+static const uint64_t bounds_us[L2_BUCKETS] = {250, 500, 1000, 2000, 5000, 10000, 25000, 50000};
+enum {
+    C_HITS, C_MISSES, C_ERRORS, C_TIMEOUTS, C_WRITES, C_DROPS,
+    C_HIST, /* L2_BUCKETS + 1 of them */
+    C_US_SUM = C_HIST + L2_BUCKETS + 1, C_ANSWERED, C_COUNT
+};
+static const struct um_metric_def counter_defs[C_COUNT] = {
+    [C_HITS] = {"umbra_l2_hits_total", "counter",
+                "Second-level (Redis) lookups that found the object.", NULL},
+    [C_MISSES] = {"umbra_l2_misses_total", "counter", "Second-level lookups that did not.", NULL},
+    [C_ERRORS] = {"umbra_l2_errors_total", "counter",
+                  "Second-level lookups not made or failed (Redis down, error reply).", NULL},
+    [C_TIMEOUTS] = {"umbra_l2_timeouts_total", "counter",
+                    "Second-level lookups unanswered within cache.l2.timeout (the origin was "
+                    "asked).",
+                    NULL},
+    [C_WRITES] = {"umbra_l2_writes_total", "counter", "Objects written to Redis.", NULL},
+    [C_DROPS] = {"umbra_l2_write_drops_total", "counter",
+                 "Writes dropped (Redis down, or too many bytes unanswered).", NULL},
+    /* C_HIST to C_ANSWERED: no type, rendered by render_metrics as a histogram */
+};
+static struct um_metric_block counters = {counter_defs, C_COUNT, 0};
+
+static void render_metrics(struct um_buf *b, void *running);
+static void render_status(struct um_buf *b, void *running);
+
 const struct um_module um_cluster_module = {
     .name = "cluster",
     .slots = (struct um_context_slot *const[]){&l2_slot, NULL},
     .check_reload = check_reload,
+    .counters = &counters,
+    .metrics = render_metrics,
+    .status = render_status,
 };
+
+static uint64_t sum(size_t i)
+{
+    return um_metric_sum(&counters, i);
+}
+
+/* The L2's lines of /metrics, when it runs: its counters, the lookup latency histogram,
+ * the state of its connections and the purge bus. */
+static void render_metrics(struct um_buf *b, void *running)
+{
+    struct um_l2 *l2 = running;
+    if (l2 == NULL)
+        return;
+    struct um_l2_state ls;
+    um_l2_state(l2, &ls);
+    um_metrics_render_block(b, &counters);
+    um_buf_printf(b, "# HELP umbra_l2_lookup_seconds Time Redis took to answer the lookups it "
+                     "answered.\n# TYPE umbra_l2_lookup_seconds histogram\n");
+    uint64_t cum = 0;
+    for (size_t k = 0; k <= L2_BUCKETS; k++) {
+        cum += sum(C_HIST + k);
+        if (k < L2_BUCKETS)
+            um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"%g\"} %llu\n",
+                          (double)bounds_us[k] / 1e6, (unsigned long long)cum);
+        else
+            um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"+Inf\"} %llu\n",
+                          (unsigned long long)cum);
+    }
+    um_buf_printf(b, "umbra_l2_lookup_seconds_sum %.6f\n", (double)sum(C_US_SUM) / 1e6);
+    um_buf_printf(b, "umbra_l2_lookup_seconds_count %llu\n", (unsigned long long)sum(C_ANSWERED));
+    const struct {
+        const char *name, *type, *help;
+        uint64_t v;
+    } state[] = {
+        {"umbra_l2_connections_up", "gauge", "Worker connections to Redis that are up.",
+         (uint64_t)ls.workers_up},
+        {"umbra_l2_bus_up", "gauge", "The purge subscriber and publisher are connected.",
+         ls.bus_up ? 1 : 0},
+        {"umbra_l2_purges_sent_total", "counter", "Purges published to the other nodes.",
+         ls.purges_sent},
+        {"umbra_l2_purges_received_total", "counter", "Purges from other nodes applied here.",
+         ls.purges_received},
+        {"umbra_l2_purges_dropped_total", "counter",
+         "Purges not published (Redis down): applied on this node only.", ls.purges_dropped},
+    };
+    for (size_t i = 0; i < sizeof(state) / sizeof(state[0]); i++)
+        um_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", state[i].name, state[i].help,
+                      state[i].name, state[i].type, state[i].name,
+                      (unsigned long long)state[i].v);
+}
+
+/* The L2's member of /status.json. */
+static void render_status(struct um_buf *b, void *running)
+{
+    struct um_l2 *l2 = running;
+    if (l2 == NULL) {
+        um_buf_printf(b, "\"l2\":null");
+        return;
+    }
+    struct um_l2_state ls;
+    um_l2_state(l2, &ls);
+    um_buf_printf(b,
+                  "\"l2\":{\"redis\":\"%s:%d\",\"state\":\"%s\",\"workers_up\":%d,"
+                  "\"workers\":%d,\"bus_up\":%s,\"hits\":%llu,\"misses\":%llu,"
+                  "\"errors\":%llu,\"timeouts\":%llu,\"writes\":%llu,\"write_drops\":%llu}",
+                  ls.host, ls.port,
+                  ls.workers_up == ls.workers && ls.bus_up ? "up"
+                  : ls.workers_up == 0 && !ls.bus_up       ? "down"
+                                                           : "partial",
+                  ls.workers_up, ls.workers, ls.bus_up ? "true" : "false",
+                  (unsigned long long)sum(C_HITS), (unsigned long long)sum(C_MISSES),
+                  (unsigned long long)sum(C_ERRORS), (unsigned long long)sum(C_TIMEOUTS),
+                  (unsigned long long)sum(C_WRITES), (unsigned long long)sum(C_DROPS));
+}
 
 #define L2_MAX_OUTSTANDING (8u << 20) /* bytes of writes sent and not answered, per worker */
 #define L2_TIMEOUTS_TO_DROP 3          /* timeouts in a row that drop the connection */
@@ -52,6 +159,7 @@ struct worker_l2 {
     size_t outstanding; /* bytes of writes not answered */
     bool closing;       /* the loop stops: pending lookups end with UM_L2_CLOSED */
     unsigned timeouts_in_row;
+    bool up; /* counted in workers_up */
 };
 
 struct get {
@@ -91,7 +199,7 @@ static void worker_on_up(struct um__redis *r)
 {
     struct worker_l2 *w = r->data;
     w->timeouts_in_row = 0;
-    um_counter_add(&um_metrics_worker()->l2_up, 1);
+    w->up = true;
     atomic_fetch_add(&w->l2->workers_up, 1);
     um__l2_note_up(w->l2);
 }
@@ -100,8 +208,8 @@ static void worker_on_down(struct um__redis *r, const char *why)
 {
     struct worker_l2 *w = r->data;
     w->outstanding = 0; /* every write's callback has run */
-    if (um_counter_get(&um_metrics_worker()->l2_up) > 0) {
-        um_counter_add(&um_metrics_worker()->l2_up, (uint64_t)-1);
+    if (w->up) {
+        w->up = false;
         atomic_fetch_sub(&w->l2->workers_up, 1);
     }
     um__l2_note_down(w->l2, "worker connection", why);
@@ -112,8 +220,8 @@ static void worker_stop(struct um_task *t)
     struct worker_l2 *w = (struct worker_l2 *)((char *)t - offsetof(struct worker_l2, stop));
     w->closing = true;
     um__redis_dispose(&w->conn);
-    if (um_counter_get(&um_metrics_worker()->l2_up) > 0) {
-        um_counter_add(&um_metrics_worker()->l2_up, (uint64_t)-1);
+    if (w->up) {
+        w->up = false;
         atomic_fetch_sub(&w->l2->workers_up, 1);
     }
     um_context_set(w->ctx, &l2_slot, NULL);
@@ -160,20 +268,20 @@ static void on_get_reply(redisAsyncContext *ac, void *reply, void *priv)
     (void)ac;
     struct get *g = priv;
     redisReply *rp = reply;
-    struct um_metrics_worker *m = um_metrics_worker();
     if (g->done) {
         if (rp == NULL || rp->type == REDIS_REPLY_ERROR)
-            um_counter_add(&m->l2_errors, 1);
+            um_counter_add(um_metric(&counters, C_ERRORS), 1);
         else
-            um_counter_add(rp->type == REDIS_REPLY_STRING ? &m->l2_hits : &m->l2_misses, 1);
+            um_counter_add(um_metric(&counters,
+                                     rp->type == REDIS_REPLY_STRING ? C_HITS : C_MISSES), 1);
         if (rp) {
             uint64_t us = now_us() - g->started_us;
             size_t b = 0;
-            while (b < UM_METRICS_L2_BUCKETS && us > um_metrics_l2_bounds_us[b])
+            while (b < L2_BUCKETS && us > bounds_us[b])
                 b++;
-            um_counter_add(&m->l2_lookup_hist[b], 1);
-            um_counter_add(&m->l2_lookups_answered, 1);
-            um_counter_add(&m->l2_lookup_us_sum, us);
+            um_counter_add(um_metric(&counters, C_HIST + b), 1);
+            um_counter_add(um_metric(&counters, C_ANSWERED), 1);
+            um_counter_add(um_metric(&counters, C_US_SUM), us);
         }
     }
     if (rp)
@@ -191,7 +299,7 @@ static void on_get_timeout(struct um_timer *t)
 {
     struct get *g = (struct get *)((char *)t - offsetof(struct get, timer));
     struct worker_l2 *w = g->w;
-    um_counter_add(&um_metrics_worker()->l2_timeouts, 1);
+    um_counter_add(um_metric(&counters, C_TIMEOUTS), 1);
     get_done(g, UM_L2_UNAVAILABLE, NULL, 0); /* g lives on until its reply */
     if (++w->timeouts_in_row >= L2_TIMEOUTS_TO_DROP && w->conn.ac) {
         w->timeouts_in_row = 0;
@@ -206,7 +314,7 @@ static void *l2_get(struct um_cache_l2 *c, struct um_context *ctx, um_str key,
     struct um_l2 *l2 = (struct um_l2 *)((char *)c - offsetof(struct um_l2, cache));
     struct worker_l2 *w = worker_l2(l2, ctx);
     if (w->conn.ac == NULL) {
-        um_counter_add(&um_metrics_worker()->l2_errors, 1);
+        um_counter_add(um_metric(&counters, C_ERRORS), 1);
         return NULL;
     }
     struct get *g = um_calloc(1, sizeof(*g));
@@ -218,7 +326,7 @@ static void *l2_get(struct um_cache_l2 *c, struct um_context *ctx, um_str key,
     if (redisAsyncCommand(w->conn.ac, on_get_reply, g, "GET " L2_OBJ_PREFIX "%b", key.base,
                           key.len) != REDIS_OK) {
         free(g);
-        um_counter_add(&um_metrics_worker()->l2_errors, 1);
+        um_counter_add(um_metric(&counters, C_ERRORS), 1);
         return NULL;
     }
     um_loop_timer_start(ctx->loop, &g->timer, l2->timeout_ms);
@@ -248,10 +356,9 @@ static void l2_put(struct um_cache_l2 *c, struct um_context *ctx, um_str key, co
 {
     struct um_l2 *l2 = (struct um_l2 *)((char *)c - offsetof(struct um_l2, cache));
     struct worker_l2 *w = worker_l2(l2, ctx);
-    struct um_metrics_worker *m = um_metrics_worker();
     size_t cost = len + key.len + 64;
     if (w->conn.state != UM__REDIS_UP || w->outstanding + cost > L2_MAX_OUTSTANDING) {
-        um_counter_add(&m->l2_write_drops, 1);
+        um_counter_add(um_metric(&counters, C_DROPS), 1);
         return;
     }
     char ttl[24];
@@ -259,11 +366,11 @@ static void l2_put(struct um_cache_l2 *c, struct um_context *ctx, um_str key, co
     if (redisAsyncCommand(w->conn.ac, on_write_reply, (void *)(uintptr_t)cost,
                           "SET " L2_OBJ_PREFIX "%b %b PX %s", key.base, key.len, value, len,
                           ttl) != REDIS_OK) {
-        um_counter_add(&m->l2_write_drops, 1);
+        um_counter_add(um_metric(&counters, C_DROPS), 1);
         return;
     }
     w->outstanding += cost;
-    um_counter_add(&m->l2_writes, 1);
+    um_counter_add(um_metric(&counters, C_WRITES), 1);
     /* A tag's set lives as long as its longest member: NX gives a new set its first
      * lifetime, GT lengthens it (Redis 7). */
     for (size_t i = 0; i < ntags && w->conn.ac; i++) {

@@ -30,6 +30,7 @@
 #include "umbra/compress.h"
 #include "umbra/httpfield.h"
 #include "umbra/metrics.h"
+#include "umbra/module.h"
 
 #define FILE_SLICE 65536
 
@@ -209,13 +210,31 @@ static void cf_on_head(struct um_sink *s, const struct um_response_head *h)
 
 /* ---------------------------------------------------------------- the body */
 
+/* Body bytes given to the encoders and bytes they made, by coding: in[c - 1], out[c + 2]
+ * for coding c (enum um_coding, identity not counted). */
+#define IN_HELP "Response body bytes given to on-the-fly compression, by coding."
+#define OUT_HELP "Compressed bytes on-the-fly compression made, by coding."
+static const struct um_metric_def counter_defs[] = {
+    {"umbra_compress_in_bytes_total", "counter", IN_HELP, "coding=\"gzip\""},
+    {"umbra_compress_in_bytes_total", "counter", IN_HELP, "coding=\"br\""},
+    {"umbra_compress_in_bytes_total", "counter", IN_HELP, "coding=\"zstd\""},
+    {"umbra_compress_out_bytes_total", "counter", OUT_HELP, "coding=\"gzip\""},
+    {"umbra_compress_out_bytes_total", "counter", OUT_HELP, "coding=\"br\""},
+    {"umbra_compress_out_bytes_total", "counter", OUT_HELP, "coding=\"zstd\""},
+};
+static struct um_metric_block counters = {counter_defs, 6, 0};
+
+const struct um_module um_compress_module = {
+    .name = "compress",
+    .counters = &counters,
+};
+
 static void count(struct comp_fetch *cf)
 {
-    if (cf->bytes_in == 0 && cf->bytes_out == 0)
+    if ((cf->bytes_in == 0 && cf->bytes_out == 0) || cf->coding == UM_CODING_IDENTITY)
         return;
-    struct um_metrics_worker *m = um_metrics_worker();
-    um_counter_add(&m->compress_in[cf->coding], cf->bytes_in);
-    um_counter_add(&m->compress_out[cf->coding], cf->bytes_out);
+    um_counter_add(um_metric(&counters, (size_t)cf->coding - 1), cf->bytes_in);
+    um_counter_add(um_metric(&counters, (size_t)cf->coding + 2), cf->bytes_out);
     cf->bytes_in = cf->bytes_out = 0;
 }
 

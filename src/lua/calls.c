@@ -34,7 +34,7 @@ bool um__hooks_pcall(struct um__hook_state *h, int nargs, unsigned budget, const
         return true;
     if (r == LUA_ERRMEM)
         h->broken = true;
-    um_counter_add(&um_metrics_worker()->lua_errors, 1);
+    um_counter_add(um_metric(&um__lua_counters, 0), 1);
     const char *msg = lua_tostring(L, -1);
     char line[2048];
     size_t n = 0;

@@ -36,8 +36,19 @@
 #include "umbra/context.h"
 #include "umbra/log.h"
 #include "umbra/luasandbox.h"
+#include "umbra/module.h"
 
 #include "internal.h"
+
+static const struct um_metric_def counter_defs[] = {
+    {"umbra_lua_errors_total", "counter", "Errors in Lua request hooks.", NULL},
+};
+struct um_metric_block um__lua_counters = {counter_defs, 1, 0};
+
+const struct um_module um_lua_module = {
+    .name = "lua",
+    .counters = &um__lua_counters,
+};
 
 const char um__hooks_state_key = 's';
 

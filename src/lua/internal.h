@@ -14,6 +14,7 @@
 
 #include "umbra/config.h"
 #include "umbra/hooks.h"
+#include "umbra/metrics.h"
 
 struct um__hook_call;
 
@@ -58,6 +59,9 @@ struct um_hooks {
 /* --- hooks.c ------------------------------------------------------------------------------ */
 
 /* Its address is the registry's key of a state's struct um__hook_state (light userdata). */
+/* The module's counters (hooks.c): [0] errors in hooks. */
+extern struct um_metric_block um__lua_counters;
+
 extern const char um__hooks_state_key;
 
 /* The state of ctx's worker in h, or NULL (logged) when h has none for it. */

@@ -2,14 +2,14 @@
 /* Per-worker counters and the label registry (see metrics.h). */
 #include "umbra/metrics.h"
 
+#include "umbra/buf.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 const uint64_t um_metrics_latency_bounds_ms[UM_METRICS_LATENCY_BUCKETS] = {
     5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
-const uint64_t um_metrics_l2_bounds_us[UM_METRICS_L2_BUCKETS] = {250,  500,   1000,  2000,
-                                                                 5000, 10000, 25000, 50000};
 
 _Thread_local struct um_metrics_worker *um__metrics_self;
 struct um_metrics_worker um__metrics_other;
@@ -166,4 +166,40 @@ void um_metrics_upstream_done(int slot, uint64_t latency_ms, bool error)
         b++;
     um_counter_add(&m->upstream_latency[slot][b], 1);
     um_counter_add(&m->upstream_latency_ms_sum[slot], latency_ms);
+}
+
+static size_t module_counters; /* registered so far (main thread) */
+
+void um_metrics_register(struct um_metric_block *b)
+{
+    UM_ASSERT(module_counters + b->n <= UM_METRICS_MAX_MODULE_COUNTERS);
+    b->base = module_counters;
+    module_counters += b->n;
+}
+
+uint64_t um_metric_sum(const struct um_metric_block *b, size_t i)
+{
+    uint64_t v = 0;
+    for (int w = 0; w <= num_workers; w++)
+        v += um_counter_get(&um_metrics_get(w)->module[b->base + i]);
+    return v;
+}
+
+void um_metrics_render_block(struct um_buf *out, const struct um_metric_block *b)
+{
+    const char *last = NULL;
+    for (size_t i = 0; i < b->n; i++) {
+        const struct um_metric_def *d = &b->defs[i];
+        if (d->type == NULL)
+            continue;
+        if (last == NULL || strcmp(last, d->name) != 0)
+            um_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name,
+                          d->type);
+        last = d->name;
+        if (d->labels)
+            um_buf_printf(out, "%s{%s} %llu\n", d->name, d->labels,
+                          (unsigned long long)um_metric_sum(b, i));
+        else
+            um_buf_printf(out, "%s %llu\n", d->name, (unsigned long long)um_metric_sum(b, i));
+    }
 }

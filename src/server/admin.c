@@ -21,11 +21,11 @@
 
 #include "admin_http.h"
 #include "internal.h"
-#include "umbra/disktier.h"
 #include "umbra/buf.h"
 #include "umbra/log.h"
 #include "umbra/cluster.h"
 #include "umbra/metrics.h"
+#include "umbra/module.h"
 
 #define MAX_CLIENTS 16
 #define CLIENT_TIMEOUT_MS 5000
@@ -79,11 +79,8 @@ struct totals {
     uint64_t up_requests[UM_METRICS_MAX_SERVERS], up_errors[UM_METRICS_MAX_SERVERS];
     uint64_t up_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
     uint64_t up_latency_sum[UM_METRICS_MAX_SERVERS];
-    uint64_t lua_errors, tls_handshakes, tls_failures, h2_conns, h2_streams;
+    uint64_t h2_conns, h2_streams;
     uint64_t tun_opened, tun_closed, tun_up, tun_down;
-    uint64_t compress_in[4], compress_out[4];
-    uint64_t l2_hits, l2_misses, l2_errors, l2_timeouts, l2_us_sum, l2_answered, l2_writes,
-        l2_drops, l2_hist[UM_METRICS_L2_BUCKETS + 1];
 };
 
 static void sum(struct totals *t, int nroutes, int nservers)
@@ -114,29 +111,12 @@ static void sum(struct totals *t, int nroutes, int nservers)
             for (int k = 0; k <= UM_METRICS_LATENCY_BUCKETS; k++)
                 t->up_latency[sv][k] += um_counter_get(&m->upstream_latency[sv][k]);
         }
-        t->lua_errors += um_counter_get(&m->lua_errors);
-        t->tls_handshakes += um_counter_get(&m->tls_handshakes);
-        t->tls_failures += um_counter_get(&m->tls_failures);
         t->h2_conns += um_counter_get(&m->h2_conns);
         t->h2_streams += um_counter_get(&m->h2_streams);
         t->tun_opened += um_counter_get(&m->tunnels_opened);
         t->tun_closed += um_counter_get(&m->tunnels_closed);
         t->tun_up += um_counter_get(&m->tunnel_bytes_up);
         t->tun_down += um_counter_get(&m->tunnel_bytes_down);
-        for (int c = 1; c < 4; c++) {
-            t->compress_in[c] += um_counter_get(&m->compress_in[c]);
-            t->compress_out[c] += um_counter_get(&m->compress_out[c]);
-        }
-        t->l2_hits += um_counter_get(&m->l2_hits);
-        t->l2_misses += um_counter_get(&m->l2_misses);
-        t->l2_errors += um_counter_get(&m->l2_errors);
-        t->l2_timeouts += um_counter_get(&m->l2_timeouts);
-        t->l2_us_sum += um_counter_get(&m->l2_lookup_us_sum);
-        for (int k = 0; k <= UM_METRICS_L2_BUCKETS; k++)
-            t->l2_hist[k] += um_counter_get(&m->l2_lookup_hist[k]);
-        t->l2_answered += um_counter_get(&m->l2_lookups_answered);
-        t->l2_writes += um_counter_get(&m->l2_writes);
-        t->l2_drops += um_counter_get(&m->l2_write_drops);
     }
 }
 
@@ -184,43 +164,6 @@ static void server_labels(struct um_buf *b, int slot)
     um_buf_append(b, "\",server=\"", 10);
     append_escaped(b, url);
     um_buf_append(b, "\"", 1);
-}
-
-/* The disk tier's (cache.disk) counters, when there is one. */
-static void render_disk_metrics(struct um_server *s, struct um_buf *b)
-{
-    if (s->disk == NULL)
-        return;
-    struct um_disk_tier_stats d;
-    um_disk_tier_stats(s->disk, &d);
-    one(b, "umbra_disk_hits_total", "counter", "Memory misses the disk tier answered.", d.hits);
-    one(b, "umbra_disk_misses_total", "counter",
-        "Fills the disk tier could not answer (not there, stale, purged or damaged).", d.misses);
-    one(b, "umbra_disk_objects", "gauge", "Objects in the disk stores' indexes.", d.disk.objects);
-    one(b, "umbra_disk_bytes", "gauge", "Bytes of the objects' records on disk.", d.disk.bytes);
-    one(b, "umbra_disk_size_bytes", "gauge", "Bytes of the store files.", d.disk.size);
-    one(b, "umbra_disk_index_bytes", "gauge", "Memory of the disk indexes.", d.disk.index_bytes);
-    one(b, "umbra_disk_reads_total", "counter", "Records read from disk.", d.disk.reads);
-    one(b, "umbra_disk_read_bytes_total", "counter", "Bytes read from disk.", d.disk.read_bytes);
-    one(b, "umbra_disk_writes_total", "counter", "Records written to disk.", d.disk.writes);
-    one(b, "umbra_disk_write_bytes_total", "counter", "Bytes written to disk.", d.disk.write_bytes);
-    one(b, "umbra_disk_evictions_total", "counter", "Records overwritten by the log's cursor.",
-        d.disk.evictions);
-    one(b, "umbra_disk_checksum_failures_total", "counter",
-        "Records found damaged on a read (dropped and fetched again).", d.disk.checksum_failures);
-    one(b, "umbra_disk_io_errors_total", "counter", "Reads and writes the disk failed.",
-        d.disk.io_errors);
-    one(b, "umbra_disk_write_queue_bytes", "gauge", "Bytes of records waiting to be written.",
-        d.disk.queue_bytes);
-    one(b, "umbra_disk_write_drops_total", "counter",
-        "Writes dropped because the write queue was full.", d.disk.drops);
-    one(b, "umbra_disk_purged_total", "counter",
-        "Records not served because a purge by prefix or tag came after them.", d.purged);
-    one(b, "umbra_disk_rewrites_total", "counter",
-        "Records hit near the log's cursor and written again ahead of it.", d.rewrites);
-    one(b, "umbra_disk_revalidations_total", "counter",
-        "Stale records revalidated with the origin (a 304 freshens and rewrites them).",
-        d.revalidations);
 }
 
 static void render_metrics(struct um__admin *a, struct um_buf *b)
@@ -310,10 +253,6 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
         server_labels(b, i);
         um_buf_printf(b, "} %d\n", um_metrics_server_down_until_get(i) <= now ? 1 : 0);
     }
-    one(b, "umbra_lua_errors_total", "counter", "Errors in Lua request hooks.", t->lua_errors);
-    one(b, "umbra_tls_handshakes_total", "counter", "TLS handshakes completed.", t->tls_handshakes);
-    one(b, "umbra_tls_handshake_failures_total", "counter", "TLS handshakes that failed or timed out.",
-        t->tls_failures);
     one(b, "umbra_http2_connections_total", "counter", "Client connections that spoke HTTP/2.",
         t->h2_conns);
     one(b, "umbra_http2_streams_total", "counter", "HTTP/2 streams clients opened.", t->h2_streams);
@@ -324,57 +263,12 @@ static void render_metrics(struct um__admin *a, struct um_buf *b)
         "Bytes tunnels passed from clients to backends.", t->tun_up);
     one(b, "umbra_tunnel_received_bytes_total", "counter",
         "Bytes tunnels passed from backends to clients.", t->tun_down);
-    static const char *const codings[4] = {"identity", "gzip", "br", "zstd"};
-    help(b, "umbra_compress_in_bytes_total", "counter",
-         "Response body bytes given to on-the-fly compression, by coding.");
-    for (int c = 1; c < 4; c++)
-        um_buf_printf(b, "umbra_compress_in_bytes_total{coding=\"%s\"} %llu\n", codings[c],
-                      (unsigned long long)t->compress_in[c]);
-    help(b, "umbra_compress_out_bytes_total", "counter",
-         "Compressed bytes on-the-fly compression made, by coding.");
-    for (int c = 1; c < 4; c++)
-        um_buf_printf(b, "umbra_compress_out_bytes_total{coding=\"%s\"} %llu\n", codings[c],
-                      (unsigned long long)t->compress_out[c]);
-    render_disk_metrics(s, b);
-    if (s->l2) {
-        struct um_l2_state ls;
-        um_l2_state(s->l2, &ls);
-        one(b, "umbra_l2_hits_total", "counter", "Second-level (Redis) lookups that found the object.",
-            t->l2_hits);
-        one(b, "umbra_l2_misses_total", "counter", "Second-level lookups that did not.",
-            t->l2_misses);
-        one(b, "umbra_l2_errors_total", "counter",
-            "Second-level lookups not made or failed (Redis down, error reply).", t->l2_errors);
-        one(b, "umbra_l2_timeouts_total", "counter",
-            "Second-level lookups unanswered within cache.l2.timeout (the origin was asked).",
-            t->l2_timeouts);
-        help(b, "umbra_l2_lookup_seconds", "histogram",
-             "Time Redis took to answer the lookups it answered.");
-        uint64_t cum = 0;
-        for (int k = 0; k < UM_METRICS_L2_BUCKETS; k++) {
-            cum += t->l2_hist[k];
-            um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"%g\"} %llu\n",
-                          (double)um_metrics_l2_bounds_us[k] / 1e6, (unsigned long long)cum);
-        }
-        cum += t->l2_hist[UM_METRICS_L2_BUCKETS];
-        um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"+Inf\"} %llu\n",
-                      (unsigned long long)cum);
-        um_buf_printf(b, "umbra_l2_lookup_seconds_sum %.6f\n", (double)t->l2_us_sum / 1e6);
-        um_buf_printf(b, "umbra_l2_lookup_seconds_count %llu\n",
-                      (unsigned long long)t->l2_answered);
-        one(b, "umbra_l2_writes_total", "counter", "Objects written to Redis.", t->l2_writes);
-        one(b, "umbra_l2_write_drops_total", "counter",
-            "Writes dropped (Redis down, or too many bytes unanswered).", t->l2_drops);
-        one(b, "umbra_l2_connections_up", "gauge", "Worker connections to Redis that are up.",
-            (uint64_t)ls.workers_up);
-        one(b, "umbra_l2_bus_up", "gauge", "The purge subscriber and publisher are connected.",
-            ls.bus_up ? 1 : 0);
-        one(b, "umbra_l2_purges_sent_total", "counter", "Purges published to the other nodes.",
-            ls.purges_sent);
-        one(b, "umbra_l2_purges_received_total", "counter",
-            "Purges from other nodes applied here.", ls.purges_received);
-        one(b, "umbra_l2_purges_dropped_total", "counter",
-            "Purges not published (Redis down): applied on this node only.", ls.purges_dropped);
+    for (size_t m = 0; um_modules[m]; m++) { /* the modules' own lines */
+        const struct um_module *mod = um_modules[m];
+        if (mod->metrics)
+            mod->metrics(b, um_module_running(mod));
+        else if (mod->counters)
+            um_metrics_render_block(b, mod->counters);
     }
     one(b, "umbra_config_reloads_total", "counter", "Configuration reloads attempted (SIGHUP).",
         atomic_load(&um_metrics_reloads));
@@ -422,40 +316,11 @@ static void render_json(struct um__admin *a, struct um_buf *b)
                   (unsigned long long)t->misses, (unsigned long long)t->stale,
                   (unsigned long long)t->revalidated, (unsigned long long)t->coalesced, st.objects,
                   st.memory_used, st.memory_cap, (unsigned long long)st.evictions);
-    if (s->l2) {
-        struct um_l2_state ls;
-        um_l2_state(s->l2, &ls);
-        um_buf_printf(b,
-                      "\"l2\":{\"redis\":\"%s:%d\",\"state\":\"%s\",\"workers_up\":%d,"
-                      "\"workers\":%d,\"bus_up\":%s,\"hits\":%llu,\"misses\":%llu,"
-                      "\"errors\":%llu,\"timeouts\":%llu,\"writes\":%llu,\"write_drops\":%llu},",
-                      ls.host, ls.port,
-                      ls.workers_up == ls.workers && ls.bus_up ? "up"
-                      : ls.workers_up == 0 && !ls.bus_up       ? "down"
-                                                               : "partial",
-                      ls.workers_up, ls.workers, ls.bus_up ? "true" : "false",
-                      (unsigned long long)t->l2_hits, (unsigned long long)t->l2_misses,
-                      (unsigned long long)t->l2_errors, (unsigned long long)t->l2_timeouts,
-                      (unsigned long long)t->l2_writes, (unsigned long long)t->l2_drops);
-    } else {
-        um_buf_append(b, "\"l2\":null,", 10);
-    }
-    if (s->disk) {
-        struct um_disk_tier_stats d;
-        um_disk_tier_stats(s->disk, &d);
-        um_buf_printf(b,
-                      "\"disk\":{\"stores\":%llu,\"size\":%llu,\"used\":%llu,\"objects\":%llu,"
-                      "\"index_bytes\":%llu,\"hits\":%llu,\"misses\":%llu,\"writes\":%llu,"
-                      "\"write_drops\":%llu,\"evictions\":%llu,\"checksum_failures\":%llu},",
-                      (unsigned long long)d.stores, (unsigned long long)d.disk.size,
-                      (unsigned long long)d.disk.bytes, (unsigned long long)d.disk.objects,
-                      (unsigned long long)d.disk.index_bytes, (unsigned long long)d.hits,
-                      (unsigned long long)d.misses, (unsigned long long)d.disk.writes,
-                      (unsigned long long)d.disk.drops, (unsigned long long)d.disk.evictions,
-                      (unsigned long long)d.disk.checksum_failures);
-    } else {
-        um_buf_append(b, "\"disk\":null,", 12);
-    }
+    for (size_t m = 0; um_modules[m]; m++) /* the modules' own members */
+        if (um_modules[m]->status) {
+            um_modules[m]->status(b, um_module_running(um_modules[m]));
+            um_buf_append(b, ",", 1);
+        }
     um_buf_append(b, "\"workers\":[", 11);
     for (int i = 0; i < s->num_workers; i++) {
         const struct um_metrics_worker *m = um_metrics_get(i);

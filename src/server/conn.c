@@ -254,7 +254,7 @@ static void drive(struct um__conn *c)
             int want = 0;
             int r = c->t->ops->handshake(c->t, &want);
             if (r == UM_OK) {
-                um_counter_add(&um_metrics_worker()->tls_handshakes, 1);
+                um_tls_count_handshake(true);
                 c->state = S_HEAD;
                 c->can_read = true; /* the request may sit decrypted-ready in OpenSSL */
                 if (c->t->ops->alpn && um_str_eq(c->t->ops->alpn(c->t), "h2") &&
@@ -268,7 +268,7 @@ static void drive(struct um__conn *c)
                     um__tq_arm(c->w, c, UM__TQ_HEADER);
                 goto out;
             }
-            um_counter_add(&um_metrics_worker()->tls_failures, 1);
+            um_tls_count_handshake(false);
             um_log_info("tls: handshake with %s:%d failed: %s", c->peer_ip, c->peer_port,
                         c->t->ops->error(c->t));
             um__conn_close(c);
@@ -448,7 +448,7 @@ void um__conn_on_timeout(struct um__conn *c)
     if (c->closed)
         return;
     if (c->state == S_HANDSHAKE) {
-        um_counter_add(&um_metrics_worker()->tls_failures, 1);
+        um_tls_count_handshake(false);
         uint64_t log_conn = um_log_set_conn(c->id);
         um_log_info("tls: handshake with %s:%d failed: timed out after %gs", c->peer_ip,
                     c->peer_port, c->config->timeouts.header);

@@ -2,16 +2,25 @@
 /* The list of modules (umbra/module.h): the one place that names them all. */
 #include "umbra/module.h"
 
+#include <stdatomic.h>
+
+#include "umbra/metrics.h"
+
 extern const struct um_module um_cache_module;
 extern const struct um_module um_upstream_module;
 extern const struct um_module um_static_module;
 extern const struct um_module um_cgi_module;
 extern const struct um_module um_log_module;
 extern const struct um_module um_cluster_module;
+extern const struct um_module um_compress_module;
+extern const struct um_module um_lua_module;
+extern const struct um_module um_tls_module;
+extern const struct um_module um_disk_module;
 
 const struct um_module *const um_modules[] = {
-    &um_cache_module, &um_upstream_module, &um_static_module, &um_cgi_module,
-    &um_log_module,   &um_cluster_module,  NULL,
+    &um_cache_module,    &um_upstream_module, &um_static_module, &um_cgi_module,
+    &um_log_module,      &um_cluster_module,  &um_compress_module, &um_lua_module,
+    &um_tls_module,      &um_disk_module,     NULL,
 };
 
 void um_modules_init(void)
@@ -19,4 +28,31 @@ void um_modules_init(void)
     for (size_t m = 0; um_modules[m]; m++)
         for (size_t s = 0; um_modules[m]->slots && um_modules[m]->slots[s]; s++)
             (void)um_context_slot_index(um_modules[m]->slots[s]);
+    for (size_t m = 0; um_modules[m]; m++)
+        if (um_modules[m]->counters)
+            um_metrics_register(um_modules[m]->counters);
+}
+
+#define MAX_MODULES 64
+static _Atomic(void *) running[MAX_MODULES];
+
+static size_t index_of(const struct um_module *m)
+{
+    for (size_t i = 0; um_modules[i]; i++)
+        if (um_modules[i] == m) {
+            UM_ASSERT(i < MAX_MODULES);
+            return i;
+        }
+    UM_ASSERT(!"a module not in um_modules");
+    return 0;
+}
+
+void um_module_run(const struct um_module *m, void *state)
+{
+    atomic_store(&running[index_of(m)], state);
+}
+
+void *um_module_running(const struct um_module *m)
+{
+    return atomic_load(&running[index_of(m)]);
 }

@@ -146,15 +146,6 @@ void um__server_reload(struct um_server *s)
     for (size_t m = 0; um_modules[m]; m++)
         if (um_modules[m]->check_reload)
             um_modules[m]->check_reload(old, nc);
-    bool disks_same = nc->cache.num_disks == old->cache.num_disks &&
-                      nc->cache.disk_sync == old->cache.disk_sync &&
-                      nc->cache.disk_reset_incompatible == old->cache.disk_reset_incompatible;
-    for (size_t i = 0; disks_same && i < nc->cache.num_disks; i++)
-        disks_same = strcmp(nc->cache.disks[i].path, old->cache.disks[i].path) == 0 &&
-                     nc->cache.disks[i].size == old->cache.disks[i].size;
-    if (!disks_same)
-        um_log_warn("SIGHUP: cache.disk takes a restart; keeping the running disk stores (%zu)",
-                    old->cache.num_disks);
 
     int *fds = um_calloc(nc->num_listen + 1, sizeof(int));
     bool *kept = um_calloc(s->num_listen + 1, sizeof(bool));

@@ -127,6 +127,7 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
             goto fail;
         }
     }
+    um_module_run(&um_disk_module, s->disk);
     s->runtime = um_runtime_create(config, hooks, &s->cache, s->disk, err, errlen);
     if (s->runtime == NULL)
         goto fail;
@@ -173,6 +174,7 @@ fail:
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);
     }
+    um_module_run(&um_disk_module, NULL);
     um_disk_tier_close(s->disk);
     free(s);
     return NULL;
@@ -365,6 +367,7 @@ int um_server_run(struct um_server *s)
      * it: cache.l2 is read at start). */
     if (s->config->cache.l2.enabled)
         s->l2 = um_l2_create(s->config, um__purge_apply, s);
+    um_module_run(&um_cluster_module, s->l2);
     s->workers = um_calloc((size_t)s->num_workers, sizeof(*s->workers));
     for (int i = 0; i < s->num_workers; i++) {
         um__worker_init(&s->workers[i], s, i);
@@ -474,11 +477,13 @@ void um_server_destroy(struct um_server *s)
 {
     /* The disk's last reads post to the workers' loops: closed while those still exist
      * (stopped, so what they would have run is freed with them). */
+    um_module_run(&um_disk_module, NULL);
     um_disk_tier_close(s->disk);
     s->disk = NULL;
     for (int i = 0; i < s->num_workers; i++)
         um__worker_dispose(&s->workers[i]);
     free(s->workers);
+    um_module_run(&um_cluster_module, NULL);
     um_l2_destroy(s->l2);
     s->l2 = NULL;
     for (size_t i = 0; i < s->num_listen; i++)

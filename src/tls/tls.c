@@ -61,7 +61,26 @@
 
 #include "umbra/config.h"
 #include "umbra/log.h"
+#include "umbra/metrics.h"
+#include "umbra/module.h"
 #include "internal.h"
+
+static const struct um_metric_def counter_defs[] = {
+    {"umbra_tls_handshakes_total", "counter", "TLS handshakes completed.", NULL},
+    {"umbra_tls_handshake_failures_total", "counter", "TLS handshakes that failed or timed out.",
+     NULL},
+};
+static struct um_metric_block counters = {counter_defs, 2, 0};
+
+const struct um_module um_tls_module = {
+    .name = "tls",
+    .counters = &counters,
+};
+
+void um_tls_count_handshake(bool ok)
+{
+    um_counter_add(um_metric(&counters, ok ? 0 : 1), 1);
+}
 
 
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;

@@ -16,13 +16,10 @@ SRC = source_dir()
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 150
 
-# Still over, and being reworked by other changes of issue #27 (admin on the real parser,
-# modules that register themselves) or of the disk tier (issue #28).
+# Files and functions still over their limit (none today: a new one is named here only
+# with the reason and the change that takes it under).
 ALLOWED_FILES = set()
-ALLOWED_FUNCTIONS = {
-    ("src/server/admin.c", "render_metrics"),  # goes with modules registering their counters
-    ("src/server/reload.c", "um__server_reload"),  # goes with modules naming their settings
-}
+ALLOWED_FUNCTIONS = set()
 
 SIGNATURE_NAME = re.compile(r"([A-Za-z_]\w*)\s*\(")
 
