@@ -1010,7 +1010,7 @@ routes = { { path = "/", upstream = "app" } }
             # Both refuse: the request tries one, then the other; each is taken out.
             r = fetch(u.port, req("/both"))
             self.assertEqual(r.status, 502, r)
-            outs = [line for line in u.log().splitlines() if "in a row" in line]
+            outs = u.log_lines("in a row", 2)
             self.assertEqual(len(outs), 2, u.log())
             first = 0 if urls[0] in outs[0] else 1
             self.assertIn(urls[first], outs[0])

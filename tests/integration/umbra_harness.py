@@ -230,6 +230,17 @@ class Umbra:
         with self._lock:
             return "".join(self._lines)
 
+    def log_lines(self, text, count, timeout=5.0):
+        """The lines of the log that contain text, once there are count of them (the log is
+        read by a thread: a line written as an answer went out may come a moment after it),
+        or the ones there are after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [line for line in self.log().splitlines() if text in line]
+            if len(lines) >= count or time.monotonic() >= deadline:
+                return lines
+            time.sleep(0.02)
+
     def path(self, rel):
         """Absolute path of rel under the temp dir."""
         return os.path.join(self.dir, rel)
