@@ -132,10 +132,25 @@ struct um_cache_obj *um_cache_insert(struct um_cache *c, um_str key, const void 
  * by the caller. */
 void um_cache_unlink(struct um_cache *c, struct um_cache_obj *obj);
 
-/* The disk tier beneath the store (umbra/disktier.h): every purge below reaches it too.
- * Set once, before the workers use the store. */
+/* What the store's users share beyond the store, set once before the workers use it (the
+ * server's, handed down through the runtime; any of them NULL: none):
+ *   disk      the disk tier beneath (umbra/disktier.h): every purge below reaches it too
+ *   l2        the second-level cache the fills ask and write (umbra/cacheorigin.h)
+ *   announce  carries a purge the cache layer applied on a worker (ctx; a PURGE that was
+ *             not a peer's own) to the other nodes: the ring's peers and the Redis bus */
+struct um_context;
 struct um_disk_tier;
-void um_cache_set_disk(struct um_cache *c, struct um_disk_tier *disk);
+struct um_cache_l2;
+struct um_purge;
+struct um_cache_links {
+    struct um_disk_tier *disk;
+    struct um_cache_l2 *l2;
+    void (*announce)(void *arg, struct um_context *ctx, const struct um_purge *p);
+    void *announce_arg;
+};
+void um_cache_set_links(struct um_cache *c, const struct um_cache_links *links);
+/* The links of c (constant once the workers run). */
+const struct um_cache_links *um_cache_links(const struct um_cache *c);
 
 /* Unlinks every object (every variant, FILLING ones included) with this key. Returns how
  * many were unlinked. key is borrowed. */

@@ -53,8 +53,8 @@ struct um_cache_l2 {
     size_t max_object; /* bodies above it are not put */
 };
 
-/* A PURGE applied on this node (not a peer's own) is handed to the context's on_purge
- * (umbra/context.h, umbra/purge.h), which carries it to the other nodes. */
+/* A PURGE applied on this node (not a peer's own) is handed to the store's announce link
+ * (umbra/cache.h, umbra/purge.h), which carries it to the other nodes. */
 
 /* Wraps inner (takes over the caller's reference to it) for route, answering from cache.
  * cache and config must outlive the origin. Destroy through ops->destroy. */
@@ -64,7 +64,7 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
 
 /* What a cluster node adds to a caching origin (umbra/cluster.h): fill, the origin its
  * fills go to instead of inner (taken over: destroyed with the cache origin, before
- * inner). Its purges reach the peers through the context's on_purge, as every other
+ * inner). Its purges reach the peers through the store's announce link, as every other
  * node's do. Main thread, before the origin is used. */
 struct um_cache_ring {
     struct um_origin *fill;

@@ -35,20 +35,9 @@ struct um_context_slot {
  * use). Any thread. Asserts when more than UM_CONTEXT_MAX_SLOTS slots are asked for. */
 unsigned um_context_slot_index(struct um_context_slot *s);
 
-struct um_cache_l2;
-struct um_purge;
-
 struct um_context {
     struct um_loop *loop; /* the worker's loop; set by um_context_init */
     int worker_id;        /* 0 .. workers - 1 */
-    /* The second-level cache the worker's cache origins use (umbra/cacheorigin.h), or
-     * NULL; set by the worker's owner before the loop runs, outlives it. */
-    struct um_cache_l2 *l2;
-    /* Called after the cache layer applied a purge (PURGE) on this worker, to carry it to
-     * the other nodes: the ring's peers and the Redis bus (umbra/purge.h; the server's one
-     * hook for that); NULL: nothing. */
-    void (*on_purge)(void *arg, const struct um_purge *p);
-    void *on_purge_arg;
     void *_slots[UM_CONTEXT_MAX_SLOTS];
 };
 

@@ -20,6 +20,7 @@
 #ifndef UMBRA_RUNTIME_H
 #define UMBRA_RUNTIME_H
 
+#include "umbra/cache.h"
 #include "umbra/config.h"
 
 struct um_cache;
@@ -39,20 +40,21 @@ struct um_runtime {
     struct um_origin **upstreams;    /* config->num_upstreams origins, in the same order */
     struct um_hooks *hooks;          /* the workers' request states */
     struct um_cluster *cluster;      /* the ring (umbra/cluster.h), or NULL */
-    struct um_disk_tier *disk;       /* the server's disk tier (umbra/disktier.h), or NULL */
+    struct um_cache_links links;     /* the server's disk tier, L2 and purge announcer */
     int _refcnt;
 };
 
 /* Builds the runtime of config (taking a reference of its own to it) with the request
  * states hooks, made for config (taken over: destroyed with the runtime, or at once on
  * failure). The routes that cache share the server's cache *cache, created when first
- * needed (stored with release order: other threads load it with acquire), over the
- * server's disk tier disk (NULL: none), which they read and write. Main thread,
- * before the runtime is handed to any other thread. Returns one reference, or NULL with
- * "FILE:LINE: message" in err. */
+ * needed (stored with release order: other threads load it with acquire) with the
+ * server's links (umbra/cache.h; NULL: none), whose disk tier they read and write. Main
+ * thread, before the runtime is handed to any other thread. Returns one reference, or
+ * NULL with "FILE:LINE: message" in err. */
 struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *hooks,
-                                     struct um_cache **cache, struct um_disk_tier *disk,
-                                     char *err, size_t errlen);
+                                     struct um_cache **cache,
+                                     const struct um_cache_links *links, char *err,
+                                     size_t errlen);
 
 /* Takes a reference. Thread-safe. */
 void um_runtime_ref(struct um_runtime *rt);

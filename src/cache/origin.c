@@ -235,7 +235,8 @@ void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um
     ff.fill_key = (um_str){fl->key, fl->key_len};
     ff.source = ds ? &ds->base : NULL;
     /* A miss asks the second-level cache first; the fetch starts when that misses too. */
-    if (obj && old == NULL && ds == NULL && fl->ctx->l2 && um__cache_fill_l2_lookup(fl, &ff)) {
+    if (obj && old == NULL && ds == NULL && um_cache_links(co->cache)->l2 &&
+        um__cache_fill_l2_lookup(fl, &ff)) {
         if (client && client->origin_data &&
             ((struct reader *)client->origin_data)->ops == &um__cache_reader_req)
             um__cache_reader_pump(client->origin_data);
@@ -332,8 +333,9 @@ static void cache_purge(struct cache_origin *co, struct um_fetch *f, struct um_s
     bool by_url = pg.kind == UM_PURGE_URL;
     /* Carried even when nothing was here: other nodes, or the L2, may hold it. A peer's
      * own PURGE is not carried again. */
-    if (f->ctx && f->ctx->on_purge && !f->from_peer && !f->peer_refused)
-        f->ctx->on_purge(f->ctx->on_purge_arg, &pg);
+    const struct um_cache_links *links = um_cache_links(co->cache);
+    if (f->ctx && links->announce && !f->from_peer && !f->peer_refused)
+        links->announce(links->announce_arg, f->ctx, &pg);
     free(pre);
     free(host);
     if (key)

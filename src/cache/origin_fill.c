@@ -212,8 +212,10 @@ void um__cache_copy_request(struct fill *fl, const struct um_request *req)
 
 void um__cache_fill_free(struct fill *fl)
 {
-    if (fl->l2_get)
-        fl->ctx->l2->ops->cancel(fl->ctx->l2, fl->ctx, fl->l2_get);
+    if (fl->l2_get) {
+        struct um_cache_l2 *l2 = um_cache_links(fl->co->cache)->l2;
+        l2->ops->cancel(l2, fl->ctx, fl->l2_get);
+    }
     free(fl->fetch_copy);
     if (fl->drop_posted)
         um_loop_unpost(fl->ctx->loop, &fl->drop);
@@ -515,7 +517,7 @@ static void fill_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
  * for the rest of its life (its stale windows included), when it is small enough. */
 void um__cache_l2_write(struct fill *fl, struct um_cache_obj *obj)
 {
-    struct um_cache_l2 *l2 = fl->ctx->l2;
+    struct um_cache_l2 *l2 = um_cache_links(fl->co->cache)->l2;
     if (l2 == NULL || fl->from_l2 || um_cache_obj_state(obj) != UM_CACHE_COMPLETE ||
         um_cache_obj_body_len(obj) > l2->max_object)
         return;
@@ -623,7 +625,7 @@ bool um__cache_fill_l2_lookup(struct fill *fl, const struct um_fetch *ff)
     fl->l2_fetch.has_body = false;
     fl->l2_fetch.body = (um_str){NULL, 0};
     fl->l2_fetch.req = &fl->req;
-    struct um_cache_l2 *l2 = fl->ctx->l2;
+    struct um_cache_l2 *l2 = um_cache_links(fl->co->cache)->l2;
     fl->l2_get = l2->ops->get(l2, fl->ctx, (um_str){fl->key, fl->key_len}, on_l2_done, fl);
     if (fl->l2_get == NULL) {
         free(fl->fetch_copy);

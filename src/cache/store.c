@@ -516,14 +516,19 @@ void um_cache_unlink(struct um_cache *c, struct um_cache_obj *o)
     um__store_obj_unlink(c, o);
 }
 
-void um_cache_set_disk(struct um_cache *c, struct um_disk_tier *disk)
+void um_cache_set_links(struct um_cache *c, const struct um_cache_links *links)
 {
-    c->disk = disk;
+    c->links = *links;
+}
+
+const struct um_cache_links *um_cache_links(const struct um_cache *c)
+{
+    return &c->links;
 }
 
 size_t um_cache_purge(struct um_cache *c, um_str key)
 {
-    um_disk_tier_purge_key(c->disk, key);
+    um_disk_tier_purge_key(c->links.disk, key);
     uint64_t hash = key_hash(c, key);
     struct shard *sh = shard_of(c, hash);
     struct um_cache_obj *dead = NULL;

@@ -111,8 +111,7 @@ struct shard {
 
 struct um_cache {
     struct um_cache_opts o;
-    /* The disk tier beneath (umbra/disktier.h), told of every purge; NULL: none. */
-    struct um_disk_tier *disk;
+    struct um_cache_links links; /* um_cache_set_links */
     size_t cap, high, low, max_object;
     uint64_t sipkey[2];
     unsigned shard_bits;

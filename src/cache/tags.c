@@ -392,7 +392,7 @@ static bool purgeable(const struct um_cache_obj *o, bool soft)
 
 size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags, unsigned flags)
 {
-    um_disk_tier_purge_all(c->disk);
+    um_disk_tier_purge_all(c->links.disk);
 
     bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
     struct um__tags *t = &c->tags;
@@ -418,7 +418,7 @@ size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags,
 
 size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, unsigned flags)
 {
-    um_disk_tier_purge_all(c->disk);
+    um_disk_tier_purge_all(c->links.disk);
 
     bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
     struct objvec ov = {0};
@@ -444,7 +444,7 @@ size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, uns
 
 size_t um_cache_purge_soft(struct um_cache *c, um_str key)
 {
-    um_disk_tier_purge_key(c->disk, key);
+    um_disk_tier_purge_key(c->links.disk, key);
 
     struct objvec ov = {0};
     uint64_t hash = um__store_key_hash(c, key);

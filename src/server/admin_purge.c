@@ -230,10 +230,11 @@ void um__purge_tell(struct um_server *s, struct um_cluster *cluster, const struc
         um_l2_purge_publish(s->l2, p);
 }
 
-void um__purge_announce(void *arg, const struct um_purge *p)
+void um__purge_announce(void *arg, struct um_context *ctx, const struct um_purge *p)
 {
-    struct um__worker *w = arg;
-    um__purge_tell(w->server, w->runtime->cluster, p);
+    struct um__worker *w = (struct um__worker *)(void *)((char *)ctx -
+                                                         offsetof(struct um__worker, ctx));
+    um__purge_tell(arg, w->runtime->cluster, p);
 }
 
 void um__purge_apply(void *arg, const struct um_purge *p)

@@ -136,9 +136,11 @@ struct um__retired {
  * cache.l2 is set). Any thread; never blocks. */
 struct um_cluster;
 void um__purge_tell(struct um_server *s, struct um_cluster *cluster, const struct um_purge *p);
-/* The worker context's on_purge (um_context.on_purge) on a worker's thread; arg is the
- * struct um__worker: um__purge_tell with its runtime's cluster. */
-void um__purge_announce(void *arg, const struct um_purge *p);
+/* The cache's announce link (umbra/cache.h) on a worker's thread (ctx, a worker's): arg is
+ * the server; um__purge_tell with the cluster of the runtime the worker runs. */
+void um__purge_announce(void *arg, struct um_context *ctx, const struct um_purge *p);
+/* The links the server gives its runtimes' cache: its disk tier, L2 and announcer. */
+struct um_cache_links um__server_links(struct um_server *s);
 /* Applies a purge another node published to this node's cache (the L2 bus's thread). */
 void um__purge_apply(void *arg, const struct um_purge *p);
 

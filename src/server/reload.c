@@ -154,7 +154,8 @@ void um__server_reload(struct um_server *s)
     int admin_fd = -2; /* -2: unchanged */
     for (size_t i = 0; i < nc->num_listen; i++)
         fds[i] = -1;
-    struct um_runtime *rt = um_runtime_create(nc, hooks, &s->cache, s->disk, err, sizeof(err));
+    struct um_cache_links links = um__server_links(s);
+    struct um_runtime *rt = um_runtime_create(nc, hooks, &s->cache, &links, err, sizeof(err));
     if (rt == NULL)
         goto fail;
     for (size_t i = 0; i < nc->num_listen; i++) {

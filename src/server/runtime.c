@@ -56,13 +56,13 @@ static struct um_origin *layered(struct um_runtime *rt, struct um_cache **cache,
     if (cacheable && r->cache) {
         if (*cache == NULL) {
             struct um_cache *c = create_cache(rt->config);
-            um_cache_set_disk(c, rt->disk);
+            um_cache_set_links(c, &rt->links);
             __atomic_store_n(cache, c, __ATOMIC_RELEASE);
         }
         /* The disk tier beneath the memory cache, above compression (it keeps the
          * identity bytes the codings are made from). */
-        if (rt->disk && o)
-            o = um_disk_origin_create(rt->disk, o, r, rt->config);
+        if (rt->links.disk && o)
+            o = um_disk_origin_create(rt->links.disk, o, r, rt->config);
         o = cache_origin(rt, *cache, o, r);
     }
     return o;
@@ -101,11 +101,13 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
 }
 
 struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *hooks,
-                                     struct um_cache **cache, struct um_disk_tier *disk,
-                                     char *err, size_t errlen)
+                                     struct um_cache **cache,
+                                     const struct um_cache_links *links, char *err,
+                                     size_t errlen)
 {
     struct um_runtime *rt = um_calloc(1, sizeof(*rt));
-    rt->disk = disk;
+    if (links)
+        rt->links = *links;
     rt->_refcnt = 1;
     um_config_ref(config);
     rt->config = config;

@@ -87,6 +87,16 @@ static void signal_set(sigset_t *set)
     sigaddset(set, SIGUSR1);
 }
 
+struct um_cache_links um__server_links(struct um_server *s)
+{
+    return (struct um_cache_links){
+        .disk = s->disk,
+        .l2 = s->l2 ? um_l2_cache(s->l2) : NULL,
+        .announce = um__purge_announce,
+        .announce_arg = s,
+    };
+}
+
 struct um_server *um_server_create(struct um_config *config, char *err, size_t errlen)
 {
     /* Blocked before any thread starts (the cache's cleaner starts below), so that every
@@ -128,7 +138,13 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
         }
     }
     um_module_run(&um_disk_module, s->disk);
-    s->runtime = um_runtime_create(config, hooks, &s->cache, s->disk, err, errlen);
+    /* The second-level cache, before the runtime whose cache uses it (a reload does not
+     * change it: cache.l2 is read at start). */
+    if (config->cache.l2.enabled)
+        s->l2 = um_l2_create(config, um__purge_apply, s);
+    um_module_run(&um_cluster_module, s->l2);
+    struct um_cache_links links = um__server_links(s);
+    s->runtime = um_runtime_create(config, hooks, &s->cache, &links, err, errlen);
     if (s->runtime == NULL)
         goto fail;
     for (size_t i = 0; i < config->num_listen; i++) {
@@ -176,6 +192,8 @@ fail:
     }
     um_module_run(&um_disk_module, NULL);
     um_disk_tier_close(s->disk);
+    um_module_run(&um_cluster_module, NULL);
+    um_l2_destroy(s->l2);
     free(s);
     return NULL;
 }
@@ -363,11 +381,6 @@ int um_server_run(struct um_server *s)
     s->started = time(NULL);
     um_metrics_init(s->num_workers);
     um_modules_init(); /* the slots of the worker contexts, in the list's order */
-    /* The second-level cache, before the workers that use it (a reload does not change
-     * it: cache.l2 is read at start). */
-    if (s->config->cache.l2.enabled)
-        s->l2 = um_l2_create(s->config, um__purge_apply, s);
-    um_module_run(&um_cluster_module, s->l2);
     s->workers = um_calloc((size_t)s->num_workers, sizeof(*s->workers));
     for (int i = 0; i < s->num_workers; i++) {
         um__worker_init(&s->workers[i], s, i);

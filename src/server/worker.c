@@ -148,10 +148,6 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
     w->tls = s->tls;
     w->loop = um_loop_create();
     um_context_init(&w->ctx, w->loop, id);
-    if (s->l2)
-        w->ctx.l2 = um_l2_cache(s->l2);
-    w->ctx.on_purge = um__purge_announce;
-    w->ctx.on_purge_arg = w;
     for (int k = 0; k < UM__TQ_COUNT; k++)
         um_loop_tq_init(w->loop, &w->tq[k], 0, on_conn_timeout);
     set_durations(w);
