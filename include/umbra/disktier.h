@@ -2,6 +2,10 @@
 /* The disk tier: the stores of cache.disk (umbra/disk.h) beneath the memory cache, and the
  * origin layer that reads and writes them (src/cache/origin_disk.c).
  *
+ * A record answers as the memory cache's object would (RFC 9111, RFC 5861): fresh, or
+ * stale within its stale-while-revalidate; else the origin is asked (a revalidation when
+ * it has validators) and the record stands in for a failure within its stale-if-error.
+ *
  * The layer sits between the memory cache and the origin chain below it (compression,
  * hooks, the upstream): a fill of the memory cache that the disk holds fresh is answered
  * from the disk (and so promoted to memory: the memory tier's SIEVE then keeps what is

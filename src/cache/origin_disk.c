@@ -7,9 +7,12 @@
  *
  * A record's metadata (struct disk_meta, then the key, then the stored fields as
  * "Name: value\r\n" lines) carries what the answer needs to be judged again: status, the
- * times of RFC 9111's age calculation and the freshness lifetime the cache gave it. Only a
- * fresh record answers; a stale one is a miss (the fill asks the origin and the new answer
- * replaces it). The key is kept to tell a hash collision from a hit. */
+ * times of RFC 9111's age calculation and the freshness lifetime the cache gave it. A fresh
+ * record answers; a stale one answers when its stale-while-revalidate (or the client's
+ * max-stale) allows (the memory cache that stores it refreshes it on its next request),
+ * else the fill asks the origin (with the record's validators: a 304 freshens it), and the
+ * record stands in when the origin fails within its stale-if-error (RFC 5861). The key is
+ * kept to tell a hash collision from a hit. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -66,10 +69,12 @@ struct disk_fetch {
     bool tee, store;
     struct um_buf rec; /* disk_meta, key, fields, then the body as it passes */
     size_t body_start;
-    /* A stale record with validators being revalidated: its metadata (a copy; the body is
-     * in body), the conditional request sent for it, and whether the 304 came (the record
-     * then answers once the inner fetch has ended). */
+    /* A stale record the fill went to the origin for: its metadata (old_meta, a copy; the
+     * body is in body), kept to answer a 304 (revalidating: the conditional request was
+     * sent) or to stand in for a failure (stale-if-error); serve_after: the record answers
+     * once the inner fetch has ended (a 304's, or a failure's, body is not sent). */
     bool revalidating, serve_after;
+    bool head_sent; /* the client has had a head */
     /* The response varies (on more than Accept-Encoding): the marker's field names
      * ("a,b"), and whether df->key is a variant's (read through the marker). */
     char *vary;
@@ -117,10 +122,9 @@ static void record_start(struct um_buf *rec, struct disk_meta m, um_str key,
     ((struct disk_meta *)(void *)rec->base)->head_len = (uint32_t)(rec->len - fields);
 }
 
-/* The Age field of a record served now (its buffer: buf). */
-static struct um_header age_field(const struct um_age_times *t, time_t now, char (*buf)[24])
+/* The Age field of a record served at age seconds (its buffer: buf). */
+static struct um_header age_field(int64_t age, char (*buf)[24])
 {
-    int64_t age = um_current_age(t, now);
     int n = snprintf(*buf, sizeof(*buf), "%lld", (long long)(age < 0 ? 0 : age));
     return (struct um_header){UM_STR("Age"), {*buf, (size_t)n}};
 }
@@ -269,22 +273,29 @@ static void tee_add(struct disk_fetch *df, const char *data, size_t n)
 }
 
 static void revalidated(struct disk_fetch *df, const struct um_response_head *h);
+static bool stand_in(struct disk_fetch *df, int status);
 
 static void tee_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct disk_fetch *df = (struct disk_fetch *)(void *)s;
-    if (df->revalidating) {
+    if (df->old_meta) {
+        bool asked = df->revalidating;
         df->revalidating = false;
-        if (h->status == 304) {
+        if (asked && h->status == 304) {
             revalidated(df, h);
             return;
         }
-        /* Changed (or failed): the stored copy goes, the answer is a fill's like any. */
+        if (stand_in(df, h->status))
+            return;
+        /* Changed: the stored copy goes, the answer is a fill's like any. */
         free(df->body);
         df->body = NULL;
         df->body_len = 0;
+        free(df->old_meta);
+        df->old_meta = NULL;
     }
     df->store = df->tee && tee_start(df, h);
+    df->head_sent = true;
     df->client->ops->on_head(df->client, h);
 }
 
@@ -352,6 +363,8 @@ static void tee_on_end(struct um_sink *s, int err)
     struct disk_fetch *df = (struct disk_fetch *)(void *)s;
     struct um_sink *client = df->client;
     df->sink.origin_data = NULL;
+    if (err != UM_OK && !df->head_sent && df->old_meta)
+        (void)stand_in(df, 0); /* no answer at all */
     if (df->serve_after) {
         /* The 304's end: the freshened record written again, its body sent. */
         if (df->store) {
@@ -464,14 +477,98 @@ static enum rec_use record_use(struct disk_fetch *df, um_str meta, const struct 
     return um_is_fresh(m.lifetime, um_current_age(&times, time(NULL))) ? REC_FRESH : REC_STALE;
 }
 
-/* A stale record with an ETag or a Last-Modified: the fill's request goes on with them as
- * conditionals (RFC 9111 4.3.1), the record kept to answer a 304. false: it has none. */
+/* The record's head as the cache's rules see it now: its fields (into f, room for cap),
+ * their metadata (rm) and the stored view (v). Returns how many fields. */
+static size_t record_view(const struct disk_fetch *df, const struct disk_meta *m, um_str meta,
+                          time_t now, struct um_header *f, size_t cap, struct um_resp_meta *rm,
+                          struct um_stored_view *v)
+{
+    um_str head = {meta.base + sizeof(*m) + m->key_len, m->head_len};
+    size_t n = um__cache_head_fields(head, f, cap);
+    um_resp_meta_scan(rm, m->status, f, n);
+    um_resp_meta_target(rm, &df->d->pol);
+    struct um_age_times times = {(time_t)m->request_time, (time_t)m->response_time,
+                                 (time_t)m->date_value, m->age_value};
+    *v = (struct um_stored_view){&rm->cc, m->lifetime, um_current_age(&times, now),
+                                 rm->etag.base != NULL || rm->has_last_modified};
+    return n;
+}
+
+/* Sends the record's head to the client (its body: body_len bytes) as a hit, with its Age
+ * and its ttl, negative when it is stale (RFC 9211). */
+static void send_record_head(struct disk_fetch *df, const struct disk_meta *m, um_str meta,
+                             size_t body_len)
+{
+    struct um_header f[MAX_OUT_FIELDS + 1];
+    struct um_resp_meta rm;
+    struct um_stored_view v;
+    size_t n = record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
+    char agebuf[24];
+    f[n++] = age_field(v.age, &agebuf);
+    df->state = DF_SERVING;
+    df->head_sent = true;
+    df->cs.hit = true;
+    df->cs.detail = "disk";
+    df->cs.has_ttl = true;
+    df->cs.ttl = v.lifetime - v.age;
+    struct um_response_head h = {.status = m->status, .headers = f, .num_headers = n,
+                                 .content_length = (int64_t)body_len, .reason = {NULL, 0},
+                                 .cache = &df->cs};
+    df->client->origin_data = df;
+    df->client->ops->on_head(df->client, &h);
+}
+
+/* How the record may answer the fill's request (um_cache_decide): at once (fresh, or stale
+ * within its stale-while-revalidate or the client's max-stale), or only after the origin. */
+static bool record_answers(const struct disk_fetch *df, const struct disk_meta *m, um_str meta)
+{
+    struct um_header f[MAX_OUT_FIELDS];
+    struct um_resp_meta rm;
+    struct um_stored_view v;
+    record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
+    struct um_req_meta qm;
+    um_req_meta_scan(&qm, df->f.req->method_id, df->f.req->headers, df->f.req->num_headers);
+    enum um_cache_use use = um_cache_decide(&v, &qm);
+    return use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE;
+}
+
+/* The origin failed (status 500, 502, 503, 504, or 0: no answer) while a stale record is
+ * kept: it answers instead when its stale-if-error allows (RFC 5861 4), once the inner
+ * fetch has ended. Returns whether it does. */
+static bool stand_in(struct disk_fetch *df, int status)
+{
+    if (status != 0 && status != 500 && status != 502 && status != 503 && status != 504)
+        return false;
+    const struct disk_meta *m = (const struct disk_meta *)(const void *)df->old_meta;
+    um_str meta = {df->old_meta, df->old_meta_len};
+    struct um_header f[MAX_OUT_FIELDS];
+    struct um_resp_meta rm;
+    struct um_stored_view v;
+    record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
+    struct um_req_meta qm;
+    um_req_meta_scan(&qm, df->f.req->method_id, df->f.req->headers, df->f.req->num_headers);
+    if (!um_cache_stale_if_error_ok(&v, &qm, &df->d->pol, status))
+        return false;
+    df->revalidating = false;
+    df->store = false;
+    df->serve_after = true; /* the failure's body is not sent */
+    send_record_head(df, m, meta, df->body_len);
+    df->state = DF_INNER;   /* until the inner fetch ends */
+    return true;
+}
+
+/* A stale record the origin is asked about: a copy kept (to answer a 304, or to stand in
+ * for a failure), and, when it has an ETag or a Last-Modified, the fill's request sent on
+ * with them as conditionals (RFC 9111 4.3.1). Returns whether it was. */
 static bool revalidate_start(struct disk_fetch *df, const struct disk_meta *m, um_str meta,
                              um_str body)
 {
     df->old_meta = um_malloc(meta.len + 1);
     memcpy(df->old_meta, meta.base, meta.len);
     df->old_meta_len = meta.len;
+    df->body = um_malloc(body.len + 1);
+    memcpy(df->body, body.base, body.len);
+    df->body_len = body.len;
     um_str head = {df->old_meta + sizeof(*m) + m->key_len, m->head_len};
     struct um_header f[MAX_OUT_FIELDS];
     size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
@@ -494,9 +591,6 @@ static bool revalidate_start(struct disk_fetch *df, const struct disk_meta *m, u
     }
     df->creq = cr;
     df->f.req = cr;
-    df->body = um_malloc(body.len + 1);
-    memcpy(df->body, body.base, body.len);
-    df->body_len = body.len;
     df->revalidating = true;
     return true;
 }
@@ -547,7 +641,7 @@ static void revalidated(struct disk_fetch *df, const struct um_response_head *h)
     df->store = lifetime > 0;
     df->serve_after = true;
     char agebuf[24];
-    merged[mn++] = age_field(&times, now, &agebuf);
+    merged[mn++] = age_field(um_current_age(&times, now), &agebuf);
     struct um_response_head nh = {.status = om->status, .headers = merged, .num_headers = mn,
                                   .content_length = (int64_t)df->body_len,
                                   .reason = {NULL, 0}};
@@ -606,7 +700,7 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
         return;
     const struct disk_meta *m = NULL;
     enum rec_use use = status == UM_OK ? record_use(df, meta, &m) : REC_BAD;
-    if (use != REC_FRESH) {
+    if (use == REC_BAD || !record_answers(df, m, meta)) {
         atomic_fetch_add(&df->d->t->misses, 1);
         if (use == REC_STALE && revalidate_start(df, m, meta, body))
             atomic_fetch_add(&df->d->t->revalidations, 1);
@@ -615,21 +709,7 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
     }
     atomic_fetch_add(&df->d->t->hits, 1);
     rewrite_if_old(df, meta, body);
-    struct um_age_times times = {(time_t)m->request_time, (time_t)m->response_time,
-                                 (time_t)m->date_value, m->age_value};
-    um_str head = {meta.base + sizeof(*m) + m->key_len, m->head_len};
-    struct um_header f[MAX_OUT_FIELDS + 1];
-    size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
-    char agebuf[24];
-    f[n++] = age_field(&times, time(NULL), &agebuf);
-    df->state = DF_SERVING;
-    df->cs.hit = true;
-    df->cs.detail = "disk";
-    struct um_response_head h = {.status = m->status, .headers = f, .num_headers = n,
-                                 .content_length = (int64_t)body.len, .reason = {NULL, 0},
-                                 .cache = &df->cs};
-    df->client->origin_data = df;
-    df->client->ops->on_head(df->client, &h);
+    send_record_head(df, m, meta, body.len);
     /* The body from the read's buffer while the client takes it (the memory cache's fill
      * takes it all at once); what it does not take yet is copied for resume. */
     size_t off = 0;

@@ -31,17 +31,22 @@ def body_of(path, size):
 
 
 class PathOrigin:
-    """Answers GET /PATH?size=N[&tags=T] with body_of(/PATH, N), max-age=600 (or max_age),
-    ETag "v1"; a request with If-None-Match: "v1" gets a 304. conditionals: the
-    If-None-Match of each request (None: unconditional)."""
+    """Answers GET /PATH?size=N[&tags=T] with body_of(/PATH, N), max-age=600 (or max_age,
+    and cc_extra's directives), ETag "v1"; a request with If-None-Match: "v1" gets a 304.
+    conditionals: the If-None-Match of each request (None: unconditional). While failing
+    is set, every request gets a 503."""
 
-    def __init__(self, max_age=600):
+    def __init__(self, max_age=600, cc_extra=""):
         self.max_age = max_age
+        self.cc_extra = cc_extra
+        self.failing = False
 
     def __enter__(self):
         counts = self.counts = {}
         conditionals = self.conditionals = []
         max_age = self.max_age
+        cc = "max-age=%d%s" % (max_age, self.cc_extra)
+        origin = self
         lock = threading.Lock()
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -54,10 +59,16 @@ class PathOrigin:
                 with lock:
                     counts[path] = counts.get(path, 0) + 1
                     conditionals.append(inm)
+                if origin.failing:
+                    self.send_response(503)
+                    self.send_header("Content-Length", "5")
+                    self.end_headers()
+                    self.wfile.write(b"down\n")
+                    return
                 if inm == '"v1"':
                     self.send_response(304)
                     self.send_header("ETag", '"v1"')
-                    self.send_header("Cache-Control", "max-age=%d" % max_age)
+                    self.send_header("Cache-Control", cc)
                     self.end_headers()
                     return
                 name = path
@@ -68,7 +79,7 @@ class PathOrigin:
                 if "vary" in q:
                     self.send_header("Vary", "X-Lang, Accept-Encoding")
                 self.send_header("ETag", '"v1"')
-                self.send_header("Cache-Control", "max-age=%d" % max_age)
+                self.send_header("Cache-Control", cc)
                 self.send_header("Content-Type", "application/octet-stream")
                 if "tags" in q:
                     self.send_header("Surrogate-Key", q["tags"].replace("+", " "))
@@ -297,6 +308,56 @@ admin = { listen = "127.0.0.1:0" }
                     self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE))
                     self.assertIn("detail=disk", r.header("Cache-Status") or "")
                 self.assertEqual(o.total(), 10)
+
+    def stale_on_disk(self, o, n):
+        """n objects written to disk, then stale there (the origin's max-age is short)."""
+        with self.umbra(o) as u:
+            self.fill(u, o, n)
+            self.wait_written(u, n)
+            self.assertEqual(u.stop(), 0)
+        time.sleep(o.max_age + 1.5)
+
+    def test_stale_while_revalidate_serves_the_disk_record(self):
+        with PathOrigin(max_age=2, cc_extra=", stale-while-revalidate=600") as o:
+            self.stale_on_disk(o, 3)
+            with self.umbra(o) as u:  # memory empty: the disk's stale records
+                for i in range(3):
+                    r = get(u, "/o/%d" % i, self.SIZE)
+                    self.assertEqual(r.status, 200)
+                    self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE))
+                    cs = r.header("Cache-Status") or ""
+                    self.assertIn("hit", cs)
+                    self.assertIn("detail=disk", cs)
+                    self.assertRegex(cs, r"ttl=-\d+", "a stale copy says so (RFC 9211)")
+                # Answered from disk without waiting for the origin.
+                self.assertEqual(o.total(), 3)
+
+    def test_stale_if_error_serves_the_disk_record(self):
+        with PathOrigin(max_age=2, cc_extra=", stale-if-error=600") as o:
+            self.stale_on_disk(o, 3)
+            o.failing = True
+            with self.umbra(o) as u:
+                for i in range(3):
+                    r = get(u, "/o/%d" % i, self.SIZE)
+                    self.assertEqual(r.status, 200, "the origin's 503 instead of the stale copy")
+                    self.assertEqual(r.body, body_of("/o/%d" % i, self.SIZE))
+                    self.assertRegex(r.header("Cache-Status") or "", r"ttl=-\d+")
+                self.assertEqual(o.total(), 6)  # each was asked (and failed)
+        # Without stale-if-error the failure is the answer.
+        with PathOrigin(max_age=2) as o:
+            self.stale_on_disk(o, 1)
+            o.failing = True
+            with self.umbra(o) as u:
+                self.assertEqual(get(u, "/o/0", self.SIZE).status, 503)
+
+    def test_stale_if_error_when_the_origin_is_gone(self):
+        with PathOrigin(max_age=2, cc_extra=", stale-if-error=600") as o:
+            self.stale_on_disk(o, 1)
+        # The origin is shut: its port refuses.
+        with self.umbra(o) as u:
+            r = get(u, "/o/0", self.SIZE)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, body_of("/o/0", self.SIZE))
 
     def test_variants_on_disk(self):
         langs = ["fr", "de", None]
