@@ -350,6 +350,18 @@ admin = { listen = "127.0.0.1:0" }
             with self.umbra(o) as u:
                 self.assertEqual(get(u, "/o/0", self.SIZE).status, 503)
 
+    def test_a_request_no_cache_goes_past_a_fresh_record(self):
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                self.fill(u, o, 1)
+                self.wait_written(u, 1)
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o) as u:  # memory empty, the record fresh on disk
+                r = fetch_req(u.port, "/o/0?size=%d" % self.SIZE,
+                              headers=[("Cache-Control", "no-cache")])
+                self.assertEqual(r.body, body_of("/o/0", self.SIZE))
+                self.assertEqual(o.total(), 2, "the client asked for validation (RFC 9111 5.2.1.4)")
+
     def test_stale_if_error_when_the_origin_is_gone(self):
         with PathOrigin(max_age=2, cc_extra=", stale-if-error=600") as o:
             self.stale_on_disk(o, 1)
