@@ -99,6 +99,37 @@ static void failed(struct um_server *s, const char *msg)
                s->config->file);
 }
 
+/* What a reload cannot change keeps its running value, with a warning: the server's own
+ * settings, then every module's (umbra/module.h). */
+static void warn_restart_only(struct um_server *s, const struct um_config *old,
+                             const struct um_config *nc)
+{
+    /* Who the process runs as was settled at start (privileges.c): like workers, a reload
+     * keeps it, and says so. */
+    if (nc->user.set != old->user.set || nc->user.uid != old->user.uid ||
+        nc->user.gid != old->user.gid)
+        um_log_warn("SIGHUP: %s: user and group take a restart; still running as uid %u "
+                    "gid %u", nc->file, (unsigned)geteuid(), (unsigned)getegid());
+    /* The pid file was locked at start; a reload keeps it, like workers. */
+    const char *was = s->pid_path ? s->pid_path : "none";
+    const char *now = nc->pid_file ? nc->pid_file : "none";
+    if (strcmp(was, now) != 0)
+        um_log_warn("SIGHUP: a change of pid (%s) takes a restart; keeping %s", now, was);
+    if (nc->workers != s->num_workers)
+        um_log_warn("SIGHUP: workers = %d takes a restart; keeping %d", nc->workers,
+                    s->num_workers);
+    /* The size of the shared cache is the server's rule, not the cache module's: only the
+     * server knows whether it has made the cache (it does at the first caching route). */
+    if (s->cache && (nc->cache.memory != old->cache.memory ||
+                     nc->cache.max_object != old->cache.max_object))
+        um_log_warn("SIGHUP: cache.memory and cache.max_object take a restart; keeping the "
+                    "running cache");
+    /* The modules' own rules (umbra/module.h). */
+    for (size_t m = 0; um_modules[m]; m++)
+        if (um_modules[m]->check_reload)
+            um_modules[m]->check_reload(old, nc);
+}
+
 void um__server_reload(struct um_server *s)
 {
     char err[1024];
@@ -114,20 +145,7 @@ void um__server_reload(struct um_server *s)
         failed(s, err);
         return;
     }
-    /* Who the process runs as was settled at start (privileges.c): like workers, a reload
-     * keeps it, and says so. */
-    if (nc->user.set != old->user.set || nc->user.uid != old->user.uid ||
-        nc->user.gid != old->user.gid)
-        um_log_warn("SIGHUP: %s: user and group take a restart; still running as uid %u "
-                    "gid %u", nc->file, (unsigned)geteuid(), (unsigned)getegid());
-    /* The pid file was locked at start; a reload keeps it, like workers. */
-    const char *was = s->pid_path ? s->pid_path : "none";
-    const char *now = nc->pid_file ? nc->pid_file : "none";
-    if (strcmp(was, now) != 0)
-        um_log_warn("SIGHUP: a change of pid (%s) takes a restart; keeping %s", now, was);
-    if (nc->workers != s->num_workers)
-        um_log_warn("SIGHUP: workers = %d takes a restart; keeping %d", nc->workers,
-                    s->num_workers);
+    warn_restart_only(s, old, nc);
     /* One request state per running worker, made here: the workers see them only once
      * their mailbox hands them the runtime, below. */
     struct um_hooks *hooks = um_hooks_create(nc, s->num_workers, err, sizeof(err));
@@ -136,17 +154,6 @@ void um__server_reload(struct um_server *s)
         failed(s, err);
         return;
     }
-    /* The size of the shared cache is the server's rule, not the cache module's: only the
-     * server knows whether it has made the cache (it does at the first caching route). */
-    if (s->cache && (nc->cache.memory != old->cache.memory ||
-                     nc->cache.max_object != old->cache.max_object))
-        um_log_warn("SIGHUP: cache.memory and cache.max_object take a restart; keeping the "
-                    "running cache");
-    /* The modules' own rules (umbra/module.h). */
-    for (size_t m = 0; um_modules[m]; m++)
-        if (um_modules[m]->check_reload)
-            um_modules[m]->check_reload(old, nc);
-
     int *fds = um_calloc(nc->num_listen + 1, sizeof(int));
     bool *kept = um_calloc(s->num_listen + 1, sizeof(bool));
     size_t bound = 0;
