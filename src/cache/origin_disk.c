@@ -25,68 +25,7 @@
 #include "umbra/httpfield.h"
 #include "umbra/loop.h"
 
-#define DISK_META_MAGIC 0x314d4455u /* "UDM1" */
-/* A Vary marker: the record under the URL's key of a response that varies, naming the
- * request fields its variants are told apart by; each variant is a record under the hash
- * of the URL's key and those fields' values (variant_key). A purge of the URL removes the
- * marker, and so every variant (left to the cursor). */
-#define DISK_VARY_MAGIC 0x31564455u /* "UDV1" */
-
-struct disk_meta {
-    uint32_t magic;
-    int32_t status;
-    int64_t request_time, response_time, date_value, age_value;
-    int64_t lifetime;
-    int64_t stored; /* unix seconds, for the tier's purge time */
-    uint32_t key_len, head_len;
-};
-
-struct disk_origin {
-    struct um_origin base;
-    struct um_origin *inner;
-    struct um_disk_tier *t;
-    struct um_cache_policy pol;
-    um_str targeted[UM_CACHE_TARGETED_MAX];
-};
-
-enum df_state { DF_READING, DF_SERVING, DF_INNER };
-
-struct disk_fetch {
-    struct um_sink sink; /* what the inner origin writes to */
-    struct um_sink *client;
-    struct disk_origin *d;
-    struct um_fetch f; /* the fill's (its strings live as long as the fill) */
-    enum df_state state;
-    bool cancelled; /* the client went away while the disk read */
-    struct um_disk_key key;
-    struct um_cache_status cs;
-    time_t request_time;
-    /* Serving a record: its body (a copy) and how far the client took it. */
-    char *body;
-    size_t body_len, body_off;
-    /* The tee: the answer's copy, while it may still be stored (tee: the fetch is a fill
-     * the disk may keep; a pass, a revalidation or a coding made from identity is not). */
-    bool tee, store;
-    struct um_buf rec; /* disk_meta, key, fields, then the body as it passes */
-    size_t body_start;
-    /* A stale record the fill went to the origin for: its metadata (old_meta, a copy; the
-     * body is in body), kept to answer a 304 (revalidating: the conditional request was
-     * sent) or to stand in for a failure (stale-if-error); serve_after: the record answers
-     * once the inner fetch has ended (a 304's, or a failure's, body is not sent). */
-    bool revalidating, serve_after;
-    bool head_sent; /* the client has had a head */
-    /* The response varies (on more than Accept-Encoding): the marker's field names
-     * ("a,b"), and whether df->key is a variant's (read through the marker). */
-    char *vary;
-    bool variant;
-    /* The marker's generation, part of every variant's key: a marker written anew (after
-     * a purge of the URL, or lost) makes a new one, so the variants of an older marker are
-     * never reached again. 0: none yet (a new one is drawn when a variant is stored). */
-    uint64_t vary_gen;
-    char *old_meta;
-    size_t old_meta_len;
-    struct um_request *creq;
-};
+#include "origin_disk.h"
 
 static void df_free(struct disk_fetch *df)
 {
@@ -103,8 +42,8 @@ static void df_free(struct disk_fetch *df)
 /* A record's metadata into rec (initialised here): m, the key, then the fields of h the
  * memory cache would keep (um__cache_field_skipped), the tag fields included so that a
  * promoted object is tagged again. */
-static void record_start(struct um_buf *rec, struct disk_meta m, um_str key,
-                         const struct um_header *h, size_t n, const struct um_resp_meta *rm)
+void um__disk_record_start(struct um_buf *rec, struct disk_meta m, um_str key,
+                           const struct um_header *h, size_t n, const struct um_resp_meta *rm)
 {
     m.key_len = (uint32_t)key.len;
     um_buf_init(rec);
@@ -112,8 +51,7 @@ static void record_start(struct um_buf *rec, struct disk_meta m, um_str key,
     um_buf_append(rec, key.base, key.len);
     size_t fields = rec->len;
     for (size_t i = 0; i < n; i++) {
-        if (um__cache_field_skipped(h[i].name, rm, false))
-            continue;
+        if (um__cache_field_skipped(h[i].name, rm, false)) continue;
         um_buf_append(rec, h[i].name.base, h[i].name.len);
         um_buf_append(rec, ": ", 2);
         um_buf_append(rec, h[i].value.base, h[i].value.len);
@@ -123,7 +61,7 @@ static void record_start(struct um_buf *rec, struct disk_meta m, um_str key,
 }
 
 /* The Age field of a record served at age seconds (its buffer: buf). */
-static struct um_header age_field(int64_t age, char (*buf)[24])
+struct um_header um__disk_age_field(int64_t age, char (*buf)[24])
 {
     int n = snprintf(*buf, sizeof(*buf), "%lld", (long long)(age < 0 ? 0 : age));
     return (struct um_header){UM_STR("Age"), {*buf, (size_t)n}};
@@ -166,8 +104,7 @@ static char *vary_names(const struct um_response_head *h, bool *never)
     um_buf_init(&b);
     *never = false;
     for (size_t i = 0; i < h->num_headers; i++) {
-        if (!um_str_eq_ci(h->headers[i].name, "vary"))
-            continue;
+        if (!um_str_eq_ci(h->headers[i].name, "vary")) continue;
         struct um_vary v;
         um_vary_init(&v);
         um_vary_parse(&v, h->headers[i].value);
@@ -176,10 +113,8 @@ static char *vary_names(const struct um_response_head *h, bool *never)
             break;
         }
         for (size_t k = 0; k < v.n; k++) {
-            if (um_str_eq_ci(v.names[k], "accept-encoding"))
-                continue;
-            if (b.len)
-                um_buf_append(&b, ",", 1);
+            if (um_str_eq_ci(v.names[k], "accept-encoding")) continue;
+            if (b.len) um_buf_append(&b, ",", 1);
             um_buf_append(&b, v.names[k].base, v.names[k].len);
         }
     }
@@ -204,14 +139,12 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
         return false;
     for (size_t i = 0; i < h->num_headers; i++) {
         um_str n = h->headers[i].name, v = um_str_trim(h->headers[i].value);
-        if (um_str_eq_ci(n, "content-encoding") && !um_str_eq_ci(v, "identity"))
-            return false;
+        if (um_str_eq_ci(n, "content-encoding") && !um_str_eq_ci(v, "identity")) return false;
     }
     bool never;
     free(df->vary);
     df->vary = vary_names(h, &never);
-    if (never)
-        return false;
+    if (never) return false;
     if (df->vary) {
         struct um_disk_key vk;
         if (df->vary_gen == 0) { /* no marker was found: a new generation */
@@ -219,8 +152,7 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
                    df->vary_gen == 0)
                 ;
         }
-        if (!variant_key(df, (um_str){df->vary, strlen(df->vary)}, &vk))
-            return false;
+        if (!variant_key(df, (um_str){df->vary, strlen(df->vary)}, &vk)) return false;
         df->key = vk;
     }
     time_t now = time(NULL);
@@ -229,8 +161,7 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
     um_resp_meta_target(&rm, &d->pol);
     struct um_req_meta qm;
     um_req_meta_scan(&qm, req->method_id, req->headers, req->num_headers);
-    if (um_cache_storable(&qm, &rm, &d->pol, now) != UM_STORABLE && !h->has_ttl &&
-        !df->f.has_ttl)
+    if (um_cache_storable(&qm, &rm, &d->pol, now) != UM_STORABLE && !h->has_ttl && !df->f.has_ttl)
         return false;
     struct um_age_times times;
     um_age_times_init(&times, &rm, df->request_time, now);
@@ -240,8 +171,7 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
         lifetime = h->ttl;
     else if (df->f.has_ttl)
         lifetime = df->f.ttl;
-    if (lifetime <= 0 || rm.cc.no_cache || rm.cc.private_)
-        return false;
+    if (lifetime <= 0 || rm.cc.no_cache || rm.cc.private_) return false;
     struct disk_meta m = {
         .magic = DISK_META_MAGIC,
         .status = h->status,
@@ -252,7 +182,7 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
         .lifetime = lifetime,
         .stored = now,
     };
-    record_start(&df->rec, m, df->f.fill_key, h->headers, h->num_headers, &rm);
+    um__disk_record_start(&df->rec, m, df->f.fill_key, h->headers, h->num_headers, &rm);
     df->body_start = df->rec.len;
     if (h->content_length > 0)
         um_buf_reserve(&df->rec, (size_t)h->content_length); /* one allocation for the body */
@@ -262,8 +192,7 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
 /* The body bytes the client took, into the copy (which is dropped past max_object). */
 static void tee_add(struct disk_fetch *df, const char *data, size_t n)
 {
-    if (!df->store || n == 0)
-        return;
+    if (!df->store || n == 0) return;
     if (df->rec.len - df->body_start + n > df->d->t->max_object) {
         df->store = false;
         um_buf_dispose(&df->rec);
@@ -272,9 +201,6 @@ static void tee_add(struct disk_fetch *df, const char *data, size_t n)
     um_buf_append(&df->rec, data, n);
 }
 
-static void revalidated(struct disk_fetch *df, const struct um_response_head *h);
-static bool stand_in(struct disk_fetch *df, int status);
-
 static void tee_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct disk_fetch *df = (struct disk_fetch *)(void *)s;
@@ -282,11 +208,10 @@ static void tee_on_head(struct um_sink *s, const struct um_response_head *h)
         bool asked = df->revalidating;
         df->revalidating = false;
         if (asked && h->status == 304) {
-            revalidated(df, h);
+            um__disk_revalidated(df, h);
             return;
         }
-        if (stand_in(df, h->status))
-            return;
+        if (um__disk_stand_in(df, h->status)) return;
         /* Changed: the stored copy goes, the answer is a fill's like any. */
         free(df->body);
         df->body = NULL;
@@ -302,8 +227,7 @@ static void tee_on_head(struct um_sink *s, const struct um_response_head *h)
 static size_t tee_on_data(struct um_sink *s, const char *data, size_t len)
 {
     struct disk_fetch *df = (struct disk_fetch *)(void *)s;
-    if (df->serve_after)
-        return len; /* a 304 has no body: nothing of it goes on */
+    if (df->serve_after) return len; /* a 304 has no body: nothing of it goes on */
     size_t n = df->client->ops->on_data(df->client, data, len);
     tee_add(df, data, n);
     return n;
@@ -322,11 +246,9 @@ static size_t tee_on_data_ref(struct um_sink *s, const char *data, size_t len,
         n = df->client->ops->on_data_ref(df->client, data, len, release, ctx);
     } else {
         n = df->client->ops->on_data(df->client, data, len);
-        if (n)
-            release(ctx);
+        if (n) release(ctx);
     }
-    if (n == 0 && storing && df->store)
-        df->rec.len = before; /* not taken: offered again */
+    if (n == 0 && storing && df->store) df->rec.len = before; /* not taken: offered again */
     return n;
 }
 
@@ -336,8 +258,6 @@ static void tee_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
     df->store = false; /* a file's bytes are not seen here */
     df->client->ops->on_file(df->client, fd, off, len);
 }
-
-static bool serve_pump(struct disk_fetch *df);
 
 /* The Vary marker under the URL's key: a disk_meta with the other magic, the key, and the
  * names as its "fields". */
@@ -364,17 +284,16 @@ static void tee_on_end(struct um_sink *s, int err)
     struct um_sink *client = df->client;
     df->sink.origin_data = NULL;
     if (err != UM_OK && !df->head_sent && df->old_meta)
-        (void)stand_in(df, 0); /* no answer at all */
+        (void)um__disk_stand_in(df, 0); /* no answer at all */
     if (df->serve_after) {
         /* The 304's end: the freshened record written again, its body sent. */
         if (df->store) {
             struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
-            um_disk_write(st, df->key, (um_str){df->rec.base, df->rec.len}, df->body,
-                          df->body_len);
+            um_disk_write(st, df->key, (um_str){df->rec.base, df->rec.len}, df->body, df->body_len);
         }
         df->state = DF_SERVING;
         df->body_off = 0;
-        serve_pump(df);
+        um__disk_serve_pump(df);
         return;
     }
     if (err == UM_OK && df->store) {
@@ -382,8 +301,7 @@ static void tee_on_end(struct um_sink *s, int err)
         um_str meta = {df->rec.base, meta_len};
         struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
         um_disk_write(st, df->key, meta, df->rec.base + meta_len, df->rec.len - meta_len);
-        if (df->vary)
-            write_marker(df);
+        if (df->vary) write_marker(df);
     }
     client->origin_data = NULL;
     df_free(df);
@@ -428,13 +346,12 @@ static void go_inner(struct disk_fetch *df)
 /* ---------------------------------------------------------------- a record (a hit) */
 
 /* Sends what the client takes of the body, and the end. Returns false once df is freed. */
-static bool serve_pump(struct disk_fetch *df)
+bool um__disk_serve_pump(struct disk_fetch *df)
 {
     while (df->body_off < df->body_len) {
         size_t n = df->client->ops->on_data(df->client, df->body + df->body_off,
                                             df->body_len - df->body_off);
-        if (n == 0)
-            return true; /* resume comes */
+        if (n == 0) return true; /* resume comes */
         df->body_off += n;
     }
     struct um_sink *client = df->client;
@@ -448,11 +365,9 @@ enum rec_use { REC_BAD, REC_STALE, REC_FRESH };
 
 /* Whether meta is a whole metadata of kind magic (a record or a marker) under df's own key
  * (not a hash collision), and *m its disk_meta. */
-static bool meta_of(const struct disk_fetch *df, um_str meta, uint32_t magic,
-                    struct disk_meta *m)
+static bool meta_of(const struct disk_fetch *df, um_str meta, uint32_t magic, struct disk_meta *m)
 {
-    if (meta.len < sizeof(*m))
-        return false;
+    if (meta.len < sizeof(*m)) return false;
     memcpy(m, meta.base, sizeof(*m));
     return m->magic == magic && sizeof(*m) + (size_t)m->key_len + m->head_len == meta.len &&
            m->key_len == df->f.fill_key.len &&
@@ -464,8 +379,7 @@ static bool meta_of(const struct disk_fetch *df, um_str meta, uint32_t magic,
 static enum rec_use record_use(struct disk_fetch *df, um_str meta, const struct disk_meta **out)
 {
     struct disk_meta m;
-    if (!meta_of(df, meta, DISK_META_MAGIC, &m))
-        return REC_BAD;
+    if (!meta_of(df, meta, DISK_META_MAGIC, &m)) return REC_BAD;
     if (m.stored < atomic_load(&df->d->t->purged_before)) {
         atomic_fetch_add(&df->d->t->purged, 1);
         um_disk_remove(um__disk_tier_store(df->d->t, df->key), df->key);
@@ -475,177 +389,6 @@ static enum rec_use record_use(struct disk_fetch *df, um_str meta, const struct 
     struct um_age_times times = {(time_t)m.request_time, (time_t)m.response_time,
                                  (time_t)m.date_value, m.age_value};
     return um_is_fresh(m.lifetime, um_current_age(&times, time(NULL))) ? REC_FRESH : REC_STALE;
-}
-
-/* The record's head as the cache's rules see it now: its fields (into f, room for cap),
- * their metadata (rm) and the stored view (v). Returns how many fields. */
-static size_t record_view(const struct disk_fetch *df, const struct disk_meta *m, um_str meta,
-                          time_t now, struct um_header *f, size_t cap, struct um_resp_meta *rm,
-                          struct um_stored_view *v)
-{
-    um_str head = {meta.base + sizeof(*m) + m->key_len, m->head_len};
-    size_t n = um__cache_head_fields(head, f, cap);
-    um_resp_meta_scan(rm, m->status, f, n);
-    um_resp_meta_target(rm, &df->d->pol);
-    struct um_age_times times = {(time_t)m->request_time, (time_t)m->response_time,
-                                 (time_t)m->date_value, m->age_value};
-    *v = (struct um_stored_view){&rm->cc, m->lifetime, um_current_age(&times, now),
-                                 rm->etag.base != NULL || rm->has_last_modified};
-    return n;
-}
-
-/* Sends the record's head to the client (its body: body_len bytes) as a hit, with its Age
- * and its ttl, negative when it is stale (RFC 9211). */
-static void send_record_head(struct disk_fetch *df, const struct disk_meta *m, um_str meta,
-                             size_t body_len)
-{
-    struct um_header f[MAX_OUT_FIELDS + 1];
-    struct um_resp_meta rm;
-    struct um_stored_view v;
-    size_t n = record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
-    char agebuf[24];
-    f[n++] = age_field(v.age, &agebuf);
-    df->state = DF_SERVING;
-    df->head_sent = true;
-    df->cs.hit = true;
-    df->cs.detail = "disk";
-    df->cs.has_ttl = true;
-    df->cs.ttl = v.lifetime - v.age;
-    struct um_response_head h = {.status = m->status, .headers = f, .num_headers = n,
-                                 .content_length = (int64_t)body_len, .reason = {NULL, 0},
-                                 .cache = &df->cs};
-    df->client->origin_data = df;
-    df->client->ops->on_head(df->client, &h);
-}
-
-/* How the record may answer the fill's request (um_cache_decide): at once (fresh, or stale
- * within its stale-while-revalidate or the client's max-stale), or only after the origin. */
-static bool record_answers(const struct disk_fetch *df, const struct disk_meta *m, um_str meta)
-{
-    struct um_header f[MAX_OUT_FIELDS];
-    struct um_resp_meta rm;
-    struct um_stored_view v;
-    record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
-    struct um_req_meta qm;
-    um_req_meta_scan(&qm, df->f.req->method_id, df->f.req->headers, df->f.req->num_headers);
-    enum um_cache_use use = um_cache_decide(&v, &qm);
-    return use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE;
-}
-
-/* The origin failed (status 500, 502, 503, 504, or 0: no answer) while a stale record is
- * kept: it answers instead when its stale-if-error allows (RFC 5861 4), once the inner
- * fetch has ended. Returns whether it does. */
-static bool stand_in(struct disk_fetch *df, int status)
-{
-    if (status != 0 && status != 500 && status != 502 && status != 503 && status != 504)
-        return false;
-    const struct disk_meta *m = (const struct disk_meta *)(const void *)df->old_meta;
-    um_str meta = {df->old_meta, df->old_meta_len};
-    struct um_header f[MAX_OUT_FIELDS];
-    struct um_resp_meta rm;
-    struct um_stored_view v;
-    record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
-    struct um_req_meta qm;
-    um_req_meta_scan(&qm, df->f.req->method_id, df->f.req->headers, df->f.req->num_headers);
-    if (!um_cache_stale_if_error_ok(&v, &qm, &df->d->pol, status))
-        return false;
-    df->revalidating = false;
-    df->store = false;
-    df->serve_after = true; /* the failure's body is not sent */
-    send_record_head(df, m, meta, df->body_len);
-    df->state = DF_INNER;   /* until the inner fetch ends */
-    return true;
-}
-
-/* A stale record the origin is asked about: a copy kept (to answer a 304, or to stand in
- * for a failure), and, when it has an ETag or a Last-Modified, the fill's request sent on
- * with them as conditionals (RFC 9111 4.3.1). Returns whether it was. */
-static bool revalidate_start(struct disk_fetch *df, const struct disk_meta *m, um_str meta,
-                             um_str body)
-{
-    df->old_meta = um_malloc(meta.len + 1);
-    memcpy(df->old_meta, meta.base, meta.len);
-    df->old_meta_len = meta.len;
-    df->body = um_malloc(body.len + 1);
-    memcpy(df->body, body.base, body.len);
-    df->body_len = body.len;
-    um_str head = {df->old_meta + sizeof(*m) + m->key_len, m->head_len};
-    struct um_header f[MAX_OUT_FIELDS];
-    size_t n = um__cache_head_fields(head, f, MAX_OUT_FIELDS);
-    struct um_request *cr = um_malloc(sizeof(*cr));
-    um_http1_request_copy(cr, df->f.req);
-    size_t added = 0;
-    for (size_t i = 0; i < n && cr->num_headers < UM_HTTP1_MAX_HEADERS; i++) {
-        if (um_str_eq_ci(f[i].name, "etag"))
-            cr->headers[cr->num_headers++] = (struct um_header){UM_STR("If-None-Match"), f[i].value};
-        else if (um_str_eq_ci(f[i].name, "last-modified"))
-            cr->headers[cr->num_headers++] =
-                (struct um_header){UM_STR("If-Modified-Since"), f[i].value};
-        else
-            continue;
-        added++;
-    }
-    if (added == 0) {
-        free(cr);
-        return false;
-    }
-    df->creq = cr;
-    df->f.req = cr;
-    df->revalidating = true;
-    return true;
-}
-
-/* The 304 of a record's revalidation (RFC 9111 4.3.4): its fields updated from the 304,
- * its times and lifetime new, sent to the client with the record's body once the inner
- * fetch has ended (tee_on_end), and written again. */
-static void revalidated(struct disk_fetch *df, const struct um_response_head *h)
-{
-    struct disk_origin *d = df->d;
-    const struct disk_meta *om = (const struct disk_meta *)(const void *)df->old_meta;
-    um_str head = {df->old_meta + sizeof(*om) + om->key_len, om->head_len};
-    struct um_header of[MAX_OUT_FIELDS], merged[MAX_OUT_FIELDS * 2 + 1];
-    size_t on = um__cache_head_fields(head, of, MAX_OUT_FIELDS), mn = 0;
-    struct um_resp_meta rm;
-    um_resp_meta_scan(&rm, h->status, h->headers, h->num_headers);
-    for (size_t i = 0; i < on; i++) {
-        bool replaced = false;
-        for (size_t j = 0; j < h->num_headers && !replaced; j++)
-            replaced = um_str_ieq(of[i].name, h->headers[j].name) &&
-                       um_cache_field_updatable(h->headers[j].name, &rm);
-        if (!replaced)
-            merged[mn++] = of[i];
-    }
-    for (size_t j = 0; j < h->num_headers && mn < MAX_OUT_FIELDS * 2; j++)
-        if (um_cache_field_updatable(h->headers[j].name, &rm))
-            merged[mn++] = h->headers[j];
-    time_t now = time(NULL);
-    struct um_resp_meta mm;
-    um_resp_meta_scan(&mm, om->status, merged, mn);
-    um_resp_meta_target(&mm, &d->pol);
-    struct um_age_times times;
-    um_age_times_init(&times, &mm, df->request_time, now);
-    enum um_fresh_source src;
-    int64_t lifetime = um_freshness_lifetime(&mm, &d->pol, now, &src);
-    if (h->has_ttl)
-        lifetime = h->ttl;
-    else if (df->f.has_ttl)
-        lifetime = df->f.ttl;
-    struct disk_meta m = *om;
-    m.request_time = times.request_time;
-    m.response_time = times.response_time;
-    m.date_value = times.date_value;
-    m.age_value = times.age_value;
-    m.lifetime = lifetime;
-    m.stored = now;
-    record_start(&df->rec, m, df->f.fill_key, merged, mn, &mm);
-    df->store = lifetime > 0;
-    df->serve_after = true;
-    char agebuf[24];
-    merged[mn++] = age_field(um_current_age(&times, now), &agebuf);
-    struct um_response_head nh = {.status = om->status, .headers = merged, .num_headers = mn,
-                                  .content_length = (int64_t)df->body_len,
-                                  .reason = {NULL, 0}};
-    df->client->ops->on_head(df->client, &nh);
 }
 
 /* A record hit when the cursor is about to reach it is written again ahead of it (the log
@@ -674,14 +417,12 @@ static bool follow_marker(struct disk_fetch *df, um_str meta)
     um_str names = {meta.base + sizeof(m) + m.key_len, m.head_len};
     df->vary_gen = (uint64_t)m.age_value;
     struct um_disk_key vk;
-    if (!variant_key(df, names, &vk))
-        return false;
+    if (!variant_key(df, names, &vk)) return false;
     df->variant = true;
     df->key = vk;
     struct um_disk *st = um__disk_tier_store(df->d->t, vk);
     int rc = um_disk_read_cached(st, vk, on_read, df);
-    if (rc == UM_AGAIN)
-        rc = um_disk_read(st, vk, df->f.ctx->loop, on_read, df);
+    if (rc == UM_AGAIN) rc = um_disk_read(st, vk, df->f.ctx->loop, on_read, df);
     if (rc == UM_DONE) {
         atomic_fetch_add(&df->d->t->misses, 1);
         go_inner(df);
@@ -696,33 +437,31 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
         df_free(df);
         return;
     }
-    if (status == UM_OK && follow_marker(df, meta))
-        return;
+    if (status == UM_OK && follow_marker(df, meta)) return;
     const struct disk_meta *m = NULL;
     enum rec_use use = status == UM_OK ? record_use(df, meta, &m) : REC_BAD;
-    if (use == REC_BAD || !record_answers(df, m, meta)) {
+    if (use == REC_BAD || !um__disk_record_answers(df, m, meta)) {
         atomic_fetch_add(&df->d->t->misses, 1);
-        if (use == REC_STALE && revalidate_start(df, m, meta, body))
+        if (use == REC_STALE && um__disk_revalidate_start(df, m, meta, body))
             atomic_fetch_add(&df->d->t->revalidations, 1);
         go_inner(df);
         return;
     }
     atomic_fetch_add(&df->d->t->hits, 1);
     rewrite_if_old(df, meta, body);
-    send_record_head(df, m, meta, body.len);
+    um__disk_send_record_head(df, m, meta, body.len);
     /* The body from the read's buffer while the client takes it (the memory cache's fill
      * takes it all at once); what it does not take yet is copied for resume. */
     size_t off = 0;
     while (off < body.len) {
         size_t k = df->client->ops->on_data(df->client, body.base + off, body.len - off);
-        if (k == 0)
-            break;
+        if (k == 0) break;
         off += k;
     }
     df->body_len = body.len - off;
     df->body = um_malloc(df->body_len + 1);
     memcpy(df->body, body.base + off, df->body_len);
-    serve_pump(df);
+    um__disk_serve_pump(df);
 }
 
 /* ---------------------------------------------------------------- the origin */
@@ -763,10 +502,8 @@ static void disk_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
     /* A record the page cache holds is read at once; one it does not, by the store's
      * threads, the answer coming back to this loop. */
     int rc = um_disk_read_cached(st, df->key, on_read, df);
-    if (rc == UM_AGAIN)
-        rc = um_disk_read(st, df->key, f->ctx->loop, on_read, df);
-    if (rc == UM_OK || rc == UM_AGAIN)
-        return; /* on_read went, or goes, on */
+    if (rc == UM_AGAIN) rc = um_disk_read(st, df->key, f->ctx->loop, on_read, df);
+    if (rc == UM_OK || rc == UM_AGAIN) return; /* on_read went, or goes, on */
     atomic_fetch_add(&d->t->misses, 1);
     go_inner(df);
 }
@@ -775,10 +512,9 @@ static void disk_resume(struct um_origin *o, struct um_sink *client)
 {
     struct disk_origin *d = (struct disk_origin *)o;
     struct disk_fetch *df = client->origin_data;
-    if (df == NULL)
-        return;
+    if (df == NULL) return;
     if (df->state == DF_SERVING)
-        serve_pump(df);
+        um__disk_serve_pump(df);
     else if (df->state == DF_INNER && d->inner->ops->resume)
         d->inner->ops->resume(d->inner, &df->sink);
 }
@@ -795,15 +531,13 @@ static void disk_cancel(struct um_origin *o, struct um_sink *client)
 {
     struct disk_origin *d = (struct disk_origin *)o;
     struct disk_fetch *df = client->origin_data;
-    if (df == NULL)
-        return;
+    if (df == NULL) return;
     client->origin_data = NULL;
     if (df->state == DF_READING) {
         df->cancelled = true; /* on_read frees it */
         return;
     }
-    if (df->state == DF_INNER && d->inner->ops->cancel)
-        d->inner->ops->cancel(d->inner, &df->sink);
+    if (df->state == DF_INNER && d->inner->ops->cancel) d->inner->ops->cancel(d->inner, &df->sink);
     df_free(df);
 }
 
