@@ -137,6 +137,9 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
     t->dirs = um_calloc(cc->num_disks, sizeof(*t->dirs));
     t->max_object = cc->max_object;
     int64_t purged = 0;
+    /* A slow disk for the tests (tests/integration/test_disk.py): every I/O of the stores
+     * waits this long first. An environment variable, not a setting: no user wants it. */
+    const char *delay = getenv("UMBRA_TEST_DISK_DELAY_MS");
     for (size_t i = 0; i < cc->num_disks; i++) {
         const struct um_disk_conf *dc = &cc->disks[i];
         char file[4096];
@@ -146,6 +149,7 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
             .size = dc->size,
             .sync_ms = (uint32_t)(cc->disk_sync * 1000),
             .reset_incompatible = cc->disk_reset_incompatible,
+            .delay_ms = delay ? (uint32_t)strtoul(delay, NULL, 10) : 0,
         };
         char *msg = NULL;
         t->stores[i] = um_disk_open(&o, &msg);

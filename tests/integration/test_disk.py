@@ -170,8 +170,9 @@ class DiskTierTest(unittest.TestCase):
         self.assertEqual(o.total(), before, "the origin was asked again")
         return disk_hits
 
-    def umbra(self, o, **kw):
-        return Umbra(config(o.url, self.dir, **kw) + '\nadmin = { listen = "127.0.0.1:0" }\n')
+    def umbra(self, o, env=None, **kw):
+        return Umbra(config(o.url, self.dir, **kw) + '\nadmin = { listen = "127.0.0.1:0" }\n',
+                     env=env)
 
     def test_working_set_twelve_times_memory_served_without_the_origin(self):
         with PathOrigin() as o, self.umbra(o) as u:
@@ -370,6 +371,48 @@ admin = { listen = "127.0.0.1:0" }
             r = get(u, "/o/0", self.SIZE)
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body, body_of("/o/0", self.SIZE))
+
+    def test_a_slow_disk_never_delays_a_memory_hit_or_a_miss(self):
+        delay = 0.4  # every read and write of the store waits this long first
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                self.fill(u, o, 8)
+                self.wait_written(u, 8)
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o, env={"UMBRA_TEST_DISK_DELAY_MS": str(int(delay * 1000))}) as u:
+                t0 = time.monotonic()
+                self.assertEqual(get(u, "/o/0", self.SIZE).body, body_of("/o/0", self.SIZE))
+                self.assertGreaterEqual(time.monotonic() - t0, delay, "the disk was not slow")
+                took = {}
+
+                def disk_hit(i):
+                    t = time.monotonic()
+                    r = get(u, "/o/%d" % i, self.SIZE)
+                    took[i] = (time.monotonic() - t, r.body == body_of("/o/%d" % i, self.SIZE))
+
+                readers = [threading.Thread(target=disk_hit, args=(i,)) for i in range(1, 8)]
+                for t in readers:
+                    t.start()
+                time.sleep(0.05)
+                # While seven slow disk reads run: memory hits and misses (whose writes
+                # queue for the slow writer) answer at once.
+                slowest = 0.0
+                for k in range(10):
+                    t = time.monotonic()
+                    r = get(u, "/o/0", self.SIZE)
+                    self.assertEqual(r.body, body_of("/o/0", self.SIZE))
+                    self.assertNotIn("detail=disk", r.header("Cache-Status") or "")
+                    r = get(u, "/new/%d" % k, 5000)
+                    self.assertEqual(r.body, body_of("/new/%d" % k, 5000))
+                    slowest = max(slowest, time.monotonic() - t)
+                readers_running = any(t.is_alive() for t in readers)
+                for t in readers:
+                    t.join(30)
+                self.assertTrue(readers_running, "the disk reads ended before the checks")
+                self.assertLess(slowest, delay / 2, "a memory hit or a miss waited for the disk")
+                self.assertEqual(sorted(took), list(range(1, 8)))
+                self.assertTrue(all(ok for _, ok in took.values()), took)
+                self.assertTrue(all(s >= delay for s, _ in took.values()), took)
 
     def test_variants_on_disk(self):
         langs = ["fr", "de", None]

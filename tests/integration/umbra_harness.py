@@ -106,8 +106,9 @@ class Umbra:
 
     def __init__(self, config_body, files=None, workers=None, expect_fail=False,
                  start_timeout=10.0, args=(), setup=None, preexec_fn=None, raw=False,
-                 as_root=True):
+                 as_root=True, env=None):
         self.config_body = config_body
+        self.env = env  # variables added to the process's environment
         self.raw = raw  # config_body is the whole file (no listen/workers prepended)
         self.preexec_fn = preexec_fn
         self.as_root = as_root
@@ -168,7 +169,7 @@ class Umbra:
         self.proc = subprocess.Popen(
             [umbra_bin()] + self.args + [self.config_path], cwd=self.dir,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=self.preexec_fn)
+            preexec_fn=self.preexec_fn, env=dict(os.environ, **self.env) if self.env else None)
         started = threading.Event()
 
         def drain():
