@@ -42,6 +42,26 @@ static inline bool um_http_list_next(um_str v, size_t *pos, um_str *item)
     return true;
 }
 
+/* The first sep in [p, end) outside a quoted-string (RFC 9110 5.6.4: DQUOTE, with
+ * backslash escapes), or end. An unterminated quoted-string runs to end. */
+static inline const char *um_http_find_unquoted(const char *p, const char *end, char sep)
+{
+    bool inq = false;
+    for (; p < end; p++) {
+        if (inq) {
+            if (*p == '\\' && p + 1 < end)
+                p++;
+            else if (*p == '"')
+                inq = false;
+        } else if (*p == sep) {
+            break;
+        } else if (*p == '"') {
+            inq = true;
+        }
+    }
+    return p;
+}
+
 /* A token: one or more tchar. */
 static inline bool um_http_is_token(um_str s)
 {

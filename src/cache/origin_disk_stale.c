@@ -52,17 +52,29 @@ void um__disk_send_record_head(struct disk_fetch *df, const struct disk_meta *m,
     df->client->ops->on_head(df->client, &h);
 }
 
+/* The record and the fill's request as the cache's rules judge them now (the view points
+ * into the fields). */
+struct judged {
+    struct um_header f[MAX_OUT_FIELDS];
+    struct um_resp_meta rm;
+    struct um_stored_view v;
+    struct um_req_meta qm;
+};
+
+static void judge(const struct disk_fetch *df, const struct disk_meta *m, um_str meta,
+                  struct judged *j)
+{
+    record_view(df, m, meta, time(NULL), j->f, MAX_OUT_FIELDS, &j->rm, &j->v);
+    um_req_meta_scan(&j->qm, df->f.req->method_id, df->f.req->headers, df->f.req->num_headers);
+}
+
 /* How the record may answer the fill's request (um_cache_decide): at once (fresh, or stale
  * within its stale-while-revalidate or the client's max-stale), or only after the origin. */
 bool um__disk_record_answers(const struct disk_fetch *df, const struct disk_meta *m, um_str meta)
 {
-    struct um_header f[MAX_OUT_FIELDS];
-    struct um_resp_meta rm;
-    struct um_stored_view v;
-    record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
-    struct um_req_meta qm;
-    um_req_meta_scan(&qm, df->f.req->method_id, df->f.req->headers, df->f.req->num_headers);
-    enum um_cache_use use = um_cache_decide(&v, &qm);
+    struct judged j;
+    judge(df, m, meta, &j);
+    enum um_cache_use use = um_cache_decide(&j.v, &j.qm);
     return use == UM_USE_FRESH || use == UM_USE_STALE || use == UM_USE_STALE_WHILE_REVALIDATE;
 }
 
@@ -75,13 +87,9 @@ bool um__disk_stand_in(struct disk_fetch *df, int status)
         return false;
     const struct disk_meta *m = (const struct disk_meta *)(const void *)df->old_meta;
     um_str meta = {df->old_meta, df->old_meta_len};
-    struct um_header f[MAX_OUT_FIELDS];
-    struct um_resp_meta rm;
-    struct um_stored_view v;
-    record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
-    struct um_req_meta qm;
-    um_req_meta_scan(&qm, df->f.req->method_id, df->f.req->headers, df->f.req->num_headers);
-    if (!um_cache_stale_if_error_ok(&v, &qm, &df->d->pol, status)) return false;
+    struct judged j;
+    judge(df, m, meta, &j);
+    if (!um_cache_stale_if_error_ok(&j.v, &j.qm, &df->d->pol, status)) return false;
     df->revalidating = false;
     df->store = false;
     df->serve_after = true; /* the failure's body is not sent */

@@ -74,19 +74,7 @@ static bool next_directive(const char **pp, const char *end, struct directive *d
     p = q;
     if (p < end && *p != ',') {
         d->malformed = true;
-        bool inq = false;
-        for (; p < end; p++) {
-            if (inq) {
-                if (*p == '\\' && p + 1 < end)
-                    p++;
-                else if (*p == '"')
-                    inq = false;
-            } else if (*p == ',') {
-                break;
-            } else if (*p == '"') {
-                inq = true;
-            }
-        }
+        p = um_http_find_unquoted(p, end, ',');
     }
     *pp = p;
     return true;

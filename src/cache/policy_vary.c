@@ -128,20 +128,8 @@ static void put_span(struct emit *e, um_str s, bool fold, bool fold_until_eq)
 /* Splits s at sep outside quoted strings: returns the first piece and advances *rest. */
 static um_str split(um_str *rest, char sep)
 {
-    const char *p = rest->base, *end = rest->base + rest->len;
-    bool inq = false;
-    for (; p < end; p++) {
-        if (inq) {
-            if (*p == '\\' && p + 1 < end)
-                p++;
-            else if (*p == '"')
-                inq = false;
-        } else if (*p == sep) {
-            break;
-        } else if (*p == '"') {
-            inq = true;
-        }
-    }
+    const char *end = rest->base + rest->len;
+    const char *p = um_http_find_unquoted(rest->base, end, sep);
     um_str piece = {rest->base, (size_t)(p - rest->base)};
     if (p < end) p++;
     *rest = (um_str){p, (size_t)(end - p)};
