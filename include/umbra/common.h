@@ -30,6 +30,11 @@ typedef struct um_str {
 #define UM_STR(lit) ((um_str){(lit), sizeof(lit) - 1})
 #define UM_NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The struct of type that holds member at ptr (a callback's task, timer, sink or io back
+ * to the state it is part of). */
+#define um_container_of(ptr, type, member)                                                  \
+    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
 /* Case-insensitive comparison of s with the NUL-terminated ASCII string lit. Inline: it
  * runs for every field against lists of names, and most differ in the first byte. */
 static inline bool um_str_eq_ci(um_str s, const char *lit)

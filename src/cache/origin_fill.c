@@ -312,7 +312,7 @@ int64_t um__cache_hook_ttl(const struct fill *fl, const struct um_response_head 
 
 static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
 {
-    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct fill *fl = um_container_of(s, struct fill, sink);
     struct cache_origin *co = fl->co;
     time_t response_time = now_sec();
     fl->status = h->status;
@@ -440,7 +440,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
 
 static void on_fill_drop(struct um_task *t)
 {
-    struct fill *fl = (struct fill *)((char *)t - offsetof(struct fill, drop));
+    struct fill *fl = um_container_of(t, struct fill, drop);
     fl->drop_posted = false;
     /* A pass still here has sent its client the whole range it asked for (fill_on_data). */
     struct pass *p = fl->fwd;
@@ -468,7 +468,7 @@ static struct pass *fill_forward(struct fill *fl)
 
 static size_t fill_on_data(struct um_sink *s, const char *data, size_t len)
 {
-    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct fill *fl = um_container_of(s, struct fill, sink);
     struct pass *p = fill_forward(fl);
     if (p) {
         size_t n = um__cache_pass_on_data(&p->sink, data, len);
@@ -637,7 +637,7 @@ bool um__cache_fill_l2_lookup(struct fill *fl, const struct um_fetch *ff)
 
 static void fill_on_end(struct um_sink *s, int err)
 {
-    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct fill *fl = um_container_of(s, struct fill, sink);
     struct pass *p = fill_forward(fl);
     if (p) {
         fl->fwd = NULL;
@@ -681,7 +681,7 @@ static ssize_t fill_read_body(struct um_sink *s, char *buf, size_t len)
  * the fill while it waits for the head (the coalesced readers get none). */
 static void fill_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
 {
-    struct fill *fl = (struct fill *)((char *)s - offsetof(struct fill, sink));
+    struct fill *fl = um_container_of(s, struct fill, sink);
     struct pass *p = fill_forward(fl);
     if (p)
         um__cache_pass_on_info(&p->sink, status, h, n);
@@ -698,7 +698,7 @@ const struct um_sink_ops um__cache_fill_ops = {.on_info = fill_on_info,
 
 static void fills_stop(struct um_task *t)
 {
-    struct worker_fills *wf = (struct worker_fills *)((char *)t - offsetof(struct worker_fills, stop));
+    struct worker_fills *wf = um_container_of(t, struct worker_fills, stop);
     while (wf->active) {
         struct fill *fl = wf->active;
         fl->src->ops->cancel(fl->src, &fl->sink);

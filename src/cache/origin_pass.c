@@ -12,7 +12,7 @@
 
 void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
 {
-    struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
+    struct pass *p = um_container_of(s, struct pass, sink);
     p->status = h->status;
     struct um_header out[MAX_OUT_FIELDS + 1];
     size_t n = 0;
@@ -53,7 +53,7 @@ void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
 
 size_t um__cache_pass_on_data(struct um_sink *s, const char *data, size_t len)
 {
-    struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
+    struct pass *p = um_container_of(s, struct pass, sink);
     if (!p->ranged)
         return p->client->ops->on_data(p->client, data, len);
     /* Only the range's bytes reach the client; those around it are taken and dropped. */
@@ -68,7 +68,7 @@ size_t um__cache_pass_on_data(struct um_sink *s, const char *data, size_t len)
 
 static void pass_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 {
-    struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
+    struct pass *p = um_container_of(s, struct pass, sink);
     p->client->ops->on_file(p->client, fd, off, len);
 }
 
@@ -90,7 +90,7 @@ static void purge_key(struct cache_origin *co, um_str authority, um_str target)
  * freed in its on_end), then the client is ended. */
 void um__cache_pass_on_end(struct um_sink *s, int err)
 {
-    struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
+    struct pass *p = um_container_of(s, struct pass, sink);
     if (p->invalidate && err == UM_OK && um_cache_invalidates(p->req->method_id, p->status)) {
         size_t klen;
         char *key = um__cache_make_key(p->req, &klen);
@@ -109,13 +109,13 @@ void um__cache_pass_on_end(struct um_sink *s, int err)
 
 static ssize_t pass_read_body(struct um_sink *s, char *buf, size_t len)
 {
-    struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
+    struct pass *p = um_container_of(s, struct pass, sink);
     return p->client->ops->read_body(p->client, buf, len);
 }
 
 void um__cache_pass_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
 {
-    struct pass *p = (struct pass *)((char *)s - offsetof(struct pass, sink));
+    struct pass *p = um_container_of(s, struct pass, sink);
     um_sink_info(p->client, status, h, n);
 }
 

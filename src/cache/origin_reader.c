@@ -248,13 +248,13 @@ size_t um__cache_meta_fields(const struct meta *m, um_str head, struct um_header
 static void on_progress(struct um_cache_waiter *w)
 {
     /* The filler's thread: only hand over to the reader's own loop. */
-    struct reader *r = (struct reader *)((char *)w - offsetof(struct reader, waiter));
+    struct reader *r = um_container_of(w, struct reader, waiter);
     um_loop_post(r->ctx->loop, &r->task);
 }
 
 static void on_reader_task(struct um_task *t)
 {
-    struct reader *r = (struct reader *)((char *)t - offsetof(struct reader, task));
+    struct reader *r = um_container_of(t, struct reader, task);
     r->waiting = false;
     um__cache_reader_pump(r);
 }

@@ -77,7 +77,7 @@ static void fetch_free(struct cgi_fetch *f);
 
 static void on_worker_stop(struct um_task *t)
 {
-    struct worker_cgi *wc = (struct worker_cgi *)((char *)t - offsetof(struct worker_cgi, on_stop));
+    struct worker_cgi *wc = um_container_of(t, struct worker_cgi, on_stop);
     um__cgi_drain_jobs(wc);
     while (wc->fetches)
         fetch_free(wc->fetches);
@@ -129,7 +129,7 @@ static void child_free(struct cgi_child *c)
 
 void um__cgi_child_free_task(struct um_task *t)
 {
-    child_free((struct cgi_child *)((char *)t - offsetof(struct cgi_child, free_task)));
+    child_free(um_container_of(t, struct cgi_child, free_task));
 }
 
 void um__cgi_child_signal(struct cgi_child *c, int sig)
@@ -162,7 +162,7 @@ static void fetch_timeout(struct cgi_fetch *f);
 
 void um__cgi_on_child_timer(struct um_timer *t)
 {
-    struct cgi_child *c = (struct cgi_child *)((char *)t - offsetof(struct cgi_child, timer));
+    struct cgi_child *c = um_container_of(t, struct cgi_child, timer);
     if (c->kill_stage == 0) {
         struct cgi_fetch *f = c->fetch;
         if (f) {
@@ -183,7 +183,7 @@ void um__cgi_on_child_timer(struct um_timer *t)
 
 void um__cgi_on_child_exit(struct um_io *io, uint32_t events)
 {
-    struct cgi_child *c = (struct cgi_child *)((char *)io - offsetof(struct cgi_child, pidio));
+    struct cgi_child *c = um_container_of(io, struct cgi_child, pidio);
     if (io->fd < 0 || c->reaped)
         return;
     siginfo_t si;
@@ -226,7 +226,7 @@ static void fetch_free(struct cgi_fetch *f)
 
 static void fetch_free_task(struct um_task *t)
 {
-    fetch_free((struct cgi_fetch *)((char *)t - offsetof(struct cgi_fetch, free_task)));
+    fetch_free(um_container_of(t, struct cgi_fetch, free_task));
 }
 
 /* The sink is done (ended or cancelled): give back the slot, stop the pipes, free later. */

@@ -153,7 +153,7 @@ static bool send_head(struct cgi_fetch *f)
 
 void um__cgi_on_stdout(struct um_io *io, uint32_t events)
 {
-    struct cgi_fetch *f = (struct cgi_fetch *)((char *)io - offsetof(struct cgi_fetch, outio));
+    struct cgi_fetch *f = um_container_of(io, struct cgi_fetch, outio);
     for (int k = 0; k < READS_PER_EVENT && io->fd >= 0 && f->sink && !f->paused; k++) {
         if (!f->head_done && f->out_len == f->out_cap) {
             if (f->out_cap >= MAX_HEAD) {
@@ -208,7 +208,7 @@ static void log_stderr_line(struct cgi_fetch *f)
 
 void um__cgi_on_stderr(struct um_io *io, uint32_t events)
 {
-    struct cgi_fetch *f = (struct cgi_fetch *)((char *)io - offsetof(struct cgi_fetch, errio));
+    struct cgi_fetch *f = um_container_of(io, struct cgi_fetch, errio);
     char buf[4096];
     for (int k = 0; k < READS_PER_EVENT && io->fd >= 0; k++) {
         ssize_t n = read(io->fd, buf, sizeof(buf));
@@ -276,7 +276,7 @@ void um__cgi_pump_body(struct cgi_fetch *f)
 
 void um__cgi_on_stdin(struct um_io *io, uint32_t events)
 {
-    struct cgi_fetch *f = (struct cgi_fetch *)((char *)io - offsetof(struct cgi_fetch, inio));
+    struct cgi_fetch *f = um_container_of(io, struct cgi_fetch, inio);
     if (io->fd < 0)
         return;
     um_loop_io_set(f->wc->ctx->loop, io, io->fd, 0);

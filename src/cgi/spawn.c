@@ -250,7 +250,7 @@ static void job_done(struct spawn_job *j)
 
 static void on_job_done(struct um_task *t)
 {
-    job_done((struct spawn_job *)((char *)t - offsetof(struct spawn_job, done)));
+    job_done(um_container_of(t, struct spawn_job, done));
 }
 
 /* At a worker's end: waits for its jobs still with the spawners, and takes them. */

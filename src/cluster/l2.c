@@ -217,7 +217,7 @@ static void worker_on_down(struct um__redis *r, const char *why)
 
 static void worker_stop(struct um_task *t)
 {
-    struct worker_l2 *w = (struct worker_l2 *)((char *)t - offsetof(struct worker_l2, stop));
+    struct worker_l2 *w = um_container_of(t, struct worker_l2, stop);
     w->closing = true;
     um__redis_dispose(&w->conn);
     if (w->up) {
@@ -297,7 +297,7 @@ static void on_get_reply(redisAsyncContext *ac, void *reply, void *priv)
 
 static void on_get_timeout(struct um_timer *t)
 {
-    struct get *g = (struct get *)((char *)t - offsetof(struct get, timer));
+    struct get *g = um_container_of(t, struct get, timer);
     struct worker_l2 *w = g->w;
     um_counter_add(um_metric(&counters, C_TIMEOUTS), 1);
     get_done(g, UM_L2_UNAVAILABLE, NULL, 0); /* g lives on until its reply */
@@ -311,7 +311,7 @@ static void *l2_get(struct um_cache_l2 *c, struct um_context *ctx, um_str key,
                     void (*done)(void *, enum um_cache_l2_result, const char *, size_t),
                     void *arg)
 {
-    struct um_l2 *l2 = (struct um_l2 *)((char *)c - offsetof(struct um_l2, cache));
+    struct um_l2 *l2 = um_container_of(c, struct um_l2, cache);
     struct worker_l2 *w = worker_l2(l2, ctx);
     if (w->conn.ac == NULL) {
         um_counter_add(um_metric(&counters, C_ERRORS), 1);
@@ -354,7 +354,7 @@ static void on_write_reply(redisAsyncContext *ac, void *reply, void *priv)
 static void l2_put(struct um_cache_l2 *c, struct um_context *ctx, um_str key, const char *value,
                    size_t len, uint64_t ttl_ms, const um_str *tags, size_t ntags)
 {
-    struct um_l2 *l2 = (struct um_l2 *)((char *)c - offsetof(struct um_l2, cache));
+    struct um_l2 *l2 = um_container_of(c, struct um_l2, cache);
     struct worker_l2 *w = worker_l2(l2, ctx);
     size_t cost = len + key.len + 64;
     if (w->conn.state != UM__REDIS_UP || w->outstanding + cost > L2_MAX_OUTSTANDING) {

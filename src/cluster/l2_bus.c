@@ -206,7 +206,7 @@ static void delete_covered(struct um_l2 *l2, const struct um_purge *p)
 
 static void on_bus_wake(struct um_task *t)
 {
-    struct um_l2 *l2 = (struct um_l2 *)((char *)t - offsetof(struct um_l2, bus_wake));
+    struct um_l2 *l2 = um_container_of(t, struct um_l2, bus_wake);
     pthread_mutex_lock(&l2->bus_lock);
     struct l2_msg *list = l2->queue;
     l2->queue = NULL;

@@ -155,7 +155,7 @@ static const struct um_sink_ops rf_ops = {.on_head = rf_on_head,
 
 static void on_fallback(struct um_task *t)
 {
-    struct rfetch *rf = (struct rfetch *)((char *)t - offsetof(struct rfetch, task));
+    struct rfetch *rf = um_container_of(t, struct rfetch, task);
     rf->posted = false;
     rf->peer = NULL;
     rf->swallow = false;

@@ -74,7 +74,7 @@ static void went_down(struct um__redis *r, const char *why)
 
 static void on_io(struct um_io *io, uint32_t ev)
 {
-    struct um__redis *r = (struct um__redis *)((char *)io - offsetof(struct um__redis, _io));
+    struct um__redis *r = um_container_of(io, struct um__redis, _io);
     redisAsyncContext *ac = r->ac;
     if (ac == NULL)
         return;
@@ -124,14 +124,14 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
 static void on_retry(struct um_timer *t)
 {
-    struct um__redis *r = (struct um__redis *)((char *)t - offsetof(struct um__redis, _retry));
+    struct um__redis *r = um_container_of(t, struct um__redis, _retry);
     if (!r->_stopped && r->ac == NULL)
         connect_now(r);
 }
 
 static void on_connect_timeout(struct um_timer *t)
 {
-    struct um__redis *r = (struct um__redis *)((char *)t - offsetof(struct um__redis, _connect));
+    struct um__redis *r = um_container_of(t, struct um__redis, _connect);
     if (r->state == UM__REDIS_CONNECTING)
         um__redis_drop(r, "connect timed out");
 }

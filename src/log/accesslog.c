@@ -301,13 +301,13 @@ void um_access_log_flush(struct um_context *ctx)
 
 static void on_flush_timer(struct um_timer *t)
 {
-    struct worker_log *wl = (struct worker_log *)((char *)t - offsetof(struct worker_log, timer));
+    struct worker_log *wl = um_container_of(t, struct worker_log, timer);
     flush_worker(wl);
 }
 
 static void on_worker_stop(struct um_task *t)
 {
-    struct worker_log *wl = (struct worker_log *)((char *)t - offsetof(struct worker_log, stop));
+    struct worker_log *wl = um_container_of(t, struct worker_log, stop);
     flush_worker(wl);
     um_loop_timer_stop(wl->loop, &wl->timer);
     free(wl->buf);

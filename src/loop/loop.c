@@ -87,7 +87,7 @@ static void run_posted(struct um_loop *l)
 static void on_wake(struct um_io *io, uint32_t events)
 {
     (void)events;
-    struct um_loop *l = (struct um_loop *)((char *)io - offsetof(struct um_loop, wake));
+    struct um_loop *l = um_container_of(io, struct um_loop, wake);
     uint64_t v;
     ssize_t r = read(io->fd, &v, sizeof(v));
     (void)r;

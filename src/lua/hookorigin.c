@@ -62,7 +62,7 @@ static void respond(struct um_sink *client, int status, const char *body)
 
 static void on_cancel_task(struct um_task *t)
 {
-    struct hook_fetch *hf = (struct hook_fetch *)((char *)t - offsetof(struct hook_fetch, cancel));
+    struct hook_fetch *hf = um_container_of(t, struct hook_fetch, cancel);
     if (!hf->inner_done && hf->o->ops->cancel)
         hf->o->ops->cancel(hf->o, &hf->sink);
     hf_free(hf);

@@ -232,8 +232,7 @@ void um__purge_tell(struct um_server *s, struct um_cluster *cluster, const struc
 
 void um__purge_announce(void *arg, struct um_context *ctx, const struct um_purge *p)
 {
-    struct um__worker *w = (struct um__worker *)(void *)((char *)ctx -
-                                                         offsetof(struct um__worker, ctx));
+    struct um__worker *w = um_container_of(ctx, struct um__worker, ctx);
     um__purge_tell(arg, w->runtime->cluster, p);
 }
 

@@ -123,7 +123,7 @@ struct um__conn {
 /* The connection of an HTTP/1.1 exchange (an HTTP/2 stream's is its h2's, conn_h2.c). */
 static inline struct um__conn *um__conn_of(struct um__exchange *x)
 {
-    return ((struct um__conn_req *)(void *)((char *)x - offsetof(struct um__conn_req, x)))->c;
+    return um_container_of(x, struct um__conn_req, x)->c;
 }
 
 /* An origin answering from outside drive() (an upstream socket's event) wakes the connection. */

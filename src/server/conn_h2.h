@@ -131,7 +131,7 @@ struct um__h2 {
 
 static inline struct h2_stream *um__h2_stream_of(struct um__exchange *x)
 {
-    return (struct h2_stream *)(void *)((char *)x - offsetof(struct h2_stream, x));
+    return um_container_of(x, struct h2_stream, x);
 }
 
 size_t um__h2_out_buffered(const struct h2_stream *s);

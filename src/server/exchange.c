@@ -56,7 +56,7 @@ const char *um__reason_phrase(int status)
 
 static struct um__exchange *sink_x(struct um_sink *s)
 {
-    return (struct um__exchange *)(void *)((char *)s - offsetof(struct um__exchange, sink));
+    return um_container_of(s, struct um__exchange, sink);
 }
 
 static void on_head(struct um_sink *s, const struct um_response_head *h)

@@ -38,7 +38,7 @@ static void set_durations(struct um__worker *w)
 static void on_conn_timeout(struct um_tq *q, struct um_tq_entry *e)
 {
     (void)q;
-    struct um__conn_links *l = (struct um__conn_links *)((char *)e - offsetof(struct um__conn_links, tq));
+    struct um__conn_links *l = um_container_of(e, struct um__conn_links, tq);
     l->tq_kind = -1;
     um__conn_on_timeout((struct um__conn *)(void *)l);
 }
@@ -193,7 +193,7 @@ static void close_all(struct um__worker *w)
 static void on_mailbox(struct um_io *io, uint32_t events)
 {
     (void)events;
-    struct um__worker *w = (struct um__worker *)((char *)io - offsetof(struct um__worker, mailbox.io));
+    struct um__worker *w = um_container_of(io, struct um__worker, mailbox.io);
     uint64_t v;
     ssize_t r = read(io->fd, &v, sizeof(v));
     (void)r;

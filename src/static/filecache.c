@@ -74,7 +74,7 @@ static void unlink_entry(struct files *fs, struct um__file *e)
 
 static void on_stop(struct um_task *t)
 {
-    struct files *fs = (struct files *)((char *)t - offsetof(struct files, on_stop));
+    struct files *fs = um_container_of(t, struct files, on_stop);
     while (fs->oldest)
         unlink_entry(fs, fs->oldest);
     um_context_set(fs->ctx, &files_slot, NULL);

@@ -129,8 +129,7 @@ static int sock_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *so
 
 static void on_curl_timer(struct um_timer *t)
 {
-    struct worker_curl *wc =
-        (struct worker_curl *)((char *)t - offsetof(struct worker_curl, timer));
+    struct worker_curl *wc = um_container_of(t, struct worker_curl, timer);
     int running;
     curl_multi_socket_action(wc->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     check_done(wc);
@@ -157,7 +156,7 @@ static void attempt_free(struct attempt *a)
 
 static void worker_curl_stop(struct um_task *t)
 {
-    struct worker_curl *wc = (struct worker_curl *)((char *)t - offsetof(struct worker_curl, stop));
+    struct worker_curl *wc = um_container_of(t, struct worker_curl, stop);
     curl_multi_cleanup(wc->multi); /* closes the kept-alive connections */
     um_loop_timer_stop(wc->loop, &wc->timer);
     for (size_t i = 0; i < wc->num_pooled; i++)

@@ -91,7 +91,7 @@ static void reap(struct h1worker *hw)
 
 static void on_reap(struct um_task *t)
 {
-    reap((struct h1worker *)((char *)t - offsetof(struct h1worker, reap)));
+    reap(um_container_of(t, struct h1worker, reap));
 }
 
 /* Registers the connection for events (only when they change: a connection that goes
@@ -108,7 +108,7 @@ bool um__h1_conn_want(struct h1conn *c, uint32_t events)
 
 static void on_worker_stop(struct um_task *t)
 {
-    struct h1worker *hw = (struct h1worker *)((char *)t - offsetof(struct h1worker, stop));
+    struct h1worker *hw = um_container_of(t, struct h1worker, stop);
     while (hw->all) {
         struct h1conn *c = hw->all;
         if (c->x)
@@ -292,7 +292,7 @@ static void on_io(struct um_io *io, uint32_t events)
 
 static void on_timer(struct um_timer *t)
 {
-    struct h1conn *c = (struct h1conn *)((char *)t - offsetof(struct h1conn, timer));
+    struct h1conn *c = um_container_of(t, struct h1conn, timer);
     if (c->state == H1_IDLE) {
         um__h1_conn_close(c);
         return;

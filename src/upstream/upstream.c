@@ -501,7 +501,7 @@ static void finish_attempt(struct xfer *x, enum um_up_err err)
 
 static void on_ttfb_timeout(struct um_timer *t)
 {
-    struct xfer *x = (struct xfer *)((char *)t - offsetof(struct xfer, ttfb));
+    struct xfer *x = um_container_of(t, struct xfer, ttfb);
     um__up_finish(x, UM_UP_TIMEOUT);
 }
 
