@@ -7,6 +7,7 @@
 #ifndef UMBRA_CONFIG_H
 #define UMBRA_CONFIG_H
 
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -282,7 +283,7 @@ struct um_config {
         char *secret;                     /* the shared secret (>= 16 bytes) */
         int line;
     } cluster;
-    int _refcnt;
+    atomic_int _refcnt;
 };
 
 /* Loads and validates a config file in a fresh Lua state (main thread only).
@@ -300,7 +301,7 @@ void um_config_unref(const struct um_config *c);
 /* The number of references (acquire): 1 means the caller's is the only one left. */
 static inline int um_config_refs(const struct um_config *c)
 {
-    return __atomic_load_n(&c->_refcnt, __ATOMIC_ACQUIRE);
+    return atomic_load_explicit(&c->_refcnt, memory_order_acquire);
 }
 
 /* The index of the upstream named name, or -1. */

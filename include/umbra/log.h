@@ -3,13 +3,14 @@
 #ifndef UMBRA_LOG_H
 #define UMBRA_LOG_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 enum um_log_level { UM_LOG_ERR, UM_LOG_WARN, UM_LOG_INFO, UM_LOG_DEBUG };
 
 /* Lines above this level are dropped. Set at start-up and on reload (main thread), read
  * with relaxed atomics anywhere. */
-extern enum um_log_level um_log_level;
+extern _Atomic int um_log_level; /* an enum um_log_level */
 
 /* Writes "TIMESTAMP [level] [wN cM] message\n" to stderr: "wN" is the worker of the
  * calling thread and "cM" the connection it is working on, when um_log_context set
@@ -25,11 +26,11 @@ uint64_t um_log_conn(void);
 
 static inline enum um_log_level um_log_level_get(void)
 {
-    return (enum um_log_level)__atomic_load_n((int *)&um_log_level, __ATOMIC_RELAXED);
+    return (enum um_log_level)atomic_load_explicit(&um_log_level, memory_order_relaxed);
 }
 static inline void um_log_level_set(enum um_log_level l)
 {
-    __atomic_store_n((int *)&um_log_level, (int)l, __ATOMIC_RELAXED);
+    atomic_store_explicit(&um_log_level, (int)l, memory_order_relaxed);
 }
 
 #define um_log_err(...) um_log(UM_LOG_ERR, __VA_ARGS__)

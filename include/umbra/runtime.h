@@ -20,6 +20,8 @@
 #ifndef UMBRA_RUNTIME_H
 #define UMBRA_RUNTIME_H
 
+#include <stdatomic.h>
+
 #include "umbra/cache.h"
 #include "umbra/config.h"
 
@@ -41,7 +43,7 @@ struct um_runtime {
     struct um_hooks *hooks;          /* the workers' request states */
     struct um_cluster *cluster;      /* the ring (umbra/cluster.h), or NULL */
     struct um_cache_links links;     /* the server's disk tier, L2 and purge announcer */
-    int _refcnt;
+    atomic_int _refcnt;
 };
 
 /* Builds the runtime of config (taking a reference of its own to it) with the request
@@ -52,7 +54,7 @@ struct um_runtime {
  * thread, before the runtime is handed to any other thread. Returns one reference, or
  * NULL with "FILE:LINE: message" in err. */
 struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *hooks,
-                                     struct um_cache **cache,
+                                     _Atomic(struct um_cache *) *cache,
                                      const struct um_cache_links *links, char *err,
                                      size_t errlen);
 
@@ -67,7 +69,8 @@ void um_runtime_unref(struct um_runtime *rt);
  * snapshot: nobody (worker, connection, cache fill) uses either any more. */
 static inline bool um_runtime_unused(const struct um_runtime *rt)
 {
-    return __atomic_load_n(&rt->_refcnt, __ATOMIC_ACQUIRE) == 1 && um_config_refs(rt->config) == 1;
+    return atomic_load_explicit(&rt->_refcnt, memory_order_acquire) == 1 &&
+           um_config_refs(rt->config) == 1;
 }
 
 /* What rt has for route, a route of rt->config. */

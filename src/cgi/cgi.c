@@ -234,7 +234,7 @@ void um__cgi_fetch_done(struct cgi_fetch *f, bool kill_child)
 {
     f->sink = NULL;
     if (f->o) {
-        __atomic_sub_fetch(&f->o->children, 1, __ATOMIC_RELAXED);
+        atomic_fetch_sub_explicit(&f->o->children, 1, memory_order_relaxed);
         f->o = NULL;
     }
     if (f->child) {
@@ -283,9 +283,9 @@ static void cgi_fetch(struct um_origin *base, struct um_fetch *uf, struct um_sin
 {
     struct cgi_origin *o = (struct cgi_origin *)base;
     const struct um_request *req = uf->req;
-    int running = __atomic_add_fetch(&o->children, 1, __ATOMIC_RELAXED);
+    int running = atomic_fetch_add_explicit(&o->children, 1, memory_order_relaxed) + 1;
     if (running > o->max_children) {
-        __atomic_sub_fetch(&o->children, 1, __ATOMIC_RELAXED);
+        atomic_fetch_sub_explicit(&o->children, 1, memory_order_relaxed);
         um_log_warn("cgi: %.*s %.*s: %d scripts running already (cgi.max_children)",
                     (int)req->method.len, req->method.base, (int)req->path.len, req->path.base,
                     o->max_children);

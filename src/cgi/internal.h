@@ -3,6 +3,7 @@
 #ifndef UMBRA_CGI_INTERNAL_H
 #define UMBRA_CGI_INTERNAL_H
 
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -45,7 +46,7 @@ struct cgi_origin {
     size_t script_base_len; /* route_path without its trailing '/' */
     int max_children;
     uint64_t timeout_ms;
-    int children; /* atomic: fetches running, against max_children */
+    atomic_int children; /* fetches running, against max_children */
 };
 
 struct worker_cgi;

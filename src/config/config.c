@@ -396,7 +396,7 @@ out:
  * itself is heap memory that was never const, so writing it is defined. */
 void um_config_ref(const struct um_config *c)
 {
-    int n = __atomic_add_fetch((int *)&c->_refcnt, 1, __ATOMIC_RELAXED);
+    int n = atomic_fetch_add_explicit((atomic_int *)&c->_refcnt, 1, memory_order_relaxed) + 1;
     UM_ASSERT(n > 1);
 }
 
@@ -404,7 +404,7 @@ void um_config_unref(const struct um_config *c)
 {
     if (c == NULL)
         return;
-    int n = __atomic_sub_fetch((int *)&c->_refcnt, 1, __ATOMIC_ACQ_REL);
+    int n = atomic_fetch_sub_explicit((atomic_int *)&c->_refcnt, 1, memory_order_acq_rel) - 1;
     UM_ASSERT(n >= 0);
     if (n == 0)
         config_free((struct um_config *)c);

@@ -6,7 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum um_log_level um_log_level = UM_LOG_INFO;
+_Atomic int um_log_level = UM_LOG_INFO;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 

@@ -138,7 +138,7 @@ static struct um_config *config_ref(struct um_server *s)
 
 static struct um_cache *cache_of(struct um_server *s)
 {
-    return __atomic_load_n(&s->cache, __ATOMIC_ACQUIRE);
+    return atomic_load_explicit(&s->cache, memory_order_acquire);
 }
 
 /* ---------------------------------------------------------------- /metrics */

@@ -239,7 +239,7 @@ void um__purge_announce(void *arg, struct um_context *ctx, const struct um_purge
 void um__purge_apply(void *arg, const struct um_purge *p)
 {
     struct um_server *s = arg;
-    struct um_cache *cache = __atomic_load_n(&s->cache, __ATOMIC_ACQUIRE);
+    struct um_cache *cache = atomic_load_explicit(&s->cache, memory_order_acquire);
     if (cache != NULL)
         um_cache_purge_apply(cache, p, UM_CACHE_PURGE_PACED);
 }

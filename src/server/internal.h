@@ -107,7 +107,7 @@ struct um_server {
     pthread_t listener;
     int listener_efd; /* eventfd that tells the listener to stop */
     struct um_tls *tls; /* certificates, when some listener has tls */
-    struct um_cache *cache; /* the shared cache, when some route caches */
+    _Atomic(struct um_cache *) cache; /* the shared cache, when some route caches */
     struct um_l2 *l2;       /* the second-level cache on Redis (cache.l2), or NULL */
     struct um_disk_tier *disk; /* the disk tier (cache.disk), or NULL; read at start only */
     atomic_size_t num_conns; /* open client connections, all workers */

@@ -247,7 +247,7 @@ static int peer_request(struct um__exchange *x, um_str *key)
     }
     um_cluster_count_served();
     if (um_str_eq(req->method, "PURGE")) {
-        struct um_cache *cache = __atomic_load_n(&x->w->server->cache, __ATOMIC_ACQUIRE);
+        struct um_cache *cache = atomic_load_explicit(&x->w->server->cache, memory_order_acquire);
         long n = um__purge_apply_peer(cache, kb, kl);
         char count[24];
         int cl = snprintf(count, sizeof count, "%ld", n < 0 ? 0 : n);

@@ -45,7 +45,7 @@ static struct um_origin *cache_origin(struct um_runtime *rt, struct um_cache *ca
 /* The layers over a route's origin o: its hooks, then compression (above the hooks, so
  * that on_response sees what the origin sent; below the cache, which stores the
  * compressed variants), then the cache for an upstream or CGI route that caches. */
-static struct um_origin *layered(struct um_runtime *rt, struct um_cache **cache,
+static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache *) *cache,
                                  struct um_origin *o, const struct um_route *r, bool hooks,
                                  bool cacheable)
 {
@@ -57,7 +57,7 @@ static struct um_origin *layered(struct um_runtime *rt, struct um_cache **cache,
         if (*cache == NULL) {
             struct um_cache *c = create_cache(rt->config);
             um_cache_set_links(c, &rt->links);
-            __atomic_store_n(cache, c, __ATOMIC_RELEASE);
+            atomic_store_explicit(cache, c, memory_order_release);
         }
         /* The disk tier beneath the memory cache, above compression (it keeps the
          * identity bytes the codings are made from). */
@@ -70,7 +70,7 @@ static struct um_origin *layered(struct um_runtime *rt, struct um_cache **cache,
 
 /* The origins of the routes, each given its metrics slot. Returns false with "FILE:LINE:
  * message" when one cannot be made. */
-static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *err,
+static bool build_routes(struct um_runtime *rt, _Atomic(struct um_cache *) *cache, char *err,
                          size_t errlen)
 {
     struct um_config *config = rt->config;
@@ -101,7 +101,7 @@ static bool build_routes(struct um_runtime *rt, struct um_cache **cache, char *e
 }
 
 struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *hooks,
-                                     struct um_cache **cache,
+                                     _Atomic(struct um_cache *) *cache,
                                      const struct um_cache_links *links, char *err,
                                      size_t errlen)
 {
@@ -144,7 +144,7 @@ static void runtime_free(struct um_runtime *rt)
 
 void um_runtime_ref(struct um_runtime *rt)
 {
-    int n = __atomic_add_fetch(&rt->_refcnt, 1, __ATOMIC_RELAXED);
+    int n = atomic_fetch_add_explicit(&rt->_refcnt, 1, memory_order_relaxed) + 1;
     UM_ASSERT(n > 1);
 }
 
@@ -152,7 +152,7 @@ void um_runtime_unref(struct um_runtime *rt)
 {
     if (rt == NULL)
         return;
-    int n = __atomic_sub_fetch(&rt->_refcnt, 1, __ATOMIC_ACQ_REL);
+    int n = atomic_fetch_sub_explicit(&rt->_refcnt, 1, memory_order_acq_rel) - 1;
     UM_ASSERT(n >= 0);
     if (n == 0)
         runtime_free(rt);

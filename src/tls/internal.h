@@ -23,6 +23,7 @@ struct ssl_st *um__tls_transport_ssl(struct um_transport *t);
 
 /* The store's own parts, shared by tls.c (loading and the callbacks), tickets.c (session
  * tickets) and watch.c (file watching). */
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <sys/stat.h>
@@ -77,7 +78,7 @@ struct ticket_key {
 };
 
 struct um_tls {
-    int _refcnt; /* the owner's reference + one per SSL from um_tls_accept_new */
+    atomic_int _refcnt; /* the owner's reference + one per SSL from um_tls_accept_new */
     pthread_mutex_t lock;
     struct entry *entries;
     size_t num_entries;

@@ -386,7 +386,7 @@ static void store_free(struct um_tls *t)
 
 static void store_unref(struct um_tls *t)
 {
-    int n = __atomic_sub_fetch(&t->_refcnt, 1, __ATOMIC_ACQ_REL);
+    int n = atomic_fetch_sub_explicit(&t->_refcnt, 1, memory_order_acq_rel) - 1;
     UM_ASSERT(n >= 0);
     if (n == 0)
         store_free(t);
@@ -532,7 +532,7 @@ SSL *um_tls_accept_new(struct um_tls *t, int fd)
         return NULL;
     }
     /* Dropped by on_ssl_free. */
-    __atomic_add_fetch(&t->_refcnt, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&t->_refcnt, 1, memory_order_relaxed);
     SSL_set_accept_state(ssl);
     return ssl;
 }

@@ -62,7 +62,7 @@ static void setup_once(void)
     FUZZ_CHECK(c != NULL);
     struct um_hooks *hooks = um_hooks_create(c, 1, err, sizeof err);
     FUZZ_CHECK(hooks != NULL);
-    struct um_cache *cache = NULL;
+    _Atomic(struct um_cache *) cache = NULL;
     struct um_runtime *rt = um_runtime_create(c, hooks, &cache, NULL, err, sizeof err);
     FUZZ_CHECK(rt != NULL);
     um_config_unref(c);

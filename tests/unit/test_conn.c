@@ -76,7 +76,7 @@ static struct um_runtime *load_runtime(void)
         fail_msg("config: %s", err);
     struct um_hooks *hooks = um_hooks_create(c, 1, err, sizeof err);
     assert_non_null(hooks);
-    struct um_cache *cache = NULL;
+    _Atomic(struct um_cache *) cache = NULL;
     struct um_runtime *rt = um_runtime_create(c, hooks, &cache, NULL, err, sizeof err);
     if (rt == NULL)
         fail_msg("runtime: %s", err);

@@ -40,7 +40,7 @@ static struct um_runtime *build(struct um_config *c, char *err, size_t errlen)
 {
     struct um_hooks *hooks = um_hooks_create(c, 1, err, errlen);
     assert_non_null(hooks);
-    struct um_cache *cache = NULL;
+    _Atomic(struct um_cache *) cache = NULL;
     struct um_runtime *rt = um_runtime_create(c, hooks, &cache, NULL, err, errlen);
     assert_null(cache); /* no route of these tests caches */
     return rt;
