@@ -208,9 +208,12 @@ struct worker_fills {
     unsigned num_free_fills;
 };
 
-static inline time_t now_sec(void)
+/* The wall-clock second for the cache's rules: the worker loop's, read once per turn
+ * (umbra/loop.h), so a request reads no clock; time(NULL) without a context (unit tests
+ * that drive an origin by hand). */
+static inline time_t now_sec(const struct um_context *ctx)
 {
-    return time(NULL);
+    return ctx ? um_loop_wall(ctx->loop) : time(NULL);
 }
 
 /* The age obj's response is judged by (freshness, the stale windows, Cache-Status's ttl):

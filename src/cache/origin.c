@@ -165,7 +165,7 @@ void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um
     fl->claimed = client == NULL && obj == NULL && old != NULL;
     fl->key = key;
     fl->key_len = key_len;
-    fl->request_time = now_sec();
+    fl->request_time = now_sec(f->ctx);
     fl->has_ttl = f->has_ttl;
     fl->ttl = f->ttl;
     fl->dsrc = ds;
@@ -389,7 +389,7 @@ static bool serve_stored(struct cache_origin *co, struct um_fetch *f, struct um_
     /* What the stored head says was parsed when it was stored. */
     struct um_cc scc;
     um__cache_meta_cc(m, &scc);
-    time_t now = now_sec();
+    time_t now = now_sec(f->ctx);
     struct um_stored_view v = {&scc, m->lifetime, um_current_age(&m->times, now),
                                m->etag_len > 0 || m->has_last_modified};
     v.age = judged_age(obj, v.lifetime, v.age, now); /* soft-purged: stale since */

@@ -57,7 +57,7 @@ static bool match_identity(const struct um_cache_obj *obj, void *arg)
 
 /* Whether the complete object obj may answer without going forward; *validators: it has
  * an ETag or Last-Modified. */
-static bool stored_fresh(const struct um_cache_obj *obj, bool *validators)
+static bool stored_fresh(const struct um_cache_obj *obj, time_t now, bool *validators)
 {
     um_str ms, hs;
     *validators = false;
@@ -67,7 +67,6 @@ static bool stored_fresh(const struct um_cache_obj *obj, bool *validators)
     *validators = m->etag_len > 0 || m->has_last_modified;
     struct um_cc scc;
     um__cache_meta_cc(m, &scc);
-    time_t now = now_sec();
     int64_t age = judged_age(obj, m->lifetime, um_current_age(&m->times, now), now);
     return um_is_fresh(m->lifetime, age) && !scc.no_cache;
 }
@@ -98,7 +97,7 @@ static struct um_cache_obj *identity_source(struct cache_origin *co, struct um_f
         um_cache_obj_unref(o);
         return NULL;
     }
-    if (um_cache_obj_state(o) == UM_CACHE_FILLING || stored_fresh(o, &validators)) {
+    if (um_cache_obj_state(o) == UM_CACHE_FILLING || stored_fresh(o, now_sec(f->ctx), &validators)) {
         *forward = um_cache_obj_state(o) == UM_CACHE_FILLING;
         return o;
     }

@@ -155,7 +155,7 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
         if (!variant_key(df, (um_str){df->vary, strlen(df->vary)}, &vk)) return false;
         df->key = vk;
     }
-    time_t now = time(NULL);
+    time_t now = now_sec(df->f.ctx);
     struct um_resp_meta rm;
     um_resp_meta_scan(&rm, h->status, h->headers, h->num_headers);
     um_resp_meta_target(&rm, &d->pol);
@@ -265,7 +265,7 @@ static void write_marker(struct disk_fetch *df)
 {
     struct disk_meta m = {.magic = DISK_VARY_MAGIC,
                           .age_value = (int64_t)df->vary_gen, /* a marker's generation */
-                          .stored = (int64_t)time(NULL),
+                          .stored = (int64_t)now_sec(df->f.ctx),
                           .key_len = (uint32_t)df->f.fill_key.len,
                           .head_len = (uint32_t)strlen(df->vary)};
     struct um_buf b;
@@ -338,7 +338,7 @@ static const struct um_sink_ops tee_ops = {
 static void go_inner(struct disk_fetch *df)
 {
     df->state = DF_INNER;
-    df->request_time = time(NULL);
+    df->request_time = now_sec(df->f.ctx);
     df->client->origin_data = df;
     df->d->inner->ops->fetch(df->d->inner, &df->f, &df->sink); /* may end (free df) at once */
 }
@@ -388,7 +388,8 @@ static enum rec_use record_use(struct disk_fetch *df, um_str meta, const struct 
     *out = (const struct disk_meta *)(const void *)meta.base;
     struct um_age_times times = {(time_t)m.request_time, (time_t)m.response_time,
                                  (time_t)m.date_value, m.age_value};
-    return um_is_fresh(m.lifetime, um_current_age(&times, time(NULL))) ? REC_FRESH : REC_STALE;
+    return um_is_fresh(m.lifetime, um_current_age(&times, now_sec(df->f.ctx))) ? REC_FRESH
+                                                                               : REC_STALE;
 }
 
 /* A record hit when the cursor is about to reach it is written again ahead of it (the log

@@ -33,7 +33,7 @@ void um__disk_send_record_head(struct disk_fetch *df, const struct disk_meta *m,
     struct um_header f[MAX_OUT_FIELDS + 1];
     struct um_resp_meta rm;
     struct um_stored_view v;
-    size_t n = record_view(df, m, meta, time(NULL), f, MAX_OUT_FIELDS, &rm, &v);
+    size_t n = record_view(df, m, meta, now_sec(df->f.ctx), f, MAX_OUT_FIELDS, &rm, &v);
     char agebuf[24];
     f[n++] = um__disk_age_field(v.age, &agebuf);
     df->state = DF_SERVING;
@@ -64,7 +64,7 @@ struct judged {
 static void judge(const struct disk_fetch *df, const struct disk_meta *m, um_str meta,
                   struct judged *j)
 {
-    record_view(df, m, meta, time(NULL), j->f, MAX_OUT_FIELDS, &j->rm, &j->v);
+    record_view(df, m, meta, now_sec(df->f.ctx), j->f, MAX_OUT_FIELDS, &j->rm, &j->v);
     um_req_meta_scan(&j->qm, df->f.req->method_id, df->f.req->headers, df->f.req->num_headers);
 }
 
@@ -158,7 +158,7 @@ void um__disk_revalidated(struct disk_fetch *df, const struct um_response_head *
     }
     for (size_t j = 0; j < h->num_headers && mn < MAX_OUT_FIELDS * 2; j++)
         if (um_cache_field_updatable(h->headers[j].name, &rm)) merged[mn++] = h->headers[j];
-    time_t now = time(NULL);
+    time_t now = now_sec(df->f.ctx);
     struct um_resp_meta mm;
     um_resp_meta_scan(&mm, om->status, merged, mn);
     um_resp_meta_target(&mm, &d->pol);

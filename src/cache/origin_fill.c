@@ -264,8 +264,8 @@ static void leave_pass_marker(struct fill *fl)
     int rc = um_cache_obj_set_head(o, m, mlen, "", 0);
     free(m);
     if (rc == UM_OK) {
-        um_cache_obj_set_expires(o, now_sec() + PASS_TTL);
-        um_cache_obj_set_stale_until(o, now_sec() + PASS_TTL);
+        um_cache_obj_set_expires(o, now_sec(fl->ctx) + PASS_TTL);
+        um_cache_obj_set_stale_until(o, now_sec(fl->ctx) + PASS_TTL);
         um_cache_obj_finish(o, true);
     }
     um_cache_obj_unref(o);
@@ -314,7 +314,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct fill *fl = um_container_of(s, struct fill, sink);
     struct cache_origin *co = fl->co;
-    time_t response_time = now_sec();
+    time_t response_time = now_sec(fl->ctx);
     fl->status = h->status;
     if (fl->own && h->cache && h->cache->hit) {
         /* Answered by the disk tier beneath (origin_disk.c): a hit, said as it says. */
@@ -521,7 +521,7 @@ void um__cache_l2_write(struct fill *fl, struct um_cache_obj *obj)
     if (l2 == NULL || fl->from_l2 || um_cache_obj_state(obj) != UM_CACHE_COMPLETE ||
         um_cache_obj_body_len(obj) > l2->max_object)
         return;
-    int64_t ttl = um_cache_obj_stale_until(obj) - (int64_t)now_sec();
+    int64_t ttl = um_cache_obj_stale_until(obj) - (int64_t)now_sec(fl->ctx);
     if (ttl <= 0)
         return;
     struct um_buf b;
@@ -540,7 +540,7 @@ void um__cache_l2_write(struct fill *fl, struct um_cache_obj *obj)
 static bool l2_rebuild(struct fill *fl, const char *value, size_t len)
 {
     struct l2_value v;
-    time_t now = now_sec();
+    time_t now = now_sec(fl->ctx);
     /* Only a fresh value is served as it is: the readers of a fill take what it stores
      * without deciding again, and a stale one would need the revalidation a miss does not
      * make (the origin's answer then replaces it). */

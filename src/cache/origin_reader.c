@@ -367,7 +367,7 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     const struct meta *m = (const struct meta *)(const void *)meta_s.base;
     struct um_header out[MAX_OUT_FIELDS + 4];
     size_t no = um__cache_meta_fields(m, head, out, MAX_OUT_FIELDS), nstored = no;
-    time_t now = now_sec();
+    time_t now = now_sec(r->ctx);
     int64_t age = um_current_age(&m->times, now);
     bool complete = um_cache_obj_state(r->obj) == UM_CACHE_COMPLETE;
     int64_t length = complete ? (int64_t)um_cache_obj_body_len(r->obj) : m->content_length;
