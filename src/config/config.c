@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* Loading config.lua into an immutable, reference-counted snapshot.
  *
- * The file runs once in a fresh LuaJIT state of the sandbox (umbra/luasandbox.h: the whole
+ * The file runs once in a fresh LuaJIT state of the sandbox (umbra/luavm.h: the whole
  * standard library, JIT off, an instruction budget, so that a runaway loop ends in an
  * error instead of a hang, and a memory cap of UM_LUA_LOAD_MEMORY). Then the
  * globals it assigned are read into C structs and validated, inside lua_cpcall so that
@@ -29,7 +29,7 @@
 
 #include "internal.h"
 #include "umbra/log.h"
-#include "umbra/luasandbox.h"
+#include "umbra/luavm.h"
 
 #define MAX_FILE_BYTES (16u << 20)
 

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "umbra/luasandbox.h"
+#include "umbra/luavm.h"
 
 const char *const um__cfg_limit_keys[] = {"max_connections", "max_header_bytes",
                                          "max_body_bytes", "max_request_line", "lua_memory",

@@ -10,7 +10,7 @@
 #include "umbra/config.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
-#include "umbra/luasandbox.h"
+#include "umbra/luavm.h"
 #include "umbra/metrics.h"
 
 #include "internal.h"

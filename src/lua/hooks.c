@@ -15,7 +15,7 @@
  * reload's mailbox, under its lock) orders the making before the first use.
  *
  * A state is made, budgeted and capped by the sandbox the loader uses too
- * (umbra/luasandbox.h), with the request library from the start: the file's top level
+ * (umbra/luavm.h), with the request library from the start: the file's top level
  * runs in it with what the hooks have, so that nothing it keeps (local df = dofile) gives
  * a hook more. A call that went past the memory cap leaves the state broken: at the end
  * of the request's calls the state is closed (its memory goes back) and made anew on the
@@ -35,7 +35,7 @@
 #include "umbra/config.h"
 #include "umbra/context.h"
 #include "umbra/log.h"
-#include "umbra/luasandbox.h"
+#include "umbra/luavm.h"
 #include "umbra/module.h"
 
 #include "internal.h"

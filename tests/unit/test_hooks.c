@@ -17,7 +17,7 @@
 #include "umbra/hooks.h"
 #include "umbra/http1.h"
 #include "umbra/log.h"
-#include "umbra/luasandbox.h"
+#include "umbra/luavm.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -490,7 +490,7 @@ static void test_sandbox_budget_and_cap(void **state)
     assert_non_null(strstr(msg, "C stack overflow"));
 }
 
-/* The sandbox's string.find, match, gmatch and gsub (src/config/luapattern.c) answer what
+/* The sandbox's string.find, match, gmatch and gsub (src/luavm/pattern.c) answer what
  * LuaJIT's do, errors included, over random patterns and subjects made of the pieces where
  * matchers go wrong; and their backtracking is charged to the budget. */
 static const char PATTERN_RUN[] =

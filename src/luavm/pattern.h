@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* Lua patterns for the sandbox, with their work counted (luapattern.c). Internal to the
- * config floor: luasandbox.c opens them and charges their steps. */
-#ifndef UMBRA_CONFIG_LUAPATTERN_H
-#define UMBRA_CONFIG_LUAPATTERN_H
+/* Lua patterns for the sandbox, with their work counted (pattern.c). Internal to the
+ * luavm floor: sandbox.c opens them and charges their steps. */
+#ifndef UMBRA_LUAVM_PATTERN_H
+#define UMBRA_LUAVM_PATTERN_H
 
 #include <lua.h>
 
@@ -14,7 +14,7 @@
 void um__luapattern_open(lua_State *L);
 
 /* Charges steps matching steps to the budgeted call running on L: past the budget it
- * raises the budget's error (luasandbox.c). */
+ * raises the budget's error (sandbox.c). */
 void um__lua_sandbox_charge(lua_State *L, unsigned steps);
 
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* Lua patterns with their work counted against the instruction budget (luapattern.h).
+/* Lua patterns with their work counted against the instruction budget (pattern.h).
  *
  * LuaJIT matches patterns in C, where no count hook fires, by backtracking: a pattern like
  * ".-.-.-x" over a few kilobytes runs for hours, and a hook that did it held its worker for
@@ -9,7 +9,7 @@
  * matcher is counted and charged to the budget of the call, so that a costly match ends
  * in the budget's error like a loop does. Captures and recursion are bounded as in LuaJIT
  * (32 captures, 200 nested pattern items: "pattern too complex"). */
-#include "luapattern.h"
+#include "pattern.h"
 
 #include <ctype.h>
 #include <stddef.h>

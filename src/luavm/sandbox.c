@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* The Lua sandbox, the instruction budget and the memory cap (umbra/luasandbox.h).
+/* The Lua sandbox, the instruction budget and the memory cap (umbra/luavm.h).
  *
  * A state's sandbox record (struct sandbox) is the user data of the allocator wrapped
  * around LuaJIT's: the count hook, which only gets the lua_State, finds it with
@@ -20,7 +20,7 @@
  * so that a pcall in the script cannot carry on, and the call fails even if the script
  * swallowed every error. LuaJIT collects no garbage before it reports an allocation
  * failure, so garbage counts against the cap. */
-#include "umbra/luasandbox.h"
+#include "umbra/luavm.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,7 +32,7 @@
 #include <luajit.h>
 #include <lualib.h>
 
-#include "luapattern.h"
+#include "pattern.h"
 #include "umbra/common.h"
 #include "umbra/log.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* The Lua sandbox: how every Lua state of Umbra is made, what it has, how long its code may
- * run and how much memory it may hold.
+/* The Lua VM (src/luavm/): the sandbox, how every Lua state of Umbra is made, what it
+ * has, how long its code may run and how much memory it may hold.
  *
  * Two kinds of state use it. The config loader's (src/config/config.c) runs config.lua
  * once with the whole standard library: the file's top level may read files to compute
@@ -14,7 +14,7 @@
  * turn it on (no jit library, no require): compiled traces do not run count hooks, and the
  * budget must stop any loop. What runs in C without the hook is covered otherwise: pattern
  * matching (string.find, match, gmatch, gsub) is Umbra's own, which charges its steps to
- * the budget (src/config/luapattern.c); C functions that call Lua are bounded in how deep
+ * the budget (src/luavm/pattern.c); C functions that call Lua are bounded in how deep
  * they nest (UM_LUA_CSTACK); xpcall's message handler does not run when the budget raised
  * the error (LuaJIT runs it inside the hook, where no hook fires); and no finalizer can
  * be made (no newproxy), since LuaJIT runs those with the hooks off.
@@ -25,8 +25,8 @@
  * the cap is refused, inside a budgeted call, so the cap is exact to the byte for what
  * LuaJIT allocates (not counting the allocator's own overhead). Garbage not collected yet
  * counts: a script's live data should stay well under the cap. */
-#ifndef UMBRA_LUASANDBOX_H
-#define UMBRA_LUASANDBOX_H
+#ifndef UMBRA_LUAVM_H
+#define UMBRA_LUAVM_H
 
 #include <stddef.h>
 
