@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* The second-level cache on Redis (src/cluster/l2.c, l2_bus.c): objects kept across
+/* The second-level cache on Redis (src/l2/l2.c, bus.c): objects kept across
  * restarts and shared by the nodes, and purges carried to every node.
  *
  * - Lookups and writes: each worker has one Redis connection, driven by its loop (hiredis
@@ -54,7 +54,7 @@ void um_l2_purge_publish(struct um_l2 *l2, const struct um_purge *p);
 
 /* The L2's record (umbra/module.h, defined with its worker connections): its counters,
  * /metrics lines and /status.json member from the L2 the server gives um_module_run. */
-extern const struct um_module um_cluster_module;
+extern const struct um_module um_l2_module;
 
 struct um_l2_state {
     const char *host;

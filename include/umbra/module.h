@@ -32,10 +32,11 @@ struct um_module {
     /* Its counters (umbra/metrics.h): given their place by um_modules_init, before any
      * worker starts, and shown in /metrics in the order of their table. NULL: none. */
     struct um_metric_block *counters;
-    /* The rest of its /metrics lines (gauges of its running state, histograms), and its
-     * member of /status.json ("NAME":{...}, or "NAME":null while it does not run), made
-     * from running: the state the server gave um_module_run (NULL: none). Called on the
-     * admin thread; NULL: nothing to add. */
+    /* The rest of its /metrics lines (gauges of its running state, histograms; running
+     * NULL: it does not run, and may add nothing), and its member of /status.json
+     * ("NAME":{...}; called only while it runs: the admin writes "NAME":null otherwise),
+     * made from running: the state the server gave um_module_run. Called on the admin
+     * thread; NULL: nothing to add (the counters alone are shown). */
     void (*metrics)(struct um_buf *b, void *running);
     void (*status)(struct um_buf *b, void *running);
 };

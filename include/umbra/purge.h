@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* One purge, whichever way it came: a PURGE request (cache/origin.c), POST /purge on the
  * admin listener (server/admin_purge.c), a peer of the ring (cluster/) or the Redis bus
- * (cluster/l2_bus.c). Each builds a struct um_purge, applies it to its cache
+ * (l2/bus.c). Each builds a struct um_purge, applies it to its cache
  * (um_cache_purge_apply, umbra/cache.h) and hands it to the one hook that carries it to
  * the other nodes (um_context.on_purge, umbra/context.h).
  *

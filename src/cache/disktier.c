@@ -309,10 +309,6 @@ static void render_metrics(struct um_buf *b, void *running)
 /* The tier's member of /status.json. */
 static void render_status(struct um_buf *b, void *running)
 {
-    if (running == NULL) {
-        um_buf_printf(b, "\"disk\":null");
-        return;
-    }
     struct um_disk_tier_stats d;
     um_disk_tier_stats(running, &d);
     um_buf_printf(b,

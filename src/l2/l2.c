@@ -65,8 +65,8 @@ static struct um_metric_block counters = {counter_defs, C_COUNT, 0};
 static void render_metrics(struct um_buf *b, void *running);
 static void render_status(struct um_buf *b, void *running);
 
-const struct um_module um_cluster_module = {
-    .name = "cluster",
+const struct um_module um_l2_module = {
+    .name = "l2",
     .slots = (struct um_context_slot *const[]){&l2_slot, NULL},
     .check_reload = check_reload,
     .counters = &counters,
@@ -127,13 +127,8 @@ static void render_metrics(struct um_buf *b, void *running)
 /* The L2's member of /status.json. */
 static void render_status(struct um_buf *b, void *running)
 {
-    struct um_l2 *l2 = running;
-    if (l2 == NULL) {
-        um_buf_printf(b, "\"l2\":null");
-        return;
-    }
     struct um_l2_state ls;
-    um_l2_state(l2, &ls);
+    um_l2_state(running, &ls);
     um_buf_printf(b,
                   "\"l2\":{\"redis\":\"%s:%d\",\"state\":\"%s\",\"workers_up\":%d,"
                   "\"workers\":%d,\"bus_up\":%s,\"hits\":%llu,\"misses\":%llu,"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* A Redis connection driven by a um_loop (src/cluster/redis_loop.c): hiredis's async
+/* A Redis connection driven by a um_loop (src/l2/redis_loop.c): hiredis's async
  * context with its event hooks on the loop's epoll set, and a reconnect with backoff.
  *
  * hiredis owns the socket and the protocol; the loop only tells it when the socket is

@@ -318,7 +318,11 @@ static void render_json(struct um__admin *a, struct um_buf *b)
                   st.memory_used, st.memory_cap, (unsigned long long)st.evictions);
     for (size_t m = 0; um_modules[m]; m++) /* the modules' own members */
         if (um_modules[m]->status) {
-            um_modules[m]->status(b, um_module_running(um_modules[m]));
+            void *running = um_module_running(um_modules[m]);
+            if (running)
+                um_modules[m]->status(b, running);
+            else
+                um_buf_printf(b, "\"%s\":null", um_modules[m]->name);
             um_buf_append(b, ",", 1);
         }
     um_buf_append(b, "\"workers\":[", 11);

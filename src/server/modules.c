@@ -10,8 +10,8 @@ extern const struct um_module um_cache_module;
 extern const struct um_module um_upstream_module;
 extern const struct um_module um_static_module;
 extern const struct um_module um_cgi_module;
-extern const struct um_module um_log_module;
-extern const struct um_module um_cluster_module;
+extern const struct um_module um_accesslog_module;
+extern const struct um_module um_l2_module;
 extern const struct um_module um_compress_module;
 extern const struct um_module um_lua_module;
 extern const struct um_module um_tls_module;
@@ -19,7 +19,7 @@ extern const struct um_module um_disk_module;
 
 const struct um_module *const um_modules[] = {
     &um_cache_module,    &um_upstream_module, &um_static_module, &um_cgi_module,
-    &um_log_module,      &um_cluster_module,  &um_compress_module, &um_lua_module,
+    &um_accesslog_module,      &um_l2_module,  &um_compress_module, &um_lua_module,
     &um_tls_module,      &um_disk_module,     NULL,
 };
 

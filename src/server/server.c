@@ -142,7 +142,7 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
      * change it: cache.l2 is read at start). */
     if (config->cache.l2.enabled)
         s->l2 = um_l2_create(config, um__purge_apply, s);
-    um_module_run(&um_cluster_module, s->l2);
+    um_module_run(&um_l2_module, s->l2);
     struct um_cache_links links = um__server_links(s);
     s->runtime = um_runtime_create(config, hooks, &s->cache, &links, err, errlen);
     if (s->runtime == NULL)
@@ -192,7 +192,7 @@ fail:
     }
     um_module_run(&um_disk_module, NULL);
     um_disk_tier_close(s->disk);
-    um_module_run(&um_cluster_module, NULL);
+    um_module_run(&um_l2_module, NULL);
     um_l2_destroy(s->l2);
     free(s);
     return NULL;
@@ -496,7 +496,7 @@ void um_server_destroy(struct um_server *s)
     for (int i = 0; i < s->num_workers; i++)
         um__worker_dispose(&s->workers[i]);
     free(s->workers);
-    um_module_run(&um_cluster_module, NULL);
+    um_module_run(&um_l2_module, NULL);
     um_l2_destroy(s->l2);
     s->l2 = NULL;
     for (size_t i = 0; i < s->num_listen; i++)

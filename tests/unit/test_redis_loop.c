@@ -1,4 +1,4 @@
-/* src/cluster/redis_loop.c on a real loop: the README's "reconnects back off from 50 ms to
+/* src/l2/redis_loop.c on a real loop: the README's "reconnects back off from 50 ms to
  * 1 s" (issue #26), against a port nothing listens on, on the real clock (about 3.6 s). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cluster/redis_loop.h"
+#include "l2/redis_loop.h"
 #include "umbra/loop.h"
 
 #define ATTEMPTS 9
