@@ -38,7 +38,7 @@ ensure_origin
 # The store's floor libraries (build dir's libumbra_cache.a and the floors below it) for
 # the hit-ratio program: beside UMBRA_BIN when it is a build dir, else built into
 # UMBRA_BUILD. Sets STORE_LIBS.
-STORE_FLOORS=(cache config http loop core)
+STORE_FLOORS=(cache disk compress config luavm http loop core)
 ensure_store_libs() {
     local dir f
     dir=$(dirname "$UMBRA_BIN")
@@ -73,8 +73,9 @@ if bench_uses umbra; then
     [[ -n $sim_version ]] || die "no project(umbra VERSION ...) in CMakeLists.txt"
     # shellcheck disable=SC2046
     cc -O2 -std=c11 -D_GNU_SOURCE -DUMBRA_VERSION="\"$sim_version\"" -Wall -Wextra -I"$BENCH_ROOT/include" \
-        -o "$SIM_BIN" "$BENCH_DIR/sieve_vs_lru.c" "${STORE_LIBS[@]}" \
-        $(pkg-config --libs luajit) -lpthread -lm >"$BENCH_TMP/sim-build.log" 2>&1 || {
+        -I"$BENCH_DIR" -o "$SIM_BIN" "$BENCH_DIR/sieve_vs_lru.c" "$BENCH_DIR/store_sim.c" \
+        "${STORE_LIBS[@]}" $(pkg-config --libs luajit libxxhash zlib libbrotlienc libzstd) \
+        -lpthread -lm >"$BENCH_TMP/sim-build.log" 2>&1 || {
         cat "$BENCH_TMP/sim-build.log" >&2
         die "cc bench/sieve_vs_lru.c failed (against ${STORE_LIBS[*]})"
     }

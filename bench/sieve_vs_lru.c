@@ -21,7 +21,7 @@
  * Prints one "policy NAME hits N ratio R objects M" line per policy, after a "trace:" line.
  * The hit counts include the cold start (the first request of every object is a miss
  * under any policy). */
-#include "umbra/cache.h"
+#include "store_sim.h"
 
 #include <math.h>
 #include <stdio.h>

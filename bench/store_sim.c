@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* Trace replay for benchmarks: drives the real store (index, SIEVE, memory cap) with
- * synthetic objects, so hit ratios measured here are the proxy's own. */
-#include "umbra/cache.h"
+/* Trace replay for benchmarks (store_sim.h): drives the real store (index, SIEVE, memory
+ * cap) with synthetic objects, so hit ratios measured here are the proxy's own. */
+#include "store_sim.h"
 
 #include <string.h>
 

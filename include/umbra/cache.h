@@ -398,17 +398,4 @@ bool um_cache_obj_wait(struct um_cache_obj *obj, struct um_cache_cursor *cur,
  * when w has already fired: the filler's thread may still be returning from the call. */
 void um_cache_obj_unwait(struct um_cache_obj *obj, struct um_cache_waiter *w);
 
-/* ---- Benchmarks ----------------------------------------------------------------------- */
-
-struct um_cache_sim_req {
-    uint64_t key;  /* object identity */
-    uint32_t size; /* body bytes when it has to be inserted */
-};
-
-/* Replays a trace through a fresh store made with o: each request is a lookup; a miss
- * inserts the object with a body of `size` bytes (unless above max_object). Returns the
- * number of hits; st (may be NULL) receives the store's final counters. Single thread. */
-size_t um_cache_sim(const struct um_cache_opts *o, const struct um_cache_sim_req *reqs, size_t n,
-                    struct um_cache_stats *st);
-
 #endif

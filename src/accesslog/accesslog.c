@@ -21,8 +21,8 @@
 /* The worker's buffer of lines (struct worker_log). */
 static struct um_context_slot log_slot = {.name = "access log buffer"};
 
-const struct um_module um_log_module = {
-    .name = "log",
+const struct um_module um_accesslog_module = {
+    .name = "accesslog",
     .slots = (struct um_context_slot *const[]){&log_slot, NULL},
 };
 

@@ -22,6 +22,7 @@
 #include "cache/store_clean.c"
 #include "cache/store_evict.c"
 #include "cache/store_obj.c"
+#include "store_sim.h"
 
 static int64_t fake_now;
 
