@@ -325,6 +325,11 @@ int um_cache_obj_append(struct um_cache_obj *obj, const void *data, size_t len);
  * caller. No append may follow. Returns UM_OK, or UM_ERR when obj is not FILLING. */
 int um_cache_obj_adopt_body(struct um_cache_obj *obj, const struct um_cache_obj *from);
 
+/* Whether obj was aborted because its body did not fit (over max_object, or no room even
+ * after eviction) rather than because its fill failed: its readers may fetch the rest
+ * elsewhere. Any thread, after um_cache_obj_state said UM_CACHE_ABORTED. */
+bool um_cache_obj_outgrew(const struct um_cache_obj *obj);
+
 /* Ends the fill: ok (head set required) makes it COMPLETE; !ok makes it ABORTED and
  * unlinks it. No-op when it is no longer FILLING. The filler keeps its reference. */
 void um_cache_obj_finish(struct um_cache_obj *obj, bool ok);

@@ -40,6 +40,9 @@ struct req_ops {
 };
 extern const struct req_ops um__cache_reader_req;
 extern const struct req_ops um__cache_pass_req;
+struct pass;
+/* Frees a pass (and its reference to a resumed reader's object). */
+void um__cache_pass_free(struct pass *p);
 
 #define META_F_PASS 0x1
 /* The head block is nothing but the fields' lines, "Name: value\r\n" each, one per entry
@@ -192,6 +195,16 @@ struct pass {
      * the rest of the fetch is cut to its range. */
     bool ranged;
     uint64_t range_skip, range_left;
+    /* A reader whose object ran out of room in its body goes on with a fetch of its own
+     * (origin_reader.c's reader_resume): its head was sent, so the new answer's is only
+     * checked (200, expect_length, the ETag), and the bytes the client has are passed
+     * over (ranged, range_skip); broken: not the same answer (the client's body is cut
+     * short). obj: the object, referenced, whose key the fetch carries as its fill key. */
+    bool resumed, broken;
+    int64_t expect_length;
+    struct um_cache_obj *obj;
+    char etag[128];
+    size_t etag_len;
 };
 
 /* The fills a worker has running, so that they can be stopped with the worker: the

@@ -596,7 +596,7 @@ static void pass_cancel(struct cache_origin *co, void *d)
         return;
     }
     co->inner->ops->cancel(co->inner, &p->sink);
-    free(p);
+    um__cache_pass_free(p);
 }
 
 const struct req_ops um__cache_pass_req = {

@@ -10,10 +10,31 @@
 
 /* ---------------------------------------------------------------- pass */
 
+/* A resumed reader's new answer (struct pass): the same response when it is a 200 of the
+ * stored length with the stored ETag. */
+static bool same_answer(const struct pass *p, const struct um_response_head *h)
+{
+    if (h->status != 200 || h->content_length != p->expect_length)
+        return false;
+    if (p->etag_len == 0)
+        return true;
+    for (size_t i = 0; i < h->num_headers; i++) {
+        if (!um_str_eq_ci(h->headers[i].name, "etag"))
+            continue;
+        um_str v = um_str_trim(h->headers[i].value);
+        return v.len == p->etag_len && memcmp(v.base, p->etag, v.len) == 0;
+    }
+    return false;
+}
+
 void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct pass *p = um_container_of(s, struct pass, sink);
     p->status = h->status;
+    if (p->resumed) {
+        p->broken = !same_answer(p, h); /* the client has its head already */
+        return;
+    }
     struct um_header out[MAX_OUT_FIELDS + 1];
     size_t n = 0;
     bool strip_tags = !p->co->config->cache.expose_tags;
@@ -54,6 +75,8 @@ void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
 size_t um__cache_pass_on_data(struct um_sink *s, const char *data, size_t len)
 {
     struct pass *p = um_container_of(s, struct pass, sink);
+    if (p->broken)
+        return len; /* not the answer the client has begun: dropped */
     if (!p->ranged)
         return p->client->ops->on_data(p->client, data, len);
     /* Only the range's bytes reach the client; those around it are taken and dropped. */
@@ -101,10 +124,19 @@ void um__cache_pass_on_end(struct um_sink *s, int err)
         if (p->cloc_len)
             purge_key(p->co, p->req->authority, (um_str){p->content_location, p->cloc_len});
     }
+    if (p->resumed && err == UM_OK && (p->broken || p->range_left > 0))
+        err = UM_ERR; /* the rest did not come: the body is cut short */
     struct um_sink *client = p->client;
     client->origin_data = NULL;
-    free(p);
+    um__cache_pass_free(p);
     client->ops->on_end(client, err);
+}
+
+void um__cache_pass_free(struct pass *p)
+{
+    if (p->obj)
+        um_cache_obj_unref(p->obj);
+    free(p);
 }
 
 static ssize_t pass_read_body(struct um_sink *s, char *buf, size_t len)

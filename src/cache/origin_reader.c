@@ -336,6 +336,48 @@ static void reader_finish(struct reader *r, int err)
 
 /* The stored object cannot answer this request after all (hit-for-pass, another variant,
  * an aborted fill before any byte was sent): ask the inner origin directly. */
+/* The object ran out of room while the reader was in its body (a client that joined a
+ * fill too large for the memory): the rest comes from a fetch of its own through the inner
+ * origin (the disk tier answers it when it holds the object), the bytes the client has
+ * passed over, when the answer is the same (a 200 of the stored length and ETag); else
+ * the body is cut short, as it was before. Returns whether the reader went on. */
+static bool reader_resume(struct reader *r)
+{
+    um_str meta_s, head;
+    if (!r->head_sent || r->for_coding || !um_cache_obj_outgrew(r->obj) ||
+        !um_cache_obj_head(r->obj, &meta_s, &head))
+        return false;
+    const struct meta *m = (const struct meta *)(const void *)meta_s.base;
+    struct pass *p;
+    if (m->status != 200 || m->content_length < 0 || (uint64_t)m->content_length < r->cur.off ||
+        m->etag_len > sizeof(p->etag))
+        return false;
+    p = um_calloc(1, sizeof(*p));
+    p->ops = &um__cache_pass_req;
+    p->co = r->co;
+    p->sink.ops = &um__cache_pass_ops;
+    p->client = r->client;
+    p->req = r->req;
+    p->scheme = r->fetch.scheme;
+    p->resumed = true;
+    p->expect_length = m->content_length;
+    memcpy(p->etag, head.base + m->etag_off, m->etag_len);
+    p->etag_len = m->etag_len;
+    p->ranged = true;
+    p->range_skip = r->cur.off;
+    p->range_left = r->ranged ? r->range_left : (uint64_t)m->content_length - r->cur.off;
+    p->obj = um_cache_obj_ref(r->obj);
+    struct cache_origin *co = r->co;
+    struct um_fetch f = r->fetch;
+    f.fill_key = um_cache_obj_key(p->obj);
+    struct um_sink *client = r->client;
+    client->origin_data = p;
+    um__cache_reader_release(r);
+    um__cache_reader_free(r);
+    co->inner->ops->fetch(co->inner, &f, &p->sink);
+    return true;
+}
+
 static void reader_fall_back(struct reader *r, const char *detail)
 {
     struct cache_origin *co = r->co;
@@ -579,7 +621,8 @@ void um__cache_reader_pump(struct reader *r)
                 fl->src->ops->resume(fl->src, &fl->sink);
                 return;
             }
-            reader_finish(r, UM_ERR); /* the body was cut short */
+            if (!reader_resume(r))
+                reader_finish(r, UM_ERR); /* the body was cut short */
             return;
         }
         r->registered = true;

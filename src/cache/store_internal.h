@@ -46,6 +46,7 @@ struct um_cache_obj {
     struct um_cache_obj *q_newer, *q_older; /* queue lock */
     unsigned char q_state;                  /* queue lock */
     bool adopted;                           /* filler only */
+    atomic_bool outgrew; /* aborted because its body did not fit (um_cache_obj_outgrew) */
     atomic_bool linked;                     /* written under the shard lock */
     atomic_uchar visited;
     atomic_bool head_ready;

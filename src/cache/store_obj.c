@@ -317,6 +317,7 @@ int um_cache_obj_append(struct um_cache_obj *o, const void *data, size_t len)
     UM_ASSERT(!o->adopted);
     size_t blen = atomic_load_explicit(&o->body_len, memory_order_relaxed);
     if (len > c->max_object - blen) {
+        atomic_store_explicit(&o->outgrew, true, memory_order_relaxed);
         obj_abort(o);
         return UM_ERR;
     }
@@ -330,6 +331,7 @@ int um_cache_obj_append(struct um_cache_obj *o, const void *data, size_t len)
             size_t want = o->expect > blen ? o->expect - blen : (left > blen ? left : blen);
             struct um_cache_chunk *ch = chunk_new(c, want);
             if (ch == NULL) {
+                atomic_store_explicit(&o->outgrew, true, memory_order_relaxed);
                 obj_abort(o);
                 return UM_ERR;
             }
@@ -366,6 +368,12 @@ int um_cache_obj_adopt_body(struct um_cache_obj *o, const struct um_cache_obj *f
     atomic_store_explicit(&o->body_len, um_cache_obj_body_len(from), memory_order_release);
     bump(o);
     return UM_OK;
+}
+
+bool um_cache_obj_outgrew(const struct um_cache_obj *o)
+{
+    /* Set before the abort's release store of the state, read after its acquire load. */
+    return atomic_load_explicit(&((struct um_cache_obj *)o)->outgrew, memory_order_relaxed);
 }
 
 void um_cache_obj_finish(struct um_cache_obj *o, bool ok)

@@ -1037,6 +1037,46 @@ class MaxObjectTest(unittest.TestCase, CacheAssertions):
         self.assertEqual(r.body, origin_body(2000000))
 
 
+class JoinedFillWithoutRoomTest(unittest.TestCase, CacheAssertions):
+    """A client that joined a fill whose object then found no room in the memory (a 3 MB
+    body while another 3 MB one fills a 4 MB cache) gets the whole body: the client that
+    caused the fill is handed the rest of its fetch; the one that joined was cut short (a
+    closed connection in the middle of the body) and now gets the rest from a fetch of its
+    own, the bytes it has passed over, when the answer is the same."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+        cls.umbra = class_context(cls, Umbra(config(cls.origin.url, memory='"4MB"',
+                                                    max_object='"4MB"'), workers=1))
+
+    def test_bug_joined_client_cut_short(self):
+        size = 3 * 1024 * 1024
+        # y fills slowly and holds 3 MB of the 4 while it does; x's origin waits before its
+        # head, so that the second request for x joins its fill, which then has no room.
+        y = "/noroom/y?size=%d&slow=20&piece=65536&cc=max-age%%3D60" % size
+        x = "/noroom/x?size=%d&delay=300&cc=max-age%%3D60" % size
+        got = {}
+
+        def client(k, t):
+            try:
+                r = fetch_req(self.umbra.port, t, timeout=30)
+                got[k] = (r.status, len(r.body), r.body == origin_body(size))
+            except Exception as e:  # the body cut short
+                got[k] = repr(e)[:200]
+
+        threads = []
+        for k, t in (("y", y), ("x1", x), ("x2", x)):
+            threads.append(threading.Thread(target=client, args=(k, t)))
+            threads[-1].start()
+            time.sleep(0.1)
+        for th in threads:
+            th.join(30)
+        whole = (200, size, True)
+        self.assertEqual(got, {"y": whole, "x1": whole, "x2": whole}, self.umbra.log())
+        self.assertIn("larger than the cache takes", self.umbra.log())
+
+
 class SinkLifetimeTest(unittest.TestCase, CacheAssertions):
     def test_bug_upstream_touches_cache_sink_after_on_end(self):
         # The bug, only visible with a sanitizer build (UMBRA_SANITIZE=ON): the first
