@@ -216,7 +216,7 @@ struct um_config {
         size_t max_request_line; /* 414 past it */
         size_t max_header_bytes; /* 431 past it */
         uint64_t max_body_bytes; /* 413 past it */
-        size_t lua_memory;       /* bytes each request state may hold (umbra/luasandbox.h) */
+        size_t lua_memory;       /* bytes each request state may hold (umbra/luavm.h) */
     } limits;
     struct {
         double header;   /* seconds to receive a complete head */

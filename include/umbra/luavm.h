@@ -49,7 +49,7 @@
 #define UM_LUA_MEMORY_RESERVE (1u << 20)
 
 /* How far the C stack may grow in a budgeted call through library functions that call Lua
- * from C (string.gsub, table.sort, ...: luasandbox.c); past it they raise "C stack
+ * from C (string.gsub, table.sort, ...: src/luavm/sandbox.c); past it they raise "C stack
  * overflow". Well under the smallest thread stack Umbra runs Lua on (glibc's default,
  * RLIMIT_STACK: 8 MB on Debian). */
 #define UM_LUA_CSTACK (512u << 10)

@@ -175,6 +175,7 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
     atomic_store(&t->purged_before, purged);
     t->to_write = t->written = purged;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->gens_mu, NULL);
     pthread_cond_init(&t->cond, NULL);
     int e = pthread_create(&t->purge_writer, NULL, purge_writer_main, t);
     if (e != 0) {
@@ -202,6 +203,7 @@ void um_disk_tier_close(struct um_disk_tier *t)
         pthread_join(t->purge_writer, NULL);
         pthread_cond_destroy(&t->cond);
         pthread_mutex_destroy(&t->mu);
+        pthread_mutex_destroy(&t->gens_mu);
     }
     for (size_t i = 0; i < t->n; i++) {
         um_disk_close(t->stores[i]);
@@ -210,6 +212,27 @@ void um_disk_tier_close(struct um_disk_tier *t)
     free(t->stores);
     free(t->dirs);
     free(t);
+}
+
+uint64_t um__disk_tier_marker_gen(struct um_disk_tier *t, struct um_disk_key key, uint64_t gen)
+{
+    size_t i = (size_t)(key.lo % (sizeof(t->gens) / sizeof(t->gens[0])));
+    pthread_mutex_lock(&t->gens_mu);
+    if (t->gens[i].gen != 0 && t->gens[i].hi == key.hi && t->gens[i].lo == key.lo)
+        gen = t->gens[i].gen;
+    else
+        t->gens[i].hi = key.hi, t->gens[i].lo = key.lo, t->gens[i].gen = gen;
+    pthread_mutex_unlock(&t->gens_mu);
+    return gen;
+}
+
+static void forget_gen(struct um_disk_tier *t, struct um_disk_key key)
+{
+    size_t i = (size_t)(key.lo % (sizeof(t->gens) / sizeof(t->gens[0])));
+    pthread_mutex_lock(&t->gens_mu);
+    if (t->gens[i].hi == key.hi && t->gens[i].lo == key.lo)
+        t->gens[i].gen = 0;
+    pthread_mutex_unlock(&t->gens_mu);
 }
 
 struct um_disk *um__disk_tier_store(struct um_disk_tier *t, struct um_disk_key key)
@@ -222,6 +245,7 @@ void um_disk_tier_purge_key(struct um_disk_tier *t, um_str key)
     if (t == NULL)
         return;
     struct um_disk_key k = um_disk_key_of(key.base, key.len);
+    forget_gen(t, k); /* a new marker, a new generation: the variants go with the URL */
     um_disk_remove(um__disk_tier_store(t, k), k);
 }
 

@@ -26,7 +26,19 @@ struct um_disk_tier {
     int64_t to_write, written;
     bool closing, started;
     _Atomic uint64_t hits, misses, purged, purges, rewrites, revalidations;
+    /* The Vary markers' generations as last given, by URL key (direct-mapped): a marker
+     * is written behind its variant, so two variants filled in quick succession would
+     * otherwise each find no marker on disk and draw generations of their own, the first
+     * then unreachable. A purge of the URL forgets its slot. */
+    pthread_mutex_t gens_mu;
+    struct {
+        uint64_t hi, lo, gen;
+    } gens[256];
 };
+
+/* The generation of the Vary marker of URL key: the one last given for it when there is
+ * one, else gen (which is then given). */
+uint64_t um__disk_tier_marker_gen(struct um_disk_tier *t, struct um_disk_key key, uint64_t gen);
 
 /* The store of t that holds key. */
 struct um_disk *um__disk_tier_store(struct um_disk_tier *t, struct um_disk_key key);

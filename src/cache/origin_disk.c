@@ -147,10 +147,12 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
     if (never) return false;
     if (df->vary) {
         struct um_disk_key vk;
-        if (df->vary_gen == 0) { /* no marker was found: a new generation */
-            while (getrandom(&df->vary_gen, sizeof(df->vary_gen), 0) != sizeof(df->vary_gen) ||
-                   df->vary_gen == 0)
+        if (df->vary_gen == 0) { /* no marker was found: the last given, or a new one */
+            uint64_t gen = 0;
+            while (getrandom(&gen, sizeof(gen), 0) != sizeof(gen) || gen == 0)
                 ;
+            df->vary_gen = um__disk_tier_marker_gen(
+                df->d->t, um_disk_key_of(df->f.fill_key.base, df->f.fill_key.len), gen);
         }
         if (!variant_key(df, (um_str){df->vary, strlen(df->vary)}, &vk)) return false;
         df->key = vk;
@@ -416,7 +418,9 @@ static bool follow_marker(struct disk_fetch *df, um_str meta)
         m.stored < atomic_load(&df->d->t->purged_before))
         return false;
     um_str names = {meta.base + sizeof(m) + m.key_len, m.head_len};
-    df->vary_gen = (uint64_t)m.age_value;
+    /* The disk's marker, unless a newer one is still on its way there. */
+    df->vary_gen = um__disk_tier_marker_gen(
+        df->d->t, um_disk_key_of(df->f.fill_key.base, df->f.fill_key.len), (uint64_t)m.age_value);
     struct um_disk_key vk;
     if (!variant_key(df, names, &vk)) return false;
     df->variant = true;

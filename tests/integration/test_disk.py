@@ -432,7 +432,7 @@ admin = { listen = "127.0.0.1:0" }
                 for lang in langs + ["fr"]:
                     r = ask(u, lang)
                     self.assertEqual(r.body, body_of("/v/page:%s" % lang, 20000), lang)
-                self.assertEqual(o.total(), 3)
+                self.assertEqual(o.total(), 3, (o.counts, o.conditionals, u.log()[-3000:]))
                 r = ask(u, "it")  # a variant never asked: to the origin
                 self.assertEqual(r.body, body_of("/v/page:it", 20000))
                 self.assertEqual(o.total(), 4)
