@@ -80,7 +80,7 @@ BPO=$(awk -v b="${IDX:-0}" -v n="$HELD" 'BEGIN { printf "%.1f", b / n }')
 log "disk holds $HELD objects; index $IDX bytes: $BPO bytes per object"
 METRICS=$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" | grep '^umbra_disk_' || true)
 
-# restart_time SIGNAL: stops Umbra with SIGNAL, starts it again and prints the seconds from
+# restart_time SIGNAL (run in $(...), so the caller reads the new PID from PIDFILE): stops Umbra with SIGNAL, starts it again and prints the seconds from
 # the exec to the first 200 with detail=disk for /r/0 (a stored object).
 restart_time() {
     local sig=$1 t
@@ -118,8 +118,6 @@ while time.monotonic() < deadline:
 print("timeout")
 EOF
 )
-    UMBRA_PID=$(cat "$PIDFILE")
-    BENCH_PIDS+=("$UMBRA_PID")
     [[ $t =~ ^[0-9.]+$ ]] || die "umbra: no 200 from disk after the restart ($t); see $BENCH_TMP/umbra/umbra.log"
     echo "$t"
 }
@@ -127,11 +125,15 @@ export PIDFILE=$BENCH_TMP/umbra.pid
 declare -a TERM_T=() KILL_T=()
 for k in $(seq 1 "$RESTART_TIMES"); do
     t=$(restart_time TERM)
+    UMBRA_PID=$(cat "$PIDFILE")
+    BENCH_PIDS+=("$UMBRA_PID")
     log "restart $k after SIGTERM: first disk hit after $t s"
     TERM_T+=("$t")
 done
 for k in $(seq 1 "$RESTART_TIMES"); do
     t=$(restart_time KILL)
+    UMBRA_PID=$(cat "$PIDFILE")
+    BENCH_PIDS+=("$UMBRA_PID")
     log "restart $k after kill -9: first disk hit after $t s"
     KILL_T+=("$t")
 done
