@@ -60,7 +60,7 @@ start_umbra_with "upstreams = { app = { servers = { \"http://127.0.0.1:$ORIGIN_P
 routes = { { path = \"/\", upstream = \"app\" } }
 admin = { listen = \"127.0.0.1:$ADMIN_PORT\" }
 cache = { memory = \"${DISK_MEMORY_MB}MB\", max_object = \"1MB\",
-          disk = { path = \"$BENCH_TMP/umbra-disk\", size = \"$((DISK_MEMORY_MB * DISK_SET_X * 2))MB\" } }"
+          disk = { path = \"$BENCH_TMP/umbra-disk\", size = \"$((DISK_MEMORY_MB * DISK_SET_X * 3))MB\" } }"
 PORT[umbra]=$UMBRA_PORT
 PID[umbra]=$UMBRA_PID
 MSRV+=(umbra)
@@ -83,13 +83,14 @@ wait_port umbra-nodisk "${PID[umbra-nodisk]}" "${PORT[umbra-nodisk]}" "$ND/umbra
 # warm PORT: every object fetched once on one keep-alive connection; prints the count of
 # answers that were not 200 with SIZE bytes.
 warm() {
-    python3 - "$1" "$DISK_OBJECTS" "$QUERY" "$SIZE" <<'EOF'
+    python3 - "$1" "${2:-$DISK_OBJECTS}" "${3:-$QUERY}" "${4:-$SIZE}" "${5:-/o/}" <<'EOF'
 import http.client, sys
 port, n, query, size = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+prefix = sys.argv[5]
 c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 bad = 0
 for i in range(n):
-    c.request("GET", "/o/%d?%s" % (i, query))
+    c.request("GET", "%s%d?%s" % (prefix, i, query))
     r = c.getresponse()
     if r.status != 200 or len(r.read()) != size:
         bad += 1
@@ -148,6 +149,59 @@ measure() {
 check_idle
 log "measuring: hit16k x $ROUNDS rounds x ${#MSRV[@]} (${MSRV[*]}) x ${DURATION}s"
 each_round MSRV measure hit16k
+
+# ---- hit1m: random hits over DISK_SET_X x the memory cap of 1 MiB objects (MB/s) ----
+S1M=1048576
+N1M=$((DISK_MEMORY_MB * DISK_SET_X))
+Q1M="size=$S1M&cc=max-age%3D3600"
+for s in "${MSRV[@]}"; do
+    log "warming $s: $N1M objects of $S1M bytes"
+    bad=$(warm "${PORT[$s]}" "$N1M" "$Q1M" "$S1M" /b/)
+    ((bad == 0)) || die "$s: $bad of $N1M warming answers were not 200 with $S1M bytes"
+done
+for _ in $(seq 1 600); do
+    n=$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^umbra_disk_objects / { print $2 }')
+    ((${n:-0} >= DISK_OBJECTS + N1M)) && break
+    sleep 0.1
+done
+((${n:-0} >= DISK_OBJECTS + N1M)) || die "umbra: the disk holds ${n:-0} of $((DISK_OBJECTS + N1M)) objects after the 1 MiB warm-up"
+for s in "${MSRV[@]}"; do
+    bad=$(warm "${PORT[$s]}" "$N1M" "$Q1M" "$S1M" /b/)
+    ((bad == 0)) || die "$s: $bad of $N1M answers of the second 1 MiB warm-up were wrong"
+done
+S1M_SCRIPT=$BENCH_TMP/random1m.lua
+cat >"$S1M_SCRIPT" <<EOF
+-- A random 1 MiB object of the working set per request.
+math.randomseed(os.time())
+request = function()
+    return wrk.format("GET", "/b/" .. math.random(0, $((N1M - 1))) .. "?$Q1M")
+end
+EOF
+for s in "${MSRV[@]}"; do
+    EXPECT[1m,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}/b/0?$Q1M")
+done
+origin_ref "$S1M" "$BENCH_TMP/ref1m.body"
+# shellcheck disable=SC2034
+declare -A MBPS
+# measure1m: MB/s = req/s x 1 MiB (each answer one object).
+measure1m() {
+    local s=$2 r=$3 out o0 o1
+    alive "$s" origin
+    out=$BENCH_TMP/wrk1m-$s-$r.txt
+    o0=$(origin_count)
+    run_wrk "http://127.0.0.1:${PORT[$s]}/" "$out" "$WRK_CONNECTIONS" "$S1M_SCRIPT"
+    o1=$(origin_count)
+    read_wrk "$out"
+    wrk_check "${EXPECT[1m,$s]}" "$WRK_CONNECTIONS"
+    ((o1 == o0)) || round_bad "the origin got $((o1 - o0)) requests during the round (expected 0)"
+    answer_check "http://127.0.0.1:${PORT[$s]}/b/$((r * 7 % N1M))?$Q1M" "$BENCH_TMP/ref1m.body"
+    printf '[bench] hit1m  %-6s round %d/%d: %10.2f MB/s  p50 %s ms p99 %s ms  %s\n' \
+        "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "${ROUND_BAD:-answers right}" >&2
+    [[ -n $ROUND_BAD ]] && return 0
+    add_figures "hit1m,$s" MBPS="$WRK_RPS"
+}
+log "measuring: hit1m x $ROUNDS rounds x ${#MSRV[@]} (${MSRV[*]}) x ${DURATION}s"
+each_round MSRV measure1m hit1m
 
 # ---- memhit and miss: the Umbra with the disk beside the one without ----
 USRV=(umbra umbra-nodisk)
@@ -215,8 +269,15 @@ meth=$(atleast "$xh" 0.97 met "not met")
 metm=$(atleast "$xm" 0.95 met "not met")
 metrics=$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" | grep '^umbra_disk_' || true)
 
-declare -A MR=()
+declare -A MR=() M1=()
 median_map MR RPS "hit16k," "${MSRV[@]}"
+median_map M1 MBPS "hit1m," "${MSRV[@]}"
+x1=-
+met1=-
+if bench_uses nginx; then
+    x1=$(ratio "${M1[umbra]}" "${M1[nginx]}")
+    met1=$(atleast "$x1" 1.0 met "not met")
+fi
 x=-
 met=-
 if bench_uses nginx; then
@@ -230,6 +291,7 @@ md=$(results_md disk)
     echo
     bench_env_md
     echo "- working set: $DISK_OBJECTS objects of $SIZE bytes ($((DISK_MEMORY_MB * DISK_SET_X)) MB), $DISK_SET_X x Umbra's cache.memory (${DISK_MEMORY_MB}MB); every object fetched twice before the rounds (warm on disk, page cache warm)"
+    echo "- hit1m: $N1M objects of $S1M bytes ($N1M MB, paths /b/N), $DISK_SET_X x cache.memory (${DISK_MEMORY_MB}MB), fetched twice before its rounds; MB/s = req/s x 1 MiB"
     echo "- filesystem of both caches: $(df -T "$BENCH_TMP" | awk 'NR == 2 { print $2 }') ($BENCH_TMP)"
     echo "- each request a random object (wrk script); the origin asked during no round"
     echo
@@ -240,6 +302,13 @@ md=$(results_md disk)
             md_row hit16k "$s" "${MR[$s]}" req/s "$x" ">= $TARGET_X" "$met" "${RPS[hit16k,$s]% }" "$(repeated_md "hit16k,$s")"
         else
             md_row hit16k "$s" "${MR[$s]}" req/s - - - "${RPS[hit16k,$s]% }" "$(repeated_md "hit16k,$s")"
+        fi
+    done
+    for s in "${MSRV[@]}"; do
+        if [[ $s == umbra ]]; then
+            md_row hit1m "$s" "${M1[$s]}" MB/s "$x1" ">= 1.0" "$met1" "${MBPS[hit1m,$s]% }" "$(repeated_md "hit1m,$s")"
+        else
+            md_row hit1m "$s" "${M1[$s]}" MB/s - - - "${MBPS[hit1m,$s]% }" "$(repeated_md "hit1m,$s")"
         fi
     done
     echo
@@ -267,6 +336,9 @@ md=$(results_md disk)
 printf '\n%-8s %-6s %12s %8s %-7s %s\n' case server req/s ratio target met
 for s in "${MSRV[@]}"; do
     printf '%-8s %-6s %12s %8s %-7s %s\n' hit16k "$s" "${MR[$s]}" "$([[ $s == umbra ]] && echo "$x" || echo -)" ">= $TARGET_X" "$([[ $s == umbra ]] && echo "$met" || echo -)"
+done
+for s in "${MSRV[@]}"; do
+    printf '%-8s %-6s %12s %8s %-7s %s\n' hit1m "$s" "${M1[$s]}MB/s" "$([[ $s == umbra ]] && echo "$x1" || echo -)" ">= 1.0" "$([[ $s == umbra ]] && echo "$met1" || echo -)"
 done
 printf '%-8s %-12s %12s %8s %-7s %s\n' memhit umbra "${MH[umbra]}" "$xh" ">= 0.97" "$meth"
 printf '%-8s %-12s %12s %8s %-7s %s\n' miss umbra "${MM[umbra]}" "$xm" ">= 0.95" "$metm"
