@@ -32,6 +32,8 @@
 
 #include <lua.h>
 
+#include "umbra/log.h"
+
 /* Instructions the file's top level may run, in the loader and in each request state. A
  * real config runs a few thousand; an endless loop reaches this in a few tens of
  * milliseconds. */
@@ -75,6 +77,10 @@ lua_State *um_lua_sandbox_new(enum um_lua_sandbox_kind kind, size_t memory);
 
 /* Closes a state of um_lua_sandbox_new (NULL is ignored); its memory goes back. */
 void um_lua_sandbox_close(lua_State *L);
+
+/* Logs the string at the top of L's stack at level, as one line "lua: ..." (line breaks
+ * become spaces; at most 1 KiB): what print and umbra.log write. */
+void um_lua_log_top(lua_State *L, enum um_log_level level);
 
 /* lua_pcall(L, nargs, nresults, errfunc) with at most budget instructions (counted in
  * UM_LUA_TICK steps) and the state's memory cap.

@@ -341,6 +341,19 @@ static void reader_finish(struct reader *r, int err)
  * origin (the disk tier answers it when it holds the object), the bytes the client has
  * passed over, when the answer is the same (a 200 of the stored length and ETag); else
  * the body is cut short, as it was before. Returns whether the reader went on. */
+/* A pass that takes r's client over (r's head was sent; the pass sends the rest). */
+static struct pass *pass_for(struct reader *r)
+{
+    struct pass *p = um_calloc(1, sizeof(*p));
+    p->ops = &um__cache_pass_req;
+    p->co = r->co;
+    p->sink.ops = &um__cache_pass_ops;
+    p->client = r->client;
+    p->req = r->req;
+    p->scheme = r->fetch.scheme;
+    return p;
+}
+
 static bool reader_resume(struct reader *r)
 {
     um_str meta_s, head;
@@ -352,13 +365,7 @@ static bool reader_resume(struct reader *r)
     if (m->status != 200 || m->content_length < 0 || (uint64_t)m->content_length < r->cur.off ||
         m->etag_len > sizeof(p->etag))
         return false;
-    p = um_calloc(1, sizeof(*p));
-    p->ops = &um__cache_pass_req;
-    p->co = r->co;
-    p->sink.ops = &um__cache_pass_ops;
-    p->client = r->client;
-    p->req = r->req;
-    p->scheme = r->fetch.scheme;
+    p = pass_for(r);
     p->resumed = true;
     p->expect_length = m->content_length;
     memcpy(p->etag, head.base + m->etag_off, m->etag_len);
@@ -599,13 +606,7 @@ void um__cache_reader_pump(struct reader *r)
                 fl = fl->next_active;
             if (fl && fl->handoff) {
                 /* Caught up with what was stored: the rest comes from the fetch. */
-                struct pass *p = um_calloc(1, sizeof(*p));
-                p->ops = &um__cache_pass_req;
-                p->co = r->co;
-                p->sink.ops = &um__cache_pass_ops;
-                p->client = r->client;
-                p->req = r->req;
-                p->scheme = r->fetch.scheme;
+                struct pass *p = pass_for(r);
                 p->fill = fl;
                 /* A range goes on from where the reader is: the fetch resumes at the first
                  * byte the object could not take, the reader's position. */

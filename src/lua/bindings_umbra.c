@@ -14,6 +14,7 @@
 #include "umbra/hooks.h"
 #include "umbra/httpfield.h"
 #include "umbra/log.h"
+#include "umbra/luavm.h"
 
 #include "internal.h"
 
@@ -174,14 +175,7 @@ int um__hooks_l_log(lua_State *L)
         }
     }
     luaL_pushresult(&b);
-    size_t n;
-    const char *msg = lua_tolstring(L, -1, &n);
-    char line[1024];
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 1 < sizeof(line); i++)
-        line[o++] = (msg[i] == '\n' || msg[i] == '\r') ? ' ' : msg[i];
-    line[o] = '\0';
-    um_log(ids[lv], "lua: %s", line);
+    um_lua_log_top(L, ids[lv]);
     return 0;
 }
 

@@ -316,15 +316,20 @@ static int sb_print(lua_State *L)
         luaL_addvalue(&b);
     }
     luaL_pushresult(&b);
+    um_lua_log_top(L, UM_LOG_INFO);
+    return 0;
+}
+
+void um_lua_log_top(lua_State *L, enum um_log_level level)
+{
     size_t n;
     const char *msg = lua_tolstring(L, -1, &n);
     char line[1024];
     size_t o = 0;
-    for (size_t i = 0; i < n && o + 1 < sizeof(line); i++)
+    for (size_t i = 0; msg && i < n && o + 1 < sizeof(line); i++)
         line[o++] = (msg[i] == '\n' || msg[i] == '\r') ? ' ' : msg[i];
     line[o] = '\0';
-    um_log_info("lua: %s", line);
-    return 0;
+    um_log(level, "lua: %s", line);
 }
 
 /* xpcall's message handler, guarded. LuaJIT runs a message handler before it unwinds, and
