@@ -113,6 +113,10 @@ uint64_t um_metric_sum(const struct um_metric_block *b, size_t i);
  * (the ones of a NULL type left out). */
 struct um_buf;
 void um_metrics_render_block(struct um_buf *out, const struct um_metric_block *b);
+/* Appends one unlabelled sample with its HELP and TYPE lines (a module's gauges of its
+ * running state, the server's own figures). */
+void um_metrics_line(struct um_buf *out, const char *name, const char *type, const char *help,
+                     uint64_t v);
 
 /* Allocates the counters of n workers (main thread, once, before workers start). */
 void um_metrics_init(int n);

@@ -17,6 +17,7 @@
 #include "umbra/buf.h"
 #include "umbra/config.h"
 #include "umbra/log.h"
+#include "umbra/metrics.h"
 #include "umbra/module.h"
 
 #define STORE_FILE "umbra.store"
@@ -47,8 +48,7 @@ bool um_disk_tier_check(const struct um_config *config, char *err, size_t errlen
         char file[4096];
         store_path(dc->path, STORE_FILE, file, sizeof file);
         uint64_t have = 0;
-        if (stat(file, &st) == 0)
-            have = (uint64_t)st.st_blocks * 512;
+        if (stat(file, &st) == 0) have = (uint64_t)st.st_blocks * 512;
         struct statvfs vfs;
         if (statvfs(dc->path, &vfs) == 0) {
             uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
@@ -72,11 +72,9 @@ static int64_t purged_read(const char *dir)
     char file[4096];
     store_path(dir, PURGED_FILE, file, sizeof file);
     FILE *f = fopen(file, "r");
-    if (f == NULL)
-        return 0;
+    if (f == NULL) return 0;
     long long v = 0;
-    if (fscanf(f, "%lld", &v) != 1)
-        v = 0;
+    if (fscanf(f, "%lld", &v) != 1) v = 0;
     fclose(f);
     return (int64_t)v;
 }
@@ -88,8 +86,8 @@ static void purged_write(const char *dir, int64_t when)
     snprintf(tmp, sizeof tmp, "%s.tmp", file);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
-        um_log_err("cache.disk: %s: %s (a purge by prefix or tag may not outlive a restart)",
-                     tmp, strerror(errno));
+        um_log_err("cache.disk: %s: %s (a purge by prefix or tag may not outlive a restart)", tmp,
+                   strerror(errno));
         return;
     }
     char buf[32];
@@ -98,8 +96,8 @@ static void purged_write(const char *dir, int64_t when)
     close(fd);
     if (!ok || rename(tmp, file) != 0)
         um_log_err("cache.disk: %s: could not be written (a purge by prefix or tag may not "
-                     "outlive a restart)",
-                     file);
+                   "outlive a restart)",
+                   file);
 }
 
 /* The purge writer: writes the newest purge time until the tier closes, the last one
@@ -111,8 +109,7 @@ static void *purge_writer_main(void *arg)
     for (;;) {
         while (t->to_write == t->written && !t->closing)
             pthread_cond_wait(&t->cond, &t->mu);
-        if (t->to_write == t->written)
-            break; /* closing, nothing left */
+        if (t->to_write == t->written) break; /* closing, nothing left */
         int64_t when = t->to_write;
         pthread_mutex_unlock(&t->mu);
         for (size_t i = 0; i < t->n; i++)
@@ -128,10 +125,8 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
 {
     const struct um_cache_conf *cc = &config->cache;
     err[0] = '\0';
-    if (cc->num_disks == 0)
-        return NULL;
-    if (!um_disk_tier_check(config, err, errlen))
-        return NULL;
+    if (cc->num_disks == 0) return NULL;
+    if (!um_disk_tier_check(config, err, errlen)) return NULL;
     struct um_disk_tier *t = um_calloc(1, sizeof(*t));
     t->stores = um_calloc(cc->num_disks, sizeof(*t->stores));
     t->dirs = um_calloc(cc->num_disks, sizeof(*t->dirs));
@@ -164,13 +159,11 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
         t->dirs[i] = um_strndup(dc->path, strlen(dc->path));
         t->n = i + 1;
         int64_t p = purged_read(dc->path);
-        if (p > purged)
-            purged = p;
+        if (p > purged) purged = p;
         /* A store opened smaller than the largest object is given only what fits. */
         struct um_disk_stats st;
         um_disk_stats(t->stores[i], &st);
-        if (st.queue_max < t->max_object)
-            t->max_object = st.queue_max;
+        if (st.queue_max < t->max_object) t->max_object = st.queue_max;
     }
     atomic_store(&t->purged_before, purged);
     t->to_write = t->written = purged;
@@ -193,8 +186,7 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
 
 void um_disk_tier_close(struct um_disk_tier *t)
 {
-    if (t == NULL)
-        return;
+    if (t == NULL) return;
     if (t->started) {
         pthread_mutex_lock(&t->mu);
         t->closing = true;
@@ -230,8 +222,7 @@ static void forget_gen(struct um_disk_tier *t, struct um_disk_key key)
 {
     size_t i = (size_t)(key.lo % (sizeof(t->gens) / sizeof(t->gens[0])));
     pthread_mutex_lock(&t->gens_mu);
-    if (t->gens[i].hi == key.hi && t->gens[i].lo == key.lo)
-        t->gens[i].gen = 0;
+    if (t->gens[i].hi == key.hi && t->gens[i].lo == key.lo) t->gens[i].gen = 0;
     pthread_mutex_unlock(&t->gens_mu);
 }
 
@@ -242,8 +233,7 @@ struct um_disk *um__disk_tier_store(struct um_disk_tier *t, struct um_disk_key k
 
 void um_disk_tier_purge_key(struct um_disk_tier *t, um_str key)
 {
-    if (t == NULL)
-        return;
+    if (t == NULL) return;
     struct um_disk_key k = um_disk_key_of(key.base, key.len);
     forget_gen(t, k); /* a new marker, a new generation: the variants go with the URL */
     um_disk_remove(um__disk_tier_store(t, k), k);
@@ -251,8 +241,7 @@ void um_disk_tier_purge_key(struct um_disk_tier *t, um_str key)
 
 void um_disk_tier_purge_all(struct um_disk_tier *t)
 {
-    if (t == NULL)
-        return;
+    if (t == NULL) return;
     /* Records written in this second may predate the purge: the next second is the limit,
      * so nothing stored before the purge is served after it. */
     int64_t when = (int64_t)time(NULL) + 1;
@@ -269,8 +258,7 @@ void um_disk_tier_purge_all(struct um_disk_tier *t)
 void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)
 {
     memset(st, 0, sizeof(*st));
-    if (t == NULL)
-        return;
+    if (t == NULL) return;
     st->stores = t->n;
     for (size_t i = 0; i < t->n; i++) {
         struct um_disk_stats d;
@@ -286,48 +274,51 @@ void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)
 
 /* ---------------------------------------------------------------- the module's record */
 
-static void one(struct um_buf *b, const char *name, const char *type, const char *text,
-                uint64_t v)
-{
-    um_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, text, name, type, name,
-                  (unsigned long long)v);
-}
-
 /* The tier's lines of /metrics, when there is one. */
 static void render_metrics(struct um_buf *b, void *running)
 {
-    if (running == NULL)
-        return;
+    if (running == NULL) return;
     struct um_disk_tier_stats d;
     um_disk_tier_stats(running, &d);
-    one(b, "umbra_disk_hits_total", "counter", "Memory misses the disk tier answered.", d.hits);
-    one(b, "umbra_disk_misses_total", "counter",
-        "Fills the disk tier could not answer (not there, stale, purged or damaged).", d.misses);
-    one(b, "umbra_disk_objects", "gauge", "Objects in the disk stores' indexes.", d.disk.objects);
-    one(b, "umbra_disk_bytes", "gauge", "Bytes of the objects' records on disk.", d.disk.bytes);
-    one(b, "umbra_disk_size_bytes", "gauge", "Bytes of the store files.", d.disk.size);
-    one(b, "umbra_disk_index_bytes", "gauge", "Memory of the disk indexes.", d.disk.index_bytes);
-    one(b, "umbra_disk_reads_total", "counter", "Records read from disk.", d.disk.reads);
-    one(b, "umbra_disk_read_bytes_total", "counter", "Bytes read from disk.", d.disk.read_bytes);
-    one(b, "umbra_disk_writes_total", "counter", "Records written to disk.", d.disk.writes);
-    one(b, "umbra_disk_write_bytes_total", "counter", "Bytes written to disk.", d.disk.write_bytes);
-    one(b, "umbra_disk_evictions_total", "counter", "Records overwritten by the log's cursor.",
-        d.disk.evictions);
-    one(b, "umbra_disk_checksum_failures_total", "counter",
-        "Records found damaged on a read (dropped and fetched again).", d.disk.checksum_failures);
-    one(b, "umbra_disk_io_errors_total", "counter", "Reads and writes the disk failed.",
-        d.disk.io_errors);
-    one(b, "umbra_disk_write_queue_bytes", "gauge", "Bytes of records waiting to be written.",
-        d.disk.queue_bytes);
-    one(b, "umbra_disk_write_drops_total", "counter",
-        "Writes dropped because the write queue was full.", d.disk.drops);
-    one(b, "umbra_disk_purged_total", "counter",
-        "Records not served because a purge by prefix or tag came after them.", d.purged);
-    one(b, "umbra_disk_rewrites_total", "counter",
-        "Records hit near the log's cursor and written again ahead of it.", d.rewrites);
-    one(b, "umbra_disk_revalidations_total", "counter",
-        "Stale records revalidated with the origin (a 304 freshens and rewrites them).",
-        d.revalidations);
+    um_metrics_line(b, "umbra_disk_hits_total", "counter", "Memory misses the disk tier answered.",
+                    d.hits);
+    um_metrics_line(b, "umbra_disk_misses_total", "counter",
+                    "Fills the disk tier could not answer (not there, stale, purged or damaged).",
+                    d.misses);
+    um_metrics_line(b, "umbra_disk_objects", "gauge", "Objects in the disk stores' indexes.",
+                    d.disk.objects);
+    um_metrics_line(b, "umbra_disk_bytes", "gauge", "Bytes of the objects' records on disk.",
+                    d.disk.bytes);
+    um_metrics_line(b, "umbra_disk_size_bytes", "gauge", "Bytes of the store files.", d.disk.size);
+    um_metrics_line(b, "umbra_disk_index_bytes", "gauge", "Memory of the disk indexes.",
+                    d.disk.index_bytes);
+    um_metrics_line(b, "umbra_disk_reads_total", "counter", "Records read from disk.",
+                    d.disk.reads);
+    um_metrics_line(b, "umbra_disk_read_bytes_total", "counter", "Bytes read from disk.",
+                    d.disk.read_bytes);
+    um_metrics_line(b, "umbra_disk_writes_total", "counter", "Records written to disk.",
+                    d.disk.writes);
+    um_metrics_line(b, "umbra_disk_write_bytes_total", "counter", "Bytes written to disk.",
+                    d.disk.write_bytes);
+    um_metrics_line(b, "umbra_disk_evictions_total", "counter",
+                    "Records overwritten by the log's cursor.", d.disk.evictions);
+    um_metrics_line(b, "umbra_disk_checksum_failures_total", "counter",
+                    "Records found damaged on a read (dropped and fetched again).",
+                    d.disk.checksum_failures);
+    um_metrics_line(b, "umbra_disk_io_errors_total", "counter", "Reads and writes the disk failed.",
+                    d.disk.io_errors);
+    um_metrics_line(b, "umbra_disk_write_queue_bytes", "gauge",
+                    "Bytes of records waiting to be written.", d.disk.queue_bytes);
+    um_metrics_line(b, "umbra_disk_write_drops_total", "counter",
+                    "Writes dropped because the write queue was full.", d.disk.drops);
+    um_metrics_line(b, "umbra_disk_purged_total", "counter",
+                    "Records not served because a purge by prefix or tag came after them.",
+                    d.purged);
+    um_metrics_line(b, "umbra_disk_rewrites_total", "counter",
+                    "Records hit near the log's cursor and written again ahead of it.", d.rewrites);
+    um_metrics_line(b, "umbra_disk_revalidations_total", "counter",
+                    "Stale records revalidated with the origin (a 304 freshens and rewrites them).",
+                    d.revalidations);
 }
 
 /* The tier's member of /status.json. */

@@ -119,9 +119,7 @@ static void render_metrics(struct um_buf *b, void *running)
          "Purges not published (Redis down): applied on this node only.", ls.purges_dropped},
     };
     for (size_t i = 0; i < sizeof(state) / sizeof(state[0]); i++)
-        um_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", state[i].name, state[i].help,
-                      state[i].name, state[i].type, state[i].name,
-                      (unsigned long long)state[i].v);
+        um_metrics_line(b, state[i].name, state[i].type, state[i].help, state[i].v);
 }
 
 /* The L2's member of /status.json. */

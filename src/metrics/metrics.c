@@ -185,6 +185,13 @@ uint64_t um_metric_sum(const struct um_metric_block *b, size_t i)
     return v;
 }
 
+void um_metrics_line(struct um_buf *out, const char *name, const char *type, const char *help,
+                     uint64_t v)
+{
+    um_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
+                  (unsigned long long)v);
+}
+
 void um_metrics_render_block(struct um_buf *out, const struct um_metric_block *b)
 {
     const char *last = NULL;

@@ -151,8 +151,7 @@ static void help(struct um_buf *b, const char *name, const char *type, const cha
 static void one(struct um_buf *b, const char *name, const char *type, const char *text,
                 uint64_t v)
 {
-    help(b, name, type, text);
-    um_buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
+    um_metrics_line(b, name, type, text, v);
 }
 
 static void server_labels(struct um_buf *b, int slot)
