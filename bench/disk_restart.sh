@@ -123,20 +123,21 @@ EOF
 }
 export PIDFILE=$BENCH_TMP/umbra.pid
 declare -a TERM_T=() KILL_T=()
-for k in $(seq 1 "$RESTART_TIMES"); do
-    t=$(restart_time TERM)
-    UMBRA_PID=$(cat "$PIDFILE")
-    BENCH_PIDS+=("$UMBRA_PID")
-    log "restart $k after SIGTERM: first disk hit after $t s"
-    TERM_T+=("$t")
-done
-for k in $(seq 1 "$RESTART_TIMES"); do
-    t=$(restart_time KILL)
-    UMBRA_PID=$(cat "$PIDFILE")
-    BENCH_PIDS+=("$UMBRA_PID")
-    log "restart $k after kill -9: first disk hit after $t s"
-    KILL_T+=("$t")
-done
+# restarts HOW ARRAY WHAT: RESTART_TIMES restarts after HOW (TERM, KILL), their times in
+# the array named ARRAY.
+restarts() {
+    local -n times=$2
+    local k t
+    for k in $(seq 1 "$RESTART_TIMES"); do
+        t=$(restart_time "$1")
+        UMBRA_PID=$(cat "$PIDFILE")
+        BENCH_PIDS+=("$UMBRA_PID")
+        log "restart $k after $3: first disk hit after $t s"
+        times+=("$t")
+    done
+}
+restarts TERM TERM_T SIGTERM
+restarts KILL KILL_T "kill -9"
 median_of() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 MT=$(median_of "${TERM_T[@]}")
 MK=$(median_of "${KILL_T[@]}")
