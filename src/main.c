@@ -7,6 +7,7 @@
 #include "umbra/disktier.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
+#include "umbra/module.h"
 #include "umbra/server.h"
 #include "umbra/tls.h"
 #include "umbra/upstream.h"
@@ -69,6 +70,7 @@ int main(int argc, char **argv)
         }
     }
 
+    um_modules_init(); /* the modules' settings, slots and counters */
     um_config_listen_override(addrs, num_addrs);
     char err[1024];
     struct um_config *cfg = um_config_load(file, err, sizeof(err));

@@ -16,6 +16,33 @@
 #include "umbra/http1.h"
 #include "umbra/origin.h"
 
+#define UM_COMPRESS_MAX_TYPES 32
+#define UM_COMPRESS_TYPE_MAX 63
+
+/* compress = { algorithms = {...}, types = {...}, min_size = SIZE, level = { gzip = N, br =
+ * N, zstd = N } }, or true (the defaults) or false; globally and per route (a route's table
+ * starts from the global settings). Off unless asked for. */
+struct um_compress_conf {
+    bool enabled;
+    unsigned char order[3]; /* enum um_coding, the server's preference first */
+    size_t num_algorithms;  /* >= 1 when enabled */
+    /* Media types compressed, lower case: "text/" then a star takes every subtype of text. */
+    char types[UM_COMPRESS_MAX_TYPES][UM_COMPRESS_TYPE_MAX + 1];
+    size_t num_types;
+    uint64_t min_size;          /* bodies known to be shorter are sent as they are */
+    int level[UM_CODING_COUNT]; /* by coding; [0] unused */
+    int line;
+};
+
+/* The module's settings (umbra/settings.h): the global compress and a route's. */
+extern const struct um_settings um_compress_settings;
+
+/* Route r's compress settings (the global ones unless it has its own). */
+static inline const struct um_compress_conf *um_compress_route_conf(const struct um_route *r)
+{
+    return um_route_part(r, &um_compress_settings);
+}
+
 /* "identity", "gzip", "br", "zstd" (static strings). */
 const char *um_coding_name(enum um_coding c);
 

@@ -13,6 +13,7 @@
 
 #include "umbra/coding.h"
 #include "umbra/common.h"
+#include "umbra/settings.h"
 
 struct um_listen {
     struct sockaddr_storage addr;
@@ -52,24 +53,6 @@ struct um_upstream_conf {
     int line;                   /* line of the upstream in the config file */
 };
 
-#define UM_COMPRESS_MAX_TYPES 32
-#define UM_COMPRESS_TYPE_MAX 63
-
-/* compress = { algorithms = {...}, types = {...}, min_size = SIZE, level = { gzip = N, br =
- * N, zstd = N } }, or true (the defaults) or false; globally and per route (a route's table
- * starts from the global settings). Off unless asked for. */
-struct um_compress_conf {
-    bool enabled;
-    unsigned char order[3]; /* enum um_coding, the server's preference first */
-    size_t num_algorithms;  /* >= 1 when enabled */
-    /* Media types compressed, lower case: "text/" then a star takes every subtype of text. */
-    char types[UM_COMPRESS_MAX_TYPES][UM_COMPRESS_TYPE_MAX + 1];
-    size_t num_types;
-    uint64_t min_size;          /* bodies known to be shorter are sent as they are */
-    int level[UM_CODING_COUNT]; /* by coding; [0] unused */
-    int line;
-};
-
 struct um_route {
     char *host; /* NULL: any host; else matched case-insensitively against Host (no port) */
     char *path; /* prefix of the request path, e.g. "/static/" */
@@ -87,8 +70,8 @@ struct um_route {
     bool on_response;
     char *cgi; /* cgi = "DIR": CGI scripts under this directory (absolute after loading);
                   NULL for other routes */
-    /* compress: the global setting, or the route's own. */
-    struct um_compress_conf compress;
+    /* The modules' parts for this route (umbra/settings.h: um_route_part). */
+    void *parts[UM_SETTINGS_MAX];
     /* precompressed = true (static routes): FILE.zst, FILE.br, FILE.gz are sent for FILE
      * to clients that take them, when they are not older than FILE. */
     bool precompressed;
@@ -202,6 +185,8 @@ struct um_access_log_conf {
 
 struct um_config {
     char *file; /* path of the config file as given */
+    /* The modules' parts, in the order of their list (umbra/settings.h: um_config_part). */
+    void *parts[UM_SETTINGS_MAX];
     struct um_listen *listen;
     size_t num_listen;
     int workers; /* >= 1 */
@@ -236,7 +221,6 @@ struct um_config {
     int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
     struct um_tls_conf tls;
     struct um_cache_conf cache;
-    struct um_compress_conf compress; /* the global setting */
     /* Request-time Lua (umbra/hooks.h). */
     struct {
         bool on_request, on_response; /* global functions of those names */

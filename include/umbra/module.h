@@ -29,6 +29,10 @@ struct um_module {
      * call); logs a warning for what changed, whose running value stays. NULL: every
      * setting of the module takes effect at a reload. */
     void (*check_reload)(const struct um_config *was, const struct um_config *now);
+    /* Its settings: the global (and route key) it owns, their reader and documentation
+     * (umbra/settings.h); its part of a snapshot is um_config_part(c, settings). NULL:
+     * it has no settings of its own. */
+    const struct um_settings *settings;
     /* Its counters (umbra/metrics.h): given their place by um_modules_init, before any
      * worker starts, and shown in /metrics in the order of their table. NULL: none. */
     struct um_metric_block *counters;

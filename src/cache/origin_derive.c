@@ -21,7 +21,7 @@ static const char identity_pending[2] = {TAG_PENDING, 'i'};
 /* Whether req would get a coding other than identity on this route. */
 static bool wants_coding(const struct cache_origin *co, const struct um_request *req)
 {
-    const struct um_compress_conf *cc = co->route ? &co->route->compress : NULL;
+    const struct um_compress_conf *cc = co->route ? um_compress_route_conf(co->route) : NULL;
     if (cc == NULL || !cc->enabled || req->method_id != UM_METHOD_GET ||
         um_http1_find_header(req, "range") != NULL)
         return false;

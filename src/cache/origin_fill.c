@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "umbra/compress.h"
 #include "umbra/buf.h"
 #include "umbra/log.h"
 
@@ -49,7 +50,7 @@ static size_t tag_build(const struct um_vary *vary, const struct um_route *route
         bool present = false;
         unsigned pbyte;
         size_t vl;
-        const struct um_compress_conf *cc = route ? &route->compress : NULL;
+        const struct um_compress_conf *cc = route ? um_compress_route_conf(route) : NULL;
         enum um_coding bucket = UM_CODING_IDENTITY;
         bool bucketed = cc && cc->enabled && um_str_eq_ci(vary->names[i], "accept-encoding");
         if (bucketed) {

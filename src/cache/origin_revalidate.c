@@ -93,7 +93,8 @@ static void freshen_siblings(struct fill *fl, const struct um_cache_obj *done,
                              const struct um_response_head *h, const struct um_resp_meta *rm,
                              time_t response_time)
 {
-    const struct um_compress_conf *cc = fl->co->route ? &fl->co->route->compress : NULL;
+    const struct um_compress_conf *cc =
+        fl->co->route ? um_compress_route_conf(fl->co->route) : NULL;
     if (cc == NULL || !cc->enabled) return;
     um_str etag = opaque_etag(fl->old);
     if (etag.len == 0) return;

@@ -140,7 +140,7 @@ static size_t weaken_etag(const struct um_header *h, size_t n, struct um_header 
 static void cf_on_head(struct um_sink *s, const struct um_response_head *h)
 {
     struct comp_fetch *cf = cf_of(s);
-    const struct um_compress_conf *cc = &cf->co->route->compress;
+    const struct um_compress_conf *cc = um_compress_route_conf(cf->co->route);
     if (!response_eligible(cc, h)) {
         if (h->status == 304 && cf->coding != UM_CODING_IDENTITY) {
             /* A 304 to a client (or a cache's revalidation) that takes a coding: what it
@@ -226,6 +226,7 @@ static struct um_metric_block counters = {counter_defs, 6, 0};
 
 const struct um_module um_compress_module = {
     .name = "compress",
+    .settings = &um_compress_settings,
     .counters = &counters,
 };
 
@@ -436,7 +437,7 @@ static void comp_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
 {
     struct comp_origin *co = (struct comp_origin *)o;
     const struct um_request *req = f->req;
-    const struct um_compress_conf *cc = &co->route->compress;
+    const struct um_compress_conf *cc = um_compress_route_conf(co->route);
     struct comp_fetch *cf = um_calloc(1, sizeof(*cf));
     cf->sink.ops = &cf_ops;
     cf->client = client;

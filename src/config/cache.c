@@ -34,38 +34,37 @@ static const char *size_text(uint64_t v, char *buf, size_t n)
 }
 
 /* purge = { allow = { "ADDRESS" or "NETWORK", ... } } of the cache table at idx. */
-static bool load_cache_purge(struct um__cfg_load *ld, lua_State *L, int idx)
+static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx)
 {
     struct um_cache_conf *cc = &ld->c->cache;
     char el[PATH_LEN];
     const char *s;
     size_t n = 1;
-    int t = um__cfg_get_field(L, idx, "purge");
+    int t = um_settings_get_field(L, idx, "purge");
     if (t == LUA_TNIL) {
         lua_pop(L, 1);
         return true;
     }
     if (t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "cache.purge",
-                            "cache.purge: expected a table such as { allow = { "
-                            "\"127.0.0.1\", \"::1\" } }, got %s",
-                            lua_typename(L, t));
+        return um_settings_fail(ld, L, "cache.purge",
+                                "cache.purge: expected a table such as { allow = { "
+                                "\"127.0.0.1\", \"::1\" } }, got %s",
+                                lua_typename(L, t));
     int pidx = lua_gettop(L);
-    if (!um__cfg_check_keys(ld, L, pidx, "cache.purge", um__cfg_purge_keys))
-        return false;
-    t = um__cfg_get_field(L, pidx, "allow");
+    if (!um_settings_check_keys(ld, L, pidx, "cache.purge", um__cfg_purge_keys)) return false;
+    t = um_settings_get_field(L, pidx, "allow");
     if (t == LUA_TNIL) {
         lua_pop(L, 2);
         return true;
     }
     if (t != LUA_TSTRING && t != LUA_TTABLE)
-        return um__cfg_fail(
+        return um_settings_fail(
             ld, L, "cache.purge.allow",
             "cache.purge.allow: expected a list of "
             "addresses or networks such as { \"127.0.0.1\", \"10.0.0.0/8\" }, got %s",
             lua_typename(L, t));
     int aidx = lua_gettop(L);
-    if (t == LUA_TTABLE && !um__cfg_check_list(ld, L, aidx, "cache.purge.allow", &n))
+    if (t == LUA_TTABLE && !um_settings_check_list(ld, L, aidx, "cache.purge.allow", &n))
         return false;
     /* The defaults go: an empty list lets nobody purge. */
     free(cc->purge_allow);
@@ -75,22 +74,22 @@ static bool load_cache_purge(struct um__cfg_load *ld, lua_State *L, int idx)
         cc->purge_allow = um_calloc(n, sizeof *cc->purge_allow);
     for (size_t i = 0; i < n; i++) {
         if (t == LUA_TTABLE) {
-            um__cfg_subpath_i(el, sizeof el, "cache.purge.allow", i + 1);
+            um_settings_subpath_i(el, sizeof el, "cache.purge.allow", i + 1);
             lua_rawgeti(L, aidx, (int)i + 1);
         } else {
             snprintf(el, sizeof el, "cache.purge.allow");
             lua_pushvalue(L, aidx);
         }
         struct um_netmask *m = &cc->purge_allow[i];
-        if (!um__cfg_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
-                                &s) ||
+        if (!um_settings_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
+                                    &s) ||
             !um__cfg_parse_netmask(ld, L, el, s, m))
             return false;
         for (size_t j = 0; j < i; j++)
             if (cc->purge_allow[j].family == m->family &&
                 cc->purge_allow[j].prefix == m->prefix &&
                 memcmp(cc->purge_allow[j].addr, m->addr, sizeof m->addr) == 0)
-                return um__cfg_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
+                return um_settings_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
         cc->num_purge_allow++;
         lua_pop(L, 1);
     }
@@ -100,45 +99,49 @@ static bool load_cache_purge(struct um__cfg_load *ld, lua_State *L, int idx)
 
 /* targeted = { "Umbra-Cache-Control", "CDN-Cache-Control" } of the cache table at idx: the
  * field names, in order of precedence; {} honours none. */
-static bool load_cache_targeted(struct um__cfg_load *ld, lua_State *L, int idx)
+static bool load_cache_targeted(struct um_settings_load *ld, lua_State *L, int idx)
 {
     struct um_cache_conf *cc = &ld->c->cache;
     char el[PATH_LEN];
     const char *s;
     size_t n = 0;
-    int t = um__cfg_get_field(L, idx, "targeted");
+    int t = um_settings_get_field(L, idx, "targeted");
     if (t == LUA_TNIL) {
         lua_pop(L, 1);
         return true;
     }
     if (t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "cache.targeted",
-                            "cache.targeted: expected a list of field names such as "
-                            "{ \"CDN-Cache-Control\" }, got %s",
-                            lua_typename(L, t));
+        return um_settings_fail(ld, L, "cache.targeted",
+                                "cache.targeted: expected a list of field names such as "
+                                "{ \"CDN-Cache-Control\" }, got %s",
+                                lua_typename(L, t));
     int tidx = lua_gettop(L);
-    if (!um__cfg_check_list(ld, L, tidx, "cache.targeted", &n))
-        return false;
+    if (!um_settings_check_list(ld, L, tidx, "cache.targeted", &n)) return false;
     if (n > UM_CACHE_TARGETED_MAX)
-        return um__cfg_fail(ld, L, "cache.targeted",
-                            "cache.targeted: at most %d field names, got %zu",
-                            UM_CACHE_TARGETED_MAX, n);
+        return um_settings_fail(ld, L, "cache.targeted",
+                                "cache.targeted: at most %d field names, got %zu",
+                                UM_CACHE_TARGETED_MAX, n);
     cc->num_targeted = 0;
     for (size_t i = 0; i < n; i++) {
-        um__cfg_subpath_i(el, sizeof el, "cache.targeted", i + 1);
+        um_settings_subpath_i(el, sizeof el, "cache.targeted", i + 1);
         lua_rawgeti(L, tidx, (int)i + 1);
-        if (!um__cfg_get_string(ld, L, -1, el, "a field name such as \"CDN-Cache-Control\"", &s))
+        if (!um_settings_get_string(ld, L, -1, el, "a field name such as \"CDN-Cache-Control\"",
+                                    &s))
             return false;
         size_t sl = strlen(s);
         if (sl > UM_CACHE_TARGETED_NAME_MAX || !um_http_is_token((um_str){s, sl}))
-            return um__cfg_fail(ld, L, el, "%s: '%s' is not a field name (a token of at most %d "
-                                "characters)", el, s, UM_CACHE_TARGETED_NAME_MAX);
+            return um_settings_fail(ld, L, el,
+                                    "%s: '%s' is not a field name (a token of at most %d "
+                                    "characters)",
+                                    el, s, UM_CACHE_TARGETED_NAME_MAX);
         if (um_str_eq_ci((um_str){s, sl}, "cache-control"))
-            return um__cfg_fail(ld, L, el, "%s: Cache-Control is what targeted fields take "
-                                "precedence over; list only targeted fields", el);
+            return um_settings_fail(ld, L, el,
+                                    "%s: Cache-Control is what targeted fields take "
+                                    "precedence over; list only targeted fields",
+                                    el);
         for (size_t j = 0; j < i; j++)
             if (strcasecmp(cc->targeted[j], s) == 0)
-                return um__cfg_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
+                return um_settings_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
         memcpy(cc->targeted[i], s, sl + 1);
         cc->num_targeted++;
         lua_pop(L, 1);
@@ -197,56 +200,59 @@ static bool parse_redis_url(const char *s, char *host, size_t hostsz, int *port)
 
 /* l2 = { redis = "redis://ADDRESS:PORT", max_object = SIZE, timeout = S } of the cache
  * table at idx. */
-static bool load_cache_l2(struct um__cfg_load *ld, lua_State *L, int idx)
+static bool load_cache_l2(struct um_settings_load *ld, lua_State *L, int idx)
 {
     struct um_cache_conf *cc = &ld->c->cache;
     const char *s;
     uint64_t v;
-    int t = um__cfg_get_field(L, idx, "l2");
+    int t = um_settings_get_field(L, idx, "l2");
     if (t == LUA_TNIL) {
         lua_pop(L, 1);
         return true;
     }
     if (t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "cache.l2",
-                            "cache.l2: expected a table such as { redis = "
-                            "\"redis://127.0.0.1:6379\" }, got %s",
-                            lua_typename(L, t));
+        return um_settings_fail(ld, L, "cache.l2",
+                                "cache.l2: expected a table such as { redis = "
+                                "\"redis://127.0.0.1:6379\" }, got %s",
+                                lua_typename(L, t));
     int lidx = lua_gettop(L);
-    cc->l2.line = um__cfg_line_of(ld, L, "cache.l2");
-    if (!um__cfg_check_keys(ld, L, lidx, "cache.l2", um__cfg_l2_keys))
-        return false;
+    cc->l2.line = um_settings_line_of(ld, L, "cache.l2");
+    if (!um_settings_check_keys(ld, L, lidx, "cache.l2", um__cfg_l2_keys)) return false;
     cc->l2.max_object = 1u << 20;
     cc->l2.timeout = 0.05;
-    if (um__cfg_get_field(L, lidx, "redis") == LUA_TNIL)
-        return um__cfg_fail(ld, L, "cache.l2", "cache.l2: redis is required, such as "
-                            "redis = \"redis://127.0.0.1:6379\"");
-    if (!um__cfg_get_string(ld, L, -1, "cache.l2.redis", "a URL such as "
-                            "\"redis://127.0.0.1:6379\"", &s))
+    if (um_settings_get_field(L, lidx, "redis") == LUA_TNIL)
+        return um_settings_fail(ld, L, "cache.l2",
+                                "cache.l2: redis is required, such as "
+                                "redis = \"redis://127.0.0.1:6379\"");
+    if (!um_settings_get_string(ld, L, -1, "cache.l2.redis",
+                                "a URL such as "
+                                "\"redis://127.0.0.1:6379\"",
+                                &s))
         return false;
     if (!parse_redis_url(s, cc->l2.host, sizeof cc->l2.host, &cc->l2.port))
-        return um__cfg_fail(ld, L, "cache.l2.redis",
-                            "cache.l2.redis: '%s' is not redis://ADDRESS[:PORT] with an IP "
-                            "address (or localhost) and a port from 1 to 65535", s);
+        return um_settings_fail(ld, L, "cache.l2.redis",
+                                "cache.l2.redis: '%s' is not redis://ADDRESS[:PORT] with an IP "
+                                "address (or localhost) and a port from 1 to 65535",
+                                s);
     lua_pop(L, 1);
-    if (um__cfg_get_field(L, lidx, "max_object") != LUA_TNIL) {
-        if (!um__cfg_get_size(ld, L, -1, "cache.l2.max_object", 0, UINT64_MAX, &v))
+    if (um_settings_get_field(L, lidx, "max_object") != LUA_TNIL) {
+        if (!um_settings_get_size(ld, L, -1, "cache.l2.max_object", 0, UINT64_MAX, &v))
             return false;
         if (v == 0 || v > (512u << 20))
-            return um__cfg_fail(ld, L, "cache.l2.max_object",
-                                "cache.l2.max_object: expected more than 0 bytes and at most "
-                                "512MB (a Redis string's limit)");
+            return um_settings_fail(ld, L, "cache.l2.max_object",
+                                    "cache.l2.max_object: expected more than 0 bytes and at most "
+                                    "512MB (a Redis string's limit)");
         cc->l2.max_object = v;
     }
     lua_pop(L, 1);
-    if (um__cfg_get_field(L, lidx, "timeout") != LUA_TNIL &&
-        !um__cfg_get_seconds(ld, L, -1, "cache.l2.timeout", &cc->l2.timeout))
+    if (um_settings_get_field(L, lidx, "timeout") != LUA_TNIL &&
+        !um_settings_get_seconds(ld, L, -1, "cache.l2.timeout", &cc->l2.timeout))
         return false;
     lua_pop(L, 1);
     if (cc->l2.timeout < 0.001 || cc->l2.timeout > 10)
-        return um__cfg_fail(ld, L, "cache.l2.timeout",
-                            "cache.l2.timeout: expected from 0.001 to 10 seconds, got %g",
-                            cc->l2.timeout);
+        return um_settings_fail(ld, L, "cache.l2.timeout",
+                                "cache.l2.timeout: expected from 0.001 to 10 seconds, got %g",
+                                cc->l2.timeout);
     cc->l2.enabled = true;
     lua_pop(L, 1);
     return true;
@@ -254,7 +260,7 @@ static bool load_cache_l2(struct um__cfg_load *ld, lua_State *L, int idx)
 
 /* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
  * stale_if_error = S, purge = { allow = {...} } }; defaults for what is missing. */
-bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
+bool um__cfg_load_cache(struct um_settings_load *ld, lua_State *L)
 {
     struct um_cache_conf *cc = &ld->c->cache;
     char a[64], b[64];
@@ -265,64 +271,61 @@ bool um__cfg_load_cache(struct um__cfg_load *ld, lua_State *L)
                                              .prefix = 32};
     cc->purge_allow[1] = (struct um_netmask){.family = AF_INET6, .addr = {[15] = 1},
                                              .prefix = 128};
-    int t = um__cfg_get_global(L, "cache");
+    int t = um_settings_get_global(L, "cache");
     if (t == LUA_TNIL)
         return true;
     if (t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "cache",
-                            "cache: expected a table such as { memory = \"256MB\" }, "
-                            "got %s (routes turn caching off with cache = false)",
-                            lua_typename(L, t));
+        return um_settings_fail(ld, L, "cache",
+                                "cache: expected a table such as { memory = \"256MB\" }, "
+                                "got %s (routes turn caching off with cache = false)",
+                                lua_typename(L, t));
     int idx = lua_gettop(L);
-    cc->line = um__cfg_line_of(ld, L, "cache");
-    if (!um__cfg_check_keys(ld, L, idx, "cache", um__cfg_cache_keys))
-        return false;
+    cc->line = um_settings_line_of(ld, L, "cache");
+    if (!um_settings_check_keys(ld, L, idx, "cache", um__cfg_cache_keys)) return false;
 
-    if (um__cfg_get_field(L, idx, "memory") != LUA_TNIL) {
-        if (!um__cfg_get_size(ld, L, -1, "cache.memory", 0, UINT64_MAX, &v))
-            return false;
+    if (um_settings_get_field(L, idx, "memory") != LUA_TNIL) {
+        if (!um_settings_get_size(ld, L, -1, "cache.memory", 0, UINT64_MAX, &v)) return false;
         if (v < CACHE_MIN_MEMORY)
-            return um__cfg_fail(ld, L, "cache.memory",
-                                "cache.memory: %s is too small (at least 1MB)",
-                                size_text(v, a, sizeof a));
+            return um_settings_fail(ld, L, "cache.memory",
+                                    "cache.memory: %s is too small (at least 1MB)",
+                                    size_text(v, a, sizeof a));
         cc->memory = v;
     }
     lua_pop(L, 1);
 
-    bool has_max_object = um__cfg_get_field(L, idx, "max_object") != LUA_TNIL;
+    bool has_max_object = um_settings_get_field(L, idx, "max_object") != LUA_TNIL;
     if (has_max_object) {
-        if (!um__cfg_get_size(ld, L, -1, "cache.max_object", 0, UINT64_MAX, &v))
-            return false;
+        if (!um_settings_get_size(ld, L, -1, "cache.max_object", 0, UINT64_MAX, &v)) return false;
         if (v == 0)
-            return um__cfg_fail(ld, L, "cache.max_object",
-                                "cache.max_object: expected more than 0 "
-                                "bytes");
+            return um_settings_fail(ld, L, "cache.max_object",
+                                    "cache.max_object: expected more than 0 "
+                                    "bytes");
         if (v > cc->memory)
-            return um__cfg_fail(ld, L, "cache.max_object",
-                                "cache.max_object: %s is more than "
-                                "cache.memory (%s)",
-                                size_text(v, a, sizeof a), size_text(cc->memory, b, sizeof b));
+            return um_settings_fail(ld, L, "cache.max_object",
+                                    "cache.max_object: %s is more than "
+                                    "cache.memory (%s)",
+                                    size_text(v, a, sizeof a), size_text(cc->memory, b, sizeof b));
         cc->max_object = v;
     } else if (cc->max_object > cc->memory) {
         cc->max_object = cc->memory; /* the default, in a smaller cache */
     }
     lua_pop(L, 1);
 
-    if (um__cfg_get_field(L, idx, "clean_interval") != LUA_TNIL &&
-        !um__cfg_get_seconds(ld, L, -1, "cache.clean_interval", &cc->clean_interval))
+    if (um_settings_get_field(L, idx, "clean_interval") != LUA_TNIL &&
+        !um_settings_get_seconds(ld, L, -1, "cache.clean_interval", &cc->clean_interval))
         return false;
     lua_pop(L, 1);
-    if (um__cfg_get_field(L, idx, "default_ttl") != LUA_TNIL &&
-        !um__cfg_get_seconds0(ld, L, -1, "cache.default_ttl", &cc->default_ttl))
+    if (um_settings_get_field(L, idx, "default_ttl") != LUA_TNIL &&
+        !um_settings_get_seconds0(ld, L, -1, "cache.default_ttl", &cc->default_ttl))
         return false;
     lua_pop(L, 1);
-    if (um__cfg_get_field(L, idx, "stale_if_error") != LUA_TNIL &&
-        !um__cfg_get_seconds0(ld, L, -1, "cache.stale_if_error", &cc->stale_if_error))
+    if (um_settings_get_field(L, idx, "stale_if_error") != LUA_TNIL &&
+        !um_settings_get_seconds0(ld, L, -1, "cache.stale_if_error", &cc->stale_if_error))
         return false;
     lua_pop(L, 1);
 
-    if (!um__cfg_opt_bool(ld, L, idx, "cache.expose_tags", "expose_tags", &cc->expose_tags,
-                          NULL))
+    if (!um_settings_opt_bool(ld, L, idx, "cache.expose_tags", "expose_tags", &cc->expose_tags,
+                              NULL))
         return false;
 
     return load_cache_targeted(ld, L, idx) && load_cache_purge(ld, L, idx) &&

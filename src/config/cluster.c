@@ -17,8 +17,8 @@ const char *const um__cfg_cluster_keys[] = {"self", "peers", "secret", NULL};
 #define PEERS_MAX 1024
 
 /* "IPv4:PORT" or "[IPv6]:PORT" into out (url "http://..." owned by out). */
-static bool parse_peer(struct um__cfg_load *ld, lua_State *L, const char *path, const char *text,
-                       struct um_upstream_server *out)
+static bool parse_peer(struct um_settings_load *ld, lua_State *L, const char *path,
+                       const char *text, struct um_upstream_server *out)
 {
     char host[64];
     const char *colon;
@@ -57,64 +57,65 @@ static bool parse_peer(struct um__cfg_load *ld, lua_State *L, const char *path, 
     }
     size_t n = strlen(text) + 8;
     out->url = malloc(n);
-    if (out->url == NULL) return um__cfg_fail(ld, L, path, "%s: out of memory", path);
+    if (out->url == NULL) return um_settings_fail(ld, L, path, "%s: out of memory", path);
     snprintf(out->url, n, "http://%s", text);
     out->https = false;
     return true;
 bad:
-    return um__cfg_fail(ld, L, path,
-                        "%s: bad peer address '%s' (expected \"IP:PORT\" or \"[IPv6]:PORT\", "
-                        "an address, not a name, and a port from 1 to 65535)",
-                        path, text);
+    return um_settings_fail(ld, L, path,
+                            "%s: bad peer address '%s' (expected \"IP:PORT\" or \"[IPv6]:PORT\", "
+                            "an address, not a name, and a port from 1 to 65535)",
+                            path, text);
 }
 
-bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L)
+bool um__cfg_load_cluster(struct um_settings_load *ld, lua_State *L)
 {
     struct um_config *c = ld->c;
-    int t = um__cfg_get_global(L, "cluster");
+    int t = um_settings_get_global(L, "cluster");
     if (t == LUA_TNIL) return true;
     if (t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "cluster",
-                            "cluster: expected a table such as { self = \"10.0.0.1:80\", peers "
-                            "= { \"10.0.0.1:80\", \"10.0.0.2:80\" }, secret = \"...\" }, got %s",
-                            lua_typename(L, t));
+        return um_settings_fail(
+            ld, L, "cluster",
+            "cluster: expected a table such as { self = \"10.0.0.1:80\", peers "
+            "= { \"10.0.0.1:80\", \"10.0.0.2:80\" }, secret = \"...\" }, got %s",
+            lua_typename(L, t));
     int idx = lua_gettop(L);
-    c->cluster.line = um__cfg_line_of(ld, L, "cluster");
-    if (!um__cfg_check_keys(ld, L, idx, "cluster", um__cfg_cluster_keys)) return false;
+    c->cluster.line = um_settings_line_of(ld, L, "cluster");
+    if (!um_settings_check_keys(ld, L, idx, "cluster", um__cfg_cluster_keys)) return false;
     char path[PATH_LEN];
 
-    if (um__cfg_get_field(L, idx, "peers") != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "cluster.peers",
-                            "cluster.peers: expected the list of every node's \"IP:PORT\", "
-                            "this one included");
+    if (um_settings_get_field(L, idx, "peers") != LUA_TTABLE)
+        return um_settings_fail(ld, L, "cluster.peers",
+                                "cluster.peers: expected the list of every node's \"IP:PORT\", "
+                                "this one included");
     int pidx = lua_gettop(L);
     size_t n;
-    if (!um__cfg_check_list(ld, L, pidx, "cluster.peers", &n)) return false;
+    if (!um_settings_check_list(ld, L, pidx, "cluster.peers", &n)) return false;
     if (n == 0 || n > PEERS_MAX)
-        return um__cfg_fail(ld, L, "cluster.peers", "cluster.peers: expected 1 to %d peers",
-                            PEERS_MAX);
+        return um_settings_fail(ld, L, "cluster.peers", "cluster.peers: expected 1 to %d peers",
+                                PEERS_MAX);
     c->cluster.peers = calloc(n, sizeof(*c->cluster.peers));
     if (c->cluster.peers == NULL)
-        return um__cfg_fail(ld, L, "cluster.peers", "cluster.peers: out of memory");
+        return um_settings_fail(ld, L, "cluster.peers", "cluster.peers: out of memory");
     for (size_t i = 0; i < n; i++) {
         lua_rawgeti(L, pidx, (int)i + 1);
-        um__cfg_subpath_i(path, sizeof path, "cluster.peers", i + 1);
+        um_settings_subpath_i(path, sizeof path, "cluster.peers", i + 1);
         const char *s;
-        if (!um__cfg_get_string(ld, L, -1, path, "\"IP:PORT\"", &s)) return false;
+        if (!um_settings_get_string(ld, L, -1, path, "\"IP:PORT\"", &s)) return false;
         if (!parse_peer(ld, L, path, s, &c->cluster.peers[i])) return false;
         c->cluster.num_peers = i + 1;
         for (size_t j = 0; j < i; j++)
             if (strcmp(c->cluster.peers[j].url, c->cluster.peers[i].url) == 0)
-                return um__cfg_fail(ld, L, path, "%s: '%s' is listed twice", path, s);
+                return um_settings_fail(ld, L, path, "%s: '%s' is listed twice", path, s);
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
 
-    if (um__cfg_get_field(L, idx, "self") == LUA_TNIL)
-        return um__cfg_fail(ld, L, "cluster.self",
-                            "cluster.self: missing (which of cluster.peers this node is)");
+    if (um_settings_get_field(L, idx, "self") == LUA_TNIL)
+        return um_settings_fail(ld, L, "cluster.self",
+                                "cluster.self: missing (which of cluster.peers this node is)");
     const char *self;
-    if (!um__cfg_get_string(ld, L, -1, "cluster.self", "\"IP:PORT\"", &self)) return false;
+    if (!um_settings_get_string(ld, L, -1, "cluster.self", "\"IP:PORT\"", &self)) return false;
     struct um_upstream_server me = {0};
     if (!parse_peer(ld, L, "cluster.self", self, &me)) return false;
     bool found = false;
@@ -125,25 +126,25 @@ bool um__cfg_load_cluster(struct um__cfg_load *ld, lua_State *L)
         }
     free(me.url);
     if (!found)
-        return um__cfg_fail(ld, L, "cluster.self",
-                            "cluster.self: '%s' is not one of cluster.peers (list every node, "
-                            "this one included, the same way on each)",
-                            self);
+        return um_settings_fail(ld, L, "cluster.self",
+                                "cluster.self: '%s' is not one of cluster.peers (list every node, "
+                                "this one included, the same way on each)",
+                                self);
     lua_pop(L, 1);
 
-    if (um__cfg_get_field(L, idx, "secret") == LUA_TNIL)
-        return um__cfg_fail(ld, L, "cluster.secret",
-                            "cluster.secret: missing (the secret every node signs its peer "
-                            "requests with, at least %d characters)",
-                            SECRET_MIN);
+    if (um_settings_get_field(L, idx, "secret") == LUA_TNIL)
+        return um_settings_fail(ld, L, "cluster.secret",
+                                "cluster.secret: missing (the secret every node signs its peer "
+                                "requests with, at least %d characters)",
+                                SECRET_MIN);
     const char *secret;
-    if (!um__cfg_get_string(ld, L, -1, "cluster.secret", "a string", &secret)) return false;
+    if (!um_settings_get_string(ld, L, -1, "cluster.secret", "a string", &secret)) return false;
     if (strlen(secret) < SECRET_MIN)
-        return um__cfg_fail(ld, L, "cluster.secret",
-                            "cluster.secret: too short (at least %d characters)", SECRET_MIN);
+        return um_settings_fail(ld, L, "cluster.secret",
+                                "cluster.secret: too short (at least %d characters)", SECRET_MIN);
     c->cluster.secret = strdup(secret);
     if (c->cluster.secret == NULL)
-        return um__cfg_fail(ld, L, "cluster.secret", "cluster.secret: out of memory");
+        return um_settings_fail(ld, L, "cluster.secret", "cluster.secret: out of memory");
     lua_pop(L, 1);
     c->cluster.enabled = true;
     return true;

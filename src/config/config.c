@@ -33,21 +33,19 @@
 
 #define MAX_FILE_BYTES (16u << 20)
 
-const char *const um__cfg_settings[] = {"listen",   "workers", "upstreams", "routes",
-                                       "limits",   "timeouts", "mime",     "log_level",
-                                       "tls",      "cache",   "admin",    "access_log",
-                                       "http2",    "cgi",      "compress", "cluster",
-                                       NULL};
+const char *const um__cfg_settings[] = {
+    "listen", "workers", "upstreams", "routes",     "limits", "timeouts", "mime",    "log_level",
+    "tls",    "cache",   "admin",     "access_log", "http2",  "cgi",      "cluster", NULL};
 
 #define CACHE_DEFAULT_MEMORY (256ull << 20)
 #define CACHE_DEFAULT_MAX_OBJECT (64ull << 20)
 
 /* Turns the Lua error value on top of the stack into "FILE:LINE: message". */
-static void fail_lua(struct um__cfg_load *ld, lua_State *L)
+static void fail_lua(struct um_settings_load *ld, lua_State *L)
 {
     int t = lua_type(L, -1);
     if (t != LUA_TSTRING && t != LUA_TNUMBER) {
-        um__cfg_fail_at(ld, 0, "error (error object is a %s value)", lua_typename(L, t));
+        um_settings_fail_at(ld, 0, "error (error object is a %s value)", lua_typename(L, t));
         return;
     }
     const char *msg = lua_tostring(L, -1);
@@ -58,12 +56,12 @@ static void fail_lua(struct um__cfg_load *ld, lua_State *L)
             snprintf(ld->err, ld->errlen, "%s%s", ld->file, msg + n);
         return;
     }
-    um__cfg_fail_at(ld, 0, "%s", msg);
+    um_settings_fail_at(ld, 0, "%s", msg);
 }
 
 /* Fails on the first (lowest line) global the file assigned that is neither a setting
  * nor a function (request hooks such as on_request are functions). */
-static bool check_globals(struct um__cfg_load *ld, lua_State *L)
+static bool check_globals(struct um_settings_load *ld, lua_State *L)
 {
     char *bad = NULL;
     int bad_line = INT_MAX;
@@ -75,10 +73,11 @@ static bool check_globals(struct um__cfg_load *ld, lua_State *L)
         int line = (int)lua_tointeger(L, -1);
         lua_pop(L, 1);
         if (lua_type(L, -1) != LUA_TSTRING ||
-            um__cfg_in_list(um__cfg_settings, lua_tostring(L, -1)) ||
-            um__cfg_in_list(um__cfg_hooks, lua_tostring(L, -1)) ||
-            um__cfg_in_list(um__cfg_process, lua_tostring(L, -1)) ||
-            um__cfg_in_list(um__cfg_yunying, lua_tostring(L, -1)))
+            um_settings_in_list(um__cfg_settings, lua_tostring(L, -1)) ||
+            um_settings_in_list(um__cfg_hooks, lua_tostring(L, -1)) ||
+            um_settings_in_list(um__cfg_process, lua_tostring(L, -1)) ||
+            um__cfg_is_part_global(lua_tostring(L, -1)) ||
+            um_settings_in_list(um__cfg_yunying, lua_tostring(L, -1)))
             continue;
         lua_pushvalue(L, -1);
         lua_rawget(L, LUA_GLOBALSINDEX);
@@ -96,34 +95,39 @@ static bool check_globals(struct um__cfg_load *ld, lua_State *L)
     lua_pop(L, 1);
     if (bad == NULL)
         return true;
-    int line = um__cfg_line_of(ld, L, bad);
+    int line = um_settings_line_of(ld, L, bad);
     /* The lists go on the Lua stack, not into char arrays: every setting is named, however
      * many there are. */
     lua_pushstring(L, bad);
     free(bad);
     const char *name = lua_tostring(L, -1);
-    const char *settings = um__cfg_join(L, um__cfg_settings);
-    const char *process = um__cfg_join(L, um__cfg_process);
-    return um__cfg_fail_at(ld, line,
-                           "unknown setting '%s' (settings are: %s, %s; use local for helper "
-                           "variables)",
-                           name, settings, process);
+    const char *settings = um_settings_join(L, um__cfg_settings);
+    if (um__cfg_part_globals()[0] != NULL) { /* then the modules' */
+        lua_pushliteral(L, ", ");
+        um_settings_join(L, um__cfg_part_globals());
+        lua_concat(L, 3);
+        settings = lua_tostring(L, -1);
+    }
+    const char *process = um_settings_join(L, um__cfg_process);
+    return um_settings_fail_at(ld, line,
+                               "unknown setting '%s' (settings are: %s, %s; use local for helper "
+                               "variables)",
+                               name, settings, process);
 }
 
 /* Reads and validates the globals, under lua_cpcall. */
 static int extract(lua_State *L)
 {
-    struct um__cfg_load *ld = lua_touserdata(L, 1);
+    struct um_settings_load *ld = lua_touserdata(L, 1);
     lua_settop(L, 0);
-    static bool (*const steps[])(struct um__cfg_load *, lua_State *) = {
-        check_globals,          um__cfg_load_yunying,   um__cfg_load_hooks,
-        um__cfg_load_listen,    um__cfg_load_tls,       um__cfg_load_workers,
-        um__cfg_load_upstreams, um__cfg_load_compress,  um__cfg_load_routes,    um__cfg_load_limits,
-        um__cfg_load_timeouts,  um__cfg_load_mime,      um__cfg_load_log_level,
-        um__cfg_load_cache,     um__cfg_load_admin,     um__cfg_load_access_log, um__cfg_load_http2,
-        um__cfg_load_cgi,
-        um__cfg_load_cluster,
-        um__cfg_load_user,
+    static bool (*const steps[])(struct um_settings_load *, lua_State *) = {
+        check_globals,           um__cfg_load_yunying,  um__cfg_load_hooks,
+        um__cfg_load_listen,     um__cfg_load_tls,      um__cfg_load_workers,
+        um__cfg_load_upstreams,  um__cfg_load_parts,    um__cfg_load_routes,
+        um__cfg_load_limits,     um__cfg_load_timeouts, um__cfg_load_mime,
+        um__cfg_load_log_level,  um__cfg_load_cache,    um__cfg_load_admin,
+        um__cfg_load_access_log, um__cfg_load_http2,    um__cfg_load_cgi,
+        um__cfg_load_cluster,    um__cfg_load_user,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -220,6 +224,7 @@ static void config_free(struct um_config *c)
         free(r->name);
         free(r->cgi);
     }
+    um__cfg_free_parts(c);
     free(c->routes);
     free(c->lua.source);
     free(c->lua.chunkname);
@@ -274,7 +279,7 @@ static void config_free(struct um_config *c)
 
 struct um_config *um_config_load(const char *file, char *err, size_t errlen)
 {
-    struct um__cfg_load ld;
+    struct um_settings_load ld;
     memset(&ld, 0, sizeof ld);
     ld.file = file;
     ld.err = err;
@@ -290,7 +295,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     int e = 0;
     char *src = read_file(file, &ld.srclen, &e);
     if (src == NULL) {
-        um__cfg_fail_at(&ld, 0, "cannot read the file: %s", strerror(e));
+        um_settings_fail_at(&ld, 0, "cannot read the file: %s", strerror(e));
         goto out;
     }
     size_t folded_len;
@@ -331,7 +336,7 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
 
     L = um_lua_sandbox_new(UM_LUA_SANDBOX_FULL, UM_LUA_LOAD_MEMORY);
     if (L == NULL) {
-        um__cfg_fail_at(&ld, 0, "cannot create a Lua state (out of memory)");
+        um_settings_fail_at(&ld, 0, "cannot create a Lua state (out of memory)");
         goto out;
     }
 

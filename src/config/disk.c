@@ -15,48 +15,51 @@ const char *const um__cfg_disk_keys[] = {"path", "size", "sync", "reset_incompat
 #define DISK_MIN_SIZE (1u << 20) /* a store smaller than this holds next to nothing */
 
 /* One store's { path = DIR, size = SIZE } at idx (what names it in messages). */
-static bool load_store(struct um__cfg_load *ld, lua_State *L, int idx, const char *what,
+static bool load_store(struct um_settings_load *ld, lua_State *L, int idx, const char *what,
                        struct um_disk_conf *dc)
 {
     char p[PATH_LEN];
     const char *s;
     uint64_t v;
-    dc->line = um__cfg_line_of(ld, L, what);
-    if (um__cfg_get_field(L, idx, "path") == LUA_TNIL)
-        return um__cfg_fail(ld, L, what, "%s: path is required, such as path = "
-                            "\"/var/cache/umbra\"", what);
-    um__cfg_subpath(p, sizeof p, what, "path");
-    if (!um__cfg_get_string(ld, L, -1, p, "a directory such as \"/var/cache/umbra\"", &s))
+    dc->line = um_settings_line_of(ld, L, what);
+    if (um_settings_get_field(L, idx, "path") == LUA_TNIL)
+        return um_settings_fail(ld, L, what,
+                                "%s: path is required, such as path = "
+                                "\"/var/cache/umbra\"",
+                                what);
+    um_settings_subpath(p, sizeof p, what, "path");
+    if (!um_settings_get_string(ld, L, -1, p, "a directory such as \"/var/cache/umbra\"", &s))
         return false;
     dc->path = um__cfg_dir_join(ld, s);
     lua_pop(L, 1);
-    if (um__cfg_get_field(L, idx, "size") == LUA_TNIL)
-        return um__cfg_fail(ld, L, what, "%s: size is required, such as size = \"100GB\"", what);
-    um__cfg_subpath(p, sizeof p, what, "size");
-    if (!um__cfg_get_size(ld, L, -1, p, 0, UINT64_MAX, &v))
-        return false;
+    if (um_settings_get_field(L, idx, "size") == LUA_TNIL)
+        return um_settings_fail(ld, L, what, "%s: size is required, such as size = \"100GB\"",
+                                what);
+    um_settings_subpath(p, sizeof p, what, "size");
+    if (!um_settings_get_size(ld, L, -1, p, 0, UINT64_MAX, &v)) return false;
     if (v < DISK_MIN_SIZE)
-        return um__cfg_fail(ld, L, p, "%s: at least 1MB, got %llu bytes", p,
-                            (unsigned long long)v);
+        return um_settings_fail(ld, L, p, "%s: at least 1MB, got %llu bytes", p,
+                                (unsigned long long)v);
     dc->size = v;
     lua_pop(L, 1);
     return true;
 }
 
-bool um__cfg_load_cache_disk(struct um__cfg_load *ld, lua_State *L, int idx)
+bool um__cfg_load_cache_disk(struct um_settings_load *ld, lua_State *L, int idx)
 {
     struct um_cache_conf *cc = &ld->c->cache;
     cc->disk_sync = 1;
-    int t = um__cfg_get_field(L, idx, "disk");
+    int t = um_settings_get_field(L, idx, "disk");
     if (t == LUA_TNIL) {
         lua_pop(L, 1);
         return true;
     }
     if (t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "cache.disk",
-                            "cache.disk: expected a table such as { path = \"/var/cache/umbra\", "
-                            "size = \"100GB\" }, got %s",
-                            lua_typename(L, t));
+        return um_settings_fail(
+            ld, L, "cache.disk",
+            "cache.disk: expected a table such as { path = \"/var/cache/umbra\", "
+            "size = \"100GB\" }, got %s",
+            lua_typename(L, t));
     int didx = lua_gettop(L);
     /* The keys of the table itself, whatever the list part holds. */
     lua_pushnil(L);
@@ -70,22 +73,23 @@ bool um__cfg_load_cache_disk(struct um__cfg_load *ld, lua_State *L, int idx)
             known = strcmp(k, *a) == 0;
         if (!known) {
             char kb[64];
-            const char *kt = um__cfg_key_text(L, -1, kb, sizeof kb);
+            const char *kt = um_settings_key_text(L, -1, kb, sizeof kb);
             lua_pop(L, 1);
-            return um__cfg_fail(ld, L, "cache.disk",
-                                "cache.disk: unknown setting %s (settings are: path, size, sync, "
-                                "reset_incompatible; several stores: a list of { path = ..., "
-                                "size = ... })",
-                                kt);
+            return um_settings_fail(
+                ld, L, "cache.disk",
+                "cache.disk: unknown setting %s (settings are: path, size, sync, "
+                "reset_incompatible; several stores: a list of { path = ..., "
+                "size = ... })",
+                kt);
         }
     }
     size_t n = lua_objlen(L, didx);
-    bool has_path = um__cfg_get_field(L, didx, "path") != LUA_TNIL;
+    bool has_path = um_settings_get_field(L, didx, "path") != LUA_TNIL;
     lua_pop(L, 1);
     if (n > 0 && has_path)
-        return um__cfg_fail(ld, L, "cache.disk",
-                            "cache.disk: either one store (path = ..., size = ...) or a list "
-                            "of them, not both");
+        return um_settings_fail(ld, L, "cache.disk",
+                                "cache.disk: either one store (path = ..., size = ...) or a list "
+                                "of them, not both");
     cc->num_disks = n > 0 ? n : 1;
     cc->disks = um_calloc(cc->num_disks, sizeof *cc->disks);
     if (n == 0) {
@@ -94,14 +98,15 @@ bool um__cfg_load_cache_disk(struct um__cfg_load *ld, lua_State *L, int idx)
     }
     for (size_t i = 0; i < n; i++) {
         char el[PATH_LEN];
-        um__cfg_subpath_i(el, sizeof el, "cache.disk", i + 1);
+        um_settings_subpath_i(el, sizeof el, "cache.disk", i + 1);
         lua_rawgeti(L, didx, (int)i + 1);
         if (lua_type(L, -1) != LUA_TTABLE)
-            return um__cfg_fail(ld, L, el, "%s: expected a table such as { path = "
-                                "\"/srv/ssd1/umbra\", size = \"500GB\" }, got %s",
-                                el, lua_typename(L, lua_type(L, -1)));
+            return um_settings_fail(ld, L, el,
+                                    "%s: expected a table such as { path = "
+                                    "\"/srv/ssd1/umbra\", size = \"500GB\" }, got %s",
+                                    el, lua_typename(L, lua_type(L, -1)));
         int sidx = lua_gettop(L);
-        if (!um__cfg_check_keys(ld, L, sidx, el, um__cfg_disk_keys) ||
+        if (!um_settings_check_keys(ld, L, sidx, el, um__cfg_disk_keys) ||
             !load_store(ld, L, sidx, el, &cc->disks[i]))
             return false;
         lua_pop(L, 1);
@@ -109,19 +114,19 @@ bool um__cfg_load_cache_disk(struct um__cfg_load *ld, lua_State *L, int idx)
     for (size_t i = 0; i < cc->num_disks; i++)
         for (size_t j = 0; j < i; j++)
             if (strcmp(cc->disks[i].path, cc->disks[j].path) == 0)
-                return um__cfg_fail(ld, L, "cache.disk",
-                                    "cache.disk: the directory %s is given twice (one store a "
-                                    "directory)",
-                                    cc->disks[i].path);
-    if (um__cfg_get_field(L, didx, "sync") != LUA_TNIL &&
-        !um__cfg_get_seconds(ld, L, -1, "cache.disk.sync", &cc->disk_sync))
+                return um_settings_fail(ld, L, "cache.disk",
+                                        "cache.disk: the directory %s is given twice (one store a "
+                                        "directory)",
+                                        cc->disks[i].path);
+    if (um_settings_get_field(L, didx, "sync") != LUA_TNIL &&
+        !um_settings_get_seconds(ld, L, -1, "cache.disk.sync", &cc->disk_sync))
         return false;
     lua_pop(L, 1);
     if (cc->disk_sync > 60)
-        return um__cfg_fail(ld, L, "cache.disk.sync",
-                            "cache.disk.sync: at most 60 seconds, got %g", cc->disk_sync);
-    if (!um__cfg_opt_bool(ld, L, didx, "cache.disk.reset_incompatible", "reset_incompatible",
-                          &cc->disk_reset_incompatible, NULL))
+        return um_settings_fail(ld, L, "cache.disk.sync",
+                                "cache.disk.sync: at most 60 seconds, got %g", cc->disk_sync);
+    if (!um_settings_opt_bool(ld, L, didx, "cache.disk.reset_incompatible", "reset_incompatible",
+                              &cc->disk_reset_incompatible, NULL))
         return false;
     lua_pop(L, 1);
     return true;

@@ -62,7 +62,7 @@ bool um_netmask_match(const struct um_netmask *m, size_t n, const struct sockadd
     "expected an IPv4 or IPv6 address, or a network such as \"10.0.0.0/8\" or \"fd00::/8\""
 
 /* Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6, without brackets), at path. */
-bool um__cfg_parse_netmask(struct um__cfg_load *ld, lua_State *L, const char *path,
+bool um__cfg_parse_netmask(struct um_settings_load *ld, lua_State *L, const char *path,
                            const char *text, struct um_netmask *out)
 {
     char host[INET6_ADDRSTRLEN], net[INET6_ADDRSTRLEN];
@@ -70,15 +70,15 @@ bool um__cfg_parse_netmask(struct um__cfg_load *ld, lua_State *L, const char *pa
     size_t hl = slash != NULL ? (size_t)(slash - text) : strlen(text);
     memset(out, 0, sizeof *out);
     if (hl == 0 || hl >= sizeof host)
-        return um__cfg_fail(ld, L, path, "%s: bad address '%s' (" NETMASK_HINT ")", path, text);
+        return um_settings_fail(ld, L, path, "%s: bad address '%s' (" NETMASK_HINT ")", path, text);
     memcpy(host, text, hl);
     host[hl] = '\0';
     bool v6 = strchr(host, ':') != NULL;
     int max = v6 ? 128 : 32;
     out->family = v6 ? AF_INET6 : AF_INET;
     if (inet_pton(out->family, host, out->addr) != 1)
-        return um__cfg_fail(ld, L, path, "%s: bad %s address '%s' (" NETMASK_HINT ")", path,
-                            v6 ? "IPv6" : "IPv4", text);
+        return um_settings_fail(ld, L, path, "%s: bad %s address '%s' (" NETMASK_HINT ")", path,
+                                v6 ? "IPv6" : "IPv4", text);
     out->prefix = max;
     if (slash != NULL) {
         const char *p = slash + 1;
@@ -87,8 +87,8 @@ bool um__cfg_parse_netmask(struct um__cfg_load *ld, lua_State *L, const char *pa
         for (; *p >= '0' && *p <= '9' && digits < 4; p++, digits++)
             prefix = prefix * 10 + (*p - '0');
         if (digits == 0 || *p != '\0' || prefix > max)
-            return um__cfg_fail(ld, L, path, "%s: bad prefix length in '%s' (expected /0 to /%d)",
-                                path, text, max);
+            return um_settings_fail(
+                ld, L, path, "%s: bad prefix length in '%s' (expected /0 to /%d)", path, text, max);
         out->prefix = prefix;
     }
     /* "10.0.0.1/8" is almost certainly a typo for one address or for its network. */
@@ -100,10 +100,10 @@ bool um__cfg_parse_netmask(struct um__cfg_load *ld, lua_State *L, const char *pa
     if (memcmp(masked, out->addr, v6 ? 16 : 4) != 0) {
         if (inet_ntop(out->family, masked, net, sizeof net) == NULL)
             snprintf(net, sizeof net, "?");
-        return um__cfg_fail(ld, L, path,
-                            "%s: '%s' has address bits set beyond the /%d prefix (the "
-                            "network is %s/%d; for the one address, leave out the prefix)",
-                            path, text, out->prefix, net, out->prefix);
+        return um_settings_fail(ld, L, path,
+                                "%s: '%s' has address bits set beyond the /%d prefix (the "
+                                "network is %s/%d; for the one address, leave out the prefix)",
+                                path, text, out->prefix, net, out->prefix);
     }
     return true;
 }

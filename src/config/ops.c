@@ -15,10 +15,10 @@ const char *const um__cfg_access_log_keys[] = {"path", "format", NULL};
 /* In the order of enum um_access_format. */
 static const char *const ACCESS_FORMATS[] = {"combined", "json", NULL};
 
-bool um__cfg_load_log_level(struct um__cfg_load *ld, lua_State *L)
+bool um__cfg_load_log_level(struct um_settings_load *ld, lua_State *L)
 {
     static const int levels[] = {UM_LOG_ERR, UM_LOG_WARN, UM_LOG_INFO, UM_LOG_DEBUG};
-    int t = um__cfg_get_global(L, "log_level");
+    int t = um_settings_get_global(L, "log_level");
     if (t == LUA_TNIL)
         return true;
     if (t == LUA_TSTRING)
@@ -27,12 +27,12 @@ bool um__cfg_load_log_level(struct um__cfg_load *ld, lua_State *L)
                 ld->c->log_level = levels[i];
                 return true;
             }
-    return um__cfg_fail(ld, L, "log_level", "log_level: expected one of: %s",
-                        um__cfg_join(L, LOG_LEVELS));
+    return um_settings_fail(ld, L, "log_level", "log_level: expected one of: %s",
+                            um_settings_join(L, LOG_LEVELS));
 }
 
 /* The list of addresses or networks at idx (a string is a list of one), at path. */
-static bool load_netmask_list(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
+static bool load_netmask_list(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
                               struct um_netmask **out, size_t *num)
 {
     char el[PATH_LEN];
@@ -40,26 +40,25 @@ static bool load_netmask_list(struct um__cfg_load *ld, lua_State *L, int idx, co
     size_t n = 1;
     int t = lua_type(L, idx);
     if (t != LUA_TSTRING && t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, path,
-                            "%s: expected a list of addresses or networks such as "
-                            "{ \"127.0.0.1\", \"10.0.0.0/8\" }, got %s",
-                            path, lua_typename(L, t));
-    if (t == LUA_TTABLE && !um__cfg_check_list(ld, L, idx, path, &n))
-        return false;
+        return um_settings_fail(ld, L, path,
+                                "%s: expected a list of addresses or networks such as "
+                                "{ \"127.0.0.1\", \"10.0.0.0/8\" }, got %s",
+                                path, lua_typename(L, t));
+    if (t == LUA_TTABLE && !um_settings_check_list(ld, L, idx, path, &n)) return false;
     free(*out);
     *out = n > 0 ? um_calloc(n, sizeof **out) : NULL;
     *num = 0;
     for (size_t i = 0; i < n; i++) {
         if (t == LUA_TTABLE) {
-            um__cfg_subpath_i(el, sizeof el, path, i + 1);
+            um_settings_subpath_i(el, sizeof el, path, i + 1);
             lua_rawgeti(L, idx, (int)i + 1);
         } else {
             snprintf(el, sizeof el, "%s", path);
             lua_pushvalue(L, idx);
         }
         struct um_netmask *m = &(*out)[i];
-        if (!um__cfg_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
-                                &s) ||
+        if (!um_settings_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
+                                    &s) ||
             !um__cfg_parse_netmask(ld, L, el, s, m))
             return false;
         (*num)++;
@@ -69,7 +68,7 @@ static bool load_netmask_list(struct um__cfg_load *ld, lua_State *L, int idx, co
 }
 
 /* admin = { listen = "HOST:PORT", allow = { ... } } */
-bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L)
+bool um__cfg_load_admin(struct um_settings_load *ld, lua_State *L)
 {
     struct um_admin_conf *ac = &ld->c->admin;
     const char *s;
@@ -77,22 +76,21 @@ bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L)
     ac->num_allow = 2;
     ac->allow[0] = (struct um_netmask){.family = AF_INET, .addr = {127, 0, 0, 1}, .prefix = 32};
     ac->allow[1] = (struct um_netmask){.family = AF_INET6, .addr = {[15] = 1}, .prefix = 128};
-    int t = um__cfg_get_global(L, "admin");
+    int t = um_settings_get_global(L, "admin");
     if (t == LUA_TNIL || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)))
         return true;
     if (t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "admin",
-                            "admin: expected a table such as { listen = "
-                            "\"127.0.0.1:9145\" }, got %s",
-                            lua_typename(L, t));
+        return um_settings_fail(ld, L, "admin",
+                                "admin: expected a table such as { listen = "
+                                "\"127.0.0.1:9145\" }, got %s",
+                                lua_typename(L, t));
     int idx = lua_gettop(L);
-    ac->line = um__cfg_line_of(ld, L, "admin");
-    if (!um__cfg_check_keys(ld, L, idx, "admin", um__cfg_admin_keys))
-        return false;
-    if (um__cfg_get_field(L, idx, "listen") == LUA_TNIL)
-        return um__cfg_fail(ld, L, "admin",
-                            "admin: missing listen (e.g. listen = \"127.0.0.1:9145\")");
-    if (!um__cfg_get_string(ld, L, -1, "admin.listen", "a \"HOST:PORT\" string", &s) ||
+    ac->line = um_settings_line_of(ld, L, "admin");
+    if (!um_settings_check_keys(ld, L, idx, "admin", um__cfg_admin_keys)) return false;
+    if (um_settings_get_field(L, idx, "listen") == LUA_TNIL)
+        return um_settings_fail(ld, L, "admin",
+                                "admin: missing listen (e.g. listen = \"127.0.0.1:9145\")");
+    if (!um_settings_get_string(ld, L, -1, "admin.listen", "a \"HOST:PORT\" string", &s) ||
         !um__cfg_parse_listen(ld, L, "admin.listen", s, &ac->listen))
         return false;
     ac->enabled = true;
@@ -103,9 +101,9 @@ bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L)
     for (size_t i = 0; i < ld->c->num_listen && port != 0; i++)
         if (ld->c->listen[i].addrlen == ac->listen.addrlen &&
             memcmp(&ld->c->listen[i].addr, a, ac->listen.addrlen) == 0)
-            return um__cfg_fail(ld, L, "admin.listen", "admin.listen: '%s' is also in listen",
-                                ac->listen.text);
-    if (um__cfg_get_field(L, idx, "allow") != LUA_TNIL &&
+            return um_settings_fail(ld, L, "admin.listen", "admin.listen: '%s' is also in listen",
+                                    ac->listen.text);
+    if (um_settings_get_field(L, idx, "allow") != LUA_TNIL &&
         !load_netmask_list(ld, L, lua_gettop(L), "admin.allow", &ac->allow, &ac->num_allow))
         return false;
     lua_pop(L, 1);
@@ -114,41 +112,40 @@ bool um__cfg_load_admin(struct um__cfg_load *ld, lua_State *L)
 
 /* access_log = { path = "FILE" or "stderr", format = "combined" or "json" }, or false. The
  * file's folder must exist; the file is opened (created) by the server. */
-bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L)
+bool um__cfg_load_access_log(struct um_settings_load *ld, lua_State *L)
 {
     struct um_access_log_conf *al = &ld->c->access_log;
     const char *s;
-    int t = um__cfg_get_global(L, "access_log");
+    int t = um_settings_get_global(L, "access_log");
     if (t == LUA_TNIL || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)))
         return true;
     if (t != LUA_TTABLE)
-        return um__cfg_fail(ld, L, "access_log",
-                            "access_log: expected a table such as { path = "
-                            "\"logs/access.log\", format = \"combined\" } or false, got %s",
-                            lua_typename(L, t));
+        return um_settings_fail(ld, L, "access_log",
+                                "access_log: expected a table such as { path = "
+                                "\"logs/access.log\", format = \"combined\" } or false, got %s",
+                                lua_typename(L, t));
     int idx = lua_gettop(L);
-    al->line = um__cfg_line_of(ld, L, "access_log");
-    if (!um__cfg_check_keys(ld, L, idx, "access_log", um__cfg_access_log_keys))
-        return false;
-    if (um__cfg_get_field(L, idx, "path") == LUA_TNIL)
-        return um__cfg_fail(ld, L, "access_log",
-                            "access_log: missing path (a file, or \"stderr\")");
-    if (!um__cfg_get_string(ld, L, -1, "access_log.path", "a file name or \"stderr\"", &s))
+    al->line = um_settings_line_of(ld, L, "access_log");
+    if (!um_settings_check_keys(ld, L, idx, "access_log", um__cfg_access_log_keys)) return false;
+    if (um_settings_get_field(L, idx, "path") == LUA_TNIL)
+        return um_settings_fail(ld, L, "access_log",
+                                "access_log: missing path (a file, or \"stderr\")");
+    if (!um_settings_get_string(ld, L, -1, "access_log.path", "a file name or \"stderr\"", &s))
         return false;
     if (strcmp(s, "stderr") != 0) {
         /* The folder must exist (the file need not): resolve it, keep the name. */
         const char *slash = strrchr(s, '/');
         const char *base = slash ? slash + 1 : s;
         if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
-            return um__cfg_fail(ld, L, "access_log.path",
-                                "access_log.path: '%s' names a folder, "
-                                "not a file",
-                                s);
+            return um_settings_fail(ld, L, "access_log.path",
+                                    "access_log.path: '%s' names a folder, "
+                                    "not a file",
+                                    s);
         char *dir = NULL;
         char *folder = slash == NULL ? um_strndup(".", 1)
                        : slash == s  ? um_strndup("/", 1)
                                      : um_strndup(s, (size_t)(slash - s));
-        bool ok = um__cfg_resolve_path(ld, L, "access_log.path", folder, true, &dir);
+        bool ok = um_settings_resolve_path(ld, L, "access_log.path", folder, true, &dir);
         free(folder);
         if (!ok)
             return false;
@@ -160,7 +157,7 @@ bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L)
         free(dir);
     }
     lua_pop(L, 1);
-    t = um__cfg_get_field(L, idx, "format");
+    t = um_settings_get_field(L, idx, "format");
     if (t != LUA_TNIL) {
         bool found = false;
         if (t == LUA_TSTRING)
@@ -170,9 +167,9 @@ bool um__cfg_load_access_log(struct um__cfg_load *ld, lua_State *L)
                     found = true;
                 }
         if (!found)
-            return um__cfg_fail(ld, L, "access_log.format",
-                                "access_log.format: expected one of: %s",
-                                um__cfg_join(L, ACCESS_FORMATS));
+            return um_settings_fail(ld, L, "access_log.format",
+                                    "access_log.format: expected one of: %s",
+                                    um_settings_join(L, ACCESS_FORMATS));
     }
     lua_pop(L, 1);
     al->enabled = true;

@@ -26,8 +26,6 @@ static const struct {
     {"access_log", um__cfg_access_log_keys},
     {"cgi", um__cfg_cgi_keys},
     {"http2", um__cfg_http2_keys},
-    {"compress", um__cfg_compress_keys},
-    {"compress.level", um__cfg_compress_level_keys},
     {"cluster", um__cfg_cluster_keys},
 };
 
@@ -44,4 +42,18 @@ void um_config_settings(void (*cb)(const char *setting, void *arg), void *arg)
             snprintf(path, sizeof path, "%s.%s", tables[i].table, *k);
             cb(path, arg);
         }
+    /* The modules': their globals, their route keys, their tables. */
+    for (size_t i = 0; um_settings_registered(i); i++) {
+        const struct um_settings *s = um_settings_registered(i);
+        cb(s->global, arg);
+        if (s->route_key) {
+            snprintf(path, sizeof path, "routes[N].%s", s->route_key);
+            cb(path, arg);
+        }
+        for (const struct um_settings_table *t = s->tables; t && t->table; t++)
+            for (const char *const *k = t->keys; *k; k++) {
+                snprintf(path, sizeof path, "%s.%s", t->table, *k);
+                cb(path, arg);
+            }
+    }
 }

@@ -39,8 +39,8 @@ __attribute__((format(printf, 5, 0))) static void format_err(char *err, size_t e
     vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
 }
 
-__attribute__((format(printf, 3, 4))) bool um__cfg_fail_at(struct um__cfg_load *ld, int line,
-                                                          const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) bool um_settings_fail_at(struct um_settings_load *ld,
+                                                               int line, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -68,7 +68,7 @@ static int global_line(lua_State *L, const char *name)
 }
 
 /* The line to report for the value at path: see the comment at the top. */
-int um__cfg_line_of(struct um__cfg_load *ld, lua_State *L, const char *path)
+int um_settings_line_of(struct um_settings_load *ld, lua_State *L, const char *path)
 {
     char buf[PATH_LEN];
     if (!ld->scanned) {
@@ -89,10 +89,10 @@ int um__cfg_line_of(struct um__cfg_load *ld, lua_State *L, const char *path)
 }
 
 /* Reports a bad value at path; the message itself should start with the path too. */
-__attribute__((format(printf, 4, 5))) bool um__cfg_fail(struct um__cfg_load *ld, lua_State *L,
-                                                       const char *path, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) bool
+um_settings_fail(struct um_settings_load *ld, lua_State *L, const char *path, const char *fmt, ...)
 {
-    int line = um__cfg_line_of(ld, L, path);
+    int line = um_settings_line_of(ld, L, path);
     va_list ap;
     va_start(ap, fmt);
     format_err(ld->err, ld->errlen, ld->file, line, fmt, ap);
@@ -101,7 +101,7 @@ __attribute__((format(printf, 4, 5))) bool um__cfg_fail(struct um__cfg_load *ld,
     return false;
 }
 
-bool um__cfg_in_list(const char *const *list, const char *s)
+bool um_settings_in_list(const char *const *list, const char *s)
 {
     for (; *list != NULL; list++)
         if (strcmp(*list, s) == 0)
@@ -112,7 +112,7 @@ bool um__cfg_in_list(const char *const *list, const char *s)
 /* Pushes list as "a, b, c" on L's stack and returns it. A Lua buffer rather than a char
  * array: the message names every entry whatever their number, and the string is collected
  * with the state (no leak if a later push raises). */
-const char *um__cfg_join(lua_State *L, const char *const *list)
+const char *um_settings_join(lua_State *L, const char *const *list)
 {
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -126,7 +126,7 @@ const char *um__cfg_join(lua_State *L, const char *const *list)
 }
 
 /* Describes the key at idx for a message (never converts it in place: lua_next-safe). */
-const char *um__cfg_key_text(lua_State *L, int idx, char *buf, size_t n)
+const char *um_settings_key_text(lua_State *L, int idx, char *buf, size_t n)
 {
     switch (lua_type(L, idx)) {
     case LUA_TSTRING:
@@ -151,7 +151,7 @@ const char *um__cfg_key_text(lua_State *L, int idx, char *buf, size_t n)
 }
 
 /* Writes "parent.key" into buf, truncated to n bytes. */
-const char *um__cfg_subpath(char *buf, size_t n, const char *parent, const char *key)
+const char *um_settings_subpath(char *buf, size_t n, const char *parent, const char *key)
 {
     size_t off = strnlen(parent, n - 1);
     memmove(buf, parent, off);
@@ -163,15 +163,15 @@ const char *um__cfg_subpath(char *buf, size_t n, const char *parent, const char 
     return buf;
 }
 
-const char *um__cfg_subpath_i(char *buf, size_t n, const char *parent, size_t i)
+const char *um_settings_subpath_i(char *buf, size_t n, const char *parent, size_t i)
 {
     char num[32];
     snprintf(num, sizeof num, "%zu", i);
-    return um__cfg_subpath(buf, n, parent, num);
+    return um_settings_subpath(buf, n, parent, num);
 }
 
 /* Pushes the global name without running metamethods; returns its type. */
-int um__cfg_get_global(lua_State *L, const char *name)
+int um_settings_get_global(lua_State *L, const char *name)
 {
     lua_pushstring(L, name);
     lua_rawget(L, LUA_GLOBALSINDEX);
@@ -179,7 +179,7 @@ int um__cfg_get_global(lua_State *L, const char *name)
 }
 
 /* Pushes t[name] of the table at idx, raw; returns its type. */
-int um__cfg_get_field(lua_State *L, int idx, const char *name)
+int um_settings_get_field(lua_State *L, int idx, const char *name)
 {
     lua_pushstring(L, name);
     lua_rawget(L, idx < 0 ? idx - 1 : idx);
@@ -187,31 +187,32 @@ int um__cfg_get_field(lua_State *L, int idx, const char *name)
 }
 
 /* Checks that every key of the table at idx is one of the names in allowed. */
-bool um__cfg_check_keys(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
-                       const char *const *allowed)
+bool um_settings_check_keys(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                            const char *const *allowed)
 {
     char key[128], sub[PATH_LEN];
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
-        if (lua_type(L, -1) == LUA_TSTRING && um__cfg_in_list(allowed, lua_tostring(L, -1)))
+        if (lua_type(L, -1) == LUA_TSTRING && um_settings_in_list(allowed, lua_tostring(L, -1)))
             continue;
         bool named = lua_type(L, -1) == LUA_TSTRING;
-        um__cfg_key_text(L, -1, key, sizeof key);
-        um__cfg_subpath(sub, sizeof sub, path, key);
-        const char *names = um__cfg_join(L, allowed);
+        um_settings_key_text(L, -1, key, sizeof key);
+        um_settings_subpath(sub, sizeof sub, path, key);
+        const char *names = um_settings_join(L, allowed);
         if (named)
-            return um__cfg_fail(ld, L, sub, "%s: unknown key '%s' (expected one of: %s)", path, key,
-                                names);
-        return um__cfg_fail(ld, L, sub,
-                            "%s: unexpected value at key [%s] (expected named keys: %s)", path, key,
-                            names);
+            return um_settings_fail(ld, L, sub, "%s: unknown key '%s' (expected one of: %s)", path,
+                                    key, names);
+        return um_settings_fail(ld, L, sub,
+                                "%s: unexpected value at key [%s] (expected named keys: %s)", path,
+                                key, names);
     }
     return true;
 }
 
 /* Checks that the table at idx is a list t[1..n] without holes or other keys. */
-bool um__cfg_check_list(struct um__cfg_load *ld, lua_State *L, int idx, const char *path, size_t *n)
+bool um_settings_check_list(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                            size_t *n)
 {
     char key[128], sub[PATH_LEN];
     size_t count = 0;
@@ -228,42 +229,43 @@ bool um__cfg_check_list(struct um__cfg_load *ld, lua_State *L, int idx, const ch
             if (d >= 1 && d <= (double)count && d == floor(d))
                 continue;
         }
-        um__cfg_key_text(L, -1, key, sizeof key);
-        um__cfg_subpath(sub, sizeof sub, path, key);
+        um_settings_key_text(L, -1, key, sizeof key);
+        um_settings_subpath(sub, sizeof sub, path, key);
         if (lua_type(L, -1) == LUA_TSTRING)
-            return um__cfg_fail(ld, L, sub, "%s: unexpected key '%s' (expected a list)", path, key);
-        return um__cfg_fail(ld, L, sub, "%s: expected a list without holes (found index %s)", path,
-                            key);
+            return um_settings_fail(ld, L, sub, "%s: unexpected key '%s' (expected a list)", path,
+                                    key);
+        return um_settings_fail(ld, L, sub, "%s: expected a list without holes (found index %s)",
+                                path, key);
     }
     *n = count;
     return true;
 }
 
 /* Gets the string at idx; fails unless it is a non-empty string without NUL bytes. */
-bool um__cfg_get_string(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
-                       const char *what, const char **s)
+bool um_settings_get_string(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                            const char *what, const char **s)
 {
     size_t len;
     if (lua_type(L, idx) != LUA_TSTRING)
-        return um__cfg_fail(ld, L, path, "%s: expected %s, got %s", path, what,
-                            lua_typename(L, lua_type(L, idx)));
+        return um_settings_fail(ld, L, path, "%s: expected %s, got %s", path, what,
+                                lua_typename(L, lua_type(L, idx)));
     *s = lua_tolstring(L, idx, &len);
     if (len == 0 || strlen(*s) != len)
-        return um__cfg_fail(ld, L, path, "%s: expected %s, got %s", path, what,
-                            len == 0 ? "an empty string" : "a string with a NUL byte");
+        return um_settings_fail(ld, L, path, "%s: expected %s, got %s", path, what,
+                                len == 0 ? "an empty string" : "a string with a NUL byte");
     return true;
 }
 
 /* The optional boolean key of the table at idx; path names the key. */
-bool um__cfg_opt_bool(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
-                      const char *key, bool *out, bool *given)
+bool um_settings_opt_bool(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                          const char *key, bool *out, bool *given)
 {
-    int t = um__cfg_get_field(L, idx, key);
+    int t = um_settings_get_field(L, idx, key);
     if (given)
         *given = t != LUA_TNIL;
     if (t != LUA_TNIL && t != LUA_TBOOLEAN)
-        return um__cfg_fail(ld, L, path, "%s: expected true or false, got %s", path,
-                            lua_typename(L, t));
+        return um_settings_fail(ld, L, path, "%s: expected true or false, got %s", path,
+                                lua_typename(L, t));
     if (t != LUA_TNIL)
         *out = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -271,7 +273,7 @@ bool um__cfg_opt_bool(struct um__cfg_load *ld, lua_State *L, int idx, const char
 }
 
 /* An integer in [lo, hi] (a Lua number without fraction). */
-bool um__cfg_get_integer(lua_State *L, int idx, double lo, double hi, long long *out)
+bool um_settings_get_integer(lua_State *L, int idx, double lo, double hi, long long *out)
 {
     if (lua_type(L, idx) != LUA_TNUMBER)
         return false;
@@ -283,14 +285,14 @@ bool um__cfg_get_integer(lua_State *L, int idx, double lo, double hi, long long 
 }
 
 /* Reads a number of seconds greater than 0 and at most MAX_TIMEOUT (fractions allowed). */
-bool um__cfg_get_seconds(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
-                         double *out)
+bool um_settings_get_seconds(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                             double *out)
 {
     double d = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : NAN;
     if (!(d > 0 && d <= MAX_TIMEOUT))
-        return um__cfg_fail(ld, L, path,
-                            "%s: expected a number of seconds greater than 0 and at most %.0f",
-                            path, MAX_TIMEOUT);
+        return um_settings_fail(ld, L, path,
+                                "%s: expected a number of seconds greater than 0 and at most %.0f",
+                                path, MAX_TIMEOUT);
     *out = d;
     return true;
 }
@@ -325,34 +327,35 @@ bool um_config_parse_size(const char *s, uint64_t *out)
 #define SIZE_HINT "a size: a number of bytes, or a string such as \"512KB\", \"16MB\" or \"1GB\""
 
 /* Reads a size (number of bytes, or a string for um_config_parse_size) in [lo, hi]. */
-bool um__cfg_get_size(struct um__cfg_load *ld, lua_State *L, int idx, const char *path, uint64_t lo,
-                     uint64_t hi, uint64_t *out)
+bool um_settings_get_size(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                          uint64_t lo, uint64_t hi, uint64_t *out)
 {
     uint64_t v;
     int t = lua_type(L, idx);
     if (t == LUA_TNUMBER) {
         double d = lua_tonumber(L, idx);
         if (!(d >= 0 && d < 18446744073709551616.0) || d != floor(d))
-            return um__cfg_fail(ld, L, path, "%s: expected %s, got %g", path, SIZE_HINT, d);
+            return um_settings_fail(ld, L, path, "%s: expected %s, got %g", path, SIZE_HINT, d);
         v = (uint64_t)d;
     } else if (t == LUA_TSTRING) {
         const char *s = lua_tostring(L, idx);
         if (!um_config_parse_size(s, &v))
-            return um__cfg_fail(ld, L, path, "%s: bad size \"%s\" (expected %s)", path, s,
-                                SIZE_HINT);
+            return um_settings_fail(ld, L, path, "%s: bad size \"%s\" (expected %s)", path, s,
+                                    SIZE_HINT);
     } else {
-        return um__cfg_fail(ld, L, path, "%s: expected %s, got %s", path, SIZE_HINT,
-                            lua_typename(L, t));
+        return um_settings_fail(ld, L, path, "%s: expected %s, got %s", path, SIZE_HINT,
+                                lua_typename(L, t));
     }
     if (v < lo || v > hi)
-        return um__cfg_fail(ld, L, path, "%s: %llu bytes is out of range (%llu to %llu)", path,
-                            (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
+        return um_settings_fail(ld, L, path, "%s: %llu bytes is out of range (%llu to %llu)", path,
+                                (unsigned long long)v, (unsigned long long)lo,
+                                (unsigned long long)hi);
     *out = v;
     return true;
 }
 
 /* name joined to the config file's folder (name itself when absolute), malloc'ed. */
-char *um__cfg_dir_join(const struct um__cfg_load *ld, const char *name)
+char *um__cfg_dir_join(const struct um_settings_load *ld, const char *name)
 {
     if (name[0] == '/')
         return um_strndup(name, strlen(name));
@@ -366,26 +369,26 @@ char *um__cfg_dir_join(const struct um__cfg_load *ld, const char *name)
 
 /* Resolves name (as written at path) against the config's directory into an absolute,
  * existing path: a directory when want_dir, else a regular file. */
-bool um__cfg_resolve_path(struct um__cfg_load *ld, lua_State *L, const char *path, const char *name,
-                         bool want_dir, char **out)
+bool um_settings_resolve_path(struct um_settings_load *ld, lua_State *L, const char *path,
+                              const char *name, bool want_dir, char **out)
 {
     const char *kind = want_dir ? "directory" : "file";
     char *joined = um__cfg_dir_join(ld, name);
     char *real = realpath(joined, NULL);
     int e = errno;
     if (real == NULL) {
-        bool ok = e == ENOENT ? um__cfg_fail(ld, L, path, "%s: no such %s '%s' (looked for %s)",
-                                             path, kind, name, joined)
-                              : um__cfg_fail(ld, L, path, "%s: cannot use %s '%s' (%s): %s", path,
-                                             kind, name, joined, strerror(e));
+        bool ok = e == ENOENT ? um_settings_fail(ld, L, path, "%s: no such %s '%s' (looked for %s)",
+                                                 path, kind, name, joined)
+                              : um_settings_fail(ld, L, path, "%s: cannot use %s '%s' (%s): %s",
+                                                 path, kind, name, joined, strerror(e));
         free(joined);
         return ok;
     }
     free(joined);
     struct stat st;
     if (stat(real, &st) != 0 || (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
-        bool ok = um__cfg_fail(ld, L, path, "%s: '%s' is not a %s", path, real,
-                               want_dir ? "directory" : "regular file");
+        bool ok = um_settings_fail(ld, L, path, "%s: '%s' is not a %s", path, real,
+                                   want_dir ? "directory" : "regular file");
         free(real);
         return ok;
     }
@@ -393,7 +396,7 @@ bool um__cfg_resolve_path(struct um__cfg_load *ld, lua_State *L, const char *pat
     return true;
 }
 
-void um__cfg_lower(char *s)
+void um_settings_lower(char *s)
 {
     for (; *s; s++)
         if (*s >= 'A' && *s <= 'Z')
@@ -425,13 +428,13 @@ bool um__cfg_is_host_name(const char *s, size_t n)
 }
 
 /* A number of seconds from 0 to MAX_TIMEOUT (fractions allowed). */
-bool um__cfg_get_seconds0(struct um__cfg_load *ld, lua_State *L, int idx, const char *path,
-                          double *out)
+bool um_settings_get_seconds0(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                              double *out)
 {
     double d = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : NAN;
     if (!(d >= 0 && d <= MAX_TIMEOUT))
-        return um__cfg_fail(ld, L, path, "%s: expected a number of seconds from 0 to %.0f", path,
-                            MAX_TIMEOUT);
+        return um_settings_fail(ld, L, path, "%s: expected a number of seconds from 0 to %.0f",
+                                path, MAX_TIMEOUT);
     *out = d;
     return true;
 }

@@ -19,17 +19,17 @@ const char *const um__cfg_yunying[] = {"port",          "working_thread_num", "c
                                       "upstream_protocol", "upstream_set",   NULL};
 
 /* The first (lowest line) of the globals in names that the file set, or NULL. */
-static const char *first_set(struct um__cfg_load *ld, lua_State *L, const char *const *names,
+static const char *first_set(struct um_settings_load *ld, lua_State *L, const char *const *names,
                              int *line)
 {
     const char *first = NULL;
     *line = INT_MAX;
     for (const char *const *n = names; *n; n++) {
-        int t = um__cfg_get_global(L, *n);
+        int t = um_settings_get_global(L, *n);
         lua_pop(L, 1);
         if (t == LUA_TNIL)
             continue;
-        int l = um__cfg_line_of(ld, L, *n);
+        int l = um_settings_line_of(ld, L, *n);
         if (first == NULL || (l > 0 && l < *line)) {
             first = *n;
             *line = l > 0 ? l : INT_MAX;
@@ -47,27 +47,27 @@ static void set_global(lua_State *L, const char *name)
 }
 
 /* port and working_thread_num: Umbra's listen and workers. */
-static bool yy_listen_workers(struct um__cfg_load *ld, lua_State *L)
+static bool yy_listen_workers(struct um_settings_load *ld, lua_State *L)
 {
     long long n;
     char buf[PATH_LEN];
 
-    int t = um__cfg_get_global(L, "port");
+    int t = um_settings_get_global(L, "port");
     n = 8080;
-    if (t != LUA_TNIL && !um__cfg_get_integer(L, -1, 0, 65535, &n))
-        return um__cfg_fail(ld, L, "port", "port: expected a port number from 0 to 65535");
+    if (t != LUA_TNIL && !um_settings_get_integer(L, -1, 0, 65535, &n))
+        return um_settings_fail(ld, L, "port", "port: expected a port number from 0 to 65535");
     lua_pop(L, 1);
     snprintf(buf, sizeof buf, "*:%lld", n);
     lua_pushstring(L, buf);
     set_global(L, "listen");
 
-    t = um__cfg_get_global(L, "working_thread_num");
+    t = um_settings_get_global(L, "working_thread_num");
     n = 4;
-    if (t != LUA_TNIL && !um__cfg_get_integer(L, -1, 1, MAX_WORKERS, &n))
-        return um__cfg_fail(ld, L, "working_thread_num",
-                            "working_thread_num: expected an integer from "
-                            "1 to %d",
-                            MAX_WORKERS);
+    if (t != LUA_TNIL && !um_settings_get_integer(L, -1, 1, MAX_WORKERS, &n))
+        return um_settings_fail(ld, L, "working_thread_num",
+                                "working_thread_num: expected an integer from "
+                                "1 to %d",
+                                MAX_WORKERS);
     lua_pop(L, 1);
     lua_pushinteger(L, (lua_Integer)n);
     set_global(L, "workers");
@@ -75,20 +75,20 @@ static bool yy_listen_workers(struct um__cfg_load *ld, lua_State *L)
 }
 
 /* cache_size_bytes, cache_default_max_age, cache_clean_interval: Umbra's cache table. */
-static bool yy_cache(struct um__cfg_load *ld, lua_State *L)
+static bool yy_cache(struct um_settings_load *ld, lua_State *L)
 {
     long long n;
     int t;
     lua_newtable(L);
     int cache = lua_gettop(L);
-    t = um__cfg_get_global(L, "cache_size_bytes");
+    t = um_settings_get_global(L, "cache_size_bytes");
     n = 1 << 25;
     if (t != LUA_TNIL &&
-        !um__cfg_get_integer(L, -1, (double)CACHE_MIN_MEMORY, 9007199254740992.0, &n))
-        return um__cfg_fail(ld, L, "cache_size_bytes",
-                            "cache_size_bytes: expected a number of bytes, "
-                            "at least %llu",
-                            (unsigned long long)CACHE_MIN_MEMORY);
+        !um_settings_get_integer(L, -1, (double)CACHE_MIN_MEMORY, 9007199254740992.0, &n))
+        return um_settings_fail(ld, L, "cache_size_bytes",
+                                "cache_size_bytes: expected a number of bytes, "
+                                "at least %llu",
+                                (unsigned long long)CACHE_MIN_MEMORY);
     lua_pop(L, 1);
     lua_pushnumber(L, (lua_Number)n);
     lua_setfield(L, cache, "memory");
@@ -98,8 +98,9 @@ static bool yy_cache(struct um__cfg_load *ld, lua_State *L)
     };
     for (size_t i = 0; i < UM_NELEMS(secs); i++) {
         double d = secs[i].def;
-        if (um__cfg_get_global(L, secs[i].yy) != LUA_TNIL &&
-            !(i == 0 ? um__cfg_get_seconds0 : um__cfg_get_seconds)(ld, L, -1, secs[i].yy, &d))
+        if (um_settings_get_global(L, secs[i].yy) != LUA_TNIL &&
+            !(i == 0 ? um_settings_get_seconds0 : um_settings_get_seconds)(ld, L, -1, secs[i].yy,
+                                                                           &d))
             return false;
         lua_pop(L, 1);
         lua_pushnumber(L, d);
@@ -111,7 +112,7 @@ static bool yy_cache(struct um__cfg_load *ld, lua_State *L)
 
 /* A Yunying-style file: checks its settings and writes the Umbra settings that mean the
  * same (listen, workers, cache, upstreams, routes), which the other steps then read. */
-bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
+bool um__cfg_load_yunying(struct um_settings_load *ld, lua_State *L)
 {
     int yl, ul, hl;
     const char *yy = first_set(ld, L, um__cfg_yunying, &yl);
@@ -126,10 +127,10 @@ bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
     if (um != NULL) {
         bool um_later = ul != INT_MAX && (yl == INT_MAX || ul > yl);
         int line = um_later ? ul : yl;
-        return um__cfg_fail_at(ld, line == INT_MAX ? 0 : line,
-                               "'%s' is an Umbra setting and '%s' a Yunying one: "
-                               "a config file uses one style or the other, not both",
-                               um, yy);
+        return um_settings_fail_at(ld, line == INT_MAX ? 0 : line,
+                                   "'%s' is an Umbra setting and '%s' a Yunying one: "
+                                   "a config file uses one style or the other, not both",
+                                   um, yy);
     }
     struct um_config *c = ld->c;
     c->lua.yunying = true;
@@ -140,15 +141,16 @@ bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
         return false;
 
     const char *origin = "static_file";
-    if (um__cfg_get_global(L, "origin_type") != LUA_TNIL &&
-        !um__cfg_get_string(ld, L, -1, "origin_type", "\"static_file\" or \"upstream\"", &origin))
+    if (um_settings_get_global(L, "origin_type") != LUA_TNIL &&
+        !um_settings_get_string(ld, L, -1, "origin_type", "\"static_file\" or \"upstream\"",
+                                &origin))
         return false;
     bool upstream = strcmp(origin, "upstream") == 0;
     if (!upstream && strcmp(origin, "static_file") != 0)
-        return um__cfg_fail(ld, L, "origin_type",
-                            "origin_type: expected \"static_file\" or "
-                            "\"upstream\", got '%s'",
-                            origin);
+        return um_settings_fail(ld, L, "origin_type",
+                                "origin_type: expected \"static_file\" or "
+                                "\"upstream\", got '%s'",
+                                origin);
     lua_pop(L, 1);
     lua_newtable(L); /* routes */
     lua_newtable(L); /* routes[1] */
@@ -156,12 +158,11 @@ bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
     lua_setfield(L, -2, "path");
     if (!upstream) {
         const char *root = ".";
-        if (um__cfg_get_global(L, "root_dir") != LUA_TNIL &&
-            !um__cfg_get_string(ld, L, -1, "root_dir", "a directory", &root))
+        if (um_settings_get_global(L, "root_dir") != LUA_TNIL &&
+            !um_settings_get_string(ld, L, -1, "root_dir", "a directory", &root))
             return false;
         char *abs;
-        if (!um__cfg_resolve_path(ld, L, "root_dir", root, true, &abs))
-            return false;
+        if (!um_settings_resolve_path(ld, L, "root_dir", root, true, &abs)) return false;
         lua_pop(L, 1);
         lua_pushstring(L, abs);
         free(abs);
@@ -172,39 +173,38 @@ bool um__cfg_load_yunying(struct um__cfg_load *ld, lua_State *L)
     }
 
     const char *proto = "http", *domain = NULL, *host = NULL;
-    if (um__cfg_get_global(L, "upstream_protocol") != LUA_TNIL &&
-        !um__cfg_get_string(ld, L, -1, "upstream_protocol", "\"http\" or \"https\"", &proto))
+    if (um_settings_get_global(L, "upstream_protocol") != LUA_TNIL &&
+        !um_settings_get_string(ld, L, -1, "upstream_protocol", "\"http\" or \"https\"", &proto))
         return false;
     if (strcmp(proto, "http") != 0 && strcmp(proto, "https") != 0)
-        return um__cfg_fail(ld, L, "upstream_protocol",
-                            "upstream_protocol: expected \"http\" or "
-                            "\"https\", got '%s'",
-                            proto);
-    const char *dname = um__cfg_get_global(L, "upstream_domain") != LUA_TNIL ? "upstream_domain"
-                        : (lua_pop(L, 1), um__cfg_get_global(L, "upstream_ip")) != LUA_TNIL
+        return um_settings_fail(ld, L, "upstream_protocol",
+                                "upstream_protocol: expected \"http\" or "
+                                "\"https\", got '%s'",
+                                proto);
+    const char *dname = um_settings_get_global(L, "upstream_domain") != LUA_TNIL ? "upstream_domain"
+                        : (lua_pop(L, 1), um_settings_get_global(L, "upstream_ip")) != LUA_TNIL
                             ? "upstream_ip"
                             : NULL;
     if (dname == NULL)
-        return um__cfg_fail_at(ld, um__cfg_line_of(ld, L, "origin_type"),
-                               "origin_type = \"upstream\" needs "
-                               "upstream_domain, the name or address of the upstream server");
-    if (!um__cfg_get_string(ld, L, -1, dname, "a host name or address", &domain))
-        return false;
+        return um_settings_fail_at(ld, um_settings_line_of(ld, L, "origin_type"),
+                                   "origin_type = \"upstream\" needs "
+                                   "upstream_domain, the name or address of the upstream server");
+    if (!um_settings_get_string(ld, L, -1, dname, "a host name or address", &domain)) return false;
     if (!um__cfg_is_host_name(domain, strlen(domain)) && inet_pton(AF_INET, domain, buf) != 1)
-        return um__cfg_fail(ld, L, dname, "%s: bad host name '%s'", dname, domain);
+        return um_settings_fail(ld, L, dname, "%s: bad host name '%s'", dname, domain);
     n = strcmp(proto, "https") == 0 ? 443 : 80;
-    if (um__cfg_get_global(L, "upstream_port") != LUA_TNIL &&
-        !um__cfg_get_integer(L, -1, 1, 65535, &n))
-        return um__cfg_fail(ld, L, "upstream_port",
-                            "upstream_port: expected a port number from 1 to "
-                            "65535");
-    if (um__cfg_get_global(L, "upstream_host") != LUA_TNIL &&
-        !um__cfg_get_string(ld, L, -1, "upstream_host", "a host name", &host))
+    if (um_settings_get_global(L, "upstream_port") != LUA_TNIL &&
+        !um_settings_get_integer(L, -1, 1, 65535, &n))
+        return um_settings_fail(ld, L, "upstream_port",
+                                "upstream_port: expected a port number from 1 to "
+                                "65535");
+    if (um_settings_get_global(L, "upstream_host") != LUA_TNIL &&
+        !um_settings_get_string(ld, L, -1, "upstream_host", "a host name", &host))
         return false;
-    int ft = um__cfg_get_global(L, "upstream_set");
+    int ft = um_settings_get_global(L, "upstream_set");
     if (ft != LUA_TNIL && ft != LUA_TFUNCTION)
-        return um__cfg_fail(ld, L, "upstream_set", "upstream_set: expected a function, got %s",
-                            lua_typename(L, ft));
+        return um_settings_fail(ld, L, "upstream_set", "upstream_set: expected a function, got %s",
+                                lua_typename(L, ft));
     c->lua.upstream_set = ft == LUA_TFUNCTION;
     c->lua.yy_protocol = um_strndup(proto, strlen(proto));
     c->lua.yy_domain = um_strndup(domain, strlen(domain));

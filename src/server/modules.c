@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "umbra/metrics.h"
+#include "umbra/settings.h"
 
 extern const struct um_module um_cache_module;
 extern const struct um_module um_upstream_module;
@@ -25,6 +26,15 @@ const struct um_module *const um_modules[] = {
 
 void um_modules_init(void)
 {
+    static bool done;
+    if (done) return;
+    done = true;
+    static const struct um_settings *settings[UM_SETTINGS_MAX + 1];
+    size_t n = 0;
+    for (size_t m = 0; um_modules[m]; m++)
+        if (um_modules[m]->settings) settings[n++] = um_modules[m]->settings;
+    settings[n] = NULL;
+    um_settings_use(settings);
     for (size_t m = 0; um_modules[m]; m++)
         for (size_t s = 0; um_modules[m]->slots && um_modules[m]->slots[s]; s++)
             (void)um_context_slot_index(um_modules[m]->slots[s]);

@@ -51,8 +51,7 @@ static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache 
 {
     if (hooks)
         o = um_hooks_origin_create(o, rt->hooks, r);
-    if (r->compress.enabled && o)
-        o = um_compress_origin_create(o, r);
+    if (um_compress_route_conf(r)->enabled && o) o = um_compress_origin_create(o, r);
     if (cacheable && r->cache) {
         if (*cache == NULL) {
             struct um_cache *c = create_cache(rt->config);

@@ -45,7 +45,7 @@ static int open_sibling(const struct static_origin *o, const struct um_request *
                         enum um_coding *coding)
 {
     static const unsigned char all[3] = {UM_CODING_ZSTD, UM_CODING_BR, UM_CODING_GZIP};
-    const struct um_compress_conf *cc = &o->route->compress;
+    const struct um_compress_conf *cc = um_compress_route_conf(o->route);
     unsigned char order[3];
     size_t n = cc->enabled ? cc->num_algorithms : 3;
     memcpy(order, cc->enabled ? cc->order : all, n);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "umbra/config.h"
+#include "umbra/module.h"
 
 static void print(const char *setting, void *arg)
 {
@@ -12,6 +13,7 @@ static void print(const char *setting, void *arg)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings are theirs to list */
     um_config_settings(print, NULL);
     return 0;
 }

@@ -31,6 +31,7 @@
 #include "config/lualines.h"
 #include "fuzz_common.h"
 #include "umbra/config.h"
+#include "umbra/module.h"
 
 #define LUA_MEMORY_CAP (64u << 20)
 
@@ -200,6 +201,7 @@ static void fuzz_lualines(const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    um_modules_init(); /* the modules' settings (once) */
     fuzz_lualines(data, size);
     fuzz_loader(data, size);
     return 0;

@@ -18,6 +18,7 @@
 #include "fuzz_common.h"
 #include "server/conn.h"
 #include "umbra/hooks.h"
+#include "umbra/module.h"
 #include "umbra/runtime.h"
 
 static void origin_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *sink)
@@ -103,6 +104,7 @@ static void turn(int client)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    um_modules_init(); /* the modules' settings (once) */
     static int ready;
     if (!ready) {
         setup_once();

@@ -13,6 +13,7 @@
 
 #include "guard.h"
 #include "umbra/compress.h"
+#include "umbra/module.h"
 
 static struct guard g;
 static const unsigned char all[3] = {UM_CODING_ZSTD, UM_CODING_BR, UM_CODING_GZIP};
@@ -349,19 +350,23 @@ static const struct um_sink_ops client_ops = {.on_head = c_head, .on_data = c_da
                                               .on_end = c_end};
 
 static struct um_route route;
+static struct um_compress_conf route_compress;
 static struct um_request req;
 
 static void setup_route(void)
 {
     memset(&route, 0, sizeof(route));
-    route.compress.enabled = true;
-    route.compress.order[0] = UM_CODING_ZSTD;
-    route.compress.order[1] = UM_CODING_GZIP;
-    route.compress.num_algorithms = 2;
-    strcpy(route.compress.types[route.compress.num_types++], "text/*");
-    route.compress.min_size = 10;
-    route.compress.level[UM_CODING_GZIP] = 6;
-    route.compress.level[UM_CODING_ZSTD] = 3;
+    memset(&route_compress, 0, sizeof(route_compress));
+    for (size_t i = 0; um_settings_registered(i); i++) /* the route's part, by hand */
+        if (um_settings_registered(i) == &um_compress_settings) route.parts[i] = &route_compress;
+    route_compress.enabled = true;
+    route_compress.order[0] = UM_CODING_ZSTD;
+    route_compress.order[1] = UM_CODING_GZIP;
+    route_compress.num_algorithms = 2;
+    strcpy(route_compress.types[route_compress.num_types++], "text/*");
+    route_compress.min_size = 10;
+    route_compress.level[UM_CODING_GZIP] = 6;
+    route_compress.level[UM_CODING_ZSTD] = 3;
     memset(&req, 0, sizeof(req));
     req.method_id = UM_METHOD_GET;
 }
@@ -495,6 +500,7 @@ static void test_origin_passes_what_it_does_not_compress(void **state)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings, as the server's main does */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_lists),
         cmocka_unit_test(test_q_values),

@@ -23,6 +23,8 @@
 #include "config/internal.h"
 #include "config/lualines.h"
 #include "umbra/config.h"
+#include "umbra/compress.h"
+#include "umbra/module.h"
 #include "umbra/log.h"
 #include "umbra/tls.h"
 
@@ -246,14 +248,16 @@ static void test_readme_defaults(void **state)
     assert_int_equal(c->cgi.max_children, 64);
     assert_true(c->cgi.timeout == 30);
     assert_true(c->timeouts.tunnel == 3600);
-    assert_true(c->compress.enabled);
-    assert_int_equal(c->compress.level[UM_CODING_GZIP], 6);
-    assert_int_equal(c->compress.level[UM_CODING_BR], 4);
-    assert_int_equal(c->compress.level[UM_CODING_ZSTD], 3);
+    const struct um_compress_conf *cc = um_config_part(c, &um_compress_settings);
+    const struct um_compress_conf *rc = um_compress_route_conf(&c->routes[0]);
+    assert_true(cc->enabled);
+    assert_int_equal(cc->level[UM_CODING_GZIP], 6);
+    assert_int_equal(cc->level[UM_CODING_BR], 4);
+    assert_int_equal(cc->level[UM_CODING_ZSTD], 3);
     /* A route's own table starts from the same levels. */
-    assert_int_equal(c->routes[0].compress.level[UM_CODING_GZIP], 6);
-    assert_int_equal(c->routes[0].compress.level[UM_CODING_BR], 4);
-    assert_int_equal(c->routes[0].compress.level[UM_CODING_ZSTD], 3);
+    assert_int_equal(rc->level[UM_CODING_GZIP], 6);
+    assert_int_equal(rc->level[UM_CODING_BR], 4);
+    assert_int_equal(rc->level[UM_CODING_ZSTD], 3);
     um_config_unref(c);
 }
 
@@ -271,8 +275,9 @@ static void test_compress_types_at_most_32(void **state)
                  "compress = {\n  types = { %s },\n}\n", list);
         if (n == 32) {
             struct um_config *c = load_ok(text);
-            assert_int_equal(c->compress.num_types, 32);
-            assert_string_equal(c->compress.types[31], "text/t31");
+            const struct um_compress_conf *cc = um_config_part(c, &um_compress_settings);
+            assert_int_equal(cc->num_types, 32);
+            assert_string_equal(cc->types[31], "text/t31");
             um_config_unref(c);
         } else {
             expect_error(text, 3, "at most 32 types");
@@ -509,10 +514,13 @@ static void test_err_unknown_setting_names_every_setting(void **state)
     const char *end = strchr(list, ';');
     assert_non_null(end);
     /* The named list, split on ", ", is exactly the known settings, in order. */
-    const char *const *known[] = {um__cfg_settings, um__cfg_process};
+    const char *modules[UM_SETTINGS_MAX + 1] = {NULL};
+    for (size_t i = 0; um_settings_registered(i); i++)
+        modules[i] = um_settings_registered(i)->global;
+    const char *const *known[] = {um__cfg_settings, modules, um__cfg_process};
     const char *p = list;
     size_t count = 0;
-    for (size_t k = 0; k < 2; k++)
+    for (size_t k = 0; k < 3; k++)
         for (const char *const *s = known[k]; *s; s++, count++) {
             size_t n = strlen(*s);
             if (strncmp(p, *s, n) != 0 || (p[n] != ',' && p[n] != ';'))
@@ -2089,6 +2097,7 @@ static void test_netmask_match(void **state)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings, as the server's main does */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_config),
         cmocka_unit_test(test_defaults),

@@ -18,6 +18,7 @@
 #include "server/conn.h"
 #include "server/internal.h"
 #include "umbra/hooks.h"
+#include "umbra/module.h"
 #include "umbra/runtime.h"
 
 /* ---------------------------------------------------------------- a test origin */
@@ -428,6 +429,7 @@ static void test_h2_idle_gives_memory_back(void **state)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings, as the server's main does */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_keepalive, setup, teardown),

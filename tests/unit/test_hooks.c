@@ -13,6 +13,7 @@
 
 #include "config/lualines.h"
 #include "umbra/config.h"
+#include "umbra/module.h"
 #include "umbra/context.h"
 #include "umbra/hooks.h"
 #include "umbra/http1.h"
@@ -692,6 +693,7 @@ static void test_fold_shifts_keeps_precedence(void **state)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings, as the server's main does */
     um_context_init(&ctx, NULL, 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rewrites),

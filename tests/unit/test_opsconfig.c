@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "umbra/config.h"
+#include "umbra/module.h"
 
 static char dir[] = "/tmp/umbra-test-opsconfig-XXXXXX";
 static char real[PATH_MAX], cfgpath[PATH_MAX + 32];
@@ -126,6 +127,7 @@ static void test_errors(void **state)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings, as the server's main does */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_values),

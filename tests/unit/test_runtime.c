@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "umbra/config.h"
+#include "umbra/module.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/origin.h"
@@ -151,6 +152,7 @@ static int group_teardown(void **state)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings, as the server's main does */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refcount_and_origins),
         cmocka_unit_test(test_upstreams),

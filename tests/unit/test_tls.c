@@ -32,6 +32,7 @@
 #include <openssl/x509v3.h>
 
 #include "umbra/config.h"
+#include "umbra/module.h"
 #include "umbra/log.h"
 #include "umbra/tls.h"
 
@@ -909,6 +910,7 @@ static void test_check_pair(void **state)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings, as the server's main does */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_sni_selection, test_setup),
         cmocka_unit_test_setup(test_versions, test_setup),
