@@ -23,6 +23,25 @@
 
 struct um_context;
 
+enum um_access_format { UM_ACCESS_COMBINED, UM_ACCESS_JSON };
+
+/* access_log = { path = "FILE" or "stderr", format = "combined" or "json" }, or false */
+struct um_access_log_conf {
+    bool enabled;
+    char *path; /* absolute; NULL: stderr */
+    enum um_access_format format;
+    int line;
+};
+
+/* The module's settings (umbra/settings.h): the global access_log. */
+extern const struct um_settings um_access_log_settings;
+
+/* The access_log settings of snapshot c. */
+static inline const struct um_access_log_conf *um_access_log_conf(const struct um_config *c)
+{
+    return um_config_part(c, &um_access_log_settings);
+}
+
 struct um_access_rec {
     const char *client_ip;
     um_str method, target;   /* empty when no request line could be parsed */

@@ -17,6 +17,16 @@
 /* Creates the origin of a cgi route (opens route->cgi). Returns NULL with a message in err
  * when the directory cannot be opened. Destroy through o->ops->destroy, once no fetch of it
  * is running (the runtime's rule). */
+/* cgi = { max_children = N, timeout = S }: the limits of every cgi route (a route's
+ * cgi = "DIR" is the route's kind, read with the route). The module's settings
+ * (umbra/settings.h); its part of a snapshot: um_config_part(c, &um_cgi_settings). */
+struct um_cgi_conf {
+    int max_children; /* scripts running at once per cgi route; default 64 */
+    double timeout;   /* seconds a script may run; default 30 */
+    int line;
+};
+extern const struct um_settings um_cgi_settings;
+
 struct um_origin *um_cgi_origin_create(const struct um_route *route,
                                        const struct um_config *config, char *err,
                                        size_t errlen);

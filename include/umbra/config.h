@@ -173,16 +173,6 @@ struct um_admin_conf {
     int line;
 };
 
-enum um_access_format { UM_ACCESS_COMBINED, UM_ACCESS_JSON };
-
-/* access_log = { path = "FILE" or "stderr", format = "combined" or "json" }, or false */
-struct um_access_log_conf {
-    bool enabled;
-    char *path; /* absolute; NULL: stderr */
-    enum um_access_format format;
-    int line;
-};
-
 struct um_config {
     char *file; /* path of the config file as given */
     /* The modules' parts, in the order of their list (umbra/settings.h: um_config_part). */
@@ -235,17 +225,10 @@ struct um_config {
         char *chunkname;     /* "@FILE" */
     } lua;
     struct um_admin_conf admin;
-    struct um_access_log_conf access_log;
     /* pid = "FILE": the file that holds the process's ID while it runs (absolute, its
      * folder exists), or NULL. Read at start only: a reload keeps the running one. */
     char *pid_file;
     int pid_line; /* of pid in the file */
-    /* cgi = { max_children = N, timeout = S }: the limits of every cgi route */
-    struct {
-        int max_children; /* scripts running at once per cgi route; default 64 */
-        double timeout;   /* seconds a script may run; default 30 */
-        int line;
-    } cgi;
     /* user = "NAME", group = "NAME": who the process becomes once it has bound its
      * listeners and read its keys (when started as root). */
     struct um_user_conf {

@@ -23,6 +23,7 @@ static struct um_context_slot log_slot = {.name = "access log buffer"};
 
 const struct um_module um_accesslog_module = {
     .name = "accesslog",
+    .settings = &um_access_log_settings,
     .slots = (struct um_context_slot *const[]){&log_slot, NULL},
 };
 
@@ -360,14 +361,13 @@ void um_access_log_request(struct um_context *ctx, const struct um_config *cfg,
                            const struct um_access_rec *r)
 {
     count(r);
-    if (cfg == NULL || !cfg->access_log.enabled)
-        return;
+    if (cfg == NULL || !um_access_log_conf(cfg)->enabled) return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct worker_log *wl = worker_log(ctx);
     if (wl == NULL) {
         char line[LINE_MAX_BYTES];
-        size_t n = um_access_log_format(line, sizeof line, cfg->access_log.format, r,
+        size_t n = um_access_log_format(line, sizeof line, um_access_log_conf(cfg)->format, r,
                                         ts.tv_sec, (int)(ts.tv_nsec / 1000000));
         if (n >= sizeof line) {
             n = sizeof line - 1;
@@ -376,8 +376,9 @@ void um_access_log_request(struct um_context *ctx, const struct um_config *cfg,
         write_all(line, n);
         return;
     }
-    size_t n = um_access_log_format(wl->buf + wl->len, LINE_MAX_BYTES, cfg->access_log.format,
-                                    r, ts.tv_sec, (int)(ts.tv_nsec / 1000000));
+    size_t n =
+        um_access_log_format(wl->buf + wl->len, LINE_MAX_BYTES, um_access_log_conf(cfg)->format, r,
+                             ts.tv_sec, (int)(ts.tv_nsec / 1000000));
     if (n >= LINE_MAX_BYTES) {
         /* Cut to the buffer, still one line. */
         n = LINE_MAX_BYTES - 1;
@@ -398,7 +399,7 @@ static int open_log(const char *path, char *err, size_t errlen, const struct um_
     if (fd < 0) {
         if (cfg)
             snprintf(err, errlen, "%s:%d: access_log.path: cannot open '%s': %s", cfg->file,
-                     cfg->access_log.line, path, strerror(errno));
+                     um_access_log_conf(cfg)->line, path, strerror(errno));
         else
             snprintf(err, errlen, "access log: cannot open '%s': %s", path, strerror(errno));
     }
@@ -423,7 +424,7 @@ static void install(int fd)
 
 bool um_access_log_configure(const struct um_config *cfg, char *err, size_t errlen)
 {
-    const struct um_access_log_conf *al = &cfg->access_log;
+    const struct um_access_log_conf *al = um_access_log_conf(cfg);
     if (!al->enabled)
         return true; /* the descriptor stays; the configuration says not to write */
     if (al->path == NULL) {

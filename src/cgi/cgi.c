@@ -41,6 +41,7 @@ struct um_context_slot um__cgi_slot = {.name = "cgi scripts"};
 
 const struct um_module um_cgi_module = {
     .name = "cgi",
+    .settings = &um_cgi_settings,
     .slots = (struct um_context_slot *const[]){&um__cgi_slot, NULL},
 };
 
@@ -397,7 +398,8 @@ struct um_origin *um_cgi_origin_create(const struct um_route *route,
     o->script_base_len = strlen(route->path);
     while (o->script_base_len > 0 && route->path[o->script_base_len - 1] == '/')
         o->script_base_len--;
-    o->max_children = config->cgi.max_children > 0 ? config->cgi.max_children : 64;
-    o->timeout_ms = (uint64_t)((config->cgi.timeout > 0 ? config->cgi.timeout : 30) * 1000);
+    const struct um_cgi_conf *cc = um_config_part(config, &um_cgi_settings);
+    o->max_children = cc->max_children;
+    o->timeout_ms = (uint64_t)(cc->timeout * 1000);
     return &o->base;
 }

@@ -121,13 +121,11 @@ static int extract(lua_State *L)
     struct um_settings_load *ld = lua_touserdata(L, 1);
     lua_settop(L, 0);
     static bool (*const steps[])(struct um_settings_load *, lua_State *) = {
-        check_globals,           um__cfg_load_yunying,  um__cfg_load_hooks,
-        um__cfg_load_listen,     um__cfg_load_tls,      um__cfg_load_workers,
-        um__cfg_load_upstreams,  um__cfg_load_parts,    um__cfg_load_routes,
-        um__cfg_load_limits,     um__cfg_load_timeouts, um__cfg_load_mime,
-        um__cfg_load_log_level,  um__cfg_load_cache,    um__cfg_load_admin,
-        um__cfg_load_access_log, um__cfg_load_http2,    um__cfg_load_cgi,
-        um__cfg_load_cluster,    um__cfg_load_user,
+        check_globals,          um__cfg_load_yunying, um__cfg_load_hooks,     um__cfg_load_listen,
+        um__cfg_load_tls,       um__cfg_load_workers, um__cfg_load_upstreams, um__cfg_load_parts,
+        um__cfg_load_routes,    um__cfg_load_limits,  um__cfg_load_timeouts,  um__cfg_load_mime,
+        um__cfg_load_log_level, um__cfg_load_cache,   um__cfg_load_admin,     um__cfg_load_http2,
+        um__cfg_load_cluster,   um__cfg_load_user,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -269,7 +267,6 @@ static void config_free(struct um_config *c)
     free(c->cache.disks);
     free(c->admin.listen.text);
     free(c->admin.allow);
-    free(c->access_log.path);
     free(c->user.name);
     free(c->pid_file);
     free(c->user.group);

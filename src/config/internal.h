@@ -64,8 +64,6 @@ extern const char *const um__cfg_purge_keys[];
 extern const char *const um__cfg_l2_keys[];         /* cache.c: cache.l2 */
 extern const char *const um__cfg_disk_keys[];       /* disk.c: cache.disk */
 extern const char *const um__cfg_admin_keys[];      /* ops.c: admin */
-extern const char *const um__cfg_access_log_keys[]; /* ops.c: access_log */
-extern const char *const um__cfg_cgi_keys[];        /* cgi.c: cgi */
 extern const char *const um__cfg_cluster_keys[];    /* cluster.c: cluster */
 
 /* Registry key (its address) of the table global name -> line of its first assignment,
@@ -121,8 +119,6 @@ bool um__cfg_load_cache(struct um_settings_load *ld, lua_State *L);     /* cache
 bool um__cfg_load_cache_disk(struct um_settings_load *ld, lua_State *L, int idx);
 bool um__cfg_load_admin(struct um_settings_load *ld, lua_State *L);      /* ops.c */
 bool um__cfg_load_http2(struct um_settings_load *ld, lua_State *L);      /* http2.c */
-bool um__cfg_load_access_log(struct um_settings_load *ld, lua_State *L); /* ops.c */
-bool um__cfg_load_cgi(struct um_settings_load *ld, lua_State *L);        /* cgi.c */
 bool um__cfg_load_cluster(struct um_settings_load *ld, lua_State *L);    /* cluster.c */
 bool um__cfg_load_user(struct um_settings_load *ld, lua_State *L);       /* user.c */
 

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* Operating the server: log_level, admin = { listen, allow } and access_log = { path,
- * format }. */
+/* Operating the server: log_level and admin = { listen, allow }. */
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,9 +10,6 @@
 
 static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug", NULL};
 const char *const um__cfg_admin_keys[] = {"listen", "allow", NULL};
-const char *const um__cfg_access_log_keys[] = {"path", "format", NULL};
-/* In the order of enum um_access_format. */
-static const char *const ACCESS_FORMATS[] = {"combined", "json", NULL};
 
 bool um__cfg_load_log_level(struct um_settings_load *ld, lua_State *L)
 {
@@ -107,71 +103,5 @@ bool um__cfg_load_admin(struct um_settings_load *ld, lua_State *L)
         !load_netmask_list(ld, L, lua_gettop(L), "admin.allow", &ac->allow, &ac->num_allow))
         return false;
     lua_pop(L, 1);
-    return true;
-}
-
-/* access_log = { path = "FILE" or "stderr", format = "combined" or "json" }, or false. The
- * file's folder must exist; the file is opened (created) by the server. */
-bool um__cfg_load_access_log(struct um_settings_load *ld, lua_State *L)
-{
-    struct um_access_log_conf *al = &ld->c->access_log;
-    const char *s;
-    int t = um_settings_get_global(L, "access_log");
-    if (t == LUA_TNIL || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)))
-        return true;
-    if (t != LUA_TTABLE)
-        return um_settings_fail(ld, L, "access_log",
-                                "access_log: expected a table such as { path = "
-                                "\"logs/access.log\", format = \"combined\" } or false, got %s",
-                                lua_typename(L, t));
-    int idx = lua_gettop(L);
-    al->line = um_settings_line_of(ld, L, "access_log");
-    if (!um_settings_check_keys(ld, L, idx, "access_log", um__cfg_access_log_keys)) return false;
-    if (um_settings_get_field(L, idx, "path") == LUA_TNIL)
-        return um_settings_fail(ld, L, "access_log",
-                                "access_log: missing path (a file, or \"stderr\")");
-    if (!um_settings_get_string(ld, L, -1, "access_log.path", "a file name or \"stderr\"", &s))
-        return false;
-    if (strcmp(s, "stderr") != 0) {
-        /* The folder must exist (the file need not): resolve it, keep the name. */
-        const char *slash = strrchr(s, '/');
-        const char *base = slash ? slash + 1 : s;
-        if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
-            return um_settings_fail(ld, L, "access_log.path",
-                                    "access_log.path: '%s' names a folder, "
-                                    "not a file",
-                                    s);
-        char *dir = NULL;
-        char *folder = slash == NULL ? um_strndup(".", 1)
-                       : slash == s  ? um_strndup("/", 1)
-                                     : um_strndup(s, (size_t)(slash - s));
-        bool ok = um_settings_resolve_path(ld, L, "access_log.path", folder, true, &dir);
-        free(folder);
-        if (!ok)
-            return false;
-        size_t dl = strlen(dir), bl = strlen(base);
-        al->path = um_malloc(dl + 1 + bl + 1);
-        memcpy(al->path, dir, dl);
-        al->path[dl] = '/';
-        memcpy(al->path + dl + 1, base, bl + 1);
-        free(dir);
-    }
-    lua_pop(L, 1);
-    t = um_settings_get_field(L, idx, "format");
-    if (t != LUA_TNIL) {
-        bool found = false;
-        if (t == LUA_TSTRING)
-            for (size_t i = 0; ACCESS_FORMATS[i] != NULL && !found; i++)
-                if (strcmp(lua_tostring(L, -1), ACCESS_FORMATS[i]) == 0) {
-                    al->format = (enum um_access_format)i;
-                    found = true;
-                }
-        if (!found)
-            return um_settings_fail(ld, L, "access_log.format",
-                                    "access_log.format: expected one of: %s",
-                                    um_settings_join(L, ACCESS_FORMATS));
-    }
-    lua_pop(L, 1);
-    al->enabled = true;
     return true;
 }

@@ -23,8 +23,6 @@ static const struct {
     {"cache.l2", um__cfg_l2_keys},
     {"cache.disk", um__cfg_disk_keys},
     {"admin", um__cfg_admin_keys},
-    {"access_log", um__cfg_access_log_keys},
-    {"cgi", um__cfg_cgi_keys},
     {"http2", um__cfg_http2_keys},
     {"cluster", um__cfg_cluster_keys},
 };

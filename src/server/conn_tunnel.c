@@ -80,7 +80,7 @@ static void keep_log_strings(struct um__tunnel *t, struct um__exchange *x)
 {
     const struct um_request *req = &x->req;
     um_str ref = {NULL, 0}, ua = {NULL, 0};
-    if (x->config->access_log.enabled) {
+    if (um_access_log_conf(x->config)->enabled) {
         const um_str *v = um_http1_find_header(req, "referer");
         if (v)
             ref = *v;

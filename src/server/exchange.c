@@ -72,7 +72,7 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         x->cache.cache_name = x->cache.key = x->cache.detail = NULL; /* borrowed */
     }
     /* The Cache-Status sent, for the log line (only the log line wants it). */
-    size_t nscan = x->config->access_log.enabled ? h->num_headers : 0;
+    size_t nscan = um_access_log_conf(x->config)->enabled ? h->num_headers : 0;
     for (size_t i = 0; i < nscan; i++) {
         const struct um_header *f = &h->headers[i];
         if (f->name.len == 12 && um_str_eq_ci(f->name, "cache-status") &&
@@ -287,7 +287,7 @@ void um__exchange_log(struct um__exchange *x, int status)
         r.minor_version = req->minor_version;
         r.http2 = (req->flags & UM_REQ_F_HTTP2) != 0;
         r.host = req->authority;
-        if (x->config->access_log.enabled) { /* only the log line needs them */
+        if (um_access_log_conf(x->config)->enabled) { /* only the log line needs them */
             const um_str *v = um_http1_find_header(req, "referer");
             if (v)
                 r.referer = *v;

@@ -23,6 +23,7 @@
 #include "config/internal.h"
 #include "config/lualines.h"
 #include "umbra/config.h"
+#include "umbra/cgi.h"
 #include "umbra/compress.h"
 #include "umbra/module.h"
 #include "umbra/log.h"
@@ -245,8 +246,9 @@ static void test_readme_defaults(void **state)
 {
     (void)state;
     struct um_config *c = load_ok("compress = true\nroutes = { { path = \"/\", root = \"www\" } }\n");
-    assert_int_equal(c->cgi.max_children, 64);
-    assert_true(c->cgi.timeout == 30);
+    const struct um_cgi_conf *cgi = um_config_part(c, &um_cgi_settings);
+    assert_int_equal(cgi->max_children, 64);
+    assert_true(cgi->timeout == 30);
     assert_true(c->timeouts.tunnel == 3600);
     const struct um_compress_conf *cc = um_config_part(c, &um_compress_settings);
     const struct um_compress_conf *rc = um_compress_route_conf(&c->routes[0]);

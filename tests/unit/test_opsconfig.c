@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "umbra/config.h"
+#include "umbra/accesslog.h"
 #include "umbra/module.h"
 
 static char dir[] = "/tmp/umbra-test-opsconfig-XXXXXX";
@@ -69,7 +70,7 @@ static void test_defaults(void **state)
     struct um_config *c = load("", err, sizeof(err));
     assert_non_null(c);
     assert_false(c->admin.enabled);
-    assert_false(c->access_log.enabled);
+    assert_false(um_access_log_conf(c)->enabled);
     um_config_unref(c);
 }
 
@@ -92,17 +93,17 @@ static void test_values(void **state)
     assert_true(um_netmask_match(c->admin.allow, c->admin.num_allow, (struct sockaddr *)&in));
     inet_pton(AF_INET, "127.0.0.1", &in.sin_addr);
     assert_false(um_netmask_match(c->admin.allow, c->admin.num_allow, (struct sockaddr *)&in));
-    assert_true(c->access_log.enabled);
-    assert_int_equal(c->access_log.format, UM_ACCESS_JSON);
+    assert_true(um_access_log_conf(c)->enabled);
+    assert_int_equal(um_access_log_conf(c)->format, UM_ACCESS_JSON);
     snprintf(want, sizeof(want), "%s/logs/a.log", real);
-    assert_string_equal(c->access_log.path, want);
+    assert_string_equal(um_access_log_conf(c)->path, want);
     um_config_unref(c);
 
     c = load("access_log = { path = \"stderr\" }\nadmin = false\n", err, sizeof(err));
     assert_non_null(c);
-    assert_true(c->access_log.enabled);
-    assert_null(c->access_log.path);
-    assert_int_equal(c->access_log.format, UM_ACCESS_COMBINED);
+    assert_true(um_access_log_conf(c)->enabled);
+    assert_null(um_access_log_conf(c)->path);
+    assert_int_equal(um_access_log_conf(c)->format, UM_ACCESS_COMBINED);
     assert_false(c->admin.enabled);
     um_config_unref(c);
 }
