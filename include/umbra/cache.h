@@ -40,6 +40,8 @@
 #include <sys/uio.h>
 
 #include "umbra/common.h"
+#include "umbra/config.h"
+#include "umbra/settings.h"
 
 struct um_cache;
 struct um_cache_obj;
@@ -79,6 +81,59 @@ enum um_cache_result {
     UM_CACHE_CREATED, /* *out is a new FILLING object, referenced: the caller is its filler */
     UM_CACHE_NOSPACE, /* *out is NULL: no room for a new object even after eviction */
 };
+
+/* cache = { ... } */
+#define UM_CACHE_TARGETED_MAX 8
+#define UM_CACHE_TARGETED_NAME_MAX 63
+struct um_cache_conf {
+    uint64_t memory;       /* hard cap, bytes; default 256MB */
+    uint64_t max_object;   /* largest body stored, bytes; default 64MB (at most memory) */
+    double clean_interval; /* seconds between expiry sweeps; default 10 */
+    double default_ttl;    /* seconds for responses without freshness information, on routes
+                              that cache (heuristically cacheable statuses only); default 0 */
+    double stale_if_error; /* seconds a stale response may stand in for a failing origin when
+                              the response does not say; default 0 */
+    struct um_netmask *purge_allow; /* PURGE allowed from these; default 127.0.0.1 and ::1 */
+    size_t num_purge_allow;
+    /* Targeted cache-control fields (RFC 9213) honoured instead of Cache-Control for the
+     * cache's decisions, first valid one wins; default Umbra-Cache-Control, then
+     * CDN-Cache-Control. Names are tokens of at most UM_CACHE_TARGETED_NAME_MAX bytes. */
+    char targeted[UM_CACHE_TARGETED_MAX][UM_CACHE_TARGETED_NAME_MAX + 1];
+    size_t num_targeted;
+    bool expose_tags; /* send Surrogate-Key, Cache-Tag and xkey on to clients; default false */
+    /* l2 = { redis = "redis://ADDRESS:PORT", max_object = SIZE, timeout = S }: the second-
+     * level cache on Redis (umbra/l2.h), shared by the nodes; off without the table. */
+    struct um_l2_conf {
+        bool enabled;
+        char host[64];       /* an IPv4 or IPv6 address (no name: resolving could block) */
+        int port;            /* default 6379 */
+        uint64_t max_object; /* largest body written to Redis, bytes; default 1MB */
+        double timeout;      /* seconds a lookup waits before the origin is asked; 0.05 */
+        int line;
+    } l2;
+    /* disk = { path = DIR, size = SIZE } or a list of such tables, with sync = S and
+     * reset_incompatible = BOOL beside them: the disk tier (umbra/disktier.h); off
+     * without the table. Each store is the file DIR/umbra.store (and its index). */
+    struct um_disk_conf {
+        char *path;    /* the directory, absolute */
+        uint64_t size; /* bytes of its store file */
+        int line;
+    } * disks;
+    size_t num_disks;
+    double disk_sync;             /* seconds between syncs; default 1 */
+    bool disk_reset_incompatible; /* reinitialise a store of another format; default false */
+    int line;
+};
+
+/* The cache's settings (umbra/settings.h), read by src/cache/settings.c; its part of a
+ * snapshot: um_cache_conf(c). */
+extern const struct um_settings um_cache_settings;
+/* The module's record (umbra/module.h); its running state is the shared cache. */
+extern const struct um_module um_cache_module;
+static inline const struct um_cache_conf *um_cache_conf(const struct um_config *c)
+{
+    return um_config_part(c, &um_cache_settings);
+}
 
 /* Decides whether obj (same key) is the variant the caller wants. Runs on the caller's
  * thread under the shard lock: it must be quick, must not block, and must not call into

@@ -26,6 +26,27 @@
 #include "umbra/config.h"
 #include "umbra/origin.h"
 
+/* cluster = { self = "IP:PORT", peers = { "IP:PORT", ... }, secret = "..." }: the
+ * nodes of a ring (umbra/cluster.h). enabled false: no cluster. */
+struct um_cluster_conf {
+    bool enabled;
+    struct um_upstream_server *peers; /* every node, self included, as "http://IP:PORT"
+                                         servers (url, addr); in the file's order */
+    size_t num_peers;                 /* >= 1 */
+    size_t self;                      /* index of this node among peers */
+    char *secret;                     /* the shared secret (>= 16 bytes) */
+    int line;
+};
+
+/* The module's settings and record (umbra/settings.h, umbra/module.h); its part of a
+ * snapshot: um_cluster_conf(c). */
+extern const struct um_settings um_cluster_settings;
+extern const struct um_module um_cluster_module;
+static inline const struct um_cluster_conf *um_cluster_conf(const struct um_config *c)
+{
+    return um_config_part(c, &um_cluster_settings);
+}
+
 struct um_cluster;
 struct um_buf;
 

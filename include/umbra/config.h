@@ -121,49 +121,6 @@ struct um_netmask {
     int prefix;            /* bits that must match: 32/128 for a single address */
 };
 
-/* cache = { ... } */
-#define UM_CACHE_TARGETED_MAX 8
-#define UM_CACHE_TARGETED_NAME_MAX 63
-struct um_cache_conf {
-    uint64_t memory;       /* hard cap, bytes; default 256MB */
-    uint64_t max_object;   /* largest body stored, bytes; default 64MB (at most memory) */
-    double clean_interval; /* seconds between expiry sweeps; default 10 */
-    double default_ttl;    /* seconds for responses without freshness information, on routes
-                              that cache (heuristically cacheable statuses only); default 0 */
-    double stale_if_error; /* seconds a stale response may stand in for a failing origin when
-                              the response does not say; default 0 */
-    struct um_netmask *purge_allow; /* PURGE allowed from these; default 127.0.0.1 and ::1 */
-    size_t num_purge_allow;
-    /* Targeted cache-control fields (RFC 9213) honoured instead of Cache-Control for the
-     * cache's decisions, first valid one wins; default Umbra-Cache-Control, then
-     * CDN-Cache-Control. Names are tokens of at most UM_CACHE_TARGETED_NAME_MAX bytes. */
-    char targeted[UM_CACHE_TARGETED_MAX][UM_CACHE_TARGETED_NAME_MAX + 1];
-    size_t num_targeted;
-    bool expose_tags; /* send Surrogate-Key, Cache-Tag and xkey on to clients; default false */
-    /* l2 = { redis = "redis://ADDRESS:PORT", max_object = SIZE, timeout = S }: the second-
-     * level cache on Redis (umbra/l2.h), shared by the nodes; off without the table. */
-    struct {
-        bool enabled;
-        char host[64];       /* an IPv4 or IPv6 address (no name: resolving could block) */
-        int port;            /* default 6379 */
-        uint64_t max_object; /* largest body written to Redis, bytes; default 1MB */
-        double timeout;      /* seconds a lookup waits before the origin is asked; 0.05 */
-        int line;
-    } l2;
-    /* disk = { path = DIR, size = SIZE } or a list of such tables, with sync = S and
-     * reset_incompatible = BOOL beside them: the disk tier (umbra/disktier.h); off
-     * without the table. Each store is the file DIR/umbra.store (and its index). */
-    struct um_disk_conf {
-        char *path;    /* the directory, absolute */
-        uint64_t size; /* bytes of its store file */
-        int line;
-    } *disks;
-    size_t num_disks;
-    double disk_sync;              /* seconds between syncs; default 1 */
-    bool disk_reset_incompatible; /* reinitialise a store of another format; default false */
-    int line;
-};
-
 /* admin = { listen = "127.0.0.1:9145", allow = { "127.0.0.1", ... } } */
 struct um_admin_conf {
     bool enabled;
@@ -210,7 +167,6 @@ struct um_config {
     } http2;
     int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
     struct um_tls_conf tls;
-    struct um_cache_conf cache;
     /* Request-time Lua (umbra/hooks.h). */
     struct {
         bool on_request, on_response; /* global functions of those names */
@@ -239,17 +195,6 @@ struct um_config {
         gid_t gid;   /* the group's, else the user's primary group */
         int line;    /* of user in the file */
     } user;
-    /* cluster = { self = "IP:PORT", peers = { "IP:PORT", ... }, secret = "..." }: the
-     * nodes of a ring (umbra/cluster.h). enabled false: no cluster. */
-    struct um_cluster_conf {
-        bool enabled;
-        struct um_upstream_server *peers; /* every node, self included, as "http://IP:PORT"
-                                             servers (url, addr); in the file's order */
-        size_t num_peers;                 /* >= 1 */
-        size_t self;                      /* index of this node among peers */
-        char *secret;                     /* the shared secret (>= 16 bytes) */
-        int line;
-    } cluster;
     atomic_int _refcnt;
 };
 

@@ -26,9 +26,10 @@ struct um_module {
     struct um_context_slot *const *slots;
     /* The module's settings that a reload cannot change: called on SIGHUP, on the main
      * thread, with the running configuration and the new one (both borrowed for the
-     * call); logs a warning for what changed, whose running value stays. NULL: every
-     * setting of the module takes effect at a reload. */
-    void (*check_reload)(const struct um_config *was, const struct um_config *now);
+     * call) and the module's running state (um_module_run; NULL when it does not run);
+     * logs a warning for what changed, whose running value stays. NULL: every setting of
+     * the module takes effect at a reload. */
+    void (*check_reload)(const struct um_config *was, const struct um_config *now, void *running);
     /* Its settings: the global (and route key) it owns, their reader and documentation
      * (umbra/settings.h); its part of a snapshot is um_config_part(c, settings). NULL:
      * it has no settings of its own. */

@@ -70,6 +70,10 @@ const struct um_settings *um_settings_registered(size_t i);
  * (asserts otherwise). */
 const void *um_config_part(const struct um_config *c, const struct um_settings *s);
 const void *um_route_part(const struct um_route *r, const struct um_settings *s);
+/* Puts part (borrowed) in place of s's in a snapshot or route made by hand (tests); a
+ * snapshot made by um_config_load owns its parts. */
+void um_config_set_part(struct um_config *c, const struct um_settings *s, void *part);
+void um_route_set_part(struct um_route *r, const struct um_settings *s, void *part);
 
 /* --- errors (values.c) ------------------------------------------------------------------ */
 
@@ -134,5 +138,13 @@ bool um_settings_get_size(struct um_settings_load *ld, lua_State *L, int idx, co
  * when want_dir, else a regular file); *out is the caller's to free. */
 bool um_settings_resolve_path(struct um_settings_load *ld, lua_State *L, const char *path,
                               const char *name, bool want_dir, char **out);
+
+/* name joined to the config file's folder (absolute when that resolves); the caller's to
+ * free. */
+char *um_settings_dir_join(const struct um_settings_load *ld, const char *name);
+/* "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6) into out. */
+struct um_netmask;
+bool um_settings_parse_netmask(struct um_settings_load *ld, lua_State *L, const char *path,
+                               const char *text, struct um_netmask *out);
 
 #endif

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "umbra/cache.h"
 #include "umbra/buf.h"
 #include "umbra/config.h"
 #include "umbra/log.h"
@@ -30,7 +31,7 @@ static void store_path(const char *dir, const char *file, char *out, size_t n)
 
 bool um_disk_tier_check(const struct um_config *config, char *err, size_t errlen)
 {
-    const struct um_cache_conf *cc = &config->cache;
+    const struct um_cache_conf *cc = um_cache_conf(config);
     for (size_t i = 0; i < cc->num_disks; i++) {
         const struct um_disk_conf *dc = &cc->disks[i];
         struct stat st;
@@ -123,7 +124,7 @@ static void *purge_writer_main(void *arg)
 
 struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err, size_t errlen)
 {
-    const struct um_cache_conf *cc = &config->cache;
+    const struct um_cache_conf *cc = um_cache_conf(config);
     err[0] = '\0';
     if (cc->num_disks == 0) return NULL;
     if (!um_disk_tier_check(config, err, errlen)) return NULL;
@@ -339,17 +340,19 @@ static void render_status(struct um_buf *b, void *running)
 }
 
 /* The stores are opened at start (before the workers): a reload keeps the running ones. */
-static void check_reload(const struct um_config *was, const struct um_config *now)
+static void check_reload(const struct um_config *was, const struct um_config *now, void *running)
 {
-    bool same = now->cache.num_disks == was->cache.num_disks &&
-                now->cache.disk_sync == was->cache.disk_sync &&
-                now->cache.disk_reset_incompatible == was->cache.disk_reset_incompatible;
-    for (size_t i = 0; same && i < now->cache.num_disks; i++)
-        same = strcmp(now->cache.disks[i].path, was->cache.disks[i].path) == 0 &&
-               now->cache.disks[i].size == was->cache.disks[i].size;
+    (void)running;
+    const struct um_cache_conf *ncc = um_cache_conf(now);
+    const struct um_cache_conf *wcc = um_cache_conf(was);
+    bool same = ncc->num_disks == wcc->num_disks && ncc->disk_sync == wcc->disk_sync &&
+                ncc->disk_reset_incompatible == wcc->disk_reset_incompatible;
+    for (size_t i = 0; same && i < ncc->num_disks; i++)
+        same = strcmp(ncc->disks[i].path, wcc->disks[i].path) == 0 &&
+               ncc->disks[i].size == wcc->disks[i].size;
     if (!same)
         um_log_warn("SIGHUP: cache.disk takes a restart; keeping the running disk stores (%zu)",
-                    was->cache.num_disks);
+                    wcc->num_disks);
 }
 
 const struct um_module um_disk_module = {

@@ -27,6 +27,7 @@
  * origin_pass.c the pass (forwarding, invalidation), origin_derive.c the codings made
  * from a stored identity object. */
 #include "internal.h"
+#include "settings_internal.h"
 
 #include "umbra/buf.h"
 
@@ -40,6 +41,8 @@
 
 const struct um_module um_cache_module = {
     .name = "cache",
+    .settings = &um_cache_settings,
+    .check_reload = um__cache_check_reload,
     .slots = (struct um_context_slot *const[]){&um__cache_fills_slot, NULL},
 };
 
@@ -261,8 +264,8 @@ static bool purge_allowed(const struct cache_origin *co, const struct um_fetch *
         ss.ss_family = AF_INET6;
     else
         return false;
-    return um_netmask_match(co->config->cache.purge_allow, co->config->cache.num_purge_allow,
-                            (const struct sockaddr *)&ss);
+    const struct um_cache_conf *cc = um_cache_conf(co->config);
+    return um_netmask_match(cc->purge_allow, cc->num_purge_allow, (const struct sockaddr *)&ss);
 }
 
 static void respond_small(struct um_sink *client, int status, const char *body)
@@ -656,6 +659,7 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
                                          const struct um_route *route,
                                          const struct um_config *config)
 {
+    const struct um_cache_conf *cc = um_cache_conf(config);
     struct cache_origin *co = um_calloc(1, sizeof(*co));
     co->base.ops = &cache_ops;
     co->inner = inner;
@@ -663,11 +667,11 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
     co->config = config;
     co->route = route;
     um_cache_policy_init(&co->pol);
-    co->pol.default_ttl = (int64_t)config->cache.default_ttl;
-    co->pol.stale_if_error = (int64_t)config->cache.stale_if_error;
-    for (size_t i = 0; i < config->cache.num_targeted; i++)
-        co->targeted[i] = (um_str){config->cache.targeted[i], strlen(config->cache.targeted[i])};
+    co->pol.default_ttl = (int64_t)cc->default_ttl;
+    co->pol.stale_if_error = (int64_t)cc->stale_if_error;
+    for (size_t i = 0; i < cc->num_targeted; i++)
+        co->targeted[i] = (um_str){cc->targeted[i], strlen(cc->targeted[i])};
     co->pol.targeted = co->targeted;
-    co->pol.num_targeted = config->cache.num_targeted;
+    co->pol.num_targeted = cc->num_targeted;
     return &co->base;
 }

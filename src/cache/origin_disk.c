@@ -565,17 +565,18 @@ static const struct um_origin_ops disk_ops = {
 struct um_origin *um_disk_origin_create(struct um_disk_tier *t, struct um_origin *inner,
                                         const struct um_route *r, const struct um_config *c)
 {
+    const struct um_cache_conf *cc = um_cache_conf(c);
     (void)r;
     struct disk_origin *d = um_calloc(1, sizeof(*d));
     d->base.ops = &disk_ops;
     d->inner = inner;
     d->t = t;
     um_cache_policy_init(&d->pol);
-    d->pol.default_ttl = (int64_t)c->cache.default_ttl;
-    d->pol.stale_if_error = (int64_t)c->cache.stale_if_error;
-    for (size_t i = 0; i < c->cache.num_targeted; i++)
-        d->targeted[i] = (um_str){c->cache.targeted[i], strlen(c->cache.targeted[i])};
+    d->pol.default_ttl = (int64_t)cc->default_ttl;
+    d->pol.stale_if_error = (int64_t)cc->stale_if_error;
+    for (size_t i = 0; i < cc->num_targeted; i++)
+        d->targeted[i] = (um_str){cc->targeted[i], strlen(cc->targeted[i])};
     d->pol.targeted = d->targeted;
-    d->pol.num_targeted = c->cache.num_targeted;
+    d->pol.num_targeted = cc->num_targeted;
     return &d->base;
 }

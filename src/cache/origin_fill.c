@@ -116,7 +116,7 @@ bool um__cache_field_skipped(um_str name, const struct um_resp_meta *m, bool str
 char *um__cache_head_block(const struct cache_origin *co, const struct um_header *h, size_t n,
                            const struct um_resp_meta *m, size_t *len)
 {
-    bool strip_tags = !co->config->cache.expose_tags;
+    bool strip_tags = !um_cache_conf(co->config)->expose_tags;
     size_t cap = 0;
     for (size_t i = 0; i < n; i++)
         cap += h[i].name.len + h[i].value.len + 4;

@@ -37,7 +37,7 @@ void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
     }
     struct um_header out[MAX_OUT_FIELDS + 1];
     size_t n = 0;
-    bool strip_tags = !p->co->config->cache.expose_tags;
+    bool strip_tags = !um_cache_conf(p->co->config)->expose_tags;
     for (size_t i = 0; i < h->num_headers && n < MAX_OUT_FIELDS; i++) {
         if (strip_tags && um_cache_is_tag_field(h->headers[i].name))
             continue;

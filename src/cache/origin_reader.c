@@ -473,7 +473,7 @@ static bool reader_send_head(struct reader *r, um_str meta_s, um_str head)
     /* A peer that fills from this node (umbra/cluster.h) stores the tags too, so that a
      * tag purge finds its copy: they go to it even when clients are not to see them. */
     char tagbuf[2048];
-    if ((r->fetch.from_peer || r->for_coding) && !r->co->config->cache.expose_tags) {
+    if ((r->fetch.from_peer || r->for_coding) && !um_cache_conf(r->co->config)->expose_tags) {
         um_str tags[UM_CACHE_MAX_TAGS];
         size_t nt = um_cache_obj_tags(r->obj, tags, UM_CACHE_MAX_TAGS), tl = 0;
         for (size_t i = 0; i < nt && tl + tags[i].len + 1 < sizeof(tagbuf); i++) {

@@ -17,6 +17,7 @@
  * but refuses a purge (another secret) does not get it again. Blocking I/O is fine here:
  * nothing else runs on this thread. */
 #include "internal.h"
+#include "umbra/module.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -462,19 +463,25 @@ void um_cluster_purge_fanout(struct um_cluster *c, const struct um_purge *p)
 
 /* ---------------------------------------------------------------- create, destroy */
 
+const struct um_module um_cluster_module = {
+    .name = "cluster",
+    .settings = &um_cluster_settings,
+};
+
 struct um_cluster *um_cluster_create(const struct um_config *config)
 {
-    if (!config->cluster.enabled) return NULL;
+    const struct um_cluster_conf *cc = um_cluster_conf(config);
+    if (!cc->enabled) return NULL;
     struct um_cluster *c = um_calloc(1, sizeof(*c));
     c->config = config;
-    c->n = config->cluster.num_peers;
-    c->self = config->cluster.self;
-    c->mac = um_cluster_mac_create(config->cluster.secret);
+    c->n = cc->num_peers;
+    c->self = cc->self;
+    c->mac = um_cluster_mac_create(cc->secret);
     c->peers = um_calloc(c->n, sizeof(*c->peers));
     c->ids = um_calloc(c->n, sizeof(*c->ids));
     for (size_t i = 0; i < c->n; i++) {
         struct um__peer *p = &c->peers[i];
-        p->server = &config->cluster.peers[i];
+        p->server = &cc->peers[i];
         p->id = (um_str){p->server->url, strlen(p->server->url)};
         c->ids[i] = p->id;
         p->fd = -1;
@@ -493,7 +500,7 @@ struct um_cluster *um_cluster_create(const struct um_config *config)
             .tls_verify = true,
             .max_fails = 1,
             .fail_timeout = UM__PEER_DOWN_MS / 1000.0,
-            .line = config->cluster.line,
+            .line = cc->line,
         };
         p->origin = um_upstream_origin_create(&p->conf);
     }

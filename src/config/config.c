@@ -33,12 +33,10 @@
 
 #define MAX_FILE_BYTES (16u << 20)
 
-const char *const um__cfg_settings[] = {
-    "listen", "workers", "upstreams", "routes",     "limits", "timeouts", "mime",    "log_level",
-    "tls",    "cache",   "admin",     "access_log", "http2",  "cgi",      "cluster", NULL};
-
-#define CACHE_DEFAULT_MEMORY (256ull << 20)
-#define CACHE_DEFAULT_MAX_OBJECT (64ull << 20)
+/* The server's own; the modules' are theirs (umbra/settings.h). */
+const char *const um__cfg_settings[] = {"listen", "workers",  "upstreams", "routes",
+                                        "limits", "timeouts", "mime",      "log_level",
+                                        "tls",    "admin",    "http2",     NULL};
 
 /* Turns the Lua error value on top of the stack into "FILE:LINE: message". */
 static void fail_lua(struct um_settings_load *ld, lua_State *L)
@@ -124,8 +122,7 @@ static int extract(lua_State *L)
         check_globals,          um__cfg_load_yunying, um__cfg_load_hooks,     um__cfg_load_listen,
         um__cfg_load_tls,       um__cfg_load_workers, um__cfg_load_upstreams, um__cfg_load_parts,
         um__cfg_load_routes,    um__cfg_load_limits,  um__cfg_load_timeouts,  um__cfg_load_mime,
-        um__cfg_load_log_level, um__cfg_load_cache,   um__cfg_load_admin,     um__cfg_load_http2,
-        um__cfg_load_cluster,   um__cfg_load_user,
+        um__cfg_load_log_level, um__cfg_load_admin,   um__cfg_load_http2,     um__cfg_load_user,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -239,10 +236,6 @@ static void config_free(struct um_config *c)
         free(u->tls_ca);
     }
     free(c->upstreams);
-    for (size_t i = 0; i < c->cluster.num_peers; i++)
-        free(c->cluster.peers[i].url);
-    free(c->cluster.peers);
-    free(c->cluster.secret);
     for (size_t i = 0; i < c->num_mime; i++) {
         free(c->mime[i].ext);
         free(c->mime[i].type);
@@ -261,10 +254,6 @@ static void config_free(struct um_config *c)
     free(c->tls.certs);
     free(c->tls.ciphers);
     free(c->tls.ciphersuites);
-    free(c->cache.purge_allow);
-    for (size_t i = 0; i < c->cache.num_disks; i++)
-        free(c->cache.disks[i].path);
-    free(c->cache.disks);
     free(c->admin.listen.text);
     free(c->admin.allow);
     free(c->user.name);
@@ -324,12 +313,6 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->http2.max_header_list = 64u << 10;
     c->log_level = UM_LOG_INFO;
     c->tls.protocols = UM_TLS_PROTO_TLS12 | UM_TLS_PROTO_TLS13;
-    c->cache.memory = CACHE_DEFAULT_MEMORY;
-    c->cache.max_object = CACHE_DEFAULT_MAX_OBJECT;
-    c->cache.clean_interval = 10;
-    memcpy(c->cache.targeted[0], "Umbra-Cache-Control", sizeof("Umbra-Cache-Control"));
-    memcpy(c->cache.targeted[1], "CDN-Cache-Control", sizeof("CDN-Cache-Control"));
-    c->cache.num_targeted = 2;
 
     L = um_lua_sandbox_new(UM_LUA_SANDBOX_FULL, UM_LUA_LOAD_MEMORY);
     if (L == NULL) {

@@ -59,12 +59,7 @@ extern const char *const um__cfg_upstream_tls_keys[]; /* upstreams.c: upstreams.
 extern const char *const um__cfg_route_keys[];      /* routes.c: routes[N] */
 extern const char *const um__cfg_limit_keys[];      /* limits.c: limits */
 extern const char *const um__cfg_timeout_keys[];    /* limits.c: timeouts */
-extern const char *const um__cfg_cache_keys[];      /* cache.c: cache */
-extern const char *const um__cfg_purge_keys[];
-extern const char *const um__cfg_l2_keys[];         /* cache.c: cache.l2 */
-extern const char *const um__cfg_disk_keys[];       /* disk.c: cache.disk */
 extern const char *const um__cfg_admin_keys[];      /* ops.c: admin */
-extern const char *const um__cfg_cluster_keys[];    /* cluster.c: cluster */
 
 /* Registry key (its address) of the table global name -> line of its first assignment,
  * which config.c fills while the chunk runs. */
@@ -74,8 +69,6 @@ extern const char um__cfg_global_lines_key;
 
 /* values.c: a DNS-style host name of n bytes: labels of 1 to 63 letters, digits, '-' or '_'. */
 bool um__cfg_is_host_name(const char *s, size_t n);
-/* values.c: name joined to the config's folder (absolute); the caller's to free. */
-char *um__cfg_dir_join(const struct um_settings_load *ld, const char *name);
 
 /* --- shared between the steps ----------------------------------------------------------- */
 
@@ -84,9 +77,6 @@ bool um__cfg_parse_listen(struct um_settings_load *ld, lua_State *L, const char 
                           const char *text, struct um_listen *out);
 /* listen.c: whether a listener has tls = true. */
 bool um__cfg_any_tls_listener(const struct um_config *c);
-/* netmask.c: "ADDRESS" or "ADDRESS/PREFIX" into out. */
-bool um__cfg_parse_netmask(struct um_settings_load *ld, lua_State *L, const char *path,
-                           const char *text, struct um_netmask *out);
 
 /* parts.c: the modules' parts (umbra/settings.h). Whether name is a module's global, or
  * the route key of one; the modules' globals (NULL-ended, valid until the next call); the
@@ -114,12 +104,8 @@ bool um__cfg_load_limits(struct um_settings_load *ld, lua_State *L);    /* limit
 bool um__cfg_load_timeouts(struct um_settings_load *ld, lua_State *L);  /* limits.c */
 bool um__cfg_load_mime(struct um_settings_load *ld, lua_State *L);      /* mime.c */
 bool um__cfg_load_log_level(struct um_settings_load *ld, lua_State *L); /* ops.c */
-bool um__cfg_load_cache(struct um_settings_load *ld, lua_State *L);     /* cache.c */
-/* cache.disk of the cache table at idx (disk.c). */
-bool um__cfg_load_cache_disk(struct um_settings_load *ld, lua_State *L, int idx);
 bool um__cfg_load_admin(struct um_settings_load *ld, lua_State *L);      /* ops.c */
 bool um__cfg_load_http2(struct um_settings_load *ld, lua_State *L);      /* http2.c */
-bool um__cfg_load_cluster(struct um_settings_load *ld, lua_State *L);    /* cluster.c */
 bool um__cfg_load_user(struct um_settings_load *ld, lua_State *L);       /* user.c */
 
 #endif

@@ -207,7 +207,7 @@ bool um__cfg_any_tls_listener(const struct um_config *c)
 static bool resolve_tls_file(struct um_settings_load *ld, lua_State *L, const char *path,
                              const char *name, char **out)
 {
-    char *joined = um__cfg_dir_join(ld, name);
+    char *joined = um_settings_dir_join(ld, name);
     struct stat st;
     bool ok = true;
     if (stat(joined, &st) != 0)

@@ -62,8 +62,8 @@ bool um_netmask_match(const struct um_netmask *m, size_t n, const struct sockadd
     "expected an IPv4 or IPv6 address, or a network such as \"10.0.0.0/8\" or \"fd00::/8\""
 
 /* Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6, without brackets), at path. */
-bool um__cfg_parse_netmask(struct um_settings_load *ld, lua_State *L, const char *path,
-                           const char *text, struct um_netmask *out)
+bool um_settings_parse_netmask(struct um_settings_load *ld, lua_State *L, const char *path,
+                               const char *text, struct um_netmask *out)
 {
     char host[INET6_ADDRSTRLEN], net[INET6_ADDRSTRLEN];
     const char *slash = strchr(text, '/');

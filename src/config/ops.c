@@ -55,7 +55,7 @@ static bool load_netmask_list(struct um_settings_load *ld, lua_State *L, int idx
         struct um_netmask *m = &(*out)[i];
         if (!um_settings_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
                                     &s) ||
-            !um__cfg_parse_netmask(ld, L, el, s, m))
+            !um_settings_parse_netmask(ld, L, el, s, m))
             return false;
         (*num)++;
         lua_pop(L, 1);

@@ -45,6 +45,16 @@ const void *um_route_part(const struct um_route *r, const struct um_settings *s)
     return r->parts[index_of(s)];
 }
 
+void um_config_set_part(struct um_config *c, const struct um_settings *s, void *part)
+{
+    c->parts[index_of(s)] = part;
+}
+
+void um_route_set_part(struct um_route *r, const struct um_settings *s, void *part)
+{
+    r->parts[index_of(s)] = part;
+}
+
 bool um__cfg_is_part_global(const char *name)
 {
     for (size_t i = 0; i < count; i++)

@@ -18,13 +18,8 @@ static const struct {
     {"routes[N]", um__cfg_route_keys},
     {"limits", um__cfg_limit_keys},
     {"timeouts", um__cfg_timeout_keys},
-    {"cache", um__cfg_cache_keys},
-    {"cache.purge", um__cfg_purge_keys},
-    {"cache.l2", um__cfg_l2_keys},
-    {"cache.disk", um__cfg_disk_keys},
     {"admin", um__cfg_admin_keys},
     {"http2", um__cfg_http2_keys},
-    {"cluster", um__cfg_cluster_keys},
 };
 
 void um_config_settings(void (*cb)(const char *setting, void *arg), void *arg)

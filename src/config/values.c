@@ -355,7 +355,7 @@ bool um_settings_get_size(struct um_settings_load *ld, lua_State *L, int idx, co
 }
 
 /* name joined to the config file's folder (name itself when absolute), malloc'ed. */
-char *um__cfg_dir_join(const struct um_settings_load *ld, const char *name)
+char *um_settings_dir_join(const struct um_settings_load *ld, const char *name)
 {
     if (name[0] == '/')
         return um_strndup(name, strlen(name));
@@ -373,7 +373,7 @@ bool um_settings_resolve_path(struct um_settings_load *ld, lua_State *L, const c
                               const char *name, bool want_dir, char **out)
 {
     const char *kind = want_dir ? "directory" : "file";
-    char *joined = um__cfg_dir_join(ld, name);
+    char *joined = um_settings_dir_join(ld, name);
     char *real = realpath(joined, NULL);
     int e = errno;
     if (real == NULL) {

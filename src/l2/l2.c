@@ -24,16 +24,17 @@ static struct um_context_slot l2_slot = {.name = "l2 connection"};
 
 /* cache.l2 is read at start (the server makes the L2 before the workers): a reload keeps
  * the running one. */
-static void check_reload(const struct um_config *was, const struct um_config *now)
+static void check_reload(const struct um_config *was, const struct um_config *now, void *running)
 {
-    if (now->cache.l2.enabled != was->cache.l2.enabled ||
-        (now->cache.l2.enabled &&
-         (strcmp(now->cache.l2.host, was->cache.l2.host) != 0 ||
-          now->cache.l2.port != was->cache.l2.port ||
-          now->cache.l2.max_object != was->cache.l2.max_object ||
-          now->cache.l2.timeout != was->cache.l2.timeout)))
+    (void)running;
+    const struct um_l2_conf *now_l2 = &um_cache_conf(now)->l2;
+    const struct um_l2_conf *was_l2 = &um_cache_conf(was)->l2;
+    if (now_l2->enabled != was_l2->enabled ||
+        (now_l2->enabled &&
+         (strcmp(now_l2->host, was_l2->host) != 0 || now_l2->port != was_l2->port ||
+          now_l2->max_object != was_l2->max_object || now_l2->timeout != was_l2->timeout)))
         um_log_warn("SIGHUP: cache.l2 takes a restart; keeping the running L2 (%s)",
-                    was->cache.l2.enabled ? was->cache.l2.host : "none");
+                    was_l2->enabled ? was_l2->host : "none");
 }
 
 /* The worker's counters: lookups by result, the latency of the ones answered (a
@@ -382,15 +383,16 @@ static const struct um_cache_l2_ops l2_ops = {.get = l2_get, .cancel = l2_cancel
 
 struct um_l2 *um_l2_create(const struct um_config *config, um_l2_apply_cb apply, void *arg)
 {
+    const struct um_cache_conf *cc = um_cache_conf(config);
     struct um_l2 *l2 = um_calloc(1, sizeof(*l2));
-    snprintf(l2->host, sizeof(l2->host), "%s", config->cache.l2.host);
-    l2->port = config->cache.l2.port;
-    l2->timeout_ms = (uint64_t)(config->cache.l2.timeout * 1000 + 0.5);
+    snprintf(l2->host, sizeof(l2->host), "%s", cc->l2.host);
+    l2->port = cc->l2.port;
+    l2->timeout_ms = (uint64_t)(cc->l2.timeout * 1000 + 0.5);
     if (l2->timeout_ms == 0)
         l2->timeout_ms = 1;
     l2->workers = config->workers;
     l2->cache.ops = &l2_ops;
-    l2->cache.max_object = (size_t)config->cache.l2.max_object;
+    l2->cache.max_object = (size_t)cc->l2.max_object;
     l2->apply = apply;
     l2->apply_arg = arg;
     um__l2_bus_start(l2);

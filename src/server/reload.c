@@ -118,16 +118,10 @@ static void warn_restart_only(struct um_server *s, const struct um_config *old,
     if (nc->workers != s->num_workers)
         um_log_warn("SIGHUP: workers = %d takes a restart; keeping %d", nc->workers,
                     s->num_workers);
-    /* The size of the shared cache is the server's rule, not the cache module's: only the
-     * server knows whether it has made the cache (it does at the first caching route). */
-    if (s->cache && (nc->cache.memory != old->cache.memory ||
-                     nc->cache.max_object != old->cache.max_object))
-        um_log_warn("SIGHUP: cache.memory and cache.max_object take a restart; keeping the "
-                    "running cache");
     /* The modules' own rules (umbra/module.h). */
     for (size_t m = 0; um_modules[m]; m++)
         if (um_modules[m]->check_reload)
-            um_modules[m]->check_reload(old, nc);
+            um_modules[m]->check_reload(old, nc, um_module_running(um_modules[m]));
 }
 
 void um__server_reload(struct um_server *s)

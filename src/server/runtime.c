@@ -7,6 +7,7 @@
 #include "umbra/cacheorigin.h"
 #include "umbra/cgi.h"
 #include "umbra/compress.h"
+#include "umbra/module.h"
 #include "umbra/cluster.h"
 #include "umbra/hooks.h"
 #include "umbra/metrics.h"
@@ -19,10 +20,11 @@
 
 static struct um_cache *create_cache(const struct um_config *config)
 {
+    const struct um_cache_conf *cc = um_cache_conf(config);
     struct um_cache_opts o = {
-        .memory_cap = (size_t)config->cache.memory,
-        .max_object = (size_t)config->cache.max_object,
-        .clean_interval = config->cache.clean_interval < 1 ? 1 : (unsigned)config->cache.clean_interval,
+        .memory_cap = (size_t)cc->memory,
+        .max_object = (size_t)cc->max_object,
+        .clean_interval = cc->clean_interval < 1 ? 1 : (unsigned)cc->clean_interval,
     };
     struct um_cache *c = um_cache_create(&o);
     um_cache_start_cleaner(c);
@@ -56,6 +58,7 @@ static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache 
         if (*cache == NULL) {
             struct um_cache *c = create_cache(rt->config);
             um_cache_set_links(c, &rt->links);
+            um_module_run(&um_cache_module, c);
             atomic_store_explicit(cache, c, memory_order_release);
         }
         /* The disk tier beneath the memory cache, above compression (it keeps the

@@ -130,7 +130,7 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     if (hooks == NULL)
         goto fail;
     /* The disk stores, their indexes rebuilt before anything is served. */
-    if (config->cache.num_disks > 0) {
+    if (um_cache_conf(config)->num_disks > 0) {
         s->disk = um_disk_tier_open(config, err, errlen);
         if (s->disk == NULL) {
             um_hooks_destroy(hooks);
@@ -140,8 +140,7 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     um_module_run(&um_disk_module, s->disk);
     /* The second-level cache, before the runtime whose cache uses it (a reload does not
      * change it: cache.l2 is read at start). */
-    if (config->cache.l2.enabled)
-        s->l2 = um_l2_create(config, um__purge_apply, s);
+    if (um_cache_conf(config)->l2.enabled) s->l2 = um_l2_create(config, um__purge_apply, s);
     um_module_run(&um_l2_module, s->l2);
     struct um_cache_links links = um__server_links(s);
     s->runtime = um_runtime_create(config, hooks, &s->cache, &links, err, errlen);
@@ -187,6 +186,7 @@ fail:
     um_runtime_unref(s->runtime); /* the routes' origins go with it, then the cache they use */
     um_config_unref(config);
     if (s->cache) {
+        um_module_run(&um_cache_module, NULL);
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);
     }
@@ -513,6 +513,7 @@ void um_server_destroy(struct um_server *s)
     um__pidfile_release(s->pid_fd, s->pid_path);
     free(s->pid_path);
     if (s->cache) {
+        um_module_run(&um_cache_module, NULL);
         um_cache_stop_cleaner(s->cache);
         um_cache_destroy(s->cache);
     }

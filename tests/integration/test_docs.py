@@ -92,22 +92,24 @@ class SettingsDocumentedTest(unittest.TestCase):
     def test_every_key_table_the_loader_checks_is_listed(self):
         # A new table of keys must reach um_config_settings, or its keys would escape the
         # two tests above: the loader's own in src/config/settings.c, a module's in the
-        # tables of its struct um_settings (umbra/settings.h), in the file that reads them.
+        # tables of its struct um_settings (umbra/settings.h), in the folder that reads them.
         listed = read("src/config/settings.c")
         used = []
         for folder in os.listdir(os.path.join(SRC, "src")):
             d = os.path.join(SRC, "src", folder)
+            texts = []
             for name in os.listdir(d) if os.path.isdir(d) else []:
                 if name.endswith(".c"):
                     with open(os.path.join(d, name)) as f:
-                        text = f.read()
-                    tables = "".join(re.findall(r"struct um_settings_table \w+\[\] = \{(.*?)\};",
-                                                text, re.S))
-                    # (um__cfg_route_keys_all(): the route keys and the modules' route keys)
-                    for k in re.findall(r"um_settings_check_keys\([^;]*?,\s*(\w+)(?:\(\))?\)", text):
-                        k = re.sub(r"_all$", "", k)
-                        used.append((folder, k, folder == "config" and mentioned(listed, k)
-                                     or mentioned(tables, k)))
+                        texts.append(f.read())
+            tables = "".join(re.findall(r"struct um_settings_table \w+\[\] = \{(.*?)\};",
+                                        "".join(texts), re.S))
+            # (um__cfg_route_keys_all(): the route keys and the modules' route keys)
+            for k in re.findall(r"um_settings_check_keys\([^;]*?,\s*(\w+)(?:\(\))?\)",
+                                "".join(texts)):
+                k = re.sub(r"_all$", "", k)
+                used.append((folder, k, folder == "config" and mentioned(listed, k)
+                             or mentioned(tables, k)))
         self.assertTrue([u for u in used if u[0] == "config"], "no check_keys call in src/config")
         self.assertTrue([u for u in used if u[0] == "compress"], "none in src/compress")
         self.assertEqual(sorted(k for _, k, ok in used if not ok), [])

@@ -20,6 +20,7 @@
 
 #include "cache/internal.h"
 #include "umbra/cacheorigin.h"
+#include "umbra/module.h"
 #include "umbra/context.h"
 #include "umbra/loop.h"
 
@@ -358,6 +359,8 @@ static int setup(void **state)
      * keeps the first. */
     fx->config = calloc(1, sizeof(*fx->config));
     fx->config->_refcnt = 1;
+    static struct um_cache_conf cache_conf; /* every cache setting 0: no default TTL */
+    um_config_set_part(fx->config, &um_cache_settings, &cache_conf);
     fx->inner.base.ops = &fake_ops;
     fx->inner.loop = fx->loop;
     fx->co = um_cache_origin_create(fx->cache, &fx->inner.base, NULL, fx->config);
@@ -884,6 +887,7 @@ static void test_meta_matches_parsed_head(void **state)
 
 int main(void)
 {
+    um_modules_init(); /* the modules' settings, as the server's main does */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_miss_fills_then_hit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cold_key_coalesces, setup, teardown),

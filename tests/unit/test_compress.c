@@ -357,8 +357,7 @@ static void setup_route(void)
 {
     memset(&route, 0, sizeof(route));
     memset(&route_compress, 0, sizeof(route_compress));
-    for (size_t i = 0; um_settings_registered(i); i++) /* the route's part, by hand */
-        if (um_settings_registered(i) == &um_compress_settings) route.parts[i] = &route_compress;
+    um_route_set_part(&route, &um_compress_settings, &route_compress);
     route_compress.enabled = true;
     route_compress.order[0] = UM_CODING_ZSTD;
     route_compress.order[1] = UM_CODING_GZIP;

@@ -23,6 +23,7 @@
 #include "config/internal.h"
 #include "config/lualines.h"
 #include "umbra/config.h"
+#include "umbra/cache.h"
 #include "umbra/cgi.h"
 #include "umbra/compress.h"
 #include "umbra/module.h"
@@ -1692,7 +1693,7 @@ static void test_cache_full(void **state)
         "  { path = '/s/', root = 'www', cache = false },\n"                /* 11 */
         "  { path = '/', upstream = 'app', cache = true },\n"               /* 12 */
         "}\n");
-    const struct um_cache_conf *cc = &c->cache;
+    const struct um_cache_conf *cc = um_cache_conf(c);
     assert_int_equal(cc->line, 2);
     assert_int_equal(cc->memory, 1ull << 30);
     assert_int_equal(cc->max_object, 1ull << 20);
@@ -1717,17 +1718,17 @@ static void test_cache_full(void **state)
     /* Sizes as strings or numbers; allow as a single string; max_object = memory. */
     c = load_ok(CACHE_ROUTES "cache = { memory = 2097152, max_object = '2MB',\n"
                 "  purge = { allow = 'fe80::/10' } }\n");
-    assert_int_equal(c->cache.line, 3);
-    assert_int_equal(c->cache.memory, 2u << 20);
-    assert_int_equal(c->cache.max_object, 2u << 20);
-    assert_int_equal(c->cache.num_purge_allow, 1);
-    expect_netmask(&c->cache.purge_allow[0], AF_INET6, "fe80::", 10);
+    assert_int_equal(um_cache_conf(c)->line, 3);
+    assert_int_equal(um_cache_conf(c)->memory, 2u << 20);
+    assert_int_equal(um_cache_conf(c)->max_object, 2u << 20);
+    assert_int_equal(um_cache_conf(c)->num_purge_allow, 1);
+    expect_netmask(&um_cache_conf(c)->purge_allow[0], AF_INET6, "fe80::", 10);
     um_config_unref(c);
 
     /* An empty list: nobody may purge. */
     c = load_ok(CACHE_ROUTES "cache = { purge = { allow = {} } }\n");
-    assert_int_equal(c->cache.num_purge_allow, 0);
-    assert_null(c->cache.purge_allow);
+    assert_int_equal(um_cache_conf(c)->num_purge_allow, 0);
+    assert_null(um_cache_conf(c)->purge_allow);
     um_config_unref(c);
 }
 
@@ -1747,37 +1748,37 @@ static void expect_cache_defaults(const struct um_cache_conf *cc, int line)
 static void test_cache_defaults(void **state)
 {
     struct um_config *c = load_ok(CACHE_ROUTES);
-    expect_cache_defaults(&c->cache, 0);
+    expect_cache_defaults(um_cache_conf(c), 0);
     um_config_unref(c);
     c = load_ok(ROUTE_WWW);
-    expect_cache_defaults(&c->cache, 0);
+    expect_cache_defaults(um_cache_conf(c), 0);
     um_config_unref(c);
     /* An empty table, or an empty purge table, keeps every default. */
     c = load_ok(CACHE_ROUTES "\ncache = {}\n");
-    expect_cache_defaults(&c->cache, 4);
+    expect_cache_defaults(um_cache_conf(c), 4);
     um_config_unref(c);
     c = load_ok(CACHE_ROUTES "cache = { purge = {} }\n");
-    expect_cache_defaults(&c->cache, 3);
+    expect_cache_defaults(um_cache_conf(c), 3);
     um_config_unref(c);
     /* Only some keys: the others keep their defaults. */
     c = load_ok(CACHE_ROUTES "cache = { default_ttl = 30 }\n");
-    assert_true(c->cache.default_ttl == 30);
-    assert_int_equal(c->cache.memory, 256ull << 20);
-    assert_int_equal(c->cache.num_purge_allow, 2);
+    assert_true(um_cache_conf(c)->default_ttl == 30);
+    assert_int_equal(um_cache_conf(c)->memory, 256ull << 20);
+    assert_int_equal(um_cache_conf(c)->num_purge_allow, 2);
     um_config_unref(c);
     /* The default max_object shrinks to a smaller memory; an explicit one must fit. */
     c = load_ok(CACHE_ROUTES "cache = { memory = '16MB' }\n");
-    assert_int_equal(c->cache.memory, 16u << 20);
-    assert_int_equal(c->cache.max_object, 16u << 20);
+    assert_int_equal(um_cache_conf(c)->memory, 16u << 20);
+    assert_int_equal(um_cache_conf(c)->max_object, 16u << 20);
     um_config_unref(c);
     c = load_ok(CACHE_ROUTES "cache = { memory = '1MB', max_object = '1KB' }\n");
-    assert_int_equal(c->cache.memory, 1u << 20);
-    assert_int_equal(c->cache.max_object, 1024);
+    assert_int_equal(um_cache_conf(c)->memory, 1u << 20);
+    assert_int_equal(um_cache_conf(c)->max_object, 1024);
     um_config_unref(c);
     /* Zero is a valid default_ttl and stale_if_error. */
     c = load_ok(CACHE_ROUTES "cache = { default_ttl = 0, stale_if_error = 0 }\n");
-    assert_true(c->cache.default_ttl == 0);
-    assert_true(c->cache.stale_if_error == 0);
+    assert_true(um_cache_conf(c)->default_ttl == 0);
+    assert_true(um_cache_conf(c)->stale_if_error == 0);
     um_config_unref(c);
 }
 
@@ -1803,28 +1804,28 @@ static void test_route_cache_default(void **state)
 static void test_cache_l2(void **state)
 {
     struct um_config *c = load_ok(UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n");
-    assert_false(c->cache.l2.enabled);
+    assert_false(um_cache_conf(c)->l2.enabled);
     um_config_unref(c);
     c = load_ok(UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n"
                              "cache = { l2 = { redis = 'redis://10.1.2.3' } }\n");
-    assert_true(c->cache.l2.enabled);
-    assert_string_equal(c->cache.l2.host, "10.1.2.3");
-    assert_int_equal(c->cache.l2.port, 6379);
-    assert_int_equal(c->cache.l2.max_object, 1 << 20);
-    assert_true(c->cache.l2.timeout > 0.0499 && c->cache.l2.timeout < 0.0501);
+    assert_true(um_cache_conf(c)->l2.enabled);
+    assert_string_equal(um_cache_conf(c)->l2.host, "10.1.2.3");
+    assert_int_equal(um_cache_conf(c)->l2.port, 6379);
+    assert_int_equal(um_cache_conf(c)->l2.max_object, 1 << 20);
+    assert_true(um_cache_conf(c)->l2.timeout > 0.0499 && um_cache_conf(c)->l2.timeout < 0.0501);
     um_config_unref(c);
     c = load_ok(UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n"
                              "cache = { l2 = { redis = 'redis://[::1]:7000/', max_object = '64KB',"
                              " timeout = 0.2 } }\n");
-    assert_string_equal(c->cache.l2.host, "::1");
-    assert_int_equal(c->cache.l2.port, 7000);
-    assert_int_equal(c->cache.l2.max_object, 64 << 10);
-    assert_true(c->cache.l2.timeout > 0.199 && c->cache.l2.timeout < 0.201);
+    assert_string_equal(um_cache_conf(c)->l2.host, "::1");
+    assert_int_equal(um_cache_conf(c)->l2.port, 7000);
+    assert_int_equal(um_cache_conf(c)->l2.max_object, 64 << 10);
+    assert_true(um_cache_conf(c)->l2.timeout > 0.199 && um_cache_conf(c)->l2.timeout < 0.201);
     um_config_unref(c);
     c = load_ok(UPSTREAM_APP "routes = { { path = '/', upstream = 'app' } }\n"
                              "cache = { l2 = { redis = 'redis://localhost:6380' } }\n");
-    assert_string_equal(c->cache.l2.host, "127.0.0.1");
-    assert_int_equal(c->cache.l2.port, 6380);
+    assert_string_equal(um_cache_conf(c)->l2.host, "127.0.0.1");
+    assert_int_equal(um_cache_conf(c)->l2.port, 6380);
     um_config_unref(c);
 }
 
@@ -2014,7 +2015,7 @@ static bool allowed(const struct um_config *c, const char *addr)
         sa6(&ss, addr);
     else
         sa4(&ss, addr);
-    return um_netmask_match(c->cache.purge_allow, c->cache.num_purge_allow,
+    return um_netmask_match(um_cache_conf(c)->purge_allow, um_cache_conf(c)->num_purge_allow,
                             (const struct sockaddr *)&ss);
 }
 

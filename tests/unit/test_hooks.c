@@ -13,6 +13,7 @@
 
 #include "config/lualines.h"
 #include "umbra/config.h"
+#include "umbra/cache.h"
 #include "umbra/module.h"
 #include "umbra/context.h"
 #include "umbra/hooks.h"
@@ -313,8 +314,8 @@ static void test_yunying(void **state)
         "end\n");
     assert_true(c->lua.yunying);
     assert_int_equal(c->workers, 3);
-    assert_int_equal(c->cache.memory, 4u << 20);
-    assert_true(c->cache.default_ttl == 7);
+    assert_int_equal(um_cache_conf(c)->memory, 4u << 20);
+    assert_true(um_cache_conf(c)->default_ttl == 7);
     assert_int_equal(c->num_upstreams, 1);
     assert_string_equal(c->upstreams[0].servers[0].url, "http://127.0.0.1:9");
     assert_null(c->upstreams[0].host); /* upstream_set sets the Host */

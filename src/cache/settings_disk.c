@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "settings_internal.h"
 
-const char *const um__cfg_disk_keys[] = {"path", "size", "sync", "reset_incompatible", NULL};
+const char *const um__cache_disk_keys[] = {"path", "size", "sync", "reset_incompatible", NULL};
 
 #define DISK_MIN_SIZE (1u << 20) /* a store smaller than this holds next to nothing */
 
@@ -30,7 +30,7 @@ static bool load_store(struct um_settings_load *ld, lua_State *L, int idx, const
     um_settings_subpath(p, sizeof p, what, "path");
     if (!um_settings_get_string(ld, L, -1, p, "a directory such as \"/var/cache/umbra\"", &s))
         return false;
-    dc->path = um__cfg_dir_join(ld, s);
+    dc->path = um_settings_dir_join(ld, s);
     lua_pop(L, 1);
     if (um_settings_get_field(L, idx, "size") == LUA_TNIL)
         return um_settings_fail(ld, L, what, "%s: size is required, such as size = \"100GB\"",
@@ -45,9 +45,9 @@ static bool load_store(struct um_settings_load *ld, lua_State *L, int idx, const
     return true;
 }
 
-bool um__cfg_load_cache_disk(struct um_settings_load *ld, lua_State *L, int idx)
+bool um__cache_load_disk(struct um_settings_load *ld, lua_State *L, int idx,
+                         struct um_cache_conf *cc)
 {
-    struct um_cache_conf *cc = &ld->c->cache;
     cc->disk_sync = 1;
     int t = um_settings_get_field(L, idx, "disk");
     if (t == LUA_TNIL) {
@@ -65,11 +65,10 @@ bool um__cfg_load_cache_disk(struct um_settings_load *ld, lua_State *L, int idx)
     lua_pushnil(L);
     while (lua_next(L, didx) != 0) {
         lua_pop(L, 1);
-        if (lua_type(L, -1) == LUA_TNUMBER)
-            continue;
+        if (lua_type(L, -1) == LUA_TNUMBER) continue;
         const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
         bool known = false;
-        for (const char *const *a = um__cfg_disk_keys; k && *a && !known; a++)
+        for (const char *const *a = um__cache_disk_keys; k && *a && !known; a++)
             known = strcmp(k, *a) == 0;
         if (!known) {
             char kb[64];
@@ -93,8 +92,7 @@ bool um__cfg_load_cache_disk(struct um_settings_load *ld, lua_State *L, int idx)
     cc->num_disks = n > 0 ? n : 1;
     cc->disks = um_calloc(cc->num_disks, sizeof *cc->disks);
     if (n == 0) {
-        if (!load_store(ld, L, didx, "cache.disk", &cc->disks[0]))
-            return false;
+        if (!load_store(ld, L, didx, "cache.disk", &cc->disks[0])) return false;
     }
     for (size_t i = 0; i < n; i++) {
         char el[PATH_LEN];
@@ -106,7 +104,7 @@ bool um__cfg_load_cache_disk(struct um_settings_load *ld, lua_State *L, int idx)
                                     "\"/srv/ssd1/umbra\", size = \"500GB\" }, got %s",
                                     el, lua_typename(L, lua_type(L, -1)));
         int sidx = lua_gettop(L);
-        if (!um_settings_check_keys(ld, L, sidx, el, um__cfg_disk_keys) ||
+        if (!um_settings_check_keys(ld, L, sidx, el, um__cache_disk_keys) ||
             !load_store(ld, L, sidx, el, &cc->disks[i]))
             return false;
         lua_pop(L, 1);

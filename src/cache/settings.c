@@ -9,15 +9,18 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "settings_internal.h"
+#include "umbra/log.h"
+
+#define MIN_MEMORY (1ull << 20)
 #include "umbra/httpfield.h"
 
-const char *const um__cfg_cache_keys[] = {"memory",      "max_object",     "clean_interval",
-                                          "default_ttl", "stale_if_error", "purge",
-                                          "targeted",    "expose_tags",    "l2",
-                                          "disk",        NULL};
-const char *const um__cfg_purge_keys[] = {"allow", NULL};
-const char *const um__cfg_l2_keys[] = {"redis", "max_object", "timeout", NULL};
+static const char *const cache_keys[] = {
+    "memory", "max_object", "clean_interval", "default_ttl", "stale_if_error",
+    "purge",  "targeted",   "expose_tags",    "l2",          "disk",
+    NULL};
+static const char *const purge_keys[] = {"allow", NULL};
+static const char *const l2_keys[] = {"redis", "max_object", "timeout", NULL};
 
 /* Writes a size as "64MB", "512KB" or "1000 bytes", whichever is exact. */
 static const char *size_text(uint64_t v, char *buf, size_t n)
@@ -34,9 +37,9 @@ static const char *size_text(uint64_t v, char *buf, size_t n)
 }
 
 /* purge = { allow = { "ADDRESS" or "NETWORK", ... } } of the cache table at idx. */
-static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx)
+static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx,
+                             struct um_cache_conf *cc)
 {
-    struct um_cache_conf *cc = &ld->c->cache;
     char el[PATH_LEN];
     const char *s;
     size_t n = 1;
@@ -51,7 +54,7 @@ static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx)
                                 "\"127.0.0.1\", \"::1\" } }, got %s",
                                 lua_typename(L, t));
     int pidx = lua_gettop(L);
-    if (!um_settings_check_keys(ld, L, pidx, "cache.purge", um__cfg_purge_keys)) return false;
+    if (!um_settings_check_keys(ld, L, pidx, "cache.purge", purge_keys)) return false;
     t = um_settings_get_field(L, pidx, "allow");
     if (t == LUA_TNIL) {
         lua_pop(L, 2);
@@ -70,8 +73,7 @@ static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx)
     free(cc->purge_allow);
     cc->purge_allow = NULL;
     cc->num_purge_allow = 0;
-    if (n > 0)
-        cc->purge_allow = um_calloc(n, sizeof *cc->purge_allow);
+    if (n > 0) cc->purge_allow = um_calloc(n, sizeof *cc->purge_allow);
     for (size_t i = 0; i < n; i++) {
         if (t == LUA_TTABLE) {
             um_settings_subpath_i(el, sizeof el, "cache.purge.allow", i + 1);
@@ -83,11 +85,10 @@ static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx)
         struct um_netmask *m = &cc->purge_allow[i];
         if (!um_settings_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
                                     &s) ||
-            !um__cfg_parse_netmask(ld, L, el, s, m))
+            !um_settings_parse_netmask(ld, L, el, s, m))
             return false;
         for (size_t j = 0; j < i; j++)
-            if (cc->purge_allow[j].family == m->family &&
-                cc->purge_allow[j].prefix == m->prefix &&
+            if (cc->purge_allow[j].family == m->family && cc->purge_allow[j].prefix == m->prefix &&
                 memcmp(cc->purge_allow[j].addr, m->addr, sizeof m->addr) == 0)
                 return um_settings_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
         cc->num_purge_allow++;
@@ -99,9 +100,9 @@ static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx)
 
 /* targeted = { "Umbra-Cache-Control", "CDN-Cache-Control" } of the cache table at idx: the
  * field names, in order of precedence; {} honours none. */
-static bool load_cache_targeted(struct um_settings_load *ld, lua_State *L, int idx)
+static bool load_cache_targeted(struct um_settings_load *ld, lua_State *L, int idx,
+                                struct um_cache_conf *cc)
 {
-    struct um_cache_conf *cc = &ld->c->cache;
     char el[PATH_LEN];
     const char *s;
     size_t n = 0;
@@ -155,16 +156,14 @@ static bool load_cache_targeted(struct um_settings_load *ld, lua_State *L, int i
 static bool parse_redis_url(const char *s, char *host, size_t hostsz, int *port)
 {
     static const char scheme[] = "redis://";
-    if (strncmp(s, scheme, sizeof(scheme) - 1) != 0)
-        return false;
+    if (strncmp(s, scheme, sizeof(scheme) - 1) != 0) return false;
     s += sizeof(scheme) - 1;
     const char *hb = s, *he;
     *port = 6379;
     if (*s == '[') {
         hb = ++s;
         he = strchr(s, ']');
-        if (he == NULL)
-            return false;
+        if (he == NULL) return false;
         s = he + 1;
     } else {
         he = s;
@@ -173,36 +172,30 @@ static bool parse_redis_url(const char *s, char *host, size_t hostsz, int *port)
         s = he;
     }
     size_t hl = (size_t)(he - hb);
-    if (hl == 0 || hl >= hostsz)
-        return false;
+    if (hl == 0 || hl >= hostsz) return false;
     memcpy(host, hb, hl);
     host[hl] = '\0';
-    if (strcmp(host, "localhost") == 0)
-        snprintf(host, hostsz, "127.0.0.1");
+    if (strcmp(host, "localhost") == 0) snprintf(host, hostsz, "127.0.0.1");
     unsigned char addr[16];
-    if (inet_pton(AF_INET, host, addr) != 1 && inet_pton(AF_INET6, host, addr) != 1)
-        return false;
+    if (inet_pton(AF_INET, host, addr) != 1 && inet_pton(AF_INET6, host, addr) != 1) return false;
     if (*s == ':') {
         s++;
         long p = 0;
-        if (*s < '0' || *s > '9')
-            return false;
+        if (*s < '0' || *s > '9') return false;
         while (*s >= '0' && *s <= '9' && p <= 65535)
             p = p * 10 + (*s++ - '0');
-        if (p < 1 || p > 65535)
-            return false;
+        if (p < 1 || p > 65535) return false;
         *port = (int)p;
     }
-    if (*s == '/')
-        s++;
+    if (*s == '/') s++;
     return *s == '\0';
 }
 
 /* l2 = { redis = "redis://ADDRESS:PORT", max_object = SIZE, timeout = S } of the cache
  * table at idx. */
-static bool load_cache_l2(struct um_settings_load *ld, lua_State *L, int idx)
+static bool load_cache_l2(struct um_settings_load *ld, lua_State *L, int idx,
+                          struct um_cache_conf *cc)
 {
-    struct um_cache_conf *cc = &ld->c->cache;
     const char *s;
     uint64_t v;
     int t = um_settings_get_field(L, idx, "l2");
@@ -217,7 +210,7 @@ static bool load_cache_l2(struct um_settings_load *ld, lua_State *L, int idx)
                                 lua_typename(L, t));
     int lidx = lua_gettop(L);
     cc->l2.line = um_settings_line_of(ld, L, "cache.l2");
-    if (!um_settings_check_keys(ld, L, lidx, "cache.l2", um__cfg_l2_keys)) return false;
+    if (!um_settings_check_keys(ld, L, lidx, "cache.l2", l2_keys)) return false;
     cc->l2.max_object = 1u << 20;
     cc->l2.timeout = 0.05;
     if (um_settings_get_field(L, lidx, "redis") == LUA_TNIL)
@@ -260,32 +253,41 @@ static bool load_cache_l2(struct um_settings_load *ld, lua_State *L, int idx)
 
 /* cache = { memory = SIZE, max_object = SIZE, clean_interval = S, default_ttl = S,
  * stale_if_error = S, purge = { allow = {...} } }; defaults for what is missing. */
-bool um__cfg_load_cache(struct um_settings_load *ld, lua_State *L)
+static void defaults(void *part)
 {
-    struct um_cache_conf *cc = &ld->c->cache;
-    char a[64], b[64];
-    uint64_t v;
+    struct um_cache_conf *cc = part;
+    cc->memory = 256ull << 20;
+    cc->max_object = 64ull << 20;
+    cc->clean_interval = 10;
+    memcpy(cc->targeted[0], "Umbra-Cache-Control", sizeof("Umbra-Cache-Control"));
+    memcpy(cc->targeted[1], "CDN-Cache-Control", sizeof("CDN-Cache-Control"));
+    cc->num_targeted = 2;
+    cc->disk_sync = 1;
     cc->purge_allow = um_calloc(2, sizeof *cc->purge_allow);
     cc->num_purge_allow = 2;
-    cc->purge_allow[0] = (struct um_netmask){.family = AF_INET, .addr = {127, 0, 0, 1},
-                                             .prefix = 32};
-    cc->purge_allow[1] = (struct um_netmask){.family = AF_INET6, .addr = {[15] = 1},
-                                             .prefix = 128};
-    int t = um_settings_get_global(L, "cache");
-    if (t == LUA_TNIL)
-        return true;
+    cc->purge_allow[0] =
+        (struct um_netmask){.family = AF_INET, .addr = {127, 0, 0, 1}, .prefix = 32};
+    cc->purge_allow[1] = (struct um_netmask){.family = AF_INET6, .addr = {[15] = 1}, .prefix = 128};
+}
+
+static bool read(struct um_settings_load *ld, lua_State *L, int idx, const char *path, void *part)
+{
+    struct um_cache_conf *cc = part;
+    char a[64], b[64];
+    uint64_t v;
+    (void)path;
+    int t = lua_type(L, idx);
     if (t != LUA_TTABLE)
         return um_settings_fail(ld, L, "cache",
                                 "cache: expected a table such as { memory = \"256MB\" }, "
                                 "got %s (routes turn caching off with cache = false)",
                                 lua_typename(L, t));
-    int idx = lua_gettop(L);
     cc->line = um_settings_line_of(ld, L, "cache");
-    if (!um_settings_check_keys(ld, L, idx, "cache", um__cfg_cache_keys)) return false;
+    if (!um_settings_check_keys(ld, L, idx, "cache", cache_keys)) return false;
 
     if (um_settings_get_field(L, idx, "memory") != LUA_TNIL) {
         if (!um_settings_get_size(ld, L, -1, "cache.memory", 0, UINT64_MAX, &v)) return false;
-        if (v < CACHE_MIN_MEMORY)
+        if (v < MIN_MEMORY)
             return um_settings_fail(ld, L, "cache.memory",
                                     "cache.memory: %s is too small (at least 1MB)",
                                     size_text(v, a, sizeof a));
@@ -328,6 +330,40 @@ bool um__cfg_load_cache(struct um_settings_load *ld, lua_State *L)
                               NULL))
         return false;
 
-    return load_cache_targeted(ld, L, idx) && load_cache_purge(ld, L, idx) &&
-           load_cache_l2(ld, L, idx) && um__cfg_load_cache_disk(ld, L, idx);
+    return load_cache_targeted(ld, L, idx, cc) && load_cache_purge(ld, L, idx, cc) &&
+           load_cache_l2(ld, L, idx, cc) && um__cache_load_disk(ld, L, idx, cc);
 }
+
+static void dispose(void *part)
+{
+    struct um_cache_conf *cc = part;
+    free(cc->purge_allow);
+    for (size_t i = 0; i < cc->num_disks; i++)
+        free(cc->disks[i].path);
+    free(cc->disks);
+}
+
+/* The memory cache is made once, at the first caching route (running: the cache), with
+ * its size: a reload keeps it. */
+void um__cache_check_reload(const struct um_config *was, const struct um_config *now, void *running)
+{
+    const struct um_cache_conf *w = um_cache_conf(was), *n = um_cache_conf(now);
+    if (running && (n->memory != w->memory || n->max_object != w->max_object))
+        um_log_warn("SIGHUP: cache.memory and cache.max_object take a restart; keeping the "
+                    "running cache");
+}
+
+static const struct um_settings_table tables[] = {{"cache", cache_keys},
+                                                  {"cache.purge", purge_keys},
+                                                  {"cache.l2", l2_keys},
+                                                  {"cache.disk", um__cache_disk_keys},
+                                                  {NULL, NULL}};
+
+const struct um_settings um_cache_settings = {
+    .global = "cache",
+    .size = sizeof(struct um_cache_conf),
+    .defaults = defaults,
+    .read = read,
+    .dispose = dispose,
+    .tables = tables,
+};

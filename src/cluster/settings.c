@@ -9,9 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "umbra/cluster.h"
+#include "umbra/settings.h"
 
-const char *const um__cfg_cluster_keys[] = {"self", "peers", "secret", NULL};
+#define PATH_LEN UM_SETTINGS_PATH_LEN
+
+static const char *const keys[] = {"self", "peers", "secret", NULL};
 
 #define SECRET_MIN 16
 #define PEERS_MAX 1024
@@ -68,20 +71,19 @@ bad:
                             path, text);
 }
 
-bool um__cfg_load_cluster(struct um_settings_load *ld, lua_State *L)
+static bool read(struct um_settings_load *ld, lua_State *L, int idx, const char *name, void *part)
 {
-    struct um_config *c = ld->c;
-    int t = um_settings_get_global(L, "cluster");
-    if (t == LUA_TNIL) return true;
+    struct um_cluster_conf *cc = part;
+    (void)name;
+    int t = lua_type(L, idx);
     if (t != LUA_TTABLE)
         return um_settings_fail(
             ld, L, "cluster",
             "cluster: expected a table such as { self = \"10.0.0.1:80\", peers "
             "= { \"10.0.0.1:80\", \"10.0.0.2:80\" }, secret = \"...\" }, got %s",
             lua_typename(L, t));
-    int idx = lua_gettop(L);
-    c->cluster.line = um_settings_line_of(ld, L, "cluster");
-    if (!um_settings_check_keys(ld, L, idx, "cluster", um__cfg_cluster_keys)) return false;
+    cc->line = um_settings_line_of(ld, L, "cluster");
+    if (!um_settings_check_keys(ld, L, idx, "cluster", keys)) return false;
     char path[PATH_LEN];
 
     if (um_settings_get_field(L, idx, "peers") != LUA_TTABLE)
@@ -94,18 +96,18 @@ bool um__cfg_load_cluster(struct um_settings_load *ld, lua_State *L)
     if (n == 0 || n > PEERS_MAX)
         return um_settings_fail(ld, L, "cluster.peers", "cluster.peers: expected 1 to %d peers",
                                 PEERS_MAX);
-    c->cluster.peers = calloc(n, sizeof(*c->cluster.peers));
-    if (c->cluster.peers == NULL)
+    cc->peers = calloc(n, sizeof(*cc->peers));
+    if (cc->peers == NULL)
         return um_settings_fail(ld, L, "cluster.peers", "cluster.peers: out of memory");
     for (size_t i = 0; i < n; i++) {
         lua_rawgeti(L, pidx, (int)i + 1);
         um_settings_subpath_i(path, sizeof path, "cluster.peers", i + 1);
         const char *s;
         if (!um_settings_get_string(ld, L, -1, path, "\"IP:PORT\"", &s)) return false;
-        if (!parse_peer(ld, L, path, s, &c->cluster.peers[i])) return false;
-        c->cluster.num_peers = i + 1;
+        if (!parse_peer(ld, L, path, s, &cc->peers[i])) return false;
+        cc->num_peers = i + 1;
         for (size_t j = 0; j < i; j++)
-            if (strcmp(c->cluster.peers[j].url, c->cluster.peers[i].url) == 0)
+            if (strcmp(cc->peers[j].url, cc->peers[i].url) == 0)
                 return um_settings_fail(ld, L, path, "%s: '%s' is listed twice", path, s);
         lua_pop(L, 1);
     }
@@ -119,9 +121,9 @@ bool um__cfg_load_cluster(struct um_settings_load *ld, lua_State *L)
     struct um_upstream_server me = {0};
     if (!parse_peer(ld, L, "cluster.self", self, &me)) return false;
     bool found = false;
-    for (size_t i = 0; i < c->cluster.num_peers && !found; i++)
-        if (strcmp(c->cluster.peers[i].url, me.url) == 0) {
-            c->cluster.self = i;
+    for (size_t i = 0; i < cc->num_peers && !found; i++)
+        if (strcmp(cc->peers[i].url, me.url) == 0) {
+            cc->self = i;
             found = true;
         }
     free(me.url);
@@ -142,10 +144,29 @@ bool um__cfg_load_cluster(struct um_settings_load *ld, lua_State *L)
     if (strlen(secret) < SECRET_MIN)
         return um_settings_fail(ld, L, "cluster.secret",
                                 "cluster.secret: too short (at least %d characters)", SECRET_MIN);
-    c->cluster.secret = strdup(secret);
-    if (c->cluster.secret == NULL)
+    cc->secret = strdup(secret);
+    if (cc->secret == NULL)
         return um_settings_fail(ld, L, "cluster.secret", "cluster.secret: out of memory");
     lua_pop(L, 1);
-    c->cluster.enabled = true;
+    cc->enabled = true;
     return true;
 }
+
+static void dispose(void *part)
+{
+    struct um_cluster_conf *cc = part;
+    for (size_t i = 0; i < cc->num_peers; i++)
+        free(cc->peers[i].url);
+    free(cc->peers);
+    free(cc->secret);
+}
+
+static const struct um_settings_table tables[] = {{"cluster", keys}, {NULL, NULL}};
+
+const struct um_settings um_cluster_settings = {
+    .global = "cluster",
+    .size = sizeof(struct um_cluster_conf),
+    .read = read,
+    .dispose = dispose,
+    .tables = tables,
+};
