@@ -82,38 +82,6 @@ struct um_mime_type {
     char *type; /* e.g. "application/wasm" */
 };
 
-/* tls.protocols */
-#define UM_TLS_PROTO_TLS12 1u
-#define UM_TLS_PROTO_TLS13 2u
-
-/* One certificate entry of tls = { { hosts = {...}, cert = "F", key = "F" }, ... }. */
-struct um_tls_cert_conf {
-    char **hosts;     /* lower case, "*.example.com" for a wildcard; unique over all entries */
-    size_t num_hosts; /* >= 1 */
-    char *cert;       /* PEM chain file: absolute, symlinks kept so that a reload follows a */
-    char *key;        /* re-pointed link (certbot's live/); PEM key file, no passphrase */
-    int line;         /* line of the entry */
-    /* cert and key as written, and the lines of cert = and key =, for the messages of the
-     * TLS module's check (um_tls_check_config). */
-    char *cert_name, *key_name;
-    int cert_line, key_line;
-};
-
-/* tls = { entries..., protocols = {...}, ciphers = "...", ciphersuites = "...",
- * default = "host" }. The loader checks the settings and that the files exist; whether
- * they load, every key matches its cert and OpenSSL knows the ciphers is the TLS module's
- * check (um_tls_check_config), run before anything is bound. */
-struct um_tls_conf {
-    struct um_tls_cert_conf *certs;
-    size_t num_certs;   /* 0: no tls table (then no listener has tls) */
-    unsigned protocols; /* UM_TLS_PROTO_* flags; both by default */
-    char *ciphers;      /* TLS 1.2 cipher list; NULL: the TLS module's default */
-    char *ciphersuites; /* TLS 1.3 ciphersuites; NULL: OpenSSL's default */
-    int ciphers_line, ciphersuites_line; /* where they are set, for messages */
-    size_t default_cert; /* entry for names no entry lists and for clients without SNI */
-    int line;           /* line of the tls setting */
-};
-
 /* An address or network allowed to do something (cache.purge.allow). */
 struct um_netmask {
     int family;            /* AF_INET or AF_INET6 */
@@ -166,7 +134,6 @@ struct um_config {
         int line;
     } http2;
     int log_level; /* enum um_log_level (umbra/log.h); "info" by default */
-    struct um_tls_conf tls;
     /* Request-time Lua (umbra/hooks.h). */
     struct {
         bool on_request, on_response; /* global functions of those names */

@@ -55,6 +55,10 @@ struct um_settings {
     const char *route_key;
     bool (*read_route)(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
                        void *part);
+    /* Checks the part against the rest of the snapshot c (the server's settings, such as
+     * the listeners), once everything is read; NULL: nothing to check. */
+    bool (*check)(struct um_settings_load *ld, lua_State *L, const struct um_config *c,
+                  const void *part);
     /* The tables of keys it reads, ended by {NULL}, for the documentation (the global's
      * own table first, as "compress"; nested ones as "compress.level"). */
     const struct um_settings_table *tables;
@@ -146,5 +150,8 @@ char *um_settings_dir_join(const struct um_settings_load *ld, const char *name);
 struct um_netmask;
 bool um_settings_parse_netmask(struct um_settings_load *ld, lua_State *L, const char *path,
                                const char *text, struct um_netmask *out);
+
+/* A DNS-style host name of n bytes: labels of 1 to 63 letters, digits, '-' or '_'. */
+bool um_settings_is_host_name(const char *s, size_t n);
 
 #endif

@@ -36,7 +36,7 @@
 /* The server's own; the modules' are theirs (umbra/settings.h). */
 const char *const um__cfg_settings[] = {"listen", "workers",  "upstreams", "routes",
                                         "limits", "timeouts", "mime",      "log_level",
-                                        "tls",    "admin",    "http2",     NULL};
+                                        "admin",  "http2",    NULL};
 
 /* Turns the Lua error value on top of the stack into "FILE:LINE: message". */
 static void fail_lua(struct um_settings_load *ld, lua_State *L)
@@ -119,10 +119,10 @@ static int extract(lua_State *L)
     struct um_settings_load *ld = lua_touserdata(L, 1);
     lua_settop(L, 0);
     static bool (*const steps[])(struct um_settings_load *, lua_State *) = {
-        check_globals,          um__cfg_load_yunying, um__cfg_load_hooks,     um__cfg_load_listen,
-        um__cfg_load_tls,       um__cfg_load_workers, um__cfg_load_upstreams, um__cfg_load_parts,
-        um__cfg_load_routes,    um__cfg_load_limits,  um__cfg_load_timeouts,  um__cfg_load_mime,
-        um__cfg_load_log_level, um__cfg_load_admin,   um__cfg_load_http2,     um__cfg_load_user,
+        check_globals,        um__cfg_load_yunying,   um__cfg_load_hooks, um__cfg_load_listen,
+        um__cfg_load_workers, um__cfg_load_upstreams, um__cfg_load_parts, um__cfg_load_routes,
+        um__cfg_load_limits,  um__cfg_load_timeouts,  um__cfg_load_mime,  um__cfg_load_log_level,
+        um__cfg_load_admin,   um__cfg_load_http2,     um__cfg_load_user,  um__cfg_check_parts,
     };
     for (size_t i = 0; i < UM_NELEMS(steps); i++) {
         if (!steps[i](ld, L))
@@ -241,19 +241,6 @@ static void config_free(struct um_config *c)
         free(c->mime[i].type);
     }
     free(c->mime);
-    for (size_t i = 0; i < c->tls.num_certs; i++) {
-        struct um_tls_cert_conf *cc = &c->tls.certs[i];
-        for (size_t j = 0; j < cc->num_hosts; j++)
-            free(cc->hosts[j]);
-        free(cc->hosts);
-        free(cc->cert);
-        free(cc->key);
-        free(cc->cert_name);
-        free(cc->key_name);
-    }
-    free(c->tls.certs);
-    free(c->tls.ciphers);
-    free(c->tls.ciphersuites);
     free(c->admin.listen.text);
     free(c->admin.allow);
     free(c->user.name);
@@ -312,7 +299,6 @@ struct um_config *um_config_load(const char *file, char *err, size_t errlen)
     c->http2.initial_window = 1u << 20;
     c->http2.max_header_list = 64u << 10;
     c->log_level = UM_LOG_INFO;
-    c->tls.protocols = UM_TLS_PROTO_TLS12 | UM_TLS_PROTO_TLS13;
 
     L = um_lua_sandbox_new(UM_LUA_SANDBOX_FULL, UM_LUA_LOAD_MEMORY);
     if (L == NULL) {

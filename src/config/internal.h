@@ -52,8 +52,6 @@ extern const char *const um__cfg_process[];
  * mean); settings.c lists them all, with where each table sits. */
 extern const char *const um__cfg_listen_keys[];     /* listen.c: listen[N] */
 extern const char *const um__cfg_http2_keys[];      /* http2.c: http2 */
-extern const char *const um__cfg_tls_keys[];        /* listen.c: tls */
-extern const char *const um__cfg_cert_keys[];       /* listen.c: tls[N] */
 extern const char *const um__cfg_upstream_keys[];   /* upstreams.c: upstreams.NAME */
 extern const char *const um__cfg_upstream_tls_keys[]; /* upstreams.c: upstreams.NAME.tls */
 extern const char *const um__cfg_route_keys[];      /* routes.c: routes[N] */
@@ -66,9 +64,6 @@ extern const char *const um__cfg_admin_keys[];      /* ops.c: admin */
 extern const char um__cfg_global_lines_key;
 
 /* The readers every step uses (and the modules' own readers) are umbra/settings.h's. */
-
-/* values.c: a DNS-style host name of n bytes: labels of 1 to 63 letters, digits, '-' or '_'. */
-bool um__cfg_is_host_name(const char *s, size_t n);
 
 /* --- shared between the steps ----------------------------------------------------------- */
 
@@ -87,6 +82,7 @@ const char *const *um__cfg_part_globals(void);
 /* The keys a route may have: routes.c's and the modules' route keys (as part_globals). */
 const char *const *um__cfg_route_keys_all(void);
 bool um__cfg_load_parts(struct um_settings_load *ld, lua_State *L);
+bool um__cfg_check_parts(struct um_settings_load *ld, lua_State *L); /* the last step */
 bool um__cfg_load_route_parts(struct um_settings_load *ld, lua_State *L, int idx, const char *rpath,
                               struct um_route *r);
 void um__cfg_free_parts(struct um_config *c);
@@ -96,7 +92,6 @@ void um__cfg_free_parts(struct um_config *c);
 bool um__cfg_load_yunying(struct um_settings_load *ld, lua_State *L);   /* yunying.c */
 bool um__cfg_load_hooks(struct um_settings_load *ld, lua_State *L);     /* hooks.c */
 bool um__cfg_load_listen(struct um_settings_load *ld, lua_State *L);    /* listen.c */
-bool um__cfg_load_tls(struct um_settings_load *ld, lua_State *L);       /* listen.c */
 bool um__cfg_load_workers(struct um_settings_load *ld, lua_State *L);   /* limits.c */
 bool um__cfg_load_upstreams(struct um_settings_load *ld, lua_State *L); /* upstreams.c */
 bool um__cfg_load_routes(struct um_settings_load *ld, lua_State *L);    /* routes.c */

@@ -105,6 +105,13 @@ bool um__cfg_load_parts(struct um_settings_load *ld, lua_State *L)
     return true;
 }
 
+bool um__cfg_check_parts(struct um_settings_load *ld, lua_State *L)
+{
+    for (size_t i = 0; i < count; i++)
+        if (list[i]->check && !list[i]->check(ld, L, ld->c, ld->c->parts[i])) return false;
+    return true;
+}
+
 bool um__cfg_load_route_parts(struct um_settings_load *ld, lua_State *L, int idx, const char *rpath,
                               struct um_route *r)
 {

@@ -11,8 +11,6 @@ static const struct {
     const char *const *keys;
 } tables[] = {
     {"listen[N]", um__cfg_listen_keys},
-    {"tls", um__cfg_tls_keys},
-    {"tls[N]", um__cfg_cert_keys},
     {"upstreams.NAME", um__cfg_upstream_keys},
     {"upstreams.NAME.tls", um__cfg_upstream_tls_keys},
     {"routes[N]", um__cfg_route_keys},

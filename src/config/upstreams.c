@@ -96,7 +96,7 @@ static bool parse_server(struct um_settings_load *ld, lua_State *L, const char *
         if (hl == 0)
             return um_settings_fail(ld, L, path, "%s: bad URL '%s': missing host (" URL_HINT ")",
                                     path, text);
-        if (hl >= sizeof host || !um__cfg_is_host_name(auth, hl))
+        if (hl >= sizeof host || !um_settings_is_host_name(auth, hl))
             return um_settings_fail(ld, L, path,
                                     "%s: bad host in '%s' (expected a host name, an IPv4 "
                                     "address or an [IPv6 address])",

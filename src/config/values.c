@@ -405,7 +405,7 @@ void um_settings_lower(char *s)
 
 /* A DNS-style host name: dot-separated labels of 1 to 63 letters, digits, '-' or '_' ('_'
  * for the names container runtimes hand out). */
-bool um__cfg_is_host_name(const char *s, size_t n)
+bool um_settings_is_host_name(const char *s, size_t n)
 {
     size_t label = 0;
     if (n == 0 || n > 253)

@@ -190,7 +190,7 @@ bool um__cfg_load_yunying(struct um_settings_load *ld, lua_State *L)
                                    "origin_type = \"upstream\" needs "
                                    "upstream_domain, the name or address of the upstream server");
     if (!um_settings_get_string(ld, L, -1, dname, "a host name or address", &domain)) return false;
-    if (!um__cfg_is_host_name(domain, strlen(domain)) && inet_pton(AF_INET, domain, buf) != 1)
+    if (!um_settings_is_host_name(domain, strlen(domain)) && inet_pton(AF_INET, domain, buf) != 1)
         return um_settings_fail(ld, L, dname, "%s: bad host name '%s'", dname, domain);
     n = strcmp(proto, "https") == 0 ? 443 : 80;
     if (um_settings_get_global(L, "upstream_port") != LUA_TNIL &&

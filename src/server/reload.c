@@ -186,9 +186,9 @@ void um__server_reload(struct um_server *s)
                 goto fail;
         }
     }
-    if (!same_tls(&nc->tls, &old->tls)) {
+    if (!same_tls(um_tls_conf(nc), um_tls_conf(old))) {
         tls = NULL;
-        if (nc->tls.num_certs > 0) {
+        if (um_tls_conf(nc)->num_certs > 0) {
             tls = um_tls_create(nc, err, sizeof(err));
             if (tls == NULL)
                 goto fail;

@@ -157,7 +157,7 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
         if (s->admin_fd < 0)
             goto fail;
     }
-    if (config->tls.num_certs > 0) {
+    if (um_tls_conf(config)->num_certs > 0) {
         s->tls = um_tls_create(config, err, errlen);
         if (s->tls == NULL)
             goto fail;

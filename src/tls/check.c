@@ -21,7 +21,7 @@ static bool fail(const struct um_config *c, int line, char *err, size_t errlen, 
 
 static bool check_pair(const struct um_config *c, size_t i, char *err, size_t errlen)
 {
-    const struct um_tls_cert_conf *cc = &c->tls.certs[i];
+    const struct um_tls_cert_conf *cc = &um_tls_conf(c)->certs[i];
     char reason[512], msg[4096];
     switch (um_tls_check_pair(cc->cert, cc->key, reason, sizeof reason)) {
     case UM_TLS_FAULT_NONE:
@@ -52,7 +52,7 @@ static bool check_ciphers(const struct um_config *c, const char *key, const char
 
 bool um_tls_check_config(const struct um_config *c, char *err, size_t errlen)
 {
-    const struct um_tls_conf *tc = &c->tls;
+    const struct um_tls_conf *tc = um_tls_conf(c);
     for (size_t i = 0; i < tc->num_certs; i++)
         if (!check_pair(c, i, err, errlen))
             return false;

@@ -74,6 +74,7 @@ static struct um_metric_block counters = {counter_defs, 2, 0};
 
 const struct um_module um_tls_module = {
     .name = "tls",
+    .settings = &um_tls_settings,
     .counters = &counters,
 };
 
@@ -399,7 +400,7 @@ static char *dup_or_null(const char *s)
 
 struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errlen)
 {
-    const struct um_tls_conf *tc = &cfg->tls;
+    const struct um_tls_conf *tc = um_tls_conf(cfg);
     char msg[PATH_MAX + 256];
     UM_ASSERT(tc->num_certs > 0 && tc->default_cert < tc->num_certs);
     pthread_once(&index_once, make_index);

@@ -1427,7 +1427,7 @@ static void test_tls_full(void **state)
     assert_true(c->listen[1].tls);
     assert_string_equal(c->listen[1].text, "127.0.0.1:8443");
 
-    const struct um_tls_conf *tc = &c->tls;
+    const struct um_tls_conf *tc = um_tls_conf(c);
     assert_int_equal(tc->num_certs, 2);
     assert_int_equal(tc->line, 2);
     assert_int_equal(tc->certs[0].num_hosts, 2);
@@ -1453,15 +1453,15 @@ static void test_tls_full(void **state)
 
     /* Defaults: both protocols, OpenSSL's lists, the first entry. */
     c = load_ok(TLS_LISTEN "tls = { " TLS_A ", " TLS_C " }\n" ROUTE_WWW);
-    assert_int_equal(c->tls.protocols, UM_TLS_PROTO_TLS12 | UM_TLS_PROTO_TLS13);
-    assert_null(c->tls.ciphers);
-    assert_null(c->tls.ciphersuites);
-    assert_int_equal(c->tls.default_cert, 0);
+    assert_int_equal(um_tls_conf(c)->protocols, UM_TLS_PROTO_TLS12 | UM_TLS_PROTO_TLS13);
+    assert_null(um_tls_conf(c)->ciphers);
+    assert_null(um_tls_conf(c)->ciphersuites);
+    assert_int_equal(um_tls_conf(c)->default_cert, 0);
     um_config_unref(c);
 
     /* Without a tls setting. */
     c = load_ok(ROUTE_WWW);
-    assert_int_equal(c->tls.num_certs, 0);
+    assert_int_equal(um_tls_conf(c)->num_certs, 0);
     assert_false(c->listen[0].tls);
     assert_false(c->routes[0].redirect_https);
     um_config_unref(c);

@@ -696,7 +696,7 @@ static void test_watch_symlink(void **state)
     struct um_config *c = um_config_load(cfgpath, err, sizeof err);
     if (c == NULL)
         fail_msg("%s", err);
-    assert_string_equal(c->tls.certs[0].cert, in_tmp("live/s.crt"));
+    assert_string_equal(um_tls_conf(c)->certs[0].cert, in_tmp("live/s.crt"));
     struct um_tls *t = um_tls_create(c, err, sizeof err);
     assert_non_null(t);
     um_config_unref(c);
