@@ -45,7 +45,7 @@ void um__outq_grow(struct um__outq *q, size_t n)
 {
     struct um_buf *b = &q->buf;
     if (q->pos > 0 && q->pos == b->len) {
-        q->pos = 0;
+        q->pos = q->mark = 0;
         um_buf_reset(b);
         if (n <= um_buf_room(b))
             return;
@@ -125,7 +125,7 @@ void um__outq_shrink(struct um__outq *q)
         um_bufpool_put(&q->pools->big, um_buf_detach(&q->buf));
     else
         um_buf_dispose(&q->buf);
-    q->pos = 0;
+    q->pos = q->mark = 0;
     UM_ASSERT(q->ref_head == q->num_refs);
     um_bufpool_put(&q->pools->refs, q->refs);
     q->refs = NULL;
@@ -155,7 +155,7 @@ void um__outq_file(struct um__outq *q, int fd, uint64_t off, uint64_t len, bool 
 /* Everything is sent: the buffer starts over. */
 static int flushed(struct um__outq *q)
 {
-    q->pos = 0;
+    q->pos = q->mark = 0;
     um_buf_reset(&q->buf);
     return UM_OK;
 }
@@ -168,10 +168,12 @@ static int flush_copying(struct um__outq *q, struct um_transport *t, int *want)
         const char *p;
         size_t len;
         bool from_file = false, from_ref = false;
-        if (q->pos < q->buf.len) {
+        bool refs = q->ref_head < q->num_refs;
+        size_t end = refs ? q->mark : q->buf.len; /* the buffer's bytes before the refs */
+        if (q->pos < end) {
             p = q->buf.base + q->pos;
-            len = q->buf.len - q->pos;
-        } else if (q->ref_head < q->num_refs) {
+            len = end - q->pos;
+        } else if (refs) {
             p = q->refs[q->ref_head].p;
             len = q->refs[q->ref_head].len;
             from_ref = true;
@@ -235,8 +237,8 @@ int um__outq_flush(struct um__outq *q, struct um_transport *t, int *want)
             struct iovec iov[UM__OUTQ_MAX_REFS + 1];
             int k = 0;
             size_t total = 0, from_buf = 0;
-            if (q->pos < q->buf.len) {
-                from_buf = q->buf.len - q->pos;
+            if (q->pos < q->mark) { /* only what was buffered before the segments */
+                from_buf = q->mark - q->pos;
                 iov[k++] = (struct iovec){q->buf.base + q->pos, from_buf};
                 total = from_buf;
             }

@@ -49,6 +49,10 @@ struct um__outq {
     struct um_buf buf;
     struct um__outq_pools *pools; /* where the memory comes from and goes back to */
     size_t pos;
+    /* While borrowed segments wait, buf[pos..mark) goes out before them and
+     * buf[mark..len) (bytes queued after them) once they are sent: the wire keeps the
+     * order the bytes were queued in. */
+    size_t mark;
     struct um__outq_ref *refs; /* UM__OUTQ_MAX_REFS, allocated on first use */
     unsigned ref_head, num_refs;
     size_t ref_bytes; /* unsent bytes in refs */
@@ -122,11 +126,16 @@ static inline void um__outq_append_u64(struct um__outq *q, uint64_t v)
 }
 
 /* Queues a borrowed segment; release(ctx) is called once it is sent (or dropped). False
- * when the segment table is full (nothing is kept then). */
+ * (nothing kept) when the segment table is full, or when bytes were buffered behind the
+ * segments that wait: this one would overtake them. */
 static inline bool um__outq_ref(struct um__outq *q, const char *p, size_t len,
                                 void (*release)(void *ctx), void *ctx)
 {
     if (q->num_refs == UM__OUTQ_MAX_REFS)
+        return false;
+    if (q->ref_head == q->num_refs)
+        q->mark = q->buf.len; /* what is buffered now goes first */
+    else if (q->buf.len > q->mark)
         return false;
     if (q->refs == NULL)
         q->refs = um_bufpool_get(&q->pools->refs);
