@@ -11,7 +11,6 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "umbra/coding.h"
 #include "umbra/common.h"
 #include "umbra/settings.h"
 
