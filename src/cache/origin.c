@@ -253,16 +253,8 @@ void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um
 
 static bool purge_allowed(const struct cache_origin *co, const struct um_fetch *f)
 {
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
-    if (inet_pton(AF_INET, f->client_ip, &((struct sockaddr_in *)&ss)->sin_addr) == 1)
-        ss.ss_family = AF_INET;
-    else if (inet_pton(AF_INET6, f->client_ip, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1)
-        ss.ss_family = AF_INET6;
-    else
-        return false;
-    return um_netmask_match(co->config->cache.purge_allow, co->config->cache.num_purge_allow,
-                            (const struct sockaddr *)&ss);
+    return um_netmask_match_text(co->config->cache.purge_allow,
+                                 co->config->cache.num_purge_allow, f->client_ip);
 }
 
 static void respond_small(struct um_sink *client, int status, const char *body)
