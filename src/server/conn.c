@@ -532,7 +532,8 @@ void um__conn_close(struct um__conn *c)
     c->t = NULL;
     um__outq_drop(&c->out);
     w->num_conns--;
-    atomic_fetch_sub(&w->server->num_conns, 1);
+    if (!c->admin) /* the admin's are not held to limits.max_connections */
+        atomic_fetch_sub(&w->server->num_conns, 1);
     c->links.all_prev = NULL;
     c->links.all_next = w->closed;
     w->closed = c;

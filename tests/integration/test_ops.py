@@ -485,6 +485,11 @@ class AdminListenerTest(unittest.TestCase):
             self.assertEqual(set(pipeline_fill(u.port, targets)), {200})
             other = "/big/other?cc=max-age%3D600"
             http_get(u.port, other)
+            # A client that leaves while its purge runs: the purge is done, its answer
+            # dropped (a soft one: the objects stay, stale, for the purge below).
+            with connect(admin_port(u)) as s:
+                s.sendall(req("/purge", "POST", body=b'{"tags": ["bigtag"], "soft": true}',
+                              headers=[("Content-Type", "application/json")]))
             # The purge's body comes in chunks, on a keep-alive connection.
             body = b'{"tags": ["bigtag"]}'
             with Client(admin_port(u)) as c:
@@ -510,6 +515,7 @@ class AdminListenerTest(unittest.TestCase):
                 self.assertEqual(c.read_response().status, 200)
             status, headers, _ = http_get(u.port, targets[7])
             self.assertNotIn("hit", headers.get("Cache-Status", ""))
+            self.assertTrue(u.alive())
 
 
 class PidFileTest(unittest.TestCase):
