@@ -129,17 +129,15 @@ static void purge_start(struct um_sink *s, const struct um_fetch *f)
     purge_read(s);
 }
 
-/* ---------------------------------------------------------------- the origin */
+/* ---------------------------------------------------------------- the origins */
 
-static void admin_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *s)
+/* The figures, the page, 404 and 405: answered at once. A body, if any, was read and
+ * dropped by the connection first (the origin does not stream it). */
+static void figures_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *s)
 {
     (void)o;
     const struct um_request *req = f->req;
     um_str path = req->path;
-    if (req->method_id == UM_METHOD_POST && um_str_eq(path, "/purge")) {
-        purge_start(s, f);
-        return;
-    }
     if (req->method_id != UM_METHOD_GET && req->method_id != UM_METHOD_HEAD) {
         answer(s, 405, TEXT_PLAIN, "405 Method Not Allowed\n");
         return;
@@ -159,7 +157,13 @@ static void admin_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink 
     um_buf_dispose(&b);
 }
 
-static void admin_body_ready(struct um_origin *o, struct um_sink *s)
+static void purge_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *s)
+{
+    (void)o;
+    purge_start(s, f);
+}
+
+static void purge_body_ready(struct um_origin *o, struct um_sink *s)
 {
     (void)o;
     if (s->origin_data != NULL)
@@ -168,7 +172,7 @@ static void admin_body_ready(struct um_origin *o, struct um_sink *s)
 
 /* The client is gone: a job not submitted yet goes now; a submitted one is the admin
  * thread's until it posts it back, so it only forgets the sink (the answer is dropped). */
-static void admin_cancel(struct um_origin *o, struct um_sink *s)
+static void purge_cancel(struct um_origin *o, struct um_sink *s)
 {
     (void)o;
     struct um__admin_job *j = s->origin_data;
@@ -182,16 +186,19 @@ static void admin_cancel(struct um_origin *o, struct um_sink *s)
     }
 }
 
-static const struct um_origin_ops admin_ops = {
-    /* It reads a purge's body itself (capped), and nothing else's. */
+static const struct um_origin_ops figures_ops = {.fetch = figures_fetch};
+
+static const struct um_origin_ops purge_ops = {
+    /* It reads the body itself, capped, while the connection goes on reading it. */
     .flags = UM_ORIGIN_F_STREAM_BODY,
-    .fetch = admin_fetch,
-    .body_ready = admin_body_ready,
-    .cancel = admin_cancel,
+    .fetch = purge_fetch,
+    .body_ready = purge_body_ready,
+    .cancel = purge_cancel,
 };
 
-/* One for the process: it holds no state of its own (a purge's is its job). */
-static struct um_origin admin_origin = {&admin_ops};
+/* One of each for the process: they hold no state of their own (a purge's is its job). */
+static struct um_origin figures_origin = {&figures_ops};
+static struct um_origin purge_origin = {&purge_ops};
 
 struct um_origin *um__admin_route(struct um__exchange *x, struct um_fetch *f)
 {
@@ -205,5 +212,7 @@ struct um_origin *um__admin_route(struct um__exchange *x, struct um_fetch *f)
     *f = (struct um_fetch){.ctx = &x->w->ctx, .req = &x->req, .config = x->config,
                            .path = x->req.path, .client_ip = x->peer_ip,
                            .client_port = x->peer_port, .scheme = "http"};
-    return &admin_origin;
+    if (x->req.method_id == UM_METHOD_POST && um_str_eq(x->req.path, "/purge"))
+        return &purge_origin;
+    return &figures_origin;
 }

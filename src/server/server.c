@@ -209,7 +209,7 @@ static void set_accepting(struct um_server *s, int epfd, bool on)
 #define ADMIN_EVENT (UINT64_MAX - 1) /* the admin listener's, in the listener's epoll set */
 
 /* Accepts a batch from the admin listener and hands it to the workers in turn, marked
- * UM__ACCEPT_F_ADMIN (plain HTTP/1.1). Neither paused at limits.max_connections nor
+ * UM__ACCEPT_F_ADMIN (plain HTTP/1.1, or HTTP/2 with prior knowledge). Neither paused at limits.max_connections nor
  * counted in it (s->num_conns): it is how an operator looks at an overloaded server. The
  * rest waits for the next wake-up (level-triggered). */
 static void accept_admin(struct um_server *s, unsigned *next_worker)
@@ -223,7 +223,7 @@ static void accept_admin(struct um_server *s, unsigned *next_worker)
                 um_log_err("admin: accept: %s", strerror(errno));
             return;
         }
-        int entry = fd * UM__ACCEPT_SHIFT + UM__ACCEPT_F_ADMIN;
+        int entry = fd * UM__ACCEPT_SHIFT + (UM__ACCEPT_F_ADMIN | UM__ACCEPT_F_H2);
         um__mailbox_push(&s->workers[*next_worker % (unsigned)s->num_workers].mailbox, &entry, 1);
         *next_worker = (*next_worker + 1) % (unsigned)s->num_workers;
     }

@@ -459,6 +459,21 @@ class AdminListenerTest(unittest.TestCase):
             self.assertEqual(metric(s, "umbra_connections_total"), 0)
             self.assertEqual(metric(s, "umbra_received_bytes_total"), 0)
 
+    def test_http2_prior_knowledge(self):
+        curl = shutil.which("curl")
+        if curl is None:
+            self.skipTest("curl is not installed")
+        with Umbra(config(self.origin.url), files=FILES) as u:
+            port = admin_port(u)
+            for args, want in (([], "2 200"), (["-d", "x=1"], "2 405"),
+                               (["-d", "tag=t"], "2 200")):
+                path = "/purge" if "tag=" in "".join(args) else "/metrics"
+                p = subprocess.run([curl, "-s", "--http2-prior-knowledge", "-o", "/dev/null",
+                                    "-w", "%{http_version} %{http_code}"] + args +
+                                   ["http://127.0.0.1:%d%s" % (port, path)],
+                                   stdout=subprocess.PIPE, timeout=30)
+                self.assertEqual(p.stdout.decode(), want, (path, args))
+
     def test_refusals_are_the_other_listeners(self):
         bad = [b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n folded\r\n\r\n",  # obs-fold
                b"GET /metrics HTTP/1.1\nHost: a\n\n",                               # bare LF
