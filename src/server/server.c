@@ -209,9 +209,9 @@ static void set_accepting(struct um_server *s, int epfd, bool on)
 #define ADMIN_EVENT (UINT64_MAX - 1) /* the admin listener's, in the listener's epoll set */
 
 /* Accepts a batch from the admin listener and hands it to the workers in turn, marked
- * UM__ACCEPT_F_ADMIN (plain HTTP/1.1, or HTTP/2 with prior knowledge). Neither paused at limits.max_connections nor
- * counted in it (s->num_conns): it is how an operator looks at an overloaded server. The
- * rest waits for the next wake-up (level-triggered). */
+ * UM__ACCEPT_F_ADMIN (plain HTTP/1.1, or HTTP/2 with prior knowledge). Neither paused at
+ * limits.max_connections nor counted in it (s->num_conns): it is how an operator looks at
+ * an overloaded server. The rest waits for the next wake-up (level-triggered). */
 static void accept_admin(struct um_server *s, unsigned *next_worker)
 {
     for (int k = 0; k < ACCEPT_BATCH; k++) {
