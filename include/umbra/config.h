@@ -207,5 +207,8 @@ bool um_config_parse_size(const char *s, uint64_t *out);
  * so a client gets the same answer whatever the listener's family. False for other
  * families, for sa NULL and for n 0. */
 bool um_netmask_match(const struct um_netmask *m, size_t n, const struct sockaddr *sa);
+/* The same for an address as text ("127.0.0.1", "::1": a client's, as connections keep
+ * it); false when ip is not one. */
+bool um_netmask_match_text(const struct um_netmask *m, size_t n, const char *ip);
 
 #endif

@@ -40,8 +40,9 @@ struct um_module {
     /* The rest of its /metrics lines (gauges of its running state, histograms; running
      * NULL: it does not run, and may add nothing), and its member of /status.json
      * ("NAME":{...}; called only while it runs: the admin writes "NAME":null otherwise),
-     * made from running: the state the server gave um_module_run. Called on the admin
-     * thread; NULL: nothing to add (the counters alone are shown). */
+     * made from running: the state the server gave um_module_run. Called on the worker
+     * that serves the admin connection, maybe on two workers at once: read only what any
+     * thread may (atomics, the module's own locks); NULL: nothing to add (the counters alone are shown). */
     void (*metrics)(struct um_buf *b, void *running);
     void (*status)(struct um_buf *b, void *running);
 };

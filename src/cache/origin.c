@@ -256,16 +256,8 @@ void um__cache_fill_start(struct cache_origin *co, struct um_fetch *f, struct um
 
 static bool purge_allowed(const struct cache_origin *co, const struct um_fetch *f)
 {
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
-    if (inet_pton(AF_INET, f->client_ip, &((struct sockaddr_in *)&ss)->sin_addr) == 1)
-        ss.ss_family = AF_INET;
-    else if (inet_pton(AF_INET6, f->client_ip, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1)
-        ss.ss_family = AF_INET6;
-    else
-        return false;
     const struct um_cache_conf *cc = um_cache_conf(co->config);
-    return um_netmask_match(cc->purge_allow, cc->num_purge_allow, (const struct sockaddr *)&ss);
+    return um_netmask_match_text(cc->purge_allow, cc->num_purge_allow, f->client_ip);
 }
 
 static void respond_small(struct um_sink *client, int status, const char *body)

@@ -61,6 +61,19 @@ bool um_netmask_match(const struct um_netmask *m, size_t n, const struct sockadd
 #define NETMASK_HINT                                                                     \
     "expected an IPv4 or IPv6 address, or a network such as \"10.0.0.0/8\" or \"fd00::/8\""
 
+bool um_netmask_match_text(const struct um_netmask *m, size_t n, const char *ip)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    if (inet_pton(AF_INET, ip, &((struct sockaddr_in *)&ss)->sin_addr) == 1)
+        ss.ss_family = AF_INET;
+    else if (inet_pton(AF_INET6, ip, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1)
+        ss.ss_family = AF_INET6;
+    else
+        return false;
+    return um_netmask_match(m, n, (const struct sockaddr *)&ss);
+}
+
 /* Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6, without brackets), at path. */
 bool um_settings_parse_netmask(struct um_settings_load *ld, lua_State *L, const char *path,
                                const char *text, struct um_netmask *out)

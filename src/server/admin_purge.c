@@ -10,7 +10,7 @@
  * every object with any of them; "path" purges one URL, or every URL starting with the
  * rest when it ends in '*', of "host" (every host when a prefix has none); "soft" marks
  * stale instead of dropping. The answer is {"purged": N}, the number of objects affected.
- * Runs on the admin thread: a large purge never holds up a worker. */
+ * Runs on the admin thread (admin.c): a large purge never holds up a worker. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -96,6 +96,7 @@ static void req_get(struct um__conn *c)
     um_http1_parser_init(&r->parser);
     um__exchange_init(&r->x, &um__conn_exchange_ops, w, c->runtime, c->t, c->peer_ip,
                       c->peer_port, c->id);
+    r->x.admin = c->admin;
     c->r = r;
 }
 
@@ -170,7 +171,8 @@ static int read_some(struct um__conn *c)
     ssize_t n = c->t->ops->read(c->t, c->rbuf + c->rlen, space, &want);
     if (n > 0) {
         c->rlen += (size_t)n;
-        um_counter_add(&um_metrics_worker()->bytes_in, (uint64_t)n);
+        if (!c->admin)
+            um_counter_add(&um_metrics_worker()->bytes_in, (uint64_t)n);
         await(c, want); /* drained: the next arrival raises a new edge */
         return UM_OK;
     }
@@ -367,7 +369,9 @@ void um__conn_accept(struct um__worker *w, int fd, int flags)
     um_runtime_ref(c->runtime);
     c->config = w->config;
     c->id = ++w->next_conn_id;
-    um_counter_add(&um_metrics_worker()->conns_total, 1);
+    c->admin = (flags & UM__ACCEPT_F_ADMIN) != 0;
+    if (!c->admin)
+        um_counter_add(&um_metrics_worker()->conns_total, 1);
     um_transport_plain_init(&c->plain, fd);
     c->t = &c->plain;
     um__outq_init(&c->out, &w->outq_pools);
@@ -498,7 +502,8 @@ void um__conn_close(struct um__conn *c)
     struct um__worker *w = c->w;
     c->closed = true;
     c->proto->on_close(c);
-    um_counter_add(&um_metrics_worker()->conns_closed, 1);
+    if (!c->admin)
+        um_counter_add(&um_metrics_worker()->conns_closed, 1);
     um__tq_disarm(w, c);
     if (c->links.in_ready) {
         for (struct um__conn **p = &w->ready; *p; p = &um__links(*p)->ready_next) {
@@ -527,7 +532,8 @@ void um__conn_close(struct um__conn *c)
     c->t = NULL;
     um__outq_drop(&c->out);
     w->num_conns--;
-    atomic_fetch_sub(&w->server->num_conns, 1);
+    if (!c->admin) /* the admin's are not held to limits.max_connections */
+        atomic_fetch_sub(&w->server->num_conns, 1);
     c->links.all_prev = NULL;
     c->links.all_next = w->closed;
     w->closed = c;

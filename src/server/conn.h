@@ -98,6 +98,7 @@ struct um__conn {
     bool head_started; /* header timer armed for the current request */
     bool in_drive;     /* the exchange's sends need no wake-up */
     bool h2_allowed;   /* the listener speaks HTTP/2 (ALPN h2, or prior knowledge) */
+    bool admin;        /* the admin listener's (UM__ACCEPT_F_ADMIN): not counted */
 
     /* Input: rbuf[rpos..rlen) is unprocessed; while in S_BODY, rbuf[rpos..bpos) is the
      * parsed head and rbuf[bpos..rlen) the unconsumed body bytes. rbuf holds rcap bytes;
@@ -124,6 +125,23 @@ struct um__conn {
 static inline struct um__conn *um__conn_of(struct um__exchange *x)
 {
     return um_container_of(x, struct um__conn_req, x)->c;
+}
+
+/* The limits of c's requests: the configuration's, or the admin's smaller ones. */
+static inline size_t um__conn_max_line(const struct um__conn *c)
+{
+    size_t n = c->config->limits.max_request_line;
+    return c->admin && n > UM__ADMIN_MAX_HEAD ? UM__ADMIN_MAX_HEAD : n;
+}
+static inline size_t um__conn_max_head(const struct um__conn *c)
+{
+    size_t n = c->config->limits.max_header_bytes;
+    return c->admin && n > UM__ADMIN_MAX_HEAD ? UM__ADMIN_MAX_HEAD : n;
+}
+static inline uint64_t um__conn_max_body(const struct um__conn *c)
+{
+    uint64_t n = c->config->limits.max_body_bytes;
+    return c->admin && n > UM__ADMIN_MAX_BODY ? UM__ADMIN_MAX_BODY : n;
 }
 
 /* An origin answering from outside drive() (an upstream socket's event) wakes the connection. */

@@ -236,7 +236,7 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id,
         return 0;
     }
     s->body_seen += len;
-    if (s->body_seen > h->c->config->limits.max_body_bytes) {
+    if (s->body_seen > um__conn_max_body(h->c)) {
         s->x.body_error = 413;
         nghttp2_session_consume(session, id, len);
         return 0;
@@ -347,7 +347,8 @@ bool um__conn_h2_start(struct um__conn *c)
     c->proto = &um__conn_proto_h2;
     c->state = S_H2;
     c->head_started = false;
-    um_counter_add(&um_metrics_worker()->h2_conns, 1);
+    if (!c->admin)
+        um_counter_add(&um_metrics_worker()->h2_conns, 1);
     if (c->draining)
         um__h2_shutdown_begin(h); /* stopping already: the streams sent meanwhile are served */
     return true;

@@ -377,13 +377,15 @@ struct h2_stream *um__h2_stream_new(struct um__h2 *h, int32_t id)
     s->file_fd = -1;
     um__exchange_init(&s->x, &h2_exchange_ops, c->w, c->runtime, c->t, c->peer_ip,
                       c->peer_port, c->id);
+    s->x.admin = c->admin;
     s->next = h->streams;
     if (h->streams)
         h->streams->prev = s;
     h->streams = s;
     h->num_streams++;
     h->total_streams++;
-    um_counter_add(&um_metrics_worker()->h2_streams, 1);
+    if (!c->admin)
+        um_counter_add(&um_metrics_worker()->h2_streams, 1);
     return s;
 }
 
@@ -555,7 +557,7 @@ static void stream_start(struct um__h2 *h, struct h2_stream *s)
     x->body_error = 0;
     bool has_body = !s->body_eof || s->body.len > 0;
     if ((req->flags & UM_REQ_F_CONTENT_LENGTH) &&
-        req->content_length > c->config->limits.max_body_bytes) {
+        req->content_length > um__conn_max_body(c)) {
         body_discard(s);
         um__exchange_respond(x, 413, NULL, 0);
         return;

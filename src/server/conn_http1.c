@@ -313,7 +313,7 @@ static int body_decode(struct um__conn *c)
         c->r->body_seen += take;
         x->body_done = c->r->body_left == 0;
     }
-    if (c->r->body_seen > c->config->limits.max_body_bytes) {
+    if (c->r->body_seen > um__conn_max_body(c)) {
         x->body_error = 413;
         return UM_ERR;
     }
@@ -362,8 +362,7 @@ static void begin_request(struct um__conn *c)
         int status;
         um_http1_parser_init(&c->r->parser);
         int r = um_http1_parse_request(&c->r->parser, c->rbuf, c->rlen,
-                                       c->config->limits.max_request_line,
-                                       c->config->limits.max_header_bytes, req, &status);
+                                       um__conn_max_line(c), um__conn_max_head(c), req, &status);
         UM_ASSERT(r == UM_OK);
     }
     c->bpos = c->rpos + req->head_len;
@@ -374,7 +373,7 @@ static void begin_request(struct um__conn *c)
     x->body_wanted = false;
     x->body_error = 0;
     um_chunked_init(&c->r->chunked);
-    if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > c->config->limits.max_body_bytes) {
+    if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > um__conn_max_body(c)) {
         um__conn_fail(c, 413);
         return;
     }
@@ -405,8 +404,7 @@ enum input_result um__conn_process_input(struct um__conn *c)
                 return IN_NEED_INPUT;
             int status;
             int r = um_http1_parse_request(&c->r->parser, c->rbuf + c->rpos, c->rlen - c->rpos,
-                                           c->config->limits.max_request_line,
-                                           c->config->limits.max_header_bytes, &x->req, &status);
+                                           um__conn_max_line(c), um__conn_max_head(c), &x->req, &status);
             if (r == UM_AGAIN) {
                 if (c->rlen == c->rcap) {
                     if (c->rpos == 0) {

@@ -276,6 +276,10 @@ void um__exchange_body_ready(struct um__exchange *x)
 
 void um__exchange_log(struct um__exchange *x, int status)
 {
+    if (x->admin) {
+        x->req_parsed = false;
+        return;
+    }
     struct um_access_rec r;
     memset(&r, 0, sizeof(r));
     r.client_ip = x->peer_ip;

@@ -70,6 +70,10 @@ struct um__exchange {
     const char *peer_ip;
     int peer_port;
     uint64_t conn_id; /* for the log */
+    /* The admin listener's (UM__ACCEPT_F_ADMIN): routed to the internal routes only
+     * (um__admin_route), and neither logged nor counted, as the admin's requests never
+     * were: the figures are the site's. */
+    bool admin;
 
     /* The request. req's slices point into the connection's read buffer. */
     struct um_request req;

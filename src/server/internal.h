@@ -18,6 +18,7 @@
 #include "umbra/cache.h"
 #include "umbra/cacheorigin.h"
 #include "umbra/l2.h"
+#include "umbra/buf.h"
 #include "umbra/bufpool.h"
 #include "outq.h"
 
@@ -116,8 +117,9 @@ struct um_server {
      * (admin) read s->config under this lock and take a reference. */
     pthread_mutex_t config_lock;
     struct um__retired *retired; /* runtimes replaced by reloads, until unused */
-    struct um__admin *admin;
-    int admin_fd; /* bound by um_server_create, handed to the admin thread at run */
+    struct um__admin *admin; /* the admin thread (purges, samples) */
+    int admin_fd; /* the admin listener's socket (admin.listen), or -1; the listener
+                     thread accepts from it, a reload swaps it while that thread stops */
     time_t started;
     int pid_fd;     /* the locked pid file (pid = "FILE"), or -1 */
     char *pid_path; /* its path (the start's config; a reload keeps it) */
@@ -151,7 +153,8 @@ void um__worker_dispose(struct um__worker *w);
 /* A mailbox entry: fd * UM__ACCEPT_SHIFT + UM__ACCEPT_F_* of its listener. */
 #define UM__ACCEPT_F_TLS 0x1
 #define UM__ACCEPT_F_H2 0x2 /* HTTP/2 allowed (ALPN h2 on TLS, prior knowledge on plain) */
-#define UM__ACCEPT_SHIFT 4
+#define UM__ACCEPT_F_ADMIN 0x4 /* the admin listener's: internal routes only, not counted */
+#define UM__ACCEPT_SHIFT 8
 static inline int um__accept_flags(const struct um_listen *l)
 {
     return (l->tls ? UM__ACCEPT_F_TLS : 0) | (l->no_http2 ? 0 : UM__ACCEPT_F_H2);
@@ -175,6 +178,8 @@ int um__bind_listen(const struct um_listen *l, char *err, size_t errlen);
 void um__listener_start(struct um_server *s);
 void um__listener_stop(struct um_server *s);
 void um__log_listening(struct um_server *s, const char *what);
+/* Logs "admin: serving /metrics and /status on ADDR" (or that it closed). */
+void um__log_admin(struct um_server *s);
 
 /* privileges.c: before anything is bound, refuses root without the user setting (false
  * with "FILE: message" in err); after the listeners and keys, switches to the user when
@@ -201,12 +206,57 @@ void um__server_reload(struct um_server *s);
 /* Frees retired runtimes nobody uses any more; returns how many are left. */
 size_t um__server_free_retired(struct um_server *s, bool all);
 
-/* admin.c: the admin listener (metrics, status page), on a thread of its own. */
-/* Starts the admin thread; it serves on fd (a bound listening socket, or -1: none). */
-struct um__admin *um__admin_start(struct um_server *s, int fd);
-/* Replaces the admin listening socket (the old one is closed; -1: none). */
-void um__admin_set_listener(struct um__admin *a, int fd);
+/* The admin listener (admin_origin.c, admin_render.c, admin.c). Its connections are
+ * accepted by the listener thread and served by the workers like any other (marked
+ * UM__ACCEPT_F_ADMIN); the router hands their requests to um__admin_route, never to the
+ * configuration's routes. The admin thread (admin.c) runs purges and samples counters. */
+struct um__exchange;
+/* An admin connection's own limits, smaller than the configuration's (which are for the
+ * site's clients): a request line and head of at most UM__ADMIN_MAX_HEAD bytes each (414,
+ * 431 past them), a body (POST /purge) of at most UM__ADMIN_MAX_BODY (413). */
+#define UM__ADMIN_MAX_HEAD 4096
+#define UM__ADMIN_MAX_BODY 4096
+/* admin_origin.c: the internal routes of an admin connection's request: GET or HEAD
+ * /metrics, /status.json, /status and /; POST /purge. Returns the admin origin with f
+ * filled, or NULL after answering (403 outside admin.allow, 404, 405). Worker thread. */
+struct um_origin *um__admin_route(struct um__exchange *x, struct um_fetch *f);
+/* admin_render.c: /metrics and /status.json into b. Any worker, several at once. */
+void um__admin_render_metrics(struct um_server *s, struct um_buf *b);
+void um__admin_render_json(struct um_server *s, const struct um_config *cfg, struct um_buf *b);
+/* admin.c: the admin thread. */
+struct um__admin *um__admin_start(struct um_server *s);
+/* Stops the thread and frees the jobs left: call it once the workers have stopped. */
 void um__admin_stop(struct um__admin *a);
+/* /status.json's "series" member (rates from the one-second samples); a NULL: empty. */
+void um__admin_write_series(struct um__admin *a, struct um_buf *b);
+/* A POST /purge for the admin thread. Made by a worker (zeroed), which fills the request
+ * and the worker's side; see admin.c for who owns it when. */
+struct um__admin_job {
+    /* The request: set before um__admin_submit, read by the admin thread. */
+    struct um_runtime *runtime; /* one reference, for its cluster */
+    bool json;
+    char *body; /* body[len] is a NUL; freed with the job */
+    size_t len;
+    /* The answer: written by the admin thread before it posts done. */
+    int status;
+    struct um_buf out;
+    /* The worker's side, its thread only: its loop, the task the admin thread posts back
+     * (done.cb set by the worker), the sink to answer (NULL once the client left),
+     * whether it was submitted. */
+    struct um_server *server;
+    struct um_loop *loop;
+    struct um_task done;
+    struct um_sink *sink;
+    const struct um_request *req; /* the exchange's, while the body is read */
+    bool submitted;
+    /* The admin's lists, under its lock. */
+    struct um__admin_job *qnext, *next, *prev;
+};
+/* Queues j for the admin thread; false when it is stopping (j stays the caller's). */
+bool um__admin_submit(struct um__admin *a, struct um__admin_job *j);
+/* Frees j on its worker's thread: from its done task, or (submitted false) before it was
+ * ever submitted. */
+void um__admin_job_free(struct um__admin *a, struct um__admin_job *j, bool submitted);
 /* admin_purge.c: POST /purge with a JSON (json) or form body; writes the answer's JSON to
  * out and returns its status. cache may be NULL (no route caches: 503). */
 struct um_buf;

@@ -7,7 +7,8 @@
  * origins: umbra/runtime.h), bind the listen addresses that are new, build a TLS store
  * when the tls table changed, open the access log. Then the switch:
  *   1. the listener thread stops (sockets keep queueing in the kernel's backlog: nothing
- *      is refused), the listening sockets are swapped (unchanged addresses keep theirs),
+ *      is refused), the listening sockets are swapped (unchanged addresses keep theirs;
+ *      the admin listener's too, when admin.listen changed),
  *      s->runtime becomes the new one, and the listener starts again;
  *   2. each worker gets the new runtime and TLS store through its mailbox, and takes them
  *      before it handles the next accepted socket; open connections finish on theirs.
@@ -207,6 +208,11 @@ void um__server_reload(struct um_server *s)
     free(s->listen_fds);
     s->listen_fds = fds;
     s->num_listen = nc->num_listen;
+    if (admin_fd != -2) { /* the admin listener moved (or came, or went) */
+        if (s->admin_fd >= 0)
+            close(s->admin_fd);
+        s->admin_fd = admin_fd;
+    }
     struct um_tls *old_tls = s->tls;
     struct um_runtime *old_rt = s->runtime;
     pthread_mutex_lock(&s->config_lock);
@@ -218,7 +224,7 @@ void um__server_reload(struct um_server *s)
         um__mailbox_set_runtime(&s->workers[i].mailbox, rt, tls);
     um__listener_start(s);
     if (admin_fd != -2)
-        um__admin_set_listener(s->admin, admin_fd);
+        um__log_admin(s);
     um_log_level_set((enum um_log_level)nc->log_level);
 
     struct um__retired *r = um_calloc(1, sizeof(*r));

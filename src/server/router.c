@@ -262,6 +262,8 @@ static int peer_request(struct um__exchange *x, um_str *key)
 
 struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
 {
+    if (x->admin)
+        return um__admin_route(x, f); /* never the configuration's routes */
     struct um_request *req = &x->req;
     um_str peer_key = {NULL, 0};
     int peer = peer_request(x, &peer_key);

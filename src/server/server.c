@@ -206,6 +206,29 @@ static void set_accepting(struct um_server *s, int epfd, bool on)
     }
 }
 
+#define ADMIN_EVENT (UINT64_MAX - 1) /* the admin listener's, in the listener's epoll set */
+
+/* Accepts a batch from the admin listener and hands it to the workers in turn, marked
+ * UM__ACCEPT_F_ADMIN (plain HTTP/1.1, or HTTP/2 with prior knowledge). Neither paused at
+ * limits.max_connections nor counted in it (s->num_conns): it is how an operator looks at
+ * an overloaded server. The rest waits for the next wake-up (level-triggered). */
+static void accept_admin(struct um_server *s, unsigned *next_worker)
+{
+    for (int k = 0; k < ACCEPT_BATCH; k++) {
+        int fd = accept4(s->admin_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                um_log_err("admin: accept: %s", strerror(errno));
+            return;
+        }
+        int entry = fd * UM__ACCEPT_SHIFT + (UM__ACCEPT_F_ADMIN | UM__ACCEPT_F_H2);
+        um__mailbox_push(&s->workers[*next_worker % (unsigned)s->num_workers].mailbox, &entry, 1);
+        *next_worker = (*next_worker + 1) % (unsigned)s->num_workers;
+    }
+}
+
 /* Accepts until EAGAIN and hands the sockets to the workers in turn. Returns false when
  * accepting must pause (connection limit, or out of descriptors: then *no_fds is the errno). */
 static bool accept_some(struct um_server *s, int lfd, int flags, unsigned *next_worker, int *no_fds)
@@ -269,6 +292,10 @@ static void *listener_main(void *arg)
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
     UM_ASSERT(epoll_ctl(epfd, EPOLL_CTL_ADD, s->listener_efd, &ev) == 0);
     set_accepting(s, epfd, true);
+    if (s->admin_fd >= 0) {
+        struct epoll_event aev = {.events = EPOLLIN, .data.u64 = ADMIN_EVENT};
+        UM_ASSERT(epoll_ctl(epfd, EPOLL_CTL_ADD, s->admin_fd, &aev) == 0);
+    }
     bool paused = false;
     /* Out of descriptors, accepting resumes only after PAUSE_MS: resuming at once (the
      * connection count is low) would spin on EMFILE with the backlog still full. */
@@ -284,6 +311,10 @@ static void *listener_main(void *arg)
             if (evs[i].data.u64 == UINT64_MAX) {
                 stop = true;
                 break;
+            }
+            if (evs[i].data.u64 == ADMIN_EVENT) {
+                accept_admin(s, &next_worker);
+                continue;
             }
             size_t li = evs[i].data.u64;
             int no_fds = 0;
@@ -346,16 +377,24 @@ void um__log_listening(struct um_server *s, const char *what)
     um_log_info("%s: now listening on %s", what, line);
 }
 
+void um__log_admin(struct um_server *s)
+{
+    if (s->admin_fd < 0) {
+        um_log_info("admin: listener closed");
+        return;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char addr[80];
+    getsockname(s->admin_fd, (struct sockaddr *)&ss, &len);
+    format_addr(&ss, addr, sizeof(addr));
+    um_log_info("admin: serving /metrics and /status on %s", addr);
+}
+
 static void log_start(struct um_server *s)
 {
-    if (s->admin_fd >= 0) {
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        char addr[80];
-        getsockname(s->admin_fd, (struct sockaddr *)&ss, &len);
-        format_addr(&ss, addr, sizeof(addr));
-        um_log_info("admin: serving /metrics and /status on %s", addr);
-    }
+    if (s->admin_fd >= 0)
+        um__log_admin(s);
     char line[1024];
     size_t off = 0;
     for (size_t i = 0; i < s->num_listen && off < sizeof(line) - 100; i++) {
@@ -389,7 +428,7 @@ int um_server_run(struct um_server *s)
     /* Every descriptor the process needs for itself is made before the listener accepts:
      * clients may use up the rest at once (a test that starts under a low RLIMIT_NOFILE
      * crashed here when the admin's eventfd came after them). */
-    s->admin = um__admin_start(s, s->admin_fd); /* the admin thread's now (logged below) */
+    s->admin = um__admin_start(s); /* its purges and samples; the listener accepts its socket */
     /* Signals arrive through a signalfd, beside the certificate watch, in one poll loop. */
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
     UM_ASSERT(sfd >= 0);
@@ -399,7 +438,6 @@ int um_server_run(struct um_server *s)
     if (s->pid_fd >= 0)
         um__pidfile_write(s->pid_fd, s->pid_path);
     log_start(s);
-    s->admin_fd = -1;
     um__notify("READY=1");
     bool quit = false;
     for (;;) {
@@ -457,6 +495,9 @@ int um_server_run(struct um_server *s)
     for (size_t i = 0; i < s->num_listen; i++)
         close(s->listen_fds[i]);
     s->num_listen = 0;
+    if (s->admin_fd >= 0)
+        close(s->admin_fd);
+    s->admin_fd = -1;
     for (int i = 0; i < s->num_workers; i++)
         um__mailbox_signal(&s->workers[i].mailbox, true, quit);
     /* A second TERM/INT or a QUIT while draining stops at once. */

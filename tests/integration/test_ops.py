@@ -9,6 +9,7 @@ needs one is skipped only when it is not installed.
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -423,6 +424,113 @@ class StatusPageTest(unittest.TestCase):
                 png = f.read()
             self.assertEqual(png[:8], b"\x89PNG\r\n\x1a\n")
             self.assertGreater(len(png), 20000)
+
+
+class AdminListenerTest(unittest.TestCase):
+    """The admin listener is an ordinary listener (issue #27): its connections are served by
+    the workers through the strict HTTP/1.1 parser and the exchange, so keep-alive and
+    pipelining work there, its refusals are the other listeners' byte for byte, a chunked
+    body is read, and a large POST /purge (on the admin thread) holds up no worker."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = class_context(cls, Origin())
+
+    def test_keep_alive_and_pipelining(self):
+        with Umbra(config(self.origin.url), files=FILES, workers=1) as u:
+            with Client(admin_port(u)) as c:
+                for path in ("/metrics", "/status.json", "/nope", "/status"):
+                    c.send("GET %s HTTP/1.1\r\nHost: a\r\n\r\n" % path)
+                    r = c.read_response()
+                    self.assertEqual(r.status, 404 if path == "/nope" else 200, path)
+                    self.assertEqual(r.header("Cache-Control"), "no-store", path)
+                    self.assertIsNone(r.header("Connection"), path)
+                # Three at once, answered in order on the same connection.
+                c.send(b"HEAD /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
+                       b"GET /status.json HTTP/1.1\r\nHost: a\r\n\r\n"
+                       b"POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+                r = c.read_response(head=True)
+                self.assertEqual(r.status, 200)
+                self.assertGreater(int(r.header("Content-Length")), 1000)
+                self.assertEqual(json.loads(c.read_response().body)["workers"][0]["id"], 0)
+                self.assertEqual(c.read_response().status, 405)
+            # The admin's requests are not the site's: nothing counted, nothing logged.
+            s = parse_metrics(scrape(u))
+            self.assertEqual(metric(s, "umbra_connections_total"), 0)
+            self.assertEqual(metric(s, "umbra_received_bytes_total"), 0)
+
+    def test_http2_prior_knowledge(self):
+        curl = shutil.which("curl")
+        if curl is None:
+            self.skipTest("curl is not installed")
+        with Umbra(config(self.origin.url), files=FILES) as u:
+            port = admin_port(u)
+            for args, want in (([], "2 200"), (["-d", "x=1"], "2 405"),
+                               (["-d", "tag=t"], "2 200")):
+                path = "/purge" if "tag=" in "".join(args) else "/metrics"
+                p = subprocess.run([curl, "-s", "--http2-prior-knowledge", "-o", "/dev/null",
+                                    "-w", "%{http_version} %{http_code}"] + args +
+                                   ["http://127.0.0.1:%d%s" % (port, path)],
+                                   stdout=subprocess.PIPE, timeout=30)
+                self.assertEqual(p.stdout.decode(), want, (path, args))
+
+    def test_refusals_are_the_other_listeners(self):
+        bad = [b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n folded\r\n\r\n",  # obs-fold
+               b"GET /metrics HTTP/1.1\nHost: a\n\n",                               # bare LF
+               b"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",             # two Hosts
+               b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"]                     # smuggling
+        with Umbra(config(self.origin.url), files=FILES) as u:
+            for raw in bad:
+                with self.subTest(raw=raw):
+                    mine = parse_response(request(admin_port(u), raw))
+                    site = parse_response(request(u.port, raw))
+                    self.assertEqual(mine.status, 400)
+                    self.assertEqual((mine.status, mine.header("Content-Type"), mine.body,
+                                      mine.header("Connection")),
+                                     (site.status, site.header("Content-Type"), site.body,
+                                      site.header("Connection")))
+
+    def test_large_purge_with_a_chunked_body_while_the_one_worker_serves(self):
+        from test_cdn import pipeline_fill  # noqa: E402
+        n = 40000
+        with Umbra(config(self.origin.url), files=FILES, workers=1) as u:
+            targets = ["/big/%d?cc=max-age%%3D600&body=x&header=Surrogate-Key:bigtag" % i
+                       for i in range(n)]
+            self.assertEqual(set(pipeline_fill(u.port, targets)), {200})
+            other = "/big/other?cc=max-age%3D600"
+            http_get(u.port, other)
+            # A client that leaves while its purge runs: the purge is done, its answer
+            # dropped (a soft one: the objects stay, stale, for the purge below).
+            with connect(admin_port(u)) as s:
+                s.sendall(req("/purge", "POST", body=b'{"tags": ["bigtag"], "soft": true}',
+                              headers=[("Content-Type", "application/json")]))
+            # The purge's body comes in chunks, on a keep-alive connection.
+            body = b'{"tags": ["bigtag"]}'
+            with Client(admin_port(u)) as c:
+                c.send(b"POST /purge HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+                       b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                       % (len(body), body))
+                # The only worker answers the site meanwhile: the purge runs elsewhere.
+                t0 = time.monotonic()
+                status, headers, _ = http_get(u.port, other)
+                t1 = time.monotonic()
+                # Answered before the purge was: a purge on the worker would have come first.
+                early = select.select([c.sock], [], [], 0)[0]
+                self.assertEqual(status, 200)
+                self.assertIn("hit", headers.get("Cache-Status", ""))
+                r = c.read_response(timeout=60)
+                t2 = time.monotonic()
+                if os.environ.get("UMBRA_TEST_VERBOSE"):
+                    print("\nhit %.3f s, purge answered after %.3f s" % (t1 - t0, t2 - t0))
+                self.assertEqual(r.status, 200, r.body)
+                self.assertEqual(json.loads(r.body), {"purged": n, "soft": False})
+                self.assertFalse(early, "the purge held up the only worker (%.3f s)" % (t1 - t0))
+                c.send("GET /status.json HTTP/1.1\r\nHost: a\r\n\r\n")
+                self.assertEqual(c.read_response().status, 200)
+            status, headers, _ = http_get(u.port, targets[7])
+            self.assertNotIn("hit", headers.get("Cache-Status", ""))
+            self.assertTrue(u.alive())
 
 
 class PidFileTest(unittest.TestCase):

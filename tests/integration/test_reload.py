@@ -16,7 +16,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Client, Origin, TlsClient, Umbra, closed_port, http_get,  # noqa: E402
+from umbra_harness import (Client, Origin, TlsClient, Umbra, closed_port, free_port, http_get,  # noqa: E402
                            log_lines_with, make_cert, metric, parse_metrics, parse_response,
                            port_is_free, request, sanitizer_report, scrape, tls_context,
                            wait_until)
@@ -147,6 +147,33 @@ class ReloadTest(ReloadBase):
             self.write_config(u, route.replace('"v1"', '"v2"'))
             self.reload(u)
             self.assertEqual(get(u.port).body, b"two\n")
+
+    def test_admin_listener_moves_with_admin_listen(self):
+        """The admin listener is one of the listener thread's: a reload that changes
+        admin.listen closes the old socket and serves on the new one; an admin connection
+        open across the reload keeps being served."""
+        route = 'routes = { { path = "/", root = "v1" } }\n'
+        with Umbra(route + 'admin = { listen = "127.0.0.1:0" }', files=FILES) as u:
+            old = int(re.findall(r"status on 127\.0\.0\.1:(\d+)", u.log())[-1])
+            with Client(old) as kept:
+                kept.send("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n")
+                self.assertEqual(kept.read_response().status, 200)
+                new = free_port()
+                self.write_config(u, route + 'admin = { listen = "127.0.0.1:%d" }' % new)
+                self.reload(u)
+                self.assertEqual(int(re.findall(r"status on 127\.0\.0\.1:(\d+)", u.log())[-1]),
+                                 new)
+                self.assertEqual(http_get(new, "/metrics")[0], 200)
+                with self.assertRaises(OSError):
+                    socket.create_connection(("127.0.0.1", old), timeout=2).close()
+                kept.send("GET /status.json HTTP/1.1\r\nHost: a\r\n\r\n")
+                self.assertEqual(kept.read_response().status, 200)
+            # Without admin, no admin listener.
+            self.write_config(u, route)
+            self.reload(u)
+            self.assertIn("admin: listener closed", u.log())
+            with self.assertRaises(OSError):
+                socket.create_connection(("127.0.0.1", new), timeout=2).close()
 
     def test_listeners_added_kept_and_removed(self):
         route = 'routes = { { path = "/", root = "v1" } }'
