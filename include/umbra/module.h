@@ -30,6 +30,11 @@ struct um_module {
      * logs a warning for what changed, whose running value stays. NULL: every setting of
      * the module takes effect at a reload. */
     void (*check_reload)(const struct um_config *was, const struct um_config *now, void *running);
+    /* Puts a configuration's settings into effect for the process (a file to open), at
+     * start and at each reload, on the main thread, before the workers see it. Returns
+     * false with "FILE:LINE: message" in err when it cannot: the start fails, a reload is
+     * refused (what ran before stays). NULL: nothing to do. */
+    bool (*configure)(const struct um_config *c, char *err, size_t errlen);
     /* Its settings: the global (and route key) it owns, their reader and documentation
      * (umbra/settings.h); its part of a snapshot is um_config_part(c, settings). NULL:
      * it has no settings of its own. */

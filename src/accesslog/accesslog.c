@@ -24,6 +24,7 @@ static struct um_context_slot log_slot = {.name = "access log buffer"};
 const struct um_module um_accesslog_module = {
     .name = "accesslog",
     .settings = &um_access_log_settings,
+    .configure = um_access_log_configure,
     .slots = (struct um_context_slot *const[]){&log_slot, NULL},
 };
 

@@ -147,6 +147,10 @@ struct um_cache_links um__server_links(struct um_server *s);
 void um__purge_apply(void *arg, const struct um_purge *p);
 
 /* worker.c */
+/* modules.c: every module's configure (umbra/module.h) with c, in the list's order; false
+ * with the first one's message. Main thread. */
+bool um__modules_configure(const struct um_config *c, char *err, size_t errlen);
+
 void um__worker_init(struct um__worker *w, struct um_server *s, int id);
 void *um__worker_main(void *arg);
 void um__worker_dispose(struct um__worker *w);

@@ -4,6 +4,7 @@
 
 #include <stdatomic.h>
 
+#include "internal.h"
 #include "umbra/metrics.h"
 #include "umbra/settings.h"
 
@@ -42,6 +43,13 @@ void um_modules_init(void)
     for (size_t m = 0; um_modules[m]; m++)
         if (um_modules[m]->counters)
             um_metrics_register(um_modules[m]->counters);
+}
+
+bool um__modules_configure(const struct um_config *c, char *err, size_t errlen)
+{
+    for (size_t m = 0; um_modules[m]; m++)
+        if (um_modules[m]->configure && !um_modules[m]->configure(c, err, errlen)) return false;
+    return true;
 }
 
 #define MAX_MODULES 64

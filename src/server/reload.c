@@ -36,7 +36,6 @@
 
 #include "internal.h"
 #include "umbra/module.h"
-#include "umbra/accesslog.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
@@ -197,8 +196,7 @@ void um__server_reload(struct um_server *s)
                 um_tls_inherit_tickets(tls, s->tls);
         }
     }
-    if (!um_access_log_configure(nc, err, sizeof(err)))
-        goto fail;
+    if (!um__modules_configure(nc, err, sizeof(err))) goto fail;
 
     /* The switch: nothing fails from here on. */
     um__listener_stop(s);

@@ -166,8 +166,7 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
      * opened as the user, as SIGUSR1 will reopen it. */
     if (!um__privileges_drop(config, err, errlen))
         goto fail;
-    if (!um_access_log_configure(config, err, errlen))
-        goto fail;
+    if (!um__modules_configure(config, err, errlen)) goto fail;
     s->listener_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     UM_ASSERT(s->listener_efd >= 0);
     um_config_unref(config); /* the caller's: the runtime holds one of its own */
