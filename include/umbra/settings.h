@@ -42,6 +42,9 @@ struct um_settings_table {
 
 struct um_settings {
     const char *global; /* the global the module owns, e.g. "compress" */
+    /* Where um_settings_use writes its place in the list plus one (a static of the
+     * module's, 0 until then): a part is found without a search, per request. */
+    unsigned *index;
     size_t size;        /* of its part */
     /* Fills part (zeroed) with what holds when the global is not set. */
     void (*defaults)(void *part);

@@ -81,7 +81,10 @@ static void dispose(void *part)
 
 static const struct um_settings_table tables[] = {{"access_log", keys}, {NULL, NULL}};
 
+static unsigned index_in_list;
+
 const struct um_settings um_access_log_settings = {
+    .index = &index_in_list,
     .global = "access_log",
     .size = sizeof(struct um_access_log_conf),
     .read = read,

@@ -359,7 +359,10 @@ static const struct um_settings_table tables[] = {{"cache", cache_keys},
                                                   {"cache.disk", um__cache_disk_keys},
                                                   {NULL, NULL}};
 
+static unsigned index_in_list;
+
 const struct um_settings um_cache_settings = {
+    .index = &index_in_list,
     .global = "cache",
     .size = sizeof(struct um_cache_conf),
     .defaults = defaults,

@@ -43,7 +43,10 @@ static bool read(struct um_settings_load *ld, lua_State *L, int idx, const char 
 
 static const struct um_settings_table tables[] = {{"cgi", keys}, {NULL, NULL}};
 
+static unsigned index_in_list;
+
 const struct um_settings um_cgi_settings = {
+    .index = &index_in_list,
     .global = "cgi",
     .size = sizeof(struct um_cgi_conf),
     .defaults = defaults,

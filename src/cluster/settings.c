@@ -163,7 +163,10 @@ static void dispose(void *part)
 
 static const struct um_settings_table tables[] = {{"cluster", keys}, {NULL, NULL}};
 
+static unsigned index_in_list;
+
 const struct um_settings um_cluster_settings = {
+    .index = &index_in_list,
     .global = "cluster",
     .size = sizeof(struct um_cluster_conf),
     .read = read,

@@ -219,7 +219,10 @@ static bool read(struct um_settings_load *ld, lua_State *L, int idx, const char 
 static const struct um_settings_table tables[] = {
     {"compress", compress_keys}, {"compress.level", level_keys}, {NULL, NULL}};
 
+static unsigned index_in_list;
+
 const struct um_settings um_compress_settings = {
+    .index = &index_in_list,
     .global = "compress",
     .size = sizeof(struct um_compress_conf),
     .defaults = defaults,

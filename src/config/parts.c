@@ -16,8 +16,11 @@ void um_settings_use(const struct um_settings *const *l)
     while (l[n])
         n++;
     UM_ASSERT(n <= UM_SETTINGS_MAX);
-    for (size_t i = 0; i < n; i++) /* a copied part owns nothing (settings.h) */
+    for (size_t i = 0; i < n; i++) {
+        /* a copied part owns nothing (settings.h) */
         UM_ASSERT(l[i]->route_key == NULL || l[i]->dispose == NULL);
+        *l[i]->index = (unsigned)i + 1;
+    }
     list = l;
     count = n;
 }

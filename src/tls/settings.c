@@ -369,7 +369,10 @@ static void dispose(void *part)
 static const struct um_settings_table tables[] = {
     {"tls", tls_keys}, {"tls[N]", cert_keys}, {NULL, NULL}};
 
+static unsigned index_in_list;
+
 const struct um_settings um_tls_settings = {
+    .index = &index_in_list,
     .global = "tls",
     .size = sizeof(struct um_tls_conf),
     .defaults = defaults,
