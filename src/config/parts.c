@@ -32,10 +32,8 @@ const struct um_settings *um_settings_registered(size_t i)
 
 static size_t index_of(const struct um_settings *s)
 {
-    for (size_t i = 0; i < count; i++)
-        if (list[i] == s) return i;
-    UM_ASSERT(!"a module's settings not in the list (um_settings_use)");
-    return 0;
+    UM_ASSERT(*s->index > 0 && "a module's settings not in the list (um_settings_use)");
+    return *s->index - 1;
 }
 
 const void *um_config_part(const struct um_config *c, const struct um_settings *s)
