@@ -78,8 +78,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    /* What OpenSSL thinks of the certificates and ciphers, before anything is bound. */
-    if (!um_tls_check_config(cfg, err, sizeof(err))) {
+    /* What the loader cannot check (OpenSSL's view of the certificates and ciphers, the
+     * disk stores), before anything is bound. */
+    if (!um_modules_verify(cfg, err, sizeof(err))) {
         fprintf(stderr, "%s\n", err);
         um_config_unref(cfg);
         return 1;
@@ -87,14 +88,7 @@ int main(int argc, char **argv)
     if (test_only) {
         /* The check goes as far as the start does: the file also runs in each worker's
          * request state, where it sees the umbra table. */
-        struct um_hooks *hooks = um_hooks_create(cfg, cfg->workers, err, sizeof(err));
-        if (hooks == NULL) {
-            fprintf(stderr, "%s\n", err);
-            um_config_unref(cfg);
-            return 1;
-        }
-        um_hooks_destroy(hooks);
-        if (!um_disk_tier_check(cfg, err, sizeof(err))) {
+        if (!um_modules_try(cfg, err, sizeof(err))) {
             fprintf(stderr, "%s\n", err);
             um_config_unref(cfg);
             return 1;

@@ -20,6 +20,7 @@ struct um_context;
 struct um_route;
 /* The request states of one snapshot, one per worker. */
 struct um_hooks;
+struct um_module;
 
 /* Bump allocator for the strings a hook creates; they live until um_arena_reset. */
 struct um_arena {
@@ -113,6 +114,10 @@ struct um_origin *um_hooks_origin_create(struct um_origin *inner, struct um_hook
  * message" in err and no state left, when the file fails in a state (it sees an umbra
  * table, which the loader does not give it). c must outlive the states (the server's
  * runtime holds both). */
+/* Its record (src/lua/hooks.c): a runtime's state of it is the workers' request states, a
+ * struct um_hooks. */
+extern const struct um_module um_lua_module;
+
 struct um_hooks *um_hooks_create(const struct um_config *c, int num_workers, char *err,
                                  size_t errlen);
 

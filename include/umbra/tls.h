@@ -66,6 +66,8 @@ struct um_tls_conf {
 /* The module's settings (umbra/settings.h): the global tls; its part of a snapshot:
  * um_tls_conf(c). */
 extern const struct um_settings um_tls_settings;
+/* Its record (src/tls/module.c): a runtime's state of it is its certificate store. */
+extern const struct um_module um_tls_module;
 static inline const struct um_tls_conf *um_tls_conf(const struct um_config *c)
 {
     return um_config_part(c, &um_tls_settings);
@@ -94,8 +96,13 @@ struct ssl_st;
  * loader, so this only fails if they changed in between or on resource exhaustion). */
 struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errlen);
 
-/* Closes the watch descriptor and drops the caller's reference; the store is freed when
- * the last SSL made from it is freed. NULL is a no-op. Main thread. */
+/* Another owner for t (a runtime that keeps the store of the one a reload replaces): it
+ * calls um_tls_destroy too. Main thread. */
+void um_tls_hold(struct um_tls *t);
+
+/* Drops the caller's ownership; the last owner's closes the watch descriptor and drops
+ * the owners' reference: the store is freed when the last SSL made from it is freed. NULL
+ * is a no-op. Main thread. */
 void um_tls_destroy(struct um_tls *t);
 
 /* A server-side SSL for the accepted, non-blocking socket fd, in accept state; SNI picks

@@ -19,7 +19,8 @@
 #include "umbra/module.h"
 
 /* The worker's buffer of lines (struct worker_log). */
-static struct um_context_slot log_slot = {.name = "access log buffer"};
+static void on_worker_stop(struct um_context *ctx, void *state);
+static struct um_context_slot log_slot = {.name = "access log buffer", .stop = on_worker_stop};
 
 const struct um_module um_accesslog_module = {
     .name = "accesslog",
@@ -44,7 +45,6 @@ struct worker_log {
     char *buf;
     size_t len;
     struct um_timer timer;
-    struct um_task stop;
 };
 
 /* ---------------------------------------------------------------- formatting */
@@ -307,9 +307,10 @@ static void on_flush_timer(struct um_timer *t)
     flush_worker(wl);
 }
 
-static void on_worker_stop(struct um_task *t)
+static void on_worker_stop(struct um_context *ctx, void *state)
 {
-    struct worker_log *wl = um_container_of(t, struct worker_log, stop);
+    (void)ctx;
+    struct worker_log *wl = state;
     flush_worker(wl);
     um_loop_timer_stop(wl->loop, &wl->timer);
     free(wl->buf);
@@ -329,8 +330,6 @@ static struct worker_log *worker_log(struct um_context *ctx)
     wl->loop = ctx->loop;
     wl->buf = um_malloc(FLUSH_AT + LINE_MAX_BYTES);
     wl->timer.cb = on_flush_timer;
-    wl->stop.cb = on_worker_stop;
-    um_loop_on_stop(ctx->loop, &wl->stop);
     um_context_set(ctx, &log_slot, wl);
     return wl;
 }

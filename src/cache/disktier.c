@@ -357,6 +357,7 @@ static void check_reload(const struct um_config *was, const struct um_config *no
 
 const struct um_module um_disk_module = {
     .name = "disk",
+    .verify = um_disk_tier_check,
     .check_reload = check_reload,
     .metrics = render_metrics,
     .status = render_status,

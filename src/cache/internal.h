@@ -212,7 +212,6 @@ struct pass {
 struct worker_fills {
     struct um_context *ctx;
     struct fill *active;
-    struct um_task stop;
     /* Spare readers, so that a hit allocates nothing. */
     struct reader *free_readers;
     unsigned num_free_readers;

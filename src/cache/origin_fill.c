@@ -16,7 +16,8 @@
 #include "umbra/log.h"
 
 /* The fills running on the worker (struct worker_fills). */
-struct um_context_slot um__cache_fills_slot = {.name = "cache fills"};
+static void fills_stop(struct um_context *ctx, void *state);
+struct um_context_slot um__cache_fills_slot = {.name = "cache fills", .stop = fills_stop};
 
 #define PASS_TTL 60          /* seconds a hit-for-pass marker lives */
 
@@ -141,8 +142,6 @@ char *um__cache_head_block(const struct cache_origin *co, const struct um_header
 
 /* ---------------------------------------------------------------- per-worker fills */
 
-static void fills_stop(struct um_task *t);
-
 /* The first of the worker's fills, or NULL. */
 struct fill *um__cache_first_fill(const struct um_context *ctx)
 {
@@ -156,8 +155,6 @@ struct worker_fills *um__cache_worker_fills(struct um_context *ctx)
     if (wf == NULL) {
         wf = um_calloc(1, sizeof(*wf));
         wf->ctx = ctx;
-        wf->stop.cb = fills_stop;
-        um_loop_on_stop(ctx->loop, &wf->stop);
         um_context_set(ctx, &um__cache_fills_slot, wf);
     }
     return wf;
@@ -697,9 +694,10 @@ const struct um_sink_ops um__cache_fill_ops = {.on_info = fill_on_info,
                                                .on_end = fill_on_end,
                                                .read_body = fill_read_body};
 
-static void fills_stop(struct um_task *t)
+static void fills_stop(struct um_context *ctx, void *state)
 {
-    struct worker_fills *wf = um_container_of(t, struct worker_fills, stop);
+    (void)ctx;
+    struct worker_fills *wf = state;
     while (wf->active) {
         struct fill *fl = wf->active;
         fl->src->ops->cancel(fl->src, &fl->sink);

@@ -37,7 +37,8 @@
 #include "umbra/module.h"
 
 /* The scripts running on the worker (struct worker_cgi). */
-struct um_context_slot um__cgi_slot = {.name = "cgi scripts"};
+static void on_worker_stop(struct um_context *ctx, void *state);
+struct um_context_slot um__cgi_slot = {.name = "cgi scripts", .stop = on_worker_stop};
 
 const struct um_module um_cgi_module = {
     .name = "cgi",
@@ -76,9 +77,10 @@ void um__cgi_close_io(struct worker_cgi *wc, struct um_io *io)
 static void child_free(struct cgi_child *c);
 static void fetch_free(struct cgi_fetch *f);
 
-static void on_worker_stop(struct um_task *t)
+static void on_worker_stop(struct um_context *ctx, void *state)
 {
-    struct worker_cgi *wc = um_container_of(t, struct worker_cgi, on_stop);
+    (void)ctx;
+    struct worker_cgi *wc = state;
     um__cgi_drain_jobs(wc);
     while (wc->fetches)
         fetch_free(wc->fetches);
@@ -106,8 +108,6 @@ static struct worker_cgi *worker_cgi(struct um_context *ctx)
         return wc;
     wc = um_calloc(1, sizeof(*wc));
     wc->ctx = ctx;
-    wc->on_stop.cb = on_worker_stop;
-    um_loop_on_stop(ctx->loop, &wc->on_stop);
     um_context_set(ctx, &um__cgi_slot, wc);
     return wc;
 }

@@ -105,7 +105,6 @@ struct worker_cgi {
     struct cgi_fetch *fetches;
     struct cgi_child *children;
     struct spawn_job *jobs; /* spawns not done yet */
-    struct um_task on_stop;
 };
 
 void um__cgi_close_io(struct worker_cgi *wc, struct um_io *io);

@@ -20,7 +20,8 @@
 #include "umbra/module.h"
 
 /* The worker's Redis connection (struct worker_l2). */
-static struct um_context_slot l2_slot = {.name = "l2 connection"};
+static void worker_stop(struct um_context *ctx, void *state);
+static struct um_context_slot l2_slot = {.name = "l2 connection", .stop = worker_stop};
 
 /* cache.l2 is read at start (the server makes the L2 before the workers): a reload keeps
  * the running one. */
@@ -149,7 +150,6 @@ struct worker_l2 {
     struct um_l2 *l2;
     struct um_context *ctx;
     struct um__redis conn;
-    struct um_task stop;
     size_t outstanding; /* bytes of writes not answered */
     bool closing;       /* the loop stops: pending lookups end with UM_L2_CLOSED */
     unsigned timeouts_in_row;
@@ -209,9 +209,10 @@ static void worker_on_down(struct um__redis *r, const char *why)
     um__l2_note_down(w->l2, "worker connection", why);
 }
 
-static void worker_stop(struct um_task *t)
+static void worker_stop(struct um_context *ctx, void *state)
 {
-    struct worker_l2 *w = um_container_of(t, struct worker_l2, stop);
+    (void)ctx;
+    struct worker_l2 *w = state;
     w->closing = true;
     um__redis_dispose(&w->conn);
     if (w->up) {
@@ -230,8 +231,6 @@ static struct worker_l2 *worker_l2(struct um_l2 *l2, struct um_context *ctx)
     w = um_calloc(1, sizeof(*w));
     w->l2 = l2;
     w->ctx = ctx;
-    w->stop.cb = worker_stop;
-    um_loop_on_stop(ctx->loop, &w->stop);
     um_context_set(ctx, &l2_slot, w);
     um__redis_init(&w->conn, ctx->loop, l2->host, l2->port);
     w->conn.data = w;

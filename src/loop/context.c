@@ -29,10 +29,26 @@ void um_context_init(struct um_context *ctx, struct um_loop *loop, int worker_id
     ctx->worker_id = worker_id;
 }
 
+void um_context_stop(struct um_context *ctx)
+{
+    /* A stop that wakes another slot's owner (a fill cancelled into its origin) may make
+     * that state again: passes until one finds every slot empty. */
+    for (bool again = true; again;) {
+        again = false;
+        for (unsigned k = 0; k < ctx->_num_order; k++) {
+            unsigned i = ctx->_order[k];
+            void *state = ctx->_slots[i];
+            if (state == NULL) continue;
+            ctx->_owners[i]->stop(ctx, state);
+            ctx->_slots[i] = NULL;
+            again = true;
+        }
+    }
+}
+
 void um_context_dispose(struct um_context *ctx)
 {
-    /* A slot still set is state its owner never freed: its on_stop task did not run, or
-     * did not empty the slot. */
+    /* A slot still set is state made after um_context_stop ran, or a stop that never ran. */
     for (int s = 0; s < UM_CONTEXT_MAX_SLOTS; s++)
         UM_ASSERT(ctx->_slots[s] == NULL);
     ctx->loop = NULL;

@@ -45,9 +45,25 @@ static const struct um_metric_def counter_defs[] = {
 };
 struct um_metric_block um__lua_counters = {counter_defs, 1, 0};
 
+/* The workers' request states, one runtime's (umbra/module.h): made anew at each reload,
+ * since the file may have changed even when the snapshot's settings did not. */
+static void *make_states(const struct um_config *now, const struct um_config *was, void *was_state,
+                         int workers, char *err, size_t errlen)
+{
+    (void)was, (void)was_state;
+    return um_hooks_create(now, workers, err, errlen);
+}
+
+static void drop_states(void *h)
+{
+    um_hooks_destroy(h);
+}
+
 const struct um_module um_lua_module = {
     .name = "lua",
     .counters = &um__lua_counters,
+    .make = make_states,
+    .drop = drop_states,
 };
 
 const char um__hooks_state_key = 's';

@@ -59,10 +59,9 @@ struct um__mailbox {
     size_t len, cap;
     bool drain; /* graceful stop requested */
     bool quit;  /* immediate stop requested */
-    /* A reload: the runtime (one reference, for the worker) and TLS store new
-     * connections take from now on; has_next until the worker took them. */
+    /* A reload: the runtime (one reference, for the worker) new connections take from now
+     * on; has_next until the worker took it. */
     struct um_runtime *next_runtime;
-    struct um_tls *next_tls;
     bool has_next;
 };
 
@@ -74,7 +73,7 @@ struct um__worker {
     struct um_server *server;
     struct um_runtime *runtime; /* what new connections take (one reference) */
     struct um_config *config;   /* its snapshot (runtime->config) */
-    struct um_tls *tls;       /* certificate store new TLS connections take */
+    struct um_tls *tls;         /* runtime's certificate store (TLS module's state), or NULL */
     uint64_t next_conn_id;    /* for log lines: [wN cM] */
     struct um__mailbox mailbox;
     /* The Date field of this second (formatted when first wanted in a second). */
@@ -106,8 +105,7 @@ struct um_server {
     struct um__worker *workers;
     int num_workers;
     pthread_t listener;
-    int listener_efd; /* eventfd that tells the listener to stop */
-    struct um_tls *tls; /* certificates, when some listener has tls */
+    int listener_efd;                 /* eventfd that tells the listener to stop */
     _Atomic(struct um_cache *) cache; /* the shared cache, when some route caches */
     struct um_l2 *l2;       /* the second-level cache on Redis (cache.l2), or NULL */
     struct um_disk_tier *disk; /* the disk tier (cache.disk), or NULL; read at start only */
@@ -125,12 +123,11 @@ struct um_server {
     char *pid_path; /* its path (the start's config; a reload keeps it) */
 };
 
-/* A runtime a reload replaced, with the TLS store that went with it (NULL when the
- * store was kept): freed on the main thread once nothing uses it (um_runtime_unused). */
+/* A runtime a reload replaced (with its modules' states: umbra/module.h): freed on the
+ * main thread once nothing uses it (um_runtime_unused). */
 struct um__retired {
     struct um__retired *next;
     struct um_runtime *runtime;
-    struct um_tls *tls;
 };
 
 /* admin_purge.c: a purge applied on this node goes to the other nodes from here, its one
@@ -167,7 +164,7 @@ static inline int um__accept_flags(const struct um_listen *l)
 void um__mailbox_push(struct um__mailbox *mb, const int *fds, size_t n);
 void um__mailbox_signal(struct um__mailbox *mb, bool drain, bool quit);
 /* Hands a worker the runtime (taking a reference for it) and TLS store of a reload. */
-void um__mailbox_set_runtime(struct um__mailbox *mb, struct um_runtime *rt, struct um_tls *tls);
+void um__mailbox_set_runtime(struct um__mailbox *mb, struct um_runtime *rt);
 void um__tq_arm(struct um__worker *w, struct um__conn *c, enum um__tq_kind kind);
 void um__tq_disarm(struct um__worker *w, struct um__conn *c);
 void um__worker_ready(struct um__worker *w, struct um__conn *c);

@@ -52,14 +52,32 @@ bool um__modules_configure(const struct um_config *c, char *err, size_t errlen)
     return true;
 }
 
-#define MAX_MODULES 64
-static _Atomic(void *) running[MAX_MODULES];
+bool um_modules_verify(const struct um_config *c, char *err, size_t errlen)
+{
+    for (size_t m = 0; um_modules[m]; m++)
+        if (um_modules[m]->verify && !um_modules[m]->verify(c, err, errlen)) return false;
+    return true;
+}
 
-static size_t index_of(const struct um_module *m)
+bool um_modules_try(const struct um_config *c, char *err, size_t errlen)
+{
+    for (size_t m = 0; um_modules[m]; m++) {
+        if (!um_modules[m]->make) continue;
+        err[0] = '\0';
+        void *state = um_modules[m]->make(c, NULL, NULL, c->workers, err, errlen);
+        if (state == NULL && err[0] != '\0') return false;
+        if (state != NULL) um_modules[m]->drop(state);
+    }
+    return true;
+}
+
+static _Atomic(void *) running[UM_MODULES_MAX];
+
+size_t um_module_index(const struct um_module *m)
 {
     for (size_t i = 0; um_modules[i]; i++)
         if (um_modules[i] == m) {
-            UM_ASSERT(i < MAX_MODULES);
+            UM_ASSERT(i < UM_MODULES_MAX);
             return i;
         }
     UM_ASSERT(!"a module not in um_modules");
@@ -68,10 +86,10 @@ static size_t index_of(const struct um_module *m)
 
 void um_module_run(const struct um_module *m, void *state)
 {
-    atomic_store(&running[index_of(m)], state);
+    atomic_store(&running[um_module_index(m)], state);
 }
 
 void *um_module_running(const struct um_module *m)
 {
-    return atomic_load(&running[index_of(m)]);
+    return atomic_load(&running[um_module_index(m)]);
 }

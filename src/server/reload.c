@@ -2,16 +2,17 @@
 /* Configuration reload (SIGHUP), on the main thread.
  *
  * Everything that can fail happens before anything changes: load and validate the file
- * (and have the TLS module check its certificates and ciphers), make the workers' request
- * states (running the file once more for each), build the new snapshot's runtime (its
- * origins: umbra/runtime.h), bind the listen addresses that are new, build a TLS store
- * when the tls table changed, open the access log. Then the switch:
+ * (and have the modules verify what the loader cannot: umbra/module.h), build the new
+ * snapshot's runtime (the modules' states for it, such as the workers' Lua states and the
+ * certificate store, then its origins: umbra/runtime.h), bind the listen addresses that
+ * are new, have the modules configure the process (the access log's file). Then the
+ * switch:
  *   1. the listener thread stops (sockets keep queueing in the kernel's backlog: nothing
  *      is refused), the listening sockets are swapped (unchanged addresses keep theirs;
  *      the admin listener's too, when admin.listen changed),
  *      s->runtime becomes the new one, and the listener starts again;
- *   2. each worker gets the new runtime and TLS store through its mailbox, and takes them
- *      before it handles the next accepted socket; open connections finish on theirs.
+ *   2. each worker gets the new runtime through its mailbox, and takes it before it
+ *      handles the next accepted socket; open connections finish on theirs.
  * The old runtime is retired, not released: the main thread keeps its reference until
  * every other one is gone, to it (workers, connections) and to its snapshot (cache fills
  * that outlive their client), then frees it here. So the origins of a snapshot are always
@@ -36,7 +37,6 @@
 
 #include "internal.h"
 #include "umbra/module.h"
-#include "umbra/hooks.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
 #include "umbra/runtime.h"
@@ -65,30 +65,6 @@ static bool bound_to(int fd, const struct um_listen *l)
     const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)&l->addr;
     return b->sin6_family == AF_INET6 && a->sin6_port == b->sin6_port &&
            memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0;
-}
-
-static bool same_str(const char *a, const char *b)
-{
-    return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
-}
-
-/* True when both tls tables describe the same certificates and options. */
-static bool same_tls(const struct um_tls_conf *a, const struct um_tls_conf *b)
-{
-    if (a->num_certs != b->num_certs || a->protocols != b->protocols ||
-        a->default_cert != b->default_cert || !same_str(a->ciphers, b->ciphers) ||
-        !same_str(a->ciphersuites, b->ciphersuites))
-        return false;
-    for (size_t i = 0; i < a->num_certs; i++) {
-        const struct um_tls_cert_conf *x = &a->certs[i], *y = &b->certs[i];
-        if (x->num_hosts != y->num_hosts || !same_str(x->cert, y->cert) ||
-            !same_str(x->key, y->key))
-            return false;
-        for (size_t j = 0; j < x->num_hosts; j++)
-            if (!same_str(x->hosts[j], y->hosts[j]))
-                return false;
-    }
-    return true;
 }
 
 static void failed(struct um_server *s, const char *msg)
@@ -134,29 +110,23 @@ void um__server_reload(struct um_server *s)
         failed(s, err);
         return;
     }
-    if (!um_tls_check_config(nc, err, sizeof(err))) {
+    if (!um_modules_verify(nc, err, sizeof(err))) {
         um_config_unref(nc);
         failed(s, err);
         return;
     }
     warn_restart_only(s, old, nc);
-    /* One request state per running worker, made here: the workers see them only once
-     * their mailbox hands them the runtime, below. */
-    struct um_hooks *hooks = um_hooks_create(nc, s->num_workers, err, sizeof(err));
-    if (hooks == NULL) {
-        um_config_unref(nc);
-        failed(s, err);
-        return;
-    }
     int *fds = um_calloc(nc->num_listen + 1, sizeof(int));
     bool *kept = um_calloc(s->num_listen + 1, sizeof(bool));
     size_t bound = 0;
-    struct um_tls *tls = s->tls;
     int admin_fd = -2; /* -2: unchanged */
     for (size_t i = 0; i < nc->num_listen; i++)
         fds[i] = -1;
     struct um_cache_links links = um__server_links(s);
-    struct um_runtime *rt = um_runtime_create(nc, hooks, &s->cache, &links, err, sizeof(err));
+    /* The modules' states are made for the workers that run (one Lua state each), which
+     * see them only once their mailbox hands them the runtime, below. */
+    struct um_runtime *rt =
+        um_runtime_create(nc, s->runtime, s->num_workers, &s->cache, &links, err, sizeof(err));
     if (rt == NULL)
         goto fail;
     for (size_t i = 0; i < nc->num_listen; i++) {
@@ -186,16 +156,6 @@ void um__server_reload(struct um_server *s)
                 goto fail;
         }
     }
-    if (!same_tls(um_tls_conf(nc), um_tls_conf(old))) {
-        tls = NULL;
-        if (um_tls_conf(nc)->num_certs > 0) {
-            tls = um_tls_create(nc, err, sizeof(err));
-            if (tls == NULL)
-                goto fail;
-            if (s->tls)
-                um_tls_inherit_tickets(tls, s->tls);
-        }
-    }
     if (!um__modules_configure(nc, err, sizeof(err))) goto fail;
 
     /* The switch: nothing fails from here on. */
@@ -211,15 +171,13 @@ void um__server_reload(struct um_server *s)
             close(s->admin_fd);
         s->admin_fd = admin_fd;
     }
-    struct um_tls *old_tls = s->tls;
     struct um_runtime *old_rt = s->runtime;
     pthread_mutex_lock(&s->config_lock);
     s->runtime = rt;
     s->config = nc;
-    s->tls = tls;
     pthread_mutex_unlock(&s->config_lock);
     for (int i = 0; i < s->num_workers; i++)
-        um__mailbox_set_runtime(&s->workers[i].mailbox, rt, tls);
+        um__mailbox_set_runtime(&s->workers[i].mailbox, rt);
     um__listener_start(s);
     if (admin_fd != -2)
         um__log_admin(s);
@@ -227,7 +185,6 @@ void um__server_reload(struct um_server *s)
 
     struct um__retired *r = um_calloc(1, sizeof(*r));
     r->runtime = old_rt;
-    r->tls = old_tls != tls ? old_tls : NULL;
     r->next = s->retired;
     s->retired = r;
     free(kept);
@@ -246,10 +203,7 @@ fail:
             bound--;
         }
     }
-    if (admin_fd >= 0)
-        close(admin_fd);
-    if (tls != s->tls)
-        um_tls_destroy(tls);
+    if (admin_fd >= 0) close(admin_fd);
     free(fds);
     free(kept);
     um_runtime_unref(rt); /* its origins go with it */
@@ -268,10 +222,6 @@ size_t um__server_free_retired(struct um_server *s, bool all)
             continue;
         }
         *p = r->next;
-        /* Every worker has moved on (each held a reference until it did), so none will
-         * make a connection from this TLS store any more. */
-        if (r->tls)
-            um_tls_destroy(r->tls);
         um_runtime_unref(r->runtime);
         free(r);
     }

@@ -146,7 +146,8 @@ static struct um_origin *hook_request(struct um__exchange *x, const struct um_ro
                                    .scheme = secure(x) ? "https" : "http",
                                    .server_name = t->ops->server_name(t),
                                    .arena = &x->arena, .upstream = -1};
-    enum um_hook_result res = um_hooks_on_request(&x->w->ctx, x->runtime->hooks, hr);
+    enum um_hook_result res =
+        um_hooks_on_request(&x->w->ctx, um_runtime_state(x->runtime, &um_lua_module), hr);
     /* Early Hints the hook asked for go out first, before any answer. */
     if (res != UM_HOOK_FAIL && hr->num_hints > 0 && x->conn_ops->send_info)
         x->conn_ops->send_info(x, 103, hr->hints, hr->num_hints);

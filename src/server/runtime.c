@@ -51,8 +51,7 @@ static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache 
                                  struct um_origin *o, const struct um_route *r, bool hooks,
                                  bool cacheable)
 {
-    if (hooks)
-        o = um_hooks_origin_create(o, rt->hooks, r);
+    if (hooks) o = um_hooks_origin_create(o, um_runtime_state(rt, &um_lua_module), r);
     if (um_compress_route_conf(r)->enabled && o) o = um_compress_origin_create(o, r);
     if (cacheable && r->cache) {
         if (*cache == NULL) {
@@ -102,10 +101,24 @@ static bool build_routes(struct um_runtime *rt, _Atomic(struct um_cache *) *cach
     return true;
 }
 
-struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *hooks,
-                                     _Atomic(struct um_cache *) *cache,
-                                     const struct um_cache_links *links, char *err,
-                                     size_t errlen)
+/* Every module's state for rt->config (umbra/module.h, make). */
+static bool make_states(struct um_runtime *rt, const struct um_runtime *was, int workers, char *err,
+                        size_t errlen)
+{
+    for (size_t m = 0; um_modules[m]; m++) {
+        const struct um_module *mod = um_modules[m];
+        if (!mod->make) continue;
+        err[0] = '\0';
+        rt->states[m] = mod->make(rt->config, was ? was->config : NULL, was ? was->states[m] : NULL,
+                                  workers, err, errlen);
+        if (rt->states[m] == NULL && err[0] != '\0') return false;
+    }
+    return true;
+}
+
+struct um_runtime *um_runtime_create(struct um_config *config, const struct um_runtime *was,
+                                     int workers, _Atomic(struct um_cache *) *cache,
+                                     const struct um_cache_links *links, char *err, size_t errlen)
 {
     struct um_runtime *rt = um_calloc(1, sizeof(*rt));
     if (links)
@@ -113,7 +126,6 @@ struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *
     rt->_refcnt = 1;
     um_config_ref(config);
     rt->config = config;
-    rt->hooks = hooks;
     rt->routes = um_calloc(config->num_routes + 1, sizeof(*rt->routes));
     /* One origin per upstream, shared by the routes that name it (and its health with
      * them); the routes hold references of their own. */
@@ -121,7 +133,7 @@ struct um_runtime *um_runtime_create(struct um_config *config, struct um_hooks *
     rt->cluster = um_cluster_create(config);
     for (size_t i = 0; i < config->num_upstreams; i++)
         rt->upstreams[i] = um_upstream_origin_create(&config->upstreams[i]);
-    if (!build_routes(rt, cache, err, errlen)) {
+    if (!make_states(rt, was, workers, err, errlen) || !build_routes(rt, cache, err, errlen)) {
         um_runtime_unref(rt);
         return NULL;
     }
@@ -134,7 +146,9 @@ static void runtime_free(struct um_runtime *rt)
         if (rt->routes[i].origin != NULL)
             rt->routes[i].origin->ops->destroy(rt->routes[i].origin);
     free(rt->routes);
-    um_hooks_destroy(rt->hooks);
+    /* After the origins that use them (the hooks' layers), last made first dropped. */
+    for (size_t m = UM_MODULES_MAX; m-- > 0;)
+        if (rt->states[m] != NULL) um_modules[m]->drop(rt->states[m]);
     for (size_t i = 0; i < rt->config->num_upstreams; i++)
         if (rt->upstreams[i] != NULL)
             rt->upstreams[i]->ops->destroy(rt->upstreams[i]);

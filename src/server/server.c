@@ -123,19 +123,10 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     }
     pthread_mutex_init(&s->config_lock, NULL);
     s->listen_fds = um_calloc(config->num_listen, sizeof(int));
-    /* The workers' request states, here rather than on each worker's first request: the
-     * file's top level must not run inside a worker's loop turn. The threads that use
-     * them start later (um_server_run). */
-    struct um_hooks *hooks = um_hooks_create(config, config->workers, err, errlen);
-    if (hooks == NULL)
-        goto fail;
     /* The disk stores, their indexes rebuilt before anything is served. */
     if (um_cache_conf(config)->num_disks > 0) {
         s->disk = um_disk_tier_open(config, err, errlen);
-        if (s->disk == NULL) {
-            um_hooks_destroy(hooks);
-            goto fail;
-        }
+        if (s->disk == NULL) goto fail;
     }
     um_module_run(&um_disk_module, s->disk);
     /* The second-level cache, before the runtime whose cache uses it (a reload does not
@@ -143,7 +134,10 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     if (um_cache_conf(config)->l2.enabled) s->l2 = um_l2_create(config, um__purge_apply, s);
     um_module_run(&um_l2_module, s->l2);
     struct um_cache_links links = um__server_links(s);
-    s->runtime = um_runtime_create(config, hooks, &s->cache, &links, err, errlen);
+    /* With the modules' states: the workers' Lua states made here rather than on each
+     * worker's first request (the file's top level must not run inside a worker's loop
+     * turn), and the certificates read while the process may still be root. */
+    s->runtime = um_runtime_create(config, NULL, config->workers, &s->cache, &links, err, errlen);
     if (s->runtime == NULL)
         goto fail;
     for (size_t i = 0; i < config->num_listen; i++) {
@@ -155,11 +149,6 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
     if (config->admin.enabled) {
         s->admin_fd = um__bind_listen(&config->admin.listen, err, errlen);
         if (s->admin_fd < 0)
-            goto fail;
-    }
-    if (um_tls_conf(config)->num_certs > 0) {
-        s->tls = um_tls_create(config, err, errlen);
-        if (s->tls == NULL)
             goto fail;
     }
     /* What needs root is done (the ports are bound, the keys read): the access log is
@@ -176,10 +165,7 @@ fail:
     free(s->pid_path);
     for (size_t i = 0; i < s->num_listen; i++)
         close(s->listen_fds[i]);
-    if (s->admin_fd >= 0)
-        close(s->admin_fd);
-    if (s->tls)
-        um_tls_destroy(s->tls);
+    if (s->admin_fd >= 0) close(s->admin_fd);
     free(s->listen_fds);
     pthread_mutex_destroy(&s->config_lock);
     um_runtime_unref(s->runtime); /* the routes' origins go with it, then the cache they use */
@@ -440,18 +426,27 @@ int um_server_run(struct um_server *s)
     um__notify("READY=1");
     bool quit = false;
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
-        if (s->tls)
-            pfd[1].fd = um_tls_watch_fd(s->tls);
+        /* The signals, and what the running runtime's module states watch (umbra/module.h). */
+        struct pollfd pfd[1 + UM_MODULES_MAX] = {{.fd = sfd, .events = POLLIN}};
+        const struct um_module *watcher[1 + UM_MODULES_MAX];
+        nfds_t npfd = 1;
+        for (size_t m = 0; um_modules[m]; m++) {
+            void *state = um_runtime_state(s->runtime, um_modules[m]);
+            int fd = state && um_modules[m]->watch_fd ? um_modules[m]->watch_fd(state) : -1;
+            if (fd < 0) continue;
+            watcher[npfd] = um_modules[m];
+            pfd[npfd++] = (struct pollfd){.fd = fd, .events = POLLIN};
+        }
         /* Snapshots a reload replaced are freed once unused: look every second. */
         int wait_ms = s->retired ? 1000 : -1;
-        int pr = poll(pfd, 2, wait_ms);
+        int pr = poll(pfd, npfd, wait_ms);
         if (s->retired)
             um__server_free_retired(s, false);
         if (pr <= 0)
             continue;
-        if (pfd[1].revents & POLLIN)
-            um_tls_on_watch(s->tls);
+        for (nfds_t i = 1; i < npfd; i++)
+            if (pfd[i].revents & POLLIN)
+                watcher[i]->on_watch(um_runtime_state(s->runtime, watcher[i]));
         if (!(pfd[0].revents & POLLIN))
             continue;
         struct signalfd_siginfo si;
@@ -469,11 +464,9 @@ int um_server_run(struct um_server *s)
         }
         if (sig == SIGHUP) {
             um__notify("RELOADING=1");
-            if (s->tls) {
-                char msg[512] = "";
-                int n = um_tls_reload(s->tls, msg, sizeof(msg));
-                um_log_info("SIGHUP: reloaded %d certificate%s%s%s", n, n == 1 ? "" : "s",
-                            msg[0] ? "; " : "", msg);
+            for (size_t m = 0; um_modules[m]; m++) {
+                void *state = um_runtime_state(s->runtime, um_modules[m]);
+                if (state && um_modules[m]->reread) um_modules[m]->reread(state);
             }
             um__server_reload(s);
             um__notify("READY=1");
@@ -543,8 +536,6 @@ void um_server_destroy(struct um_server *s)
         close(s->listen_fds[i]);
     free(s->listen_fds);
     close(s->listener_efd);
-    if (s->tls)
-        um_tls_destroy(s->tls);
     if (s->admin_fd >= 0)
         close(s->admin_fd);
     um__server_free_retired(s, true);

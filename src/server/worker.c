@@ -11,6 +11,8 @@
 #include "internal.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
+#include "umbra/runtime.h"
+#include "umbra/tls.h"
 
 static uint64_t duration_ms(const struct um_config *cfg, enum um__tq_kind kind)
 {
@@ -121,13 +123,12 @@ void um__mailbox_signal(struct um__mailbox *mb, bool drain, bool quit)
     wake(mb);
 }
 
-void um__mailbox_set_runtime(struct um__mailbox *mb, struct um_runtime *rt, struct um_tls *tls)
+void um__mailbox_set_runtime(struct um__mailbox *mb, struct um_runtime *rt)
 {
     um_runtime_ref(rt);
     pthread_mutex_lock(&mb->lock);
     struct um_runtime *stale = mb->has_next ? mb->next_runtime : NULL;
     mb->next_runtime = rt;
-    mb->next_tls = tls;
     mb->has_next = true;
     pthread_mutex_unlock(&mb->lock);
     if (stale)
@@ -145,7 +146,7 @@ void um__worker_init(struct um__worker *w, struct um_server *s, int id)
     w->runtime = s->runtime;
     um_runtime_ref(w->runtime);
     w->config = w->runtime->config;
-    w->tls = s->tls;
+    w->tls = um_runtime_state(w->runtime, &um_tls_module);
     w->loop = um_loop_create();
     um_context_init(&w->ctx, w->loop, id);
     for (int k = 0; k < UM__TQ_COUNT; k++)
@@ -209,7 +210,6 @@ static void on_mailbox(struct um_io *io, uint32_t events)
          * open connections keep theirs. The main thread keeps the old one referenced, so
          * this is never the last reference. */
         next_rt = w->mailbox.next_runtime;
-        w->tls = w->mailbox.next_tls;
         w->mailbox.has_next = false;
         w->mailbox.next_runtime = NULL;
     }
@@ -218,6 +218,7 @@ static void on_mailbox(struct um_io *io, uint32_t events)
         um_runtime_unref(w->runtime);
         w->runtime = next_rt;
         w->config = next_rt->config;
+        w->tls = um_runtime_state(next_rt, &um_tls_module);
         set_durations(w);
         /* Read buffers are sized by the limits of the snapshot: the new one's may differ
          * (the connections of the old one then free theirs instead of giving them back). */
@@ -318,6 +319,7 @@ void *um__worker_main(void *arg)
     close_all(w);
     um_loop_run_deferred(l);
     free_closed(w);
+    um_context_stop(&w->ctx); /* the modules' state of this worker (umbra/context.h) */
     um_loop_run_on_stop(l);
     um_log_context(-1, 0);
     return NULL;

@@ -25,7 +25,8 @@
 #include "umbra/module.h"
 
 /* The worker's small-file cache (struct files). */
-static struct um_context_slot files_slot = {.name = "small-file cache"};
+static void on_stop(struct um_context *ctx, void *state);
+static struct um_context_slot files_slot = {.name = "small-file cache", .stop = on_stop};
 
 const struct um_module um_static_module = {
     .name = "static",
@@ -36,7 +37,6 @@ const struct um_module um_static_module = {
 #define BUDGET (8u << 20)    /* bytes of bodies and paths per worker */
 
 struct files {
-    struct um_task on_stop;
     struct um_context *ctx;
     struct um__file *buckets[BUCKETS];
     struct um__file *oldest, *newest; /* in order of insertion */
@@ -72,9 +72,10 @@ static void unlink_entry(struct files *fs, struct um__file *e)
     free(e);
 }
 
-static void on_stop(struct um_task *t)
+static void on_stop(struct um_context *ctx, void *state)
 {
-    struct files *fs = um_container_of(t, struct files, on_stop);
+    (void)ctx;
+    struct files *fs = state;
     while (fs->oldest)
         unlink_entry(fs, fs->oldest);
     um_context_set(fs->ctx, &files_slot, NULL);
@@ -87,8 +88,6 @@ static struct files *files_of(struct um_context *ctx)
     if (fs) return fs;
     fs = um_calloc(1, sizeof(*fs));
     fs->ctx = ctx;
-    fs->on_stop.cb = on_stop;
-    um_loop_on_stop(ctx->loop, &fs->on_stop);
     um_context_set(ctx, &files_slot, fs);
     return fs;
 }

@@ -78,7 +78,8 @@ struct ticket_key {
 };
 
 struct um_tls {
-    atomic_int _refcnt; /* the owner's reference + one per SSL from um_tls_accept_new */
+    atomic_int _refcnt; /* the owners' reference + one per SSL from um_tls_accept_new */
+    int owners;         /* runtimes that hold it (um_tls_hold); main thread */
     pthread_mutex_t lock;
     struct entry *entries;
     size_t num_entries;

@@ -65,25 +65,6 @@
 #include "umbra/module.h"
 #include "internal.h"
 
-static const struct um_metric_def counter_defs[] = {
-    {"umbra_tls_handshakes_total", "counter", "TLS handshakes completed.", NULL},
-    {"umbra_tls_handshake_failures_total", "counter", "TLS handshakes that failed or timed out.",
-     NULL},
-};
-static struct um_metric_block counters = {counter_defs, 2, 0};
-
-const struct um_module um_tls_module = {
-    .name = "tls",
-    .settings = &um_tls_settings,
-    .counters = &counters,
-};
-
-void um_tls_count_handshake(bool ok)
-{
-    um_counter_add(um_metric(&counters, ok ? 0 : 1), 1);
-}
-
-
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
 int um__tls_ssl_index = -1; /* the store a connection holds */
 static int error_index = -1; /* the connection's last error (char[UM__TLS_ERROR_LEN]), once it has one */
@@ -411,6 +392,7 @@ struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errl
 
     struct um_tls *t = um_calloc(1, sizeof *t);
     t->_refcnt = 1;
+    t->owners = 1;
     t->epfd = t->inofd = t->timerfd = -1;
     pthread_mutex_init(&t->lock, NULL);
     pthread_mutex_init(&t->tickets.lock, NULL);
@@ -458,10 +440,14 @@ fail:
     return NULL;
 }
 
+void um_tls_hold(struct um_tls *t)
+{
+    t->owners++;
+}
+
 void um_tls_destroy(struct um_tls *t)
 {
-    if (t == NULL)
-        return;
+    if (t == NULL || --t->owners > 0) return;
     um__tls_stop_watching(t);
     store_unref(t);
 }

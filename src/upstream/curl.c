@@ -47,7 +47,6 @@ struct worker_curl {
     struct um_loop *loop;
     CURLM *multi;
     struct um_timer timer;
-    struct um_task stop;
     struct sock *free_socks;
     struct attempt *pool[POOL_MAX];
     size_t num_pooled;
@@ -154,9 +153,10 @@ static void attempt_free(struct attempt *a)
     free(a);
 }
 
-static void worker_curl_stop(struct um_task *t)
+static void worker_curl_stop(struct um_context *ctx, void *state)
 {
-    struct worker_curl *wc = um_container_of(t, struct worker_curl, stop);
+    (void)ctx;
+    struct worker_curl *wc = state;
     curl_multi_cleanup(wc->multi); /* closes the kept-alive connections */
     um_loop_timer_stop(wc->loop, &wc->timer);
     for (size_t i = 0; i < wc->num_pooled; i++)
@@ -169,6 +169,8 @@ static void worker_curl_stop(struct um_task *t)
     um_context_set(wc->ctx, &um__curl_slot, NULL);
     free(wc);
 }
+
+struct um_context_slot um__curl_slot = {.name = "curl multi handle", .stop = worker_curl_stop};
 
 static struct worker_curl *worker_curl(struct um_context *ctx)
 {
@@ -185,8 +187,6 @@ static struct worker_curl *worker_curl(struct um_context *ctx)
     curl_multi_setopt(wc->multi, CURLMOPT_TIMERDATA, wc);
     curl_multi_setopt(wc->multi, CURLMOPT_MAXCONNECTS, 1024L);
     wc->timer.cb = on_curl_timer;
-    wc->stop.cb = worker_curl_stop;
-    um_loop_on_stop(ctx->loop, &wc->stop);
     um_context_set(ctx, &um__curl_slot, wc);
     return wc;
 }

@@ -106,9 +106,10 @@ bool um__h1_conn_want(struct h1conn *c, uint32_t events)
     return true;
 }
 
-static void on_worker_stop(struct um_task *t)
+static void on_worker_stop(struct um_context *ctx, void *state)
 {
-    struct h1worker *hw = um_container_of(t, struct h1worker, stop);
+    (void)ctx;
+    struct h1worker *hw = state;
     while (hw->all) {
         struct h1conn *c = hw->all;
         if (c->x)
@@ -125,6 +126,8 @@ static void on_worker_stop(struct um_task *t)
     free(hw);
 }
 
+struct um_context_slot um__h1_slot = {.name = "http/1.1 client pools", .stop = on_worker_stop};
+
 static struct h1worker *h1worker(struct um_context *ctx)
 {
     struct h1worker *hw = um_context_get(ctx, &um__h1_slot);
@@ -133,9 +136,7 @@ static struct h1worker *h1worker(struct um_context *ctx)
     hw = um_calloc(1, sizeof(*hw));
     hw->ctx = ctx;
     hw->loop = ctx->loop;
-    hw->stop.cb = on_worker_stop;
     hw->reap.cb = on_reap;
-    um_loop_on_stop(ctx->loop, &hw->stop);
     um_context_set(ctx, &um__h1_slot, hw);
     return hw;
 }

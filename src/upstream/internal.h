@@ -223,7 +223,7 @@ struct h1worker {
     struct h1pool *pools;
     struct h1conn *all;  /* every open connection, for the loop's stop */
     struct h1conn *dead; /* closed in this loop turn: freed at its end */
-    struct um_task stop, reap;
+    struct um_task reap;
 };
 
 struct h1conn {

@@ -39,8 +39,6 @@
 /* The two transports' worker states (struct worker_curl in curl.c, struct h1worker in
  * h1.c): defined with the record, so that a binary with one transport only (the fuzz
  * targets) links without the other. */
-struct um_context_slot um__curl_slot = {.name = "curl multi handle"};
-struct um_context_slot um__h1_slot = {.name = "http/1.1 client pools"};
 
 const struct um_module um_upstream_module = {
     .name = "upstream",

@@ -45,9 +45,10 @@
 #include "fuzz_common.h"
 #include "fuzz_loop_stubs.h"
 
-/* The other transport is not exercised here (a stub keeps src/upstream/curl.c out). */
+/* The other transport is not exercised here (stubs, its slot with them, keep
+ * src/upstream/curl.c out). */
 const struct um_up_transport um__up_curl = {.name = "none"};
-
+struct um_context_slot um__curl_slot = {.name = "none"};
 
 void fuzz_loop_timer_start(struct um_loop *l, struct um_timer *t, uint64_t ms)
 {

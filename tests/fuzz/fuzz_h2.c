@@ -61,10 +61,8 @@ static void setup_once(void)
     struct um_config *c = um_config_load(path, err, sizeof err);
     unlink(path);
     FUZZ_CHECK(c != NULL);
-    struct um_hooks *hooks = um_hooks_create(c, 1, err, sizeof err);
-    FUZZ_CHECK(hooks != NULL);
     _Atomic(struct um_cache *) cache = NULL;
-    struct um_runtime *rt = um_runtime_create(c, hooks, &cache, NULL, err, sizeof err);
+    struct um_runtime *rt = um_runtime_create(c, NULL, 1, &cache, NULL, err, sizeof err);
     FUZZ_CHECK(rt != NULL);
     um_config_unref(c);
     struct um_origin *built = rt->routes[0].origin;

@@ -31,9 +31,10 @@
 #include "fuzz_common.h"
 #include "fuzz_loop_stubs.h"
 
-/* The other transport is not exercised here (a stub keeps src/upstream/h1.c out of the
- * binary). */
+/* The other transport is not exercised here (stubs, its slot with them, keep
+ * src/upstream/h1.c out of the binary). */
 const struct um_up_transport um__up_h1 = {.name = "none"};
+struct um_context_slot um__h1_slot = {.name = "none"};
 
 static int heads;
 static const char *input;

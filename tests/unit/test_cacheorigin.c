@@ -370,7 +370,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    um_loop_run_on_stop(fx->loop); /* the worker's fills go */
+    um_context_stop(&fx->ctx); /* the worker's fills go */
     um_context_dispose(&fx->ctx);
     fx->co->ops->destroy(fx->co);
     assert_int_equal(um_config_refs(fx->config), 1);

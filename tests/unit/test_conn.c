@@ -73,12 +73,9 @@ static struct um_runtime *load_runtime(void)
     char err[512];
     struct um_config *c = um_config_load(path, err, sizeof err);
     unlink(path);
-    if (c == NULL)
-        fail_msg("config: %s", err);
-    struct um_hooks *hooks = um_hooks_create(c, 1, err, sizeof err);
-    assert_non_null(hooks);
+    if (c == NULL) fail_msg("config: %s", err);
     _Atomic(struct um_cache *) cache = NULL;
-    struct um_runtime *rt = um_runtime_create(c, hooks, &cache, NULL, err, sizeof err);
+    struct um_runtime *rt = um_runtime_create(c, NULL, 1, &cache, NULL, err, sizeof err);
     if (rt == NULL)
         fail_msg("runtime: %s", err);
     um_config_unref(c); /* the runtime holds its own */

@@ -391,6 +391,7 @@ static void test_module_slots_are_distinct(void **state)
             seen[i] = true;
             n++;
             assert_int_equal(um_context_slot_index(um_modules[m]->slots[s]), i);
+            assert_non_null(um_modules[m]->slots[s]->stop); /* its state goes with the worker */
         }
     }
     assert_int_equal(n, 7); /* cache, curl, h1, static, cgi, access log, l2 */
@@ -409,6 +410,48 @@ static void test_module_slots_are_distinct(void **state)
     um_context_dispose(&ctx);
 }
 
+/* um_context_stop: the stops of the slots holding state, in the order they were first
+ * set (a layer before the origin it wraps), including state a stop made again. */
+static char stopped[8];
+static size_t num_stopped;
+static struct um_context_slot slot_a, slot_b, slot_c;
+static int again_state;
+
+static void note_stop(struct um_context *ctx, void *state)
+{
+    char tag = *(char *)state;
+    stopped[num_stopped++] = tag;
+    /* b's stop wakes a, which makes its state again (as a fill cancelled into its origin
+     * may): that state must be stopped too. */
+    if (tag == 'b' && um_context_get(ctx, &slot_a) == NULL)
+        um_context_set(ctx, &slot_a, &again_state);
+}
+
+static void test_context_stop_runs_in_first_set_order(void **state)
+{
+    (void)state;
+    slot_a = (struct um_context_slot){.name = "a", .stop = note_stop};
+    slot_b = (struct um_context_slot){.name = "b", .stop = note_stop};
+    slot_c = (struct um_context_slot){.name = "c", .stop = note_stop};
+    static char a = 'a', b = 'b', c = 'c';
+    again_state = 'A';
+    (void)um_context_slot_index(&slot_a); /* indexes a < b < c */
+    (void)um_context_slot_index(&slot_b);
+    (void)um_context_slot_index(&slot_c);
+    struct um_context ctx;
+    um_context_init(&ctx, loop, 0);
+    um_context_set(&ctx, &slot_c, &c); /* c first, though its index comes last */
+    um_context_set(&ctx, &slot_a, &a);
+    um_context_set(&ctx, &slot_b, &b);
+    um_context_stop(&ctx);
+    assert_int_equal(num_stopped, 4);
+    assert_memory_equal(stopped, "cabA", 4);
+    assert_null(um_context_get(&ctx, &slot_a));
+    assert_null(um_context_get(&ctx, &slot_b));
+    assert_null(um_context_get(&ctx, &slot_c));
+    um_context_dispose(&ctx); /* asserts every slot empty */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +465,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_on_stop_runs_in_queued_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_queues_expire_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_module_slots_are_distinct, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_context_stop_runs_in_first_set_order, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

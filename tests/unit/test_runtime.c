@@ -39,10 +39,8 @@ static struct um_config *load(const char *text)
 /* The runtime of c as the server builds it, for one worker. */
 static struct um_runtime *build(struct um_config *c, char *err, size_t errlen)
 {
-    struct um_hooks *hooks = um_hooks_create(c, 1, err, errlen);
-    assert_non_null(hooks);
     _Atomic(struct um_cache *) cache = NULL;
-    struct um_runtime *rt = um_runtime_create(c, hooks, &cache, NULL, err, errlen);
+    struct um_runtime *rt = um_runtime_create(c, NULL, 1, &cache, NULL, err, errlen);
     assert_null(cache); /* no route of these tests caches */
     return rt;
 }

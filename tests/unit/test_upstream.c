@@ -242,7 +242,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     if (up) up->base.ops->destroy(&up->base);
-    um_loop_run_on_stop(loop);
+    um_context_stop(&ctx);
     um_context_dispose(&ctx);
     um_loop_destroy(loop);
     return 0;
