@@ -103,7 +103,10 @@ bool um_access_parse_htpasswd(const char *text, size_t len, struct um_access_use
         }
         memcpy(hash, h, hl);
         hash[hl] = '\0';
-        if (crypt_checksalt(hash) != CRYPT_SALT_OK) {
+        /* libxcrypt calls SHA-256-crypt "legacy" and a low bcrypt cost "too cheap": both
+         * still verify, and both are what htpasswd writes. */
+        int cs = crypt_checksalt(hash);
+        if (cs == CRYPT_SALT_INVALID || cs == CRYPT_SALT_METHOD_DISABLED) {
             snprintf(err, errlen, "line %d: user '%.*s' has a hash libcrypt does not take", line,
                      (int)(ul > 64 ? 64 : ul), l);
             goto fail;

@@ -291,6 +291,9 @@ static bool access_check(struct um__exchange *x, const struct um_route *route, b
 {
     const struct um_access_conf *a = um_access_conf(x->config, route);
     *wait = false;
+    /* Our own answers (403, 401) get the response rules too. */
+    if (um_access_has_response_rules(a))
+        x->access_resp = a;
     if (!x->access_verified) {
         struct um_access_job job;
         memset(&job, 0, offsetof(struct um_access_job, user));
@@ -320,8 +323,6 @@ static bool access_check(struct um__exchange *x, const struct um_route *route, b
         }
     }
     um_access_request(a, &x->req);
-    if (um_access_has_response_rules(a))
-        x->access_resp = a;
     return true;
 }
 
