@@ -48,6 +48,16 @@ static bool accepted_hash(const char *h)
            strncmp(h, "$5$", 3) == 0 || strncmp(h, "$6$", 3) == 0;
 }
 
+/* crypt_checksalt reads the setting only: a hash cut short would never match, and the
+ * user never get in, with no word of why. bcrypt is 60 characters; SHA-crypt's checksum
+ * after the last '$' is 43 (SHA-256) or 86 (SHA-512). */
+static bool whole_hash(const char *h)
+{
+    if (h[1] == '2') return strlen(h) == 60;
+    const char *d = strrchr(h, '$');
+    return strlen(d + 1) == (h[1] == '5' ? 43u : 86u);
+}
+
 static const char *refusal(const char *h, size_t len)
 {
     if (strncmp(h, "$apr1$", 6) == 0 || strncmp(h, "$1$", 3) == 0)
@@ -106,7 +116,7 @@ bool um_access_parse_htpasswd(const char *text, size_t len, struct um_access_use
         /* libxcrypt calls SHA-256-crypt "legacy" and a low bcrypt cost "too cheap": both
          * still verify, and both are what htpasswd writes. */
         int cs = crypt_checksalt(hash);
-        if (cs == CRYPT_SALT_INVALID || cs == CRYPT_SALT_METHOD_DISABLED) {
+        if (cs == CRYPT_SALT_INVALID || cs == CRYPT_SALT_METHOD_DISABLED || !whole_hash(hash)) {
             snprintf(err, errlen, "line %d: user '%.*s' has a hash libcrypt does not take", line,
                      (int)(ul > 64 ? 64 : ul), l);
             goto fail;
