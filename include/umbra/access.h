@@ -59,10 +59,10 @@ struct um_access_user {
 
 /* auth = { basic = "FILE", realm = "staff", pass_auth = false } */
 struct um_access_auth {
-    char *file;  /* absolute */
-    char *realm; /* "Restricted" when not given */
+    char *file;      /* absolute */
+    char *realm;     /* "Restricted" when not given */
     char *challenge; /* the WWW-Authenticate value: Basic realm="..." */
-    bool pass;   /* pass_auth: the Authorization field goes on to the origin */
+    bool pass;       /* pass_auth: the Authorization field goes on to the origin */
     struct um_access_user *users;
     size_t num_users;
 };
@@ -88,8 +88,8 @@ const struct um_access_conf *um_access_conf(const struct um_config *c, const str
 
 /* What um_access_check found. */
 enum um_access_result {
-    UM_ACCESS_OK = 0,            /* go on */
-    UM_ACCESS_VERIFY = 1,        /* a password to verify: um_access_verify, then go on */
+    UM_ACCESS_OK = 0,             /* go on */
+    UM_ACCESS_VERIFY = 1,         /* a password to verify: um_access_verify, then go on */
     UM_ACCESS_UNAUTHORIZED = 401, /* answer 401 with WWW-Authenticate: a->auth->challenge */
     UM_ACCESS_FORBIDDEN = 403,
 };

@@ -358,8 +358,7 @@ enum um_access_result um_access_check(const struct um_access_conf *a, const stru
         return UM_ACCESS_FORBIDDEN;
     if (a->auth == NULL) return UM_ACCESS_OK;
     const um_str *v = um_http1_find_header(req, "authorization");
-    if (v == NULL ||
-        !parse_basic(*v, job->user, sizeof job->user, job->pass, sizeof job->pass))
+    if (v == NULL || !parse_basic(*v, job->user, sizeof job->user, job->pass, sizeof job->pass))
         return UM_ACCESS_UNAUTHORIZED;
     const struct um_access_user *u = NULL;
     for (size_t i = 0; i < a->auth->num_users && u == NULL; i++)

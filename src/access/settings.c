@@ -72,9 +72,9 @@ static const char *const rules_keys[] = {"set", "add", "remove", NULL};
 /* Fields a rule may not touch: the message's framing and the connection's own fields
  * (RFC 9110 7.6.1), which the server writes itself; a rule changing them would desync
  * the client or the origin from the bytes that really follow. */
-static const char *const refused_fields[] = {"content-length", "transfer-encoding", "connection",
-                                             "keep-alive", "proxy-connection", "te", "trailer",
-                                             "upgrade", "host", NULL};
+static const char *const refused_fields[] = {
+    "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection", "te",
+    "trailer",        "upgrade",           "host",       NULL};
 
 static bool check_name(struct um_settings_load *ld, lua_State *L, const char *path,
                        const char *name, size_t len)
@@ -92,8 +92,8 @@ static bool check_name(struct um_settings_load *ld, lua_State *L, const char *pa
     return true;
 }
 
-static bool check_value(struct um_settings_load *ld, lua_State *L, const char *path,
-                        const char *v, size_t len)
+static bool check_value(struct um_settings_load *ld, lua_State *L, const char *path, const char *v,
+                        size_t len)
 {
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)v[i];
@@ -109,9 +109,10 @@ static bool load_fields(struct um_settings_load *ld, lua_State *L, int idx, cons
 {
     char el[PATH_LEN], kb[64];
     if (!lua_istable(L, idx))
-        return um_settings_fail(ld, L, path,
-                                "%s: expected a table such as { [\"X-Frame-Options\"] = \"DENY\" }, got %s",
-                                path, lua_typename(L, lua_type(L, idx)));
+        return um_settings_fail(
+            ld, L, path,
+            "%s: expected a table such as { [\"X-Frame-Options\"] = \"DENY\" }, got %s", path,
+            lua_typename(L, lua_type(L, idx)));
     size_t n = 0;
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {
@@ -340,7 +341,7 @@ static bool load_auth(struct um_settings_load *ld, lua_State *L, int idx, const 
     }
     a->realm = store_strdup(st, realm, strlen(realm));
     char ch[256];
-    int cl = snprintf(ch, sizeof ch, "Basic realm=\"%s\", charset=\"UTF-8\"", realm);
+    int cl = snprintf(ch, sizeof ch, "Basic realm=\"%s\"", realm);
     a->challenge = store_strdup(st, ch, (size_t)cl);
     lua_pop(L, 1);
     if (!um_settings_opt_bool(ld, L, idx, path, "pass_auth", &a->pass, NULL)) return false;

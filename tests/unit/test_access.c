@@ -80,8 +80,8 @@ static void test_deny_before_allow(void **state)
     (void)state;
     struct um_netmask allow[] = {mask("0.0.0.0/0"), mask("::/0")};
     struct um_netmask deny[] = {mask("10.0.0.0/8"), mask("fd00::/8")};
-    struct um_access_conf a = {.allow = allow, .num_allow = 2, .has_allow = true, .deny = deny,
-                               .num_deny = 2};
+    struct um_access_conf a = {
+        .allow = allow, .num_allow = 2, .has_allow = true, .deny = deny, .num_deny = 2};
     assert_int_equal(check_ip(&a, "10.0.0.1"), UM_ACCESS_FORBIDDEN);
     assert_int_equal(check_ip(&a, "fd12::1"), UM_ACCESS_FORBIDDEN);
     assert_int_equal(check_ip(&a, "fe80::1"), UM_ACCESS_OK);
@@ -98,7 +98,9 @@ static void test_deny_before_allow(void **state)
  * wrote them. */
 #define SHA256_PW "$5$ODGQyabk6DIxhEeP$S.TuiezRb0i9AEaVrLyUX2.L0WxuPKK9EY/Q2iEqs/3"
 #define BCRYPT_PW "$2y$05$ChXShOnPF58UftxfOKsNLuQEdVOCTh7nA4vJZKwWYP5bXLpvjatk6"
-#define SHA512_PW "$6$iA0tU5o2Kcc/oSil$9FgDXI9UhWVHpm/kKQtWcT1EJfP.N/SwKxz4rA6O5rHNsiRd3awbpHykBQwpW2GwliOb5CjecOKMAzwam.yvT."
+#define SHA512_PW                                                                                  \
+    "$6$iA0tU5o2Kcc/oSil$9FgDXI9UhWVHpm/kKQtWcT1EJfP.N/"                                           \
+    "SwKxz4rA6O5rHNsiRd3awbpHykBQwpW2GwliOb5CjecOKMAzwam.yvT."
 
 static bool parse(const char *text, struct um_access_user **u, size_t *n, char *err)
 {
@@ -124,13 +126,13 @@ static void test_htpasswd_taken(void **state)
     um_access_users_free(u, n);
 }
 
-#define REFUSED(text, needle)                                                              \
-    do {                                                                                   \
-        struct um_access_user *u_;                                                         \
-        size_t n_;                                                                         \
-        char err_[256] = "";                                                               \
-        assert_false(parse(text, &u_, &n_, err_));                                         \
-        if (strstr(err_, needle) == NULL) fail_msg("'%s' lacks '%s'", err_, needle);       \
+#define REFUSED(text, needle)                                                                      \
+    do {                                                                                           \
+        struct um_access_user *u_;                                                                 \
+        size_t n_;                                                                                 \
+        char err_[256] = "";                                                                       \
+        assert_false(parse(text, &u_, &n_, err_));                                                 \
+        if (strstr(err_, needle) == NULL) fail_msg("'%s' lacks '%s'", err_, needle);               \
     } while (0)
 
 static void test_htpasswd_refused(void **state)
@@ -176,8 +178,8 @@ static void test_basic_parse(void **state)
     (void)state;
     char u[256], p[256];
     /* "ann:pw:with:colons" */
-    assert_true(parse_basic((um_str)UM_STR("Basic YW5uOnB3OndpdGg6Y29sb25z"), u, sizeof u, p,
-                            sizeof p));
+    assert_true(
+        parse_basic((um_str)UM_STR("Basic YW5uOnB3OndpdGg6Y29sb25z"), u, sizeof u, p, sizeof p));
     assert_string_equal(u, "ann");
     assert_string_equal(p, "pw:with:colons");
     assert_true(parse_basic((um_str)UM_STR("basic   YTpi"), u, sizeof u, p, sizeof p)); /* a:b */
@@ -216,11 +218,14 @@ static void test_rules(void **state)
     struct um_access_field set[] = {{UM_STR("X-A"), UM_STR("1")}};
     struct um_access_field add[] = {{UM_STR("X-C"), UM_STR("c2")}};
     um_str rm[] = {UM_STR("server")};
-    struct um_access_headers g = {.response = {.set = set, .num_set = 1, .add = add, .num_add = 1,
-                                               .remove = rm, .num_remove = 1}};
+    struct um_access_headers g = {
+        .response = {
+            .set = set, .num_set = 1, .add = add, .num_add = 1, .remove = rm, .num_remove = 1}};
     struct um_access_conf a = {.global = &g};
-    struct um_header in[] = {{UM_STR("x-a"), UM_STR("old")}, {UM_STR("Server"), UM_STR("o")},
-                             {UM_STR("X-C"), UM_STR("c1")}, {UM_STR("X-A"), UM_STR("old2")}};
+    struct um_header in[] = {{UM_STR("x-a"), UM_STR("old")},
+                             {UM_STR("Server"), UM_STR("o")},
+                             {UM_STR("X-C"), UM_STR("c1")},
+                             {UM_STR("X-A"), UM_STR("old2")}};
     struct um_header out[16];
     assert_true(um_access_has_response_rules(&a));
     size_t n = um_access_response(&a, in, 4, out, 16);
@@ -235,10 +240,14 @@ static void test_rules(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_allow_ipv4),        cmocka_unit_test(test_allow_ipv6_and_odd_prefixes),
-        cmocka_unit_test(test_deny_before_allow), cmocka_unit_test(test_htpasswd_taken),
-        cmocka_unit_test(test_htpasswd_refused),  cmocka_unit_test(test_crypt_check),
-        cmocka_unit_test(test_basic_parse),       cmocka_unit_test(test_cache_keyed_by_hash),
+        cmocka_unit_test(test_allow_ipv4),
+        cmocka_unit_test(test_allow_ipv6_and_odd_prefixes),
+        cmocka_unit_test(test_deny_before_allow),
+        cmocka_unit_test(test_htpasswd_taken),
+        cmocka_unit_test(test_htpasswd_refused),
+        cmocka_unit_test(test_crypt_check),
+        cmocka_unit_test(test_basic_parse),
+        cmocka_unit_test(test_cache_keyed_by_hash),
         cmocka_unit_test(test_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
