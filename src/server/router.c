@@ -291,6 +291,8 @@ static bool access_check(struct um__exchange *x, const struct um_route *route, b
 {
     const struct um_access_conf *a = um_access_conf(x->config, route);
     *wait = false;
+    if (a == NULL)
+        return true; /* a snapshot made by hand without the module's part (tests) */
     /* Our own answers (403, 401) get the response rules too. */
     if (um_access_has_response_rules(a))
         x->access_resp = a;
