@@ -114,8 +114,11 @@ enum um_access_result um_access_check(const struct um_access_conf *a, const stru
                                       const char *client_ip, struct um_access_job *job);
 
 /* Queues job to the verifier thread (started on the first call), which checks the
- * password, remembers it when right and posts job->task to job->loop. Any thread. */
-void um_access_verify(struct um_access_job *job);
+ * password, remembers it when right and posts job->task to job->loop. Returns false,
+ * keeping nothing, when UM_ACCESS_QUEUE_MAX jobs wait already (the caller answers 503).
+ * Any thread. */
+#define UM_ACCESS_QUEUE_MAX 1024
+bool um_access_verify(struct um_access_job *job);
 
 /* Applies a's request rules (the global ones, then the route's) to req's fields, and
  * takes the Authorization field off unless a route's auth has pass_auth. Values point

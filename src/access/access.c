@@ -244,6 +244,7 @@ static pthread_once_t thread_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_wake = PTHREAD_COND_INITIALIZER;
 static struct um_access_job *queue_head, **queue_tail = &queue_head;
+static size_t queue_len;
 
 static void *verifier(void *arg)
 {
@@ -254,6 +255,7 @@ static void *verifier(void *arg)
             pthread_cond_wait(&queue_wake, &queue_lock);
         struct um_access_job *j = queue_head;
         queue_head = j->_next;
+        queue_len--;
         if (queue_head == NULL) queue_tail = &queue_head;
         pthread_mutex_unlock(&queue_lock);
         j->ok = um_access_crypt_check(j->pass, j->hash);
@@ -275,15 +277,21 @@ static void start_thread(void)
     pthread_detach(t);
 }
 
-void um_access_verify(struct um_access_job *job)
+bool um_access_verify(struct um_access_job *job)
 {
     pthread_once(&thread_once, start_thread);
     pthread_mutex_lock(&queue_lock);
-    job->_next = NULL;
-    *queue_tail = job;
-    queue_tail = &job->_next;
-    pthread_cond_signal(&queue_wake);
+    /* A flood of wrong passwords would otherwise queue without end, each costing a hash. */
+    bool ok = queue_len < UM_ACCESS_QUEUE_MAX;
+    if (ok) {
+        job->_next = NULL;
+        *queue_tail = job;
+        queue_tail = &job->_next;
+        queue_len++;
+        pthread_cond_signal(&queue_wake);
+    }
     pthread_mutex_unlock(&queue_lock);
+    return ok;
 }
 
 /* ---------------------------------------------------------------- the check */

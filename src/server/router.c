@@ -2,6 +2,7 @@
 /* The router (exchange.h's um__route): picks the route of a parsed request, runs its
  * on_request hooks, and finds the origin that answers it, or answers itself (a bad path,
  * no route, a redirect to https, a hook's own answer). It sees the exchange only. */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,7 +251,20 @@ static void wait_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
     UM_ASSERT(w != NULL);
     x->access_wait = NULL;
     sink->origin_data = w;
-    um_access_verify(&w->job);
+    if (!um_access_verify(&w->job)) {
+        /* Said once per process: a flood would fill the log too. */
+        static atomic_bool said;
+        if (!atomic_exchange(&said, true))
+            um_log_warn("access: %d password checks wait already; more requests get 503 "
+                        "until they are done (said once)",
+                        UM_ACCESS_QUEUE_MAX);
+        sink->origin_data = NULL;
+        explicit_bzero(w->job.pass, sizeof w->job.pass);
+        free(w);
+        struct um_header h = {UM_STR("Retry-After"), UM_STR("1")};
+        x->origin = NULL;
+        um__exchange_respond(x, 503, &h, 1);
+    }
 }
 
 static void wait_cancel(struct um_origin *o, struct um_sink *sink)
