@@ -3,10 +3,10 @@
 # Usage: third_party/install.sh [--bench]
 set -eu
 pkgs="build-essential cmake pkg-config libluajit-5.1-dev libcurl4-openssl-dev libssl-dev
-libnghttp2-dev zlib1g-dev libbrotli-dev libzstd-dev libhiredis-dev libxxhash-dev libcmocka-dev python3 curl
-openssl nghttp2-client clang prometheus chromium brotli zstd redis-server man-db groff-base"
+libnghttp2-dev zlib1g-dev libbrotli-dev libzstd-dev libhiredis-dev libxxhash-dev libcrypt-dev libcmocka-dev python3 curl
+openssl apache2-utils nghttp2-client clang prometheus chromium brotli zstd redis-server man-db groff-base"
 if [ "${1:-}" = "--bench" ]; then
-    pkgs="$pkgs wrk apache2-utils apache2 nginx-light varnish"
+    pkgs="$pkgs wrk apache2 nginx-light varnish"
 fi
 missing=""
 for p in $pkgs; do

@@ -53,9 +53,14 @@ struct um_settings {
     /* Frees what part owns (not part itself); NULL: nothing. */
     void (*dispose)(void *part);
     /* routes[N].KEY, or NULL. Every route gets a part of its own, a copy of the global
-     * one, which read_route changes when the route sets KEY (its value at idx). A module
-     * with a route key owns no memory in its part (dispose is NULL): a copy is a memcpy. */
+     * one, which read_route changes when the route sets KEY (its value at idx). A copy is
+     * a memcpy: a route's part owns no memory. What it points to is the global part's
+     * (its dispose frees it, after every route's part is freed). */
     const char *route_key;
+    /* Or several keys of a route, ended by NULL (route_key is then NULL): read_route is
+     * called for every route that sets one of them, once, with the route's table at idx
+     * and the route's path ("routes.2"), and reads the keys it owns. */
+    const char *const *route_keys;
     bool (*read_route)(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
                        void *part);
     /* Checks the part against the rest of the snapshot c (the server's settings, such as

@@ -17,8 +17,7 @@ void um_settings_use(const struct um_settings *const *l)
         n++;
     UM_ASSERT(n <= UM_SETTINGS_MAX);
     for (size_t i = 0; i < n; i++) {
-        /* a copied part owns nothing (settings.h) */
-        UM_ASSERT(l[i]->route_key == NULL || l[i]->dispose == NULL);
+        UM_ASSERT(l[i]->route_key == NULL || l[i]->route_keys == NULL);
         *l[i]->index = (unsigned)i + 1;
     }
     list = l;
@@ -66,7 +65,9 @@ bool um__cfg_is_part_global(const char *name)
 bool um__cfg_is_route_key(const char *name)
 {
     for (size_t i = 0; i < count; i++)
-        if (list[i]->route_key && strcmp(list[i]->route_key, name) == 0) return true;
+        if ((list[i]->route_key && strcmp(list[i]->route_key, name) == 0) ||
+            (list[i]->route_keys && um_settings_in_list(list[i]->route_keys, name)))
+            return true;
     return false;
 }
 
@@ -85,8 +86,11 @@ const char *const *um__cfg_route_keys_all(void)
     size_t n = 0;
     for (const char *const *k = um__cfg_route_keys; *k && n < 48; k++)
         keys[n++] = *k;
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; i < count; i++) {
         if (list[i]->route_key) keys[n++] = list[i]->route_key;
+        for (const char *const *k = list[i]->route_keys; k && *k && n < 63; k++)
+            keys[n++] = *k;
+    }
     keys[n] = NULL;
     return keys;
 }
@@ -119,9 +123,18 @@ bool um__cfg_load_route_parts(struct um_settings_load *ld, lua_State *L, int idx
     char sub[PATH_LEN];
     for (size_t i = 0; i < count; i++) {
         const struct um_settings *s = list[i];
-        if (s->route_key == NULL) continue;
+        if (s->route_key == NULL && s->route_keys == NULL) continue;
         r->parts[i] = um_malloc(s->size);
         memcpy(r->parts[i], ld->c->parts[i], s->size);
+        if (s->route_keys) {
+            bool set = false;
+            for (const char *const *k = s->route_keys; *k && !set; k++) {
+                set = um_settings_get_field(L, idx, *k) != LUA_TNIL;
+                lua_pop(L, 1);
+            }
+            if (set && !s->read_route(ld, L, idx, rpath, r->parts[i])) return false;
+            continue;
+        }
         if (um_settings_get_field(L, idx, s->route_key) != LUA_TNIL) {
             um_settings_subpath(sub, sizeof sub, rpath, s->route_key);
             if (!s->read_route(ld, L, lua_gettop(L), sub, r->parts[i])) return false;

@@ -41,6 +41,10 @@ void um_config_settings(void (*cb)(const char *setting, void *arg), void *arg)
             snprintf(path, sizeof path, "routes[N].%s", s->route_key);
             cb(path, arg);
         }
+        for (const char *const *k = s->route_keys; k && *k; k++) {
+            snprintf(path, sizeof path, "routes[N].%s", *k);
+            cb(path, arg);
+        }
         for (const struct um_settings_table *t = s->tables; t && t->table; t++)
             for (const char *const *k = t->keys; *k; k++) {
                 snprintf(path, sizeof path, "%s.%s", t->table, *k);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "exchange.h"
+#include "umbra/access.h"
 #include "umbra/accesslog.h"
 
 const char *um__reason_phrase(int status)
@@ -70,6 +71,17 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
         x->has_cache = true;
         x->cache = *h->cache;
         x->cache.cache_name = x->cache.key = x->cache.detail = NULL; /* borrowed */
+    }
+    /* The route's response header rules: on a copy of the fields, in the request's
+     * arena (what the origin gave is its own, and may be kept, as the cache does). */
+    struct um_response_head ruled;
+    if (x->access_resp) {
+        size_t cap = h->num_headers + 64;
+        struct um_header *f = um_arena_alloc(&x->arena, cap * sizeof(*f));
+        ruled = *h;
+        ruled.headers = f;
+        ruled.num_headers = um_access_response(x->access_resp, h->headers, h->num_headers, f, cap);
+        h = &ruled;
     }
     /* The Cache-Status sent, for the log line (only the log line wants it). */
     size_t nscan = um_access_log_conf(x->config)->enabled ? h->num_headers : 0;
@@ -228,9 +240,11 @@ void um__exchange_begin(struct um__exchange *x, bool head_only, bool keepalive)
     x->has_cache = false;
     x->route_slot = 0;
     x->via_upstream = false;
+    x->access_resp = NULL;
+    x->access_verified = false;
 }
 
-static void dispatch(struct um__exchange *x, struct um_origin *origin, struct um_fetch *f)
+void um__exchange_dispatch(struct um__exchange *x, struct um_origin *origin, struct um_fetch *f)
 {
     x->origin = origin;
     x->t_dispatch = um_loop_now(x->w->loop);
@@ -252,14 +266,14 @@ enum um__start um__exchange_start(struct um__exchange *x, bool has_body)
         x->pending_origin = origin;
         return UM__START_BODY_FIRST;
     }
-    dispatch(x, origin, &f);
+    um__exchange_dispatch(x, origin, &f);
     return UM__START_DISPATCHED;
 }
 
 void um__exchange_dispatch_pending(struct um__exchange *x)
 {
     struct um_fetch f = x->pending;
-    dispatch(x, x->pending_origin, &f);
+    um__exchange_dispatch(x, x->pending_origin, &f);
 }
 
 void um__exchange_proceed(struct um__exchange *x)
@@ -321,6 +335,7 @@ void um__exchange_log(struct um__exchange *x, int status)
 
 void um__exchange_finish(struct um__exchange *x)
 {
+    um__access_wait_drop(x);
     x->origin = NULL;
     um_arena_reset(&x->arena);
     x->pending_origin = NULL;

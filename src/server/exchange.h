@@ -101,6 +101,14 @@ struct um__exchange {
     struct um_fetch pending;
     struct um_origin *pending_origin;
 
+    /* Access rules (umbra/access.h): the route's response header rules, applied to the
+     * head before it goes out (NULL: none); a password being verified off the loop
+     * (router.c: made by the router, the verifier's once submitted, then NULL here);
+     * verified: the password was right, the routing that follows skips the check. */
+    const struct um_access_conf *access_resp;
+    struct um__access_wait *access_wait;
+    bool access_verified;
+
     /* For the access log and the metrics (accesslog.h). */
     bool via_upstream;
     int route_slot;
@@ -149,8 +157,14 @@ void um__exchange_respond(struct um__exchange *x, int status, const struct um_he
 /* The standard reason phrase of status. */
 const char *um__reason_phrase(int status);
 
+/* Hands x to origin with fetch f (copied by the origin as it needs): the router's second
+ * pass, after a password was verified off the loop. */
+void um__exchange_dispatch(struct um__exchange *x, struct um_origin *origin, struct um_fetch *f);
+
 /* router.c: picks the route and origin of x's parsed request and fills f. Returns NULL
  * after answering it (bad path, no route, a redirect, a hook's own answer). */
 struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f);
+/* router.c: frees a verification x made and never handed to the verifier. */
+void um__access_wait_drop(struct um__exchange *x);
 
 #endif

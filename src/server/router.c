@@ -2,6 +2,8 @@
 /* The router (exchange.h's um__route): picks the route of a parsed request, runs its
  * on_request hooks, and finds the origin that answers it, or answers itself (a bad path,
  * no route, a redirect to https, a hook's own answer). It sees the exchange only. */
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 
 #include "exchange.h"
 #include "internal.h"
+#include "umbra/access.h"
 #include "umbra/cluster.h"
 #include "umbra/hooks.h"
 #include "umbra/log.h"
@@ -200,6 +203,146 @@ static struct um_origin *upgrade_origin(struct um__exchange *x, const struct um_
     return up;
 }
 
+/* ---------------------------------------------------------------- access rules */
+
+/* A password being verified off the loop (umbra/access.h). While the verifier hashes it,
+ * the exchange's origin is wait_origin, whose fetch hands the job over; the answer comes
+ * back on the worker's loop (on_verified), which routes the request again, the check
+ * passed, or answers 401. Ownership: made by the router and kept in x->access_wait until
+ * wait_fetch submits it; from then on the verifier's, then on_verified's, which frees it.
+ * A client that leaves meanwhile only clears x (wait_cancel). */
+struct um__access_wait {
+    struct um_access_job job;
+    struct um__exchange *x;
+    const char *challenge; /* the snapshot's, which the exchange holds */
+};
+
+static void answer_401(struct um__exchange *x, const char *challenge)
+{
+    struct um_header h = {UM_STR("WWW-Authenticate"), {challenge, strlen(challenge)}};
+    um__exchange_respond(x, 401, &h, 1);
+}
+
+static void on_verified(struct um_task *t)
+{
+    struct um__access_wait *w = um_container_of(t, struct um__access_wait, job.task);
+    struct um__exchange *x = w->x;
+    bool ok = w->job.ok;
+    const char *challenge = w->challenge;
+    free(w);
+    if (x == NULL)
+        return; /* the client left */
+    x->sink.origin_data = NULL;
+    x->origin = NULL;
+    if (!ok) {
+        answer_401(x, challenge);
+        return;
+    }
+    x->access_verified = true;
+    struct um_fetch f;
+    struct um_origin *origin = um__route(x, &f);
+    if (origin != NULL)
+        um__exchange_dispatch(x, origin, &f);
+}
+
+static void wait_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *sink)
+{
+    struct um__exchange *x = um_container_of(sink, struct um__exchange, sink);
+    struct um__access_wait *w = x->access_wait;
+    UM_ASSERT(w != NULL);
+    x->access_wait = NULL;
+    sink->origin_data = w;
+    if (!um_access_verify(&w->job)) {
+        /* Said once per process: a flood would fill the log too. */
+        static atomic_bool said;
+        if (!atomic_exchange(&said, true))
+            um_log_warn("access: %d password checks wait already; more requests get 503 "
+                        "until they are done (said once)",
+                        UM_ACCESS_QUEUE_MAX);
+        sink->origin_data = NULL;
+        explicit_bzero(w->job.pass, sizeof w->job.pass);
+        free(w);
+        struct um_header h = {UM_STR("Retry-After"), UM_STR("1")};
+        x->origin = NULL;
+        um__exchange_respond(x, 503, &h, 1);
+    }
+}
+
+static void wait_cancel(struct um_origin *o, struct um_sink *sink)
+{
+    struct um__access_wait *w = sink->origin_data;
+    if (w)
+        w->x = NULL;
+    sink->origin_data = NULL;
+}
+
+static void wait_nothing(struct um_origin *o, struct um_sink *sink) {}
+static void wait_destroy(struct um_origin *o) {}
+
+/* No UM_ORIGIN_F_STREAM_BODY: a request body is read before the wait begins, so that the
+ * origin chosen after it finds it whole, whatever kind it is. */
+static const struct um_origin_ops wait_ops = {
+    .fetch = wait_fetch,
+    .resume = wait_nothing,
+    .body_ready = wait_nothing,
+    .cancel = wait_cancel,
+    .destroy = wait_destroy,
+};
+static struct um_origin wait_origin = {&wait_ops};
+
+void um__access_wait_drop(struct um__exchange *x)
+{
+    if (x->access_wait) {
+        explicit_bzero(x->access_wait->job.pass, sizeof x->access_wait->job.pass);
+        free(x->access_wait);
+        x->access_wait = NULL;
+    }
+}
+
+/* The route's allow and deny lists and basic auth (route may be NULL: nothing but the
+ * global header rules). Returns false after answering; or true with *wait set when a
+ * password must be verified first (the origin is then wait_origin). */
+static bool access_check(struct um__exchange *x, const struct um_route *route, bool *wait)
+{
+    const struct um_access_conf *a = um_access_conf(x->config, route);
+    *wait = false;
+    if (a == NULL)
+        return true; /* a snapshot made by hand without the module's part (tests) */
+    /* Our own answers (403, 401) get the response rules too. */
+    if (um_access_has_response_rules(a))
+        x->access_resp = a;
+    if (!x->access_verified) {
+        struct um_access_job job;
+        memset(&job, 0, offsetof(struct um_access_job, user));
+        job.user[0] = job.pass[0] = job.hash[0] = '\0';
+        switch (um_access_check(a, &x->req, x->peer_ip, &job)) {
+        case UM_ACCESS_OK:
+            break;
+        case UM_ACCESS_FORBIDDEN:
+            um__exchange_respond(x, 403, NULL, 0);
+            return false;
+        case UM_ACCESS_UNAUTHORIZED:
+            answer_401(x, a->auth->challenge);
+            return false;
+        case UM_ACCESS_VERIFY: {
+            struct um__access_wait *w = um_malloc(sizeof(*w));
+            memcpy(&w->job, &job, sizeof job);
+            explicit_bzero(job.pass, sizeof job.pass);
+            w->job.task = (struct um_task){._next = NULL, ._queued = 0, .cb = on_verified};
+            w->job.loop = x->w->loop;
+            w->x = x;
+            w->challenge = a->auth->challenge;
+            um__access_wait_drop(x);
+            x->access_wait = w;
+            *wait = true;
+            return true;
+        }
+        }
+    }
+    um_access_request(a, &x->req);
+    return true;
+}
+
 /* ---------------------------------------------------------------- cluster peers */
 
 #define PEER_KEY_MAX 4096
@@ -296,6 +439,17 @@ struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
     if (route) {
         x->route_slot = um_runtime_route(x->runtime, route)->metrics_slot;
         x->via_upstream = route->upstream >= 0;
+    }
+    /* Before any hook or origin sees the request. A peer's signed fill was checked by
+     * the node its client reached (which took Authorization off, and applied the rules). */
+    bool wait = false;
+    if (peer != 1 && !access_check(x, route, &wait))
+        return NULL;
+    if (wait) {
+        *f = (struct um_fetch){.ctx = &x->w->ctx, .req = req, .route = route, .config = x->config,
+                               .path = {"", 0}, .client_ip = x->peer_ip,
+                               .client_port = x->peer_port, .scheme = secure(x) ? "https" : "http"};
+        return &wait_origin;
     }
     struct um_hook_request hr;
     bool hooked = um_hooks_want_request(x->config, route);

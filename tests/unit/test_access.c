@@ -1,0 +1,254 @@
+/* access.h: the allow/deny lists' network matching (IPv4, IPv6, IPv4-mapped), htpasswd
+ * parsing (the schemes taken and refused, with the line named), Basic credentials and
+ * the header rules, without a server. */
+#include <arpa/inet.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../src/access/access.c"
+#include "umbra/http1.h"
+
+/* A netmask from text, as the loader makes it (family, bytes, prefix). */
+static struct um_netmask mask(const char *text)
+{
+    struct um_netmask m;
+    memset(&m, 0, sizeof m);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *slash = strchr(buf, '/');
+    if (slash) *slash = '\0';
+    if (inet_pton(AF_INET, buf, m.addr) == 1) {
+        m.family = AF_INET;
+        m.prefix = slash ? atoi(slash + 1) : 32;
+    } else {
+        assert_int_equal(inet_pton(AF_INET6, buf, m.addr), 1);
+        m.family = AF_INET6;
+        m.prefix = slash ? atoi(slash + 1) : 128;
+    }
+    return m;
+}
+
+static enum um_access_result check_ip(const struct um_access_conf *a, const char *ip)
+{
+    struct um_request req;
+    memset(&req, 0, sizeof req);
+    struct um_access_job job;
+    memset(&job, 0, sizeof job);
+    return um_access_check(a, &req, ip, &job);
+}
+
+static void test_allow_ipv4(void **state)
+{
+    (void)state;
+    struct um_netmask allow[] = {mask("10.0.0.0/8"), mask("192.168.1.7")};
+    struct um_access_conf a = {.allow = allow, .num_allow = 2, .has_allow = true};
+    assert_int_equal(check_ip(&a, "10.1.2.3"), UM_ACCESS_OK);
+    assert_int_equal(check_ip(&a, "10.255.255.255"), UM_ACCESS_OK);
+    assert_int_equal(check_ip(&a, "11.0.0.1"), UM_ACCESS_FORBIDDEN);
+    assert_int_equal(check_ip(&a, "9.255.255.255"), UM_ACCESS_FORBIDDEN);
+    assert_int_equal(check_ip(&a, "192.168.1.7"), UM_ACCESS_OK);
+    assert_int_equal(check_ip(&a, "192.168.1.8"), UM_ACCESS_FORBIDDEN);
+    /* An IPv4-mapped IPv6 client is its IPv4 address. */
+    assert_int_equal(check_ip(&a, "::ffff:10.9.9.9"), UM_ACCESS_OK);
+    assert_int_equal(check_ip(&a, "::1"), UM_ACCESS_FORBIDDEN);
+    assert_int_equal(check_ip(&a, "not an address"), UM_ACCESS_FORBIDDEN);
+}
+
+static void test_allow_ipv6_and_odd_prefixes(void **state)
+{
+    (void)state;
+    struct um_netmask allow[] = {mask("::1"), mask("2001:db8::/33"), mask("172.16.0.0/12")};
+    struct um_access_conf a = {.allow = allow, .num_allow = 3, .has_allow = true};
+    assert_int_equal(check_ip(&a, "::1"), UM_ACCESS_OK);
+    assert_int_equal(check_ip(&a, "::2"), UM_ACCESS_FORBIDDEN);
+    assert_int_equal(check_ip(&a, "2001:db8:7fff::1"), UM_ACCESS_OK);
+    assert_int_equal(check_ip(&a, "2001:db8:8000::1"), UM_ACCESS_FORBIDDEN); /* bit 33 */
+    assert_int_equal(check_ip(&a, "172.31.255.255"), UM_ACCESS_OK);
+    assert_int_equal(check_ip(&a, "172.32.0.0"), UM_ACCESS_FORBIDDEN);
+    assert_int_equal(check_ip(&a, "127.0.0.1"), UM_ACCESS_FORBIDDEN);
+}
+
+static void test_deny_before_allow(void **state)
+{
+    (void)state;
+    struct um_netmask allow[] = {mask("0.0.0.0/0"), mask("::/0")};
+    struct um_netmask deny[] = {mask("10.0.0.0/8"), mask("fd00::/8")};
+    struct um_access_conf a = {
+        .allow = allow, .num_allow = 2, .has_allow = true, .deny = deny, .num_deny = 2};
+    assert_int_equal(check_ip(&a, "10.0.0.1"), UM_ACCESS_FORBIDDEN);
+    assert_int_equal(check_ip(&a, "fd12::1"), UM_ACCESS_FORBIDDEN);
+    assert_int_equal(check_ip(&a, "fe80::1"), UM_ACCESS_OK);
+    assert_int_equal(check_ip(&a, "1.2.3.4"), UM_ACCESS_OK);
+    /* Deny alone: everyone else passes. */
+    struct um_access_conf d = {.deny = deny, .num_deny = 2};
+    assert_int_equal(check_ip(&d, "10.0.0.1"), UM_ACCESS_FORBIDDEN);
+    assert_int_equal(check_ip(&d, "11.0.0.1"), UM_ACCESS_OK);
+}
+
+/* ---------------------------------------------------------------- htpasswd */
+
+/* Hashes of "pw" as htpasswd -B (bcrypt), -2 (SHA-256-crypt) and -5 (SHA-512-crypt)
+ * wrote them. */
+#define SHA256_PW "$5$ODGQyabk6DIxhEeP$S.TuiezRb0i9AEaVrLyUX2.L0WxuPKK9EY/Q2iEqs/3"
+#define BCRYPT_PW "$2y$05$ChXShOnPF58UftxfOKsNLuQEdVOCTh7nA4vJZKwWYP5bXLpvjatk6"
+#define SHA512_PW                                                                                  \
+    "$6$iA0tU5o2Kcc/oSil$9FgDXI9UhWVHpm/kKQtWcT1EJfP.N/"                                           \
+    "SwKxz4rA6O5rHNsiRd3awbpHykBQwpW2GwliOb5CjecOKMAzwam.yvT."
+
+static bool parse(const char *text, struct um_access_user **u, size_t *n, char *err)
+{
+    return um_access_parse_htpasswd(text, strlen(text), u, n, err, 256);
+}
+
+static void test_htpasswd_taken(void **state)
+{
+    (void)state;
+    struct um_access_user *u;
+    size_t n;
+    char err[256];
+    const char *text = "# staff\r\n\nann:" BCRYPT_PW "\r\n  \nsam:" SHA256_PW "\nsue:" SHA512_PW;
+    assert_true(parse(text, &u, &n, err));
+    assert_int_equal(n, 3);
+    assert_string_equal(u[0].name, "ann");
+    assert_string_equal(u[0].hash, BCRYPT_PW);
+    assert_string_equal(u[1].name, "sam");
+    assert_string_equal(u[2].hash, SHA512_PW);
+    um_access_users_free(u, n);
+    assert_true(parse("", &u, &n, err));
+    assert_int_equal(n, 0);
+    um_access_users_free(u, n);
+}
+
+#define REFUSED(text, needle)                                                                      \
+    do {                                                                                           \
+        struct um_access_user *u_;                                                                 \
+        size_t n_;                                                                                 \
+        char err_[256] = "";                                                                       \
+        assert_false(parse(text, &u_, &n_, err_));                                                 \
+        if (strstr(err_, needle) == NULL) fail_msg("'%s' lacks '%s'", err_, needle);               \
+    } while (0)
+
+static void test_htpasswd_refused(void **state)
+{
+    (void)state;
+    REFUSED("ann:" BCRYPT_PW "\n#\nbob:$apr1$McQri/ds$otkzE1D25sAFOsL0bWHS9/\n",
+            "line 3: user 'bob' has an MD5 hash ($apr1$)");
+    REFUSED("dan:abJnggxhB/yWI\n", "line 1: user 'dan' has a crypt(3) DES hash");
+    REFUSED("\ncarl:secret\n", "line 2: user 'carl' has a plain-text password");
+    REFUSED("eve:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\n", "SHA-1");
+    REFUSED("no colon here\n", "line 1: expected \"user:hash\"");
+    REFUSED(":" BCRYPT_PW "\n", "line 1:");
+    REFUSED("ann:\n", "line 1:");
+    REFUSED("ann:" BCRYPT_PW "\nann:" SHA512_PW "\n", "line 2: user 'ann' is listed twice");
+    REFUSED("ann:$2y$05$tooshort\n", "does not take");
+}
+
+static void test_crypt_check(void **state)
+{
+    (void)state;
+    /* Made here, so that the test does not depend on a hash written by hand. */
+    struct crypt_data cd;
+    memset(&cd, 0, sizeof cd);
+    const char *h = crypt_rn("right", "$5$0123456789abcdef", &cd, (int)sizeof cd);
+    assert_non_null(h);
+    char hash[256];
+    snprintf(hash, sizeof hash, "%s", h);
+    assert_true(um_access_crypt_check("right", hash));
+    assert_false(um_access_crypt_check("wrong", hash));
+    assert_false(um_access_crypt_check("", hash));
+    assert_false(um_access_crypt_check("right", "$5$0123456789abcdef$AAAA"));
+    /* What htpasswd wrote. */
+    assert_true(um_access_crypt_check("pw", BCRYPT_PW));
+    assert_false(um_access_crypt_check("pW", BCRYPT_PW));
+    assert_true(um_access_crypt_check("pw", SHA256_PW));
+    assert_true(um_access_crypt_check("pw", SHA512_PW));
+}
+
+/* ---------------------------------------------------------------- Basic credentials */
+
+static void test_basic_parse(void **state)
+{
+    (void)state;
+    char u[256], p[256];
+    /* "ann:pw:with:colons" */
+    assert_true(
+        parse_basic((um_str)UM_STR("Basic YW5uOnB3OndpdGg6Y29sb25z"), u, sizeof u, p, sizeof p));
+    assert_string_equal(u, "ann");
+    assert_string_equal(p, "pw:with:colons");
+    assert_true(parse_basic((um_str)UM_STR("basic   YTpi"), u, sizeof u, p, sizeof p)); /* a:b */
+    assert_string_equal(p, "b");
+    assert_true(parse_basic((um_str)UM_STR("Basic YTo="), u, sizeof u, p, sizeof p)); /* "a:" */
+    assert_string_equal(p, "");
+    assert_false(parse_basic((um_str)UM_STR("Bearer YTpi"), u, sizeof u, p, sizeof p));
+    assert_false(parse_basic((um_str)UM_STR("Basic"), u, sizeof u, p, sizeof p));
+    assert_false(parse_basic((um_str)UM_STR("Basic !!!!"), u, sizeof u, p, sizeof p));
+    assert_false(parse_basic((um_str)UM_STR("Basic YWJj"), u, sizeof u, p, sizeof p)); /* no ':' */
+    assert_false(parse_basic((um_str)UM_STR("Basic OmI="), u, sizeof u, p, sizeof p)); /* ":b" */
+}
+
+/* A verified password is found in the cache; the same password against another hash (a
+ * changed file) is not. */
+static void test_cache_keyed_by_hash(void **state)
+{
+    (void)state;
+    unsigned char m1[MAC_LEN], m2[MAC_LEN], m3[MAC_LEN];
+    credentials_mac("ann", "pw", "$5$a$x", m1);
+    credentials_mac("ann", "pw", "$5$a$y", m2);
+    credentials_mac("annp", "w", "$5$a$x", m3);
+    assert_memory_not_equal(m1, m2, MAC_LEN);
+    assert_memory_not_equal(m1, m3, MAC_LEN);
+    assert_false(cache_has(m1));
+    cache_put(m1);
+    assert_true(cache_has(m1));
+    assert_false(cache_has(m2));
+}
+
+/* ---------------------------------------------------------------- header rules */
+
+static void test_rules(void **state)
+{
+    (void)state;
+    struct um_access_field set[] = {{UM_STR("X-A"), UM_STR("1")}};
+    struct um_access_field add[] = {{UM_STR("X-C"), UM_STR("c2")}};
+    um_str rm[] = {UM_STR("server")};
+    struct um_access_headers g = {
+        .response = {
+            .set = set, .num_set = 1, .add = add, .num_add = 1, .remove = rm, .num_remove = 1}};
+    struct um_access_conf a = {.global = &g};
+    struct um_header in[] = {{UM_STR("x-a"), UM_STR("old")},
+                             {UM_STR("Server"), UM_STR("o")},
+                             {UM_STR("X-C"), UM_STR("c1")},
+                             {UM_STR("X-A"), UM_STR("old2")}};
+    struct um_header out[16];
+    assert_true(um_access_has_response_rules(&a));
+    size_t n = um_access_response(&a, in, 4, out, 16);
+    assert_int_equal(n, 3);
+    assert_true(um_str_eq(out[0].name, "X-C") && um_str_eq(out[0].value, "c1"));
+    assert_true(um_str_eq(out[1].name, "X-A") && um_str_eq(out[1].value, "1"));
+    assert_true(um_str_eq(out[2].name, "X-C") && um_str_eq(out[2].value, "c2"));
+    struct um_access_conf none = {0};
+    assert_false(um_access_has_response_rules(&none));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_allow_ipv4),
+        cmocka_unit_test(test_allow_ipv6_and_odd_prefixes),
+        cmocka_unit_test(test_deny_before_allow),
+        cmocka_unit_test(test_htpasswd_taken),
+        cmocka_unit_test(test_htpasswd_refused),
+        cmocka_unit_test(test_crypt_check),
+        cmocka_unit_test(test_basic_parse),
+        cmocka_unit_test(test_cache_keyed_by_hash),
+        cmocka_unit_test(test_rules),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
