@@ -21,6 +21,12 @@ struct um_listen {
     bool tls;   /* { "HOST:PORT", tls = true }: TLS with the certificates of um_config.tls */
     bool no_http2; /* { "HOST:PORT", http2 = false }: HTTP/1.1 only (no ALPN h2, no prior
                       knowledge) */
+    /* proxy_protocol = true: every connection starts with a PROXY protocol header (v1 or
+     * v2), whose source address is the client's; proxy_from: the peers allowed to send one
+     * (NULL: any), others are closed at once. */
+    bool proxy_protocol;
+    struct um_netmask *proxy_from;
+    size_t num_proxy_from;
 };
 
 enum um_balance { UM_BALANCE_ROUND_ROBIN, UM_BALANCE_LEAST_CONN, UM_BALANCE_HASH };

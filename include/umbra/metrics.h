@@ -46,6 +46,9 @@ struct um_metrics_worker {
     um_counter requests[UM_METRICS_MAX_ROUTES][6];
     um_counter bytes_in, bytes_out; /* client side: socket reads, response bytes */
     um_counter conns_total, conns_closed;
+    /* Connections closed unanswered on a proxy_protocol listener: no valid PROXY header in
+     * time, or a peer outside proxy_from. */
+    um_counter proxy_refused;
     um_counter cache_hits, cache_misses, cache_stale, cache_revalidated, cache_coalesced;
     um_counter upstream_requests[UM_METRICS_MAX_SERVERS]; /* attempts */
     um_counter upstream_errors[UM_METRICS_MAX_SERVERS];   /* connect errors, resets, timeouts */

@@ -158,6 +158,11 @@ char *um_settings_dir_join(const struct um_settings_load *ld, const char *name);
 struct um_netmask;
 bool um_settings_parse_netmask(struct um_settings_load *ld, lua_State *L, const char *path,
                                const char *text, struct um_netmask *out);
+/* The list of addresses or networks at idx, at path (a string is a list of one; an entry
+ * listed twice is an error): *out (freed first, then made with um_calloc: the caller's to
+ * free; NULL when the list is empty) and *num. */
+bool um_settings_netmask_list(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                              struct um_netmask **out, size_t *num);
 
 /* A DNS-style host name of n bytes: labels of 1 to 63 letters, digits, '-' or '_'. */
 bool um_settings_is_host_name(const char *s, size_t n);

@@ -231,27 +231,16 @@ static bool read_global(struct um_settings_load *ld, lua_State *L, int idx, cons
 static bool load_masks(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
                        struct um_access_store *st, const struct um_netmask **out, size_t *num)
 {
-    char el[PATH_LEN];
-    size_t n;
-    if (!lua_istable(L, idx))
-        return um_settings_fail(ld, L, path,
-                                "%s: expected a list of addresses or networks such as { "
-                                "\"10.0.0.0/8\", \"::1\" }, got %s",
-                                path, lua_typename(L, lua_type(L, idx)));
-    if (!um_settings_check_list(ld, L, idx, path, &n)) return false;
-    struct um_netmask *m = store_calloc(st, n, sizeof(*m));
-    for (size_t i = 0; i < n; i++) {
-        const char *s;
-        um_settings_subpath_i(el, sizeof el, path, i + 1);
-        lua_rawgeti(L, idx, (int)i + 1);
-        if (!um_settings_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
-                                    &s) ||
-            !um_settings_parse_netmask(ld, L, el, s, &m[i]))
-            return false;
-        lua_pop(L, 1);
+    struct um_netmask *m = NULL;
+    if (!um_settings_netmask_list(ld, L, idx, path, &m, num)) {
+        free(m);
+        return false;
     }
-    *out = m;
-    *num = n;
+    /* Onto the store, which owns what every route's part points to. */
+    struct um_netmask *kept = store_calloc(st, *num, sizeof(*kept));
+    if (*num > 0) memcpy(kept, m, *num * sizeof(*kept));
+    free(m);
+    *out = kept;
     return true;
 }
 

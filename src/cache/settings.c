@@ -40,9 +40,6 @@ static const char *size_text(uint64_t v, char *buf, size_t n)
 static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx,
                              struct um_cache_conf *cc)
 {
-    char el[PATH_LEN];
-    const char *s;
-    size_t n = 1;
     int t = um_settings_get_field(L, idx, "purge");
     if (t == LUA_TNIL) {
         lua_pop(L, 1);
@@ -60,40 +57,10 @@ static bool load_cache_purge(struct um_settings_load *ld, lua_State *L, int idx,
         lua_pop(L, 2);
         return true;
     }
-    if (t != LUA_TSTRING && t != LUA_TTABLE)
-        return um_settings_fail(
-            ld, L, "cache.purge.allow",
-            "cache.purge.allow: expected a list of "
-            "addresses or networks such as { \"127.0.0.1\", \"10.0.0.0/8\" }, got %s",
-            lua_typename(L, t));
-    int aidx = lua_gettop(L);
-    if (t == LUA_TTABLE && !um_settings_check_list(ld, L, aidx, "cache.purge.allow", &n))
-        return false;
     /* The defaults go: an empty list lets nobody purge. */
-    free(cc->purge_allow);
-    cc->purge_allow = NULL;
-    cc->num_purge_allow = 0;
-    if (n > 0) cc->purge_allow = um_calloc(n, sizeof *cc->purge_allow);
-    for (size_t i = 0; i < n; i++) {
-        if (t == LUA_TTABLE) {
-            um_settings_subpath_i(el, sizeof el, "cache.purge.allow", i + 1);
-            lua_rawgeti(L, aidx, (int)i + 1);
-        } else {
-            snprintf(el, sizeof el, "cache.purge.allow");
-            lua_pushvalue(L, aidx);
-        }
-        struct um_netmask *m = &cc->purge_allow[i];
-        if (!um_settings_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
-                                    &s) ||
-            !um_settings_parse_netmask(ld, L, el, s, m))
-            return false;
-        for (size_t j = 0; j < i; j++)
-            if (cc->purge_allow[j].family == m->family && cc->purge_allow[j].prefix == m->prefix &&
-                memcmp(cc->purge_allow[j].addr, m->addr, sizeof m->addr) == 0)
-                return um_settings_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
-        cc->num_purge_allow++;
-        lua_pop(L, 1);
-    }
+    if (!um_settings_netmask_list(ld, L, lua_gettop(L), "cache.purge.allow", &cc->purge_allow,
+                                  &cc->num_purge_allow))
+        return false;
     lua_pop(L, 2);
     return true;
 }

@@ -207,8 +207,10 @@ static void config_free(struct um_config *c)
 {
     if (c == NULL)
         return;
-    for (size_t i = 0; i < c->num_listen; i++)
+    for (size_t i = 0; i < c->num_listen; i++) {
         free(c->listen[i].text);
+        free(c->listen[i].proxy_from);
+    }
     free(c->listen);
     for (size_t i = 0; i < c->num_routes; i++) {
         struct um_route *r = &c->routes[i];

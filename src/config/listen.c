@@ -13,7 +13,7 @@
 #include "internal.h"
 
 /* A listen entry's named keys, beside its address at [1]. */
-const char *const um__cfg_listen_keys[] = {"tls", "http2", NULL};
+const char *const um__cfg_listen_keys[] = {"tls", "http2", "proxy_protocol", "proxy_from", NULL};
 
 /* The command line's -a: listen addresses that replace the file's. */
 static const char *const *listen_override;
@@ -89,7 +89,9 @@ bool um__cfg_parse_listen(struct um_settings_load *ld, lua_State *L, const char 
     return true;
 }
 
-#define LISTEN_HINT "a \"HOST:PORT\" string or { \"HOST:PORT\", tls = true, http2 = false }"
+#define LISTEN_HINT                                                                                \
+    "a \"HOST:PORT\" string or { \"HOST:PORT\", tls = true, http2 = false, proxy_protocol = "      \
+    "true, proxy_from = { \"10.0.0.0/8\" } }"
 
 /* The listen entry at idx, at path: "HOST:PORT" or { "HOST:PORT", tls = true }. */
 static bool load_listen_entry(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
@@ -118,6 +120,23 @@ static bool load_listen_entry(struct um_settings_load *ld, lua_State *L, int idx
     bool http2 = !out->no_http2;
     if (!um_settings_opt_bool(ld, L, idx, sub, "http2", &http2, NULL)) return false;
     out->no_http2 = !http2;
+    um_settings_subpath(sub, sizeof sub, path, "proxy_protocol");
+    if (!um_settings_opt_bool(ld, L, idx, sub, "proxy_protocol", &out->proxy_protocol, NULL))
+        return false;
+    um_settings_subpath(sub, sizeof sub, path, "proxy_from");
+    if (um_settings_get_field(L, idx, "proxy_from") != LUA_TNIL) {
+        if (!out->proxy_protocol)
+            return um_settings_fail(ld, L, sub, "%s: proxy_from needs proxy_protocol = true", sub);
+        if (!um_settings_netmask_list(ld, L, lua_gettop(L), sub, &out->proxy_from,
+                                      &out->num_proxy_from))
+            return false;
+        if (out->num_proxy_from == 0)
+            return um_settings_fail(ld, L, sub,
+                                    "%s: expected at least one address or network "
+                                    "(leave it out to take the header from any peer)",
+                                    sub);
+    }
+    lua_pop(L, 1);
     lua_rawgeti(L, idx, 1);
     if (lua_isnil(L, -1))
         return um_settings_fail(ld, L, path, "%s: missing the address (expected %s)", path,

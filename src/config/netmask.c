@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -117,6 +118,45 @@ bool um_settings_parse_netmask(struct um_settings_load *ld, lua_State *L, const 
                                 "%s: '%s' has address bits set beyond the /%d prefix (the "
                                 "network is %s/%d; for the one address, leave out the prefix)",
                                 path, text, out->prefix, net, out->prefix);
+    }
+    return true;
+}
+
+bool um_settings_netmask_list(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
+                              struct um_netmask **out, size_t *num)
+{
+    char el[PATH_LEN];
+    const char *s;
+    size_t n = 1;
+    int t = lua_type(L, idx);
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        return um_settings_fail(ld, L, path,
+                                "%s: expected a list of addresses or networks such as "
+                                "{ \"127.0.0.1\", \"10.0.0.0/8\" }, got %s",
+                                path, lua_typename(L, t));
+    if (t == LUA_TTABLE && !um_settings_check_list(ld, L, idx, path, &n)) return false;
+    free(*out);
+    *out = n > 0 ? um_calloc(n, sizeof **out) : NULL;
+    *num = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t == LUA_TTABLE) {
+            um_settings_subpath_i(el, sizeof el, path, i + 1);
+            lua_rawgeti(L, idx, (int)i + 1);
+        } else {
+            snprintf(el, sizeof el, "%s", path);
+            lua_pushvalue(L, idx);
+        }
+        struct um_netmask *m = &(*out)[i];
+        if (!um_settings_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
+                                    &s) ||
+            !um_settings_parse_netmask(ld, L, el, s, m))
+            return false;
+        for (size_t j = 0; j < i; j++)
+            if ((*out)[j].family == m->family && (*out)[j].prefix == m->prefix &&
+                memcmp((*out)[j].addr, m->addr, sizeof m->addr) == 0)
+                return um_settings_fail(ld, L, el, "%s: '%s' is listed twice", el, s);
+        (*num)++;
+        lua_pop(L, 1);
     }
     return true;
 }

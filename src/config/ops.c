@@ -27,42 +27,6 @@ bool um__cfg_load_log_level(struct um_settings_load *ld, lua_State *L)
                             um_settings_join(L, LOG_LEVELS));
 }
 
-/* The list of addresses or networks at idx (a string is a list of one), at path. */
-static bool load_netmask_list(struct um_settings_load *ld, lua_State *L, int idx, const char *path,
-                              struct um_netmask **out, size_t *num)
-{
-    char el[PATH_LEN];
-    const char *s;
-    size_t n = 1;
-    int t = lua_type(L, idx);
-    if (t != LUA_TSTRING && t != LUA_TTABLE)
-        return um_settings_fail(ld, L, path,
-                                "%s: expected a list of addresses or networks such as "
-                                "{ \"127.0.0.1\", \"10.0.0.0/8\" }, got %s",
-                                path, lua_typename(L, t));
-    if (t == LUA_TTABLE && !um_settings_check_list(ld, L, idx, path, &n)) return false;
-    free(*out);
-    *out = n > 0 ? um_calloc(n, sizeof **out) : NULL;
-    *num = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (t == LUA_TTABLE) {
-            um_settings_subpath_i(el, sizeof el, path, i + 1);
-            lua_rawgeti(L, idx, (int)i + 1);
-        } else {
-            snprintf(el, sizeof el, "%s", path);
-            lua_pushvalue(L, idx);
-        }
-        struct um_netmask *m = &(*out)[i];
-        if (!um_settings_get_string(ld, L, -1, el, "an address or a network such as \"10.0.0.0/8\"",
-                                    &s) ||
-            !um_settings_parse_netmask(ld, L, el, s, m))
-            return false;
-        (*num)++;
-        lua_pop(L, 1);
-    }
-    return true;
-}
-
 /* admin = { listen = "HOST:PORT", allow = { ... } } */
 bool um__cfg_load_admin(struct um_settings_load *ld, lua_State *L)
 {
@@ -100,7 +64,7 @@ bool um__cfg_load_admin(struct um_settings_load *ld, lua_State *L)
             return um_settings_fail(ld, L, "admin.listen", "admin.listen: '%s' is also in listen",
                                     ac->listen.text);
     if (um_settings_get_field(L, idx, "allow") != LUA_TNIL &&
-        !load_netmask_list(ld, L, lua_gettop(L), "admin.allow", &ac->allow, &ac->num_allow))
+        !um_settings_netmask_list(ld, L, lua_gettop(L), "admin.allow", &ac->allow, &ac->num_allow))
         return false;
     lua_pop(L, 1);
     return true;

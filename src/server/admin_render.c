@@ -40,7 +40,7 @@ static void append_escaped(struct um_buf *b, const char *s)
 struct totals {
     uint64_t requests[UM_METRICS_MAX_ROUTES][6];
     uint64_t all_requests;
-    uint64_t bytes_in, bytes_out, conns_total, conns_closed;
+    uint64_t bytes_in, bytes_out, conns_total, conns_closed, proxy_refused;
     uint64_t hits, misses, stale, revalidated, coalesced;
     uint64_t up_requests[UM_METRICS_MAX_SERVERS], up_errors[UM_METRICS_MAX_SERVERS];
     uint64_t up_latency[UM_METRICS_MAX_SERVERS][UM_METRICS_LATENCY_BUCKETS + 1];
@@ -65,6 +65,7 @@ static void sum(struct totals *t, int nroutes, int nservers)
         t->bytes_out += um_counter_get(&m->bytes_out);
         t->conns_total += um_counter_get(&m->conns_total);
         t->conns_closed += um_counter_get(&m->conns_closed);
+        t->proxy_refused += um_counter_get(&m->proxy_refused);
         t->hits += um_counter_get(&m->cache_hits);
         t->misses += um_counter_get(&m->cache_misses);
         t->stale += um_counter_get(&m->cache_stale);
@@ -145,6 +146,10 @@ void um__admin_render_metrics(struct um_server *s, struct um_buf *b)
     one(b, "umbra_connections_total", "counter", "Client connections accepted.", t->conns_total);
     one(b, "umbra_connections_active", "gauge", "Client connections open.",
         t->conns_total - t->conns_closed);
+    one(b, "umbra_proxy_protocol_refused_total", "counter",
+        "Connections closed unanswered on a proxy_protocol listener (no valid PROXY header in "
+        "time, or a peer outside proxy_from).",
+        t->proxy_refused);
     one(b, "umbra_cache_hits_total", "counter", "Responses served from the cache.", t->hits);
     one(b, "umbra_cache_misses_total", "counter", "Cacheable requests not in the cache (fetched).",
         t->misses);

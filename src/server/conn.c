@@ -23,6 +23,7 @@
 #include "conn.h"
 #include "umbra/log.h"
 #include "umbra/metrics.h"
+#include "umbra/proxyproto.h"
 
 #define TURN_BUDGET 32 /* drive() iterations before yielding */
 
@@ -241,6 +242,8 @@ static void start_linger(struct um__conn *c)
     c->rpos = c->rlen = 0;
 }
 
+static int read_proxy(struct um__conn *c);
+
 static void drive(struct um__conn *c)
 {
     uint64_t log_conn = um_log_set_conn(c->id);
@@ -250,6 +253,17 @@ static void drive(struct um__conn *c)
             goto out;
         if (c->proto->run) {
             c->proto->run(c);
+            goto out;
+        }
+        if (c->state == S_PROXY) {
+            int r = c->can_read ? read_proxy(c) : UM_AGAIN;
+            if (r == UM_OK) continue;
+            if (r == UM_AGAIN) {
+                if (um__links(c)->tq_kind != UM__TQ_HEADER) um__tq_arm(c->w, c, UM__TQ_HEADER);
+                goto out;
+            }
+            um_counter_add(&um_metrics_worker()->proxy_refused, 1);
+            um__conn_close(c);
             goto out;
         }
         if (c->state == S_HANDSHAKE) {
@@ -359,6 +373,65 @@ out:
     um_log_set_conn(log_conn);
 }
 
+/* Sets TLS up on c's socket (the listener has tls): the handshake comes next. */
+static bool start_tls(struct um__conn *c)
+{
+    struct um_transport *t = um_tls_transport_new(c->w->tls, c->t->fd);
+    if (t == NULL) {
+        um_log_err("tls: cannot set up a session for %s:%d", c->peer_ip, c->peer_port);
+        return false;
+    }
+    c->t = t;
+    c->state = S_HANDSHAKE;
+    if (!c->h2_allowed) um_tls_transport_h1_only(t);
+    return true;
+}
+
+static void set_peer(struct um__conn *c, const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, c->peer_ip, sizeof(c->peer_ip));
+        c->peer_port = ntohs(a->sin6_port);
+    } else if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, c->peer_ip, sizeof(c->peer_ip));
+        c->peer_port = ntohs(a->sin_port);
+    }
+}
+
+/* Reads the PROXY protocol header off the socket, before TLS or HTTP: peeks until the
+ * header is whole, then takes exactly its bytes, so that what follows (a ClientHello, a
+ * request) stays for the next reader. Its source becomes the connection's peer. Returns
+ * UM_OK (the next state is set), UM_AGAIN, or UM_ERR (close: no valid header, EOF). */
+static int read_proxy(struct um__conn *c)
+{
+    uint8_t buf[UM_PROXY_MAX];
+    ssize_t n = recv(c->t->fd, buf, sizeof(buf), MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        c->can_read = false;
+        return UM_AGAIN;
+    }
+    struct um_proxy_hdr h;
+    int len = n > 0 ? um_proxy_parse(buf, (size_t)n, &h) : -1;
+    if (len == 0) {
+        c->can_read = false; /* the rest comes with the next edge */
+        return UM_AGAIN;
+    }
+    if (len < 0) {
+        um_log_info("proxy protocol: %s:%d %s; closed", c->peer_ip, c->peer_port,
+                    n == 0  ? "closed before a header"
+                    : n < 0 ? "read error"
+                            : "sent no valid header");
+        return UM_ERR;
+    }
+    if (recv(c->t->fd, buf, (size_t)len, 0) != len) return UM_ERR;
+    if (h.family != AF_UNSPEC) set_peer(c, &h.src);
+    c->state = S_HEAD;
+    if (c->tls_next) return start_tls(c) ? UM_OK : UM_ERR;
+    return UM_OK;
+}
+
 void um__conn_accept(struct um__worker *w, int fd, int flags)
 {
     bool tls = (flags & UM__ACCEPT_F_TLS) != 0;
@@ -385,33 +458,18 @@ void um__conn_accept(struct um__worker *w, int fd, int flags)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct sockaddr_storage ss;
     socklen_t sslen = sizeof(ss);
-    if (getpeername(fd, (struct sockaddr *)&ss, &sslen) == 0) {
-        if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &a->sin6_addr, c->peer_ip, sizeof(c->peer_ip));
-            c->peer_port = ntohs(a->sin6_port);
-        } else if (ss.ss_family == AF_INET) {
-            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &a->sin_addr, c->peer_ip, sizeof(c->peer_ip));
-            c->peer_port = ntohs(a->sin_port);
-        }
-    }
+    if (getpeername(fd, (struct sockaddr *)&ss, &sslen) == 0) set_peer(c, &ss);
     c->links.all_next = w->all;
     if (w->all)
         um__links(w->all)->all_prev = c;
     w->all = c;
     w->num_conns++;
-    if (tls && w->tls) {
-        struct um_transport *t = um_tls_transport_new(w->tls, fd);
-        if (t == NULL) {
-            um_log_err("tls: cannot set up a session for %s:%d", c->peer_ip, c->peer_port);
-            um__conn_close(c);
-            return;
-        }
-        c->t = t;
-        c->state = S_HANDSHAKE;
-        if (!c->h2_allowed)
-            um_tls_transport_h1_only(t);
+    if (flags & UM__ACCEPT_F_PROXY) {
+        c->state = S_PROXY;
+        c->tls_next = tls && w->tls;
+    } else if (tls && w->tls && !start_tls(c)) {
+        um__conn_close(c);
+        return;
     }
     if (um__worker_watch(w, c, fd) != UM_OK) {
         um_log_err("worker %d: epoll_ctl: %s", w->id, strerror(errno));
@@ -451,6 +509,15 @@ void um__conn_on_timeout(struct um__conn *c)
 {
     if (c->closed)
         return;
+    if (c->state == S_PROXY) {
+        um_counter_add(&um_metrics_worker()->proxy_refused, 1);
+        uint64_t log_conn = um_log_set_conn(c->id);
+        um_log_info("proxy protocol: %s:%d sent no header within %gs; closed", c->peer_ip,
+                    c->peer_port, c->config->timeouts.header);
+        um_log_set_conn(log_conn);
+        um__conn_close(c);
+        return;
+    }
     if (c->state == S_HANDSHAKE) {
         um_tls_count_handshake(false);
         uint64_t log_conn = um_log_set_conn(c->id);

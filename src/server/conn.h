@@ -15,14 +15,15 @@
 #include "umbra/transport.h"
 
 enum conn_state {
+    S_PROXY,     /* reading the PROXY protocol header (listen.proxy_protocol) */
     S_HANDSHAKE, /* TLS handshake */
-    S_HEAD,   /* reading a request head */
-    S_BODY,   /* reading (and discarding) a request body before dispatch */
-    S_ORIGIN, /* the origin is answering (and maybe reading the body) */
-    S_DONE,   /* no more requests: write what is queued, then close */
-    S_LINGER, /* write side shut, discarding input until EOF or the linger timeout */
-    S_H2,     /* HTTP/2: the streams have states of their own (conn_h2.c) */
-    S_TUNNEL, /* after a 101: bytes both ways between client and backend (conn_tunnel.c) */
+    S_HEAD,      /* reading a request head */
+    S_BODY,      /* reading (and discarding) a request body before dispatch */
+    S_ORIGIN,    /* the origin is answering (and maybe reading the body) */
+    S_DONE,      /* no more requests: write what is queued, then close */
+    S_LINGER,    /* write side shut, discarding input until EOF or the linger timeout */
+    S_H2,        /* HTTP/2: the streams have states of their own (conn_h2.c) */
+    S_TUNNEL,    /* after a 101: bytes both ways between client and backend (conn_tunnel.c) */
 };
 
 enum input_result {
@@ -99,6 +100,7 @@ struct um__conn {
     bool in_drive;     /* the exchange's sends need no wake-up */
     bool h2_allowed;   /* the listener speaks HTTP/2 (ALPN h2, or prior knowledge) */
     bool admin;        /* the admin listener's (UM__ACCEPT_F_ADMIN): not counted */
+    bool tls_next;     /* S_PROXY: TLS begins once the header is read */
 
     /* Input: rbuf[rpos..rlen) is unprocessed; while in S_BODY, rbuf[rpos..bpos) is the
      * parsed head and rbuf[bpos..rlen) the unconsumed body bytes. rbuf holds rcap bytes;

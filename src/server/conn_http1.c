@@ -446,6 +446,7 @@ enum input_result um__conn_process_input(struct um__conn *c)
             if (!x->body_done && c->rlen < c->rcap && !x->body_error)
                 return IN_NEED_INPUT;
             return IN_WAIT;
+        case S_PROXY:
         case S_HANDSHAKE:
         case S_DONE:
         case S_LINGER:

@@ -155,10 +155,12 @@ void um__worker_dispose(struct um__worker *w);
 #define UM__ACCEPT_F_TLS 0x1
 #define UM__ACCEPT_F_H2 0x2 /* HTTP/2 allowed (ALPN h2 on TLS, prior knowledge on plain) */
 #define UM__ACCEPT_F_ADMIN 0x4 /* the admin listener's: internal routes only, not counted */
-#define UM__ACCEPT_SHIFT 8
+#define UM__ACCEPT_F_PROXY 0x8 /* a PROXY protocol header comes first (listen.proxy_protocol) */
+#define UM__ACCEPT_SHIFT 16    /* entries are fd * SHIFT + flags: room for 4 flag bits */
 static inline int um__accept_flags(const struct um_listen *l)
 {
-    return (l->tls ? UM__ACCEPT_F_TLS : 0) | (l->no_http2 ? 0 : UM__ACCEPT_F_H2);
+    return (l->tls ? UM__ACCEPT_F_TLS : 0) | (l->no_http2 ? 0 : UM__ACCEPT_F_H2) |
+           (l->proxy_protocol ? UM__ACCEPT_F_PROXY : 0);
 }
 /* Queues accepted sockets for a worker (listener thread). An entry is as above. */
 void um__mailbox_push(struct um__mailbox *mb, const int *fds, size_t n);

@@ -215,9 +215,13 @@ static void accept_admin(struct um_server *s, unsigned *next_worker)
 }
 
 /* Accepts until EAGAIN and hands the sockets to the workers in turn. Returns false when
- * accepting must pause (connection limit, or out of descriptors: then *no_fds is the errno). */
-static bool accept_some(struct um_server *s, int lfd, int flags, unsigned *next_worker, int *no_fds)
+ * accepting must pause (connection limit, or out of descriptors: then *no_fds is the errno).
+ * A peer outside the listener's proxy_from is closed here, unanswered: it may not say
+ * whose connection it is. */
+static bool accept_some(struct um_server *s, int lfd, const struct um_listen *l,
+                        unsigned *next_worker, int *no_fds)
 {
+    int flags = um__accept_flags(l);
     size_t max = s->config->limits.max_connections;
     for (;;) {
         int batch[ACCEPT_BATCH];
@@ -228,7 +232,15 @@ static bool accept_some(struct um_server *s, int lfd, int flags, unsigned *next_
                 pause = true;
                 break;
             }
-            int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            struct sockaddr_storage peer;
+            socklen_t peerlen = sizeof(peer);
+            int fd = accept4(lfd, (struct sockaddr *)&peer, &peerlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0 && l->proxy_from &&
+                !um_netmask_match(l->proxy_from, l->num_proxy_from, (struct sockaddr *)&peer)) {
+                close(fd);
+                um_counter_add(&um_metrics_worker()->proxy_refused, 1);
+                continue;
+            }
             if (fd < 0) {
                 if (errno == EINTR || errno == ECONNABORTED)
                     continue;
@@ -304,7 +316,7 @@ static void *listener_main(void *arg)
             size_t li = evs[i].data.u64;
             int no_fds = 0;
             if (!paused &&
-                !accept_some(s, s->listen_fds[li], um__accept_flags(&s->config->listen[li]), &next_worker, &no_fds)) {
+                !accept_some(s, s->listen_fds[li], &s->config->listen[li], &next_worker, &no_fds)) {
                 paused = true;
                 set_accepting(s, epfd, false);
                 if (no_fds) {

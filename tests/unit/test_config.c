@@ -1511,8 +1511,10 @@ static void test_err_tls_listen(void **state)
                  2, "listen.1.tls: expected true or false, got string");
     expect_error("listen = { '127.0.0.1:1', { '127.0.0.1:8443',\n"
                  "                            tsl = true } }\n" ROUTE_WWW,
-                 2, "listen.2: unexpected key 'tsl' (expected a \"HOST:PORT\" string or { "
-                    "\"HOST:PORT\", tls = true, http2 = false })");
+                 2,
+                 "listen.2: unexpected key 'tsl' (expected a \"HOST:PORT\" string or { "
+                 "\"HOST:PORT\", tls = true, http2 = false, proxy_protocol = true, "
+                 "proxy_from = { \"10.0.0.0/8\" } })");
     expect_error("listen = { { tls = true } }\n" ROUTE_WWW, 1,
                  "listen.1: missing the address");
     expect_error("listen = { { '127.0.0.1:99999', tls = true } }\n" ROUTE_WWW, 1,
