@@ -467,49 +467,53 @@ void um__limits_store_unref(struct um_store *s)
     if (last) um_store_destroy(s);
 }
 
+/* Whether an earlier store of the list (a newer one: stores are pushed at its head) has
+ * s's kind and name: while a reload that changed a limit runs, the old store and the new
+ * one both exist, and a series must appear once. */
+static bool shadowed(const struct um_store *s)
+{
+    for (const struct um_store *o = registry; o != s; o = o->next)
+        if (o->kind == s->kind && strcmp(o->name, s->name) == 0) return true;
+    return false;
+}
+
+static const struct {
+    const char *metric, *type, *help;
+} families[] = {
+    {"requests_total", "counter", "Requests counted by a rate limit, passed or limited (429)."},
+    {"evicted_total", "counter", "Keys dropped to make room (the least recently used)."},
+    {"entries", "gauge", "Keys held."},
+};
+
 /* Label values are names the loader checked (letters, digits, '_', '-'): no escaping. */
 void um__limits_render(struct um_buf *b, int kind)
 {
+    const char *what = kind == UM__STORE_LIMIT ? "rate_limit" : "shared";
+    const char *label = kind == UM__STORE_LIMIT ? "limit" : "dict";
     pthread_mutex_lock(&registry_lock);
-    bool first = true;
-    for (struct um_store *s = registry; s; s = s->next) {
-        if (s->kind != kind) continue;
-        struct um_store_stats st;
-        um_store_stats(s, &st);
-        if (kind == UM__STORE_LIMIT) {
+    for (size_t f = kind == UM__STORE_LIMIT ? 0 : 1; f < UM_NELEMS(families); f++) {
+        bool first = true;
+        for (struct um_store *s = registry; s; s = s->next) {
+            if (s->kind != kind || shadowed(s)) continue;
+            struct um_store_stats st;
+            um_store_stats(s, &st);
             if (first)
-                um_buf_printf(b, "# HELP umbra_rate_limit_requests_total Requests counted by a "
-                                 "rate limit, passed or limited (429).\n"
-                                 "# TYPE umbra_rate_limit_requests_total counter\n");
-            um_buf_printf(b,
-                          "umbra_rate_limit_requests_total{limit=\"%s\",result=\"passed\"} "
-                          "%llu\numbra_rate_limit_requests_total{limit=\"%s\",result=\"limited\"} "
-                          "%llu\n",
-                          s->name, (unsigned long long)st.passed, s->name,
-                          (unsigned long long)st.limited);
-        } else {
-            if (first)
-                um_buf_printf(b, "# HELP umbra_shared_evicted_total Entries of a shared "
-                                 "dictionary dropped to make room.\n"
-                                 "# TYPE umbra_shared_evicted_total counter\n");
-            um_buf_printf(b, "umbra_shared_evicted_total{dict=\"%s\"} %llu\n", s->name,
-                          (unsigned long long)st.evicted);
+                um_buf_printf(b, "# HELP umbra_%s_%s %s\n# TYPE umbra_%s_%s %s\n", what,
+                              families[f].metric, families[f].help, what, families[f].metric,
+                              families[f].type);
+            first = false;
+            if (f == 0)
+                um_buf_printf(b,
+                              "umbra_%s_%s{%s=\"%s\",result=\"passed\"} %llu\n"
+                              "umbra_%s_%s{%s=\"%s\",result=\"limited\"} %llu\n",
+                              what, families[f].metric, label, s->name,
+                              (unsigned long long)st.passed, what, families[f].metric, label,
+                              s->name, (unsigned long long)st.limited);
+            else
+                um_buf_printf(b, "umbra_%s_%s{%s=\"%s\"} %llu\n", what, families[f].metric,
+                              label, s->name,
+                              (unsigned long long)(f == 1 ? st.evicted : st.entries));
         }
-        first = false;
-    }
-    first = true;
-    for (struct um_store *s = registry; s; s = s->next) {
-        if (s->kind != kind) continue;
-        struct um_store_stats st;
-        um_store_stats(s, &st);
-        const char *what = kind == UM__STORE_LIMIT ? "rate_limit" : "shared";
-        const char *label = kind == UM__STORE_LIMIT ? "limit" : "dict";
-        if (first)
-            um_buf_printf(b, "# HELP umbra_%s_entries Keys held.\n# TYPE umbra_%s_entries gauge\n",
-                          what, what);
-        um_buf_printf(b, "umbra_%s_entries{%s=\"%s\"} %llu\n", what, label, s->name,
-                      (unsigned long long)st.entries);
-        first = false;
     }
     pthread_mutex_unlock(&registry_lock);
 }
