@@ -9,7 +9,9 @@ them over both workers; the tests that depend on it check that both answered."""
 
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -160,6 +162,12 @@ end } }
             text = fetch_req(admin_port(u), "/metrics").body.decode()
             self.assertIn('umbra_rate_limit_requests_total{limit="m",result="passed"} 1\n', text)
             self.assertIn('umbra_rate_limit_requests_total{limit="m",result="limited"} 2\n', text)
+            self.assertIn('umbra_rate_limit_entries{limit="m"} 1\n', text)
+            promtool = shutil.which("promtool")
+            if promtool:
+                p = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+                self.assertEqual(p.returncode, 0, p.stdout.decode() + "\n" + text)
 
 
 DICT = r"""
