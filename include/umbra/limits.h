@@ -139,7 +139,8 @@ enum um_shared_result um_shared_add(struct um_store *s, um_str key,
  * value. ttl is applied only to a new entry. */
 enum um_shared_result um_shared_incr(struct um_store *s, um_str key, double n, double init,
                                      double ttl, double now, double *out);
-bool um_shared_delete(struct um_store *s, um_str key);
+/* Whether a live (unexpired) entry was there. */
+bool um_shared_delete(struct um_store *s, um_str key, double now);
 /* Calls cb with up to max keys that are not expired (0: all), one stripe at a time: cb
  * must not call the store. Returns how many. */
 size_t um_shared_keys(struct um_store *s, size_t max, double now,

@@ -334,7 +334,7 @@ enum um_shared_result um_shared_set(struct um_store *s, um_str key,
                                     const struct um_shared_value *v, double ttl, double now)
 {
     if (v->type == UM_SHARED_NONE) {
-        um_shared_delete(s, key);
+        um_shared_delete(s, key, now);
         return UM_SHARED_OK;
     }
     return store_value(s, key, v, ttl, now, false);
@@ -373,12 +373,12 @@ enum um_shared_result um_shared_incr(struct um_store *s, um_str key, double n, d
     return r;
 }
 
-bool um_shared_delete(struct um_store *s, um_str key)
+bool um_shared_delete(struct um_store *s, um_str key, double now)
 {
     uint64_t h = hash_of(key);
     struct stripe *st = stripe_of(s, h);
     pthread_mutex_lock(&st->lock);
-    struct entry *e = find(st, h, key, 0);
+    struct entry *e = find(st, h, key, now); /* an expired one goes in find */
     if (e) unlink_free(st, e);
     pthread_mutex_unlock(&st->lock);
     return e != NULL;

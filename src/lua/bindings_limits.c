@@ -156,7 +156,7 @@ static int l_delete(lua_State *L)
 {
     struct um_store *s = dict_of(L, "delete");
     um_str k = key_of(L, 2, "shared:delete: key");
-    lua_pushboolean(L, um_shared_delete(s, k));
+    lua_pushboolean(L, um_shared_delete(s, k, um_limits_now()));
     return 1;
 }
 

@@ -131,8 +131,8 @@ static void test_dict_values(void **st)
     assert_true(out == 8);
     assert_int_equal(um_shared_incr(s, S("k2"), 1, 0, 0, 0, &out), UM_SHARED_NOT_NUM);
     /* delete; setting nothing deletes too. */
-    assert_true(um_shared_delete(s, S("k2")));
-    assert_false(um_shared_delete(s, S("k2")));
+    assert_true(um_shared_delete(s, S("k2"), 0));
+    assert_false(um_shared_delete(s, S("k2"), 0));
     struct um_shared_value none = {.type = UM_SHARED_NONE};
     assert_int_equal(um_shared_set(s, S("c"), &none, 0, 0), UM_SHARED_OK);
     assert_false(um_shared_get(s, S("c"), 0, &v, buf, sizeof buf, NULL));
@@ -151,6 +151,9 @@ static void test_dict_ttl(void **st)
     /* An expired entry is absent for add and incr as well. */
     assert_int_equal(um_shared_set(s, S("t"), &sv, 5, 100), UM_SHARED_OK);
     assert_int_equal(um_shared_add(s, S("t"), &sv, 0, 106), UM_SHARED_OK);
+    /* Deleting an expired entry finds nothing. */
+    assert_int_equal(um_shared_set(s, S("e"), &sv, 1, 100), UM_SHARED_OK);
+    assert_false(um_shared_delete(s, S("e"), 101));
     double out;
     assert_int_equal(um_shared_incr(s, S("n"), 1, 0, 2, 200, &out), UM_SHARED_OK);
     assert_int_equal(um_shared_incr(s, S("n"), 1, 0, 2, 201, &out), UM_SHARED_OK);
