@@ -129,7 +129,8 @@ void um__hooks_open_bindings(lua_State *L, struct um__hook_state *h, int worker)
     static const luaL_Reg umbra[] = {{"respond", um__hooks_l_respond}, {"redirect", um__hooks_l_redirect},
                                      {"early_hints", um__hooks_l_early_hints},
                                      {"log", um__hooks_l_log},         {"now", um__hooks_l_now},
-                                     {"unescape", um__hooks_l_unescape}, {NULL, NULL}};
+                                     {"unescape", um__hooks_l_unescape},
+                                     {"limit", um__hooks_l_limit},     {NULL, NULL}};
     lua_newtable(L);
     for (const luaL_Reg *r = umbra; r->name; r++) {
         lua_pushcfunction(L, r->func);

@@ -183,6 +183,7 @@ static struct um__hook_state *state_new(const struct um_config *c, int worker, c
     lua_rawset(L, LUA_REGISTRYINDEX);
 
     um__hooks_open_bindings(L, h, worker);
+    um__hooks_open_shared(L, c);
     if (c->lua.yunying)
         um__hooks_open_yunying(L);
     lua_pushcfunction(L, um__hooks_traceback); /* stays at 1: every call's message handler */

@@ -105,6 +105,13 @@ void um__hooks_set_host(lua_State *L, int idx, struct um_hook_request *hr, const
 /* Pushes s as a Lua string ("" for a NULL base). */
 void um__hooks_push_str(lua_State *L, um_str s);
 
+/* --- bindings_limits.c ------------------------------------------------------------------- */
+
+/* umbra.limit(name, key) */
+int um__hooks_l_limit(lua_State *L);
+/* Sets umbra.shared: a userdata per dictionary of c (which outlives the state). */
+void um__hooks_open_shared(lua_State *L, const struct um_config *c);
+
 /* --- yunying.c ---------------------------------------------------------------------------- */
 
 /* Sets Yunying's set_* functions as globals. */

@@ -14,6 +14,7 @@
 #include "umbra/access.h"
 #include "umbra/cluster.h"
 #include "umbra/hooks.h"
+#include "umbra/limits.h"
 #include "umbra/log.h"
 #include "umbra/runtime.h"
 
@@ -343,6 +344,29 @@ static bool access_check(struct um__exchange *x, const struct um_route *route, b
     return true;
 }
 
+/* ---------------------------------------------------------------- rate limits */
+
+/* The route's rate_limit (umbra/limits.h): false after answering 429 with Retry-After,
+ * before any hook or origin sees the request. A request without the field its limit is
+ * keyed by is not counted. */
+static bool rate_check(struct um__exchange *x, const struct um_route *route)
+{
+    const struct um_limits_conf *lc = route ? um_limits_conf(x->config, route) : NULL;
+    if (lc == NULL || lc->route == NULL)
+        return true;
+    um_str key;
+    if (!um_limit_key_of(lc->route, &x->req, x->peer_ip, &key))
+        return true;
+    double wait = um_limit_take(lc->route, key, um_limits_now());
+    if (wait <= 0)
+        return true;
+    char v[24];
+    int n = snprintf(v, sizeof v, "%ld", um_limit_retry_after(wait));
+    struct um_header h = {UM_STR("Retry-After"), {v, (size_t)n}};
+    um__exchange_respond(x, 429, &h, 1);
+    return false;
+}
+
 /* ---------------------------------------------------------------- cluster peers */
 
 #define PEER_KEY_MAX 4096
@@ -451,6 +475,9 @@ struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
                                .client_port = x->peer_port, .scheme = secure(x) ? "https" : "http"};
         return &wait_origin;
     }
+    /* A peer's signed fill was counted by the node its client reached. */
+    if (peer != 1 && !rate_check(x, route))
+        return NULL;
     struct um_hook_request hr;
     bool hooked = um_hooks_want_request(x->config, route);
     if (hooked) {
