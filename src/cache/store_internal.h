@@ -191,4 +191,10 @@ void um__tags_obj_free(struct um_cache *c, struct um_cache_obj *o);
 /* Wakes the cleaner thread to evict down to the low-water mark. */
 void um__store_kick_cleaner(struct um_cache *c);
 
+/* slice.c: the tag every slice of the object under key carries ("umbra-slice-" and 16
+ * hex digits of a hash of key), NUL-terminated in out: a purge of key's URL purges it
+ * too (um_cache_purge_apply). */
+#define UM_CACHE_SLICE_TAG_LEN 32
+void um__cache_slice_tag(um_str key, char out[UM_CACHE_SLICE_TAG_LEN]);
+
 #endif

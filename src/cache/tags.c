@@ -466,8 +466,15 @@ size_t um_cache_purge_apply(struct um_cache *c, const struct um_purge *p, unsign
     if (p->soft)
         flags |= UM_CACHE_PURGE_SOFT;
     switch (p->kind) {
-    case UM_PURGE_URL:
-        return p->soft ? um_cache_purge_soft(c, p->key) : um_cache_purge(c, p->key);
+    case UM_PURGE_URL: {
+        /* The URL's object, and the slices of it when it was fetched in slices
+         * (slice.c): they carry a tag made from the URL's key. */
+        size_t n = p->soft ? um_cache_purge_soft(c, p->key) : um_cache_purge(c, p->key);
+        char tag[UM_CACHE_SLICE_TAG_LEN];
+        um__cache_slice_tag(p->key, tag);
+        um_str t = {tag, strlen(tag)};
+        return n + um_cache_purge_tags(c, &t, 1, flags);
+    }
     case UM_PURGE_PREFIX:
         return um_cache_purge_prefix(c, p->host, p->prefix, flags);
     case UM_PURGE_TAGS:
