@@ -125,10 +125,6 @@ bool um__cache_load_disk(struct um_settings_load *ld, lua_State *L, int idx,
     if (cc->disk_sync > 60)
         return um_settings_fail(ld, L, "cache.disk.sync",
                                 "cache.disk.sync: at most 60 seconds, got %g", cc->disk_sync);
-    if (!um_settings_opt_bool(ld, L, didx, "cache.disk.reset_incompatible", "reset_incompatible",
-                              &cc->disk_reset_incompatible, NULL))
-        return false;
-    lua_pop(L, 1);
     if (um_settings_get_field(L, didx, "slice") != LUA_TNIL) {
         uint64_t v;
         if (!um_settings_get_size(ld, L, -1, "cache.disk.slice", 0, UINT64_MAX, &v)) return false;
@@ -141,6 +137,10 @@ bool um__cache_load_disk(struct um_settings_load *ld, lua_State *L, int idx,
                                     (unsigned long long)v);
         cc->disk_slice = v;
     }
+    lua_pop(L, 1);
+    if (!um_settings_opt_bool(ld, L, didx, "cache.disk.reset_incompatible", "reset_incompatible",
+                              &cc->disk_reset_incompatible, NULL))
+        return false;
     lua_pop(L, 1);
     return true;
 }

@@ -178,7 +178,7 @@ static struct range_fetch *range_of(struct um_sink *client)
 
 static void range_on_head(struct um_sink *s, const struct um_response_head *h)
 {
-    struct range_fetch *rf = s->origin_data;
+    struct range_fetch *rf = um_container_of(s, struct range_fetch, sink);
     struct um_sink *c = rf->client;
     if (h->status == 416 && rf->off == 0) {
         /* Nothing at offset 0: an empty object. It goes up as the empty 200 it is (not
@@ -240,14 +240,14 @@ static void range_on_head(struct um_sink *s, const struct um_response_head *h)
 
 static size_t range_on_data(struct um_sink *s, const char *data, size_t len)
 {
-    struct range_fetch *rf = s->origin_data;
+    struct range_fetch *rf = um_container_of(s, struct range_fetch, sink);
     return rf->bad ? len : rf->client->ops->on_data(rf->client, data, len);
 }
 
 static size_t range_on_data_ref(struct um_sink *s, const char *data, size_t len,
                                 void (*release)(void *ctx), void *ctx)
 {
-    struct range_fetch *rf = s->origin_data;
+    struct range_fetch *rf = um_container_of(s, struct range_fetch, sink);
     if (rf->bad) {
         release(ctx);
         return len;
@@ -257,7 +257,7 @@ static size_t range_on_data_ref(struct um_sink *s, const char *data, size_t len,
 
 static void range_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 {
-    struct range_fetch *rf = s->origin_data;
+    struct range_fetch *rf = um_container_of(s, struct range_fetch, sink);
     if (rf->bad) {
         close(fd);
         return;
@@ -267,9 +267,8 @@ static void range_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 
 static void range_on_end(struct um_sink *s, int err)
 {
-    struct range_fetch *rf = s->origin_data;
+    struct range_fetch *rf = um_container_of(s, struct range_fetch, sink);
     struct um_sink *c = rf->client;
-    s->origin_data = NULL;
     c->origin_data = NULL;
     free(rf);
     c->ops->on_end(c, err);
@@ -277,19 +276,19 @@ static void range_on_end(struct um_sink *s, int err)
 
 static ssize_t range_read_body(struct um_sink *s, char *buf, size_t len)
 {
-    struct range_fetch *rf = s->origin_data;
+    struct range_fetch *rf = um_container_of(s, struct range_fetch, sink);
     return rf->client->ops->read_body(rf->client, buf, len);
 }
 
 static void range_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
 {
-    struct range_fetch *rf = s->origin_data;
+    struct range_fetch *rf = um_container_of(s, struct range_fetch, sink);
     um_sink_info(rf->client, status, h, n);
 }
 
 static void range_on_flush(struct um_sink *s)
 {
-    struct range_fetch *rf = s->origin_data;
+    struct range_fetch *rf = um_container_of(s, struct range_fetch, sink);
     um_sink_flush(rf->client);
 }
 
@@ -317,7 +316,6 @@ static void range_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
     struct range_fetch *rf = um_calloc(1, sizeof(*rf));
     rf->magic = &state_magic;
     rf->sink.ops = &range_sink_ops;
-    rf->sink.origin_data = rf;
     rf->client = client;
     rf->ro = ro;
     rf->off = k * size;
@@ -522,7 +520,7 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
 
 static void slice_on_head(struct um_sink *s, const struct um_response_head *h)
 {
-    struct slice_fetch *sf = s->origin_data;
+    struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     const um_str *sr = find_field(h->headers, h->num_headers, SLICE_FIELD);
     uint64_t first, last, complete;
     bool sliced = h->status == 200 && sr && um__cache_slice_range_parse(*sr, &first, &last, &complete);
@@ -567,7 +565,7 @@ static void window(const struct slice_fetch *sf, size_t len, size_t *skip, size_
 
 static size_t slice_on_data(struct um_sink *s, const char *data, size_t len)
 {
-    struct slice_fetch *sf = s->origin_data;
+    struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     if (sf->passthrough) return sf->client->ops->on_data(sf->client, data, len);
     if (sf->broken) return len;
     size_t skip, take;
@@ -588,7 +586,7 @@ static size_t slice_on_data(struct um_sink *s, const char *data, size_t len)
 static size_t slice_on_data_ref(struct um_sink *s, const char *data, size_t len,
                                 void (*release)(void *ctx), void *ctx)
 {
-    struct slice_fetch *sf = s->origin_data;
+    struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     if (sf->passthrough)
         return sf->client->ops->on_data_ref(sf->client, data, len, release, ctx);
     size_t skip = 0, take = 0;
@@ -609,7 +607,7 @@ static size_t slice_on_data_ref(struct um_sink *s, const char *data, size_t len,
 
 static void slice_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 {
-    struct slice_fetch *sf = s->origin_data;
+    struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     if (sf->passthrough) {
         sf->client->ops->on_file(sf->client, fd, off, len);
         return;
@@ -628,8 +626,7 @@ static void slice_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
 
 static void slice_on_end(struct um_sink *s, int err)
 {
-    struct slice_fetch *sf = s->origin_data;
-    s->origin_data = NULL;
+    struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     sf->fetching = false;
     if (sf->passthrough || err != UM_OK || sf->broken || sf->pos >= sf->want_end) {
         slice_finish(sf, sf->passthrough || sf->pos >= sf->want_end ? err : UM_ERR);
@@ -650,13 +647,13 @@ static ssize_t slice_read_body(struct um_sink *s, char *buf, size_t len)
 
 static void slice_on_info(struct um_sink *s, int status, const struct um_header *h, size_t n)
 {
-    struct slice_fetch *sf = s->origin_data;
+    struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     if (!sf->head_sent) um_sink_info(sf->client, status, h, n);
 }
 
 static void slice_on_flush(struct um_sink *s)
 {
-    struct slice_fetch *sf = s->origin_data;
+    struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     if (!sf->broken) um_sink_flush(sf->client);
 }
 
@@ -683,7 +680,6 @@ static void slice_start(struct slice_fetch *sf)
     sf->slice_off = sf->k * sf->so->size;
     sf->got = 0;
     sf->fetching = true;
-    sf->sink.origin_data = sf;
     struct um_fetch f = sf->f;
     f.cache_key = (um_str){key, n};
     sf->so->inner->ops->fetch(sf->so->inner, &f, &sf->sink);
