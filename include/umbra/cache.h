@@ -209,6 +209,9 @@ struct um_cache_links {
     void *announce_arg;
 };
 void um_cache_set_links(struct um_cache *c, const struct um_cache_links *links);
+/* The slice size (cache.disk.slice) the snapshot's routes fetch large objects in, so that
+ * a purge of a URL reaches its slices (src/cache/slice.c); 0: none. Any thread. */
+void um_cache_set_slice(struct um_cache *c, uint64_t size);
 /* The links of c (constant once the workers run). */
 const struct um_cache_links *um_cache_links(const struct um_cache *c);
 

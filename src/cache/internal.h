@@ -378,10 +378,7 @@ void um__cache_forget_own(struct reader *r);
 
 /* ---- slice.c: large objects in slices ---------------------------------------------- */
 
-/* um__cache_slice_tag: store_internal.h (the purges use it). */
-/* The key of slice k (slices of size bytes) of the object under base, written to
- * out[0..cap) without a NUL; returns its length, 0 when cap is too small. */
-size_t um__cache_slice_key(um_str base, uint64_t size, uint64_t k, char *out, size_t cap);
+/* um__cache_slice_tag, um__cache_slice_key: store_internal.h (the purges use them). */
 /* Whether key is a slice's key: then *base (a slice of key), *size and *k. */
 bool um__cache_slice_key_parse(um_str key, um_str *base, uint64_t *size, uint64_t *k);
 /* Parses "FIRST-LAST/COMPLETE" (a Content-Range's byte range, or Umbra-Slice-Range)

@@ -13,8 +13,11 @@
  * (k+1)*S-1"; the origin's 206 goes up as a 200 of the slice's bytes with the field
  * Umbra-Slice-Range ("FIRST-LAST/COMPLETE"), so the cache stores it as it would any 200
  * (it never stores a 206), and with a Surrogate-Key tag of its own (um__cache_slice_tag
- * of the object's key) by which a purge of the object's URL reaches every slice
- * (um_cache_purge_apply). Any other answer (a 200: the origin ignores ranges; an error)
+ * of the object's key) by which a purge of the object's URL reaches every slice in memory
+ * (um_cache_purge_apply, um__cache_purge_slices in tags.c). On disk that purge removes the
+ * keys of those slices and slice 0's, not the tag (the disk tier's purge by tag retires
+ * every record written before it); a slice left on disk is of the old version, and its
+ * validator tells it from the new slice 0 (below). Any other answer (a 200: the origin ignores ranges; an error)
  * goes up untouched and the slice layer passes it to the client as it is.
  *
  * The slice layer fetches first the slice holding the first byte the client asked for
@@ -29,9 +32,11 @@
  * slice.
  *
  * Every slice after the first must carry the same complete length and validator (ETag,
- * else Last-Modified) as the first, and start where asked. When one does not, the object
- * changed at the origin between two slices: the bytes of two versions must never be
- * joined, and the head already went out, so the response is cut (the client sees a
+ * else Last-Modified) as the first, and start where asked. One that does not is purged and
+ * asked for once more (a stored slice older than the first: it now comes from the
+ * origin). When it still does not match, the object changed at the origin between two
+ * slices: the bytes of two versions must never be joined, and the head already went out,
+ * so the response is cut (the client sees a
  * truncated body, never a wrong one), and every slice of the object is purged so that the
  * next request starts it again from the origin. nginx's slice module makes the same
  * choice. HEAD, other methods, a peer's request, a hook's no_cache and a fetch made by the
@@ -45,9 +50,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "umbra/cacheorigin.h"
+#include "umbra/cachepolicy.h"
 #include "umbra/context.h"
 #include "umbra/httpfield.h"
 #include "umbra/loop.h"
@@ -404,15 +411,24 @@ struct slice_fetch {
     bool fetching;       /* a slice's fetch is under way (sink is the cache's client) */
     bool passthrough;    /* the first answer was not a slice: it goes to the client as it is */
     bool head_sent, broken;
-    bool want_range, if_range;
-    um_str range; /* the client's Range value (a copy in range_copy) */
-    char range_copy[128];
+    /* The client's Range and preconditions (copies in cond_buf), answered here from the
+     * first slice's head (um_cache_conditional), as an origin would. */
+    struct um_header cond[6];
+    size_t ncond;
+    char cond_buf[1024];
+    bool whole; /* the answer is the whole object in one piece (the origin ignores ranges) */
     uint64_t k;          /* the slice being fetched */
     uint64_t slice_off;  /* its first byte in the object */
     uint64_t got;        /* bytes of it passed over or to the client so far */
     uint64_t complete;   /* the object's length, from the first slice */
     uint64_t want_first, want_end; /* what the client gets: [want_first, want_end) */
     uint64_t pos;                  /* the next byte the client gets */
+    /* A slice that did not match the first one is asked for once more, from the origin
+     * (a stored slice of an older version, still on disk after a purge of the URL):
+     * retry: this slice's body is passed over and it is fetched again; retried: the
+     * slice that was. */
+    bool retry, has_retried;
+    uint64_t retried;
     char validator[256];
     size_t validator_len;
     bool validator_etag;
@@ -442,13 +458,23 @@ static void slice_finish(struct slice_fetch *sf, int err)
     c->ops->on_end(c, err);
 }
 
+/* Purges slice k of the object (memory and disk, by its key). */
+static void slice_purge(struct slice_fetch *sf, uint64_t k)
+{
+    char stack[512];
+    size_t cap = sf->base_len + 64;
+    char *key = cap <= sizeof(stack) ? stack : um_malloc(cap);
+    size_t n = um__cache_slice_key((um_str){sf->base_key, sf->base_len}, sf->so->size, k, key,
+                                   cap);
+    um_cache_purge(sf->so->cache, (um_str){key, n});
+    if (key != stack) free(key);
+}
+
 /* The object changed at the origin between two slices: every slice of it goes. */
 static void slice_drop_object(struct slice_fetch *sf)
 {
-    char tag[UM_CACHE_SLICE_TAG_LEN];
-    um__cache_slice_tag((um_str){sf->base_key, sf->base_len}, tag);
-    um_str t = {tag, strlen(tag)};
-    um_cache_purge_tags(sf->so->cache, &t, 1, 0);
+    for (uint64_t k = 0; k * sf->so->size < sf->complete; k++)
+        slice_purge(sf, k);
 }
 
 /* The validator of a slice's head: its ETag, else its Last-Modified (empty: none). */
@@ -472,16 +498,23 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
     memcpy(sf->validator, v.base, sf->validator_len);
     sf->validator_etag = etag;
 
-    int status = 200;
-    uint64_t first = 0, last = complete - 1;
-    int r = sf->want_range && !sf->if_range ? um_range_parse(sf->range, complete, &first, &last)
-                                            : UM_DONE;
-    if (r == UM_ERR)
-        status = 416;
-    else if (r == UM_OK)
-        status = 206;
-    else
-        first = 0, last = complete - 1;
+    struct um_req_meta qm;
+    um_req_meta_scan(&qm, UM_METHOD_GET, sf->cond, sf->ncond);
+    const um_str *lm = find_field(h->headers, h->num_headers, "last-modified");
+    const um_str *date = find_field(h->headers, h->num_headers, "date");
+    const um_str *et = find_field(h->headers, h->num_headers, "etag");
+    struct um_cond_stored cs = {.status = 200, .etag = et ? *et : (um_str){NULL, 0},
+                                .size = complete};
+    cs.has_last_modified = lm && um_http_date_parse(*lm, &cs.last_modified);
+    cs.has_date = date && um_http_date_parse(*date, &cs.date);
+    cs.response_time = cs.has_date ? cs.date : time(NULL);
+    uint64_t first = 0, last = 0;
+    int status = um_cache_conditional(&qm, &cs, true, &first, &last);
+    if (status != 206 && status != 304 && status != 412 && status != 416) status = 200;
+    if (status == 200) {
+        first = 0;
+        last = complete - 1; /* complete 0: the empty range [0, 0) below */
+    }
     struct um_header *fields = um_malloc((h->num_headers + 1) * sizeof(*fields));
     size_t n = 0;
     for (size_t i = 0; i < h->num_headers; i++) {
@@ -496,7 +529,8 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
     int k = status == 206 ? snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64,
                                      first, last, complete)
                           : snprintf(cr, sizeof(cr), "bytes */%" PRIu64, complete);
-    if (status != 200) fields[n++] = (struct um_header){UM_STR("Content-Range"), {cr, (size_t)k}};
+    if (status == 206 || status == 416)
+        fields[n++] = (struct um_header){UM_STR("Content-Range"), {cr, (size_t)k}};
     struct um_response_head out = *h;
     out.status = status;
     out.reason = (um_str){NULL, 0};
@@ -504,13 +538,13 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
     out.num_headers = n;
     out.wire = (um_str){NULL, 0};
     out.num_wire = 0;
-    if (status == 416) {
-        sf->want_first = sf->want_end = 0;
+    if (status != 200 && status != 206) {
+        sf->want_first = sf->want_end = 0; /* no body: the slice is passed over */
         out.content_length = 0;
     } else {
         sf->want_first = first;
-        sf->want_end = last + 1;
-        out.content_length = (int64_t)(last - first + 1);
+        sf->want_end = complete == 0 ? 0 : last + 1;
+        out.content_length = (int64_t)(sf->want_end - first);
     }
     sf->pos = sf->want_first;
     sf->head_sent = true;
@@ -525,15 +559,22 @@ static void slice_on_head(struct um_sink *s, const struct um_response_head *h)
     uint64_t first, last, complete;
     bool sliced = h->status == 200 && sr && um__cache_slice_range_parse(*sr, &first, &last, &complete);
     if (!sf->head_sent) {
-        if (!sliced || first != sf->slice_off) {
-            /* Not a slice (the origin ignores ranges, an error, an uncacheable answer
-             * that passed the cache by): the client gets it as it is. */
+        if (sliced && first == sf->slice_off) {
+            first_head(sf, h, complete);
+        } else if (h->status == 200 && sr == NULL && h->content_length >= 0) {
+            /* The whole object (the origin ignores ranges, or it was uncacheable and
+             * passed the cache by): one piece from byte 0, the client's Range and
+             * preconditions answered from it all the same. */
+            sf->whole = true;
+            sf->slice_off = 0;
+            first_head(sf, h, (uint64_t)h->content_length);
+        } else {
+            /* An error, a 304 or 416 of the origin's, a length unknown: the client gets
+             * it as it is. */
             sf->passthrough = true;
             sf->head_sent = true;
             sf->client->ops->on_head(sf->client, h);
-            return;
         }
-        first_head(sf, h, complete);
         return;
     }
     bool etag;
@@ -542,8 +583,13 @@ static void slice_on_head(struct um_sink *s, const struct um_response_head *h)
         etag != sf->validator_etag || v.len != sf->validator_len ||
         memcmp(v.base, sf->validator, v.len) != 0 ||
         (last + 1 < sf->want_end && last + 1 - first != sf->so->size)) {
-        /* Another version (or a broken answer): its bytes are never joined to the
-         * ones the client has; the object starts again at the next request. */
+        if (!sf->has_retried || sf->retried != sf->k) {
+            sf->retry = true;
+            slice_purge(sf, sf->k);
+            return;
+        }
+        /* Another version (or a broken answer), again: its bytes are never joined to
+         * the ones the client has; the object starts again at the next request. */
         sf->broken = true;
         slice_drop_object(sf);
     }
@@ -567,7 +613,7 @@ static size_t slice_on_data(struct um_sink *s, const char *data, size_t len)
 {
     struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     if (sf->passthrough) return sf->client->ops->on_data(sf->client, data, len);
-    if (sf->broken) return len;
+    if (sf->broken || sf->retry) return len;
     size_t skip, take;
     window(sf, len, &skip, &take);
     if (take > 0) {
@@ -590,7 +636,7 @@ static size_t slice_on_data_ref(struct um_sink *s, const char *data, size_t len,
     if (sf->passthrough)
         return sf->client->ops->on_data_ref(sf->client, data, len, release, ctx);
     size_t skip = 0, take = 0;
-    if (!sf->broken) window(sf, len, &skip, &take);
+    if (!sf->broken && !sf->retry) window(sf, len, &skip, &take);
     if (take == 0) {
         release(ctx);
         sf->got += len;
@@ -614,7 +660,7 @@ static void slice_on_file(struct um_sink *s, int fd, uint64_t off, uint64_t len)
     }
     /* The cache sends stored bodies from memory; a file here is one part of a slice. */
     size_t skip = 0, take = 0;
-    if (!sf->broken && len <= SIZE_MAX) window(sf, (size_t)len, &skip, &take);
+    if (!sf->broken && !sf->retry && len <= SIZE_MAX) window(sf, (size_t)len, &skip, &take);
     sf->got += len;
     if (take == 0) {
         close(fd);
@@ -628,7 +674,15 @@ static void slice_on_end(struct um_sink *s, int err)
 {
     struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     sf->fetching = false;
-    if (sf->passthrough || err != UM_OK || sf->broken || sf->pos >= sf->want_end) {
+    if (sf->retry && !sf->broken && !sf->passthrough) {
+        sf->retry = false;
+        sf->has_retried = true;
+        sf->retried = sf->k;
+        um_loop_post(sf->f.ctx->loop, &sf->next);
+        return;
+    }
+    if (sf->passthrough || sf->whole || err != UM_OK || sf->broken ||
+        sf->pos >= sf->want_end) {
         slice_finish(sf, sf->passthrough || sf->pos >= sf->want_end ? err : UM_ERR);
         return;
     }
@@ -654,7 +708,7 @@ static void slice_on_info(struct um_sink *s, int status, const struct um_header 
 static void slice_on_flush(struct um_sink *s)
 {
     struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
-    if (!sf->broken) um_sink_flush(sf->client);
+    if (!sf->broken && !sf->retry) um_sink_flush(sf->client);
 }
 
 static const struct um_sink_ops slice_sink_ops = {
@@ -724,19 +778,37 @@ static void slice_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
         sf->base_key = um_malloc(sf->base_len + 1);
         um_cache_url_key_write(f->req, sf->base_key);
     }
-    const um_str *range = um_http1_find_header(f->req, "range");
-    sf->if_range = um_http1_find_header(f->req, "if-range") != NULL;
+    /* The client's Range and preconditions, kept for the first slice's head. */
+    static const char *const conds[] = {"range",    "if-range",          "if-none-match",
+                                        "if-match", "if-modified-since", "if-unmodified-since"};
+    size_t used = 0;
+    for (size_t i = 0; i < f->req->num_headers; i++) {
+        const struct um_header *hd = &f->req->headers[i];
+        for (size_t j = 0; j < UM_NELEMS(conds); j++) {
+            if (!um_str_eq_ci(hd->name, conds[j])) continue;
+            if (sf->ncond == UM_NELEMS(sf->cond) ||
+                used + hd->value.len > sizeof(sf->cond_buf)) {
+                /* Too much to keep: answered as if there were none (a 200). */
+                sf->ncond = 0;
+                i = f->req->num_headers;
+                break;
+            }
+            memcpy(sf->cond_buf + used, hd->value.base, hd->value.len);
+            sf->cond[sf->ncond++] = (struct um_header){
+                {conds[j], strlen(conds[j])}, {sf->cond_buf + used, hd->value.len}};
+            used += hd->value.len;
+            break;
+        }
+    }
+    /* "bytes=A-..." without If-Range: the first slice asked for is A's; a suffix's place
+     * is known only with the length, which slice 0 gives. */
     uint64_t start = 0;
-    if (range && range->len < sizeof(sf->range_copy)) {
-        memcpy(sf->range_copy, range->base, range->len);
-        sf->range = (um_str){sf->range_copy, range->len};
-        sf->want_range = true;
-        /* "bytes=A-...": the first slice asked for is A's; a suffix's place is known
-         * only with the length, which slice 0 gives. */
-        const char *p = sf->range_copy + 6, *end = sf->range_copy + range->len;
-        if (range->len > 6 && memcmp(sf->range_copy, "bytes=", 6) == 0 && !sf->if_range)
-            while (p < end && *p >= '0' && *p <= '9' && start <= (UINT64_MAX - 9) / 10)
-                start = start * 10 + (uint64_t)(*p++ - '0');
+    const um_str *range = find_field(sf->cond, sf->ncond, "range");
+    if (range && find_field(sf->cond, sf->ncond, "if-range") == NULL && range->len > 6 &&
+        memcmp(range->base, "bytes=", 6) == 0) {
+        const char *p = range->base + 6, *end = range->base + range->len;
+        while (p < end && *p >= '0' && *p <= '9' && start <= (UINT64_MAX - 9) / 10)
+            start = start * 10 + (uint64_t)(*p++ - '0');
     }
     /* The cache's request: no conditionals, ranges or codings of the client's (each slice
      * is the identity bytes of its range). */

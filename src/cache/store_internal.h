@@ -133,6 +133,8 @@ struct um_cache {
     atomic_bool kick_pending;
 
     struct um__tags tags;
+    /* cache.disk.slice of the newest snapshot (um_cache_set_slice); 0: no slices. */
+    _Atomic uint64_t slice_size;
 };
 
 static inline struct shard *shard_of(struct um_cache *c, uint64_t hash)
@@ -196,5 +198,12 @@ void um__store_kick_cleaner(struct um_cache *c);
  * too (um_cache_purge_apply). */
 #define UM_CACHE_SLICE_TAG_LEN 32
 void um__cache_slice_tag(um_str key, char out[UM_CACHE_SLICE_TAG_LEN]);
+/* The key of slice k (slices of size bytes) of the object under base, written to
+ * out[0..cap) without a NUL; returns its length, 0 when cap is too small. */
+size_t um__cache_slice_key(um_str base, uint64_t size, uint64_t k, char *out, size_t cap);
+/* tags.c: purges the slices of the object under key (a URL's purge): those in memory (by
+ * their tag), on disk by key (theirs and slice 0's; not the disk's purge by tag). Returns
+ * how many objects in memory were affected. */
+size_t um__cache_purge_slices(struct um_cache *c, um_str key, unsigned flags);
 
 #endif

@@ -73,6 +73,7 @@ static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache 
         if (rt->links.disk && o)
             o = um_disk_origin_create(rt->links.disk, o, r, rt->config);
         o = cache_origin(rt, *cache, o, r);
+        um_cache_set_slice(*cache, sliced ? slice : 0);
         if (sliced && o)
             o = um_slice_origin_create(o, *cache, slice);
     }
