@@ -294,5 +294,15 @@ class SliceTest(unittest.TestCase):
             grown = vm_kb(u.proc.pid, "VmHWM") - rss0
             self.assertLess(grown * 1024, size // 2, "peak RSS grew by %d kB" % grown)
 
+    def test_a_bad_slice_size_is_refused_with_its_line(self):
+        for value in ('"1KB"', '"2GB"', '"big"'):
+            conf = config("http://127.0.0.1:9", self.dir).replace('slice = "1MB"', "slice = " + value)
+            with Umbra(conf, expect_fail=True) as u:
+                self.assertNotEqual(u.returncode, 0)
+                self.assertRegex(u.log(), r"config\.lua:\d+: cache\.disk\.slice", value)
+        conf = config("http://127.0.0.1:9", self.dir).replace('slice = "1MB"', "slice = 0")
+        with Umbra(conf, args=["-t"], expect_fail=True) as u:
+            self.assertEqual(u.returncode, 0, u.log())
+
 if __name__ == "__main__":
     unittest.main()
