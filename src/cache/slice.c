@@ -58,10 +58,23 @@
 #include "umbra/context.h"
 #include "umbra/httpfield.h"
 #include "umbra/loop.h"
+#include "umbra/metrics.h"
 
 #define SLICE_MARK " umbra-slice:"
 #define SLICE_FIELD "Umbra-Slice-Range"
 #define SLICE_TAG_PREFIX "umbra-slice-"
+
+/* Counters (the cache module's, um_cache_module in origin.c). */
+enum { C_RANGES, C_SLICES, C_RESTARTS };
+static const struct um_metric_def counter_defs[] = {
+    {"umbra_slice_origin_ranges_total", "counter",
+     "Range requests of one slice sent to the origin (cache.disk.slice).", NULL},
+    {"umbra_slice_fetches_total", "counter",
+     "Slices asked of the cache to answer requests in slices.", NULL},
+    {"umbra_slice_restarts_total", "counter",
+     "Objects dropped because a slice carried another validator than the first.", NULL},
+};
+struct um_metric_block um__cache_slice_counters = {counter_defs, 3, 0};
 
 /* A state of this file is told from an inner origin's (both sit in a sink's origin_data)
  * by its first member. */
@@ -336,6 +349,7 @@ static void range_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
     struct um_fetch ff = *f;
     ff.req = &rf->req;
     client->origin_data = rf;
+    um_counter_add(um_metric(&um__cache_slice_counters, C_RANGES), 1);
     ro->inner->ops->fetch(ro->inner, &ff, &rf->sink);
 }
 
@@ -473,6 +487,7 @@ static void slice_purge(struct slice_fetch *sf, uint64_t k)
 /* The object changed at the origin between two slices: every slice of it goes. */
 static void slice_drop_object(struct slice_fetch *sf)
 {
+    um_counter_add(um_metric(&um__cache_slice_counters, C_RESTARTS), 1);
     for (uint64_t k = 0; k * sf->so->size < sf->complete; k++)
         slice_purge(sf, k);
 }
@@ -736,6 +751,7 @@ static void slice_start(struct slice_fetch *sf)
     sf->fetching = true;
     struct um_fetch f = sf->f;
     f.cache_key = (um_str){key, n};
+    um_counter_add(um_metric(&um__cache_slice_counters, C_SLICES), 1);
     sf->so->inner->ops->fetch(sf->so->inner, &f, &sf->sink);
     if (key != stack) free(key);
 }

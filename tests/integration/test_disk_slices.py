@@ -20,7 +20,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import Origin, Umbra  # noqa: E402
+from umbra_harness import Origin, Umbra, admin_port, fetch_req  # noqa: E402
 
 MiB = 1 << 20
 SLICE = MiB
@@ -142,7 +142,8 @@ class SliceTest(unittest.TestCase):
                 if recs[i][1].split("?")[0] == "/" + name]
 
     def test_full_get_streams_slices_and_is_served_again_without_the_origin(self):
-        with Origin() as o, Umbra(config(o.url, self.dir)) as u:
+        admin = '\nadmin = { listen = "127.0.0.1:0" }\n'
+        with Origin() as o, Umbra(config(o.url, self.dir) + admin) as u:
             t = self.target("video")
             r = get(u.port, t, keep=False)
             self.assertEqual(r.status, 200)
@@ -166,6 +167,10 @@ class SliceTest(unittest.TestCase):
             r = get(u.port, t, keep=False)
             self.assertEqual((r.status, r.sha), (200, full_sha()))
             self.assertEqual(len(o.records()), n, "the second GET went to the origin")
+            m = fetch_req(admin_port(u), "/metrics").body.decode()
+            self.assertIn("umbra_slice_origin_ranges_total %d\n" % (SIZE // SLICE), m)
+            self.assertRegex(m, r"umbra_slice_fetches_total \d+")
+            self.assertIn("umbra_slice_restarts_total 0\n", m)
 
     def test_random_ranges_of_a_cold_object_fetch_only_the_slices_covered(self):
         rnd = random.Random(28)
