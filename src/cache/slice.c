@@ -230,6 +230,8 @@ static void range_on_head(struct um_sink *s, const struct um_response_head *h)
         !um__cache_slice_range_parse((um_str){cr->base + 6, cr->len - 6}, &first, &last,
                                      &complete) ||
         first != rf->off || last - first >= rf->len ||
+        /* A slice is whole: all of it, or all up to the end of the object. */
+        (last - first + 1 != rf->len && last + 1 != complete) ||
         (h->content_length >= 0 && (uint64_t)h->content_length != last - first + 1)) {
         /* Not the bytes asked for: nothing of it may be stored as the slice. */
         rf->bad = true;
@@ -701,8 +703,15 @@ static void slice_on_end(struct um_sink *s, int err)
         slice_finish(sf, sf->passthrough || sf->pos >= sf->want_end ? err : UM_ERR);
         return;
     }
-    /* The slice that holds the next byte the client gets, started after this turn. */
-    sf->k = sf->pos / sf->so->size;
+    /* The slice that holds the next byte the client gets, started after this turn. A
+     * slice that ended short of it (stored before a change of the rules, or a bug) must
+     * not be asked for again and again. */
+    uint64_t next = sf->pos / sf->so->size;
+    if (next <= sf->k) {
+        slice_finish(sf, UM_ERR);
+        return;
+    }
+    sf->k = next;
     um_loop_post(sf->f.ctx->loop, &sf->next);
 }
 
