@@ -20,7 +20,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import Origin, Umbra, admin_port, fetch_req  # noqa: E402
+from umbra_harness import Origin, Umbra, admin_port, fetch_req, sanitizer_build  # noqa: E402
 
 MiB = 1 << 20
 SLICE = MiB
@@ -287,6 +287,7 @@ class SliceTest(unittest.TestCase):
             r = get(u.port, self.target("head"), method="HEAD")
             self.assertEqual(r.status, 200)
 
+    @unittest.skipIf(sanitizer_build(), "a sanitizer's quarantine keeps freed memory")
     def test_memory_stays_far_below_the_object(self):
         # What may be held: the memory cache (4 MB), the disk's write queue (a quarter of
         # the 64 MB store, as the records' buffers) and a slice or two on their way:
@@ -308,6 +309,32 @@ class SliceTest(unittest.TestCase):
         conf = config("http://127.0.0.1:9", self.dir).replace('slice = "1MB"', "slice = 0")
         with Umbra(conf, args=["-t"], expect_fail=True) as u:
             self.assertEqual(u.returncode, 0, u.log())
+
+    def test_slices_are_served_from_disk_after_a_restart(self):
+        admin = '\nadmin = { listen = "127.0.0.1:0" }\n'
+        size = 16 * MiB
+        with Origin() as o:
+            t = self.target("kept", size=size)
+            with Umbra(config(o.url, self.dir) + admin) as u:
+                r = get(u.port, t, keep=False)
+                self.assertEqual((r.status, r.sha), (200, full_sha(size=size)))
+                deadline = time.time() + 20
+                while time.time() < deadline:
+                    m = fetch_req(admin_port(u), "/metrics").body.decode()
+                    n = re.search(r"^umbra_disk_objects (\d+)", m, re.M)
+                    if n and int(n.group(1)) >= size // SLICE:
+                        break
+                    time.sleep(0.1)
+                else:
+                    self.fail("the slices were not written to disk")
+                self.assertEqual(u.stop(), 0)
+            since = len(o.records())
+            with Umbra(config(o.url, self.dir)) as u:  # memory empty: only the disk has them
+                r = get(u.port, t, keep=False)
+                self.assertEqual((r.status, r.sha), (200, full_sha(size=size)))
+                r = get(u.port, t, headers=[("Range", "bytes=%d-%d" % (3 * SLICE - 7, 3 * SLICE + 7))])
+                self.assertEqual((r.status, r.body), (206, records(3 * SLICE - 7, 15)))
+            self.assertEqual(self.asked(o, "kept", since), [], "the origin was asked again")
 
 if __name__ == "__main__":
     unittest.main()
