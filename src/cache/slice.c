@@ -17,32 +17,34 @@
  * (um_cache_purge_apply, um__cache_purge_slices in tags.c). On disk that purge removes the
  * keys of those slices and slice 0's, not the tag (the disk tier's purge by tag retires
  * every record written before it); a slice left on disk is of the old version, and its
- * validator tells it from the new slice 0 (below). Any other answer (a 200: the origin ignores ranges; an error)
- * goes up untouched and the slice layer passes it to the client as it is.
+ * validator tells it from the new slice 0 (below). Any other answer (a 200: the origin
+ * ignores ranges; an error) goes up untouched.
  *
  * The slice layer fetches first the slice holding the first byte the client asked for
  * (slice 0 without a Range, or for a suffix range "bytes=-N", whose place is known only
  * with the length). Its Umbra-Slice-Range gives the complete length, and so the answer's
- * head: a 200 of that length, or the 206 (or 416) of the client's range (um_range_parse).
+ * head: the client's Range, If-Range and preconditions are answered from that head as an
+ * origin would (um_cache_conditional): a 200 of the whole length, a 206, 304, 412 or 416.
  * Then the slices the range covers, one at a time, in order: the next slice is asked for
  * only once the client has taken the last byte of the one before (the cache's reader
  * stops while the client is behind), so a response holds about one slice of memory
  * whatever the object's size. The next fetch starts from a task posted to the loop, not
  * from inside the previous one's end: a run of hits would otherwise recurse once per
- * slice.
+ * slice. A first answer that is a whole 200 without Umbra-Slice-Range (the origin ignores
+ * ranges, or the answer passed the cache by) is served the same way as one piece; any
+ * other (an error, a length unknown) goes to the client as it is.
  *
  * Every slice after the first must carry the same complete length and validator (ETag,
- * else Last-Modified) as the first, and start where asked. One that does not is purged and
- * asked for once more (a stored slice older than the first: it now comes from the
- * origin). When it still does not match, the object changed at the origin between two
+ * else Last-Modified) as the first, start where asked and be whole. One that does not is
+ * purged and asked for once more (a stored slice older than the first: it now comes from
+ * the origin). When it still does not match, the object changed at the origin between two
  * slices: the bytes of two versions must never be joined, and the head already went out,
- * so the response is cut (the client sees a
- * truncated body, never a wrong one), and every slice of the object is purged so that the
- * next request starts it again from the origin. nginx's slice module makes the same
- * choice. HEAD, other methods, a peer's request, a hook's no_cache and a fetch made by the
- * cache itself (a coding made from identity) pass by both layers unchanged. Conditionals
- * and If-Range of the client are not evaluated on a sliced object (the answer is a 200, or
- * the 206 of its Range when there is no If-Range); the response is identity-coded. */
+ * so the response is cut (the client sees a truncated body, never a wrong one), and every
+ * slice of the object is purged so that the next request starts it again from the origin
+ * (nginx's slice module also gives such a response up). HEAD, other methods, a peer's
+ * request, a hook's no_cache and a fetch made by the cache itself (a coding made from
+ * identity) pass by both layers unchanged. A sliced response is identity-coded (the
+ * slices are asked for without the client's Accept-Encoding). */
 #include "internal.h"
 #include "store_internal.h"
 
@@ -95,8 +97,8 @@ void um__cache_slice_tag(um_str key, char out[UM_CACHE_SLICE_TAG_LEN])
 
 size_t um__cache_slice_key(um_str base, uint64_t size, uint64_t k, char *out, size_t cap)
 {
-    int n = snprintf(out, cap, "%.*s" SLICE_MARK "%" PRIu64 ":%" PRIu64, (int)base.len,
-                     base.base, size, k);
+    int n = snprintf(out, cap, "%.*s" SLICE_MARK "%" PRIu64 ":%" PRIu64, (int)base.len, base.base,
+                     size, k);
     return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 
@@ -244,8 +246,8 @@ static void range_on_head(struct um_sink *s, const struct um_response_head *h)
     size_t n = 0;
     for (size_t i = 0; i < h->num_headers; i++)
         if (!um_str_eq_ci(h->headers[i].name, "content-range")) fields[n++] = h->headers[i];
-    int k = snprintf(rf->field, sizeof(rf->field), "%" PRIu64 "-%" PRIu64 "/%" PRIu64, first,
-                     last, complete);
+    int k = snprintf(rf->field, sizeof(rf->field), "%" PRIu64 "-%" PRIu64 "/%" PRIu64, first, last,
+                     complete);
     fields[n++] = (struct um_header){UM_STR(SLICE_FIELD), {rf->field, (size_t)k}};
     fields[n++] = (struct um_header){UM_STR("Surrogate-Key"), {rf->tag, strlen(rf->tag)}};
     struct um_response_head out = *h;
@@ -366,8 +368,7 @@ static void range_body_ready(struct um_origin *o, struct um_sink *client)
 {
     struct range_origin *ro = (struct range_origin *)o;
     struct range_fetch *rf = range_of(client);
-    if (ro->inner->ops->body_ready)
-        ro->inner->ops->body_ready(ro->inner, rf ? &rf->sink : client);
+    if (ro->inner->ops->body_ready) ro->inner->ops->body_ready(ro->inner, rf ? &rf->sink : client);
 }
 
 static void range_cancel(struct um_origin *o, struct um_sink *client)
@@ -433,10 +434,10 @@ struct slice_fetch {
     size_t ncond;
     char cond_buf[1024];
     bool whole; /* the answer is the whole object in one piece (the origin ignores ranges) */
-    uint64_t k;          /* the slice being fetched */
-    uint64_t slice_off;  /* its first byte in the object */
-    uint64_t got;        /* bytes of it passed over or to the client so far */
-    uint64_t complete;   /* the object's length, from the first slice */
+    uint64_t k; /* the slice being fetched */
+    uint64_t slice_off;            /* its first byte in the object */
+    uint64_t got;                  /* bytes of it passed over or to the client so far */
+    uint64_t complete;             /* the object's length, from the first slice */
     uint64_t want_first, want_end; /* what the client gets: [want_first, want_end) */
     uint64_t pos;                  /* the next byte the client gets */
     /* A slice that did not match the first one is asked for once more, from the origin
@@ -480,8 +481,7 @@ static void slice_purge(struct slice_fetch *sf, uint64_t k)
     char stack[512];
     size_t cap = sf->base_len + 64;
     char *key = cap <= sizeof(stack) ? stack : um_malloc(cap);
-    size_t n = um__cache_slice_key((um_str){sf->base_key, sf->base_len}, sf->so->size, k, key,
-                                   cap);
+    size_t n = um__cache_slice_key((um_str){sf->base_key, sf->base_len}, sf->so->size, k, key, cap);
     um_cache_purge(sf->so->cache, (um_str){key, n});
     if (key != stack) free(key);
 }
@@ -504,8 +504,7 @@ static um_str head_validator(const struct um_response_head *h, bool *etag)
 }
 
 /* The first slice's head: the object's length and validator, and the client's head. */
-static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
-                       uint64_t complete)
+static void first_head(struct slice_fetch *sf, const struct um_response_head *h, uint64_t complete)
 {
     struct um_sink *c = sf->client;
     sf->complete = complete;
@@ -520,8 +519,8 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
     const um_str *lm = find_field(h->headers, h->num_headers, "last-modified");
     const um_str *date = find_field(h->headers, h->num_headers, "date");
     const um_str *et = find_field(h->headers, h->num_headers, "etag");
-    struct um_cond_stored cs = {.status = 200, .etag = et ? *et : (um_str){NULL, 0},
-                                .size = complete};
+    struct um_cond_stored cs = {
+        .status = 200, .etag = et ? *et : (um_str){NULL, 0}, .size = complete};
     cs.has_last_modified = lm && um_http_date_parse(*lm, &cs.last_modified);
     cs.has_date = date && um_http_date_parse(*date, &cs.date);
     cs.response_time = cs.has_date ? cs.date : time(NULL);
@@ -574,7 +573,8 @@ static void slice_on_head(struct um_sink *s, const struct um_response_head *h)
     struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
     const um_str *sr = find_field(h->headers, h->num_headers, SLICE_FIELD);
     uint64_t first, last, complete;
-    bool sliced = h->status == 200 && sr && um__cache_slice_range_parse(*sr, &first, &last, &complete);
+    bool sliced =
+        h->status == 200 && sr && um__cache_slice_range_parse(*sr, &first, &last, &complete);
     if (!sf->head_sent) {
         if (sliced && first == sf->slice_off) {
             first_head(sf, h, complete);
@@ -650,8 +650,7 @@ static size_t slice_on_data_ref(struct um_sink *s, const char *data, size_t len,
                                 void (*release)(void *ctx), void *ctx)
 {
     struct slice_fetch *sf = um_container_of(s, struct slice_fetch, sink);
-    if (sf->passthrough)
-        return sf->client->ops->on_data_ref(sf->client, data, len, release, ctx);
+    if (sf->passthrough) return sf->client->ops->on_data_ref(sf->client, data, len, release, ctx);
     size_t skip = 0, take = 0;
     if (!sf->broken && !sf->retry) window(sf, len, &skip, &take);
     if (take == 0) {
@@ -698,8 +697,7 @@ static void slice_on_end(struct um_sink *s, int err)
         um_loop_post(sf->f.ctx->loop, &sf->next);
         return;
     }
-    if (sf->passthrough || sf->whole || err != UM_OK || sf->broken ||
-        sf->pos >= sf->want_end) {
+    if (sf->passthrough || sf->whole || err != UM_OK || sf->broken || sf->pos >= sf->want_end) {
         slice_finish(sf, sf->passthrough || sf->pos >= sf->want_end ? err : UM_ERR);
         return;
     }
@@ -752,8 +750,8 @@ static void slice_start(struct slice_fetch *sf)
     char stack[512];
     size_t cap = sf->base_len + 64;
     char *key = cap <= sizeof(stack) ? stack : um_malloc(cap);
-    size_t n = um__cache_slice_key((um_str){sf->base_key, sf->base_len}, sf->so->size, sf->k,
-                                   key, cap);
+    size_t n =
+        um__cache_slice_key((um_str){sf->base_key, sf->base_len}, sf->so->size, sf->k, key, cap);
     UM_ASSERT(n > 0);
     sf->slice_off = sf->k * sf->so->size;
     sf->got = 0;
@@ -775,8 +773,8 @@ static void on_next(struct um_task *t)
 static bool sliceable(const struct um_fetch *f)
 {
     const struct um_request *req = f->req;
-    return req->method_id == UM_METHOD_GET && !f->no_cache && !f->from_peer &&
-           f->source == NULL && f->fill_key.base == NULL && !f->has_body &&
+    return req->method_id == UM_METHOD_GET && !f->no_cache && !f->from_peer && f->source == NULL &&
+           f->fill_key.base == NULL && !f->has_body &&
            !(req->flags & (UM_REQ_F_UPGRADE | UM_REQ_F_CHUNKED)) &&
            !((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > 0);
 }
@@ -811,16 +809,15 @@ static void slice_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
         const struct um_header *hd = &f->req->headers[i];
         for (size_t j = 0; j < UM_NELEMS(conds); j++) {
             if (!um_str_eq_ci(hd->name, conds[j])) continue;
-            if (sf->ncond == UM_NELEMS(sf->cond) ||
-                used + hd->value.len > sizeof(sf->cond_buf)) {
+            if (sf->ncond == UM_NELEMS(sf->cond) || used + hd->value.len > sizeof(sf->cond_buf)) {
                 /* Too much to keep: answered as if there were none (a 200). */
                 sf->ncond = 0;
                 i = f->req->num_headers;
                 break;
             }
             memcpy(sf->cond_buf + used, hd->value.base, hd->value.len);
-            sf->cond[sf->ncond++] = (struct um_header){
-                {conds[j], strlen(conds[j])}, {sf->cond_buf + used, hd->value.len}};
+            sf->cond[sf->ncond++] = (struct um_header){{conds[j], strlen(conds[j])},
+                                                       {sf->cond_buf + used, hd->value.len}};
             used += hd->value.len;
             break;
         }
@@ -837,9 +834,14 @@ static void slice_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
     }
     /* The cache's request: no conditionals, ranges or codings of the client's (each slice
      * is the identity bytes of its range). */
-    static const char *const drop[] = {"range",         "if-range",        "if-none-match",
-                                       "if-match",      "if-modified-since", "if-unmodified-since",
-                                       "accept-encoding", NULL};
+    static const char *const drop[] = {"range",
+                                       "if-range",
+                                       "if-none-match",
+                                       "if-match",
+                                       "if-modified-since",
+                                       "if-unmodified-since",
+                                       "accept-encoding",
+                                       NULL};
     request_filtered(&sf->req, f->req, drop, (struct um_header){{NULL, 0}, {NULL, 0}});
     sf->f = *f;
     sf->f.req = &sf->req;

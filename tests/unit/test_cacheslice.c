@@ -39,8 +39,8 @@ static void test_key_round_trip(void **state)
     /* Too small a buffer: nothing. */
     assert_int_equal(um__cache_slice_key(UM_STR("a.test /v"), 1, 0, out, 10), 0);
     /* The last mark counts (a key may hold the text before it). */
-    assert_true(um__cache_slice_key_parse(placed("h / umbra-slice:1:2 umbra-slice:3:4"), &base,
-                                          &size, &k));
+    assert_true(
+        um__cache_slice_key_parse(placed("h / umbra-slice:1:2 umbra-slice:3:4"), &base, &size, &k));
     assert_int_equal(base.len, strlen("h / umbra-slice:1:2"));
     assert_int_equal(size, 3);
     assert_int_equal(k, 4);
@@ -55,7 +55,7 @@ static void test_key_refused(void **state)
         "a.test /v umbra-slice:1",
         "a.test /v umbra-slice:1:",
         "a.test /v umbra-slice::1",
-        "a.test /v umbra-slice:0:1",  /* no slice of 0 bytes */
+        "a.test /v umbra-slice:0:1", /* no slice of 0 bytes */
         "a.test /v umbra-slice:1:2x",
         "a.test /v umbra-slice:99999999999999999999:1",
         "",
@@ -77,8 +77,8 @@ static void test_range(void **state)
     assert_int_equal(b, 1048575);
     assert_int_equal(c, 67108864);
     assert_true(um__cache_slice_range_parse(placed("999-999/1000"), &a, &b, &c));
-    static const char *const bad[] = {"", "1-0/5", "0-5/5", "0-4", "0-4/", "-4/5",
-                                      "0-4/5 ", "0-4/x", "*/5", "0-99999999999999999999/5"};
+    static const char *const bad[] = {"",     "1-0/5",  "0-5/5", "0-4", "0-4/",
+                                      "-4/5", "0-4/5 ", "0-4/x", "*/5", "0-99999999999999999999/5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (um__cache_slice_range_parse(placed(bad[i]), &a, &b, &c))
             fail_msg("accepted \"%s\"", bad[i]);
