@@ -114,6 +114,7 @@ struct um_cache_conf {
     /* disk = { path = DIR, size = SIZE } or a list of such tables, with sync = S and
      * reset_incompatible = BOOL beside them: the disk tier (umbra/disktier.h); off
      * without the table. Each store is the file DIR/umbra.store (and its index). */
+#define UM_CACHE_DISK_SLICE_DEFAULT (1ull << 20)
     struct um_disk_conf {
         char *path;    /* the directory, absolute */
         uint64_t size; /* bytes of its store file */
@@ -122,6 +123,10 @@ struct um_cache_conf {
     size_t num_disks;
     double disk_sync;             /* seconds between syncs; default 1 */
     bool disk_reset_incompatible; /* reinitialise a store of another format; default false */
+    /* slice = SIZE beside them: a GET on a route with the disk tier is fetched from the
+     * origin in Range requests of this many bytes, each stored as an object of its own
+     * (src/cache/slice.c); 0: off. Default UM_CACHE_DISK_SLICE_DEFAULT. */
+    uint64_t disk_slice;
     int line;
 };
 
@@ -204,6 +209,9 @@ struct um_cache_links {
     void *announce_arg;
 };
 void um_cache_set_links(struct um_cache *c, const struct um_cache_links *links);
+/* The slice size (cache.disk.slice) the snapshot's routes fetch large objects in, so that
+ * a purge of a URL reaches its slices (src/cache/slice.c); 0: none. Any thread. */
+void um_cache_set_slice(struct um_cache *c, uint64_t size);
 /* The links of c (constant once the workers run). */
 const struct um_cache_links *um_cache_links(const struct um_cache *c);
 

@@ -62,6 +62,18 @@ struct um_origin *um_cache_origin_create(struct um_cache *cache, struct um_origi
                                          const struct um_route *route,
                                          const struct um_config *config);
 
+/* Large objects in slices (cache.disk.slice; the design at the top of src/cache/slice.c).
+ * um_slice_origin_create wraps a route's cache origin inner (taken over): a GET is answered
+ * from slices of size bytes fetched through inner, each an object of its own; purges of
+ * the object's tags go to cache (which must outlive the origin).
+ * um_slice_range_origin_create wraps the origin below the cache (taken over): a fetch of a
+ * slice's key is sent with the Range of that slice, its 206 going up as a 200 that the
+ * cache stores; any other fetch passes unchanged. Main thread; destroy through
+ * ops->destroy. */
+struct um_origin *um_slice_origin_create(struct um_origin *inner, struct um_cache *cache,
+                                         uint64_t size);
+struct um_origin *um_slice_range_origin_create(struct um_origin *inner);
+
 /* What a cluster node adds to a caching origin (umbra/cluster.h): fill, the origin its
  * fills go to instead of inner (taken over: destroyed with the cache origin, before
  * inner). Its purges reach the peers through the store's announce link, as every other

@@ -375,4 +375,15 @@ void um__cache_fill_free(struct fill *fl);
 /* The fill whose own client is r, if any, stops pointing at r. */
 void um__cache_forget_own(struct reader *r);
 
+/* ---- slice.c: large objects in slices ---------------------------------------------- */
+
+/* um__cache_slice_tag, um__cache_slice_key: store_internal.h (the purges use them). */
+/* The slice layers' counters (the cache module's). */
+extern struct um_metric_block um__cache_slice_counters;
+/* Whether key is a slice's key: then *base (a slice of key), *size and *k. */
+bool um__cache_slice_key_parse(um_str key, um_str *base, uint64_t *size, uint64_t *k);
+/* Parses "FIRST-LAST/COMPLETE" (a Content-Range's byte range, or Umbra-Slice-Range)
+ * with FIRST <= LAST < COMPLETE. */
+bool um__cache_slice_range_parse(um_str v, uint64_t *first, uint64_t *last, uint64_t *complete);
+
 #endif

@@ -44,6 +44,7 @@ const struct um_module um_cache_module = {
     .settings = &um_cache_settings,
     .check_reload = um__cache_check_reload,
     .slots = (struct um_context_slot *const[]){&um__cache_fills_slot, NULL},
+    .counters = &um__cache_slice_counters,
 };
 
 /* ---------------------------------------------------------------- keys */

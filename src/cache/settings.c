@@ -230,6 +230,7 @@ static void defaults(void *part)
     memcpy(cc->targeted[1], "CDN-Cache-Control", sizeof("CDN-Cache-Control"));
     cc->num_targeted = 2;
     cc->disk_sync = 1;
+    cc->disk_slice = UM_CACHE_DISK_SLICE_DEFAULT;
     cc->purge_allow = um_calloc(2, sizeof *cc->purge_allow);
     cc->num_purge_allow = 2;
     cc->purge_allow[0] =

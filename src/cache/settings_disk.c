@@ -10,7 +10,8 @@
 
 #include "settings_internal.h"
 
-const char *const um__cache_disk_keys[] = {"path", "size", "sync", "reset_incompatible", NULL};
+const char *const um__cache_disk_keys[] = {"path",  "size", "sync", "reset_incompatible",
+                                           "slice", NULL};
 
 #define DISK_MIN_SIZE (1u << 20) /* a store smaller than this holds next to nothing */
 
@@ -49,6 +50,7 @@ bool um__cache_load_disk(struct um_settings_load *ld, lua_State *L, int idx,
                          struct um_cache_conf *cc)
 {
     cc->disk_sync = 1;
+    cc->disk_slice = UM_CACHE_DISK_SLICE_DEFAULT;
     int t = um_settings_get_field(L, idx, "disk");
     if (t == LUA_TNIL) {
         lua_pop(L, 1);
@@ -77,7 +79,7 @@ bool um__cache_load_disk(struct um_settings_load *ld, lua_State *L, int idx,
             return um_settings_fail(
                 ld, L, "cache.disk",
                 "cache.disk: unknown setting %s (settings are: path, size, sync, "
-                "reset_incompatible; several stores: a list of { path = ..., "
+                "reset_incompatible, slice; several stores: a list of { path = ..., "
                 "size = ... })",
                 kt);
         }
@@ -123,6 +125,19 @@ bool um__cache_load_disk(struct um_settings_load *ld, lua_State *L, int idx,
     if (cc->disk_sync > 60)
         return um_settings_fail(ld, L, "cache.disk.sync",
                                 "cache.disk.sync: at most 60 seconds, got %g", cc->disk_sync);
+    if (um_settings_get_field(L, didx, "slice") != LUA_TNIL) {
+        uint64_t v;
+        if (!um_settings_get_size(ld, L, -1, "cache.disk.slice", 0, UINT64_MAX, &v)) return false;
+        /* Below 64 KiB the requests cost more than the bytes; above 1 GiB a slice is no
+         * longer a bounded piece of memory. */
+        if (v != 0 && (v < (64u << 10) || v > (1ull << 30)))
+            return um_settings_fail(ld, L, "cache.disk.slice",
+                                    "cache.disk.slice: 0 (off) or between \"64KB\" and "
+                                    "\"1GB\", got %llu bytes",
+                                    (unsigned long long)v);
+        cc->disk_slice = v;
+    }
+    lua_pop(L, 1);
     if (!um_settings_opt_bool(ld, L, didx, "cache.disk.reset_incompatible", "reset_incompatible",
                               &cc->disk_reset_incompatible, NULL))
         return false;

@@ -521,6 +521,11 @@ void um_cache_set_links(struct um_cache *c, const struct um_cache_links *links)
     c->links = *links;
 }
 
+void um_cache_set_slice(struct um_cache *c, uint64_t size)
+{
+    atomic_store_explicit(&c->slice_size, size, memory_order_relaxed);
+}
+
 const struct um_cache_links *um_cache_links(const struct um_cache *c)
 {
     return &c->links;

@@ -133,6 +133,8 @@ struct um_cache {
     atomic_bool kick_pending;
 
     struct um__tags tags;
+    /* cache.disk.slice of the newest snapshot (um_cache_set_slice); 0: no slices. */
+    _Atomic uint64_t slice_size;
 };
 
 static inline struct shard *shard_of(struct um_cache *c, uint64_t hash)
@@ -190,5 +192,18 @@ void um__tags_obj_free(struct um_cache *c, struct um_cache_obj *o);
 /* store_clean.c: the cleaner */
 /* Wakes the cleaner thread to evict down to the low-water mark. */
 void um__store_kick_cleaner(struct um_cache *c);
+
+/* slice.c: the tag every slice of the object under key carries ("umbra-slice-" and 16
+ * hex digits of a hash of key), NUL-terminated in out: a purge of key's URL purges it
+ * too (um_cache_purge_apply). */
+#define UM_CACHE_SLICE_TAG_LEN 32
+void um__cache_slice_tag(um_str key, char out[UM_CACHE_SLICE_TAG_LEN]);
+/* The key of slice k (slices of size bytes) of the object under base, written to
+ * out[0..cap) without a NUL; returns its length, 0 when cap is too small. */
+size_t um__cache_slice_key(um_str base, uint64_t size, uint64_t k, char *out, size_t cap);
+/* tags.c: purges the slices of the object under key (a URL's purge): those in memory (by
+ * their tag), on disk by key (theirs and slice 0's; not the disk's purge by tag). Returns
+ * how many objects in memory were affected. */
+size_t um__cache_purge_slices(struct um_cache *c, um_str key, unsigned flags);
 
 #endif

@@ -390,13 +390,47 @@ static bool purgeable(const struct um_cache_obj *o, bool soft)
     return st == UM_CACHE_COMPLETE || (!soft && st == UM_CACHE_FILLING);
 }
 
+/* The objects in memory tagged with any of tags[0..ntags), referenced, into ov. */
+static void collect_tagged(struct um_cache *c, const um_str *tags, size_t ntags, bool soft,
+                           struct objvec *ov);
+
 size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags, unsigned flags)
 {
     um_disk_tier_purge_all(c->links.disk);
-
-    bool soft = (flags & UM_CACHE_PURGE_SOFT) != 0;
-    struct um__tags *t = &c->tags;
     struct objvec ov = {0};
+    collect_tagged(c, tags, ntags, (flags & UM_CACHE_PURGE_SOFT) != 0, &ov);
+    return purge_collected(c, &ov, flags);
+}
+
+size_t um__cache_purge_slices(struct um_cache *c, um_str key, unsigned flags)
+{
+    uint64_t size = atomic_load_explicit(&c->slice_size, memory_order_relaxed);
+    if (size == 0) return 0;
+    char tag[UM_CACHE_SLICE_TAG_LEN];
+    um__cache_slice_tag(key, tag);
+    um_str t = {tag, strlen(tag)};
+    struct objvec ov = {0};
+    collect_tagged(c, &t, 1, (flags & UM_CACHE_PURGE_SOFT) != 0, &ov);
+    /* Not the disk tier's purge by tag (it would retire every record written before it):
+     * the keys of the slices in memory, and slice 0's, which every answer starts from
+     * (a slice still on disk of an older version is told from the new slice 0 by its
+     * validator, slice.c). */
+    for (size_t i = 0; i < ov.n; i++)
+        um_disk_tier_purge_key(c->links.disk, (um_str){ov.v[i]->key, ov.v[i]->key_len});
+    char buf[512];
+    size_t cap = key.len + 64;
+    char *k0 = cap <= sizeof(buf) ? buf : um_malloc(cap);
+    size_t n0 = um__cache_slice_key(key, size, 0, k0, cap);
+    size_t n = (flags & UM_CACHE_PURGE_SOFT) ? 0 : um_cache_purge(c, (um_str){k0, n0});
+    if (k0 != buf) free(k0);
+    return n + purge_collected(c, &ov, flags);
+}
+
+static void collect_tagged(struct um_cache *c, const um_str *tags, size_t ntags, bool soft,
+                           struct objvec *ovp)
+{
+    struct um__tags *t = &c->tags;
+    struct objvec ov = *ovp;
     pthread_mutex_lock(&t->lock);
     uint64_t gen = ++t->gen;
     for (size_t i = 0; i < ntags; i++) {
@@ -413,7 +447,7 @@ size_t um_cache_purge_tags(struct um_cache *c, const um_str *tags, size_t ntags,
         }
     }
     pthread_mutex_unlock(&t->lock);
-    return purge_collected(c, &ov, flags);
+    *ovp = ov;
 }
 
 size_t um_cache_purge_prefix(struct um_cache *c, um_str host, um_str prefix, unsigned flags)
@@ -466,8 +500,12 @@ size_t um_cache_purge_apply(struct um_cache *c, const struct um_purge *p, unsign
     if (p->soft)
         flags |= UM_CACHE_PURGE_SOFT;
     switch (p->kind) {
-    case UM_PURGE_URL:
-        return p->soft ? um_cache_purge_soft(c, p->key) : um_cache_purge(c, p->key);
+    case UM_PURGE_URL: {
+        /* The URL's object, and the slices of it when it was fetched in slices
+         * (slice.c). */
+        size_t n = p->soft ? um_cache_purge_soft(c, p->key) : um_cache_purge(c, p->key);
+        return n + um__cache_purge_slices(c, p->key, flags);
+    }
     case UM_PURGE_PREFIX:
         return um_cache_purge_prefix(c, p->host, p->prefix, flags);
     case UM_PURGE_TAGS:

@@ -51,7 +51,15 @@ static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache 
                                  struct um_origin *o, const struct um_route *r, bool hooks,
                                  bool cacheable)
 {
-    if (hooks) o = um_hooks_origin_create(o, um_runtime_state(rt, &um_lua_module), r);
+    /* Large objects in slices (src/cache/slice.c): the Range of a slice is added just
+     * above the origin, below the hooks (which see the slice as the 200 the cache
+     * stores); the slices are put together above the cache. */
+    uint64_t slice = um_cache_conf(rt->config)->disk_slice;
+    bool sliced = cacheable && r->cache && rt->links.disk && slice > 0;
+    if (sliced && o)
+        o = um_slice_range_origin_create(o);
+    if (hooks)
+        o = um_hooks_origin_create(o, um_runtime_state(rt, &um_lua_module), r);
     if (um_compress_route_conf(r)->enabled && o) o = um_compress_origin_create(o, r);
     if (cacheable && r->cache) {
         if (*cache == NULL) {
@@ -65,6 +73,9 @@ static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache 
         if (rt->links.disk && o)
             o = um_disk_origin_create(rt->links.disk, o, r, rt->config);
         o = cache_origin(rt, *cache, o, r);
+        um_cache_set_slice(*cache, sliced ? slice : 0);
+        if (sliced && o)
+            o = um_slice_origin_create(o, *cache, slice);
     }
     return o;
 }

@@ -762,9 +762,16 @@ class Origin:
         out = []
         with open(self.record_path, "rb") as f:
             for line in f.read().decode("latin-1").splitlines():
+                line = line.split(" range=", 1)[0]
                 method, target, n = line.rsplit(" ", 2)
                 out.append((method, target, int(n)))
         return out
+
+    def ranges(self):
+        """The Range value of each request received so far ("" without one), in order."""
+        with open(self.record_path, "rb") as f:
+            return [(line.split(" range=", 1) + [""])[1]
+                    for line in f.read().decode("latin-1").splitlines()]
 
     def _control(self, path):
         raw = ("GET %s HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n" % path).encode()

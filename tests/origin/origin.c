@@ -22,6 +22,7 @@
 #endif
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -283,6 +284,9 @@ struct params {
     const char *ct, *cc;
     bool has_size, has_body, chunked, stall, garbage, endless, close, nolength, echo, echo_head;
     bool json;
+    bool ranges;  /* ranges=1: a Range on a size= body is answered 206 (or 416) */
+    bool posbody; /* posbody=1: the size= body tells its offsets (pos_fill) */
+    const char *etagfile; /* etagfile=PATH: ETag from the file, read per request */
     int drop;
     size_t num_headers;
     const char *headers[MAX_PARAM_HEADERS];
@@ -327,6 +331,8 @@ struct conn {
     struct buf lit;    /* a literal body built here: /echo, the default body, errors */
     struct buf qbuf;   /* decoded query values */
     struct params p;
+    char range[64]; /* the request's Range value, NUL-terminated; empty: none */
+    char version;   /* posbody's version letter (the ETag's first character) */
 
     /* The response. */
     struct buf out;
@@ -335,6 +341,7 @@ struct conn {
     uint64_t body_total;  /* UINT64_MAX: endless */
     uint64_t body_stop;   /* bytes after which the body ends (body_total unless drop=body) */
     uint64_t body_sent;
+    uint64_t body_base; /* offset in the whole pattern body of byte 0 (a range's first) */
     uint64_t piece_left;
     bool resp_chunked, resp_close, resp_finished, need_pause;
 };
@@ -487,7 +494,9 @@ static void request_reset(struct conn *c)
     c->qbuf.len = 0;
     memset(&c->p, 0, sizeof c->p);
     c->body_src = NULL;
-    c->body_total = c->body_stop = c->body_sent = c->piece_left = 0;
+    c->body_total = c->body_stop = c->body_sent = c->piece_left = c->body_base = 0;
+    c->range[0] = '\0';
+    c->version = 'a';
     c->resp_chunked = c->resp_close = c->resp_finished = c->need_pause = false;
     c->scan = 0;
     c->state = CS_HEAD;
@@ -645,6 +654,12 @@ static void parse_params(struct conn *c)
             p->chunked = on;
         else if (token_eq(kv, klen, "json"))
             p->json = on;
+        else if (token_eq(kv, klen, "ranges"))
+            p->ranges = on;
+        else if (token_eq(kv, klen, "posbody"))
+            p->posbody = on;
+        else if (token_eq(kv, klen, "etagfile"))
+            p->etagfile = v;
         else if (token_eq(kv, klen, "info") && num && n >= 100 && n <= 199 && p->num_infos < 32)
             p->infos[p->num_infos++] = (int)n;
         else if (token_eq(kv, klen, "infoh") && p->num_info_headers < 8) {
@@ -758,6 +773,73 @@ static void json_body(struct buf *out, uint64_t n)
     out->len = (size_t)n;
 }
 
+/* The first range of a Range value ("bytes=A-B", "bytes=A-", "bytes=-N") on a body of
+ * size bytes: its first byte and length. false when it cannot be satisfied (or is not
+ * understood: then the whole body would be the answer, but a test origin may be strict). */
+static bool range_pick(const char *v, uint64_t size, uint64_t *first, uint64_t *len)
+{
+    if (strncmp(v, "bytes=", 6) != 0) return false;
+    v += 6;
+    char *end;
+    if (*v == '-') {
+        if (!isdigit((unsigned char)v[1])) return false;
+        uint64_t n = strtoull(v + 1, &end, 10);
+        if (n == 0 || size == 0) return false;
+        if (n > size) n = size;
+        *first = size - n;
+        *len = n;
+        return true;
+    }
+    if (!isdigit((unsigned char)*v)) return false;
+    uint64_t a = strtoull(v, &end, 10), b = UINT64_MAX;
+    if (*end != '-') return false;
+    if (isdigit((unsigned char)end[1])) b = strtoull(end + 1, &end, 10);
+    if (a >= size || b < a) return false;
+    if (b >= size) b = size - 1;
+    *first = a;
+    *len = b - a + 1;
+    return true;
+}
+
+/* posbody's bytes [off, off+n): 16-byte records, record r being the version letter, r in
+ * 14 hex digits and a newline, so that any byte shows where (and of which version) it is. */
+static void pos_fill(char *dst, uint64_t off, size_t n, char version)
+{
+    static const char hex[] = "0123456789abcdef";
+    while (n > 0) {
+        uint64_t r = off / 16;
+        char rec[16];
+        rec[0] = version;
+        for (int i = 14; i >= 1; i--, r >>= 4)
+            rec[i] = hex[r & 15];
+        rec[15] = '\n';
+        size_t k = 16 - (size_t)(off % 16);
+        if (k > n) k = n;
+        memcpy(dst, rec + off % 16, k);
+        dst += k;
+        off += k;
+        n -= k;
+    }
+}
+
+/* etagfile=PATH: the file's first line is the ETag (quoted when sent) and its first
+ * character posbody's version letter, so a test changes both by rewriting the file. */
+static void etag_read(struct conn *c, char *etag, size_t cap)
+{
+    etag[0] = '\0';
+    int fd = open(c->p.etagfile, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, etag, cap - 1);
+    close(fd);
+    if (n <= 0) {
+        etag[0] = '\0';
+        return;
+    }
+    etag[n] = '\0';
+    etag[strcspn(etag, "\r\n\"")] = '\0';
+    if (etag[0]) c->version = etag[0];
+}
+
 /* Builds the head from c->p and sets up the body; the state becomes CS_SEND. */
 static void start_response(struct conn *c)
 {
@@ -772,6 +854,8 @@ static void start_response(struct conn *c)
     int status = p->status;
     bool bodyless = status < 200 || status == 204 || status == 304;
     const char *ct = "text/plain";
+    char etag[64] = "";
+    bool unsatisfiable = false;
 
     if (c->echo) {
         /* lit already holds the head and the body as received. */
@@ -790,6 +874,16 @@ static void start_response(struct conn *c)
         c->body_src = NULL;
         c->body_total = p->size;
         ct = "application/octet-stream";
+        c->version = 'a';
+        if (p->etagfile) etag_read(c, etag, sizeof etag);
+        if (p->ranges && c->range[0] && status == 200 &&
+            !range_pick(c->range, p->size, &c->body_base, &c->body_total)) {
+            status = 416;
+            c->body_total = 0;
+            unsatisfiable = true;
+        } else if (p->ranges && c->range[0] && status == 200) {
+            status = 206;
+        }
     } else {
         /* The default body names the request, so a test can tell whose answer it got. */
         c->lit.len = 0;
@@ -829,6 +923,13 @@ static void start_response(struct conn *c)
     if (!bodyless && !(p->ct && !*p->ct))
         buf_appendf(o, "Content-Type: %s\r\n", p->ct ? p->ct : ct);
     if (p->cc) buf_appendf(o, "Cache-Control: %s\r\n", p->cc);
+    if (etag[0]) buf_appendf(o, "ETag: \"%s\"\r\n", etag);
+    if (p->ranges && p->has_size) buf_appendf(o, "Accept-Ranges: bytes\r\n");
+    if (status == 206)
+        buf_appendf(o, "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64 "\r\n",
+                    c->body_base, c->body_base + c->body_total - 1, p->size);
+    else if (unsatisfiable)
+        buf_appendf(o, "Content-Range: bytes */%" PRIu64 "\r\n", p->size);
     for (size_t i = 0; i < p->num_headers; i++) {
         const char *h = p->headers[i];
         size_t n = p->header_lens[i];
@@ -935,8 +1036,10 @@ static bool produce(struct conn *c)
     buf_reserve(&c->out, n + 2);
     if (c->body_src)
         memcpy(c->out.base + c->out.len, c->body_src + c->body_sent, n);
+    else if (c->p.posbody)
+        pos_fill(c->out.base + c->out.len, c->body_base + c->body_sent, n, c->version);
     else
-        memcpy(c->out.base + c->out.len, pattern + c->body_sent % 16, n);
+        memcpy(c->out.base + c->out.len, pattern + (c->body_base + c->body_sent) % 16, n);
     c->out.len += n;
     if (c->resp_chunked) buf_append(&c->out, "\r\n", 2);
     c->body_sent += n;
@@ -1009,7 +1112,9 @@ static void record_request(struct conn *c)
     buf_append(&line, c->head.base, c->method_len);
     buf_append(&line, " ", 1);
     buf_append(&line, c->head.base + c->target_off, c->target_len);
-    buf_appendf(&line, " %" PRIu64 "\n", c->body_len);
+    buf_appendf(&line, " %" PRIu64, c->body_len);
+    if (c->range[0]) buf_appendf(&line, " range=%s", c->range);
+    buf_append(&line, "\n", 1);
     /* One write() per line on an O_APPEND file: lines from several threads never mix. */
     if (write(record_fd, line.base, line.len) < 0)
         fprintf(stderr, "umbra-test-origin: --record: %s\n", strerror(errno));
@@ -1156,6 +1261,10 @@ static bool parse_head(struct conn *c)
         } else if (token_eq(line, nlen, "connection")) {
             if (list_has(v, vlen, "close")) c->req_close = true;
             if (list_has(v, vlen, "keep-alive")) keep_alive = true;
+        } else if (token_eq(line, nlen, "range")) {
+            size_t n = vlen < sizeof c->range - 1 ? vlen : sizeof c->range - 1;
+            memcpy(c->range, v, n);
+            c->range[n] = '\0';
         } else if (token_eq(line, nlen, "expect")) {
             if (token_eq(v, vlen, "100-continue") && !http10)
                 buf_append(&c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
@@ -1441,6 +1550,10 @@ static void usage(FILE *f)
           "  endless=1       a chunked body that never ends\n"
           "  bighead=N       about N bytes of extra response fields\n"
           "  garbage=1       answer with bytes that are not HTTP, then close\n"
+          "  ranges=1        with size=N: a Range (one range) is answered 206, or 416\n"
+          "  posbody=1       with size=N: 16-byte records \"<v><14 hex: record number>\\n\"\n"
+          "                  (v: the version letter, 'a' or the ETag's first character)\n"
+          "  etagfile=PATH   ETag: the first line of PATH, read for each request\n"
           "  close=1         Connection: close, then close\n"
           "Paths:\n"
           "  /echo[/...]     body = the request head as received + the request body\n"
@@ -1449,7 +1562,8 @@ static void usage(FILE *f)
           "  /__count        requests received so far (not counted itself)\n"
           "  /__stats        requests, accepted, open, active and aborted counters\n"
           "Every response carries X-Origin-Port and X-Origin-Count. --record FILE appends\n"
-          "\"METHOD TARGET BODY-LENGTH\" for each request received.\n",
+          "\"METHOD TARGET BODY-LENGTH\" for each request received (then \" range=VALUE\"\n"
+          "when it had a Range).\n",
           f);
 }
 
