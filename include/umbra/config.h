@@ -55,6 +55,8 @@ struct um_upstream_conf {
     bool curl_only;             /* client = "curl": libcurl for every server; "auto"
                                    (default): Umbra's own HTTP/1.1 client for http://
                                    servers at an IP address, libcurl for the others */
+    int send_proxy;             /* send_proxy = "v1" / "v2": a PROXY protocol header of that
+                                   version opens each connection to a server; 0: none */
     int line;                   /* line of the upstream in the config file */
 };
 

@@ -378,8 +378,18 @@ void um__cache_forget_own(struct reader *r);
 /* ---- slice.c: large objects in slices ---------------------------------------------- */
 
 /* um__cache_slice_tag, um__cache_slice_key: store_internal.h (the purges use them). */
-/* The slice layers' counters (the cache module's). */
+/* The slice layers' counters (the cache module's), in this order. */
 extern struct um_metric_block um__cache_slice_counters;
+enum { C_RANGES, C_SLICES, C_RESTARTS };
+#define SLICE_MARK " umbra-slice:"
+#define SLICE_FIELD "Umbra-Slice-Range"
+#define SLICE_TAG_PREFIX "umbra-slice-"
+/* The first field of h named name (any case), or NULL (slice_range.c). */
+const um_str *um__cache_slice_field(const struct um_header *h, size_t n, const char *name);
+/* dst: a copy of src without the fields named in drop (NULL-ended), with extra (when its
+ * name is set) added (slice_range.c). */
+void um__cache_slice_request(struct um_request *dst, const struct um_request *src,
+                             const char *const *drop, struct um_header extra);
 /* Whether key is a slice's key: then *base (a slice of key), *size and *k. */
 bool um__cache_slice_key_parse(um_str key, um_str *base, uint64_t *size, uint64_t *k);
 /* Parses "FIRST-LAST/COMPLETE" (a Content-Range's byte range, or Umbra-Slice-Range)

@@ -15,10 +15,9 @@
 #define MAX_RETRIES 10
 #define MAX_FAILS 100
 
-const char *const um__cfg_upstream_keys[] = {"servers", "balance",   "connect_timeout",
-                                            "timeout", "retries",   "host",
-                                            "tls",     "max_fails", "fail_timeout",
-                                            "client",  NULL};
+const char *const um__cfg_upstream_keys[] = {
+    "servers", "balance",   "connect_timeout", "timeout", "retries",    "host",
+    "tls",     "max_fails", "fail_timeout",    "client",  "send_proxy", NULL};
 const char *const um__cfg_upstream_tls_keys[] = {"verify", "ca", NULL};
 /* In the order of enum um_balance. */
 static const char *const BALANCE_NAMES[] = {"round_robin", "least_conn", "hash", NULL};
@@ -270,6 +269,24 @@ static bool load_upstream(struct um_settings_load *ld, lua_State *L, int idx, co
             u->curl_only = true;
         else
             return um_settings_fail(ld, L, sub, "%s: expected \"auto\" or \"curl\"", sub);
+    }
+    lua_pop(L, 1);
+
+    um_settings_subpath(sub, sizeof sub, upath, "send_proxy");
+    if ((t = um_settings_get_field(L, idx, "send_proxy")) != LUA_TNIL) {
+        const char *v = t == LUA_TSTRING ? lua_tostring(L, -1) : "";
+        u->send_proxy = strcmp(v, "v1") == 0 ? 1 : strcmp(v, "v2") == 0 ? 2 : -1;
+        if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) u->send_proxy = 0;
+        if (u->send_proxy < 0)
+            return um_settings_fail(ld, L, sub, "%s: expected \"v1\", \"v2\" or false", sub);
+        /* The header is written by Umbra's own client, on connections it does not share
+         * between clients: libcurl's cannot carry another client's address. */
+        for (size_t i = 0; i < u->num_servers && u->send_proxy; i++)
+            if (u->curl_only || u->servers[i].https || u->servers[i].addrlen == 0)
+                return um_settings_fail(ld, L, sub,
+                                        "%s: needs http:// servers at IP addresses and client = "
+                                        "\"auto\" (%s is not)",
+                                        sub, u->servers[i].url);
     }
     lua_pop(L, 1);
 

@@ -200,8 +200,9 @@ void um__h1_complete(struct h1conn *c)
     struct xfer *x = c->x;
     struct h1worker *hw = c->hw;
     um__h1_detach(c);
-    if (c->keep && c->tls == NULL && c->req_done && c->in_len == 0 && c->framing != F_CLOSE &&
-        c->pool->num_idle < POOL_MAX && um__h1_conn_want(c, EPOLLIN)) {
+    /* A connection that named its client in a PROXY header is that client's only. */
+    if (c->keep && c->tls == NULL && !x->up->conf->send_proxy && c->req_done && c->in_len == 0 &&
+        c->framing != F_CLOSE && c->pool->num_idle < POOL_MAX && um__h1_conn_want(c, EPOLLIN)) {
         c->state = H1_IDLE;
         c->next_idle = c->pool->idle;
         c->pool->idle = c;
@@ -367,7 +368,7 @@ void um__h1_attempt(struct xfer *x, bool new_conn)
     c->in_pos = c->in_len = c->pend_len = 0;
     um_http1_resp_parser_init(&c->hp);
     x->paused_send = x->paused_recv = false; /* this attempt asks the sink afresh */
-    um__h1_put_head(c, x);
+    um__h1_put_head(c, x, fresh);
     if (!fresh) {
         um__h1_send_request(c); /* the answer comes with EPOLLIN (see connected) */
         return;

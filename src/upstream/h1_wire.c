@@ -29,14 +29,76 @@ static void out_reserve(struct h1conn *c, size_t n)
 }
 
 /* Writes the request head into c->out. */
-void um__h1_put_head(struct h1conn *c, struct xfer *x)
+/* The PROXY protocol header (send_proxy) naming x's client, to dst (the server: the
+ * address the client reached is not known here); v1 text or v2 binary. An address the
+ * other family cannot hold makes the header say nothing (UNKNOWN, or v2 with no
+ * addresses). Returns its length in out (at least 232 bytes). */
+static size_t proxy_header(int version, const struct xfer *x, const struct sockaddr_storage *dst,
+                           char *out)
+{
+    unsigned char src6[16], dst6[16], src4[4], dst4[4];
+    bool v4 = inet_pton(AF_INET, x->client_ip, src4) == 1;
+    bool v6 = !v4 && inet_pton(AF_INET6, x->client_ip, src6) == 1;
+    uint16_t dport = 0;
+    if (dst->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)dst;
+        memcpy(dst4, &a->sin_addr, 4);
+        dport = ntohs(a->sin_port);
+        /* An IPv6 client: the server's address as IPv4-mapped IPv6. */
+        memset(dst6, 0, 10);
+        dst6[10] = dst6[11] = 0xff;
+        memcpy(dst6 + 12, dst4, 4);
+    } else {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)dst;
+        memcpy(dst6, &a->sin6_addr, 16);
+        dport = ntohs(a->sin6_port);
+        if (v4) { /* an IPv4 client to an IPv6 server: the client as IPv4-mapped */
+            memset(src6, 0, 10);
+            src6[10] = src6[11] = 0xff;
+            memcpy(src6 + 12, src4, 4);
+            v4 = false;
+            v6 = true;
+        }
+    }
+    uint16_t sport = (uint16_t)x->client_port;
+    if (version == 1) {
+        char s[INET6_ADDRSTRLEN], d[INET6_ADDRSTRLEN];
+        if (!v4 && !v6) return (size_t)sprintf(out, "PROXY UNKNOWN\r\n");
+        inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? (void *)src4 : (void *)src6, s, sizeof s);
+        inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? (void *)dst4 : (void *)dst6, d, sizeof d);
+        return (size_t)sprintf(out, "PROXY %s %s %s %u %u\r\n", v4 ? "TCP4" : "TCP6", s, d,
+                               (unsigned)sport, (unsigned)dport);
+    }
+    static const unsigned char sig[12] = {0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D,
+                                          0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A};
+    memcpy(out, sig, 12);
+    out[12] = 0x21; /* version 2, PROXY */
+    size_t alen = v4 ? 12 : v6 ? 36 : 0;
+    out[13] = (char)(v4 ? 0x11 : v6 ? 0x21 : 0x00);
+    out[14] = 0;
+    out[15] = (char)alen;
+    unsigned char *a = (unsigned char *)out + 16;
+    size_t al = v4 ? 4 : 16;
+    if (alen) {
+        memcpy(a, v4 ? src4 : src6, al);
+        memcpy(a + al, v4 ? dst4 : dst6, al);
+        a[2 * al] = (unsigned char)(sport >> 8), a[2 * al + 1] = (unsigned char)sport;
+        a[2 * al + 2] = (unsigned char)(dport >> 8), a[2 * al + 3] = (unsigned char)dport;
+    }
+    return 16 + alen;
+}
+
+void um__h1_put_head(struct h1conn *c, struct xfer *x, bool first)
 {
     const char *method = x->is_head ? "HEAD" : x->method ? x->method : "GET";
     const char *authority = strstr(x->up->conf->servers[x->server].url, "://") + 3;
-    size_t need = strlen(method) + strlen(x->target) + x->fields_len + strlen(authority) + 128;
+    size_t need =
+        strlen(method) + strlen(x->target) + x->fields_len + strlen(authority) + 128 + 256;
     out_reserve(c, need);
     size_t o = 0, ml = strlen(method), tl = strlen(x->target);
-    memcpy(c->out, method, ml);
+    if (first && x->up->conf->send_proxy)
+        o = proxy_header(x->up->conf->send_proxy, x, &c->pool->addr, c->out);
+    memcpy(c->out + o, method, ml);
     o += ml;
     c->out[o++] = ' ';
     memcpy(c->out + o, x->target, tl);

@@ -133,6 +133,9 @@ struct xfer {
     bool has_host; /* fields has a Host */
     char *target; /* path and query as the client sent them */
     char *method; /* NULL: GET */
+    /* The client's address, for the PROXY header of send_proxy ("" when it has none). */
+    char client_ip[46];
+    int client_port;
     char *url;    /* a hook's server ("scheme://host:port") instead of the upstream's */
     char *body;   /* a hook's body instead of the client's; body_pos bytes of it sent */
     size_t body_pos;
@@ -268,7 +271,7 @@ void um__h1_fail(struct h1conn *c, enum um_up_err err, const char *why);
 void um__h1_fail_errno(struct h1conn *c, enum um_up_err err, const char *what, int e);
 void um__h1_complete(struct h1conn *c);
 void um__h1_attempt(struct xfer *x, bool new_conn);
-void um__h1_put_head(struct h1conn *c, struct xfer *x);
+void um__h1_put_head(struct h1conn *c, struct xfer *x, bool first);
 bool um__h1_send_request(struct h1conn *c);
 void um__h1_receive(struct h1conn *c);
 

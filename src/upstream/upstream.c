@@ -570,6 +570,10 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
             x->method = um_strndup(req->method.base, req->method.len);
     }
     um__up_build_fields(up, f, x);
+    if (up->conf->send_proxy && f->client_ip) {
+        snprintf(x->client_ip, sizeof(x->client_ip), "%s", f->client_ip);
+        x->client_port = f->client_port;
+    }
     x->server = pick_server(up, x, um_loop_now(x->loop));
     start_attempt(x);
 }

@@ -237,7 +237,78 @@ class ProxyProtocolTest(unittest.TestCase):
         self.assertEqual(parse_response(out).body, b"2001:db8::42 4242")
 
 
+BACK = """
+listen = { { "127.0.0.1:0", proxy_protocol = true } }
+workers = 2
+routes = { { path = "/" } }
+function on_request(req)
+  return umbra.respond(200, req.client_ip .. " " .. tostring(req.client_port))
+end
+"""
+
+FRONT = """
+listen = { { "127.0.0.1:0", proxy_protocol = true } }
+workers = 2
+upstreams = { one = { servers = { "http://127.0.0.1:%d" }, send_proxy = "v1" },
+              two = { servers = { "http://127.0.0.1:%d" }, send_proxy = "v2" },
+              none = { servers = { "http://127.0.0.1:%d" } } }
+routes = { { path = "/v1/", upstream = "one", cache = false },
+           { path = "/v2/", upstream = "two", cache = false },
+           { path = "/none/", upstream = "none", cache = false } }
+"""
+
+
+class SendProxyTest(unittest.TestCase):
+    """upstreams.NAME.send_proxy: a second Umbra with a proxy_protocol listener, behind
+    this one, sees each client as the first one saw it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.back = Umbra(BACK, raw=True).__enter__()
+        cls.addClassCleanup(cls.back.__exit__, None, None, None)
+        p = cls.back.port
+        cls.front = Umbra(FRONT % (p, p, p), raw=True).__enter__()
+        cls.addClassCleanup(cls.front.__exit__, None, None, None)
+
+    def through(self, version, client, port):
+        v6 = ":" in client
+        hdr = "PROXY TCP%d %s %s %d 80\r\n" % (6 if v6 else 4, client,
+                                                "2001:db8::1" if v6 else "10.0.0.1", port)
+        out, _ = talk(self.front.port, hdr.encode() +
+                      ("GET /%s/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" %
+                       version).encode())
+        r = parse_response(out)
+        self.assertEqual(r.status, 200, out[:300])
+        return r.body.decode()
+
+    def test_v1_and_v2_carry_the_client(self):
+        self.assertEqual(self.through("v1", "203.0.113.5", 1111), "203.0.113.5 1111")
+        self.assertEqual(self.through("v2", "203.0.113.6", 2222), "203.0.113.6 2222")
+        self.assertEqual(self.through("v1", "2001:db8::5", 3333), "2001:db8::5 3333")
+        self.assertEqual(self.through("v2", "2001:db8::6", 4444), "2001:db8::6 4444")
+
+    def test_each_client_has_its_own_connection(self):
+        # Kept-alive connections would carry the first client's header for the next one.
+        for i in range(6):
+            ip = "198.51.100.%d" % (i + 1)
+            self.assertEqual(self.through("v2", ip, 5000 + i), "%s %d" % (ip, 5000 + i))
+
+    def test_without_send_proxy_the_back_refuses(self):
+        out, _ = talk(self.front.port, b"PROXY TCP4 203.0.113.5 10.0.0.1 1 80\r\n"
+                      b"GET /none/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        self.assertEqual(parse_response(out).status, 502)
+
+
 class ProxyConfigTest(unittest.TestCase):
+
+    def test_send_proxy_needs_the_builtin_client(self):
+        u = Umbra('upstreams = { app = { servers = { "https://127.0.0.1:1" },\n'
+                  '  send_proxy = "v2" } }\nroutes = { { path = "/", upstream = "app" } }\n',
+                  expect_fail=True)
+        with u:
+            pass
+        self.assertNotEqual(u.returncode, 0)
+        self.assertIn("upstreams.app.send_proxy: needs http:// servers at IP addresses", u.log())
 
     def test_proxy_from_without_proxy_protocol_names_the_line(self):
         u = Umbra('listen = {\n  { "127.0.0.1:0", proxy_from = { "10.0.0.0/8" } } }\n',

@@ -1188,9 +1188,10 @@ static void test_err_upstream_unknown_key(void **state)
                  "    retry = 2,\n"
                  "  },\n"
                  "}\n" ROUTE_APP,
-                 4, "upstreams.app: unknown key 'retry' (expected one of: servers, balance, "
-                    "connect_timeout, timeout, retries, host, tls, max_fails, fail_timeout, "
-                    "client)");
+                 4,
+                 "upstreams.app: unknown key 'retry' (expected one of: servers, balance, "
+                 "connect_timeout, timeout, retries, host, tls, max_fails, fail_timeout, "
+                 "client, send_proxy");
     expect_error("upstreams = {\n"
                  "  app = {\n"
                  "    servers = 'https://a',\n"
