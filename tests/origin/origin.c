@@ -287,6 +287,7 @@ struct params {
     bool ranges;  /* ranges=1: a Range on a size= body is answered 206 (or 416) */
     bool posbody; /* posbody=1: the size= body tells its offsets (pos_fill) */
     const char *etagfile; /* etagfile=PATH: ETag from the file, read per request */
+    const char *failfile; /* failfile=PATH: 503 while the file exists (health checks) */
     int drop;
     size_t num_headers;
     const char *headers[MAX_PARAM_HEADERS];
@@ -660,6 +661,8 @@ static void parse_params(struct conn *c)
             p->posbody = on;
         else if (token_eq(kv, klen, "etagfile"))
             p->etagfile = v;
+        else if (token_eq(kv, klen, "failfile"))
+            p->failfile = v;
         else if (token_eq(kv, klen, "info") && num && n >= 100 && n <= 199 && p->num_infos < 32)
             p->infos[p->num_infos++] = (int)n;
         else if (token_eq(kv, klen, "infoh") && p->num_info_headers < 8) {
@@ -852,6 +855,8 @@ static void start_response(struct conn *c)
         return;
     }
     int status = p->status;
+    /* failfile=PATH: a test turns a health check's answer to 503 by creating the file. */
+    if (p->failfile && access(p->failfile, F_OK) == 0) status = 503;
     bool bodyless = status < 200 || status == 204 || status == 304;
     const char *ct = "text/plain";
     char etag[64] = "";
@@ -1554,6 +1559,7 @@ static void usage(FILE *f)
           "  posbody=1       with size=N: 16-byte records \"<v><14 hex: record number>\\n\"\n"
           "                  (v: the version letter, 'a' or the ETag's first character)\n"
           "  etagfile=PATH   ETag: the first line of PATH, read for each request\n"
+          "  failfile=PATH   status 503 while PATH exists (checked for each request)\n"
           "  close=1         Connection: close, then close\n"
           "Paths:\n"
           "  /echo[/...]     body = the request head as received + the request body\n"
