@@ -1,0 +1,209 @@
+"""Active health checks (issue 29): upstreams.NAME.health = { path, interval, timeout,
+fails, passes, status }.
+
+Two origins behind one upstream and two workers. Origin B's /healthz answers 503 while
+its --fail-file exists (tests/origin/README.md): the probes take B out and bring it back,
+and the clients' requests, sent all along, never see a 5xx. The probes come from one
+place for the whole process: B sees one per interval, not one per worker.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from umbra_harness import (Origin, Umbra, admin_port, fetch, http_get, req,  # noqa: E402
+                           scrape, wait_until)
+
+INTERVAL = 0.2
+FAILS = 3
+PASSES = 2
+
+
+def server_up(u, url):
+    """umbra_upstream_server_up{...server=url} from the admin's /metrics, or None."""
+    for line in scrape(u).splitlines():
+        if line.startswith("umbra_upstream_server_up{") and '"%s"' % url in line:
+            return int(float(line.split()[-1]))
+    return None
+
+
+def status_up(u, url):
+    status, _, body = http_get(admin_port(u), "/status.json")
+    assert status == 200, (status, body)
+    for s in json.loads(body)["upstreams"]:
+        if s["server"] == url:
+            return s["up"]
+    return None
+
+
+def healthz(origin):
+    return len([r for r in origin.records() if r[1].startswith("/healthz")])
+
+
+def traffic(origin):
+    return len([r for r in origin.records() if r[1].startswith("/load")])
+
+
+class Load:
+    """Clients sending GETs in a loop from two threads (so both workers serve) until
+    stopped; keeps every status seen."""
+
+    def __init__(self, port):
+        self.port = port
+        self.statuses = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(k,)) for k in range(2)]
+
+    def run(self, k):
+        n = 0
+        while not self.stopping.is_set() and n < 5000:
+            n += 1
+            try:
+                status = fetch(self.port, req("/load%d-%d" % (k, n))).status
+            except Exception as e:  # a failed exchange counts as a failure too
+                status = repr(e)
+            with self.lock:
+                self.statuses.append(status)
+            time.sleep(0.01)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopping.set()
+        for t in self.threads:
+            t.join(30)
+        return False
+
+    def bad(self):
+        with self.lock:
+            return [s for s in self.statuses if s != 200]
+
+    def count(self):
+        with self.lock:
+            return len(self.statuses)
+
+
+class ActiveHealthTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="umbra-health-")
+        self.fail_b = os.path.join(self.dir, "b-fails")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_failing_server_out_and_back_without_5xx(self):
+        with Origin() as a, Origin(args=["--fail-file", self.fail_b]) as b, Umbra("""
+admin = { listen = "127.0.0.1:0" }
+upstreams = { app = { servers = { "%s", "%s" }, retries = 0,
+                      health = { path = "/healthz?probe=1", interval = %g, timeout = 1,
+                                 fails = %d, passes = %d, status = "200-299" } } }
+routes = { { path = "/", upstream = "app", cache = false } }
+""" % (a.url, b.url, INTERVAL, FAILS, PASSES), workers=2) as u:
+            down = "upstream app: server %s is down (probe: status 503)" % b.url
+            back = "upstream app: server %s is up" % b.url
+            self.assertTrue(wait_until(lambda: healthz(b) >= 2, timeout=10),
+                            "B never probed:\n" + u.log())
+            self.assertEqual(server_up(u, b.url), 1)
+
+            with Load(u.port) as load:
+                self.assertTrue(wait_until(lambda: traffic(b) >= 5, timeout=10),
+                                "B gets no traffic while healthy")
+                # B's health check starts failing: FAILS probes later it is out.
+                open(self.fail_b, "w").close()
+                t0 = time.monotonic()
+                self.assertTrue(wait_until(lambda: server_up(u, b.url) == 0, timeout=10),
+                                "B never taken out:\n" + u.log())
+                took = time.monotonic() - t0
+                self.assertLess(took, FAILS * INTERVAL + 3, "B taken out too late")
+                self.assertIn(down, u.log())
+                self.assertIs(status_up(u, b.url), False)
+                self.assertEqual(server_up(u, a.url), 1)
+                # Out: no request reaches B (one in flight when it went out may land).
+                time.sleep(0.2)
+                before = traffic(b)
+                served = load.count()
+                time.sleep(1.5)
+                self.assertGreater(load.count(), served + 10, "the clients stalled")
+                self.assertEqual(traffic(b), before, "B got requests while out")
+
+                # B passes again: PASSES probes later it is back and gets traffic.
+                os.unlink(self.fail_b)
+                self.assertTrue(wait_until(lambda: server_up(u, b.url) == 1, timeout=10),
+                                "B never back:\n" + u.log())
+                self.assertIs(status_up(u, b.url), True)
+                self.assertTrue(wait_until(lambda: traffic(b) >= before + 5, timeout=10),
+                                "B back but given no requests")
+            self.assertEqual(load.bad(), [], "clients saw failures during the change")
+            self.assertGreater(load.count(), 50)
+
+            # Only the changes are logged, once each, from one prober (not one a worker).
+            log = u.log()
+            self.assertEqual(log.count(down), 1, log)
+            self.assertEqual(log.count(back), 1, log)
+            self.assertNotIn("server %s is" % a.url, log)
+
+    def test_one_probe_per_interval_whatever_the_workers(self):
+        with Origin() as a, Umbra("""
+upstreams = { app = { servers = { "%s" },
+                      health = { path = "/healthz", interval = %g } } }
+routes = { { path = "/", upstream = "app" } }
+""" % (a.url, INTERVAL), workers=4) as u:
+            self.assertTrue(wait_until(lambda: healthz(a) >= 1, timeout=10), u.log())
+            first = healthz(a)
+            span = 3.0
+            time.sleep(span)
+            n = healthz(a) - first
+            expected = span / INTERVAL
+            # One prober: about span/interval probes; one per worker would be 4 times that.
+            self.assertGreaterEqual(n, expected * 0.5, "too few probes: %d" % n)
+            self.assertLessEqual(n, expected * 1.5 + 1, "probed %d times in %gs" % (n, span))
+
+    def test_every_server_out_still_serves(self):
+        # Both fail their probes: the panic rule still sends requests to one of them.
+        with Origin(args=["--fail-file", self.fail_b]) as a, \
+                Origin(args=["--fail-file", self.fail_b]) as b, Umbra("""
+admin = { listen = "127.0.0.1:0" }
+upstreams = { app = { servers = { "%s", "%s" },
+                      health = { path = "/healthz", interval = %g, fails = 1 } } }
+routes = { { path = "/", upstream = "app", cache = false } }
+""" % (a.url, b.url, INTERVAL), workers=2) as u:
+            open(self.fail_b, "w").close()
+            self.assertTrue(wait_until(lambda: server_up(u, a.url) == 0 and
+                                       server_up(u, b.url) == 0, timeout=10), u.log())
+            for i in range(4):
+                r = fetch(u.port, req("/panic%d" % i))
+                self.assertEqual(r.status, 200, "%r\n%s" % (r, u.log()))
+
+    def test_config_error_names_the_line(self):
+        cases = [
+            ('health = { interval = 2 }', "upstreams.app.health.path: missing"),
+            ('health = { path = "healthz" }', "upstreams.app.health.path: bad path"),
+            ('health = { path = "/h", fails = 0 }', "upstreams.app.health.fails: expected"),
+            ('health = { path = "/h", status = "200-99" }', "upstreams.app.health.status"),
+            ('health = { path = "/h", every = 2 }', "upstreams.app.health: unknown key 'every'"),
+            ('health = "/h"', "upstreams.app.health: expected a table"),
+        ]
+        for text, message in cases:
+            with self.subTest(text=text), Umbra("""
+upstreams = { app = { servers = { "http://127.0.0.1:9" },
+  %s } }
+routes = { { path = "/", upstream = "app" } }
+""" % text, expect_fail=True) as u:
+                self.assertNotEqual(u.returncode, 0)
+                self.assertIn(message, u.log())
+                # The health table is on the file's 5th line (listen, workers, a blank
+                # line, then the upstream's two lines).
+                self.assertIn("config.lua:5: " + message, u.log())
+
+if __name__ == "__main__":
+    unittest.main()
