@@ -169,7 +169,8 @@ bool um_metrics_server_probe_out_get(int slot)
 
 bool um_metrics_server_up(int slot, uint64_t now_ms)
 {
-    return um_metrics_server_down_until_get(slot) <= now_ms && !um_metrics_server_probe_out_get(slot);
+    return um_metrics_server_down_until_get(slot) <= now_ms &&
+           !um_metrics_server_probe_out_get(slot);
 }
 
 void um_metrics_upstream_done(int slot, uint64_t latency_ms, bool error)

@@ -10,6 +10,7 @@ place for the whole process: B sees one per interval, not one per worker.
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -17,8 +18,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Origin, Umbra, admin_port, fetch, http_get, req,  # noqa: E402
-                           scrape, wait_until)
+from umbra_harness import (Client, Origin, Umbra, admin_port, fetch,  # noqa: E402
+                           http_get, req, scrape, wait_until)
 
 INTERVAL = 0.2
 FAILS = 3
@@ -91,6 +92,20 @@ class Load:
     def count(self):
         with self.lock:
             return len(self.statuses)
+
+
+def reload(u, body):
+    """Rewrites u's config with body (the same listeners) and reloads; waits for the
+    outcome."""
+    with open(u.config_path) as f:
+        head = f.read().split("\n", 2)[:2]
+    with open(u.config_path + ".tmp", "w") as f:
+        f.write("\n".join(head) + "\n" + body)
+    os.rename(u.config_path + ".tmp", u.config_path)
+    done = "SIGHUP: configuration reloaded"
+    n = u.log().count(done)
+    u.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: u.log().count(done) > n, 10), u.log()
 
 
 class ActiveHealthTest(unittest.TestCase):
@@ -183,6 +198,44 @@ routes = { { path = "/", upstream = "app", cache = false } }
             for i in range(4):
                 r = fetch(u.port, req("/panic%d" % i))
                 self.assertEqual(r.status, 200, "%r\n%s" % (r, u.log()))
+
+    def test_reload_keeps_the_verdict_and_one_prober(self):
+        with Origin() as a, Origin(args=["--fail-file", self.fail_b]) as b:
+            config = """
+admin = { listen = "127.0.0.1:0" }
+upstreams = { app = { servers = { "%s", "%s" }, %%s } }
+routes = { { path = "/", upstream = "app", cache = false } }
+""" % (a.url, b.url)
+            health = "health = { path = \"/healthz\", interval = %g, fails = 1, passes = 1 }" \
+                % INTERVAL
+            with Umbra(config % health, workers=2) as u:
+                open(self.fail_b, "w").close()
+                self.assertTrue(wait_until(lambda: server_up(u, b.url) == 0, timeout=10),
+                                u.log())
+                # A kept-alive client connection holds the old configuration's runtime
+                # (and its prober) past the reload.
+                with Client(u.port) as c:
+                    c.send(req("/held", close=False))
+                    self.assertEqual(c.read_response().status, 200)
+                    reload(u, config % health)
+                    # Still out: the new prober starts from the running verdict.
+                    time.sleep(0.5)
+                    self.assertEqual(server_up(u, b.url), 0, u.log())
+                    self.assertNotIn("server %s is up" % b.url, u.log())
+                    # One prober probes, though the old runtime is alive.
+                    first = healthz(b)
+                    time.sleep(2.0)
+                    n = healthz(b) - first
+                    self.assertLessEqual(n, 2.0 / INTERVAL * 1.5 + 1, "%d probes in 2s" % n)
+                    self.assertGreaterEqual(n, 2.0 / INTERVAL * 0.5, "%d probes in 2s" % n)
+                # health removed: the probes' verdict goes with it, and B serves again.
+                reload(u, config % "retries = 1")
+                self.assertTrue(wait_until(lambda: server_up(u, b.url) == 1, timeout=5),
+                                u.log())
+                before = traffic(b)
+                for i in range(6):
+                    self.assertEqual(fetch(u.port, req("/load-after%d" % i)).status, 200)
+                self.assertGreater(traffic(b), before, "B given no requests after reload")
 
     def test_config_error_names_the_line(self):
         cases = [
