@@ -5,9 +5,11 @@
  * One prober thread per process, not one per worker, so a server sees one probe per
  * interval whatever the number of workers. It is the upstream module's state for one
  * configuration (make/drop, umbra/module.h): it starts with the configuration and is
- * joined when the runtime is dropped. Probes are blocking libcurl easy transfers on that
- * thread (never on a worker's loop), one server after another, each bounded by timeout
- * and cut short by a progress callback when the thread is told to stop.
+ * joined when the runtime is dropped. The probes due are libcurl transfers run side by
+ * side on that thread's own multi handle (never on a worker's loop), each bounded by
+ * timeout, a slow server's probe delaying nobody else's; the thread waits in
+ * curl_multi_poll, which drop wakes (curl_multi_wakeup), and a progress callback cuts
+ * probes in flight short, so that it stops at once.
  *
  * The verdict lives in the server's metrics slot (um_metrics_server_probe_out), which the
  * workers' server choice (upstream.c) and the admin's figures read, so it holds across a
@@ -36,17 +38,20 @@ struct target {
     int fails, passes;                /* probes in a row that failed, that passed */
     bool out;                         /* the probes' verdict */
     uint64_t due;                     /* CLOCK_MONOTONIC ms of the next probe */
+    /* The probe in flight (NULL: none), its Host field and libcurl's message. */
+    CURL *e;
+    struct curl_slist *fields;
+    char errbuf[CURL_ERROR_SIZE];
 };
 
 struct um__health {
     struct target *targets;
     size_t num_targets;
     unsigned gen, prev_gen; /* ours, and the one that ran before us (restored at drop) */
+    CURLM *multi;           /* the probes of one round, side by side */
     pthread_t thread;
     bool started;
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* signalled by drop */
-    atomic_bool stop;
+    atomic_bool stop; /* set by drop, which then wakes the thread's curl_multi_poll */
 };
 
 /* The generation of the newest prober: only it probes. Main thread writes, probers read. */
@@ -72,19 +77,16 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, c
     return atomic_load_explicit(&((struct um__health *)arg)->stop, memory_order_relaxed);
 }
 
-/* One GET of t; true when it passed. why gets the reason of a failure. */
-static bool probe(struct um__health *h, struct target *t, char *why, size_t whylen)
+/* Starts t's probe on h's multi handle; false when it cannot (out of memory). */
+static bool probe_start(struct um__health *h, struct target *t)
 {
     const struct um_upstream_conf *u = t->u;
     CURL *e = curl_easy_init();
-    if (e == NULL) {
-        snprintf(why, whylen, "out of memory");
-        return false;
-    }
-    char errbuf[CURL_ERROR_SIZE] = "", hostf[300];
-    struct curl_slist *fields = NULL;
+    if (e == NULL) return false;
     long ms = (long)(u->health_timeout * 1000);
+    t->errbuf[0] = '\0';
     curl_easy_setopt(e, CURLOPT_URL, t->url);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, ms > 0 ? ms : 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, ms > 0 ? ms : 1L);
@@ -92,40 +94,33 @@ static bool probe(struct um__health *h, struct target *t, char *why, size_t whyl
     curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(e, CURLOPT_XFERINFODATA, h);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "umbra-health");
+    /* A fresh connection each time: a probe checks that the server accepts one. */
     curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+    curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, u->tls_verify ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, u->tls_verify ? 2L : 0L);
     if (u->tls_ca) curl_easy_setopt(e, CURLOPT_CAINFO, u->tls_ca);
     if (u->host) {
+        char hostf[300];
         snprintf(hostf, sizeof hostf, "Host: %s", u->host);
-        fields = curl_slist_append(NULL, hostf);
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, fields);
+        t->fields = curl_slist_append(NULL, hostf);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->fields);
     }
-    CURLcode rc = curl_easy_perform(e);
-    long status = 0;
-    bool ok = false;
-    if (rc == CURLE_OK) {
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-        ok = status >= u->health_status_lo && status <= u->health_status_hi;
-        if (!ok) snprintf(why, whylen, "status %ld", status);
-    } else {
-        snprintf(why, whylen, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
+        curl_slist_free_all(t->fields);
+        t->fields = NULL;
+        curl_easy_cleanup(e);
+        return false;
     }
-    curl_slist_free_all(fields);
-    curl_easy_cleanup(e);
-    return ok;
+    t->e = e;
+    return true;
 }
 
-/* Probes t and counts the result; logs and publishes a change of verdict. */
-static void probe_target(struct um__health *h, struct target *t)
+/* Counts t's probe (ok, or failed for why) and logs and publishes a change of verdict. */
+static void probe_count(struct target *t, bool ok, const char *why)
 {
-    char why[CURL_ERROR_SIZE + 32] = "";
-    bool ok = probe(h, t, why, sizeof why);
-    /* Told to stop, or superseded by a newer prober while probing: the probe says nothing
-     * (a cut-short transfer is not the server's failure). */
-    if (atomic_load(&h->stop) || atomic_load(&current_gen) != h->gen) return;
     if (ok) {
         t->fails = 0;
         t->passes++;
@@ -145,44 +140,77 @@ static void probe_target(struct um__health *h, struct target *t)
     um_metrics_server_probe_out(t->slot, t->out);
 }
 
+/* t's probe ended with rc: its verdict, unless the prober was told to stop or superseded
+ * by a newer one meanwhile (a cut-short transfer is not the server's failure). */
+static void probe_done(struct um__health *h, struct target *t, CURLcode rc)
+{
+    char why[CURL_ERROR_SIZE + 32];
+    long status = 0;
+    bool ok = false;
+    if (rc == CURLE_OK) {
+        curl_easy_getinfo(t->e, CURLINFO_RESPONSE_CODE, &status);
+        ok = status >= t->u->health_status_lo && status <= t->u->health_status_hi;
+        snprintf(why, sizeof why, "status %ld", status);
+    } else {
+        snprintf(why, sizeof why, "%s", t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc));
+    }
+    curl_multi_remove_handle(h->multi, t->e);
+    curl_easy_cleanup(t->e);
+    curl_slist_free_all(t->fields);
+    t->e = NULL;
+    t->fields = NULL;
+    if (atomic_load(&h->stop) || atomic_load(&current_gen) != h->gen) return;
+    probe_count(t, ok, why);
+}
+
+/* The probes' loop: starts each server's probe when it is due (a probe still running then
+ * skips that turn), so that a server that does not answer, whose probes last their whole
+ * timeout, does not delay the others'; waits in curl_multi_poll, which drop wakes. */
 static void *prober(void *arg)
 {
     struct um__health *h = arg;
-    pthread_mutex_lock(&h->lock);
+    int running = 0;
     while (!atomic_load(&h->stop)) {
         uint64_t now = mono_ms(), next = UINT64_MAX;
-        for (size_t i = 0; i < h->num_targets && !atomic_load(&h->stop); i++) {
+        bool current = atomic_load(&current_gen) == h->gen;
+        for (size_t i = 0; i < h->num_targets; i++) {
             struct target *t = &h->targets[i];
             if (t->due <= now) {
-                if (atomic_load(&current_gen) == h->gen) {
-                    pthread_mutex_unlock(&h->lock);
-                    probe_target(h, t);
-                    pthread_mutex_lock(&h->lock);
+                /* Superseded (a reload while our runtime lives on): keep time, probe
+                 * nothing. */
+                if (current && t->e == NULL) {
+                    if (probe_start(h, t))
+                        running++;
+                    else
+                        probe_count(t, false, "out of memory");
                 }
                 /* The next probe an interval after this one was due, not after it ended,
                  * so slow probes do not stretch the interval; never in the past. */
                 t->due += (uint64_t)(t->u->health_interval * 1000);
-                now = mono_ms();
                 if (t->due <= now) t->due = now + 1;
             }
             if (t->due < next) next = t->due;
         }
+        if (running > 0) {
+            curl_multi_perform(h->multi, &running);
+            CURLMsg *msg;
+            int left;
+            while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
+                if (msg->msg != CURLMSG_DONE) continue;
+                struct target *t = NULL;
+                curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+                probe_done(h, t, msg->data.result);
+            }
+        }
         if (atomic_load(&h->stop)) break;
         now = mono_ms();
-        if (next > now) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t wait = next - now;
-            ts.tv_sec += (time_t)(wait / 1000);
-            ts.tv_nsec += (long)(wait % 1000) * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&h->cond, &h->lock, &ts);
-        }
+        uint64_t wait = next > now ? next - now : 0;
+        if (wait > 1000) wait = 1000;
+        if (wait > 0) curl_multi_poll(h->multi, NULL, 0, (int)wait, NULL);
     }
-    pthread_mutex_unlock(&h->lock);
+    /* Probes cut short by the stop: end them without a verdict. */
+    for (size_t i = 0; i < h->num_targets; i++)
+        if (h->targets[i].e) probe_done(h, &h->targets[i], CURLE_ABORTED_BY_CALLBACK);
     return NULL;
 }
 
@@ -190,10 +218,8 @@ void um__health_drop(void *state)
 {
     struct um__health *h = state;
     if (h == NULL) return;
-    pthread_mutex_lock(&h->lock);
     atomic_store(&h->stop, true);
-    pthread_cond_signal(&h->cond);
-    pthread_mutex_unlock(&h->lock);
+    if (h->multi) curl_multi_wakeup(h->multi);
     if (h->started) pthread_join(h->thread, NULL);
     /* Dropped while it was the newest (a refused reload, or the end): the one before it,
      * still running after a refused reload, probes again. */
@@ -202,8 +228,7 @@ void um__health_drop(void *state)
     for (size_t i = 0; i < h->num_targets; i++)
         free(h->targets[i].url);
     free(h->targets);
-    pthread_cond_destroy(&h->cond);
-    pthread_mutex_destroy(&h->lock);
+    if (h->multi) curl_multi_cleanup(h->multi);
     free(h);
 }
 
@@ -237,16 +262,16 @@ void *um__health_make(const struct um_config *now, const struct um_config *was, 
             t->due = start;
         }
     }
-    pthread_mutex_init(&h->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cond, &ca);
-    pthread_condattr_destroy(&ca);
     h->prev_gen = atomic_load(&current_gen);
     h->gen = h->prev_gen + 1;
     atomic_store(&current_gen, h->gen);
     if (h->num_targets > 0) {
+        h->multi = curl_multi_init();
+        if (h->multi == NULL) {
+            snprintf(err, errlen, "upstreams: cannot set up the health checks (libcurl)");
+            um__health_drop(h);
+            return NULL;
+        }
         int rc = pthread_create(&h->thread, NULL, prober, h);
         if (rc != 0) {
             snprintf(err, errlen, "upstreams: cannot start the health check thread: %s",

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -182,6 +183,29 @@ routes = { { path = "/", upstream = "app" } }
             # One prober: about span/interval probes; one per worker would be 4 times that.
             self.assertGreaterEqual(n, expected * 0.5, "too few probes: %d" % n)
             self.assertLessEqual(n, expected * 1.5 + 1, "probed %d times in %gs" % (n, span))
+
+    def test_silent_server_does_not_delay_the_others_probes(self):
+        # C accepts connections (the kernel's backlog) and never answers: its probes last
+        # their whole timeout, while A's still come every interval.
+        with socket.socket() as c, Origin() as a:
+            c.bind(("127.0.0.1", 0))
+            c.listen(64)
+            c_url = "http://127.0.0.1:%d" % c.getsockname()[1]
+            with Umbra("""
+admin = { listen = "127.0.0.1:0" }
+upstreams = { app = { servers = { "%s", "%s" },
+                      health = { path = "/healthz", interval = %g, timeout = 1.5, fails = 1 } } }
+routes = { { path = "/", upstream = "app" } }
+""" % (a.url, c_url, INTERVAL), workers=1) as u:
+                self.assertTrue(wait_until(lambda: server_up(u, c_url) == 0, timeout=10),
+                                u.log())
+                self.assertIn("server %s is down (probe:" % c_url, u.log())
+                first = healthz(a)
+                time.sleep(3.0)
+                n = healthz(a) - first
+                # One after another, A would be probed once per C's timeout (2 in 3 s).
+                self.assertGreaterEqual(n, 3.0 / INTERVAL * 0.5, "A probed %d times in 3s" % n)
+                self.assertEqual(server_up(u, a.url), 1)
 
     def test_every_server_out_still_serves(self):
         # Both fail their probes: the panic rule still sends requests to one of them.
