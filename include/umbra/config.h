@@ -57,6 +57,15 @@ struct um_upstream_conf {
                                    servers at an IP address, libcurl for the others */
     int send_proxy;             /* send_proxy = "v1" / "v2": a PROXY protocol header of that
                                    version opens each connection to a server; 0: none */
+    /* health = { path, interval, timeout, fails, passes, status }: active health checks,
+     * GET health_path on every server each health_interval seconds from one thread of the
+     * process (src/upstream/health.c); health_path NULL: none. */
+    char *health_path;      /* "/..." (may carry a query) */
+    double health_interval; /* seconds between probes, default 2 */
+    double health_timeout;  /* seconds a probe may take, default 1 */
+    int health_fails;       /* failed probes in a row that take a server out; default 3 */
+    int health_passes;      /* passed probes in a row that bring it back; default 2 */
+    int health_status_lo, health_status_hi; /* the statuses that pass, default 200-399 */
     int line;                   /* line of the upstream in the config file */
 };
 

@@ -144,6 +144,14 @@ void um_metrics_server_label(int slot, const char **upstream, const char **url);
  * until (0: never taken out). Any thread. */
 void um_metrics_server_down_until(int slot, uint64_t until_ms);
 uint64_t um_metrics_server_down_until_get(int slot);
+/* Active health of a server slot: true while the upstream's probes keep it out (set by the
+ * prober thread, src/upstream/health.c; read by every worker's server choice). Kept across
+ * a reload, like the passive health above. Any thread. */
+void um_metrics_server_probe_out(int slot, bool out);
+bool um_metrics_server_probe_out_get(int slot);
+/* Whether the slot's server is in use at now (CLOCK_MONOTONIC ms): neither passive nor
+ * active health keeps it out. Any thread. */
+bool um_metrics_server_up(int slot, uint64_t now_ms);
 
 /* Reloads: attempts and failures (main thread). */
 extern atomic_uint_fast64_t um_metrics_reloads, um_metrics_reload_failures;

@@ -236,6 +236,7 @@ static void config_free(struct um_config *c)
         free(u->name);
         free(u->host);
         free(u->tls_ca);
+        free(u->health_path);
     }
     free(c->upstreams);
     for (size_t i = 0; i < c->num_mime; i++) {

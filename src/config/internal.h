@@ -54,6 +54,7 @@ extern const char *const um__cfg_listen_keys[];     /* listen.c: listen[N] */
 extern const char *const um__cfg_http2_keys[];      /* http2.c: http2 */
 extern const char *const um__cfg_upstream_keys[];   /* upstreams.c: upstreams.NAME */
 extern const char *const um__cfg_upstream_tls_keys[]; /* upstreams.c: upstreams.NAME.tls */
+extern const char *const um__cfg_upstream_health_keys[]; /* upstreams.c: upstreams.NAME.health */
 extern const char *const um__cfg_route_keys[];      /* routes.c: routes[N] */
 extern const char *const um__cfg_limit_keys[];      /* limits.c: limits */
 extern const char *const um__cfg_timeout_keys[];    /* limits.c: timeouts */

@@ -13,6 +13,7 @@ static const struct {
     {"listen[N]", um__cfg_listen_keys},
     {"upstreams.NAME", um__cfg_upstream_keys},
     {"upstreams.NAME.tls", um__cfg_upstream_tls_keys},
+    {"upstreams.NAME.health", um__cfg_upstream_health_keys},
     {"routes[N]", um__cfg_route_keys},
     {"limits", um__cfg_limit_keys},
     {"timeouts", um__cfg_timeout_keys},

@@ -16,9 +16,11 @@
 #define MAX_FAILS 100
 
 const char *const um__cfg_upstream_keys[] = {
-    "servers", "balance",   "connect_timeout", "timeout", "retries",    "host",
-    "tls",     "max_fails", "fail_timeout",    "client",  "send_proxy", NULL};
+    "servers",   "balance",      "connect_timeout", "timeout",    "retries", "host", "tls",
+    "max_fails", "fail_timeout", "client",          "send_proxy", "health",  NULL};
 const char *const um__cfg_upstream_tls_keys[] = {"verify", "ca", NULL};
+const char *const um__cfg_upstream_health_keys[] = {"path",   "interval", "timeout", "fails",
+                                                    "passes", "status",   NULL};
 /* In the order of enum um_balance. */
 static const char *const BALANCE_NAMES[] = {"round_robin", "least_conn", "hash", NULL};
 
@@ -221,6 +223,113 @@ static bool load_upstream_tls(struct um_settings_load *ld, lua_State *L, int idx
     return true;
 }
 
+/* status = "LO-HI" or a single status N, each from 100 to 599. */
+static bool parse_status_range(const char *s, int *lo, int *hi)
+{
+    int v[2] = {0, 0}, k = 0;
+    const char *p = s;
+    for (;;) {
+        int digits = 0;
+        for (; *p >= '0' && *p <= '9' && digits < 4; p++, digits++)
+            v[k] = v[k] * 10 + (*p - '0');
+        if (digits != 3 || v[k] < 100 || v[k] > 599) return false;
+        if (*p == '\0') break;
+        if (*p != '-' || k == 1) return false;
+        p++;
+        k++;
+    }
+    *lo = v[0];
+    *hi = k == 1 ? v[1] : v[0];
+    return *lo <= *hi;
+}
+
+/* health = { path = "/healthz", interval = 2, timeout = 1, fails = 3, passes = 2,
+ * status = "200-399" } of the upstream table at idx: active health checks. */
+static bool load_upstream_health(struct um_settings_load *ld, lua_State *L, int idx,
+                                 const char *upath, struct um_upstream_conf *u)
+{
+    char hpath[PATH_LEN], sub[PATH_LEN];
+    const char *s;
+    long long n;
+    um_settings_subpath(hpath, sizeof hpath, upath, "health");
+    int t = um_settings_get_field(L, idx, "health");
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return true;
+    }
+    if (t != LUA_TTABLE)
+        return um_settings_fail(ld, L, hpath,
+                                "%s: expected a table such as { path = \"/healthz\", interval = "
+                                "2 }, got %s",
+                                hpath, lua_typename(L, t));
+    int hidx = lua_gettop(L);
+    if (!um_settings_check_keys(ld, L, hidx, hpath, um__cfg_upstream_health_keys)) return false;
+    u->health_interval = 2;
+    u->health_timeout = 1;
+    u->health_fails = 3;
+    u->health_passes = 2;
+    u->health_status_lo = 200;
+    u->health_status_hi = 399;
+
+    um_settings_subpath(sub, sizeof sub, hpath, "path");
+    if (um_settings_get_field(L, hidx, "path") == LUA_TNIL)
+        return um_settings_fail(ld, L, sub, "%s: missing (the path to probe, e.g. \"/healthz\")",
+                                sub);
+    if (!um_settings_get_string(ld, L, -1, sub, "a path such as \"/healthz\"", &s)) return false;
+    if (s[0] != '/')
+        return um_settings_fail(ld, L, sub, "%s: bad path '%s' (expected one starting with '/')",
+                                sub, s);
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f || *p == '#')
+            return um_settings_fail(ld, L, sub,
+                                    "%s: bad path '%s' (ASCII without spaces, control "
+                                    "characters or '#')",
+                                    sub, s);
+    u->health_path = um_strndup(s, strlen(s));
+    lua_pop(L, 1);
+
+    static const char *const seconds[] = {"interval", "timeout"};
+    double *fields[] = {&u->health_interval, &u->health_timeout};
+    for (size_t i = 0; i < UM_NELEMS(fields); i++) {
+        um_settings_subpath(sub, sizeof sub, hpath, seconds[i]);
+        if (um_settings_get_field(L, hidx, seconds[i]) != LUA_TNIL &&
+            !um_settings_get_seconds(ld, L, -1, sub, fields[i]))
+            return false;
+        lua_pop(L, 1);
+    }
+    if (u->health_interval < 0.05)
+        return um_settings_fail(ld, L, hpath, "%s.interval: expected at least 0.05 seconds", hpath);
+
+    static const char *const counts[] = {"fails", "passes"};
+    int *cfields[] = {&u->health_fails, &u->health_passes};
+    for (size_t i = 0; i < UM_NELEMS(cfields); i++) {
+        um_settings_subpath(sub, sizeof sub, hpath, counts[i]);
+        if (um_settings_get_field(L, hidx, counts[i]) != LUA_TNIL) {
+            if (!um_settings_get_integer(L, -1, 1, MAX_FAILS, &n))
+                return um_settings_fail(ld, L, sub, "%s: expected an integer from 1 to %d", sub,
+                                        MAX_FAILS);
+            *cfields[i] = (int)n;
+        }
+        lua_pop(L, 1);
+    }
+
+    um_settings_subpath(sub, sizeof sub, hpath, "status");
+    if ((t = um_settings_get_field(L, hidx, "status")) != LUA_TNIL) {
+        char text[32];
+        if (t == LUA_TNUMBER)
+            snprintf(text, sizeof text, "%g", lua_tonumber(L, -1));
+        else
+            snprintf(text, sizeof text, "%s", t == LUA_TSTRING ? lua_tostring(L, -1) : "");
+        if (!parse_status_range(text, &u->health_status_lo, &u->health_status_hi))
+            return um_settings_fail(ld, L, sub,
+                                    "%s: expected a status or a range of statuses from 100 to "
+                                    "599, such as \"200-399\"",
+                                    sub);
+    }
+    lua_pop(L, 2);
+    return true;
+}
+
 /* The upstream at idx, whose name is already in u->name. */
 static bool load_upstream(struct um_settings_load *ld, lua_State *L, int idx, const char *upath,
                           struct um_upstream_conf *u)
@@ -332,7 +441,7 @@ static bool load_upstream(struct um_settings_load *ld, lua_State *L, int idx, co
     }
     lua_pop(L, 1);
 
-    return load_upstream_tls(ld, L, idx, upath, u);
+    return load_upstream_tls(ld, L, idx, upath, u) && load_upstream_health(ld, L, idx, upath, u);
 }
 
 static int cmp_upstream(const void *a, const void *b)

@@ -28,6 +28,7 @@ static char *server_upstreams[UM_METRICS_MAX_SERVERS];
 static char *server_urls[UM_METRICS_MAX_SERVERS];
 static atomic_int num_servers;
 static atomic_uint_fast64_t down_until[UM_METRICS_MAX_SERVERS];
+static atomic_bool probe_out[UM_METRICS_MAX_SERVERS];
 
 void um_metrics_init(int n)
 {
@@ -151,6 +152,24 @@ uint64_t um_metrics_server_down_until_get(int slot)
     if (slot < 0 || slot >= UM_METRICS_MAX_SERVERS)
         return 0;
     return atomic_load_explicit(&down_until[slot], memory_order_relaxed);
+}
+
+void um_metrics_server_probe_out(int slot, bool out)
+{
+    if (slot >= 0 && slot < UM_METRICS_MAX_SERVERS)
+        atomic_store_explicit(&probe_out[slot], out, memory_order_relaxed);
+}
+
+bool um_metrics_server_probe_out_get(int slot)
+{
+    if (slot < 0 || slot >= UM_METRICS_MAX_SERVERS) return false;
+    return atomic_load_explicit(&probe_out[slot], memory_order_relaxed);
+}
+
+bool um_metrics_server_up(int slot, uint64_t now_ms)
+{
+    return um_metrics_server_down_until_get(slot) <= now_ms &&
+           !um_metrics_server_probe_out_get(slot);
 }
 
 void um_metrics_upstream_done(int slot, uint64_t latency_ms, bool error)

@@ -206,12 +206,12 @@ void um__admin_render_metrics(struct um_server *s, struct um_buf *b)
         um_buf_printf(b, "} %llu\n", (unsigned long long)cum);
     }
     help(b, "umbra_upstream_server_up", "gauge",
-         "1 when the server is in use, 0 while passive health checks keep it out.");
+         "1 when the server is in use, 0 while passive or active health checks keep it out.");
     uint64_t now = mono_ms();
     for (int i = 0; i < nservers; i++) {
         um_buf_append(b, "umbra_upstream_server_up{", 25);
         server_labels(b, i);
-        um_buf_printf(b, "} %d\n", um_metrics_server_down_until_get(i) <= now ? 1 : 0);
+        um_buf_printf(b, "} %d\n", um_metrics_server_up(i, now) ? 1 : 0);
     }
     one(b, "umbra_http2_connections_total", "counter", "Client connections that spoke HTTP/2.",
         t->h2_conns);
@@ -327,7 +327,7 @@ void um__admin_render_json(struct um_server *s, const struct um_config *cfg, str
         for (int k = 0; k <= UM_METRICS_LATENCY_BUCKETS; k++)
             n += t->up_latency[i][k];
         um_buf_printf(b, "\",\"up\":%s,\"requests\":%llu,\"errors\":%llu,\"avg_ms\":%.1f}",
-                      um_metrics_server_down_until_get(i) <= now ? "true" : "false",
+                      um_metrics_server_up(i, now) ? "true" : "false",
                       (unsigned long long)t->up_requests[i], (unsigned long long)t->up_errors[i],
                       n ? (double)t->up_latency_sum[i] / (double)n : 0.0);
     }

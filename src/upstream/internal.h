@@ -104,6 +104,12 @@ struct um_up_transport {
     void (*global_cleanup)(void);
 };
 
+/* The upstream module's state for a configuration (umbra/module.h make/drop): the thread
+ * that probes the servers of the upstreams with health = {...} (health.c). Main thread. */
+void *um__health_make(const struct um_config *now, const struct um_config *was, void *was_state,
+                      int workers, char *err, size_t errlen);
+void um__health_drop(void *state);
+
 extern const struct um_up_transport um__up_curl; /* curl.c */
 extern const struct um_up_transport um__up_h1;   /* h1.c */
 

@@ -43,17 +43,25 @@
 const struct um_module um_upstream_module = {
     .name = "upstream",
     .slots = (struct um_context_slot *const[]){&um__curl_slot, &um__h1_slot, NULL},
+    /* The active health checks' prober thread (health.c), one per configuration. */
+    .make = um__health_make,
+    .drop = um__health_drop,
 };
 
 /* ---------------------------------------------------------------- servers */
 
+/* In use: neither passive health (down_until) nor the active probes (health.c, through
+ * the metrics slot the prober thread writes) keep it out. */
 static bool server_usable(struct upstream *up, int i, uint64_t now)
 {
-    return atomic_load_explicit(&up->servers[i].down_until, memory_order_relaxed) <= now;
+    return atomic_load_explicit(&up->servers[i].down_until, memory_order_relaxed) <= now &&
+           !um_metrics_server_probe_out_get(up->slots[i]);
 }
 
 /* Panic routing: of the servers x has not tried, the one whose time out ends first, or -1
- * when x has tried them all. Used only when every untried server is out. */
+ * when x has tried them all. Used only when every untried server is out. A server the
+ * probes keep out has no end to its time out: it comes after those passive health took
+ * out, and among such servers the first untried one is taken. */
 static int pick_panic(struct upstream *up, struct xfer *x)
 {
     int n = (int)up->conf->num_servers, best = -1;
@@ -61,7 +69,10 @@ static int pick_panic(struct upstream *up, struct xfer *x)
     for (int i = 0; i < n; i++) {
         if (i < 64 && (x->tried >> i) & 1)
             continue;
-        uint64_t until = atomic_load_explicit(&up->servers[i].down_until, memory_order_relaxed);
+        uint64_t until =
+            um_metrics_server_probe_out_get(up->slots[i])
+                ? UINT64_MAX
+                : atomic_load_explicit(&up->servers[i].down_until, memory_order_relaxed);
         if (best < 0 || until < best_until) {
             best = i;
             best_until = until;

@@ -247,6 +247,7 @@ static struct {
     char host[64]; /* as printed in "listening on HOST:PORT" */
     int threads;
     const char *cert, *key, *record;
+    const char *fail_file; /* --fail-file PATH: /healthz answers 503 while PATH exists */
 } opt = {.threads = 1};
 
 static SSL_CTX *ssl_ctx;   /* NULL: plain HTTP */
@@ -306,6 +307,7 @@ struct conn {
     SSL *ssl;
     bool handshaking, tls_want_read, tls_want_write;
     bool closed;
+    bool healthz; /* the request is for /healthz (--fail-file) */
     enum cstate state;
     uint32_t events;          /* the epoll interest registered now */
     struct conn *prev, *next; /* the worker's live connections */
@@ -852,6 +854,9 @@ static void start_response(struct conn *c)
         return;
     }
     int status = p->status;
+    /* --fail-file PATH: a test turns this origin's health check answers to 503 by
+     * creating the file (one file per origin, while servers share the probe's path). */
+    if (opt.fail_file && c->healthz && access(opt.fail_file, F_OK) == 0) status = 503;
     bool bodyless = status < 200 || status == 204 || status == 304;
     const char *ct = "text/plain";
     char etag[64] = "";
@@ -1151,6 +1156,7 @@ static void handle_request(struct conn *c)
         respond_simple(c, 200, text, (size_t)n, false);
         return;
     }
+    c->healthz = path_is(target, tlen, "/healthz");
     c->count = atomic_fetch_add_explicit(&n_requests, 1, memory_order_relaxed) + 1;
     c->active = true;
     atomic_fetch_add_explicit(&n_active, 1, memory_order_relaxed);
@@ -1525,6 +1531,7 @@ static int listen_socket(unsigned want_port, bool reuseport)
 static void usage(FILE *f)
 {
     fputs("usage: umbra-test-origin [-l HOST:PORT] [-t THREADS] [--tls CERT KEY] [--record FILE]\n"
+          "                         [--fail-file PATH]\n"
           "\n"
           "Listens on HOST:PORT (default 127.0.0.1:0, an ephemeral port), prints\n"
           "\"listening on HOST:PORT\" once ready, stops on SIGTERM or SIGINT.\n"
@@ -1554,6 +1561,7 @@ static void usage(FILE *f)
           "  posbody=1       with size=N: 16-byte records \"<v><14 hex: record number>\\n\"\n"
           "                  (v: the version letter, 'a' or the ETag's first character)\n"
           "  etagfile=PATH   ETag: the first line of PATH, read for each request\n"
+
           "  close=1         Connection: close, then close\n"
           "Paths:\n"
           "  /echo[/...]     body = the request head as received + the request body\n"
@@ -1561,6 +1569,8 @@ static void usage(FILE *f)
           "                  X-Echo-Head-Length, X-Echo-Body-Length, X-Echo-Body-Sha256\n"
           "  /__count        requests received so far (not counted itself)\n"
           "  /__stats        requests, accepted, open, active and aborted counters\n"
+          "  /healthz[?...]  with --fail-file PATH: status 503 while PATH exists (checked\n"
+          "                  for each request); else like any path\n"
           "Every response carries X-Origin-Port and X-Origin-Count. --record FILE appends\n"
           "\"METHOD TARGET BODY-LENGTH\" for each request received (then \" range=VALUE\"\n"
           "when it had a Range).\n",
@@ -1630,6 +1640,8 @@ int main(int argc, char **argv)
             opt.key = argv[++i];
         } else if (strcmp(a, "--record") == 0 && i + 1 < argc) {
             opt.record = argv[++i];
+        } else if (strcmp(a, "--fail-file") == 0 && i + 1 < argc) {
+            opt.fail_file = argv[++i];
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;

@@ -959,6 +959,73 @@ static void test_upstream_index_resolution(void **state)
 
 #define ROUTE_APP "routes = { { path = '/', upstream = 'app' } }\n"
 
+static void test_upstream_health(void **state)
+{
+    (void)state;
+    /* Without health: no probes. */
+    struct um_config *c = load_ok("upstreams = { app = { servers = 'http://a' } }\n" ROUTE_APP);
+    assert_null(c->upstreams[0].health_path);
+    um_config_unref(c);
+    /* The defaults. */
+    c = load_ok("upstreams = { app = { servers = 'http://a', health = { path = '/hz?x=1' } } "
+                "}\n" ROUTE_APP);
+    const struct um_upstream_conf *u = &c->upstreams[0];
+    assert_string_equal(u->health_path, "/hz?x=1");
+    assert_true(u->health_interval == 2);
+    assert_true(u->health_timeout == 1);
+    assert_int_equal(u->health_fails, 3);
+    assert_int_equal(u->health_passes, 2);
+    assert_int_equal(u->health_status_lo, 200);
+    assert_int_equal(u->health_status_hi, 399);
+    um_config_unref(c);
+    /* Every key; a single status. */
+    c = load_ok(
+        "upstreams = { app = { servers = 'http://a', health = { path = '/h',\n"
+        "  interval = 0.5, timeout = 0.25, fails = 1, passes = 5, status = 204 } } }\n" ROUTE_APP);
+    u = &c->upstreams[0];
+    assert_true(u->health_interval == 0.5);
+    assert_true(u->health_timeout == 0.25);
+    assert_int_equal(u->health_fails, 1);
+    assert_int_equal(u->health_passes, 5);
+    assert_int_equal(u->health_status_lo, 204);
+    assert_int_equal(u->health_status_hi, 204);
+    um_config_unref(c);
+
+    expect_error(
+        "upstreams = { app = { servers = 'http://a',\n health = { interval = 2 } } }\n" ROUTE_APP,
+        2, "upstreams.app.health.path: missing");
+    expect_error(
+        "upstreams = { app = { servers = 'http://a',\n health = { path = 'h' } } }\n" ROUTE_APP, 2,
+        "upstreams.app.health.path: bad path 'h'");
+    expect_error(
+        "upstreams = { app = { servers = 'http://a',\n health = { path = '/a b' } } }\n" ROUTE_APP,
+        2, "upstreams.app.health.path: bad path");
+    expect_error("upstreams = { app = { servers = 'http://a',\n health = { path = '/h',\n"
+                 " passes = 101 } } }\n" ROUTE_APP,
+                 3, "upstreams.app.health.passes: expected an integer from 1 to 100");
+    expect_error("upstreams = { app = { servers = 'http://a',\n health = { path = '/h',\n"
+                 " interval = 0 } } }\n" ROUTE_APP,
+                 3, "upstreams.app.health.interval");
+    expect_error("upstreams = { app = { servers = 'http://a',\n health = { path = '/h',\n"
+                 " interval = 0.01 } } }\n" ROUTE_APP,
+                 2, "upstreams.app.health.interval: expected at least 0.05 seconds");
+    static const char *const bad_status[] = {"'399-200'", "'2xx'",         "'200-'", "99",
+                                             "'600'",     "'200-300-400'", "true"};
+    char text[256];
+    for (size_t i = 0; i < UM_NELEMS(bad_status); i++) {
+        snprintf(text, sizeof text,
+                 "upstreams = { app = { servers = 'http://a',\n health = { path = '/h',\n"
+                 " status = %s } } }\n" ROUTE_APP,
+                 bad_status[i]);
+        expect_error(text, 3, "upstreams.app.health.status: expected a status or a range");
+    }
+    expect_error("upstreams = { app = { servers = 'http://a',\n health = { path = '/h', "
+                 "every = 1 } } }\n" ROUTE_APP,
+                 2, "upstreams.app.health: unknown key 'every'");
+    expect_error("upstreams = { app = { servers = 'http://a',\n health = true } }\n" ROUTE_APP, 2,
+                 "upstreams.app.health: expected a table");
+}
+
 static void test_err_upstream_unknown_in_route(void **state)
 {
     expect_error("upstreams = {\n"
@@ -1191,7 +1258,7 @@ static void test_err_upstream_unknown_key(void **state)
                  4,
                  "upstreams.app: unknown key 'retry' (expected one of: servers, balance, "
                  "connect_timeout, timeout, retries, host, tls, max_fails, fail_timeout, "
-                 "client, send_proxy");
+                 "client, send_proxy, health)");
     expect_error("upstreams = {\n"
                  "  app = {\n"
                  "    servers = 'https://a',\n"
@@ -2135,6 +2202,7 @@ int main(void)
         cmocka_unit_test(test_err_endless_loop),
         cmocka_unit_test(test_upstream_full),
         cmocka_unit_test(test_upstream_defaults),
+        cmocka_unit_test(test_upstream_health),
         cmocka_unit_test(test_upstream_url_normalisation),
         cmocka_unit_test(test_upstream_index_resolution),
         cmocka_unit_test(test_err_upstream_unknown_in_route),
