@@ -102,6 +102,10 @@ static bool probe_start(struct um__health *h, struct target *t)
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, u->tls_verify ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, u->tls_verify ? 2L : 0L);
     if (u->tls_ca) curl_easy_setopt(e, CURLOPT_CAINFO, u->tls_ca);
+    /* A server that takes a PROXY header (send_proxy) refuses a connection without one:
+     * the probe sends libcurl's (version 1, naming the prober's own address), which a
+     * receiver of either version reads. */
+    if (u->send_proxy) curl_easy_setopt(e, CURLOPT_HAPROXYPROTOCOL, 1L);
     if (u->host) {
         char hostf[300];
         snprintf(hostf, sizeof hostf, "Host: %s", u->host);

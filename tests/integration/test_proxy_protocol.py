@@ -251,7 +251,10 @@ listen = { { "127.0.0.1:0", proxy_protocol = true } }
 workers = 2
 upstreams = { one = { servers = { "http://127.0.0.1:%d" }, send_proxy = "v1" },
               two = { servers = { "http://127.0.0.1:%d" }, send_proxy = "v2" },
-              none = { servers = { "http://127.0.0.1:%d" } } }
+              none = { servers = { "http://127.0.0.1:%d" } },
+              probed = { servers = { "http://127.0.0.1:%d" }, send_proxy = "v2",
+                         health = { path = "/", interval = 0.1, fails = 1 } } }
+admin = { listen = "127.0.0.1:0" }
 routes = { { path = "/v1/", upstream = "one", cache = false },
            { path = "/v2/", upstream = "two", cache = false },
            { path = "/none/", upstream = "none", cache = false } }
@@ -267,7 +270,7 @@ class SendProxyTest(unittest.TestCase):
         cls.back = Umbra(BACK, raw=True).__enter__()
         cls.addClassCleanup(cls.back.__exit__, None, None, None)
         p = cls.back.port
-        cls.front = Umbra(FRONT % (p, p, p), raw=True).__enter__()
+        cls.front = Umbra(FRONT % (p, p, p, p), raw=True).__enter__()
         cls.addClassCleanup(cls.front.__exit__, None, None, None)
 
     def through(self, version, client, port):
@@ -292,6 +295,16 @@ class SendProxyTest(unittest.TestCase):
         for i in range(6):
             ip = "198.51.100.%d" % (i + 1)
             self.assertEqual(self.through("v2", ip, 5000 + i), "%s %d" % (ip, 5000 + i))
+
+    def test_health_probes_send_the_header(self):
+        # The back refuses a connection without a header: a probe without one would take
+        # the server out (fails = 1), and a probe that sends one keeps it up.
+        time.sleep(0.6)
+        _, _, body = http_get(admin_port(self.front), "/metrics")
+        up = metric(parse_metrics(body.decode()), "umbra_upstream_server_up", upstream="probed",
+                    server="http://127.0.0.1:%d" % self.back.port)
+        self.assertEqual(up, 1, body.decode()[-2000:])
+        self.assertNotIn("is down", self.front.log())
 
     def test_without_send_proxy_the_back_refuses(self):
         out, _ = talk(self.front.port, b"PROXY TCP4 203.0.113.5 10.0.0.1 1 80\r\n"
