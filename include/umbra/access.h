@@ -11,7 +11,7 @@
  * The server asks um_access_check before any hook or origin sees the request. Basic auth
  * verifies a password with libcrypt (bcrypt, SHA-crypt), which costs tens of milliseconds:
  * never on a worker's loop. A password verified once is remembered in a process-wide
- * cache keyed by a keyed hash (HMAC-SHA-256 with a key drawn at start) of the user, the
+ * cache keyed by a keyed hash (two SipHash-2-4 with keys drawn at start) of the user, the
  * password and the file's hash of it, so that a request with the right password costs a
  * lookup; a miss goes to the verifier thread (um_access_verify), which posts the answer
  * back to the worker's loop.

@@ -5,16 +5,15 @@
  * Why a cache and a thread: bcrypt at the cost htpasswd -B uses (5) takes a few
  * milliseconds, at the costs operators pick (10 and up) tens of them; SHA-crypt's 5000
  * rounds about one. Run on a worker's loop it would stall every connection of the worker
- * for that long, per request. So a worker only looks up the cache: an entry is a keyed
- * SHA-256 (the key drawn at start and hashed first; the digests never leave the process,
- * so the prefix construction's length extension gives nobody anything) of the user, the
- * password and the file's hash for that user, put there by the verifier thread once it checked
+ * for that long, per request. So a worker only looks up the cache: an entry is a 128-bit
+ * tag, two SipHash-2-4 (a MAC; keys drawn at start, never leave the process) of the user,
+ * the password and the file's hash for that user, put there by the verifier thread once it checked
  * them. The hash is part of the key so that a reload with a changed file makes old entries miss
  * (they age out: the table is direct-mapped and bounded). Only verified passwords are
  * kept; a wrong one costs a verification each time, as with any server that hashes.
  *
  * Lock protocol: `cache_locks[slot % CACHE_LOCKS]` guards a stripe of the table, held for a
- * 32-byte compare or copy (two workers checking passwords rarely meet on one);
+ * 16-byte compare or copy (two workers checking passwords rarely meet on one);
  * `queue_lock` guards the job queue the verifier thread waits on. Neither is held while
  * hashing. */
 #include <crypt.h>
@@ -24,14 +23,13 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include <openssl/evp.h>
-
 #include "umbra/access.h"
 #include "umbra/config.h"
 #include "umbra/http1.h"
 #include "umbra/log.h"
 #include "umbra/module.h"
 #include "umbra/settings.h"
+#include "umbra/siphash.h"
 
 /* ---------------------------------------------------------------- the part */
 
@@ -176,40 +174,25 @@ bool um_access_crypt_check(const char *pass, const char *hash)
 /* ---------------------------------------------------------------- the cache */
 
 #define CACHE_SLOTS 4096 /* verified credentials remembered, at most */
-#define MAC_LEN 32
+#define MAC_LEN 16
 
 #define CACHE_LOCKS 64
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
-/* SHA-256 with the process's random key absorbed: each digest starts from a copy. Made
- * once, read only after. (OpenSSL 3's one-shot HMAC() fetches the digest and keys a new
- * context on every call: a few microseconds per request, measured by bench/traffic.sh.) */
-static EVP_MD *sha256;
-static EVP_MD_CTX *keyed;
-static pthread_key_t scratch_key; /* the calling thread's context, freed when it ends */
+/* Two independent SipHash-2-4 keys, drawn at start: a tag is both digests (128 bits). */
+static uint64_t mac_keys[2][2];
 static pthread_mutex_t cache_locks[CACHE_LOCKS];
 static unsigned char cache[CACHE_SLOTS][MAC_LEN]; /* all zero: empty */
 
-static void free_scratch(void *ctx)
-{
-    EVP_MD_CTX_free(ctx);
-}
-
 static void make_key(void)
 {
-    unsigned char key[32];
     size_t got = 0;
-    while (got < sizeof key) {
-        ssize_t r = getrandom(key + got, sizeof key - got, 0);
+    unsigned char *k = (unsigned char *)mac_keys;
+    while (got < sizeof mac_keys) {
+        ssize_t r = getrandom(k + got, sizeof mac_keys - got, 0);
         UM_ASSERT(r > 0);
         got += (size_t)r;
     }
-    sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
-    keyed = EVP_MD_CTX_new();
-    UM_ASSERT(sha256 && keyed && EVP_DigestInit_ex2(keyed, sha256, NULL) == 1 &&
-              EVP_DigestUpdate(keyed, key, sizeof key) == 1);
-    explicit_bzero(key, sizeof key);
-    UM_ASSERT(pthread_key_create(&scratch_key, free_scratch) == 0);
     for (size_t i = 0; i < CACHE_LOCKS; i++)
         pthread_mutex_init(&cache_locks[i], NULL);
 }
@@ -231,14 +214,8 @@ static void credentials_mac(const char *user, const char *pass, const char *hash
     n += pl;
     memcpy(msg + n, hash, hl);
     n += hl;
-    EVP_MD_CTX *scratch = pthread_getspecific(scratch_key);
-    if (scratch == NULL) {
-        scratch = EVP_MD_CTX_new();
-        UM_ASSERT(scratch && pthread_setspecific(scratch_key, scratch) == 0);
-    }
-    unsigned int ol = MAC_LEN;
-    UM_ASSERT(scratch && EVP_MD_CTX_copy_ex(scratch, keyed) == 1 &&
-              EVP_DigestUpdate(scratch, msg, n) == 1 && EVP_DigestFinal_ex(scratch, out, &ol) == 1);
+    uint64_t t[2] = {um_siphash24(mac_keys[0], msg, n), um_siphash24(mac_keys[1], msg, n)};
+    memcpy(out, t, MAC_LEN);
     explicit_bzero(msg, sizeof msg);
 }
 

@@ -26,6 +26,7 @@
  * (store_obj.c) and the cleaner's lock (store_clean.c) are taken with no other lock of
  * the store's held. */
 #include "store_internal.h"
+#include "umbra/siphash.h"
 #include "umbra/disktier.h"
 
 #include <endian.h>
@@ -40,70 +41,11 @@
 
 /* ---- Hashing -------------------------------------------------------------------------- */
 
-static uint64_t rotl(uint64_t x, int b)
-{
-    return (x << b) | (x >> (64 - b));
-}
-
-#define SIPROUND                                                                                   \
-    do {                                                                                           \
-        v0 += v1;                                                                                  \
-        v1 = rotl(v1, 13);                                                                         \
-        v1 ^= v0;                                                                                  \
-        v0 = rotl(v0, 32);                                                                         \
-        v2 += v3;                                                                                  \
-        v3 = rotl(v3, 16);                                                                         \
-        v3 ^= v2;                                                                                  \
-        v0 += v3;                                                                                  \
-        v3 = rotl(v3, 21);                                                                         \
-        v3 ^= v0;                                                                                  \
-        v2 += v1;                                                                                  \
-        v1 = rotl(v1, 17);                                                                         \
-        v1 ^= v2;                                                                                  \
-        v2 = rotl(v2, 32);                                                                         \
-    } while (0)
-
-/* One load (the compiler did not turn the byte loop into one), then little-endian. */
-static uint64_t load_le64(const unsigned char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return le64toh(v);
-}
-
-/* SipHash-1-3: fast enough for short keys, and keyed, so a client cannot aim many keys at
- * one chain. */
-static uint64_t siphash13(const uint64_t k[2], const void *data, size_t len)
-{
-    const unsigned char *in = data;
-    uint64_t v0 = 0x736f6d6570736575ULL ^ k[0], v1 = 0x646f72616e646f6dULL ^ k[1];
-    uint64_t v2 = 0x6c7967656e657261ULL ^ k[0], v3 = 0x7465646279746573ULL ^ k[1];
-    uint64_t b = (uint64_t)len << 56;
-    size_t full = len - len % 8;
-    for (size_t i = 0; i < full; i += 8) {
-        uint64_t m = load_le64(in + i);
-        v3 ^= m;
-        SIPROUND;
-        v0 ^= m;
-    }
-    if (len % 8 > 0) {
-        unsigned char tail[8] = {0};
-        memcpy(tail, in + full, len % 8);
-        b |= load_le64(tail);
-    }
-    v3 ^= b;
-    SIPROUND;
-    v0 ^= b;
-    v2 ^= 0xff;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    return v0 ^ v1 ^ v2 ^ v3;
-}
-
 static uint64_t key_hash(const struct um_cache *c, um_str key)
 {
-    return siphash13(c->sipkey, key.base, key.len);
+    /* SipHash-1-3: fast enough for short keys, and keyed, so a client cannot aim many
+     * keys at one chain. */
+    return um_siphash13(c->sipkey, key.base, key.len);
 }
 
 uint64_t um__store_key_hash(const struct um_cache *c, um_str key)
