@@ -55,6 +55,8 @@ struct um_access_headers {
 struct um_access_user {
     char *name;
     char *hash;
+    size_t name_len;
+    uint64_t tag_key[2][2]; /* the verified-password cache's keys for this hash (access.c) */
 };
 
 /* auth = { basic = "FILE", realm = "staff", pass_auth = false } */
@@ -103,6 +105,7 @@ struct um_access_job {
     bool ok;
     void *owner; /* the caller's */
     struct um_access_job *_next;
+    uint64_t tag_key[2][2]; /* the user's, for the cache's tag once verified */
     char user[256], pass[256], hash[256];
 };
 

@@ -76,6 +76,8 @@ static const char *refusal(const char *h, size_t len)
            "($2y$, htpasswd -B) and SHA-crypt ($5$, $6$) are taken";
 }
 
+static void derive_tag_keys(const char *hash, size_t hl, uint64_t out[2][2]);
+
 bool um_access_parse_htpasswd(const char *text, size_t len, struct um_access_user **users,
                               size_t *n, char *err, size_t errlen)
 {
@@ -138,6 +140,8 @@ bool um_access_parse_htpasswd(const char *text, size_t len, struct um_access_use
         }
         u[count].name = um_strndup(l, ul);
         u[count].hash = um_strndup(h, hl);
+        u[count].name_len = ul;
+        derive_tag_keys(u[count].hash, hl, u[count].tag_key);
         count++;
     }
     if (u == NULL) u = um_calloc(1, sizeof(*u));
@@ -196,26 +200,28 @@ static void make_key(void)
     }
 }
 
-static void credentials_mac(const char *user, const char *pass, const char *hash,
-                            unsigned char out[MAC_LEN])
+/* A user's tag keys: two SipHash-2-4 keys drawn from the process's two and the user's
+ * hash, so that a changed hash (the file edited) changes every tag of the user. */
+static void derive_tag_keys(const char *hash, size_t hl, uint64_t out[2][2])
 {
     pthread_once(&key_once, make_key);
-    /* Lengths first, so that no two (user, password, hash) give the same input. */
-    size_t ul = strlen(user), pl = strlen(pass), hl = strlen(hash);
-    unsigned char msg[3 * 4 + 3 * 256];
-    size_t n = 0;
-    uint32_t lens[3] = {(uint32_t)ul, (uint32_t)pl, (uint32_t)hl};
-    memcpy(msg, lens, sizeof lens);
-    n = sizeof lens;
-    memcpy(msg + n, user, ul);
-    n += ul;
-    memcpy(msg + n, pass, pl);
-    n += pl;
-    memcpy(msg + n, hash, hl);
-    n += hl;
-    uint64_t t[2] = {um_siphash24(mac_keys[0], msg, n), um_siphash24(mac_keys[1], msg, n)};
+    unsigned char msg[1 + 256];
+    UM_ASSERT(hl < sizeof msg);
+    memcpy(msg + 1, hash, hl);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            msg[0] = (unsigned char)j;
+            out[i][j] = um_siphash24(mac_keys[i], msg, 1 + hl);
+        }
+}
+
+/* The tag of the credentials "user:pass" (as Basic carries them; the user has no ':')
+ * under a user's keys. */
+static void credentials_tag(const uint64_t keys[2][2], const char *cred, size_t len,
+                            unsigned char out[MAC_LEN])
+{
+    uint64_t t[2] = {um_siphash24(keys[0], cred, len), um_siphash24(keys[1], cred, len)};
     memcpy(out, t, MAC_LEN);
-    explicit_bzero(msg, sizeof msg);
 }
 
 static size_t slot_of(const unsigned char mac[MAC_LEN])
@@ -265,9 +271,12 @@ static void *verifier(void *arg)
         pthread_mutex_unlock(&queue_lock);
         j->ok = um_access_crypt_check(j->pass, j->hash);
         if (j->ok) {
+            char cred[2 * 256];
+            int n = snprintf(cred, sizeof cred, "%s:%s", j->user, j->pass);
             unsigned char mac[MAC_LEN];
-            credentials_mac(j->user, j->pass, j->hash, mac);
+            credentials_tag(j->tag_key, cred, (size_t)n, mac);
             cache_put(mac);
+            explicit_bzero(cred, sizeof cred);
         }
         explicit_bzero(j->pass, sizeof j->pass);
         um_loop_post(j->loop, &j->task);
@@ -336,8 +345,10 @@ static bool b64_decode(um_str in, char *out, size_t cap, size_t *outlen)
     return true;
 }
 
-/* "Basic TOKEN" into user and pass (NUL-terminated); false when it is not one. */
-static bool parse_basic(um_str v, char *user, size_t ucap, char *pass, size_t pcap)
+/* "Basic TOKEN" decoded into cred ("user:pass", *len bytes, not NUL-terminated; the user
+ * its first *user_len); false when it is not one or a part is too long for a job. */
+#define CRED_MAX 512
+static bool parse_basic(um_str v, char cred[CRED_MAX], size_t *len, size_t *user_len)
 {
     size_t i = 0;
     if (v.len < 6 || !um_str_eq_ci((um_str){v.base, 5}, "basic") || v.base[5] != ' ') return false;
@@ -347,18 +358,17 @@ static bool parse_basic(um_str v, char *user, size_t ucap, char *pass, size_t pc
     size_t e = v.len;
     while (e > i && (v.base[e - 1] == ' ' || v.base[e - 1] == '\t'))
         e--;
-    char dec[512];
     size_t dl;
-    if (!b64_decode((um_str){v.base + i, e - i}, dec, sizeof dec, &dl)) return false;
-    const char *colon = memchr(dec, ':', dl);
-    if (colon == NULL || memchr(dec, '\0', dl) != NULL) return false;
-    size_t ul = (size_t)(colon - dec), pl = dl - ul - 1;
-    if (ul == 0 || ul >= ucap || pl >= pcap) return false;
-    memcpy(user, dec, ul);
-    user[ul] = '\0';
-    memcpy(pass, colon + 1, pl);
-    pass[pl] = '\0';
-    explicit_bzero(dec, sizeof dec);
+    if (!b64_decode((um_str){v.base + i, e - i}, cred, CRED_MAX, &dl)) return false;
+    const char *colon = memchr(cred, ':', dl);
+    size_t ul = colon ? (size_t)(colon - cred) : 0;
+    if (colon == NULL || memchr(cred, '\0', dl) != NULL || ul == 0 || ul >= 256 ||
+        dl - ul - 1 >= 256) {
+        explicit_bzero(cred, dl);
+        return false;
+    }
+    *len = dl;
+    *user_len = ul;
     return true;
 }
 
@@ -371,23 +381,29 @@ enum um_access_result um_access_check(const struct um_access_conf *a, const stru
         return UM_ACCESS_FORBIDDEN;
     if (a->auth == NULL) return UM_ACCESS_OK;
     const um_str *v = um_http1_find_header(req, "authorization");
-    if (v == NULL || !parse_basic(*v, job->user, sizeof job->user, job->pass, sizeof job->pass))
-        return UM_ACCESS_UNAUTHORIZED;
+    char cred[CRED_MAX];
+    size_t len, ul;
+    if (v == NULL || !parse_basic(*v, cred, &len, &ul)) return UM_ACCESS_UNAUTHORIZED;
     const struct um_access_user *u = NULL;
     for (size_t i = 0; i < a->auth->num_users && u == NULL; i++)
-        if (strcmp(a->auth->users[i].name, job->user) == 0) u = &a->auth->users[i];
-    if (u == NULL) {
-        explicit_bzero(job->pass, sizeof job->pass);
-        return UM_ACCESS_UNAUTHORIZED;
+        if (a->auth->users[i].name_len == ul && memcmp(a->auth->users[i].name, cred, ul) == 0)
+            u = &a->auth->users[i];
+    enum um_access_result r = UM_ACCESS_UNAUTHORIZED;
+    if (u != NULL) {
+        unsigned char mac[MAC_LEN];
+        credentials_tag(u->tag_key, cred, len, mac);
+        r = cache_has(mac) ? UM_ACCESS_OK : UM_ACCESS_VERIFY;
     }
-    snprintf(job->hash, sizeof job->hash, "%s", u->hash);
-    unsigned char mac[MAC_LEN];
-    credentials_mac(job->user, job->pass, job->hash, mac);
-    if (cache_has(mac)) {
-        explicit_bzero(job->pass, sizeof job->pass);
-        return UM_ACCESS_OK;
+    if (r == UM_ACCESS_VERIFY) {
+        memcpy(job->user, cred, ul);
+        job->user[ul] = '\0';
+        memcpy(job->pass, cred + ul + 1, len - ul - 1);
+        job->pass[len - ul - 1] = '\0';
+        memcpy(job->hash, u->hash, strlen(u->hash) + 1);
+        memcpy(job->tag_key, u->tag_key, sizeof job->tag_key);
     }
-    return UM_ACCESS_VERIFY;
+    explicit_bzero(cred, len);
+    return r;
 }
 
 /* ---------------------------------------------------------------- header rules */

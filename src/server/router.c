@@ -357,7 +357,9 @@ static bool rate_check(struct um__exchange *x, const struct um_route *route)
     um_str key;
     if (!um_limit_key_of(lc->route, &x->req, x->peer_ip, &key))
         return true;
-    double wait = um_limit_take(lc->route, key, um_limits_now());
+    /* The loop's time of this turn (CLOCK_MONOTONIC, as um_limits_now): no clock read per
+     * request; a bucket ignores a time behind the one it holds (another worker's turn). */
+    double wait = um_limit_take(lc->route, key, (double)um_loop_now(x->w->loop) / 1000.0);
     if (wait <= 0)
         return true;
     char v[24];

@@ -173,41 +173,98 @@ static void test_crypt_check(void **state)
 
 /* ---------------------------------------------------------------- Basic credentials */
 
+/* cred as parse_basic leaves it: "user:pass", the user's length in *ul. */
+static bool basic(const char *field, char *user, char *pass)
+{
+    char cred[CRED_MAX];
+    size_t len, ul;
+    if (!parse_basic((um_str){field, strlen(field)}, cred, &len, &ul)) return false;
+    snprintf(user, 256, "%.*s", (int)ul, cred);
+    snprintf(pass, 256, "%.*s", (int)(len - ul - 1), cred + ul + 1);
+    return true;
+}
+
 static void test_basic_parse(void **state)
 {
     (void)state;
     char u[256], p[256];
     /* "ann:pw:with:colons" */
-    assert_true(
-        parse_basic((um_str)UM_STR("Basic YW5uOnB3OndpdGg6Y29sb25z"), u, sizeof u, p, sizeof p));
+    assert_true(basic("Basic YW5uOnB3OndpdGg6Y29sb25z", u, p));
     assert_string_equal(u, "ann");
     assert_string_equal(p, "pw:with:colons");
-    assert_true(parse_basic((um_str)UM_STR("basic   YTpi"), u, sizeof u, p, sizeof p)); /* a:b */
+    assert_true(basic("basic   YTpi", u, p)); /* a:b */
     assert_string_equal(p, "b");
-    assert_true(parse_basic((um_str)UM_STR("Basic YTo="), u, sizeof u, p, sizeof p)); /* "a:" */
+    assert_true(basic("Basic YTo=", u, p)); /* "a:" */
     assert_string_equal(p, "");
-    assert_false(parse_basic((um_str)UM_STR("Bearer YTpi"), u, sizeof u, p, sizeof p));
-    assert_false(parse_basic((um_str)UM_STR("Basic"), u, sizeof u, p, sizeof p));
-    assert_false(parse_basic((um_str)UM_STR("Basic !!!!"), u, sizeof u, p, sizeof p));
-    assert_false(parse_basic((um_str)UM_STR("Basic YWJj"), u, sizeof u, p, sizeof p)); /* no ':' */
-    assert_false(parse_basic((um_str)UM_STR("Basic OmI="), u, sizeof u, p, sizeof p)); /* ":b" */
+    assert_false(basic("Bearer YTpi", u, p));
+    assert_false(basic("Basic", u, p));
+    assert_false(basic("Basic !!!!", u, p));
+    assert_false(basic("Basic YWJj", u, p)); /* no ':' */
+    assert_false(basic("Basic OmI=", u, p)); /* ":b" */
+}
+
+/* A user as the htpasswd reader makes it (tag keys drawn from the hash). */
+static struct um_access_user user_of(const char *name, const char *hash)
+{
+    struct um_access_user u = {
+        .name = (char *)name, .hash = (char *)hash, .name_len = strlen(name)};
+    derive_tag_keys(hash, strlen(hash), u.tag_key);
+    return u;
 }
 
 /* A verified password is found in the cache; the same password against another hash (a
- * changed file) is not. */
+ * changed file) is not, nor another split of the same bytes. */
 static void test_cache_keyed_by_hash(void **state)
 {
     (void)state;
-    unsigned char m1[MAC_LEN], m2[MAC_LEN], m3[MAC_LEN];
-    credentials_mac("ann", "pw", "$5$a$x", m1);
-    credentials_mac("ann", "pw", "$5$a$y", m2);
-    credentials_mac("annp", "w", "$5$a$x", m3);
+    struct um_access_user x = user_of("ann", "$5$a$x"), y = user_of("ann", "$5$a$y");
+    unsigned char m1[MAC_LEN], m2[MAC_LEN], m3[MAC_LEN], m4[MAC_LEN];
+    credentials_tag(x.tag_key, "ann:pw", 6, m1);
+    credentials_tag(y.tag_key, "ann:pw", 6, m2);
+    credentials_tag(x.tag_key, "ann:pW", 6, m3);
+    credentials_tag(x.tag_key, "ann:pw", 6, m4);
     assert_memory_not_equal(m1, m2, MAC_LEN);
     assert_memory_not_equal(m1, m3, MAC_LEN);
+    assert_memory_equal(m1, m4, MAC_LEN);
     assert_false(cache_has(m1));
     cache_put(m1);
     assert_true(cache_has(m1));
     assert_false(cache_has(m2));
+}
+
+/* The check: an unknown user and a wrong scheme get 401 without a job; a known user's
+ * password not yet verified fills the job with what the verifier needs; once its tag is
+ * in the cache the same request passes at once. */
+static void test_check_cached(void **state)
+{
+    (void)state;
+    struct um_access_user users[] = {user_of("bob", SHA256_PW), user_of("ann", SHA512_PW)};
+    struct um_access_auth auth = {.users = users, .num_users = 2};
+    struct um_access_conf a = {.auth = &auth};
+    static struct um_request req; /* large: not on the stack */
+    memset(&req, 0, sizeof req);
+    struct um_header *h = req.headers;
+    h[0] = (struct um_header){UM_STR("Authorization"), UM_STR("Basic YW5uOnB3")}; /* ann:pw */
+    req.num_headers = 1;
+    struct um_access_job job;
+    memset(&job, 0, sizeof job);
+    assert_int_equal(um_access_check(&a, &req, "127.0.0.1", &job), UM_ACCESS_VERIFY);
+    assert_string_equal(job.user, "ann");
+    assert_string_equal(job.pass, "pw");
+    assert_string_equal(job.hash, SHA512_PW);
+    assert_memory_equal(job.tag_key, users[1].tag_key, sizeof job.tag_key);
+    unsigned char m[MAC_LEN];
+    credentials_tag(users[1].tag_key, "ann:pw", 6, m);
+    cache_put(m);
+    memset(&job, 0, sizeof job);
+    assert_int_equal(um_access_check(&a, &req, "127.0.0.1", &job), UM_ACCESS_OK);
+    assert_string_equal(job.pass, "");
+    h[0].value = (um_str)UM_STR("Basic Ym9iOnB3"); /* bob:pw, another user's keys */
+    assert_int_equal(um_access_check(&a, &req, "127.0.0.1", &job), UM_ACCESS_VERIFY);
+    h[0].value = (um_str)UM_STR("Basic ZXZlOnB3"); /* eve:pw, no such user */
+    memset(&job, 0, sizeof job);
+    assert_int_equal(um_access_check(&a, &req, "127.0.0.1", &job), UM_ACCESS_UNAUTHORIZED);
+    assert_string_equal(job.user, "");
 }
 
 /* ---------------------------------------------------------------- header rules */
@@ -248,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_crypt_check),
         cmocka_unit_test(test_basic_parse),
         cmocka_unit_test(test_cache_keyed_by_hash),
+        cmocka_unit_test(test_check_cached),
         cmocka_unit_test(test_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
