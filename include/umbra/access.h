@@ -26,6 +26,7 @@
 
 #include "umbra/common.h"
 #include "umbra/loop.h"
+struct um_context; /* umbra/context.h */
 
 struct um_config;
 struct um_route;
@@ -116,12 +117,13 @@ struct um_access_job {
 enum um_access_result um_access_check(const struct um_access_conf *a, const struct um_request *req,
                                       const char *client_ip, struct um_access_job *job);
 
-/* Queues job to the verifier thread (started on the first call), which checks the
- * password, remembers it when right and posts job->task to job->loop. Returns false,
- * keeping nothing, when UM_ACCESS_QUEUE_MAX jobs wait already (the caller answers 503).
- * Any thread. */
+/* Queues job (job->loop: ctx's loop) to the verifier thread (started on the first call),
+ * which checks the password, remembers it when right and posts job->task to job->loop.
+ * Returns false, keeping nothing, when UM_ACCESS_QUEUE_MAX jobs wait already (the caller
+ * answers 503). When ctx's worker stops, its jobs are given back to their task.cb on that
+ * worker, ok false, before the stop returns (the verifier never posts to a freed loop). */
 #define UM_ACCESS_QUEUE_MAX 1024
-bool um_access_verify(struct um_access_job *job);
+bool um_access_verify(struct um_context *ctx, struct um_access_job *job);
 
 /* Applies a's request rules (the global ones, then the route's) to req's fields, and
  * takes the Authorization field off unless a route's auth has pass_auth. Values point

@@ -48,8 +48,9 @@ struct um_module {
      * fails the start or refuses the reload); was and was_state are the running
      * configuration and this module's state in it (NULL at start): make may return
      * was_state again, with a reference of its own, when now does not change it.
-     * workers is the number of workers that run. Returns the state, or NULL: none (err
-     * empty) or a failure ("FILE:LINE: message" in err). NULL make: no such state. */
+     * workers is the number of workers that run; 0 for `umbra -t` (um_modules_try), where
+     * nothing will serve with the state: make starts no thread then. Returns the state, or NULL:
+     * none (err empty) or a failure ("FILE:LINE: message" in err). NULL make: no such state. */
     void *(*make)(const struct um_config *now, const struct um_config *was, void *was_state,
                   int workers, char *err, size_t errlen);
     void (*drop)(void *state);

@@ -29,6 +29,7 @@
 
 #include "umbra/access.h"
 #include "umbra/config.h"
+#include "umbra/context.h"
 #include "umbra/http1.h"
 #include "umbra/log.h"
 #include "umbra/module.h"
@@ -254,8 +255,10 @@ static void cache_put(const unsigned char mac[MAC_LEN])
 static pthread_once_t thread_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t job_done = PTHREAD_COND_INITIALIZER; /* busy went back to NULL */
 static struct um_access_job *queue_head, **queue_tail = &queue_head;
 static size_t queue_len;
+static struct um_access_job *busy; /* the job being hashed, under queue_lock */
 
 static void *verifier(void *arg)
 {
@@ -268,6 +271,7 @@ static void *verifier(void *arg)
         queue_head = j->_next;
         queue_len--;
         if (queue_head == NULL) queue_tail = &queue_head;
+        busy = j;
         pthread_mutex_unlock(&queue_lock);
         j->ok = um_access_crypt_check(j->pass, j->hash);
         if (j->ok) {
@@ -279,7 +283,13 @@ static void *verifier(void *arg)
             explicit_bzero(cred, sizeof cred);
         }
         explicit_bzero(j->pass, sizeof j->pass);
+        /* Posted under the lock: a worker's stop (on_worker_stop) that waits for this job
+         * finds it posted, and withdraws it, before its loop is freed. */
+        pthread_mutex_lock(&queue_lock);
         um_loop_post(j->loop, &j->task);
+        busy = NULL;
+        pthread_cond_broadcast(&job_done);
+        pthread_mutex_unlock(&queue_lock);
     }
     return NULL;
 }
@@ -291,9 +301,59 @@ static void start_thread(void)
     pthread_detach(t);
 }
 
-bool um_access_verify(struct um_access_job *job)
+/* A worker that stops (its connections closed: every job's requester has left) takes
+ * its jobs back, so that the verifier never posts to a loop that is freed next: the
+ * queued ones, and the one being hashed once it is done. Each is given to its on_done,
+ * not passed, on this thread. */
+static void on_worker_stop(struct um_context *ctx, void *state)
+{
+    (void)state;
+    struct um_loop *l = ctx->loop;
+    struct um_access_job *mine = NULL, **tail = &mine, *waited = NULL;
+    pthread_mutex_lock(&queue_lock);
+    for (struct um_access_job **p = &queue_head; *p;) {
+        struct um_access_job *j = *p;
+        if (j->loop != l) {
+            p = &j->_next;
+            continue;
+        }
+        *p = j->_next;
+        queue_len--;
+        j->_next = NULL;
+        *tail = j;
+        tail = &j->_next;
+    }
+    queue_tail = &queue_head;
+    while (*queue_tail)
+        queue_tail = &(*queue_tail)->_next;
+    while (busy != NULL && busy->loop == l) {
+        waited = busy;
+        pthread_cond_wait(&job_done, &queue_lock);
+    }
+    pthread_mutex_unlock(&queue_lock);
+    if (waited) {
+        um_loop_unpost(l, &waited->task);
+        waited->ok = false;
+        waited->task.cb(&waited->task);
+    }
+    while (mine) {
+        struct um_access_job *j = mine;
+        mine = j->_next;
+        explicit_bzero(j->pass, sizeof j->pass);
+        j->ok = false;
+        j->task.cb(&j->task);
+    }
+}
+
+/* Marks the workers that queued a job (state: a non-NULL marker), for their stop. */
+static struct um_context_slot jobs_slot = {.name = "password checks queued",
+                                           .stop = on_worker_stop};
+
+bool um_access_verify(struct um_context *ctx, struct um_access_job *job)
 {
     pthread_once(&thread_once, start_thread);
+    if (um_context_get(ctx, &jobs_slot) == NULL) um_context_set(ctx, &jobs_slot, &jobs_slot);
+    UM_ASSERT(job->loop == ctx->loop);
     pthread_mutex_lock(&queue_lock);
     /* A flood of wrong passwords would otherwise queue without end, each costing a hash. */
     bool ok = queue_len < UM_ACCESS_QUEUE_MAX;
@@ -471,4 +531,5 @@ size_t um_access_response(const struct um_access_conf *a, const struct um_header
 const struct um_module um_access_module = {
     .name = "access",
     .settings = &um_access_settings,
+    .slots = (struct um_context_slot *const[]){&jobs_slot, NULL},
 };

@@ -51,7 +51,8 @@ static void *make_states(const struct um_config *now, const struct um_config *wa
                          int workers, char *err, size_t errlen)
 {
     (void)was, (void)was_state;
-    return um_hooks_create(now, workers, err, errlen);
+    /* A trial (workers 0) runs the file in one state: every worker's would run the same. */
+    return um_hooks_create(now, workers > 0 ? workers : 1, err, errlen);
 }
 
 static void drop_states(void *h)

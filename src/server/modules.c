@@ -68,7 +68,7 @@ bool um_modules_try(const struct um_config *c, char *err, size_t errlen)
     for (size_t m = 0; um_modules[m]; m++) {
         if (!um_modules[m]->make) continue;
         err[0] = '\0';
-        void *state = um_modules[m]->make(c, NULL, NULL, c->workers, err, errlen);
+        void *state = um_modules[m]->make(c, NULL, NULL, 0, err, errlen); /* a trial */
         if (state == NULL && err[0] != '\0') return false;
         if (state != NULL) um_modules[m]->drop(state);
     }

@@ -253,7 +253,7 @@ static void wait_fetch(struct um_origin *o, struct um_fetch *f, struct um_sink *
     UM_ASSERT(w != NULL);
     x->access_wait = NULL;
     sink->origin_data = w;
-    if (!um_access_verify(&w->job)) {
+    if (!um_access_verify(&x->w->ctx, &w->job)) {
         /* Said once per process: a flood would fill the log too. */
         static atomic_bool said;
         if (!atomic_exchange(&said, true))

@@ -239,7 +239,7 @@ void um__health_drop(void *state)
 void *um__health_make(const struct um_config *now, const struct um_config *was, void *was_state,
                       int workers, char *err, size_t errlen)
 {
-    (void)was, (void)was_state, (void)workers;
+    (void)was, (void)was_state;
     struct um__health *h = um_calloc(1, sizeof *h);
     size_t n = 0;
     for (size_t i = 0; i < now->num_upstreams; i++)
@@ -269,7 +269,7 @@ void *um__health_make(const struct um_config *now, const struct um_config *was, 
     h->prev_gen = atomic_load(&current_gen);
     h->gen = h->prev_gen + 1;
     atomic_store(&current_gen, h->gen);
-    if (h->num_targets > 0) {
+    if (h->num_targets > 0 && workers > 0) { /* workers 0: `umbra -t`, nothing probes */
         h->multi = curl_multi_init();
         if (h->multi == NULL) {
             snprintf(err, errlen, "upstreams: cannot set up the health checks (libcurl)");

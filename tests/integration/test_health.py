@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -260,6 +261,25 @@ routes = { { path = "/", upstream = "app", cache = false } }
                 for i in range(6):
                     self.assertEqual(fetch(u.port, req("/load-after%d" % i)).status, 200)
                 self.assertGreater(traffic(b), before, "B given no requests after reload")
+
+    def test_check_only_probes_nothing(self):
+        # `umbra -t` makes every module's state as a start would, but serves nothing: it
+        # must not start the prober: no server of the file is ever probed.
+        with Origin() as a:
+            path = os.path.join(self.dir, "check.lua")
+            with open(path, "w") as f:
+                f.write("""listen = { "127.0.0.1:9" }
+upstreams = { app = { servers = { "%s" },
+                      health = { path = "/healthz", interval = 0.05, timeout = 1 } } }
+routes = { { path = "/", upstream = "app" } }
+""" % a.url)
+            for _ in range(5):
+                p = subprocess.run([os.environ["UMBRA_BIN"], "-t", path], capture_output=True,
+                                   text=True, timeout=30)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn("configuration ok", p.stdout + p.stderr)
+            time.sleep(0.3)
+            self.assertEqual(healthz(a), 0, "umbra -t probed the servers")
 
     def test_config_error_names_the_line(self):
         cases = [

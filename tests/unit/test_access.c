@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include "../../src/access/access.c"
+#include "umbra/context.h"
 #include "umbra/http1.h"
+#include "umbra/loop.h"
 
 /* A netmask from text, as the loader makes it (family, bytes, prefix). */
 static struct um_netmask mask(const char *text)
@@ -267,6 +270,56 @@ static void test_check_cached(void **state)
     assert_string_equal(job.user, "");
 }
 
+/* ---------------------------------------------------------------- a worker's stop */
+
+static int jobs_back;
+static void job_back(struct um_task *t)
+{
+    struct um_access_job *j = um_container_of(t, struct um_access_job, task);
+    assert_false(j->ok);
+    jobs_back++;
+    free(j);
+}
+
+/* A worker that stops takes back its jobs (its requesters gone): the one being hashed,
+ * once done, and the queued ones, each given to its callback before the stop returns;
+ * nothing is left that the verifier could post to the loop freed next. */
+static void test_worker_stop_takes_jobs_back(void **state)
+{
+    (void)state;
+    /* bcrypt at cost 12: a few hundred milliseconds a check, long enough to stop during. */
+    char salt[64];
+    assert_non_null(crypt_gensalt_rn("$2b$", 12, NULL, 0, salt, sizeof salt));
+    struct crypt_data cd;
+    memset(&cd, 0, sizeof cd);
+    const char *hash = crypt_r("secret", salt, &cd);
+    assert_non_null(hash);
+    struct um_loop *l = um_loop_create();
+    struct um_context ctx;
+    um_context_init(&ctx, l, 0);
+    jobs_back = 0;
+    for (int i = 0; i < 3; i++) {
+        struct um_access_job *j = calloc(1, sizeof *j);
+        j->task.cb = job_back;
+        j->loop = l;
+        snprintf(j->user, sizeof j->user, "ann");
+        snprintf(j->pass, sizeof j->pass, "secret");
+        snprintf(j->hash, sizeof j->hash, "%s", hash);
+        assert_true(um_access_verify(&ctx, j));
+    }
+    struct timespec ts = {0, 30 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* the verifier takes the first */
+    um_context_stop(&ctx);
+    assert_int_equal(jobs_back, 3);
+    pthread_mutex_lock(&queue_lock);
+    assert_int_equal(queue_len, 0);
+    assert_null(queue_head);
+    assert_null(busy);
+    pthread_mutex_unlock(&queue_lock);
+    um_context_dispose(&ctx);
+    um_loop_destroy(l);
+}
+
 /* ---------------------------------------------------------------- header rules */
 
 static void test_rules(void **state)
@@ -306,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_basic_parse),
         cmocka_unit_test(test_cache_keyed_by_hash),
         cmocka_unit_test(test_check_cached),
+        cmocka_unit_test(test_worker_stop_takes_jobs_back),
         cmocka_unit_test(test_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
