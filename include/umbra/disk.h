@@ -102,6 +102,15 @@ int um_disk_read_cached(struct um_disk *d, struct um_disk_key key, um_disk_read_
 int um_disk_write(struct um_disk *d, struct um_disk_key key, um_str meta, const void *body,
                   size_t len);
 
+/* The same without the copy: a record built in place. um_disk_rec_alloc gives a buffer
+ * for meta_len bytes of metadata and body_len of body (NULL when no record can be that
+ * large); the caller writes the metadata at buf + *head and the body right after it, then
+ * hands buf to um_disk_write_rec, which takes it (freed when the write is dropped), or
+ * frees it with free(). Any thread. */
+char *um_disk_rec_alloc(size_t meta_len, size_t body_len, size_t *head);
+int um_disk_write_rec(struct um_disk *d, struct um_disk_key key, char *buf, size_t meta_len,
+                      size_t body_len);
+
 /* Forgets key at once (a queued write of it will not enter the index either) and queues
  * a tombstone so that a restart does not bring it back (a tombstone dropped or not synced
  * before a crash may let it come back). Returns whether key was in the index. */

@@ -34,6 +34,7 @@ static void df_free(struct disk_fetch *df)
     free(df->creq);
     free(df->vary);
     um_buf_dispose(&df->rec);
+    free(df->recmem);
     free(df);
 }
 
@@ -186,8 +187,18 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
     };
     um__disk_record_start(&df->rec, m, df->f.fill_key, h->headers, h->num_headers, &rm);
     df->body_start = df->rec.len;
-    if (h->content_length > 0)
-        um_buf_reserve(&df->rec, (size_t)h->content_length); /* one allocation for the body */
+    /* A known length: the record is built where it will be written from (the store takes
+     * the buffer, no copy); else the body is gathered and copied at the end. */
+    size_t head, ml = df->rec.len, cl = h->content_length > 0 ? (size_t)h->content_length : 0;
+    if (cl > 0 && (df->recmem = um_disk_rec_alloc(ml, cl, &head)) != NULL) {
+        struct um_buf meta = df->rec;
+        /* Room for one byte more (the buffer's NUL, in the checksum's place): a body
+         * longer than it said shows in rec.len, and is not stored. */
+        um_buf_init_fixed(&df->rec, df->recmem + head, ml + cl + 1);
+        um_buf_append(&df->rec, meta.base, ml);
+        um_buf_dispose(&meta);
+        df->rec_body = cl;
+    }
     return true;
 }
 
@@ -198,6 +209,8 @@ static void tee_add(struct disk_fetch *df, const char *data, size_t n)
     if (df->rec.len - df->body_start + n > df->d->t->max_object) {
         df->store = false;
         um_buf_dispose(&df->rec);
+        free(df->recmem);
+        df->recmem = NULL;
         return;
     }
     um_buf_append(&df->rec, data, n);
@@ -298,7 +311,14 @@ static void tee_on_end(struct um_sink *s, int err)
         um__disk_serve_pump(df);
         return;
     }
-    if (err == UM_OK && df->store) {
+    if (err == UM_OK && df->store && df->recmem) {
+        struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
+        if (df->rec.len == df->body_start + df->rec_body) {
+            um_disk_write_rec(st, df->key, df->recmem, df->body_start, df->rec_body);
+            df->recmem = NULL;
+            if (df->vary) write_marker(df);
+        }
+    } else if (err == UM_OK && df->store) {
         size_t meta_len = df->body_start;
         um_str meta = {df->rec.base, meta_len};
         struct um_disk *st = um__disk_tier_store(df->d->t, df->key);

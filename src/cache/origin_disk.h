@@ -54,6 +54,10 @@ struct disk_fetch {
     bool tee, store;
     struct um_buf rec; /* disk_meta, key, fields, then the body as it passes */
     size_t body_start;
+    /* With a known length: rec is fixed over recmem (um_disk_rec_alloc's, for rec_body
+     * bytes of body), handed to the store at the end; else NULL. */
+    char *recmem;
+    size_t rec_body;
     /* A stale record the fill went to the origin for: its metadata (old_meta, a copy; the
      * body is in body), kept to answer a 304 (revalidating: the conditional request was
      * sent) or to stand in for a failure (stale-if-error); serve_after: the record answers

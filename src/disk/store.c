@@ -319,23 +319,24 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-/* Copies the record, then reserves its place and queues it in one critical section. */
-static int submit(struct um_disk *d, struct um_disk_key key, um_str meta, const void *body,
-                  size_t blen, bool tomb)
+char *um_disk_rec_alloc(size_t meta_len, size_t body_len, size_t *head)
 {
-    uint64_t len = UM__DISK_REC_LEN(meta.len, blen);
-    uint64_t alen = round_up(len, BLOCK);
-    pthread_mutex_lock(&d->mu);
-    bool refuse = d->closing || meta.len > UINT32_MAX || blen > UINT32_MAX ||
-                  alen > UINT32_MAX || d->st.queue_bytes + alen > d->queue_max;
-    if (refuse)
-        d->st.drops++;
-    pthread_mutex_unlock(&d->mu);
-    if (refuse)
-        return UM_ERR;
-
+    uint64_t alen = round_up(UM__DISK_REC_LEN(meta_len, body_len), BLOCK);
+    if (alen > UINT32_MAX) return NULL;
     char *buf;
     UM_ASSERT(posix_memalign((void **)&buf, BLOCK, alen) == 0);
+    *head = sizeof(struct um__disk_rec);
+    return buf;
+}
+
+/* Queues buf (from um_disk_rec_alloc, meta and body in place; taken, freed when refused)
+ * as key's record: the header and the checksum's room filled, its place reserved and it
+ * queued in one critical section. */
+static int submit_rec(struct um_disk *d, struct um_disk_key key, char *buf, size_t meta_len,
+                      size_t blen, bool tomb)
+{
+    uint64_t len = UM__DISK_REC_LEN(meta_len, blen);
+    uint64_t alen = round_up(len, BLOCK);
     struct um__disk_rec *h = (struct um__disk_rec *)buf;
     memset(h, 0, sizeof(*h));
     h->magic = UM__DISK_REC_MAGIC;
@@ -344,13 +345,9 @@ static int submit(struct um_disk *d, struct um_disk_key key, um_str meta, const 
     h->store_id = d->store_id;
     h->key_hi = key.hi;
     h->key_lo = key.lo;
-    h->meta_len = (uint32_t)meta.len;
+    h->meta_len = (uint32_t)meta_len;
     h->body_len = (uint32_t)blen;
     h->written = (uint64_t)time(NULL);
-    if (meta.len)
-        memcpy(buf + sizeof(*h), meta.base, meta.len);
-    if (blen)
-        memcpy(buf + sizeof(*h) + meta.len, body, blen);
     memset(buf + len - 8, 0, alen - len + 8);
     struct wjob *j = um_calloc(1, sizeof(*j));
     j->buf = buf;
@@ -394,6 +391,32 @@ static int submit(struct um_disk *d, struct um_disk_key key, um_str meta, const 
         pthread_cond_signal(&d->wcond);
     pthread_mutex_unlock(&d->mu);
     return UM_OK;
+}
+
+int um_disk_write_rec(struct um_disk *d, struct um_disk_key key, char *rec, size_t meta_len,
+                      size_t body_len)
+{
+    return submit_rec(d, key, rec, meta_len, body_len, false);
+}
+
+/* Copies the record into a buffer of its own, then queues it (submit_rec). */
+static int submit(struct um_disk *d, struct um_disk_key key, um_str meta, const void *body,
+                  size_t blen, bool tomb)
+{
+    uint64_t alen = round_up(UM__DISK_REC_LEN(meta.len, blen), BLOCK);
+    pthread_mutex_lock(&d->mu);
+    /* Refused before the copy is made: a full queue costs no allocation. */
+    bool refuse = d->closing || meta.len > UINT32_MAX || blen > UINT32_MAX || alen > UINT32_MAX ||
+                  d->st.queue_bytes + alen > d->queue_max;
+    if (refuse) d->st.drops++;
+    pthread_mutex_unlock(&d->mu);
+    if (refuse) return UM_ERR;
+    size_t head;
+    char *buf = um_disk_rec_alloc(meta.len, blen, &head);
+    UM_ASSERT(buf != NULL);
+    if (meta.len) memcpy(buf + head, meta.base, meta.len);
+    if (blen) memcpy(buf + head + meta.len, body, blen);
+    return submit_rec(d, key, buf, meta.len, blen, tomb);
 }
 
 int um_disk_write(struct um_disk *d, struct um_disk_key key, um_str meta, const void *body,
