@@ -23,7 +23,8 @@
  * overwritten. The index keeps its entries in log order, so that is a pop from a list.
  *
  * Writes. um_disk_write copies the record into a block-aligned buffer on the caller's
- * thread, then, under the mutex, reserves its position and queues it for the one writer
+ * thread (um_disk_write_rec takes one the caller built the record in: a fill of known
+ * length is gathered there as it passes, no copy), then, under the mutex, reserves its position and queues it for the one writer
  * thread, in the same critical section, so the queue is in log order and the writer
  * writes the log front to back with no holes. The queue is bounded in bytes (opts
  * queue_max, at most a quarter of the span, so a pending write is never lapped): a write
