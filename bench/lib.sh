@@ -1300,7 +1300,7 @@ bench_machine() {
 # configs_md: for the end of the results file, the exact settings of the servers the
 # scenario ran (those it started are in its temp dir): nginx's nginx.conf, Umbra's
 # config.lua, Varnish's command line and the threads it had before measuring
-# (VARNISH_THREADS_SEEN, when the scenario set it).
+# (VARNISH_THREADS_SEEN, when the scenario set it), Traffic Server's config files.
 configs_md() {
     echo
     echo "## Settings of the servers"
@@ -1322,6 +1322,14 @@ configs_md() {
         cat "$BENCH_TMP/varnish/cmdline"
         echo '```'
         if [[ -n ${VARNISH_THREADS_SEEN:-} ]]; then echo; echo "$VARNISH_THREADS_SEEN"; fi
+    fi
+    if [[ -f $BENCH_TMP/ats/etc/records.config ]]; then
+        echo
+        echo "$(traffic_server -V 2>&1 | grep -m1 '^Traffic Server' | awk '{ print $1, $2, $3 }'), its records.config (the rest at its defaults), storage.config and remap.config:"
+        echo
+        echo '```'
+        cat "$BENCH_TMP/ats/etc/records.config" "$BENCH_TMP/ats/etc/storage.config" "$BENCH_TMP/ats/etc/remap.config"
+        echo '```'
     fi
     if [[ -f $BENCH_TMP/umbra/config.lua ]]; then
         echo
