@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # Scenario "disk": the disk tier (issue 28) beside nginx's proxy_cache, whose cache is a
-# folder of files on the same filesystem. Random hits over a working set DISK_SET_X times
-# Umbra's memory cap (cache.memory = DISK_MEMORY), warm on disk (every object fetched once
-# before the rounds, so the page cache holds the store and nginx's files alike):
+# folder of files on the same filesystem, and Apache Traffic Server (ats), whose disk cache
+# is one store file there, as large as Umbra's, below a RAM cache of Umbra's cache.memory.
+# Random hits over a working set DISK_SET_X times Umbra's memory cap (cache.memory =
+# DISK_MEMORY), warm on disk (every object fetched twice before the rounds, so the page
+# cache holds the stores and nginx's files alike):
 #   hit16k   wrk, each request a random one of DISK_OBJECTS objects of 16 KiB; req/s;
-#            target >= 1.3 x nginx.
+#            target >= 1.3 x nginx (Umbra/ATS shown, no target).
+#   hit1m    the same over 1 MiB objects; MB/s; target >= 1.0 x nginx.
 #   memhit   one hot 1 KiB object in memory: the Umbra with the disk beside an Umbra
 #            without one (umbra-nodisk), both given the working set first (their memories
 #            as full); target >= 0.97 (a disk costs memory hits nothing).
 #   miss     every request a new 16 KiB object (the origin asked each time): the Umbra with
 #            the disk (writing behind) beside umbra-nodisk; target >= 0.95.
 # Umbra: 2 workers, cache.memory DISK_MEMORY, cache.disk on BENCH_TMP; nginx: 2 workers,
-# proxy_cache_path on BENCH_TMP (levels 1:2, keys_zone 64m), proxy_cache_valid 200 1h. A
+# proxy_cache_path on BENCH_TMP (levels 1:2, keys_zone 64m), proxy_cache_valid 200 1h;
+# ATS: lib.sh's start_ats (2 event threads, storage.config a file on BENCH_TMP). A
 # round whose answers are wrong (status, size) or during which the origin was asked is
 # refused and repeated (lib.sh's round machinery); rounds alternate which server goes
 # first. See bench/README.md.
 set -euo pipefail
+# Every server of this scenario by default, unless SERVERS says otherwise.
+: "${SERVERS:=nginx ats umbra}"
+BENCH_KNOWN_SERVERS="nginx ats umbra"
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -23,6 +30,9 @@ SIZE=16384
 : "${DISK_MEMORY_MB:=32}"
 : "${DISK_SET_X:=8}"
 DISK_OBJECTS=$((DISK_MEMORY_MB * DISK_SET_X * 1024 * 1024 / SIZE))
+# The disk store of Umbra and of ATS: 3 x the working set of hit16k (hit1m's as large
+# again comes on top of it), room to spare for both.
+DISK_STORE_MB=$((DISK_MEMORY_MB * DISK_SET_X * 3))
 QUERY="size=$SIZE&cc=max-age%3D3600"
 TARGET_X=1.3
 
@@ -54,13 +64,19 @@ if bench_uses nginx; then
     PID[nginx]=$NGINX_PID
     MSRV+=(nginx)
 fi
+if bench_uses ats; then
+    start_ats "$ORIGIN_PORT" "$DISK_STORE_MB" "$DISK_MEMORY_MB"
+    PORT[ats]=$ATS_PORT
+    PID[ats]=$ATS_PID
+    MSRV+=(ats)
+fi
 mkdir -p "$BENCH_TMP/umbra-disk"
 ADMIN_PORT=$(free_port)
 start_umbra_with "upstreams = { app = { servers = { \"http://127.0.0.1:$ORIGIN_PORT\" } } }
 routes = { { path = \"/\", upstream = \"app\" } }
 admin = { listen = \"127.0.0.1:$ADMIN_PORT\" }
 cache = { memory = \"${DISK_MEMORY_MB}MB\", max_object = \"1MB\",
-          disk = { path = \"$BENCH_TMP/umbra-disk\", size = \"$((DISK_MEMORY_MB * DISK_SET_X * 3))MB\" } }"
+          disk = { path = \"$BENCH_TMP/umbra-disk\", size = \"${DISK_STORE_MB}MB\" } }"
 PORT[umbra]=$UMBRA_PORT
 PID[umbra]=$UMBRA_PID
 MSRV+=(umbra)
@@ -284,31 +300,39 @@ if bench_uses nginx; then
     x=$(ratio "${MR[umbra]}" "${MR[nginx]}")
     met=$(atleast "$x" "$TARGET_X" met "not met")
 fi
+# Umbra/ATS, shown beside Umbra/nginx (the targets are nginx's).
+xa=-
+xa1=-
+if bench_uses ats; then
+    xa=$(ratio "${MR[umbra]}" "${MR[ats]}")
+    xa1=$(ratio "${M1[umbra]}" "${M1[ats]}")
+fi
 
 md=$(results_md disk)
 {
-    echo "# disk: the disk tier beside nginx's proxy_cache"
+    echo "# disk: the disk tier beside nginx's proxy_cache and Traffic Server"
     echo
     bench_env_md
+    if bench_uses ats; then echo "- ats: $(traffic_server -V 2>&1 | grep -m1 '^Traffic Server' | awk '{ print $1, $2, $3 }') (Debian's trafficserver)"; fi
     echo "- working set: $DISK_OBJECTS objects of $SIZE bytes ($((DISK_MEMORY_MB * DISK_SET_X)) MB), $DISK_SET_X x Umbra's cache.memory (${DISK_MEMORY_MB}MB); every object fetched twice before the rounds (warm on disk, page cache warm)"
     echo "- hit1m: $N1M objects of $S1M bytes ($N1M MB, paths /b/N), $DISK_SET_X x cache.memory (${DISK_MEMORY_MB}MB), fetched twice before its rounds; MB/s = req/s x 1 MiB"
-    echo "- filesystem of both caches: $(df -T "$BENCH_TMP" | awk 'NR == 2 { print $2 }') ($BENCH_TMP)"
+    echo "- filesystem of the caches: $(df -T "$BENCH_TMP" | awk 'NR == 2 { print $2 }') ($BENCH_TMP)"
     echo "- each request a random object (wrk script); the origin asked during no round"
     echo
-    md_row case server median unit "Umbra/nginx" target met "per round" repeated
-    md_row --- --- ---: --- ---: --- --- --- ---
+    md_row case server median unit "Umbra/nginx" "Umbra/ATS" target met "per round" repeated
+    md_row --- --- ---: --- ---: ---: --- --- --- ---
     for s in "${MSRV[@]}"; do
         if [[ $s == umbra ]]; then
-            md_row hit16k "$s" "${MR[$s]}" req/s "$x" ">= $TARGET_X" "$met" "${RPS[hit16k,$s]% }" "$(repeated_md "hit16k,$s")"
+            md_row hit16k "$s" "${MR[$s]}" req/s "$x" "$xa" ">= $TARGET_X" "$met" "${RPS[hit16k,$s]% }" "$(repeated_md "hit16k,$s")"
         else
-            md_row hit16k "$s" "${MR[$s]}" req/s - - - "${RPS[hit16k,$s]% }" "$(repeated_md "hit16k,$s")"
+            md_row hit16k "$s" "${MR[$s]}" req/s - - - - "${RPS[hit16k,$s]% }" "$(repeated_md "hit16k,$s")"
         fi
     done
     for s in "${MSRV[@]}"; do
         if [[ $s == umbra ]]; then
-            md_row hit1m "$s" "${M1[$s]}" MB/s "$x1" ">= 1.0" "$met1" "${MBPS[hit1m,$s]% }" "$(repeated_md "hit1m,$s")"
+            md_row hit1m "$s" "${M1[$s]}" MB/s "$x1" "$xa1" ">= 1.0" "$met1" "${MBPS[hit1m,$s]% }" "$(repeated_md "hit1m,$s")"
         else
-            md_row hit1m "$s" "${M1[$s]}" MB/s - - - "${MBPS[hit1m,$s]% }" "$(repeated_md "hit1m,$s")"
+            md_row hit1m "$s" "${M1[$s]}" MB/s - - - - "${MBPS[hit1m,$s]% }" "$(repeated_md "hit1m,$s")"
         fi
     done
     echo
@@ -330,15 +354,23 @@ md=$(results_md disk)
     echo '```lua'
     cat "$BENCH_TMP/umbra/config.lua"
     echo '```'
+    if [[ -f $BENCH_TMP/ats/etc/records.config ]]; then
+        echo
+        echo "Traffic Server's records.config (the rest at its defaults), storage.config and remap.config:"
+        echo
+        echo '```'
+        cat "$BENCH_TMP/ats/etc/records.config" "$BENCH_TMP/ats/etc/storage.config" "$BENCH_TMP/ats/etc/remap.config"
+        echo '```'
+    fi
     echo
     repeats_md
 } >"$md"
-printf '\n%-8s %-6s %12s %8s %-7s %s\n' case server req/s ratio target met
+printf '\n%-8s %-6s %12s %8s %8s %-7s %s\n' case server req/s /nginx /ats target met
 for s in "${MSRV[@]}"; do
-    printf '%-8s %-6s %12s %8s %-7s %s\n' hit16k "$s" "${MR[$s]}" "$([[ $s == umbra ]] && echo "$x" || echo -)" ">= $TARGET_X" "$([[ $s == umbra ]] && echo "$met" || echo -)"
+    printf '%-8s %-6s %12s %8s %8s %-7s %s\n' hit16k "$s" "${MR[$s]}" "$([[ $s == umbra ]] && echo "$x" || echo -)" "$([[ $s == umbra ]] && echo "$xa" || echo -)" ">= $TARGET_X" "$([[ $s == umbra ]] && echo "$met" || echo -)"
 done
 for s in "${MSRV[@]}"; do
-    printf '%-8s %-6s %12s %8s %-7s %s\n' hit1m "$s" "${M1[$s]}MB/s" "$([[ $s == umbra ]] && echo "$x1" || echo -)" ">= 1.0" "$([[ $s == umbra ]] && echo "$met1" || echo -)"
+    printf '%-8s %-6s %12s %8s %8s %-7s %s\n' hit1m "$s" "${M1[$s]}MB/s" "$([[ $s == umbra ]] && echo "$x1" || echo -)" "$([[ $s == umbra ]] && echo "$xa1" || echo -)" ">= 1.0" "$([[ $s == umbra ]] && echo "$met1" || echo -)"
 done
 printf '%-8s %-12s %12s %8s %-7s %s\n' memhit umbra "${MH[umbra]}" "$xh" ">= 0.97" "$meth"
 printf '%-8s %-12s %12s %8s %-7s %s\n' miss umbra "${MM[umbra]}" "$xm" ">= 0.95" "$metm"

@@ -334,6 +334,8 @@ make_file() {
 #            connection idle that long, which no round leaves; its threads are sized from the
 #            round's connections (cache.sh: thread_pool_min/max);
 #   Apache   MaxKeepAliveRequests 0 (no limit), processes for twice the connections (cgi.sh);
+#   ATS      no limit of requests per HTTP/1.1 connection (ATS 9 has none); connections
+#            up to 10000 (as Umbra), keep-alive idle timeouts of an hour (start_ats);
 #   Umbra    no limit of requests per connection; limits.max_connections 10000 (5 x the
 #            largest round's; idle.sh and ws.sh raise it for theirs), timeouts.idle 60 s,
 #            http2.max_concurrent_streams (h2.sh, the same as nginx's);
@@ -508,6 +510,107 @@ varnish_threads() {
     }
     awk '$1 == "MAIN.pools" { p = $2 } $1 == "MAIN.threads" { t = $2 }
         END { printf "%s %s\n", (p == "" ? "-" : p), (t == "" ? "-" : t) }' <<<"$out"
+}
+
+# Apache Traffic Server (Debian's trafficserver, 9.2) as a caching reverse proxy, as its
+# users tune it for a disk cache beside a RAM cache. ATS_THREADS event threads (2, as
+# Umbra's and nginx's 2 workers; autoconfig off so that the count does not follow the
+# CPUs). Its limits out of any round's reach: HTTP/1.1 has no limit of requests per
+# connection in ATS 9; connections_throttle and max_connections_in 10000 (as Umbra's
+# limits.max_connections, 5 x the largest round's connections; its default 30000 is above
+# the descriptors it may open here, and it lowers it with a warning), max_requests_in 0 (no
+# limit of requests in flight), per_server.connection.max 0 (no limit of origin
+# connections); clients' and origin connections stay open ATS_KEEPALIVE_TIMEOUT idle (no
+# round leaves one idle that long).
+ATS_THREADS=2
+ATS_KEEPALIVE_TIMEOUT=3600
+
+# start_ats ORIGIN_PORT DISK_MB RAM_MB: traffic_server in the foreground (the PID recorded
+# is the server's own: no traffic_manager, no service) mapping every request to
+# 127.0.0.1:ORIGIN_PORT, with a disk cache of DISK_MB in one file of TMP/ats/cache (the
+# scenario's filesystem) and a RAM cache of RAM_MB above it. Nothing of the system's
+# /etc/trafficserver, /run or /var/log is used: a runroot (TMP/ats/runroot.yaml) puts its
+# config, runtime and log dirs in TMP/ats, the binaries and plugins where Debian installs
+# them. ATS refuses to serve as root: when the bench runs as root, it switches to the
+# package's user (trafficserver), which owns TMP/ats. Sets ATS_PORT and ATS_PID; its
+# records.config, storage.config and remap.config are in TMP/ats/etc (configs_md).
+start_ats() {
+    local origin=$1 disk_mb=$2 ram_mb=$3 dir=$BENCH_TMP/ats user libdir plugdir f
+    need traffic_server traffic_layout
+    mkdir -p "$dir/etc" "$dir/run" "$dir/log" "$dir/cache" "$dir/var"
+    ATS_PORT=$(free_port)
+    libdir=$(traffic_layout info 2>/dev/null | awk '$1 == "LIBDIR:" { print $2 }')
+    plugdir=$(traffic_layout info 2>/dev/null | awk '$1 == "PLUGINDIR:" { print $2 }')
+    [[ -n $libdir && -n $plugdir ]] || die "traffic_layout info names no LIBDIR or PLUGINDIR"
+    cat >"$dir/runroot.yaml" <<EOF
+prefix: $dir
+exec_prefix: $(dirname "$(dirname "$(command -v traffic_server)")")
+bindir: $(dirname "$(command -v traffic_server)")
+sbindir: $(dirname "$(command -v traffic_server)")
+sysconfdir: $dir/etc
+datadir: $dir/var
+includedir: $dir/var
+libdir: $libdir
+libexecdir: $plugdir
+localstatedir: $dir/var
+runtimedir: $dir/run
+logdir: $dir/log
+cachedir: $dir/cache
+EOF
+    user=
+    if ((EUID == 0)); then
+        user=trafficserver
+        id "$user" >/dev/null 2>&1 || user=nobody
+    fi
+    local asuser=
+    # ATS refuses to serve as root: as root, the bench runs it as the package user.
+    [[ -n $user ]] && asuser="CONFIG proxy.config.admin.user_id STRING $user"
+    cat >"$dir/etc/records.config" <<EOF
+# Only 127.0.0.1, on the port the bench chose.
+CONFIG proxy.config.http.server_ports STRING $ATS_PORT:ipv4:ip-in=127.0.0.1
+$asuser
+# $ATS_THREADS event threads, as Umbra and nginx have $ATS_THREADS workers (not one per CPU).
+CONFIG proxy.config.exec_thread.autoconfig INT 0
+CONFIG proxy.config.exec_thread.limit INT $ATS_THREADS
+# A reverse proxy: every request through remap.config (map / to the origin).
+CONFIG proxy.config.reverse_proxy.enabled INT 1
+CONFIG proxy.config.url_remap.remap_required INT 1
+# Cache, URLs with a query too (the origin takes size= and cc=), what has a max-age; the
+# port opens once the cache is up, and ATS exits if a store cannot be used.
+CONFIG proxy.config.http.cache.http INT 1
+CONFIG proxy.config.http.cache.cache_urls_that_look_dynamic INT 1
+CONFIG proxy.config.http.cache.required_headers INT 2
+CONFIG proxy.config.http.wait_for_cache INT 3
+# The RAM cache above the disk store: as large as Umbra cache.memory.
+CONFIG proxy.config.cache.ram_cache.size INT $((ram_mb * 1024 * 1024))
+# Keep-alive with clients and the origin, idle up to $ATS_KEEPALIVE_TIMEOUT s; no limit of
+# connections or requests in flight that a round could reach.
+CONFIG proxy.config.http.keep_alive_enabled_in INT 1
+CONFIG proxy.config.http.keep_alive_enabled_out INT 1
+CONFIG proxy.config.http.keep_alive_no_activity_timeout_in INT $ATS_KEEPALIVE_TIMEOUT
+CONFIG proxy.config.http.keep_alive_no_activity_timeout_out INT $ATS_KEEPALIVE_TIMEOUT
+CONFIG proxy.config.net.connections_throttle INT 10000
+CONFIG proxy.config.net.max_connections_in INT 10000
+CONFIG proxy.config.net.max_requests_in INT 0
+CONFIG proxy.config.http.per_server.connection.max INT 0
+# Errors only (nginx: access_log off), in the temp dir.
+CONFIG proxy.config.log.logging_enabled INT 1
+CONFIG proxy.config.log.logfile_dir STRING $dir/log
+EOF
+    echo "$dir/cache $((disk_mb))M" >"$dir/etc/storage.config"
+    echo "map / http://127.0.0.1:$origin/" >"$dir/etc/remap.config"
+    cat >"$dir/etc/ip_allow.yaml" <<EOF
+ip_allow:
+  - apply: in
+    ip_addrs: 127.0.0.1
+    action: allow
+    methods: ALL
+EOF
+    for f in plugin.config volume.config hosting.config cache.config parent.config ssl_multicert.config; do : >"$dir/etc/$f"; done
+    if [[ -n $user ]]; then chown -R "$user" "$dir"; fi
+    bench_start ats "$dir/traffic.out" traffic_server --run-root="$dir/runroot.yaml"
+    ATS_PID=$BENCH_LAST_PID
+    wait_port ats "$ATS_PID" "$ATS_PORT" "$dir/traffic.out"
 }
 
 # check_get NAME URL BYTES: the URL answers 200 with exactly BYTES of body, or die.
@@ -795,7 +898,7 @@ warn_repeats() {
 
 # req_cap SERVER: the requests per client connection that SERVER (a round's server name)
 # allows before it closes the connection, 0 for no limit: nginx's keepalive_requests (the
-# rows named nginx...); Umbra, Varnish and Apache (MaxKeepAliveRequests 0) have none.
+# rows named nginx...); Umbra, Varnish, ATS and Apache (MaxKeepAliveRequests 0) have none.
 req_cap() {
     case $1 in
     nginx*) echo "$NGINX_KEEPALIVE_REQUESTS" ;;
@@ -1197,7 +1300,7 @@ bench_machine() {
 # configs_md: for the end of the results file, the exact settings of the servers the
 # scenario ran (those it started are in its temp dir): nginx's nginx.conf, Umbra's
 # config.lua, Varnish's command line and the threads it had before measuring
-# (VARNISH_THREADS_SEEN, when the scenario set it).
+# (VARNISH_THREADS_SEEN, when the scenario set it), Traffic Server's config files.
 configs_md() {
     echo
     echo "## Settings of the servers"
@@ -1219,6 +1322,14 @@ configs_md() {
         cat "$BENCH_TMP/varnish/cmdline"
         echo '```'
         if [[ -n ${VARNISH_THREADS_SEEN:-} ]]; then echo; echo "$VARNISH_THREADS_SEEN"; fi
+    fi
+    if [[ -f $BENCH_TMP/ats/etc/records.config ]]; then
+        echo
+        echo "$(traffic_server -V 2>&1 | grep -m1 '^Traffic Server' | awk '{ print $1, $2, $3 }'), its records.config (the rest at its defaults), storage.config and remap.config:"
+        echo
+        echo '```'
+        cat "$BENCH_TMP/ats/etc/records.config" "$BENCH_TMP/ats/etc/storage.config" "$BENCH_TMP/ats/etc/remap.config"
+        echo '```'
     fi
     if [[ -f $BENCH_TMP/umbra/config.lua ]]; then
         echo
