@@ -32,13 +32,18 @@ static bool same_str(const char *a, const char *b)
 /* True when both tls tables describe the same certificates and options. */
 static bool same_tls(const struct um_tls_conf *a, const struct um_tls_conf *b)
 {
+    const struct um_tls_acme_conf *p = &a->acme, *q = &b->acme;
+    if (!same_str(p->directory, q->directory) || !same_str(p->email, q->email) ||
+        !same_str(p->storage, q->storage) || !same_str(p->ca_file, q->ca_file) ||
+        p->renew_before != q->renew_before || p->challenges != q->challenges)
+        return false;
     if (a->num_certs != b->num_certs || a->protocols != b->protocols ||
         a->default_cert != b->default_cert || !same_str(a->ciphers, b->ciphers) ||
         !same_str(a->ciphersuites, b->ciphersuites))
         return false;
     for (size_t i = 0; i < a->num_certs; i++) {
         const struct um_tls_cert_conf *x = &a->certs[i], *y = &b->certs[i];
-        if (x->num_hosts != y->num_hosts || !same_str(x->cert, y->cert) ||
+        if (x->num_hosts != y->num_hosts || x->acme != y->acme || !same_str(x->cert, y->cert) ||
             !same_str(x->key, y->key))
             return false;
         for (size_t j = 0; j < x->num_hosts; j++)

@@ -64,6 +64,7 @@
 #include "umbra/metrics.h"
 #include "umbra/module.h"
 #include "internal.h"
+#include "acme.h"
 
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
 int um__tls_ssl_index = -1; /* the store a connection holds */
@@ -343,6 +344,7 @@ static int cmp_host(const void *a, const void *b)
 
 static void store_free(struct um_tls *t)
 {
+    SSL_CTX_free(t->bare);
     for (size_t i = 0; i < t->num_entries; i++) {
         SSL_CTX_free(t->entries[i].ctx);
         free(t->entries[i].cert);
@@ -417,11 +419,27 @@ struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errl
             t->hosts[t->num_hosts].name = um_strndup(cc->hosts[j], strlen(cc->hosts[j]));
             t->hosts[t->num_hosts++].entry = i;
         }
+        e->acme = cc->acme;
+        if (e->acme && access(e->cert, F_OK) != 0) {
+            /* Nothing stored yet: the ACME client orders it, the watch loads it. */
+            um__tls_sig_of(e->cert, &e->cert_sig);
+            um__tls_sig_of(e->key, &e->key_sig);
+            um_log_warn("tls: no certificate yet for %s: ordering one from the CA (ACME); "
+                        "until it comes, %s", e->name,
+                        i == tc->default_cert ? "handshakes for its names fail"
+                                              : "its names get the default certificate");
+            continue;
+        }
         e->ctx = load_entry(t, e, msg, sizeof msg);
         if (e->ctx == NULL) {
             snprintf(err, errlen, "%s", msg);
             goto fail;
         }
+    }
+    t->bare = new_ctx(t->protocols, t->ciphers, t->ciphersuites, msg, sizeof msg);
+    if (t->bare == NULL) {
+        snprintf(err, errlen, "tls: %s", msg);
+        goto fail;
     }
     qsort(t->hosts, t->num_hosts, sizeof *t->hosts, cmp_host);
 
@@ -433,6 +451,7 @@ struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errl
     }
     clock_gettime(CLOCK_MONOTONIC, &t->tickets.started);
     um__tls_start_watching(t);
+    t->acme = um__acme_start(tc);
     return t;
 
 fail:
@@ -448,6 +467,8 @@ void um_tls_hold(struct um_tls *t)
 void um_tls_destroy(struct um_tls *t)
 {
     if (t == NULL || --t->owners > 0) return;
+    um__acme_stop(t->acme);
+    t->acme = NULL;
     um__tls_stop_watching(t);
     store_unref(t);
 }
@@ -480,6 +501,8 @@ int um__tls_reload(struct um_tls *t, bool only_changed, char *err, size_t errlen
         err[0] = '\0';
     for (size_t i = 0; i < t->num_entries; i++) {
         struct entry *e = &t->entries[i];
+        if (e->acme && access(e->cert, F_OK) != 0)
+            continue; /* not ordered yet: nothing to load */
         if (only_changed) {
             struct file_sig c, k;
             um__tls_sig_of(e->cert, &c);
@@ -506,6 +529,8 @@ SSL *um_tls_accept_new(struct um_tls *t, int fd)
 {
     pthread_mutex_lock(&t->lock);
     SSL_CTX *ctx = t->entries[t->default_entry].ctx;
+    if (ctx == NULL)
+        ctx = t->bare;
     SSL_CTX_up_ref(ctx);
     pthread_mutex_unlock(&t->lock);
     ERR_clear_error();
@@ -582,8 +607,17 @@ static int on_servername(SSL *ssl, int *alert, void *arg)
     size_t i = pick_entry(t, SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name));
     pthread_mutex_lock(&t->lock);
     SSL_CTX *ctx = t->entries[i].ctx;
-    SSL_CTX_up_ref(ctx);
+    if (ctx == NULL) /* an ACME entry without its first certificate */
+        ctx = t->entries[t->default_entry].ctx;
+    if (ctx != NULL)
+        SSL_CTX_up_ref(ctx);
     pthread_mutex_unlock(&t->lock);
+    if (ctx == NULL) {
+        um_log_debug("tls: no certificate for %s yet (ACME order pending) and none by "
+                     "default: handshake refused", t->entries[i].name);
+        *alert = SSL_AD_UNRECOGNIZED_NAME;
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    }
     if (SSL_get_SSL_CTX(ssl) != ctx)
         SSL_set_SSL_CTX(ssl, ctx);
     SSL_CTX_free(ctx);
