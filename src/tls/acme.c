@@ -21,11 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <openssl/x509.h>
 
 #include "umbra/log.h"
 #include "acme.h"
@@ -73,18 +75,60 @@ static void publish(struct um__acme *a, const char *token, const char *keyauth)
     pthread_rwlock_unlock(&a->tokens_lock);
 }
 
-static void unpublish(struct um__acme *a, const char *token)
+/* tls-alpn-01: the validation certificate for name (lower case), which the table owns. */
+static void publish_alpn(struct um__acme *a, const char *name, X509 *cert, EVP_PKEY *key)
+{
+    pthread_rwlock_wrlock(&a->tokens_lock);
+    a->tokens = um_realloc(a->tokens, (a->num_tokens + 1) * sizeof *a->tokens);
+    a->tokens[a->num_tokens++] = (struct um__acme_token){
+        .token = um_strndup(name, strlen(name)), .keyauth = NULL, .cert = cert, .key = key};
+    atomic_fetch_add(&a->num_alpn, 1);
+    pthread_rwlock_unlock(&a->tokens_lock);
+}
+
+static void token_free(struct um__acme_token *t)
+{
+    free(t->token);
+    free(t->keyauth);
+    X509_free(t->cert);
+    EVP_PKEY_free(t->key);
+}
+
+/* Takes back the http-01 token, or the tls-alpn-01 certificate of the name, token. */
+static void unpublish(struct um__acme *a, const char *token, bool alpn)
 {
     pthread_rwlock_wrlock(&a->tokens_lock);
     for (size_t i = 0; i < a->num_tokens; i++) {
-        if (strcmp(a->tokens[i].token, token) != 0)
+        if (strcmp(a->tokens[i].token, token) != 0 || (a->tokens[i].cert != NULL) != alpn)
             continue;
-        free(a->tokens[i].token);
-        free(a->tokens[i].keyauth);
+        token_free(&a->tokens[i]);
         a->tokens[i] = a->tokens[--a->num_tokens];
+        if (alpn)
+            atomic_fetch_sub(&a->num_alpn, 1);
         break;
     }
     pthread_rwlock_unlock(&a->tokens_lock);
+}
+
+bool um__acme_alpn_find(struct um__acme *a, const char *name, size_t n, X509 **cert,
+                        EVP_PKEY **key)
+{
+    bool found = false;
+    if (atomic_load_explicit(&a->num_alpn, memory_order_acquire) == 0)
+        return false;
+    pthread_rwlock_rdlock(&a->tokens_lock);
+    for (size_t i = 0; i < a->num_tokens && !found; i++) {
+        const struct um__acme_token *t = &a->tokens[i];
+        if (t->cert == NULL || strlen(t->token) != n || strncasecmp(t->token, name, n) != 0)
+            continue;
+        X509_up_ref(t->cert);
+        EVP_PKEY_up_ref(t->key);
+        *cert = t->cert;
+        *key = t->key;
+        found = true;
+    }
+    pthread_rwlock_unlock(&a->tokens_lock);
+    return found;
 }
 
 bool um__acme_answer(struct um__acme *a, um_str token, char *out, size_t len, size_t *n)
@@ -93,7 +137,8 @@ bool um__acme_answer(struct um__acme *a, um_str token, char *out, size_t len, si
     pthread_rwlock_rdlock(&a->tokens_lock);
     for (size_t i = 0; i < a->num_tokens && !found; i++) {
         const struct um__acme_token *t = &a->tokens[i];
-        if (strlen(t->token) != token.len || memcmp(t->token, token.base, token.len) != 0)
+        if (t->keyauth == NULL || strlen(t->token) != token.len ||
+            memcmp(t->token, token.base, token.len) != 0)
             continue;
         size_t kl = strlen(t->keyauth);
         if (kl <= len) {
@@ -205,8 +250,10 @@ static void challenge_error(const struct um__acme_resp *r, char *err, size_t err
     }
 }
 
-/* Finds the http-01 challenge of the authorization in r: its URL and token (malloc'd). */
-static bool find_http01(const struct um__acme_resp *r, char **url, char **token)
+/* Finds the challenge of type want of the authorization in r: its URL and token
+ * (malloc'd). */
+static bool find_challenge(const struct um__acme_resp *r, const char *want, char **url,
+                           char **token)
 {
     const char *cs, *items[16];
     size_t cn, lens[16];
@@ -215,7 +262,7 @@ static bool find_http01(const struct um__acme_resp *r, char **url, char **token)
     size_t n = um__acme_jarray(cs, cn, items, lens, 16);
     for (size_t i = 0; i < n; i++) {
         char *type = um__acme_jstr(items[i], lens[i], "type");
-        bool match = type != NULL && strcmp(type, "http-01") == 0;
+        bool match = type != NULL && strcmp(type, want) == 0;
         free(type);
         if (!match)
             continue;
@@ -247,14 +294,41 @@ static bool authorize(struct um__acme *a, const char *us, size_t un, char *err, 
         ok = true;
         goto out;
     }
-    if (!find_http01(&r, &curl, &token)) {
-        snprintf(err, errlen, "%s: the CA offers no http-01 challenge", url);
+    /* http-01 when it is allowed (it needs no handshake of ours), else tls-alpn-01. */
+    bool alpn = !((a->challenges & UM_TLS_ACME_HTTP01) &&
+                  find_challenge(&r, "http-01", &curl, &token));
+    if (alpn && !((a->challenges & UM_TLS_ACME_TLSALPN01) &&
+                  find_challenge(&r, "tls-alpn-01", &curl, &token))) {
+        snprintf(err, errlen, "%s: the CA offers none of the challenges of tls.acme.challenges",
+                 url);
         goto out;
     }
+    char *name = NULL;
+    const char *is;
+    size_t in;
+    if (um__acme_jspan(r.body.base, r.body.len, "identifier", &is, &in))
+        name = um__acme_jstr(is, in, "value");
+    if (name == NULL) {
+        snprintf(err, errlen, "%s: an authorization without its identifier", url);
+        goto out;
+    }
+    um_log_info("acme: %s: answering the %s challenge", name, alpn ? "tls-alpn-01" : "http-01");
     struct um_buf ka;
     um_buf_init(&ka);
     um_buf_printf(&ka, "%s.%s", token, a->thumbprint);
-    publish(a, token, ka.base);
+    if (!alpn) {
+        publish(a, token, ka.base);
+    } else {
+        X509 *vc;
+        EVP_PKEY *vk;
+        if (!um__acme_alpn_cert(name, ka.base, &vc, &vk)) {
+            snprintf(err, errlen, "%s: cannot make the tls-alpn-01 certificate", name);
+            um_buf_dispose(&ka);
+            free(name);
+            goto out;
+        }
+        publish_alpn(a, name, vc, vk);
+    }
     um_buf_dispose(&ka);
     if (um__acme_post(a, curl, "{}", &r, err, errlen)) {
         free(status);
@@ -264,7 +338,8 @@ static bool authorize(struct um__acme *a, const char *us, size_t un, char *err, 
         else if (status != NULL)
             challenge_error(&r, err, errlen);
     }
-    unpublish(a, token);
+    unpublish(a, alpn ? name : token, alpn);
+    free(name);
 out:
     free(url), free(status), free(curl), free(token);
     um__acme_resp_dispose(&r);
@@ -484,10 +559,8 @@ static void acme_free(struct um__acme *a)
         free(a->names[i].key);
     }
     free(a->names);
-    for (size_t i = 0; i < a->num_tokens; i++) {
-        free(a->tokens[i].token);
-        free(a->tokens[i].keyauth);
-    }
+    for (size_t i = 0; i < a->num_tokens; i++)
+        token_free(&a->tokens[i]);
     free(a->tokens);
     free(a->directory), free(a->email), free(a->storage), free(a->ca_file);
     if (a->curl != NULL)
@@ -534,9 +607,6 @@ struct um__acme *um__acme_start(const struct um_tls_conf *tc)
         e->cert = dup_or_null(cc->cert);
         e->key = dup_or_null(cc->key);
     }
-    if (!(a->challenges & UM_TLS_ACME_HTTP01))
-        um_log_warn("acme: only http-01 challenges are answered yet; tls.acme.challenges "
-                    "does not list it, so orders will fail");
     a->curl = curl_easy_init();
     if (a->curl == NULL || pthread_create(&a->thread, NULL, run, a) != 0) {
         um_log_err("acme: cannot start the ACME client (%s): certificates will not be ordered",

@@ -53,6 +53,13 @@ bool um__acme_key_pem(struct evp_pkey_st *key, struct um_buf *b);
  * PEM file path: false when it is missing or does not parse. */
 bool um__acme_cert_times(const char *path, double *not_before, double *not_after);
 
+/* The tls-alpn-01 validation certificate (RFC 8737 section 3) for name and the key
+ * authorization keyauth: self-signed, a new P-256 key, name as its only DNS SAN, and the
+ * critical acmeIdentifier extension holding SHA-256(keyauth). The caller frees both. */
+struct x509_st;
+bool um__acme_alpn_cert(const char *name, const char *keyauth, struct x509_st **cert,
+                        struct evp_pkey_st **key);
+
 /* --- acme.c: the client of one store ----------------------------------------------------- */
 
 struct um__acme;
@@ -64,6 +71,11 @@ struct um__acme *um__acme_start(const struct um_tls_conf *tc);
 void um__acme_stop(struct um__acme *a);
 /* The http-01 answer for token (um_tls_acme_http01). */
 bool um__acme_answer(struct um__acme *a, um_str token, char *out, size_t len, size_t *n);
+/* The tls-alpn-01 validation certificate and key published for name (n bytes, any case),
+ * each with a reference of the caller's (X509_free, EVP_PKEY_free); false when none. Any
+ * thread; free of locks while nothing is published. */
+bool um__acme_alpn_find(struct um__acme *a, const char *name, size_t n, struct x509_st **cert,
+                        struct evp_pkey_st **key);
 
 /* --- the client's state, shared by acme.c and acme_http.c -------------------------------- */
 
@@ -79,9 +91,12 @@ struct um__acme_name {
     unsigned failures;  /* in a row, for the backoff */
 };
 
-/* A published http-01 token and its key authorization. */
+/* A published http-01 token and its key authorization; or, for tls-alpn-01, the name
+ * (in token) and its validation certificate and key. */
 struct um__acme_token {
     char *token, *keyauth;
+    struct x509_st *cert;
+    struct evp_pkey_st *key;
 };
 
 /* An HTTP response from the CA. */
@@ -102,6 +117,7 @@ struct um__acme {
     pthread_rwlock_t tokens_lock; /* tokens: written by the thread, read by workers */
     struct um__acme_token *tokens;
     size_t num_tokens;
+    atomic_size_t num_alpn; /* validation certificates among tokens: handshakes look only then */
     /* Copies of the settings (the thread outlives no configuration, but owns its own). */
     char *directory, *email, *storage, *ca_file;
     double renew_before;

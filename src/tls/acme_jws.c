@@ -273,3 +273,66 @@ bool um__acme_cert_times(const char *path, double *not_before, double *not_after
     ERR_clear_error();
     return ok;
 }
+
+/* id-pe-acmeIdentifier (RFC 8737 section 6.1). */
+#define ACME_IDENTIFIER_OID "1.3.6.1.5.5.7.1.31"
+
+bool um__acme_alpn_cert(const char *name, const char *keyauth, X509 **out_cert,
+                        EVP_PKEY **out_key)
+{
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    bool ok = false;
+    X509 *x = X509_new();
+    EVP_PKEY *key = um__acme_key_new();
+    ASN1_OCTET_STRING *digest = ASN1_OCTET_STRING_new(), *value = ASN1_OCTET_STRING_new();
+    ASN1_OBJECT *oid = OBJ_txt2obj(ACME_IDENTIFIER_OID, 1);
+    X509_EXTENSION *ext = NULL, *san = NULL;
+    unsigned char *der = NULL;
+    int derlen;
+    char sanv[300];
+    if (x == NULL || key == NULL || digest == NULL || value == NULL || oid == NULL ||
+        EVP_Digest(keyauth, strlen(keyauth), md, &mdlen, EVP_sha256(), NULL) != 1 ||
+        ASN1_OCTET_STRING_set(digest, md, (int)mdlen) != 1)
+        goto out;
+    /* The extension's value is the DER of an OCTET STRING holding the digest. */
+    derlen = i2d_ASN1_OCTET_STRING(digest, &der);
+    if (derlen <= 0 || ASN1_OCTET_STRING_set(value, der, derlen) != 1)
+        goto out;
+    ext = X509_EXTENSION_create_by_OBJ(NULL, oid, 1, value);
+    snprintf(sanv, sizeof sanv, "DNS:%s", name);
+    san = X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, sanv);
+    unsigned char serial[16];
+    EVP_Digest(md, mdlen, serial, NULL, EVP_md5(), NULL);
+    serial[0] &= 0x7f;
+    BIGNUM *bn = BN_bin2bn(serial, sizeof serial, NULL);
+    if (ext == NULL || san == NULL || bn == NULL ||
+        BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x)) == NULL ||
+        X509_set_version(x, 2) != 1 || X509_gmtime_adj(X509_getm_notBefore(x), -3600) == NULL ||
+        X509_gmtime_adj(X509_getm_notAfter(x), 7 * 86400) == NULL ||
+        X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
+                                   (const unsigned char *)name, -1, -1, 0) != 1 ||
+        X509_set_issuer_name(x, X509_get_subject_name(x)) != 1 || X509_set_pubkey(x, key) != 1 ||
+        X509_add_ext(x, san, -1) != 1 || X509_add_ext(x, ext, -1) != 1 ||
+        X509_sign(x, key, EVP_sha256()) <= 0) {
+        BN_free(bn);
+        goto out;
+    }
+    BN_free(bn);
+    *out_cert = x;
+    *out_key = key;
+    x = NULL;
+    key = NULL;
+    ok = true;
+out:
+    ERR_clear_error();
+    OPENSSL_free(der);
+    X509_EXTENSION_free(ext);
+    X509_EXTENSION_free(san);
+    ASN1_OBJECT_free(oid);
+    ASN1_OCTET_STRING_free(digest);
+    ASN1_OCTET_STRING_free(value);
+    X509_free(x);
+    EVP_PKEY_free(key);
+    return ok;
+}

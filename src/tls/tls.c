@@ -85,9 +85,13 @@ static void on_error_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, 
     free(ptr);
 }
 
+/* Set (to a non-NULL mark) on a connection that got a tls-alpn-01 validation certificate. */
+static int acme_index = -1;
+
 static void make_index(void)
 {
     um__tls_ssl_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
+    acme_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
     error_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_error_free);
 }
 
@@ -207,6 +211,7 @@ static enum um_tls_fault load_pair(SSL_CTX *ctx, const char *cert, const char *k
 }
 
 static int on_servername(SSL *ssl, int *alert, void *arg);
+static int on_client_hello(SSL *ssl, int *alert, void *arg);
 static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned int inlen, void *arg);
 
@@ -245,6 +250,7 @@ static SSL_CTX *new_ctx(unsigned protocols, const char *ciphers, const char *cip
      * instead of two. (The connection reads until OpenSSL wants more, so nothing is left
      * waiting in its buffer under edge-triggered epoll.) */
     SSL_CTX_set_read_ahead(ctx, 1);
+    SSL_CTX_set_client_hello_cb(ctx, on_client_hello, NULL);
     SSL_CTX_set_tlsext_servername_callback(ctx, on_servername);
     SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
     SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, um__tls_on_ticket_key);
@@ -599,10 +605,63 @@ unknown:
     return t->default_entry;
 }
 
+/* Whether the ALPN extension of the ClientHello (the wire list at p, n bytes) offers
+ * "acme-tls/1". */
+static bool offers_acme_tls(const unsigned char *p, size_t n)
+{
+    static const char proto[] = "acme-tls/1";
+    if (n < 2)
+        return false;
+    size_t len = (size_t)p[0] << 8 | p[1];
+    p += 2;
+    n = len < n - 2 ? len : n - 2;
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i];
+        if (i + 1 + l > n)
+            break;
+        if (l == sizeof proto - 1 && memcmp(p + i + 1, proto, l) == 0)
+            return true;
+        i += 1 + l;
+    }
+    return false;
+}
+
+/* tls-alpn-01 (RFC 8737): a ClientHello that offers "acme-tls/1" for a name the ACME
+ * client is validating gets the validation certificate, set on the connection itself, and
+ * the SNI and ALPN callbacks leave it alone. Runs before them; costs one atomic load per
+ * handshake while no validation is under way. */
+static int on_client_hello(SSL *ssl, int *alert, void *arg)
+{
+    (void)alert, (void)arg;
+    struct um_tls *t = SSL_get_ex_data(ssl, um__tls_ssl_index);
+    const unsigned char *p, *sni;
+    size_t n, sn;
+    X509 *cert;
+    EVP_PKEY *key;
+    if (t == NULL || t->acme == NULL ||
+        !SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, &p,
+                                   &n) ||
+        !offers_acme_tls(p, n) ||
+        !SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &sni, &sn))
+        return SSL_CLIENT_HELLO_SUCCESS;
+    /* server_name: list length (2), type (1, host_name = 0), name length (2), name. */
+    if (sn < 5 || sni[2] != 0)
+        return SSL_CLIENT_HELLO_SUCCESS;
+    size_t nl = (size_t)sni[3] << 8 | sni[4];
+    if (nl > sn - 5 || !um__acme_alpn_find(t->acme, (const char *)sni + 5, nl, &cert, &key))
+        return SSL_CLIENT_HELLO_SUCCESS;
+    if (SSL_use_certificate(ssl, cert) == 1 && SSL_use_PrivateKey(ssl, key) == 1)
+        SSL_set_ex_data(ssl, acme_index, (void *)1);
+    ERR_clear_error();
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    return SSL_CLIENT_HELLO_SUCCESS;
+}
+
 static int on_servername(SSL *ssl, int *alert, void *arg)
 {
     struct um_tls *t = SSL_get_ex_data(ssl, um__tls_ssl_index);
-    if (t == NULL)
+    if (t == NULL || SSL_get_ex_data(ssl, acme_index) != NULL)
         return SSL_TLSEXT_ERR_OK;
     size_t i = pick_entry(t, SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name));
     pthread_mutex_lock(&t->lock);
@@ -628,6 +687,15 @@ static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned int inlen, void *arg)
 {
     unsigned char *sel;
+    static const unsigned char acme_tls[] = "\x0a" "acme-tls/1";
+    if (SSL_get_ex_data(ssl, acme_index) != NULL) {
+        /* The validation certificate goes with acme-tls/1 only (RFC 8737 section 3). */
+        if (SSL_select_next_proto(&sel, outlen, acme_tls, sizeof acme_tls - 1, in, inlen) !=
+            OPENSSL_NPN_NEGOTIATED)
+            return SSL_TLSEXT_ERR_ALERT_FATAL;
+        *out = sel;
+        return SSL_TLSEXT_ERR_OK;
+    }
     bool h1_only = SSL_get_app_data(ssl) != NULL;
     const unsigned char *protos = h1_only ? ALPN_PROTOS_H1 : ALPN_PROTOS;
     unsigned protos_len = h1_only ? sizeof ALPN_PROTOS_H1 - 1 : sizeof ALPN_PROTOS - 1;

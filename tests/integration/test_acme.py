@@ -127,8 +127,10 @@ class Pebble:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def config(pebble, storage, entries, renew_before=None):
+def config(pebble, storage, entries, renew_before=None, challenges=None):
     renew = ', renew_before = "%s"' % renew_before if renew_before else ""
+    if challenges:
+        renew += ", challenges = { %s }" % ", ".join('"%s"' % c for c in challenges)
     return ('listen = { "127.0.0.1:%d", { "127.0.0.1:%d", tls = true } }\nworkers = 1\n'
             'tls = { %s,\n  acme = { directory = "%s", email = "ops@example.com",\n'
             '  storage = "%s", ca_file = "%s"%s } }\n'
@@ -161,7 +163,7 @@ class AcmeTest(unittest.TestCase):
         self.pebble.cleanup()
         shutil.rmtree(self.storage, ignore_errors=True)
 
-    def umbra(self, entries, **kw):
+    def umbra(self, entries, **kw):  # kw: config's renew_before, challenges
         return Umbra(config(self.pebble, self.storage, entries, **kw), raw=True,
                      files={"www/a.txt": "hello"}, start_timeout=20)
 
@@ -176,6 +178,8 @@ class AcmeTest(unittest.TestCase):
         with self.umbra(entries) as u:
             self.assertIn("no certificate yet for a.test", u.log())
             self.wait_issued(u, "a.test")
+            for name in ("a.test", "b.test"):
+                self.assertIn("acme: %s: answering the http-01 challenge" % name, u.log())
             root = self.pebble.root()
             for name in ("a.test", "b.test"):
                 got = wait_until(lambda: served(self.tls_port, name, root), timeout=10)
@@ -196,6 +200,25 @@ class AcmeTest(unittest.TestCase):
             time.sleep(1)
             self.assertNotIn("ordering", u.log())
             self.assertNotIn("renewing", u.log())
+
+    def test_first_issuance_tls_alpn01_two_names(self):
+        # No http-01: pebble can validate only through Umbra's TLS listener (acme-tls/1).
+        entries = ('{ hosts = { "t1.test", "t2.test" }, acme = true },\n'
+                   '  { hosts = { "t3.test", "t4.test" }, acme = true }')
+        with self.umbra(entries, challenges=["tls-alpn-01"]) as u:
+            self.wait_issued(u, "t1.test")
+            self.wait_issued(u, "t3.test")
+            root = self.pebble.root()
+            for name, sans in (("t2.test", ["t1.test", "t2.test"]),
+                               ("t4.test", ["t3.test", "t4.test"])):
+                # The watch loads the stored files a moment after the log line.
+                got = wait_until(lambda: (lambda g: g if g and sorted(g[1]) == sans else None)(
+                    served(self.tls_port, name, root)), timeout=10)
+                self.assertIsNotNone(got, "%s: %s\n%s" % (
+                    name, served(self.tls_port, name, root), u.log()))
+            for name in ("t1.test", "t2.test", "t3.test", "t4.test"):
+                self.assertIn("acme: %s: answering the tls-alpn-01 challenge" % name, u.log())
+            self.assertNotIn("http-01", u.log())
 
     def test_renewal_forced_by_renew_before(self):
         entries = '{ hosts = { "r.test" }, acme = true }'

@@ -170,6 +170,35 @@ static void test_csr(void **state)
     EVP_PKEY_free(key);
 }
 
+/* RFC 8737 section 3: the name as the only SAN, the critical acmeIdentifier extension
+ * holding the DER OCTET STRING of SHA-256(key authorization). */
+static void test_tls_alpn_certificate(void **state)
+{
+    (void)state;
+    X509 *x = NULL;
+    EVP_PKEY *k = NULL;
+    const char *ka = "token.thumbprint";
+    assert_true(um__acme_alpn_cert("a.example", ka, &x, &k));
+    assert_int_equal(X509_check_private_key(x, k), 1);
+    assert_int_equal(X509_check_host(x, "a.example", 0, 0, NULL), 1);
+    ASN1_OBJECT *oid = OBJ_txt2obj("1.3.6.1.5.5.7.1.31", 1);
+    int at = X509_get_ext_by_OBJ(x, oid, -1);
+    assert_true(at >= 0);
+    X509_EXTENSION *ext = X509_get_ext(x, at);
+    assert_int_equal(X509_EXTENSION_get_critical(ext), 1);
+    const ASN1_OCTET_STRING *v = X509_EXTENSION_get_data(ext);
+    unsigned char md[32];
+    EVP_Digest(ka, strlen(ka), md, NULL, EVP_sha256(), NULL);
+    assert_int_equal(ASN1_STRING_length(v), 34);
+    const unsigned char *d = ASN1_STRING_get0_data(v);
+    assert_int_equal(d[0], 0x04); /* OCTET STRING */
+    assert_int_equal(d[1], 32);
+    assert_memory_equal(d + 2, md, 32);
+    ASN1_OBJECT_free(oid);
+    X509_free(x);
+    EVP_PKEY_free(k);
+}
+
 static void test_json_readers(void **state)
 {
     (void)state;
@@ -258,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_thumbprint_rfc7638),
         cmocka_unit_test(test_jwk_and_jws_verify),
         cmocka_unit_test(test_csr),
+        cmocka_unit_test(test_tls_alpn_certificate),
         cmocka_unit_test(test_json_readers),
         cmocka_unit_test(test_durations),
         cmocka_unit_test(test_write_file_atomic_0600),
