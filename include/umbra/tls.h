@@ -205,6 +205,14 @@ void um_tls_inherit_tickets(struct um_tls *to, struct um_tls *from);
  * NULL (false). Any thread; takes a read lock for the copy. */
 bool um_tls_acme_http01(struct um_tls *t, um_str token, char *out, size_t len, size_t *n);
 
+/* Stops t's ACME client, if it runs (a reload replacing t: the new store's client takes
+ * over). Certificates already stored keep serving. Main thread. */
+void um_tls_stop_acme(struct um_tls *t);
+
+/* The ACME clients' /metrics lines (orders, failures, days until expiry by name) into b. */
+struct um_buf;
+void um_tls_acme_metrics(struct um_buf *b);
+
 /* The path prefix of http-01 requests. */
 #define UM_TLS_ACME_HTTP01_PREFIX "/.well-known/acme-challenge/"
 

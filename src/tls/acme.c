@@ -14,7 +14,7 @@
  *
  * Threads. Everything but the token table and stop is the thread's. The token table is
  * written by the thread (a few times per order) and read by workers for each request under
- * /.well-known/acme-challenge/: a read-write lock suits that. um__acme_stop sets stop,
+ * /.well-known/acme-challenge/: a read-write lock suits that. um__acme_halt sets stop,
  * wakes the thread's nap and aborts its transfer (the progress callback), then joins. */
 #include <errno.h>
 #include <math.h>
@@ -62,6 +62,62 @@ static bool nap(struct um__acme *a, double seconds)
             break;
     pthread_mutex_unlock(&a->lock);
     return !atomic_load(&a->stop);
+}
+
+/* The running clients, for /metrics: a reload may run two for a moment. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct um__acme *live;
+
+static void live_add(struct um__acme *a)
+{
+    pthread_mutex_lock(&live_lock);
+    a->next_live = live;
+    live = a;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(struct um__acme *a)
+{
+    pthread_mutex_lock(&live_lock);
+    for (struct um__acme **p = &live; *p != NULL; p = &(*p)->next_live)
+        if (*p == a) {
+            *p = a->next_live;
+            break;
+        }
+    pthread_mutex_unlock(&live_lock);
+}
+
+void um__acme_metrics(struct um_buf *b)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"umbra_acme_orders_total", "counter", "ACME orders started, by certificate entry."},
+        {"umbra_acme_order_failures_total", "counter", "ACME orders that failed."},
+        {"umbra_acme_certificate_expiry_days", "gauge",
+         "Days until the stored certificate expires (absent: none yet)."},
+    };
+    double now = now_real();
+    pthread_mutex_lock(&live_lock);
+    for (size_t f = 0; f < 3; f++) {
+        um_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name,
+                      fam[f].type);
+        for (struct um__acme *a = live; a != NULL; a = a->next_live)
+            for (size_t i = 0; i < a->num_names; i++) {
+                struct um__acme_name *e = &a->names[i];
+                double exp = atomic_load(&e->expires);
+                if (f == 0)
+                    um_buf_printf(b, "%s{host=\"%s\"} %llu\n", fam[f].name, e->hosts[0],
+                                  (unsigned long long)atomic_load(&e->orders));
+                else if (f == 1)
+                    um_buf_printf(b, "%s{host=\"%s\"} %llu\n", fam[f].name, e->hosts[0],
+                                  (unsigned long long)atomic_load(&e->order_failures));
+                else if (exp > 0)
+                    um_buf_printf(b, "%s{host=\"%s\"} %.3f\n", fam[f].name, e->hosts[0],
+                                  (exp - now) / 86400);
+            }
+    }
+    pthread_mutex_unlock(&live_lock);
 }
 
 /* --- the token table (http-01) --------------------------------------------------------- */
@@ -154,6 +210,19 @@ bool um__acme_answer(struct um__acme *a, um_str token, char *out, size_t len, si
 bool um_tls_acme_http01(struct um_tls *t, um_str token, char *out, size_t len, size_t *n)
 {
     return t != NULL && t->acme != NULL && um__acme_answer(t->acme, token, out, len, n);
+}
+
+void um_tls_acme_metrics(struct um_buf *b)
+{
+    um__acme_metrics(b);
+}
+
+void um_tls_stop_acme(struct um_tls *t)
+{
+    /* Workers may still read t->acme (the ClientHello callback, http-01): the client is
+     * stopped here and freed with the store. */
+    if (t->acme != NULL)
+        um__acme_halt(t->acme);
 }
 
 /* --- the account ----------------------------------------------------------------------- */
@@ -494,6 +563,7 @@ static void tend(struct um__acme *a, struct um__acme_name *e)
 {
     char err[2048] = "";
     double expires, due = due_at(a, e, &expires), now = now_real();
+    atomic_store(&e->expires, expires);
     if (due > now) {
         e->next_try = due;
         return;
@@ -503,10 +573,12 @@ static void tend(struct um__acme *a, struct um__acme_name *e)
                     e->hosts[0], (expires - now) / 86400);
     else
         um_log_info("acme: %s: ordering a certificate from %s", e->hosts[0], a->directory);
+    atomic_fetch_add(&e->orders, 1);
     if (order(a, e, err, sizeof err)) {
         e->failures = 0;
         double nexp;
         double ndue = due_at(a, e, &nexp);
+        atomic_store(&e->expires, nexp);
         um_log_info("acme: %s: certificate issued, expires in %.1f days; stored in %s",
                     e->hosts[0], (nexp - now_real()) / 86400, e->cert);
         /* A certificate due at once (renew_before longer than the lifetime) renews at the
@@ -516,14 +588,19 @@ static void tend(struct um__acme *a, struct um__acme_name *e)
     }
     if (atomic_load(&a->stop))
         return;
+    atomic_fetch_add(&e->order_failures, 1);
     double delay = RETRY_FIRST * pow(2, e->failures < 20 ? e->failures : 20);
     delay = jitter(fmin(delay, RETRY_MAX));
     e->failures++;
     e->next_try = now_real() + delay;
+    char kept[96];
+    if (expires > 0)
+        snprintf(kept, sizeof kept, "the stored certificate keeps serving (it expires in %.1f "
+                 "days)", (expires - now) / 86400);
+    else
+        snprintf(kept, sizeof kept, "its handshakes get the default certificate until then");
     um_log_err("acme: %s: the order failed: %s; %s; trying again in %.0f s", e->hosts[0], err,
-               expires > 0 ? "the stored certificate keeps serving"
-                           : "its handshakes get the default certificate until then",
-               delay);
+               kept, delay);
 }
 
 static void *run(void *arg)
@@ -615,18 +692,27 @@ struct um__acme *um__acme_start(const struct um_tls_conf *tc)
         return NULL;
     }
     a->started = true;
+    live_add(a);
     return a;
 }
 
-void um__acme_stop(struct um__acme *a)
+void um__acme_halt(struct um__acme *a)
 {
-    if (a == NULL)
+    if (a == NULL || !a->started)
         return;
+    live_remove(a);
     pthread_mutex_lock(&a->lock);
     atomic_store(&a->stop, true);
     pthread_cond_broadcast(&a->cond);
     pthread_mutex_unlock(&a->lock);
-    if (a->started)
-        pthread_join(a->thread, NULL);
+    pthread_join(a->thread, NULL);
+    a->started = false;
+}
+
+void um__acme_free(struct um__acme *a)
+{
+    if (a == NULL)
+        return;
+    um__acme_halt(a);
     acme_free(a);
 }

@@ -67,8 +67,15 @@ struct um__acme;
  * certificates to their cert/key files; the store's watch loads them. NULL when no entry
  * is acme or the thread cannot start (logged). Main thread. */
 struct um__acme *um__acme_start(const struct um_tls_conf *tc);
-/* Stops the thread (an HTTP request in progress is aborted) and frees it. NULL: no-op. */
-void um__acme_stop(struct um__acme *a);
+/* Stops the thread (an HTTP request in progress is aborted) and waits for it; the token
+ * tables stay readable. Idempotent; NULL: no-op. Main thread. */
+void um__acme_halt(struct um__acme *a);
+/* Halts and frees: when no worker can reach a any more (the store is freed). */
+void um__acme_free(struct um__acme *a);
+/* The module's /metrics lines of every running client: orders, failures and days until
+ * each certificate expires, by the entry's first name. Any thread. */
+void um__acme_metrics(struct um_buf *b);
+
 /* The http-01 answer for token (um_tls_acme_http01). */
 bool um__acme_answer(struct um__acme *a, um_str token, char *out, size_t len, size_t *n);
 /* The tls-alpn-01 validation certificate and key published for name (n bytes, any case),
@@ -89,6 +96,9 @@ struct um__acme_name {
     char *cert, *key;
     double next_try;    /* CLOCK_REALTIME seconds; 0: now */
     unsigned failures;  /* in a row, for the backoff */
+    /* For /metrics (read by the admin's worker): written by the client's thread. */
+    atomic_ullong orders, order_failures;
+    _Atomic double expires; /* notAfter of the stored certificate, seconds; 0: none */
 };
 
 /* A published http-01 token and its key authorization; or, for tls-alpn-01, the name
@@ -111,6 +121,7 @@ struct um__acme_resp {
 struct um__acme {
     pthread_t thread;
     bool started;
+    struct um__acme *next_live; /* the list of running clients, for /metrics */
     atomic_bool stop;
     pthread_mutex_t lock; /* with cond: the thread's naps, which stop wakes */
     pthread_cond_t cond;

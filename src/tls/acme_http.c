@@ -151,7 +151,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
-/* Aborts a transfer when the client stops (um__acme_stop). */
+/* Aborts a transfer when the client stops (um__acme_halt). */
 static int on_progress(void *arg, curl_off_t a1, curl_off_t a2, curl_off_t a3, curl_off_t a4)
 {
     (void)a1, (void)a2, (void)a3, (void)a4;

@@ -62,6 +62,9 @@ static void *make_store(const struct um_config *now, const struct um_config *was
         return old;
     }
     if (um_tls_conf(now)->num_certs == 0) return NULL;
+    /* One ACME client orders at a time: the old store's stops before the new one's
+     * starts, or both would order the same names until the old runtime is dropped. */
+    if (old) um_tls_stop_acme(old);
     struct um_tls *t = um_tls_create(now, err, errlen);
     if (t && old) um_tls_inherit_tickets(t, old);
     return t;
@@ -74,6 +77,12 @@ static void reread(void *t)
     int n = um_tls_reload(t, msg, sizeof(msg));
     um_log_info("SIGHUP: reloaded %d certificate%s%s%s", n, n == 1 ? "" : "s", msg[0] ? "; " : "",
                 msg);
+}
+
+static void metrics(struct um_buf *b, void *running)
+{
+    (void)running; /* the clients are the stores', which the runtimes hold */
+    um_tls_acme_metrics(b);
 }
 
 static void drop_store(void *t)
@@ -101,4 +110,5 @@ const struct um_module um_tls_module = {
     .watch_fd = watch_fd,
     .on_watch = on_watch,
     .reread = reread,
+    .metrics = metrics,
 };

@@ -350,6 +350,7 @@ static int cmp_host(const void *a, const void *b)
 
 static void store_free(struct um_tls *t)
 {
+    um__acme_free(t->acme);
     SSL_CTX_free(t->bare);
     for (size_t i = 0; i < t->num_entries; i++) {
         SSL_CTX_free(t->entries[i].ctx);
@@ -473,8 +474,7 @@ void um_tls_hold(struct um_tls *t)
 void um_tls_destroy(struct um_tls *t)
 {
     if (t == NULL || --t->owners > 0) return;
-    um__acme_stop(t->acme);
-    t->acme = NULL;
+    um__acme_halt(t->acme); /* freed with the store: a handshake may still look at it */
     um__tls_stop_watching(t);
     store_unref(t);
 }

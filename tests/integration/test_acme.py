@@ -24,8 +24,9 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Umbra, exchange, peer_cert_names, req, parse_response,  # noqa: E402
-                           tls_connect, tls_context, umbra_bin, wait_until)
+from umbra_harness import (Umbra, exchange, metric, parse_metrics, parse_response,  # noqa: E402
+                           peer_cert_names, req, scrape, tls_connect, tls_context, umbra_bin,
+                           wait_until)
 
 PEBBLE = shutil.which("pebble")
 CHALLTESTSRV = shutil.which("pebble-challtestsrv")
@@ -127,16 +128,16 @@ class Pebble:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def config(pebble, storage, entries, renew_before=None, challenges=None):
+def config(pebble, storage, entries, renew_before=None, challenges=None, admin=False):
     renew = ', renew_before = "%s"' % renew_before if renew_before else ""
     if challenges:
         renew += ", challenges = { %s }" % ", ".join('"%s"' % c for c in challenges)
     return ('listen = { "127.0.0.1:%d", { "127.0.0.1:%d", tls = true } }\nworkers = 1\n'
             'tls = { %s,\n  acme = { directory = "%s", email = "ops@example.com",\n'
             '  storage = "%s", ca_file = "%s"%s } }\n'
-            'routes = { { path = "/", root = "www" } }\n'
+            'routes = { { path = "/", root = "www" } }\n%s'
             % (pebble.http_port, pebble.tls_port, entries, pebble.directory, storage,
-               pebble.cert, renew))
+               pebble.cert, renew, 'admin = { listen = "127.0.0.1:0" }\n' if admin else ""))
 
 
 def served(port, name, root):
@@ -233,12 +234,25 @@ class AcmeTest(unittest.TestCase):
                 served(self.tls_port, "r.test", root)), timeout=10)
             self.assertIsNotNone(again, "the renewed certificate is not served:\n" + u.log())
 
+    def test_ca_down_at_renewal_old_certificate_still_served(self):
+        entries = '{ hosts = { "d.test" }, acme = true }'
+        with self.umbra(entries, renew_before="100000d") as u:
+            self.wait_issued(u, "d.test")
+            root = self.pebble.root()
+            first = wait_until(lambda: served(self.tls_port, "d.test", root), timeout=10)
+            self.assertIsNotNone(first, u.log())
+            self.pebble.stop()
+            lines = u.log_lines("acme: d.test: the order failed", 1, timeout=ISSUE_TIMEOUT)
+            self.assertTrue(lines, u.log())
+            self.assertIn("the stored certificate keeps serving", lines[0])
+            self.assertEqual(served(self.tls_port, "d.test", root), first)
+
     def test_unreachable_name_logged_with_ca_problem_others_unaffected(self):
         # 127.0.0.2 is loopback where nothing listens: pebble's validation cannot connect.
         self.pebble.add_a("bad.test", "127.0.0.2")
         entries = ('{ hosts = { "good.test" }, acme = true },\n'
                    '  { hosts = { "bad.test" }, acme = true }')
-        with self.umbra(entries) as u:
+        with self.umbra(entries, admin=True) as u:
             self.wait_issued(u, "good.test")
             lines = u.log_lines("acme: bad.test: the order failed", 1, timeout=ISSUE_TIMEOUT)
             self.assertTrue(lines, u.log())
@@ -253,6 +267,15 @@ class AcmeTest(unittest.TestCase):
             got = served(self.tls_port, "bad.test", root)
             self.assertIsNotNone(got)
             self.assertEqual(got[1], ["good.test"])
+            m = parse_metrics(scrape(u))
+            self.assertEqual(metric(m, "umbra_acme_orders_total", host="good.test"), 1)
+            self.assertEqual(metric(m, "umbra_acme_order_failures_total", host="good.test"), 0)
+            self.assertGreaterEqual(metric(m, "umbra_acme_orders_total", host="bad.test"), 1)
+            self.assertGreaterEqual(
+                metric(m, "umbra_acme_order_failures_total", host="bad.test"), 1)
+            days = metric(m, "umbra_acme_certificate_expiry_days", host="good.test")
+            self.assertTrue(days is not None and 1 < days < 3700, days)  # pebble: 5 years
+            self.assertIsNone(metric(m, "umbra_acme_certificate_expiry_days", host="bad.test"))
 
 
 class AcmeSettingsTest(unittest.TestCase):
