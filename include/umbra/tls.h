@@ -212,6 +212,11 @@ void um_tls_stop_acme(struct um_tls *t);
 /* The ACME clients' /metrics lines (orders, failures, days until expiry by name) into b. */
 struct um_buf;
 void um_tls_acme_metrics(struct um_buf *b);
+/* The TLS module's /status.json member: the names of the acme entries with their expiry. */
+void um_tls_acme_status(struct um_buf *b);
+/* The process-wide list of running ACME clients: what the server hands um_module_run for
+ * the TLS module (its renderers read the list, under its own lock). */
+void *um_tls_acme_registry(void);
 
 /* The path prefix of http-01 requests. */
 #define UM_TLS_ACME_HTTP01_PREFIX "/.well-known/acme-challenge/"

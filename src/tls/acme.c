@@ -64,9 +64,41 @@ static bool nap(struct um__acme *a, double seconds)
     return !atomic_load(&a->stop);
 }
 
-/* The running clients, for /metrics: a reload may run two for a moment. */
+/* The running clients, for /metrics and /status.json (the process-wide state the
+ * server hands the module's renderers, um_tls_acme_registry). */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct um__acme *live;
+
+void *um_tls_acme_registry(void)
+{
+    return &live;
+}
+
+void um__acme_status(struct um_buf *b)
+{
+    double now = now_real();
+    bool first = true;
+    um_buf_append_str(b, "\"tls\":{\"acme\":[");
+    pthread_mutex_lock(&live_lock);
+    for (struct um__acme *a = live; a != NULL; a = a->next_live)
+        for (size_t i = 0; i < a->num_names; i++) {
+            struct um__acme_name *e = &a->names[i];
+            double exp = atomic_load(&e->expires);
+            um_buf_printf(b, "%s{\"host\":\"%s\",\"hosts\":%zu,", first ? "" : ",",
+                          e->hosts[0], e->num_hosts);
+            if (exp > 0)
+                um_buf_printf(b, "\"expires\":%.0f,\"days_left\":%.2f,", exp,
+                              (exp - now) / 86400);
+            else
+                um_buf_append_str(b, "\"expires\":null,\"days_left\":null,");
+            um_buf_printf(b, "\"orders\":%llu,\"failures\":%llu}",
+                          (unsigned long long)atomic_load(&e->orders),
+                          (unsigned long long)atomic_load(&e->order_failures));
+            first = false;
+        }
+    pthread_mutex_unlock(&live_lock);
+    um_buf_append_str(b, "]}");
+}
 
 static void live_add(struct um__acme *a)
 {
@@ -215,6 +247,11 @@ bool um_tls_acme_http01(struct um_tls *t, um_str token, char *out, size_t len, s
 void um_tls_acme_metrics(struct um_buf *b)
 {
     um__acme_metrics(b);
+}
+
+void um_tls_acme_status(struct um_buf *b)
+{
+    um__acme_status(b);
 }
 
 void um_tls_stop_acme(struct um_tls *t)

@@ -75,6 +75,8 @@ void um__acme_free(struct um__acme *a);
 /* The module's /metrics lines of every running client: orders, failures and days until
  * each certificate expires, by the entry's first name. Any thread. */
 void um__acme_metrics(struct um_buf *b);
+/* The module's member of /status.json: "tls":{"acme":[{"host":...,"expires":...}]}. */
+void um__acme_status(struct um_buf *b);
 
 /* The http-01 answer for token (um_tls_acme_http01). */
 bool um__acme_answer(struct um__acme *a, um_str token, char *out, size_t len, size_t *n);

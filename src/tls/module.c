@@ -85,6 +85,12 @@ static void metrics(struct um_buf *b, void *running)
     um_tls_acme_metrics(b);
 }
 
+static void status(struct um_buf *b, void *running)
+{
+    (void)running;
+    um_tls_acme_status(b);
+}
+
 static void drop_store(void *t)
 {
     um_tls_destroy(t);
@@ -111,4 +117,5 @@ const struct um_module um_tls_module = {
     .on_watch = on_watch,
     .reread = reread,
     .metrics = metrics,
+    .status = status,
 };

@@ -276,6 +276,11 @@ class AcmeTest(unittest.TestCase):
             days = metric(m, "umbra_acme_certificate_expiry_days", host="good.test")
             self.assertTrue(days is not None and 1 < days < 3700, days)  # pebble: 5 years
             self.assertIsNone(metric(m, "umbra_acme_certificate_expiry_days", host="bad.test"))
+            st = {a["host"]: a for a in json.loads(scrape(u, "/status.json"))["tls"]["acme"]}
+            self.assertEqual(sorted(st), ["bad.test", "good.test"])
+            self.assertIsNone(st["bad.test"]["expires"])
+            self.assertGreaterEqual(st["bad.test"]["failures"], 1)
+            self.assertGreater(st["good.test"]["days_left"], 1)
 
 
 class AcmeSettingsTest(unittest.TestCase):
