@@ -205,9 +205,13 @@ void um_tls_inherit_tickets(struct um_tls *to, struct um_tls *from);
  * NULL (false). Any thread; takes a read lock for the copy. */
 bool um_tls_acme_http01(struct um_tls *t, um_str token, char *out, size_t len, size_t *n);
 
-/* Stops t's ACME client, if it runs (a reload replacing t: the new store's client takes
- * over). Certificates already stored keep serving. Main thread. */
-void um_tls_stop_acme(struct um_tls *t);
+/* t (new) replaces old at a reload: t holds old until t's ACME client begins, which
+ * first stops old's, so that one client at a time orders; a reload refused drops t and
+ * old's client runs on. Main thread. */
+void um_tls_acme_replaces(struct um_tls *t, struct um_tls *old);
+/* Starts t's ACME client, if it has one, once: when t's runtime runs (the server's first
+ * poll of its watch descriptor), never for `umbra -t` or a refused reload. Main thread. */
+void um_tls_acme_begin(struct um_tls *t);
 
 /* The ACME clients' /metrics lines (orders, failures, days until expiry by name) into b. */
 struct um_buf;

@@ -158,8 +158,9 @@ static void publish(struct um__acme *a, const char *token, const char *keyauth)
 {
     pthread_rwlock_wrlock(&a->tokens_lock);
     a->tokens = um_realloc(a->tokens, (a->num_tokens + 1) * sizeof *a->tokens);
-    a->tokens[a->num_tokens].token = um_strndup(token, strlen(token));
-    a->tokens[a->num_tokens++].keyauth = um_strndup(keyauth, strlen(keyauth));
+    a->tokens[a->num_tokens++] = (struct um__acme_token){
+        .token = um_strndup(token, strlen(token)),
+        .keyauth = um_strndup(keyauth, strlen(keyauth)), .cert = NULL, .key = NULL};
     pthread_rwlock_unlock(&a->tokens_lock);
 }
 
@@ -254,12 +255,26 @@ void um_tls_acme_status(struct um_buf *b)
     um__acme_status(b);
 }
 
-void um_tls_stop_acme(struct um_tls *t)
+void um_tls_acme_replaces(struct um_tls *t, struct um_tls *old)
 {
-    /* Workers may still read t->acme (the ClientHello callback, http-01): the client is
-     * stopped here and freed with the store. */
-    if (t->acme != NULL)
-        um__acme_halt(t->acme);
+    UM_ASSERT(t->replaces == NULL && !t->acme_begun);
+    um_tls_hold(old);
+    t->replaces = old;
+}
+
+void um_tls_acme_begin(struct um_tls *t)
+{
+    if (t->acme_begun)
+        return;
+    t->acme_begun = true;
+    if (t->replaces != NULL) {
+        /* Workers may still read its client (the ClientHello callback, http-01): it is
+         * stopped here and freed with its store. */
+        um__acme_halt(t->replaces->acme);
+        um_tls_destroy(t->replaces);
+        t->replaces = NULL;
+    }
+    um__acme_begin(t->acme);
 }
 
 /* --- the account ----------------------------------------------------------------------- */
@@ -688,7 +703,7 @@ static void acme_free(struct um__acme *a)
     free(a);
 }
 
-struct um__acme *um__acme_start(const struct um_tls_conf *tc)
+struct um__acme *um__acme_new(const struct um_tls_conf *tc)
 {
     size_t n = 0;
     for (size_t i = 0; i < tc->num_certs; i++)
@@ -721,21 +736,30 @@ struct um__acme *um__acme_start(const struct um_tls_conf *tc)
         e->cert = dup_or_null(cc->cert);
         e->key = dup_or_null(cc->key);
     }
-    a->curl = curl_easy_init();
+    return a;
+}
+
+void um__acme_begin(struct um__acme *a)
+{
+    if (a == NULL || a->started || a->halted)
+        return;
+    a->curl = a->curl != NULL ? a->curl : curl_easy_init();
     if (a->curl == NULL || pthread_create(&a->thread, NULL, run, a) != 0) {
         um_log_err("acme: cannot start the ACME client (%s): certificates will not be ordered",
                    a->curl == NULL ? "libcurl" : strerror(errno));
-        acme_free(a);
-        return NULL;
+        a->halted = true;
+        return;
     }
     a->started = true;
     live_add(a);
-    return a;
 }
 
 void um__acme_halt(struct um__acme *a)
 {
-    if (a == NULL || !a->started)
+    if (a == NULL)
+        return;
+    a->halted = true;
+    if (!a->started)
         return;
     live_remove(a);
     pthread_mutex_lock(&a->lock);

@@ -63,10 +63,12 @@ bool um__acme_alpn_cert(const char *name, const char *keyauth, struct x509_st **
 /* --- acme.c: the client of one store ----------------------------------------------------- */
 
 struct um__acme;
-/* Starts the client thread for the acme entries of tc (copied), which writes their
- * certificates to their cert/key files; the store's watch loads them. NULL when no entry
- * is acme or the thread cannot start (logged). Main thread. */
-struct um__acme *um__acme_start(const struct um_tls_conf *tc);
+/* The client of the acme entries of tc (copied), which writes their certificates to their
+ * cert/key files (the store's watch loads them); its thread waits for um__acme_begin.
+ * NULL when no entry is acme. Main thread. */
+struct um__acme *um__acme_new(const struct um_tls_conf *tc);
+/* Starts the thread (once; not after a halt). A failure is logged. Main thread. */
+void um__acme_begin(struct um__acme *a);
 /* Stops the thread (an HTTP request in progress is aborted) and waits for it; the token
  * tables stay readable. Idempotent; NULL: no-op. Main thread. */
 void um__acme_halt(struct um__acme *a);
@@ -122,7 +124,7 @@ struct um__acme_resp {
 
 struct um__acme {
     pthread_t thread;
-    bool started;
+    bool started, halted; /* main thread */
     struct um__acme *next_live; /* the list of running clients, for /metrics */
     atomic_bool stop;
     pthread_mutex_t lock; /* with cond: the thread's naps, which stop wakes */

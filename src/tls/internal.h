@@ -90,7 +90,11 @@ struct um_tls {
     /* A context without a certificate, for SSL_new when the default entry has none yet
      * (an ACME entry still waiting for its first certificate). */
     SSL_CTX *bare;
-    struct um__acme *acme; /* the ACME client (acme.c), or NULL; main thread */
+    struct um__acme *acme; /* the ACME client (acme.c), or NULL; set at create */
+    /* The store a reload replaces (held), whose ACME client stops when this one's starts:
+     * when this store's runtime runs (um_tls_acme_begin). Main thread. */
+    struct um_tls *replaces;
+    bool acme_begun;
     unsigned protocols;
     char *ciphers, *ciphersuites;
 

@@ -62,11 +62,11 @@ static void *make_store(const struct um_config *now, const struct um_config *was
         return old;
     }
     if (um_tls_conf(now)->num_certs == 0) return NULL;
-    /* One ACME client orders at a time: the old store's stops before the new one's
-     * starts, or both would order the same names until the old runtime is dropped. */
-    if (old) um_tls_stop_acme(old);
     struct um_tls *t = um_tls_create(now, err, errlen);
-    if (t && old) um_tls_inherit_tickets(t, old);
+    if (t && old) {
+        um_tls_inherit_tickets(t, old);
+        um_tls_acme_replaces(t, old);
+    }
     return t;
 }
 
@@ -96,8 +96,11 @@ static void drop_store(void *t)
     um_tls_destroy(t);
 }
 
+/* The server polls the running runtime's store only: its ACME client starts there, not
+ * at make (`umbra -t` makes the store too, and a reload may yet be refused). */
 static int watch_fd(void *t)
 {
+    um_tls_acme_begin(t);
     return um_tls_watch_fd(t);
 }
 

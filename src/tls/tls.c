@@ -458,7 +458,7 @@ struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errl
     }
     clock_gettime(CLOCK_MONOTONIC, &t->tickets.started);
     um__tls_start_watching(t);
-    t->acme = um__acme_start(tc);
+    t->acme = um__acme_new(tc);
     return t;
 
 fail:
@@ -475,6 +475,8 @@ void um_tls_destroy(struct um_tls *t)
 {
     if (t == NULL || --t->owners > 0) return;
     um__acme_halt(t->acme); /* freed with the store: a handshake may still look at it */
+    um_tls_destroy(t->replaces);
+    t->replaces = NULL;
     um__tls_stop_watching(t);
     store_unref(t);
 }

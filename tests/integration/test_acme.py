@@ -13,7 +13,9 @@ the CA's problem and retried, the other names unaffected; `umbra -t` on the sett
 
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -190,9 +192,17 @@ class AcmeTest(unittest.TestCase):
             # The stored files: private keys readable by the server's user only.
             for f in ("a.test.crt", "a.test.key", "account.key"):
                 self.assertEqual(os.stat(os.path.join(self.storage, f)).st_mode & 0o777, 0o600)
-            # The plain listener still serves the site (the challenge path is not a route).
+            # The plain listener still serves the site (the challenge path is not a route),
+            # and a token is answered only while its validation runs.
             data, _ = exchange(self.http_port, req("/a.txt"))
             self.assertEqual(parse_response(data).body, b"hello")
+            tokens = re.findall(r"/\.well-known/acme-challenge/([A-Za-z0-9_-]+)",
+                                self.pebble.log())
+            self.assertTrue(tokens, self.pebble.log())
+            for token in set(tokens):
+                data, _ = exchange(self.http_port,
+                                   req("/.well-known/acme-challenge/" + token))
+                self.assertEqual(parse_response(data).status, 404)
         self.pebble.stop()
         with self.umbra(entries) as u:
             got = served(self.tls_port, "b.test", root)
@@ -220,6 +230,23 @@ class AcmeTest(unittest.TestCase):
             for name in ("t1.test", "t2.test", "t3.test", "t4.test"):
                 self.assertIn("acme: %s: answering the tls-alpn-01 challenge" % name, u.log())
             self.assertNotIn("http-01", u.log())
+
+    def test_reload_adding_a_name_one_client_at_a_time(self):
+        one = '{ hosts = { "h1.test" }, acme = true }'
+        with self.umbra(one) as u:
+            self.wait_issued(u, "h1.test")
+            with open(u.config_path) as f:
+                text = f.read()
+            with open(u.config_path, "w") as f:
+                f.write(text.replace(one, one + ',\n  { hosts = { "h2.test" }, acme = true }'))
+            u.proc.send_signal(signal.SIGHUP)
+            self.wait_issued(u, "h2.test")
+            root = self.pebble.root()
+            got = wait_until(lambda: (lambda g: g if g and g[1] == ["h2.test"] else None)(
+                served(self.tls_port, "h2.test", root)), timeout=10)
+            self.assertIsNotNone(got, u.log())
+            # The new store's client did not order h1.test again: it was stored.
+            self.assertEqual(len(u.log_lines("acme: h1.test: ordering", 1, timeout=0)), 1)
 
     def test_renewal_forced_by_renew_before(self):
         entries = '{ hosts = { "r.test" }, acme = true }'
@@ -311,6 +338,8 @@ class AcmeSettingsTest(unittest.TestCase):
         rc, out = self.check('tls = { { hosts = "a.test", acme = true },\n  %s }\n' % self.ACME,
                              files={"store/.keep": ""})
         self.assertEqual(rc, 0, out)
+        # A check asks no CA: the client starts only with a running server.
+        self.assertNotIn("acme:", out)
 
     def test_acme_entry_without_ca_names_file_and_line(self):
         rc, out = self.check('tls = {\n  { hosts = "a.test", acme = true } }\n')
