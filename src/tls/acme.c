@@ -558,7 +558,10 @@ static bool order(struct um__acme *a, struct um__acme_name *e, char *err, size_t
     um_buf_append_str(&b, "{\"identifiers\":[");
     for (size_t i = 0; i < e->num_hosts; i++)
         um_buf_printf(&b, "%s{\"type\":\"dns\",\"value\":\"%s\"}", i ? "," : "", e->hosts[i]);
-    um_buf_append_str(&b, "]}");
+    um_buf_append_str(&b, "]");
+    if (e->replaces != NULL && a->renewal_info != NULL) /* RFC 9773 section 5 */
+        um_buf_printf(&b, ",\"replaces\":\"%s\"", e->replaces);
+    um_buf_append_str(&b, "}");
     if (!um__acme_post(a, a->new_order, b.base, &r, err, errlen))
         goto out;
     order_url = r.location;
@@ -614,10 +617,19 @@ static double jitter(double d)
 static void tend(struct um__acme *a, struct um__acme_name *e)
 {
     char err[2048] = "";
-    double expires, due = due_at(a, e, &expires), now = now_real();
+    double expires, due = due_at(a, e, &expires), now = now_real(), recheck = 0;
     atomic_store(&e->expires, expires);
+    if (due > now && um__acme_directory(a, err, sizeof err)) {
+        /* ARI may move the renewal earlier; asked again after recheck. */
+        double ari = um__acme_ari_due(a, e->cert, now, &recheck, &e->replaces);
+        if (ari > 0 && ari < due) {
+            um_log_info("acme: %s: the CA suggests renewing %s (renewal information)",
+                        e->hosts[0], ari <= now ? "now" : "earlier");
+            due = ari;
+        }
+    }
     if (due > now) {
-        e->next_try = due;
+        e->next_try = recheck > 0 ? fmin(due, now + recheck) : due;
         return;
     }
     if (expires > 0)
@@ -628,14 +640,17 @@ static void tend(struct um__acme *a, struct um__acme_name *e)
     atomic_fetch_add(&e->orders, 1);
     if (order(a, e, err, sizeof err)) {
         e->failures = 0;
+        free(e->replaces);
+        e->replaces = NULL;
         double nexp;
         double ndue = due_at(a, e, &nexp);
         atomic_store(&e->expires, nexp);
         um_log_info("acme: %s: certificate issued, expires in %.1f days; stored in %s",
                     e->hosts[0], (nexp - now_real()) / 86400, e->cert);
         /* A certificate due at once (renew_before longer than the lifetime) renews at the
-         * first retry delay, not in a loop. */
-        e->next_try = fmax(ndue, now_real() + RETRY_FIRST);
+         * first retry delay, not in a loop; with ARI, its window is asked for then too. */
+        double soon = now_real() + RETRY_FIRST;
+        e->next_try = a->renewal_info != NULL ? soon : fmax(ndue, soon);
         return;
     }
     if (atomic_load(&a->stop))
@@ -686,6 +701,7 @@ static void acme_free(struct um__acme *a)
         free(a->names[i].hosts);
         free(a->names[i].cert);
         free(a->names[i].key);
+        free(a->names[i].replaces);
     }
     free(a->names);
     for (size_t i = 0; i < a->num_tokens; i++)
@@ -696,7 +712,7 @@ static void acme_free(struct um__acme *a)
         curl_easy_cleanup(a->curl);
     EVP_PKEY_free(a->account);
     free(a->jwk), free(a->thumbprint), free(a->kid), free(a->nonce);
-    free(a->new_nonce), free(a->new_account), free(a->new_order);
+    free(a->new_nonce), free(a->new_account), free(a->new_order), free(a->renewal_info);
     pthread_rwlock_destroy(&a->tokens_lock);
     pthread_cond_destroy(&a->cond);
     pthread_mutex_destroy(&a->lock);

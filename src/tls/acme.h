@@ -60,6 +60,25 @@ struct x509_st;
 bool um__acme_alpn_cert(const char *name, const char *keyauth, struct x509_st **cert,
                         struct evp_pkey_st **key);
 
+/* --- acme_ari.c: renewal information (RFC 9773) ----------------------------------------- */
+
+/* The ARI certificate identifier: base64url(authority key identifier) "." base64url(the
+ * serial number's DER content octets); from the parts, or from the first certificate of
+ * the PEM file path (false when it has no AKI or does not parse). */
+void um__acme_cert_id_of(const unsigned char *aki, size_t an, const unsigned char *serial,
+                         size_t sn, struct um_buf *b);
+bool um__acme_cert_id(const char *path, struct um_buf *b);
+/* An RFC 3339 date-time ("2025-01-02T04:00:00Z", fractions, "+01:00") into seconds since
+ * the epoch. */
+bool um__acme_parse_time(const char *s, double *out);
+struct um__acme;
+/* When the CA suggests renewing the certificate in file cert (a random time in its
+ * window, now at the earliest), 0 when it does not say (no ARI, an error); *recheck: when
+ * to ask again (seconds); *cert_id (freed first) gets the certificate's identifier for the
+ * renewing order's "replaces". The client's thread. */
+double um__acme_ari_due(struct um__acme *a, const char *cert, double now, double *recheck,
+                        char **cert_id);
+
 /* --- acme.c: the client of one store ----------------------------------------------------- */
 
 struct um__acme;
@@ -99,6 +118,7 @@ struct um__acme_name {
     size_t num_hosts;
     char *cert, *key;
     double next_try;    /* CLOCK_REALTIME seconds; 0: now */
+    char *replaces;     /* ARI: the stored certificate's identifier, once the CA gave a window */
     unsigned failures;  /* in a row, for the backoff */
     /* For /metrics (read by the admin's worker): written by the client's thread. */
     atomic_ullong orders, order_failures;
@@ -145,6 +165,7 @@ struct um__acme {
     char *jwk, *thumbprint, *kid; /* kid: the account URL, once registered */
     char *nonce;                  /* the next Replay-Nonce to use, or NULL */
     char *new_nonce, *new_account, *new_order; /* from the directory */
+    char *renewal_info;                        /* ARI (RFC 9773), or NULL */
 };
 
 /* acme_http.c. GET (body NULL) or POST body (JSON) to url; r is reset first and filled,

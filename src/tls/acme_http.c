@@ -220,11 +220,12 @@ bool um__acme_directory(struct um__acme *a, char *err, size_t errlen)
         a->new_nonce = um__acme_jstr(r.body.base, r.body.len, "newNonce");
         a->new_account = um__acme_jstr(r.body.base, r.body.len, "newAccount");
         a->new_order = um__acme_jstr(r.body.base, r.body.len, "newOrder");
+        a->renewal_info = um__acme_jstr(r.body.base, r.body.len, "renewalInfo");
         if (a->new_nonce == NULL || a->new_account == NULL || a->new_order == NULL) {
             snprintf(err, errlen, "%s: not an ACME directory (no newNonce, newAccount, newOrder)",
                      a->directory);
-            free(a->new_nonce), free(a->new_account), free(a->new_order);
-            a->new_nonce = a->new_account = a->new_order = NULL;
+            free(a->new_nonce), free(a->new_account), free(a->new_order), free(a->renewal_info);
+            a->new_nonce = a->new_account = a->new_order = a->renewal_info = NULL;
             ok = false;
         }
     }

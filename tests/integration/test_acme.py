@@ -130,7 +130,59 @@ class Pebble:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def config(pebble, storage, entries, renew_before=None, challenges=None, admin=False):
+class AriDirectory:
+    """A directory beside pebble's (pebble 2.4 has no ACME renewal information): the same
+    URLs plus renewalInfo, served here with a suggested window that has begun already."""
+
+    def __init__(self, pebble):
+        import http.server
+        import threading
+        self.pebble, self.asked = pebble, []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if self.path == "/dir":
+                    ctx = ssl.create_default_context(cafile=pebble.cert)
+                    d = json.loads(urllib.request.urlopen(pebble.directory, context=ctx,
+                                                          timeout=5).read())
+                    d["renewalInfo"] = "https://127.0.0.1:%d/renewal-info" % outer.port
+                    body, extra = json.dumps(d).encode(), {}
+                else:
+                    outer.asked.append(self.path)
+                    now = time.time()
+                    fmt = "%Y-%m-%dT%H:%M:%SZ"
+                    body = json.dumps({"suggestedWindow": {
+                        "start": time.strftime(fmt, time.gmtime(now - 3600)),
+                        "end": time.strftime(fmt, time.gmtime(now - 60))}}).encode()
+                    extra = {"Retry-After": "3600"}
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in extra.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(pebble.cert, os.path.join(pebble.dir, "pebble.key"))
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.url = "https://127.0.0.1:%d/dir" % self.port
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def config(pebble, storage, entries, renew_before=None, challenges=None, admin=False,
+           directory=None):
     renew = ', renew_before = "%s"' % renew_before if renew_before else ""
     if challenges:
         renew += ", challenges = { %s }" % ", ".join('"%s"' % c for c in challenges)
@@ -138,7 +190,7 @@ def config(pebble, storage, entries, renew_before=None, challenges=None, admin=F
             'tls = { %s,\n  acme = { directory = "%s", email = "ops@example.com",\n'
             '  storage = "%s", ca_file = "%s"%s } }\n'
             'routes = { { path = "/", root = "www" } }\n%s'
-            % (pebble.http_port, pebble.tls_port, entries, pebble.directory, storage,
+            % (pebble.http_port, pebble.tls_port, entries, directory or pebble.directory, storage,
                pebble.cert, renew, 'admin = { listen = "127.0.0.1:0" }\n' if admin else ""))
 
 
@@ -247,6 +299,25 @@ class AcmeTest(unittest.TestCase):
             self.assertIsNotNone(got, u.log())
             # The new store's client did not order h1.test again: it was stored.
             self.assertEqual(len(u.log_lines("acme: h1.test: ordering", 1, timeout=0)), 1)
+
+    def test_renewal_information_moves_renewal_earlier(self):
+        ari = AriDirectory(self.pebble)
+        try:
+            with self.umbra('{ hosts = { "ari.test" }, acme = true }', directory=ari.url) as u:
+                self.wait_issued(u, "ari.test")
+                root = self.pebble.root()
+                first = wait_until(lambda: served(self.tls_port, "ari.test", root), timeout=10)
+                self.assertIsNotNone(first, u.log())
+                # Five years left, renew_before unset: only the CA's window renews it.
+                self.wait_issued(u, "ari.test", 2)
+                self.assertTrue(u.log_lines("acme: ari.test: the CA suggests renewing now", 1))
+                self.assertTrue(ari.asked)
+                self.assertRegex(ari.asked[0], r"^/renewal-info/[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
+                again = wait_until(lambda: (lambda g: g if g and g[3] != first[3] else None)(
+                    served(self.tls_port, "ari.test", root)), timeout=10)
+                self.assertIsNotNone(again, u.log())
+        finally:
+            ari.close()
 
     def test_renewal_forced_by_renew_before(self):
         entries = '{ hosts = { "r.test" }, acme = true }'

@@ -199,6 +199,35 @@ static void test_tls_alpn_certificate(void **state)
     EVP_PKEY_free(k);
 }
 
+/* RFC 9773 section 4.1's example: AKI 69:88:5B:...:D4 and serial 00:87:65:43:21. */
+static void test_ari_cert_id(void **state)
+{
+    (void)state;
+    const unsigned char aki[] = {0x69, 0x88, 0x5B, 0x6B, 0x87, 0x46, 0x40, 0x41, 0xE1, 0xB3,
+                                 0x7B, 0x84, 0x7B, 0xA0, 0xAE, 0x2C, 0xDE, 0x01, 0xC8, 0xD4};
+    const unsigned char serial[] = {0x00, 0x87, 0x65, 0x43, 0x21};
+    struct um_buf b;
+    um_buf_init(&b);
+    um__acme_cert_id_of(aki, sizeof aki, serial, sizeof serial, &b);
+    assert_string_equal(b.base, "aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE");
+    um_buf_dispose(&b);
+}
+
+static void test_rfc3339(void **state)
+{
+    (void)state;
+    double t = 0;
+    assert_true(um__acme_parse_time("1970-01-01T00:00:00Z", &t) && t == 0);
+    assert_true(um__acme_parse_time("2025-01-02T04:00:00Z", &t) && t == 1735790400.0);
+    assert_true(um__acme_parse_time("2025-01-02T04:00:00.123456Z", &t) && t == 1735790400.0);
+    assert_true(um__acme_parse_time("2025-01-02T05:30:00+01:30", &t) && t == 1735790400.0);
+    assert_true(um__acme_parse_time("2025-01-02T02:00:00-02:00", &t) && t == 1735790400.0);
+    const char *bad[] = {"", "2025-01-02", "2025-01-02T04:00:00", "2025-01-02T04:00:00Zx",
+                         "2025-01-02 04:00:00Z", "2025-01-02T04:00:00+0100"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_false(um__acme_parse_time(bad[i], &t));
+}
+
 static void test_json_readers(void **state)
 {
     (void)state;
@@ -288,6 +317,8 @@ int main(void)
         cmocka_unit_test(test_jwk_and_jws_verify),
         cmocka_unit_test(test_csr),
         cmocka_unit_test(test_tls_alpn_certificate),
+        cmocka_unit_test(test_ari_cert_id),
+        cmocka_unit_test(test_rfc3339),
         cmocka_unit_test(test_json_readers),
         cmocka_unit_test(test_durations),
         cmocka_unit_test(test_write_file_atomic_0600),
