@@ -1,21 +1,23 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* The ACME client of a certificate store (RFC 8555): one thread per store that has entries
- * with acme = true, started with the store and stopped with it.
+ * with acme = true, begun when the store's runtime runs (um_tls_acme_begin), halted when
+ * the store is destroyed or a reload's new store begins its own.
  *
  * What it does. For each acme entry it looks at the stored certificate
  * (STORAGE/HOST.crt): none, or one that reaches its renewal time (renew_before before its
- * notAfter, a third of its lifetime by default), gets an order: newOrder, each
- * authorization's http-01 challenge answered by the workers from the token table below,
+ * notAfter, a third of its lifetime by default, or earlier when the CA's renewal
+ * information says so: acme_ari.c), gets an order: newOrder, each authorization's http-01
+ * or tls-alpn-01 challenge answered by the workers from the tables of acme_tables.c,
  * finalize with a CSR for a fresh P-256 key, the chain downloaded. The key and then the
  * chain are written atomically (write, fsync, rename, 0600) over the entry's files, and the
  * store's directory watch (watch.c) loads them like any renewed certificate file: the
  * client never touches the store's contexts. A failed order is retried after a backoff
  * with jitter; the certificate already stored keeps serving.
  *
- * Threads. Everything but the token table and stop is the thread's. The token table is
- * written by the thread (a few times per order) and read by workers for each request under
- * /.well-known/acme-challenge/: a read-write lock suits that. um__acme_halt sets stop,
- * wakes the thread's nap and aborts its transfer (the progress callback), then joins. */
+ * Threads. Everything but the tables, the metrics atomics and stop is the thread's.
+ * um__acme_halt sets stop, wakes the thread's nap and aborts its transfer (the progress
+ * callback), then joins; the client is freed with its store, after the last handshake
+ * that could look at its tables. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -62,219 +64,6 @@ static bool nap(struct um__acme *a, double seconds)
             break;
     pthread_mutex_unlock(&a->lock);
     return !atomic_load(&a->stop);
-}
-
-/* The running clients, for /metrics and /status.json (the process-wide state the
- * server hands the module's renderers, um_tls_acme_registry). */
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct um__acme *live;
-
-void *um_tls_acme_registry(void)
-{
-    return &live;
-}
-
-void um__acme_status(struct um_buf *b)
-{
-    double now = now_real();
-    bool first = true;
-    um_buf_append_str(b, "\"tls\":{\"acme\":[");
-    pthread_mutex_lock(&live_lock);
-    for (struct um__acme *a = live; a != NULL; a = a->next_live)
-        for (size_t i = 0; i < a->num_names; i++) {
-            struct um__acme_name *e = &a->names[i];
-            double exp = atomic_load(&e->expires);
-            um_buf_printf(b, "%s{\"host\":\"%s\",\"hosts\":%zu,", first ? "" : ",",
-                          e->hosts[0], e->num_hosts);
-            if (exp > 0)
-                um_buf_printf(b, "\"expires\":%.0f,\"days_left\":%.2f,", exp,
-                              (exp - now) / 86400);
-            else
-                um_buf_append_str(b, "\"expires\":null,\"days_left\":null,");
-            um_buf_printf(b, "\"orders\":%llu,\"failures\":%llu}",
-                          (unsigned long long)atomic_load(&e->orders),
-                          (unsigned long long)atomic_load(&e->order_failures));
-            first = false;
-        }
-    pthread_mutex_unlock(&live_lock);
-    um_buf_append_str(b, "]}");
-}
-
-static void live_add(struct um__acme *a)
-{
-    pthread_mutex_lock(&live_lock);
-    a->next_live = live;
-    live = a;
-    pthread_mutex_unlock(&live_lock);
-}
-
-static void live_remove(struct um__acme *a)
-{
-    pthread_mutex_lock(&live_lock);
-    for (struct um__acme **p = &live; *p != NULL; p = &(*p)->next_live)
-        if (*p == a) {
-            *p = a->next_live;
-            break;
-        }
-    pthread_mutex_unlock(&live_lock);
-}
-
-void um__acme_metrics(struct um_buf *b)
-{
-    static const struct {
-        const char *name, *type, *help;
-    } fam[] = {
-        {"umbra_acme_orders_total", "counter", "ACME orders started, by certificate entry."},
-        {"umbra_acme_order_failures_total", "counter", "ACME orders that failed."},
-        {"umbra_acme_certificate_expiry_days", "gauge",
-         "Days until the stored certificate expires (absent: none yet)."},
-    };
-    double now = now_real();
-    pthread_mutex_lock(&live_lock);
-    for (size_t f = 0; f < 3; f++) {
-        um_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name,
-                      fam[f].type);
-        for (struct um__acme *a = live; a != NULL; a = a->next_live)
-            for (size_t i = 0; i < a->num_names; i++) {
-                struct um__acme_name *e = &a->names[i];
-                double exp = atomic_load(&e->expires);
-                if (f == 0)
-                    um_buf_printf(b, "%s{host=\"%s\"} %llu\n", fam[f].name, e->hosts[0],
-                                  (unsigned long long)atomic_load(&e->orders));
-                else if (f == 1)
-                    um_buf_printf(b, "%s{host=\"%s\"} %llu\n", fam[f].name, e->hosts[0],
-                                  (unsigned long long)atomic_load(&e->order_failures));
-                else if (exp > 0)
-                    um_buf_printf(b, "%s{host=\"%s\"} %.3f\n", fam[f].name, e->hosts[0],
-                                  (exp - now) / 86400);
-            }
-    }
-    pthread_mutex_unlock(&live_lock);
-}
-
-/* --- the token table (http-01) --------------------------------------------------------- */
-
-static void publish(struct um__acme *a, const char *token, const char *keyauth)
-{
-    pthread_rwlock_wrlock(&a->tokens_lock);
-    a->tokens = um_realloc(a->tokens, (a->num_tokens + 1) * sizeof *a->tokens);
-    a->tokens[a->num_tokens++] = (struct um__acme_token){
-        .token = um_strndup(token, strlen(token)),
-        .keyauth = um_strndup(keyauth, strlen(keyauth)), .cert = NULL, .key = NULL};
-    pthread_rwlock_unlock(&a->tokens_lock);
-}
-
-/* tls-alpn-01: the validation certificate for name (lower case), which the table owns. */
-static void publish_alpn(struct um__acme *a, const char *name, X509 *cert, EVP_PKEY *key)
-{
-    pthread_rwlock_wrlock(&a->tokens_lock);
-    a->tokens = um_realloc(a->tokens, (a->num_tokens + 1) * sizeof *a->tokens);
-    a->tokens[a->num_tokens++] = (struct um__acme_token){
-        .token = um_strndup(name, strlen(name)), .keyauth = NULL, .cert = cert, .key = key};
-    atomic_fetch_add(&a->num_alpn, 1);
-    pthread_rwlock_unlock(&a->tokens_lock);
-}
-
-static void token_free(struct um__acme_token *t)
-{
-    free(t->token);
-    free(t->keyauth);
-    X509_free(t->cert);
-    EVP_PKEY_free(t->key);
-}
-
-/* Takes back the http-01 token, or the tls-alpn-01 certificate of the name, token. */
-static void unpublish(struct um__acme *a, const char *token, bool alpn)
-{
-    pthread_rwlock_wrlock(&a->tokens_lock);
-    for (size_t i = 0; i < a->num_tokens; i++) {
-        if (strcmp(a->tokens[i].token, token) != 0 || (a->tokens[i].cert != NULL) != alpn)
-            continue;
-        token_free(&a->tokens[i]);
-        a->tokens[i] = a->tokens[--a->num_tokens];
-        if (alpn)
-            atomic_fetch_sub(&a->num_alpn, 1);
-        break;
-    }
-    pthread_rwlock_unlock(&a->tokens_lock);
-}
-
-bool um__acme_alpn_find(struct um__acme *a, const char *name, size_t n, X509 **cert,
-                        EVP_PKEY **key)
-{
-    bool found = false;
-    if (atomic_load_explicit(&a->num_alpn, memory_order_acquire) == 0)
-        return false;
-    pthread_rwlock_rdlock(&a->tokens_lock);
-    for (size_t i = 0; i < a->num_tokens && !found; i++) {
-        const struct um__acme_token *t = &a->tokens[i];
-        if (t->cert == NULL || strlen(t->token) != n || strncasecmp(t->token, name, n) != 0)
-            continue;
-        X509_up_ref(t->cert);
-        EVP_PKEY_up_ref(t->key);
-        *cert = t->cert;
-        *key = t->key;
-        found = true;
-    }
-    pthread_rwlock_unlock(&a->tokens_lock);
-    return found;
-}
-
-bool um__acme_answer(struct um__acme *a, um_str token, char *out, size_t len, size_t *n)
-{
-    bool found = false;
-    pthread_rwlock_rdlock(&a->tokens_lock);
-    for (size_t i = 0; i < a->num_tokens && !found; i++) {
-        const struct um__acme_token *t = &a->tokens[i];
-        if (t->keyauth == NULL || strlen(t->token) != token.len ||
-            memcmp(t->token, token.base, token.len) != 0)
-            continue;
-        size_t kl = strlen(t->keyauth);
-        if (kl <= len) {
-            memcpy(out, t->keyauth, kl);
-            *n = kl;
-            found = true;
-        }
-    }
-    pthread_rwlock_unlock(&a->tokens_lock);
-    return found;
-}
-
-bool um_tls_acme_http01(struct um_tls *t, um_str token, char *out, size_t len, size_t *n)
-{
-    return t != NULL && t->acme != NULL && um__acme_answer(t->acme, token, out, len, n);
-}
-
-void um_tls_acme_metrics(struct um_buf *b)
-{
-    um__acme_metrics(b);
-}
-
-void um_tls_acme_status(struct um_buf *b)
-{
-    um__acme_status(b);
-}
-
-void um_tls_acme_replaces(struct um_tls *t, struct um_tls *old)
-{
-    UM_ASSERT(t->replaces == NULL && !t->acme_begun);
-    um_tls_hold(old);
-    t->replaces = old;
-}
-
-void um_tls_acme_begin(struct um_tls *t)
-{
-    if (t->acme_begun)
-        return;
-    t->acme_begun = true;
-    if (t->replaces != NULL) {
-        /* Workers may still read its client (the ClientHello callback, http-01): it is
-         * stopped here and freed with its store. */
-        um__acme_halt(t->replaces->acme);
-        um_tls_destroy(t->replaces);
-        t->replaces = NULL;
-    }
-    um__acme_begin(t->acme);
 }
 
 /* --- the account ----------------------------------------------------------------------- */
@@ -438,7 +227,7 @@ static bool authorize(struct um__acme *a, const char *us, size_t un, char *err, 
     um_buf_init(&ka);
     um_buf_printf(&ka, "%s.%s", token, a->thumbprint);
     if (!alpn) {
-        publish(a, token, ka.base);
+        um__acme_publish(a, token, ka.base);
     } else {
         X509 *vc;
         EVP_PKEY *vk;
@@ -448,7 +237,7 @@ static bool authorize(struct um__acme *a, const char *us, size_t un, char *err, 
             free(name);
             goto out;
         }
-        publish_alpn(a, name, vc, vk);
+        um__acme_publish_alpn(a, name, vc, vk);
     }
     um_buf_dispose(&ka);
     if (um__acme_post(a, curl, "{}", &r, err, errlen)) {
@@ -459,7 +248,7 @@ static bool authorize(struct um__acme *a, const char *us, size_t un, char *err, 
         else if (status != NULL)
             challenge_error(&r, err, errlen);
     }
-    unpublish(a, alpn ? name : token, alpn);
+    um__acme_unpublish(a, alpn ? name : token, alpn);
     free(name);
 out:
     free(url), free(status), free(curl), free(token);
@@ -705,7 +494,7 @@ static void acme_free(struct um__acme *a)
     }
     free(a->names);
     for (size_t i = 0; i < a->num_tokens; i++)
-        token_free(&a->tokens[i]);
+        um__acme_token_free(&a->tokens[i]);
     free(a->tokens);
     free(a->directory), free(a->email), free(a->storage), free(a->ca_file);
     if (a->curl != NULL)
@@ -767,7 +556,7 @@ void um__acme_begin(struct um__acme *a)
         return;
     }
     a->started = true;
-    live_add(a);
+    um__acme_live_add(a);
 }
 
 void um__acme_halt(struct um__acme *a)
@@ -777,7 +566,7 @@ void um__acme_halt(struct um__acme *a)
     a->halted = true;
     if (!a->started)
         return;
-    live_remove(a);
+    um__acme_live_remove(a);
     pthread_mutex_lock(&a->lock);
     atomic_store(&a->stop, true);
     pthread_cond_broadcast(&a->cond);

@@ -93,6 +93,18 @@ void um__acme_begin(struct um__acme *a);
 void um__acme_halt(struct um__acme *a);
 /* Halts and frees: when no worker can reach a any more (the store is freed). */
 void um__acme_free(struct um__acme *a);
+/* acme_tables.c: the running clients' list (begin adds, halt removes), and the challenge
+ * answers a client publishes for the workers (the table owns what it is given; unpublish
+ * takes back the http-01 token, or the tls-alpn-01 certificate of the name, token). */
+struct um__acme_token;
+void um__acme_live_add(struct um__acme *a);
+void um__acme_live_remove(struct um__acme *a);
+void um__acme_publish(struct um__acme *a, const char *token, const char *keyauth);
+void um__acme_publish_alpn(struct um__acme *a, const char *name, struct x509_st *cert,
+                           struct evp_pkey_st *key);
+void um__acme_unpublish(struct um__acme *a, const char *token, bool alpn);
+void um__acme_token_free(struct um__acme_token *t);
+
 /* The module's /metrics lines of every running client: orders, failures and days until
  * each certificate expires, by the entry's first name. Any thread. */
 void um__acme_metrics(struct um_buf *b);
