@@ -641,6 +641,7 @@ static int on_client_hello(SSL *ssl, int *alert, void *arg)
     X509 *cert;
     EVP_PKEY *key;
     if (t == NULL || t->acme == NULL ||
+        atomic_load_explicit(&t->acme->num_alpn, memory_order_acquire) == 0 ||
         !SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, &p,
                                    &n) ||
         !offers_acme_tls(p, n) ||

@@ -182,16 +182,24 @@ class AriDirectory:
 
 
 def config(pebble, storage, entries, renew_before=None, challenges=None, admin=False,
-           directory=None):
+           directory=None, guarded=False):
     renew = ', renew_before = "%s"' % renew_before if renew_before else ""
     if challenges:
         renew += ", challenges = { %s }" % ", ".join('"%s"' % c for c in challenges)
     return ('listen = { "127.0.0.1:%d", { "127.0.0.1:%d", tls = true } }\nworkers = 1\n'
             'tls = { %s,\n  acme = { directory = "%s", email = "ops@example.com",\n'
             '  storage = "%s", ca_file = "%s"%s } }\n'
-            'routes = { { path = "/", root = "www" } }\n%s'
+            '%s\n%s'
             % (pebble.http_port, pebble.tls_port, entries, directory or pebble.directory, storage,
-               pebble.cert, renew, 'admin = { listen = "127.0.0.1:0" }\n' if admin else ""))
+               pebble.cert, renew, GUARDED if guarded else 'routes = { { path = "/", root = "www" } }',
+               'admin = { listen = "127.0.0.1:0" }\n' if admin else ""))
+
+
+# Every request refused twice over: an access rule on the only route, and a global hook
+# that answers 401 (for one the rule lets through). The CA's http-01 requests must not
+# meet either.
+GUARDED = ('routes = { { path = "/", root = "www", deny = { "127.0.0.1" } } }\n'
+           'function on_request(req) return umbra.respond(401, "no\\n") end')
 
 
 def served(port, name, root):
@@ -230,7 +238,7 @@ class AcmeTest(unittest.TestCase):
 
     def test_first_issuance_http01_two_names_then_restart_without_ca(self):
         entries = '{ hosts = { "a.test", "b.test" }, acme = true }'
-        with self.umbra(entries) as u:
+        with self.umbra(entries, guarded=True) as u:
             self.assertIn("no certificate yet for a.test", u.log())
             self.wait_issued(u, "a.test")
             for name in ("a.test", "b.test"):
@@ -244,17 +252,17 @@ class AcmeTest(unittest.TestCase):
             # The stored files: private keys readable by the server's user only.
             for f in ("a.test.crt", "a.test.key", "account.key"):
                 self.assertEqual(os.stat(os.path.join(self.storage, f)).st_mode & 0o777, 0o600)
-            # The plain listener still serves the site (the challenge path is not a route),
-            # and a token is answered only while its validation runs.
+            # The site's rules still hold for everything else (the challenge path is not a
+            # route), and a token is answered only while its validation runs.
             data, _ = exchange(self.http_port, req("/a.txt"))
-            self.assertEqual(parse_response(data).body, b"hello")
+            self.assertEqual(parse_response(data).status, 403)
             tokens = re.findall(r"/\.well-known/acme-challenge/([A-Za-z0-9_-]+)",
                                 self.pebble.log())
             self.assertTrue(tokens, self.pebble.log())
             for token in set(tokens):
                 data, _ = exchange(self.http_port,
                                    req("/.well-known/acme-challenge/" + token))
-                self.assertEqual(parse_response(data).status, 404)
+                self.assertEqual(parse_response(data).status, 403)
         self.pebble.stop()
         with self.umbra(entries) as u:
             got = served(self.tls_port, "b.test", root)
