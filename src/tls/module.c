@@ -79,9 +79,12 @@ static void reread(void *t)
                 msg);
 }
 
+/* The handshake counters, then the ACME clients' lines (a module with a metrics hook
+ * renders its counters itself). */
 static void metrics(struct um_buf *b, void *running)
 {
     (void)running; /* the clients are the stores', which the runtimes hold */
+    um_metrics_render_block(b, &counters);
     um_tls_acme_metrics(b);
 }
 
