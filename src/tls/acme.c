@@ -446,7 +446,8 @@ static void tend(struct um__acme *a, struct um__acme_name *e)
         return;
     atomic_fetch_add(&e->order_failures, 1);
     double delay = RETRY_FIRST * pow(2, e->failures < 20 ? e->failures : 20);
-    delay = jitter(fmin(delay, RETRY_MAX));
+    delay = fmax(jitter(fmin(delay, RETRY_MAX)), a->retry_hint);
+    a->retry_hint = 0;
     e->failures++;
     e->next_try = now_real() + delay;
     char kept[96];

@@ -176,6 +176,7 @@ struct um__acme {
     struct evp_pkey_st *account;  /* the account key */
     char *jwk, *thumbprint, *kid; /* kid: the account URL, once registered */
     char *nonce;                  /* the next Replay-Nonce to use, or NULL */
+    double retry_hint; /* Retry-After of the last refusal (rateLimited, 503), seconds; 0 */
     char *new_nonce, *new_account, *new_order; /* from the directory */
     char *renewal_info;                        /* ARI (RFC 9773), or NULL */
 };

@@ -279,8 +279,11 @@ bool um__acme_post(struct um__acme *a, const char *url, const char *payload,
         bool bad_nonce = type != NULL && strcmp(type, "urn:ietf:params:acme:error:badNonce") == 0;
         free(type);
         um__acme_problem(r->body.base, r->body.len, err, errlen);
-        if (!bad_nonce)
+        if (!bad_nonce) {
+            if (r->retry_after > 0) /* the next order waits at least this long */
+                a->retry_hint = r->retry_after;
             break;
+        }
         um_log_debug("acme: %s: the CA refused the nonce (%s); trying again", url, err);
     }
     um_buf_dispose(&prot);
