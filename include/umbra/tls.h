@@ -46,6 +46,26 @@ struct um_tls_cert_conf {
      * TLS module's check (um_tls_check_config). */
     char *cert_name, *key_name;
     int cert_line, key_line;
+    /* acme = true: the certificate comes from the CA of tls.acme (src/tls/acme.c); cert
+     * and key are then STORAGE/HOST.crt and STORAGE/HOST.key (HOST: the first of hosts),
+     * which need not exist yet, and cert_name/key_name are NULL. */
+    bool acme;
+};
+
+/* tls.acme challenge types (bits). */
+#define UM_TLS_ACME_HTTP01 1u
+#define UM_TLS_ACME_TLSALPN01 2u
+
+/* tls.acme = { directory = "URL", email = "...", storage = "DIR", ca_file = "F",
+ * renew_before = "30d", challenges = { "http-01", "tls-alpn-01" } }. */
+struct um_tls_acme_conf {
+    char *directory;     /* the CA's directory URL; NULL: no tls.acme */
+    char *email;         /* contact; NULL: none */
+    char *storage;       /* absolute, an existing directory */
+    char *ca_file;       /* trust for the directory's own TLS; NULL: the system's */
+    double renew_before; /* seconds before expiry; 0: a third of the lifetime */
+    unsigned challenges; /* UM_TLS_ACME_* bits; http-01 by default */
+    int line, storage_line;
 };
 
 /* tls = { entries..., protocols = {...}, ciphers = "...", ciphersuites = "...",
@@ -61,7 +81,12 @@ struct um_tls_conf {
     int ciphers_line, ciphersuites_line; /* where they are set, for messages */
     size_t default_cert; /* entry for names no entry lists and for clients without SNI */
     int line;            /* line of the tls setting */
+    struct um_tls_acme_conf acme;
 };
+
+/* "30d", "12h", "90m", "45s" or a plain number of seconds, into *out (> 0); false when s
+ * is not one of those. Pure. */
+bool um_tls_parse_duration(const char *s, double *out);
 
 /* The module's settings (umbra/settings.h): the global tls; its part of a snapshot:
  * um_tls_conf(c). */
@@ -171,6 +196,34 @@ void um_tls_rotate_tickets(struct um_tls *t);
 /* Copies the ticket keys of from into to, so that sessions resume across a config reload
  * that builds a new store. Thread-safe. */
 void um_tls_inherit_tickets(struct um_tls *to, struct um_tls *from);
+
+/* --- ACME (src/tls/acme*.c) -------------------------------------------------------------- */
+
+/* The http-01 answer (the key authorization, RFC 8555 section 8.3) for the token of a
+ * request to /.well-known/acme-challenge/TOKEN on a plain listener, copied into out (at
+ * most len bytes, *n set): true when t's ACME client has published that token. t may be
+ * NULL (false). Any thread; takes a read lock for the copy. */
+bool um_tls_acme_http01(struct um_tls *t, um_str token, char *out, size_t len, size_t *n);
+
+/* t (new) replaces old at a reload: t holds old until t's ACME client begins, which
+ * first stops old's, so that one client at a time orders; a reload refused drops t and
+ * old's client runs on. Main thread. */
+void um_tls_acme_replaces(struct um_tls *t, struct um_tls *old);
+/* Starts t's ACME client, if it has one, once: when t's runtime runs (the server's first
+ * poll of its watch descriptor), never for `umbra -t` or a refused reload. Main thread. */
+void um_tls_acme_begin(struct um_tls *t);
+
+/* The ACME clients' /metrics lines (orders, failures, days until expiry by name) into b. */
+struct um_buf;
+void um_tls_acme_metrics(struct um_buf *b);
+/* The TLS module's /status.json member: the names of the acme entries with their expiry. */
+void um_tls_acme_status(struct um_buf *b);
+/* The process-wide list of running ACME clients: what the server hands um_module_run for
+ * the TLS module (its renderers read the list, under its own lock). */
+void *um_tls_acme_registry(void);
+
+/* The path prefix of http-01 requests. */
+#define UM_TLS_ACME_HTTP01_PREFIX "/.well-known/acme-challenge/"
 
 /* --- connections (any thread, on the SSL of that connection) ---------------------------- */
 

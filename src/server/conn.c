@@ -273,6 +273,11 @@ static void drive(struct um__conn *c)
                 um_tls_count_handshake(true);
                 c->state = S_HEAD;
                 c->can_read = true; /* the request may sit decrypted-ready in OpenSSL */
+                if (c->t->ops->alpn && um_str_eq(c->t->ops->alpn(c->t), "acme-tls/1")) {
+                    /* An ACME tls-alpn-01 validation: the handshake was all (RFC 8737). */
+                    um__conn_close(c);
+                    goto out;
+                }
                 if (c->t->ops->alpn && um_str_eq(c->t->ops->alpn(c->t), "h2") &&
                     !switch_h2(c))
                     goto out;

@@ -17,6 +17,7 @@
 #include "umbra/limits.h"
 #include "umbra/log.h"
 #include "umbra/runtime.h"
+#include "umbra/tls.h"
 
 /* The origin that answers route r: the only place that knows where it is kept. */
 static struct um_origin *route_origin(const struct um__exchange *x, const struct um_route *r)
@@ -430,6 +431,32 @@ static int peer_request(struct um__exchange *x, um_str *key)
     return 1;
 }
 
+/* An ACME http-01 request (RFC 8555 section 8.3) on a plain listener, answered with the
+ * key authorization the TLS module's ACME client published, before any route, hook or
+ * access rule: the CA's validator knows nothing of them. True when answered. */
+static bool acme_http01(struct um__exchange *x)
+{
+    static const um_str prefix = UM_STR(UM_TLS_ACME_HTTP01_PREFIX);
+    const struct um_request *req = &x->req;
+    char body[512];
+    size_t n = 0;
+    if (secure(x) || req->path.len <= prefix.len ||
+        memcmp(req->path.base, prefix.base, prefix.len) != 0 ||
+        (req->method_id != UM_METHOD_GET && req->method_id != UM_METHOD_HEAD))
+        return false;
+    um_str token = {req->path.base + prefix.len, req->path.len - prefix.len};
+    if (!um_tls_acme_http01(um_runtime_state(x->runtime, &um_tls_module), token, body,
+                            sizeof body, &n))
+        return false;
+    struct um_header ct = {UM_STR("Content-Type"), UM_STR("application/octet-stream")};
+    struct um_response_head h = {.status = 200, .headers = &ct, .num_headers = 1,
+                                 .content_length = (int64_t)n, .reason = {NULL, 0}};
+    x->sink.ops->on_head(&x->sink, &h);
+    x->sink.ops->on_data(&x->sink, body, n);
+    x->sink.ops->on_end(&x->sink, UM_OK);
+    return true;
+}
+
 struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
 {
     if (x->admin)
@@ -438,6 +465,8 @@ struct um_origin *um__route(struct um__exchange *x, struct um_fetch *f)
     um_str peer_key = {NULL, 0};
     int peer = peer_request(x, &peer_key);
     if (peer < 0)
+        return NULL;
+    if (acme_http01(x))
         return NULL;
     if (req->path.len == 0 || req->path.base[0] != '/') {
         /* asterisk-form (OPTIONS *): the server itself */

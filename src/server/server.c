@@ -133,6 +133,8 @@ struct um_server *um_server_create(struct um_config *config, char *err, size_t e
      * change it: cache.l2 is read at start). */
     if (um_cache_conf(config)->l2.enabled) s->l2 = um_l2_create(config, um__purge_apply, s);
     um_module_run(&um_l2_module, s->l2);
+    /* The TLS module's renderers read its ACME clients' list. */
+    um_module_run(&um_tls_module, um_tls_acme_registry());
     struct um_cache_links links = um__server_links(s);
     /* With the modules' states: the workers' Lua states made here rather than on each
      * worker's first request (the file's top level must not run inside a worker's loop
@@ -178,6 +180,7 @@ fail:
     um_module_run(&um_disk_module, NULL);
     um_disk_tier_close(s->disk);
     um_module_run(&um_l2_module, NULL);
+    um_module_run(&um_tls_module, NULL);
     um_l2_destroy(s->l2);
     free(s);
     return NULL;
@@ -542,6 +545,7 @@ void um_server_destroy(struct um_server *s)
         um__worker_dispose(&s->workers[i]);
     free(s->workers);
     um_module_run(&um_l2_module, NULL);
+    um_module_run(&um_tls_module, NULL);
     um_l2_destroy(s->l2);
     s->l2 = NULL;
     for (size_t i = 0; i < s->num_listen; i++)

@@ -63,6 +63,7 @@ struct entry {
     char *cert, *key;     /* as in the config */
     char *name;           /* first host, for messages */
     struct file_sig cert_sig, key_sig; /* of the files last loaded or tried; main thread */
+    bool acme; /* its files come from the ACME client; ctx is NULL until they exist */
 };
 
 struct host {
@@ -86,6 +87,14 @@ struct um_tls {
     size_t default_entry;
     struct host *hosts; /* sorted by name */
     size_t num_hosts;
+    /* A context without a certificate, for SSL_new when the default entry has none yet
+     * (an ACME entry still waiting for its first certificate). */
+    SSL_CTX *bare;
+    struct um__acme *acme; /* the ACME client (acme.c), or NULL; set at create */
+    /* The store a reload replaces (held), whose ACME client stops when this one's starts:
+     * when this store's runtime runs (um_tls_acme_begin). Main thread. */
+    struct um_tls *replaces;
+    bool acme_begun;
     unsigned protocols;
     char *ciphers, *ciphersuites;
 

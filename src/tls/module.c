@@ -32,13 +32,18 @@ static bool same_str(const char *a, const char *b)
 /* True when both tls tables describe the same certificates and options. */
 static bool same_tls(const struct um_tls_conf *a, const struct um_tls_conf *b)
 {
+    const struct um_tls_acme_conf *p = &a->acme, *q = &b->acme;
+    if (!same_str(p->directory, q->directory) || !same_str(p->email, q->email) ||
+        !same_str(p->storage, q->storage) || !same_str(p->ca_file, q->ca_file) ||
+        p->renew_before != q->renew_before || p->challenges != q->challenges)
+        return false;
     if (a->num_certs != b->num_certs || a->protocols != b->protocols ||
         a->default_cert != b->default_cert || !same_str(a->ciphers, b->ciphers) ||
         !same_str(a->ciphersuites, b->ciphersuites))
         return false;
     for (size_t i = 0; i < a->num_certs; i++) {
         const struct um_tls_cert_conf *x = &a->certs[i], *y = &b->certs[i];
-        if (x->num_hosts != y->num_hosts || !same_str(x->cert, y->cert) ||
+        if (x->num_hosts != y->num_hosts || x->acme != y->acme || !same_str(x->cert, y->cert) ||
             !same_str(x->key, y->key))
             return false;
         for (size_t j = 0; j < x->num_hosts; j++)
@@ -58,7 +63,10 @@ static void *make_store(const struct um_config *now, const struct um_config *was
     }
     if (um_tls_conf(now)->num_certs == 0) return NULL;
     struct um_tls *t = um_tls_create(now, err, errlen);
-    if (t && old) um_tls_inherit_tickets(t, old);
+    if (t && old) {
+        um_tls_inherit_tickets(t, old);
+        um_tls_acme_replaces(t, old);
+    }
     return t;
 }
 
@@ -71,13 +79,31 @@ static void reread(void *t)
                 msg);
 }
 
+/* The handshake counters, then the ACME clients' lines (a module with a metrics hook
+ * renders its counters itself). */
+static void metrics(struct um_buf *b, void *running)
+{
+    (void)running; /* the clients are the stores', which the runtimes hold */
+    um_metrics_render_block(b, &counters);
+    um_tls_acme_metrics(b);
+}
+
+static void status(struct um_buf *b, void *running)
+{
+    (void)running;
+    um_tls_acme_status(b);
+}
+
 static void drop_store(void *t)
 {
     um_tls_destroy(t);
 }
 
+/* The server polls the running runtime's store only: its ACME client starts there, not
+ * at make (`umbra -t` makes the store too, and a reload may yet be refused). */
 static int watch_fd(void *t)
 {
+    um_tls_acme_begin(t);
     return um_tls_watch_fd(t);
 }
 
@@ -96,4 +122,6 @@ const struct um_module um_tls_module = {
     .watch_fd = watch_fd,
     .on_watch = on_watch,
     .reread = reread,
+    .metrics = metrics,
+    .status = status,
 };

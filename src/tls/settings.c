@@ -11,12 +11,14 @@
 
 #include "umbra/settings.h"
 #include "umbra/tls.h"
+#include "acme.h"
 
 #define PATH_LEN UM_SETTINGS_PATH_LEN
 
 /* tls = { ENTRY, ..., protocols = ..., ... }: the named keys, and an entry's. */
-static const char *const tls_keys[] = {"protocols", "ciphers", "ciphersuites", "default", NULL};
-static const char *const cert_keys[] = {"hosts", "cert", "key", NULL};
+static const char *const tls_keys[] = {"protocols", "ciphers", "ciphersuites", "default",
+                                        "acme",      NULL};
+static const char *const cert_keys[] = {"hosts", "cert", "key", "acme", NULL};
 /* In the order of the UM_TLS_PROTO_* bits. */
 static const char *const TLS_PROTOCOLS[] = {"TLSv1.2", "TLSv1.3", NULL};
 
@@ -128,6 +130,43 @@ static bool load_tls_hosts(struct um_settings_load *ld, lua_State *L, int idx, c
     return true;
 }
 
+/* The rest of an entry with acme = true (at idx): no files of its own, a CA in tls.acme
+ * (read before the entries), names the CA can check (no wildcard: that needs dns-01). */
+static bool acme_entry(struct um_settings_load *ld, lua_State *L, int idx, const char *cpath,
+                       const struct um_tls_conf *tc, struct um_tls_cert_conf *cc)
+{
+    char sub[PATH_LEN];
+    static const char *const files[] = {"cert", "key"};
+    for (size_t k = 0; k < 2; k++) {
+        um_settings_subpath(sub, sizeof sub, cpath, files[k]);
+        int t = um_settings_get_field(L, idx, files[k]);
+        lua_pop(L, 1);
+        if (t != LUA_TNIL)
+            return um_settings_fail(ld, L, sub,
+                                    "%s: an entry with acme = true gets its certificate and key "
+                                    "from the CA: remove %s, or acme",
+                                    sub, files[k]);
+    }
+    um_settings_subpath(sub, sizeof sub, cpath, "acme");
+    if (tc->acme.directory == NULL)
+        return um_settings_fail(ld, L, sub,
+                                "%s: acme = true needs a CA: add tls.acme = { directory = "
+                                "\"https://...\", email = \"...\", storage = \"DIR\" }",
+                                sub);
+    for (size_t j = 0; j < cc->num_hosts; j++)
+        if (cc->hosts[j][0] == '*')
+            return um_settings_fail(ld, L, sub,
+                                    "%s: '%s' is a wildcard, which ACME issues only by dns-01 "
+                                    "challenges (not supported): list the names",
+                                    sub, cc->hosts[j]);
+    size_t n = strlen(tc->acme.storage) + strlen(cc->hosts[0]) + 6;
+    cc->cert = um_malloc(n);
+    cc->key = um_malloc(n);
+    snprintf(cc->cert, n, "%s/%s.crt", tc->acme.storage, cc->hosts[0]);
+    snprintf(cc->key, n, "%s/%s.key", tc->acme.storage, cc->hosts[0]);
+    return true;
+}
+
 /* Entry number i (tls[i + 1]) at idx: { hosts = {...}, cert = "F", key = "F" }. */
 static bool load_tls_cert(struct um_settings_load *ld, lua_State *L, int idx, const char *cpath,
                           size_t i, struct um_tls_conf *tc, struct um_tls_cert_conf *cc)
@@ -143,6 +182,9 @@ static bool load_tls_cert(struct um_settings_load *ld, lua_State *L, int idx, co
     if (!um_settings_check_keys(ld, L, idx, cpath, cert_keys)) return false;
     cc->line = um_settings_line_of(ld, L, cpath);
     if (!load_tls_hosts(ld, L, idx, cpath, i, tc, cc)) return false;
+    um_settings_subpath(sub, sizeof sub, cpath, "acme");
+    if (!um_settings_opt_bool(ld, L, idx, sub, "acme", &cc->acme, NULL)) return false;
+    if (cc->acme) return acme_entry(ld, L, idx, cpath, tc, cc);
 
     static const char *const files[] = {"cert", "key"};
     static const char *const what[] = {"a PEM certificate chain file", "a PEM key file"};
@@ -303,6 +345,11 @@ static bool read(struct um_settings_load *ld, lua_State *L, int idx, const char 
                                 "(found index %s)",
                                 key);
     }
+    /* tls.acme first: the entries with acme = true need its storage. */
+    if (um_settings_get_field(L, idx, "acme") != LUA_TNIL &&
+        !um__tls_acme_read(ld, L, lua_gettop(L), &tc->acme))
+        return false;
+    lua_pop(L, 1);
     if (n == 0)
         return um_settings_fail(
             ld, L, "tls",
@@ -362,12 +409,13 @@ static void dispose(void *part)
         free(cc->key_name);
     }
     free(tc->certs);
+    um__tls_acme_dispose(&tc->acme);
     free(tc->ciphers);
     free(tc->ciphersuites);
 }
 
 static const struct um_settings_table tables[] = {
-    {"tls", tls_keys}, {"tls[N]", cert_keys}, {NULL, NULL}};
+    {"tls", tls_keys}, {"tls[N]", cert_keys}, {"tls.acme", um__tls_acme_keys}, {NULL, NULL}};
 
 static unsigned index_in_list;
 

@@ -64,6 +64,7 @@
 #include "umbra/metrics.h"
 #include "umbra/module.h"
 #include "internal.h"
+#include "acme.h"
 
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
 int um__tls_ssl_index = -1; /* the store a connection holds */
@@ -84,9 +85,13 @@ static void on_error_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, 
     free(ptr);
 }
 
+/* Set (to a non-NULL mark) on a connection that got a tls-alpn-01 validation certificate. */
+static int acme_index = -1;
+
 static void make_index(void)
 {
     um__tls_ssl_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_ssl_free);
+    acme_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
     error_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, on_error_free);
 }
 
@@ -206,6 +211,7 @@ static enum um_tls_fault load_pair(SSL_CTX *ctx, const char *cert, const char *k
 }
 
 static int on_servername(SSL *ssl, int *alert, void *arg);
+static int on_client_hello(SSL *ssl, int *alert, void *arg);
 static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned int inlen, void *arg);
 
@@ -244,6 +250,7 @@ static SSL_CTX *new_ctx(unsigned protocols, const char *ciphers, const char *cip
      * instead of two. (The connection reads until OpenSSL wants more, so nothing is left
      * waiting in its buffer under edge-triggered epoll.) */
     SSL_CTX_set_read_ahead(ctx, 1);
+    SSL_CTX_set_client_hello_cb(ctx, on_client_hello, NULL);
     SSL_CTX_set_tlsext_servername_callback(ctx, on_servername);
     SSL_CTX_set_alpn_select_cb(ctx, on_alpn, NULL);
     SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, um__tls_on_ticket_key);
@@ -343,6 +350,8 @@ static int cmp_host(const void *a, const void *b)
 
 static void store_free(struct um_tls *t)
 {
+    um__acme_free(t->acme);
+    SSL_CTX_free(t->bare);
     for (size_t i = 0; i < t->num_entries; i++) {
         SSL_CTX_free(t->entries[i].ctx);
         free(t->entries[i].cert);
@@ -417,11 +426,27 @@ struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errl
             t->hosts[t->num_hosts].name = um_strndup(cc->hosts[j], strlen(cc->hosts[j]));
             t->hosts[t->num_hosts++].entry = i;
         }
+        e->acme = cc->acme;
+        if (e->acme && access(e->cert, F_OK) != 0) {
+            /* Nothing stored yet: the ACME client orders it, the watch loads it. */
+            um__tls_sig_of(e->cert, &e->cert_sig);
+            um__tls_sig_of(e->key, &e->key_sig);
+            um_log_warn("tls: no certificate yet for %s: ordering one from the CA (ACME); "
+                        "until it comes, %s", e->name,
+                        i == tc->default_cert ? "handshakes for its names fail"
+                                              : "its names get the default certificate");
+            continue;
+        }
         e->ctx = load_entry(t, e, msg, sizeof msg);
         if (e->ctx == NULL) {
             snprintf(err, errlen, "%s", msg);
             goto fail;
         }
+    }
+    t->bare = new_ctx(t->protocols, t->ciphers, t->ciphersuites, msg, sizeof msg);
+    if (t->bare == NULL) {
+        snprintf(err, errlen, "tls: %s", msg);
+        goto fail;
     }
     qsort(t->hosts, t->num_hosts, sizeof *t->hosts, cmp_host);
 
@@ -433,6 +458,7 @@ struct um_tls *um_tls_create(const struct um_config *cfg, char *err, size_t errl
     }
     clock_gettime(CLOCK_MONOTONIC, &t->tickets.started);
     um__tls_start_watching(t);
+    t->acme = um__acme_new(tc);
     return t;
 
 fail:
@@ -448,6 +474,9 @@ void um_tls_hold(struct um_tls *t)
 void um_tls_destroy(struct um_tls *t)
 {
     if (t == NULL || --t->owners > 0) return;
+    um__acme_halt(t->acme); /* freed with the store: a handshake may still look at it */
+    um_tls_destroy(t->replaces);
+    t->replaces = NULL;
     um__tls_stop_watching(t);
     store_unref(t);
 }
@@ -480,6 +509,8 @@ int um__tls_reload(struct um_tls *t, bool only_changed, char *err, size_t errlen
         err[0] = '\0';
     for (size_t i = 0; i < t->num_entries; i++) {
         struct entry *e = &t->entries[i];
+        if (e->acme && access(e->cert, F_OK) != 0)
+            continue; /* not ordered yet: nothing to load */
         if (only_changed) {
             struct file_sig c, k;
             um__tls_sig_of(e->cert, &c);
@@ -506,6 +537,8 @@ SSL *um_tls_accept_new(struct um_tls *t, int fd)
 {
     pthread_mutex_lock(&t->lock);
     SSL_CTX *ctx = t->entries[t->default_entry].ctx;
+    if (ctx == NULL)
+        ctx = t->bare;
     SSL_CTX_up_ref(ctx);
     pthread_mutex_unlock(&t->lock);
     ERR_clear_error();
@@ -574,16 +607,79 @@ unknown:
     return t->default_entry;
 }
 
+/* Whether the ALPN extension of the ClientHello (the wire list at p, n bytes) offers
+ * "acme-tls/1". */
+static bool offers_acme_tls(const unsigned char *p, size_t n)
+{
+    static const char proto[] = "acme-tls/1";
+    if (n < 2)
+        return false;
+    size_t len = (size_t)p[0] << 8 | p[1];
+    p += 2;
+    n = len < n - 2 ? len : n - 2;
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i];
+        if (i + 1 + l > n)
+            break;
+        if (l == sizeof proto - 1 && memcmp(p + i + 1, proto, l) == 0)
+            return true;
+        i += 1 + l;
+    }
+    return false;
+}
+
+/* tls-alpn-01 (RFC 8737): a ClientHello that offers "acme-tls/1" for a name the ACME
+ * client is validating gets the validation certificate, set on the connection itself, and
+ * the SNI and ALPN callbacks leave it alone. Runs before them; costs one atomic load per
+ * handshake while no validation is under way. */
+static int on_client_hello(SSL *ssl, int *alert, void *arg)
+{
+    (void)alert, (void)arg;
+    struct um_tls *t = SSL_get_ex_data(ssl, um__tls_ssl_index);
+    const unsigned char *p, *sni;
+    size_t n, sn;
+    X509 *cert;
+    EVP_PKEY *key;
+    if (t == NULL || t->acme == NULL ||
+        atomic_load_explicit(&t->acme->num_alpn, memory_order_acquire) == 0 ||
+        !SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, &p,
+                                   &n) ||
+        !offers_acme_tls(p, n) ||
+        !SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &sni, &sn))
+        return SSL_CLIENT_HELLO_SUCCESS;
+    /* server_name: list length (2), type (1, host_name = 0), name length (2), name. */
+    if (sn < 5 || sni[2] != 0)
+        return SSL_CLIENT_HELLO_SUCCESS;
+    size_t nl = (size_t)sni[3] << 8 | sni[4];
+    if (nl > sn - 5 || !um__acme_alpn_find(t->acme, (const char *)sni + 5, nl, &cert, &key))
+        return SSL_CLIENT_HELLO_SUCCESS;
+    if (SSL_use_certificate(ssl, cert) == 1 && SSL_use_PrivateKey(ssl, key) == 1)
+        SSL_set_ex_data(ssl, acme_index, (void *)1);
+    ERR_clear_error();
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    return SSL_CLIENT_HELLO_SUCCESS;
+}
+
 static int on_servername(SSL *ssl, int *alert, void *arg)
 {
     struct um_tls *t = SSL_get_ex_data(ssl, um__tls_ssl_index);
-    if (t == NULL)
+    if (t == NULL || SSL_get_ex_data(ssl, acme_index) != NULL)
         return SSL_TLSEXT_ERR_OK;
     size_t i = pick_entry(t, SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name));
     pthread_mutex_lock(&t->lock);
     SSL_CTX *ctx = t->entries[i].ctx;
-    SSL_CTX_up_ref(ctx);
+    if (ctx == NULL) /* an ACME entry without its first certificate */
+        ctx = t->entries[t->default_entry].ctx;
+    if (ctx != NULL)
+        SSL_CTX_up_ref(ctx);
     pthread_mutex_unlock(&t->lock);
+    if (ctx == NULL) {
+        um_log_debug("tls: no certificate for %s yet (ACME order pending) and none by "
+                     "default: handshake refused", t->entries[i].name);
+        *alert = SSL_AD_UNRECOGNIZED_NAME;
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    }
     if (SSL_get_SSL_CTX(ssl) != ctx)
         SSL_set_SSL_CTX(ssl, ctx);
     SSL_CTX_free(ctx);
@@ -594,6 +690,15 @@ static int on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned int inlen, void *arg)
 {
     unsigned char *sel;
+    static const unsigned char acme_tls[] = "\x0a" "acme-tls/1";
+    if (SSL_get_ex_data(ssl, acme_index) != NULL) {
+        /* The validation certificate goes with acme-tls/1 only (RFC 8737 section 3). */
+        if (SSL_select_next_proto(&sel, outlen, acme_tls, sizeof acme_tls - 1, in, inlen) !=
+            OPENSSL_NPN_NEGOTIATED)
+            return SSL_TLSEXT_ERR_ALERT_FATAL;
+        *out = sel;
+        return SSL_TLSEXT_ERR_OK;
+    }
     bool h1_only = SSL_get_app_data(ssl) != NULL;
     const unsigned char *protos = h1_only ? ALPN_PROTOS_H1 : ALPN_PROTOS;
     unsigned protos_len = h1_only ? sizeof ALPN_PROTOS_H1 - 1 : sizeof ALPN_PROTOS - 1;

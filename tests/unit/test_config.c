@@ -1469,6 +1469,76 @@ static void expect_tls_error(const char *text, int line, const char *needle)
 #define TLS_LISTEN "listen = { { '127.0.0.1:8443', tls = true } }\n"
 #define ROUTE_WWW "routes = { { path = '/', root = 'www' } }\n"
 
+/* tls.acme and entries with acme = true (issue #30): what is read, and the errors. */
+static void test_tls_acme(void **state)
+{
+    (void)state;
+    make_dir("acme");
+    struct um_config *c = load_ok(
+        TLS_LISTEN "tls = {\n"
+        "  { hosts = { 'A.test', 'b.test' }, acme = true },\n"
+        "  " TLS_C ",\n"
+        "  acme = { directory = 'https://ca.test/dir', email = 'ops@example.com',\n"
+        "    storage = 'acme', renew_before = '30d', challenges = { 'tls-alpn-01' } } }\n"
+        ROUTE_WWW);
+    const struct um_tls_conf *tc = um_tls_conf(c);
+    char want[PATH_MAX];
+    assert_true(tc->certs[0].acme);
+    assert_false(tc->certs[1].acme);
+    snprintf(want, sizeof want, "%s", in_tmp("acme/a.test.crt"));
+    assert_string_equal(tc->certs[0].cert, want);
+    snprintf(want, sizeof want, "%s", in_tmp("acme/a.test.key"));
+    assert_string_equal(tc->certs[0].key, want);
+    assert_string_equal(tc->acme.directory, "https://ca.test/dir");
+    assert_string_equal(tc->acme.email, "ops@example.com");
+    assert_string_equal(tc->acme.storage, in_tmp("acme"));
+    assert_null(tc->acme.ca_file);
+    assert_true(tc->acme.renew_before == 30 * 86400.0);
+    assert_int_equal(tc->acme.challenges, UM_TLS_ACME_TLSALPN01);
+    um_config_unref(c);
+    /* Defaults: http-01, a third of the lifetime. */
+    c = load_ok(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true },\n"
+                "  acme = { directory = 'https://ca.test/dir', storage = 'acme' } }\n" ROUTE_WWW);
+    assert_int_equal(um_tls_conf(c)->acme.challenges, UM_TLS_ACME_HTTP01);
+    assert_true(um_tls_conf(c)->acme.renew_before == 0);
+    assert_null(um_tls_conf(c)->acme.email);
+    um_config_unref(c);
+
+    expect_error(TLS_LISTEN "tls = {\n { hosts = 'a.test', acme = true } }\n" ROUTE_WWW, 3,
+                 "tls.1.acme: acme = true needs a CA");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = 'yes' },\n"
+                 "  acme = { directory = 'https://ca.test/dir', storage = 'acme' } }\n" ROUTE_WWW,
+                 2, "tls.1.acme: expected true or false, got string");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true },\n"
+                 "  acme = { directory = 'https://ca.test/dir',\n storage = 'nope' } }\n"
+                 ROUTE_WWW, 4, "tls.acme.storage: no such");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true },\n"
+                 "  acme = { storage = 'acme' } }\n" ROUTE_WWW, 3, "tls.acme.directory: missing");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true },\n"
+                 "  acme = { directory = 'ftp://x', storage = 'acme' } }\n" ROUTE_WWW, 3,
+                 "tls.acme.directory: 'ftp://x' is not an http(s):// URL");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true },\n"
+                 "  acme = { directory = 'https://x/d', storage = 'acme', email = 'nobody' } }\n"
+                 ROUTE_WWW, 3, "tls.acme.email: 'nobody' is not an e-mail address");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true },\n"
+                 "  acme = { directory = 'https://x/d', storage = 'acme',\n"
+                 "  renew_before = '3 days' } }\n" ROUTE_WWW, 4,
+                 "tls.acme.renew_before: expected a duration");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true },\n"
+                 "  acme = { directory = 'https://x/d', storage = 'acme',\n"
+                 "  challenges = { 'http-01', 'http-01' } } }\n" ROUTE_WWW, 4,
+                 "tls.acme.challenges.2: 'http-01' is listed twice");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true },\n"
+                 "  acme = { directory = 'https://x/d', storage = 'acme', dir = 1 } }\n"
+                 ROUTE_WWW, 3, "dir");
+    expect_error(TLS_LISTEN "tls = { { hosts = 'a.test', acme = true, key = 'tls/a.key' },\n"
+                 "  acme = { directory = 'https://x/d', storage = 'acme' } }\n" ROUTE_WWW, 2,
+                 "tls.1.key: an entry with acme = true gets its certificate and key from the CA");
+    expect_error(TLS_LISTEN "tls = { { hosts = { 'a.test', '*.b.test' }, acme = true },\n"
+                 "  acme = { directory = 'https://x/d', storage = 'acme' } }\n" ROUTE_WWW, 2,
+                 "'*.b.test' is a wildcard");
+}
+
 static void test_tls_full(void **state)
 {
     char text[PATH_MAX + 1024];
@@ -1600,14 +1670,14 @@ static void test_err_tls_table(void **state)
                  "tls: expected at least one certificate entry");
     expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  protocol = 'TLSv1.3',\n}\n" ROUTE_WWW, 4,
                  "tls: unknown key 'protocol' (expected certificate entries and: protocols, "
-                 "ciphers, ciphersuites, default)");
+                 "ciphers, ciphersuites, default, acme)");
     expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  [3] = " TLS_C ",\n}\n" ROUTE_WWW, 4,
                  "tls: expected a list of certificate entries without holes (found index 3)");
     expect_error(TLS_LISTEN "tls = {\n  " TLS_A ",\n  'c.test',\n}\n" ROUTE_WWW, 4,
                  "tls.2: expected a certificate entry such as");
     expect_error(TLS_LISTEN "tls = {\n  { hosts = { 'a.test' }, cert = 'tls/a.crt',\n"
                  "    key = 'tls/a.key', chain = 'x' },\n}\n" ROUTE_WWW,
-                 4, "tls.1: unknown key 'chain' (expected one of: hosts, cert, key)");
+                 4, "tls.1: unknown key 'chain' (expected one of: hosts, cert, key, acme)");
 }
 
 static void test_err_tls_hosts(void **state)
@@ -2218,6 +2288,7 @@ int main(void)
         cmocka_unit_test(test_err_upstream_unknown_key),
         cmocka_unit_test(test_err_upstream_names_and_types),
         cmocka_unit_test(test_tls_full),
+        cmocka_unit_test(test_tls_acme),
         cmocka_unit_test(test_err_tls_listen),
         cmocka_unit_test(test_http2),
         cmocka_unit_test(test_err_tls_table),
