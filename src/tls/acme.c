@@ -85,7 +85,8 @@ static bool account(struct um__acme *a, char *err, size_t errlen)
         um_buf_init(&b);
         if (!um__acme_jwk(a->account, &b)) {
             um_buf_dispose(&b);
-            snprintf(err, errlen, "%s: not an ECDSA P-256 key", path);
+            snprintf(err, errlen, "%.*s: not an ECDSA P-256 key",
+                     (int)(errlen > 64 ? errlen - 64 : 0), path);
             return false;
         }
         a->jwk = um_buf_detach(&b);
