@@ -57,7 +57,6 @@ struct um_access_user {
     char *name;
     char *hash;
     size_t name_len;
-    uint64_t tag_key[2][2]; /* the verified-password cache's keys for this hash (access.c) */
 };
 
 /* auth = { basic = "FILE", realm = "staff", pass_auth = false } */
@@ -68,6 +67,8 @@ struct um_access_auth {
     bool pass;       /* pass_auth: the Authorization field goes on to the origin */
     struct um_access_user *users;
     size_t num_users;
+    uint64_t tag_key[2]; /* the verified-password cache's key for these users (their
+                          * names and hashes: an edited file changes every tag) */
 };
 
 struct um_access_store; /* what a snapshot's parts point to (access/settings.c) */
@@ -106,7 +107,7 @@ struct um_access_job {
     bool ok;
     void *owner; /* the caller's */
     struct um_access_job *_next;
-    uint64_t tag_key[2][2]; /* the user's, for the cache's tag once verified */
+    unsigned char tag[16]; /* the credentials' tag, for the cache once verified */
     char user[256], pass[256], hash[256];
 };
 
@@ -137,6 +138,10 @@ bool um_access_has_response_rules(const struct um_access_conf *a);
  * route's), into out (room for cap fields); returns the count. */
 size_t um_access_response(const struct um_access_conf *a, const struct um_header *in, size_t n,
                           struct um_header *out, size_t cap);
+
+/* The verified-password cache's key for a list of users (um_access_auth.tag_key): drawn
+ * from the process's random key and every name and hash. */
+void um_access_auth_key(const struct um_access_user *users, size_t n, uint64_t out[2]);
 
 /* --- pure parts, for the tests --------------------------------------------------------- */
 

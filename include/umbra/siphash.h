@@ -11,5 +11,8 @@
 
 uint64_t um_siphash13(const uint64_t k[2], const void *data, size_t len);
 uint64_t um_siphash24(const uint64_t k[2], const void *data, size_t len);
+/* SipHash-2-4 with its 128-bit output (the paper's authors' variant): out[0] and out[1]
+ * are the little-endian halves of the 16 bytes. */
+void um_siphash24_128(const uint64_t k[2], const void *data, size_t len, uint64_t out[2]);
 
 #endif

@@ -28,6 +28,7 @@
 #include <sys/random.h>
 
 #include "umbra/access.h"
+#include "umbra/buf.h"
 #include "umbra/config.h"
 #include "umbra/context.h"
 #include "umbra/http1.h"
@@ -76,8 +77,6 @@ static const char *refusal(const char *h, size_t len)
     return "a plain-text password or an unknown scheme, which is refused: only bcrypt "
            "($2y$, htpasswd -B) and SHA-crypt ($5$, $6$) are taken";
 }
-
-static void derive_tag_keys(const char *hash, size_t hl, uint64_t out[2][2]);
 
 bool um_access_parse_htpasswd(const char *text, size_t len, struct um_access_user **users,
                               size_t *n, char *err, size_t errlen)
@@ -142,7 +141,6 @@ bool um_access_parse_htpasswd(const char *text, size_t len, struct um_access_use
         u[count].name = um_strndup(l, ul);
         u[count].hash = um_strndup(h, hl);
         u[count].name_len = ul;
-        derive_tag_keys(u[count].hash, hl, u[count].tag_key);
         count++;
     }
     if (u == NULL) u = um_calloc(1, sizeof(*u));
@@ -186,42 +184,47 @@ bool um_access_crypt_check(const char *pass, const char *hash)
 #define MAC_LEN 16
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
-/* Two independent SipHash-2-4 keys, drawn at start: a tag is both digests (128 bits). */
-static uint64_t mac_keys[2][2];
+/* The process's SipHash key, drawn at start; each user's tag key is drawn from it. */
+static uint64_t mac_key[2];
 static _Atomic uint64_t cache[CACHE_SLOTS][2]; /* all zero: empty */
 
 static void make_key(void)
 {
     size_t got = 0;
-    unsigned char *k = (unsigned char *)mac_keys;
-    while (got < sizeof mac_keys) {
-        ssize_t r = getrandom(k + got, sizeof mac_keys - got, 0);
+    unsigned char *k = (unsigned char *)mac_key;
+    while (got < sizeof mac_key) {
+        ssize_t r = getrandom(k + got, sizeof mac_key - got, 0);
         UM_ASSERT(r > 0);
         got += (size_t)r;
     }
 }
 
-/* A user's tag keys: two SipHash-2-4 keys drawn from the process's two and the user's
- * hash, so that a changed hash (the file edited) changes every tag of the user. */
-static void derive_tag_keys(const char *hash, size_t hl, uint64_t out[2][2])
+void um_access_auth_key(const struct um_access_user *users, size_t n, uint64_t out[2])
 {
     pthread_once(&key_once, make_key);
-    unsigned char msg[1 + 256];
-    UM_ASSERT(hl < sizeof msg);
-    memcpy(msg + 1, hash, hl);
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) {
-            msg[0] = (unsigned char)j;
-            out[i][j] = um_siphash24(mac_keys[i], msg, 1 + hl);
-        }
+    struct um_buf b;
+    um_buf_init(&b);
+    um_buf_append(&b, "k", 1); /* the byte that tells the two halves apart */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t lens[2] = {(uint32_t)users[i].name_len, (uint32_t)strlen(users[i].hash)};
+        um_buf_append(&b, lens, sizeof lens);
+        um_buf_append(&b, users[i].name, lens[0]);
+        um_buf_append(&b, users[i].hash, lens[1]);
+    }
+    for (int j = 0; j < 2; j++) {
+        b.base[0] = (char)j;
+        out[j] = um_siphash24(mac_key, b.base, b.len);
+    }
+    um_buf_dispose(&b);
 }
 
-/* The tag of the credentials "user:pass" (as Basic carries them; the user has no ':')
- * under a user's keys. */
-static void credentials_tag(const uint64_t keys[2][2], const char *cred, size_t len,
+/* The tag of an Authorization value as it came (a different spelling of the same
+ * credentials is only another miss) under a user list's key: SipHash-2-4's 128 bits. */
+static void credentials_tag(const uint64_t key[2], const char *value, size_t len,
                             unsigned char out[MAC_LEN])
 {
-    uint64_t t[2] = {um_siphash24(keys[0], cred, len), um_siphash24(keys[1], cred, len)};
+    uint64_t t[2];
+    um_siphash24_128(key, value, len, t);
     memcpy(out, t, MAC_LEN);
 }
 
@@ -274,14 +277,7 @@ static void *verifier(void *arg)
         busy = j;
         pthread_mutex_unlock(&queue_lock);
         j->ok = um_access_crypt_check(j->pass, j->hash);
-        if (j->ok) {
-            char cred[2 * 256];
-            int n = snprintf(cred, sizeof cred, "%s:%s", j->user, j->pass);
-            unsigned char mac[MAC_LEN];
-            credentials_tag(j->tag_key, cred, (size_t)n, mac);
-            cache_put(mac);
-            explicit_bzero(cred, sizeof cred);
-        }
+        if (j->ok) cache_put(j->tag);
         explicit_bzero(j->pass, sizeof j->pass);
         /* Posted under the lock: a worker's stop (on_worker_stop) that waits for this job
          * finds it posted, and withdraws it, before its loop is freed. */
@@ -370,15 +366,17 @@ bool um_access_verify(struct um_context *ctx, struct um_access_job *job)
 
 /* ---------------------------------------------------------------- the check */
 
-static int b64val(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
+/* Each base64 letter's value + 1 (0: not one), so that decoding is a load per letter. */
+static const unsigned char b64[256] = {
+    ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,  ['G'] = 7,  ['H'] = 8,
+    ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16,
+    ['Q'] = 17, ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21, ['V'] = 22, ['W'] = 23, ['X'] = 24,
+    ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28, ['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32,
+    ['g'] = 33, ['h'] = 34, ['i'] = 35, ['j'] = 36, ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40,
+    ['o'] = 41, ['p'] = 42, ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48,
+    ['w'] = 49, ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56,
+    ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['+'] = 63, ['/'] = 64,
+};
 
 /* Standard base64 (RFC 4648 4), padding optional; false on anything else. */
 static bool b64_decode(um_str in, char *out, size_t cap, size_t *outlen)
@@ -391,7 +389,7 @@ static bool b64_decode(um_str in, char *out, size_t cap, size_t *outlen)
     int bits = 0;
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        int v = b64val((unsigned char)in.base[i]);
+        int v = b64[(unsigned char)in.base[i]] - 1;
         if (v < 0) return false;
         acc = (acc << 6) | (uint32_t)v;
         bits += 6;
@@ -441,29 +439,28 @@ enum um_access_result um_access_check(const struct um_access_conf *a, const stru
         return UM_ACCESS_FORBIDDEN;
     if (a->auth == NULL) return UM_ACCESS_OK;
     const um_str *v = um_http1_find_header(req, "authorization");
+    if (v == NULL) return UM_ACCESS_UNAUTHORIZED;
+    /* The value's tag first: a password verified before costs no decoding, no lookup. */
+    unsigned char mac[MAC_LEN];
+    credentials_tag(a->auth->tag_key, v->base, v->len, mac);
+    if (cache_has(mac)) return UM_ACCESS_OK;
     char cred[CRED_MAX];
     size_t len, ul;
-    if (v == NULL || !parse_basic(*v, cred, &len, &ul)) return UM_ACCESS_UNAUTHORIZED;
+    if (!parse_basic(*v, cred, &len, &ul)) return UM_ACCESS_UNAUTHORIZED;
     const struct um_access_user *u = NULL;
     for (size_t i = 0; i < a->auth->num_users && u == NULL; i++)
         if (a->auth->users[i].name_len == ul && memcmp(a->auth->users[i].name, cred, ul) == 0)
             u = &a->auth->users[i];
-    enum um_access_result r = UM_ACCESS_UNAUTHORIZED;
     if (u != NULL) {
-        unsigned char mac[MAC_LEN];
-        credentials_tag(u->tag_key, cred, len, mac);
-        r = cache_has(mac) ? UM_ACCESS_OK : UM_ACCESS_VERIFY;
-    }
-    if (r == UM_ACCESS_VERIFY) {
         memcpy(job->user, cred, ul);
         job->user[ul] = '\0';
         memcpy(job->pass, cred + ul + 1, len - ul - 1);
         job->pass[len - ul - 1] = '\0';
         memcpy(job->hash, u->hash, strlen(u->hash) + 1);
-        memcpy(job->tag_key, u->tag_key, sizeof job->tag_key);
+        memcpy(job->tag, mac, sizeof job->tag);
     }
     explicit_bzero(cred, len);
-    return r;
+    return u != NULL ? UM_ACCESS_VERIFY : UM_ACCESS_UNAUTHORIZED;
 }
 
 /* ---------------------------------------------------------------- header rules */

@@ -316,6 +316,7 @@ static bool load_auth(struct um_settings_load *ld, lua_State *L, int idx, const 
     }
     a->users = users;
     a->num_users = n;
+    um_access_auth_key(users, n, a->tag_key);
 
     um_settings_subpath(sub, sizeof sub, path, "realm");
     const char *realm = "Restricted";

@@ -5,6 +5,7 @@
 #include "umbra/siphash.h"
 
 #include <endian.h>
+#include <stdbool.h>
 #include <string.h>
 
 static uint64_t rotl(uint64_t x, int b)
@@ -42,11 +43,15 @@ static uint64_t load_le64(const unsigned char *p)
     return le64toh(v);
 }
 
-static inline uint64_t siphash(const uint64_t k[2], const void *data, size_t len, int c, int d)
+/* SipHash-c-d over data; out[1] only for the 128-bit output (out128), which starts with
+ * v1 ^= 0xee, folds 0xee instead of 0xff and squeezes a second word after v1 ^= 0xdd. */
+static inline void siphash(const uint64_t k[2], const void *data, size_t len, int c, int d,
+                           bool out128, uint64_t out[2])
 {
     const unsigned char *in = data;
     struct sip s = {0x736f6d6570736575ULL ^ k[0], 0x646f72616e646f6dULL ^ k[1],
                     0x6c7967656e657261ULL ^ k[0], 0x7465646279746573ULL ^ k[1]};
+    if (out128) s.v1 ^= 0xee;
     uint64_t b = (uint64_t)len << 56;
     size_t full = len - len % 8;
     for (size_t i = 0; i < full; i += 8) {
@@ -65,18 +70,32 @@ static inline uint64_t siphash(const uint64_t k[2], const void *data, size_t len
     for (int r = 0; r < c; r++)
         round1(&s);
     s.v0 ^= b;
-    s.v2 ^= 0xff;
+    s.v2 ^= out128 ? 0xee : 0xff;
     for (int r = 0; r < d; r++)
         round1(&s);
-    return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+    out[0] = s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+    if (!out128) return;
+    s.v1 ^= 0xdd;
+    for (int r = 0; r < d; r++)
+        round1(&s);
+    out[1] = s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
 
 uint64_t um_siphash13(const uint64_t k[2], const void *data, size_t len)
 {
-    return siphash(k, data, len, 1, 3);
+    uint64_t out[2];
+    siphash(k, data, len, 1, 3, false, out);
+    return out[0];
 }
 
 uint64_t um_siphash24(const uint64_t k[2], const void *data, size_t len)
 {
-    return siphash(k, data, len, 2, 4);
+    uint64_t out[2];
+    siphash(k, data, len, 2, 4, false, out);
+    return out[0];
+}
+
+void um_siphash24_128(const uint64_t k[2], const void *data, size_t len, uint64_t out[2])
+{
+    siphash(k, data, len, 2, 4, true, out);
 }

@@ -21,6 +21,26 @@ static void test_siphash24_vectors(void **state)
     assert_true(um_siphash24(key, msg, 15) == 0xa129ca6149be45e5ULL);
 }
 
+/* The 128-bit output against the reference implementation's vectors (vectors_sip128):
+ * messages of 0, 1 and 3 bytes. */
+static void test_siphash24_128_vectors(void **state)
+{
+    (void)state;
+    unsigned char msg[64];
+    for (int i = 0; i < 64; i++)
+        msg[i] = (unsigned char)i;
+    uint64_t out[2];
+    um_siphash24_128(key, msg, 0, out);
+    assert_true(out[0] == 0xe6a825ba047f81a3ULL);
+    assert_true(out[1] == 0x930255c71472f66dULL);
+    um_siphash24_128(key, msg, 1, out);
+    assert_true(out[0] == 0x44af996bd8c187daULL);
+    assert_true(out[1] == 0x45fc229b11597634ULL);
+    um_siphash24_128(key, msg, 3, out);
+    assert_true(out[0] == 0x4ea967520cb6709cULL);
+    assert_true(out[1] == 0x51ed8529b0b6335fULL);
+}
+
 static void test_rounds_and_keys_matter(void **state)
 {
     (void)state;
@@ -36,6 +56,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_siphash24_vectors),
+        cmocka_unit_test(test_siphash24_128_vectors),
         cmocka_unit_test(test_rounds_and_keys_matter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
