@@ -5,19 +5,21 @@
  * Why a cache and a thread: bcrypt at the cost htpasswd -B uses (5) takes a few
  * milliseconds, at the costs operators pick (10 and up) tens of them; SHA-crypt's 5000
  * rounds about one. Run on a worker's loop it would stall every connection of the worker
- * for that long, per request. So a worker only looks up the cache: an entry is a 128-bit
- * tag, two SipHash-2-4 (a MAC; keys drawn at start, never leave the process) of the user,
- * the password and the file's hash for that user, put there by the verifier thread once it checked
- * them. The hash is part of the key so that a reload with a changed file makes old entries miss
- * (they age out: the table is direct-mapped and bounded). Only verified passwords are
+ * for that long, per request. So a worker only looks up the cache: an entry is the
+ * 128-bit tag (SipHash-2-4's 128-bit output, a MAC) of the Authorization value as the
+ * client sent it, under a key drawn from a random one (never leaves the process) and the
+ * route's users, names and hashes, put there by the verifier thread once it checked the
+ * password. The users are part of the key so that a reload with a changed file makes old
+ * entries miss (they age out: the table is direct-mapped and bounded). A value the cache
+ * knows costs one hash: no decoding, no user lookup. Only verified passwords are
  * kept; a wrong one costs a verification each time, as with any server that hashes.
  *
  * The table takes no lock: a slot is two atomic 64-bit words, read and written relaxed, so
  * that workers checking the same password read a shared cache line instead of taking
  * turns at a mutex (measured: bench/traffic.sh auth-ok). A reader that meets a slot being
  * rewritten may see one word of each tag; that pair matches its own tag only if both
- * halves do, and each half is a keyed MAC of the whole input, so it matches only a tag
- * that was verified. `queue_lock` guards the job queue the verifier thread waits on; it is
+ * halves do, and each half is 64 bits of a keyed MAC of the whole input, so it matches only
+ * a tag that was verified (but for a 2^-64 chance). `queue_lock` guards the job queue the verifier thread waits on; it is
  * not held while hashing. */
 #include <crypt.h>
 #include <pthread.h>
