@@ -152,6 +152,8 @@ first_cert() {
     kill -0 "$SERVER_PID" 2>/dev/null || round_bad "$s exited"
     stop_pid "$SERVER_PID"
     stop_pebble
+    # The last round's log, for the results file (where the time went).
+    cp "$d/server.log" "$BENCH_TMP/first-$s.log"
     if [[ -z $secs ]]; then
         tail -n 20 "$d/server.log" >&2
         round_bad "no verified handshake for both names within $ACME_TIMEOUT s"
@@ -344,6 +346,12 @@ mh=$(atleast "$rh" "$TARGET_HS" met "not met")
     echo
     echo '```lua'
     grep -v '"e\([3-9]\|[1-9][0-9]\+\)-a.test"' "$HS_DIR/config-ordering.lua"
+    echo '```'
+    echo
+    echo "Umbra's ACME log lines of the last first-cert round (where its time went; UTC, ms):"
+    echo
+    echo '```'
+    grep 'acme' "$BENCH_TMP/first-umbra.log" | cut -c1-200 || true
     echo '```'
     echo
     echo "pebble's config (handshake):"
