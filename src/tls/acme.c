@@ -36,7 +36,7 @@
 #include "internal.h"
 
 /* Polls of an authorization or an order before the order is given up. */
-#define MAX_POLLS 60
+#define MAX_POLLS 64
 /* The first retry after a failure, doubled for each failure in a row up to a day. */
 #define RETRY_FIRST 15.0
 #define RETRY_MAX 86400.0
@@ -116,8 +116,9 @@ static bool account(struct um__acme *a, char *err, size_t errlen)
 
 /* --- an order -------------------------------------------------------------------------- */
 
-/* POST-as-GET url until its status is neither pending nor processing: the final status
- * (malloc'd) with the object in r; NULL with err on failure. */
+/* POST-as-GET url (at most MAX_POLLS times: a minute at least) until its status is
+ * neither pending nor processing: the final status (malloc'd) with the object in r; NULL
+ * with err on failure. */
 static char *poll(struct um__acme *a, const char *url, struct um__acme_resp *r, char *err,
                   size_t errlen)
 {
@@ -132,7 +133,10 @@ static char *poll(struct um__acme *a, const char *url, struct um__acme_resp *r, 
         if (strcmp(status, "pending") != 0 && strcmp(status, "processing") != 0)
             return status;
         free(status);
-        double wait = r->retry_after > 0 ? fmin(r->retry_after, 60) : 1;
+        /* Without the CA's Retry-After: 50 ms, doubling up to 1 s (a validation that
+         * takes the CA a moment is seen at once; a slow one is asked once a second). */
+        double wait =
+            r->retry_after > 0 ? fmin(r->retry_after, 60) : fmin(0.05 * (1 << (i < 5 ? i : 5)), 1);
         if (!nap(a, wait)) {
             snprintf(err, errlen, "stopped");
             return NULL;
