@@ -190,74 +190,113 @@ static bool find_challenge(const struct um__acme_resp *r, const char *want, char
     return false;
 }
 
-/* One authorization (its URL in us[0..un)): valid already, or its http-01 challenge
- * answered and validated. */
-static bool authorize(struct um__acme *a, const char *us, size_t un, char *err, size_t errlen)
+/* An authorization of an order: its URL, and once its challenge is answered what was
+ * published for it (the token for http-01, the name for tls-alpn-01). */
+struct authz {
+    char *url;
+    char *published; /* NULL: nothing published (valid already, or not answered) */
+    bool alpn;
+};
+
+static void authz_dispose(struct um__acme *a, struct authz *z)
+{
+    if (z->published != NULL) um__acme_unpublish(a, z->published, z->alpn);
+    free(z->published);
+    free(z->url);
+}
+
+/* Publishes the answer to one of z's challenges (http-01 when allowed: it needs no
+ * handshake of ours, else tls-alpn-01) and tells the CA it is ready; nothing when z is
+ * valid already. */
+static bool answer(struct um__acme *a, struct authz *z, char *err, size_t errlen)
 {
     struct um__acme_resp r = {0};
-    char *url = um_strndup(us, un), *status = NULL, *curl = NULL, *token = NULL;
+    char *status = NULL, *curl = NULL, *token = NULL, *name = NULL;
     bool ok = false;
-    /* The element is a JSON string: strip its quotes (URLs carry no escapes). */
-    if (un >= 2 && url[0] == '"') {
-        memmove(url, url + 1, un - 2);
-        url[un - 2] = '\0';
-    }
-    if (!um__acme_post(a, url, "", &r, err, errlen))
-        goto out;
+    if (!um__acme_post(a, z->url, "", &r, err, errlen)) goto out;
     status = um__acme_jstr(r.body.base, r.body.len, "status");
     if (status != NULL && strcmp(status, "valid") == 0) {
         ok = true;
         goto out;
     }
-    /* http-01 when it is allowed (it needs no handshake of ours), else tls-alpn-01. */
-    bool alpn = !((a->challenges & UM_TLS_ACME_HTTP01) &&
-                  find_challenge(&r, "http-01", &curl, &token));
-    if (alpn && !((a->challenges & UM_TLS_ACME_TLSALPN01) &&
-                  find_challenge(&r, "tls-alpn-01", &curl, &token))) {
+    z->alpn =
+        !((a->challenges & UM_TLS_ACME_HTTP01) && find_challenge(&r, "http-01", &curl, &token));
+    if (z->alpn && !((a->challenges & UM_TLS_ACME_TLSALPN01) &&
+                     find_challenge(&r, "tls-alpn-01", &curl, &token))) {
         snprintf(err, errlen, "%s: the CA offers none of the challenges of tls.acme.challenges",
-                 url);
+                 z->url);
         goto out;
     }
-    char *name = NULL;
     const char *is;
     size_t in;
     if (um__acme_jspan(r.body.base, r.body.len, "identifier", &is, &in))
         name = um__acme_jstr(is, in, "value");
     if (name == NULL) {
-        snprintf(err, errlen, "%s: an authorization without its identifier", url);
+        snprintf(err, errlen, "%s: an authorization without its identifier", z->url);
         goto out;
     }
-    um_log_info("acme: %s: answering the %s challenge", name, alpn ? "tls-alpn-01" : "http-01");
+    um_log_info("acme: %s: answering the %s challenge", name, z->alpn ? "tls-alpn-01" : "http-01");
     struct um_buf ka;
     um_buf_init(&ka);
     um_buf_printf(&ka, "%s.%s", token, a->thumbprint);
-    if (!alpn) {
+    if (!z->alpn) {
         um__acme_publish(a, token, ka.base);
+        z->published = token;
+        token = NULL;
     } else {
         X509 *vc;
         EVP_PKEY *vk;
         if (!um__acme_alpn_cert(name, ka.base, &vc, &vk)) {
             snprintf(err, errlen, "%s: cannot make the tls-alpn-01 certificate", name);
             um_buf_dispose(&ka);
-            free(name);
             goto out;
         }
         um__acme_publish_alpn(a, name, vc, vk);
+        z->published = name;
+        name = NULL;
     }
     um_buf_dispose(&ka);
-    if (um__acme_post(a, curl, "{}", &r, err, errlen)) {
-        free(status);
-        status = poll(a, url, &r, err, errlen);
-        if (status != NULL && strcmp(status, "valid") == 0)
-            ok = true;
-        else if (status != NULL)
-            challenge_error(&r, err, errlen);
-    }
-    um__acme_unpublish(a, alpn ? name : token, alpn);
-    free(name);
+    ok = um__acme_post(a, curl, "{}", &r, err, errlen);
 out:
-    free(url), free(status), free(curl), free(token);
+    free(status), free(curl), free(token), free(name);
     um__acme_resp_dispose(&r);
+    return ok;
+}
+
+/* Waits for an answered authorization to be validated. */
+static bool settle(struct um__acme *a, struct authz *z, char *err, size_t errlen)
+{
+    if (z->published == NULL) return true; /* valid already */
+    struct um__acme_resp r = {0};
+    char *status = poll(a, z->url, &r, err, errlen);
+    bool ok = status != NULL && strcmp(status, "valid") == 0;
+    if (status != NULL && !ok) challenge_error(&r, err, errlen);
+    free(status);
+    um__acme_resp_dispose(&r);
+    return ok;
+}
+
+/* The order's authorizations (the JSON strings items[0..n)): every challenge answered
+ * first, then each waited for, so that the CA validates them together. */
+static bool authorize_all(struct um__acme *a, const char **items, const size_t *lens, size_t n,
+                          char *err, size_t errlen)
+{
+    struct authz z[MAX_AUTHZ];
+    memset(z, 0, sizeof z);
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        /* The element is a JSON string: strip its quotes (URLs carry no escapes). */
+        size_t un = lens[i];
+        const char *us = items[i];
+        if (un >= 2 && us[0] == '"') us++, un -= 2;
+        z[i].url = um_strndup(us, un);
+    }
+    for (size_t i = 0; i < n && ok; i++)
+        ok = answer(a, &z[i], err, errlen);
+    for (size_t i = 0; i < n && ok; i++)
+        ok = settle(a, &z[i], err, errlen);
+    for (size_t i = 0; i < n; i++)
+        authz_dispose(a, &z[i]);
     return ok;
 }
 
@@ -370,9 +409,7 @@ static bool order(struct um__acme *a, struct um__acme_name *e, char *err, size_t
     /* The spans point into r's body, which the authorizations' requests reuse: copy. */
     char *alist = um_strndup(as, an);
     size_t n = um__acme_jarray(alist, an, items, lens, MAX_AUTHZ);
-    ok = true;
-    for (size_t i = 0; i < n && ok; i++)
-        ok = authorize(a, items[i], lens[i], err, errlen);
+    ok = authorize_all(a, items, lens, n, err, errlen);
     free(alist);
     if (ok)
         ok = finish(a, e, order_url, finalize, err, errlen);
