@@ -42,7 +42,8 @@
 
 const struct um_module um_upstream_module = {
     .name = "upstream",
-    .slots = (struct um_context_slot *const[]){&um__curl_slot, &um__h1_slot, NULL},
+    .slots = (struct um_context_slot *const[]){&um__curl_slot, &um__h1_slot, &um__h2_slot,
+                                               NULL},
     /* The active health checks' prober thread (health.c), one per configuration. */
     .make = um__health_make,
     .drop = um__health_drop,
@@ -693,7 +694,7 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
          * it), unless the upstream says client = "curl". */
         const struct um_upstream_server *s = &conf->servers[i];
         bool h1 = !conf->curl_only && !s->https && s->addrlen > 0;
-        up->transports[i] = h1 ? &um__up_h1 : &um__up_curl;
+        up->transports[i] = h1 ? (conf->h2 ? &um__up_h2 : &um__up_h1) : &um__up_curl;
         native += h1;
         up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
         server_address(conf, i, &up->servers[i]);
@@ -707,8 +708,8 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
         /* A server taken out stays out across a reload. */
         atomic_init(&up->servers[i].down_until, um_metrics_server_down_until_get(up->slots[i]));
     }
-    um_log_info("upstream %s: %zu server(s) through Umbra's HTTP/1.1 client, %zu through "
-                "libcurl", conf->name, native, conf->num_servers - native);
+    um_log_info("upstream %s: %zu server(s) through Umbra's HTTP/%s client, %zu through "
+                "libcurl", conf->name, native, conf->h2 ? "2" : "1.1", conf->num_servers - native);
     return &up->base;
 }
 
@@ -719,7 +720,8 @@ struct um_origin *um_upstream_origin_ref(struct um_origin *o)
     return o;
 }
 
-static const struct um_up_transport *const transports[] = {&um__up_h1, &um__up_curl};
+static const struct um_up_transport *const transports[] = {&um__up_h1, &um__up_h2,
+                                                            &um__up_curl};
 
 void um_upstream_global_init(void)
 {
