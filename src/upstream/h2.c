@@ -95,8 +95,9 @@ void um__h2c_try_finish(struct h2stream *s)
     um__up_finish(x, UM_UP_OK);
 }
 
-/* The server did not process s's request: it goes again on a new connection when its body
- * can be sent again, else the attempt fails (why). */
+/* The server did not process s's request: it goes again on another connection (or the same
+ * one, for a stream refused without GOAWAY: RFC 9113 section 8.7) when its body can be sent
+ * again, at most MAX_REPLAYS times, else the attempt fails (why). */
 bool um__h2c_replay(struct h2stream *s, const char *why)
 {
     struct xfer *x = s->x;
@@ -105,7 +106,7 @@ bool um__h2c_replay(struct h2stream *s, const char *why)
     if (x->h2_retries < MAX_REPLAYS && (!x->body_started || x->body)) {
         x->h2_retries++;
         x->body_pos = 0;
-        um__h2c_attempt(x, true);
+        um__h2c_attempt(x, false); /* not on a connection that said GOAWAY */
         return true;
     }
     snprintf(x->errbuf, sizeof(x->errbuf), "%s", why);

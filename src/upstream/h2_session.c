@@ -175,6 +175,17 @@ static void on_headers(struct h2stream *s, const nghttp2_frame *frame)
     }
 }
 
+/* A GOAWAY closes the streams above its last id (REFUSED_STREAM) as it is processed: the
+ * connection is marked first, so that they do not go again on it. */
+static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud)
+{
+    (void)ss;
+    struct h2conn *c = ud;
+    if (hd->type == NGHTTP2_GOAWAY)
+        c->goaway = true;
+    return 0;
+}
+
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *ud)
 {
     struct h2conn *c = ud;
@@ -300,6 +311,7 @@ struct nghttp2_session_callbacks *um__h2c_callbacks(void)
         return NULL;
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
