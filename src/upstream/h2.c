@@ -29,6 +29,8 @@
 #include "umbra/log.h"
 
 #define IDLE_MS (60 * 1000)        /* a connection without streams is closed after this */
+#define PING_MS (5 * 1000)         /* an idle connection is asked for a PING this often... */
+#define PING_WAIT_MS (3 * 1000)    /* ...and closed when its answer takes longer than this */
 #define MAX_STREAMS 256            /* per connection, even when the server allows more */
 #define RBUF_SIZE (32 * 1024)
 #define WBUF_HIGH (64 * 1024)      /* frames gathered before a send */
@@ -308,8 +310,10 @@ static void conn_send(struct h2conn *c)
         um__h2c_conn_fail(c, UM_UP_RECV, "the connection was closed");
         return;
     }
-    if (c->nopen == 0 && !um_loop_timer_armed(&c->timer))
-        um_loop_timer_start(c->hw->loop, &c->timer, IDLE_MS);
+    if (c->nopen == 0 && !um_loop_timer_armed(&c->timer)) {
+        c->idle_since = um_loop_now(c->hw->loop);
+        um_loop_timer_start(c->hw->loop, &c->timer, PING_MS);
+    }
     else if (c->nopen > 0 && um_loop_timer_armed(&c->timer))
         um_loop_timer_stop(c->hw->loop, &c->timer);
 }
@@ -395,6 +399,14 @@ static void on_io(struct um_io *io, uint32_t events)
         conn_read(c);
 }
 
+/* A PING's answer arrived: the connection is alive; idle, it is asked again later. */
+void um__h2c_pinged(struct h2conn *c)
+{
+    c->ping_out = false;
+    if (c->nopen == 0 && !c->dead)
+        um_loop_timer_start(c->hw->loop, &c->timer, PING_MS);
+}
+
 static void on_timer(struct um_timer *t)
 {
     struct h2conn *c = um_container_of(t, struct h2conn, timer);
@@ -404,7 +416,23 @@ static void on_timer(struct um_timer *t)
     }
     if (c->nopen > 0)
         return;
-    /* Idle: a GOAWAY said, and closed (the server may have closed its side already). */
+    if (c->ping_out) {
+        /* A server that does not answer a PING would not answer the next request either:
+         * better found out now than after that request's timeout. */
+        um__h2c_conn_fail(c, UM_UP_RECV, "no answer to PING");
+        return;
+    }
+    if (um_loop_now(c->hw->loop) - c->idle_since < IDLE_MS) {
+        uint8_t data[8] = {0};
+        if (nghttp2_submit_ping(c->session, NGHTTP2_FLAG_NONE, data) == 0) {
+            c->ping_out = true;
+            um__h2c_schedule(c);
+            um_loop_timer_start(c->hw->loop, &c->timer, PING_WAIT_MS);
+            return;
+        }
+    }
+    /* Idle long enough: a GOAWAY said, and closed (the server may have closed its side
+     * already). */
     nghttp2_session_terminate_session(c->session, NGHTTP2_NO_ERROR);
     const uint8_t *p;
     ssize_t n;

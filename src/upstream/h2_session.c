@@ -194,6 +194,10 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *
         if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
             c->got_settings = true;
         return 0;
+    case NGHTTP2_PING:
+        if (frame->hd.flags & NGHTTP2_FLAG_ACK)
+            um__h2c_pinged(c);
+        return 0;
     case NGHTTP2_GOAWAY:
         /* No new streams here; the streams above last_stream_id are closed by nghttp2
          * with REFUSED_STREAM, and go again on another connection (on_stream_close). */

@@ -323,11 +323,13 @@ struct h2conn {
     struct nghttp2_session *session;
     struct h2stream *streams; /* every stream nghttp2 may still call about */
     size_t nopen;           /* of them, the ones not closed: counted against the limit */
-    struct um_timer timer;  /* connect timeout, then idle expiry */
+    struct um_timer timer;  /* connect timeout; idle: the next PING, its answer, expiry */
     enum h2_state state;
     bool goaway;            /* the server said GOAWAY (or we did): no new streams */
     bool got_settings;      /* the server's SETTINGS arrived: its stream limit holds */
     bool queued;            /* in hw->flushq */
+    bool ping_out;          /* a PING waits for its answer (the timer says how long) */
+    uint64_t idle_since;    /* loop ms: the last stream ended */
     bool dead;
     uint32_t want;
     char *wbuf;             /* frames to send: wbuf[wpos..wlen) */
@@ -352,6 +354,7 @@ struct h2stream {
 };
 
 void um__h2c_schedule(struct h2conn *c);
+void um__h2c_pinged(struct h2conn *c);
 void um__h2c_conn_fail(struct h2conn *c, enum um_up_err err, const char *why);
 void um__h2c_attempt(struct xfer *x, bool new_conn);
 void um__h2c_detach(struct h2stream *s);

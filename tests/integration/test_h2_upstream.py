@@ -35,7 +35,7 @@ import h2.events
 import h2.settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Umbra, connect, fetch_req, free_port, parse_response,  # noqa: E402
+from umbra_harness import (Umbra, closed_port, connect, fetch_req, free_port, parse_response,  # noqa: E402
                            vm_rss_kb, wait_until)
 
 PROTOCOL = os.environ.get("UMBRA_H2UP_PROTOCOL", "h2")
@@ -90,11 +90,16 @@ class H2Origin:
     control allows and counts them in .sent. goaway=(n, k, answer): the first connection,
     once it has n requests, says GOAWAY with the k-th's stream id as the last, answers the
     first `answer` of those k and closes (answer=None: answers all k, then closes).
+    deaf: the first connection sends nothing more (not even PING answers) once its first
+    answer went.
     """
 
-    def __init__(self, max_streams=100, goaway=None):
+    def __init__(self, max_streams=100, goaway=None, deaf=False):
         self.max_streams = max_streams
         self.goaway = goaway
+        self.deaf = deaf    # the first connection sends nothing after its first answer
+        self.pings = 0
+        self.eofs = 0       # connections Umbra closed
         self.lock = threading.Lock()
         self.accepts = 0
         self.requests = []  # paths, in arrival order
@@ -138,6 +143,7 @@ class H2Origin:
         goaway_here = self.goaway is not None and nconn == 1
         said_goaway = False
         first_seen = None
+        mute = False
         try:
             while not self.stop:
                 now = time.monotonic()
@@ -162,8 +168,10 @@ class H2Origin:
                         pending[sid][0] = now
                     self._send_due(c, pending, now)
                 out = c.data_to_send()
-                if out:
+                if out and not mute:
                     s.sendall(out)
+                if self.deaf and nconn == 1 and order and not pending:
+                    mute = True
                 if said_goaway and not pending:
                     # Closed after the last answer, reading what is left so that the
                     # answers are not lost to a reset.
@@ -178,6 +186,8 @@ class H2Origin:
                     continue
                 data = s.recv(65536)
                 if not data:
+                    with self.lock:
+                        self.eofs += 1
                     return
                 for ev in c.receive_data(data):
                     if isinstance(ev, h2.events.RequestReceived):
@@ -193,10 +203,13 @@ class H2Origin:
                         self._request(c, ev.stream_id, path, pending, goaway_here)
                     elif isinstance(ev, h2.events.DataReceived):
                         c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                    elif isinstance(ev, h2.events.PingReceived):
+                        with self.lock:
+                            self.pings += 1
                     elif isinstance(ev, h2.events.StreamReset):
                         pending.pop(ev.stream_id, None)
                 out = c.data_to_send()
-                if out:
+                if out and not mute:
                     s.sendall(out)
         except (OSError, h2.exceptions.ProtocolError):
             pass
@@ -392,6 +405,43 @@ class ErrorsTest(unittest.TestCase):
             self.assertEqual(bad, sorted(o.unanswered))
             self.assertEqual(len(bad), 2)
             self.assertEqual(len(ok), 8)
+
+
+    def test_no_answer_in_time_gives_504(self):
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false").replace(
+                "timeout = 10", "timeout = 0.5")) as u:
+            r = get(u.port, "/data?key=t&size=10&delay=3000")
+            self.assertEqual(r.status, 504)
+            # The stream was given up (reset), not the connection.
+            r = get(u.port, "/data?key=t&size=10")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(o.accepts, 1)
+
+    def test_a_server_that_is_down_gives_502(self):
+        with Umbra(config(closed_port(), route_extra=", cache = false")) as u:
+            r = get(u.port, "/data?key=d&size=10")
+            self.assertEqual(r.status, 502)
+
+
+class PingTest(unittest.TestCase):
+    def test_an_idle_connection_is_pinged_and_kept(self):
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+            self.assertEqual(get(u.port, "/data?key=i&size=10").status, 200)
+            self.assertTrue(wait_until(lambda: o.pings >= 1, timeout=10), "no PING")
+            self.assertEqual(get(u.port, "/data?key=j&size=10").status, 200)
+            self.assertEqual(o.accepts, 1)
+            self.assertEqual(o.eofs, 0)
+
+    def test_a_server_that_does_not_answer_pings_is_left(self):
+        with H2Origin(deaf=True) as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+            self.assertEqual(get(u.port, "/data?key=i&size=10").status, 200)
+            # PING after 5 s idle, no answer within 3 s: Umbra closes the connection.
+            self.assertTrue(wait_until(lambda: o.eofs >= 1, timeout=15), "still open")
+            self.assertGreaterEqual(o.pings, 1)
+            r = get(u.port, "/data?key=k&size=10")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, body_for("k", 10))
+            self.assertEqual(o.accepts, 2)
 
 
 class FlowControlTest(unittest.TestCase):
