@@ -390,14 +390,11 @@ static bool load_upstream(struct um_settings_load *ld, lua_State *L, int idx, co
             u->h2 = true;
         else
             return um_settings_fail(ld, L, sub, "%s: expected \"h1\" or \"h2\"", sub);
-        /* HTTP/2 is spoken by Umbra's own client, with prior knowledge: ALPN for https://
-         * servers and names resolved as it goes are libcurl's side, not carried yet. */
-        for (size_t i = 0; i < u->num_servers && u->h2; i++)
-            if (u->curl_only || u->servers[i].https || u->servers[i].addrlen == 0)
-                return um_settings_fail(ld, L, sub,
-                                        "%s: \"h2\" needs http:// servers at IP addresses and "
-                                        "client = \"auto\" (%s is not)",
-                                        sub, u->servers[i].url);
+        /* HTTP/2 is spoken by Umbra's own client only (libcurl's would not share its
+         * connections between the workers' requests as this one does). */
+        if (u->h2 && u->curl_only)
+            return um_settings_fail(ld, L, sub, "%s: \"h2\" is not for client = \"curl\"",
+                                    sub);
     }
     lua_pop(L, 1);
 

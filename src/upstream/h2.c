@@ -139,14 +139,21 @@ static struct h2worker *h2worker(struct um_context *ctx)
     return hw;
 }
 
-static struct h2pool *pool_for(struct h2worker *hw, const struct um_upstream_server *a)
+/* The pool of a server: its address, and for https:// the name its certificate must have
+ * (two names at one address are two servers). */
+static struct h2pool *pool_for(struct h2worker *hw, const struct server_state *st)
 {
+    const struct um_upstream_server *a = &st->h1;
+    const char *host = a->https ? st->tls_host : "";
     for (struct h2pool *p = hw->pools; p; p = p->next)
-        if (p->addrlen == a->addrlen && memcmp(&p->addr, &a->addr, a->addrlen) == 0)
+        if (p->addrlen == a->addrlen && memcmp(&p->addr, &a->addr, a->addrlen) == 0 &&
+            p->https == a->https && strcmp(p->tls_host, host) == 0)
             return p;
     struct h2pool *p = um_calloc(1, sizeof(*p));
     memcpy(&p->addr, &a->addr, a->addrlen);
     p->addrlen = a->addrlen;
+    p->https = a->https;
+    snprintf(p->tls_host, sizeof(p->tls_host), "%s", host);
     p->next = hw->pools;
     hw->pools = p;
     return p;
@@ -191,7 +198,11 @@ static void conn_close(struct h2conn *c)
     um_loop_timer_stop(hw->loop, &c->timer);
     if (c->io.fd >= 0) {
         um_loop_io_set(hw->loop, &c->io, c->io.fd, 0);
-        close(c->io.fd);
+        if (c->tls)
+            c->tls->ops->close(c->tls); /* the socket too */
+        else
+            close(c->io.fd);
+        c->tls = NULL;
         c->io.fd = -1;
     }
     if (c->prev_all)
@@ -254,6 +265,32 @@ static void conn_free(struct h2conn *c)
     free(c);
 }
 
+/* send(2) and recv(2), or their TLS versions, with their results: -1 with errno EAGAIN
+ * when the socket (or the TLS session) would block. */
+static ssize_t io_send(struct h2conn *c, const void *p, size_t n)
+{
+    if (c->tls == NULL)
+        return send(c->io.fd, p, n, MSG_NOSIGNAL);
+    int want = 0;
+    ssize_t r = c->tls->ops->write(c->tls, p, n, 0, &want);
+    if (r >= 0)
+        return r;
+    errno = r == UM_AGAIN ? EAGAIN : EPIPE;
+    return -1;
+}
+
+static ssize_t io_recv(struct h2conn *c, void *p, size_t n)
+{
+    if (c->tls == NULL)
+        return recv(c->io.fd, p, n, 0);
+    int want = 0;
+    ssize_t r = c->tls->ops->read(c->tls, p, n, &want);
+    if (r >= 0)
+        return r;
+    errno = r == UM_AGAIN ? EAGAIN : ECONNRESET;
+    return -1;
+}
+
 /* Gathers the frames nghttp2 has queued and sends them, until the socket would block. */
 static void conn_send(struct h2conn *c)
 {
@@ -278,7 +315,7 @@ static void conn_send(struct h2conn *c)
             return;
         if (c->wpos == c->wlen)
             break;
-        ssize_t n = send(c->io.fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+        ssize_t n = io_send(c, c->wbuf + c->wpos, c->wlen - c->wpos);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -341,7 +378,7 @@ static void conn_read(struct h2conn *c)
 {
     struct h2worker *hw = c->hw;
     for (int i = 0; i < READS_PER_EVENT && !c->dead; i++) {
-        ssize_t n = recv(c->io.fd, hw->rbuf, RBUF_SIZE, 0);
+        ssize_t n = io_recv(c, hw->rbuf, RBUF_SIZE);
         if (n > 0) {
             ssize_t rv = nghttp2_session_mem_recv(c->session, (const uint8_t *)hw->rbuf, (size_t)n);
             if (rv < 0) {
@@ -372,6 +409,48 @@ static void conn_read(struct h2conn *c)
     um__h2c_schedule(c);
 }
 
+/* The connection is up (TCP, and TLS with "h2" agreed by ALPN): what nghttp2 queued goes. */
+static void conn_ready(struct h2conn *c)
+{
+    um_loop_timer_stop(c->hw->loop, &c->timer);
+    c->state = H2_ACTIVE;
+    conn_send(c); /* the preface, SETTINGS and the requests queued meanwhile */
+}
+
+/* Advances an https:// server's TLS handshake (the connect timer still runs). */
+static void handshake(struct h2conn *c)
+{
+    int want = 0;
+    int r = c->tls->ops->handshake(c->tls, &want);
+    if (r == UM_OK) {
+        if (!um_tls_client_is_h2(c->tls)) {
+            um__h2c_conn_fail(c, UM_UP_TLS, "the server did not choose h2 by ALPN");
+            return;
+        }
+        conn_ready(c);
+        return;
+    }
+    if (r == UM_AGAIN) {
+        if (!conn_want(c, want == UM_TRANSPORT_WANT_WRITE ? EPOLLOUT : EPOLLIN))
+            conn_fail_errno(c, UM_UP_TLS, "epoll_ctl", errno);
+        return;
+    }
+    char why[UM_UP_ERRBUF];
+    snprintf(why, sizeof(why), "TLS handshake: %s", c->tls->ops->error(c->tls));
+    um__h2c_conn_fail(c, um_tls_client_verify_failed(c->tls) ? UM_UP_TLS_VERIFY : UM_UP_TLS, why);
+}
+
+/* TCP is connected: TLS next for an https:// server. */
+static void connected(struct h2conn *c)
+{
+    if (c->tls) {
+        c->state = H2_HANDSHAKE;
+        handshake(c);
+        return;
+    }
+    conn_ready(c);
+}
+
 static void on_io(struct um_io *io, uint32_t events)
 {
     struct h2conn *c = (struct h2conn *)io;
@@ -388,9 +467,11 @@ static void on_io(struct um_io *io, uint32_t events)
             conn_fail_errno(c, UM_UP_CONNECT, "connect", err);
             return;
         }
-        um_loop_timer_stop(c->hw->loop, &c->timer);
-        c->state = H2_ACTIVE;
-        conn_send(c); /* the preface, SETTINGS and the requests queued meanwhile */
+        connected(c);
+        return;
+    }
+    if (c->state == H2_HANDSHAKE) {
+        handshake(c);
         return;
     }
     if (events & EPOLLOUT)
@@ -410,7 +491,7 @@ void um__h2c_pinged(struct h2conn *c)
 static void on_timer(struct um_timer *t)
 {
     struct h2conn *c = um_container_of(t, struct h2conn, timer);
-    if (c->state == H2_CONNECTING) {
+    if (c->state != H2_ACTIVE) {
         um__h2c_conn_fail(c, UM_UP_CONNECT_TIMEOUT, "connection timed out");
         return;
     }
@@ -437,7 +518,7 @@ static void on_timer(struct um_timer *t)
     const uint8_t *p;
     ssize_t n;
     while ((n = nghttp2_session_mem_send(c->session, &p)) > 0)
-        if (send(c->io.fd, p, (size_t)n, MSG_NOSIGNAL) != n)
+        if (io_send(c, p, (size_t)n) != n)
             break;
     um__h2c_conn_fail(c, UM_UP_RECV, "idle");
 }
@@ -467,6 +548,20 @@ static struct h2conn *conn_new(struct h2worker *hw, struct h2pool *pool, struct 
         um__up_finish(x, UM_UP_LOCAL);
         return NULL;
     }
+    if (pool->https) {
+        c->tls = x->up->tls_client ? um_tls_client_transport_new_h2(x->up->tls_client, fd,
+                                                                    pool->tls_host)
+                                   : NULL;
+        if (c->tls == NULL) {
+            nghttp2_session_del(c->session);
+            close(fd);
+            free(c);
+            snprintf(x->errbuf, sizeof(x->errbuf), "%s",
+                     x->up->tls_client ? "TLS: out of memory" : "no TLS client (see the log)");
+            um__up_finish(x, x->up->tls_client ? UM_UP_LOCAL : UM_UP_TLS);
+            return NULL;
+        }
+    }
     c->pool = pool;
     c->next_pool = pool->conns;
     pool->conns = c;
@@ -482,13 +577,13 @@ static struct h2conn *conn_new(struct h2worker *hw, struct h2pool *pool, struct 
 static bool conn_connect(struct h2conn *c, uint64_t timeout_ms)
 {
     if (connect(c->io.fd, (const struct sockaddr *)&c->pool->addr, c->pool->addrlen) == 0) {
-        c->state = H2_ACTIVE;
-        um__h2c_schedule(c);
         if (!conn_want(c, EPOLLIN)) {
             conn_fail_errno(c, UM_UP_CONNECT, "epoll_ctl", errno);
             return false;
         }
-        return true;
+        um_loop_timer_start(c->hw->loop, &c->timer, timeout_ms); /* for the handshake */
+        connected(c);
+        return !c->dead;
     }
     if (errno != EINPROGRESS) {
         conn_fail_errno(c, UM_UP_CONNECT, "connect", errno);
@@ -517,7 +612,14 @@ static size_t conn_limit(const struct h2conn *c)
 void um__h2c_attempt(struct xfer *x, bool new_conn)
 {
     struct h2worker *hw = h2worker(x->ctx);
-    struct h2pool *pool = pool_for(hw, &x->up->servers[x->server].h1);
+    const struct server_state *st = &x->up->servers[x->server];
+    if (st->h1.addrlen == 0) {
+        snprintf(x->errbuf, sizeof(x->errbuf), "its name did not resolve when the upstream "
+                                               "was made");
+        um__up_finish(x, UM_UP_CONNECT);
+        return;
+    }
+    struct h2pool *pool = pool_for(hw, st);
     struct h2conn *c = NULL;
     if (!new_conn)
         for (c = pool->conns; c; c = c->next_pool)

@@ -290,7 +290,7 @@ void um__h1_receive(struct h1conn *c);
 struct nghttp2_session;
 struct nghttp2_session_callbacks;
 
-enum h2_state { H2_CONNECTING, H2_ACTIVE };
+enum h2_state { H2_CONNECTING, H2_HANDSHAKE, H2_ACTIVE };
 
 /* The state of a worker context's UM_CONTEXT_H2 slot. */
 struct h2worker {
@@ -312,6 +312,8 @@ struct h2pool {
     struct h2pool *next;
     struct sockaddr_storage addr;
     socklen_t addrlen;
+    bool https;
+    char tls_host[256];     /* https: the name the certificate must have */
     struct h2conn *conns;
 };
 
@@ -321,6 +323,7 @@ struct h2conn {
     struct h2pool *pool;    /* NULL once closed */
     struct h2conn *next_pool, *prev_all, *next_all, *next_flush;
     struct nghttp2_session *session;
+    struct um_transport *tls; /* an https:// server's TLS, "h2" by ALPN; NULL: plain */
     struct h2stream *streams; /* every stream nghttp2 may still call about */
     size_t nopen;           /* of them, the ones not closed: counted against the limit */
     struct um_timer timer;  /* connect timeout; idle: the next PING, its answer, expiry */

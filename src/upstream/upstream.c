@@ -691,11 +691,13 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
     size_t native = 0;
     for (size_t i = 0; i < conf->num_servers; i++) {
         /* Umbra's HTTP/1.1 client for an http:// server at an IP address (config.c parsed
-         * it), unless the upstream says client = "curl". */
+         * it), unless the upstream says client = "curl"; its HTTP/2 client for every server
+         * of an upstream with protocol = "h2" (by the address a name had when the upstream
+         * was made, as for upgrades: server_address). */
         const struct um_upstream_server *s = &conf->servers[i];
         bool h1 = !conf->curl_only && !s->https && s->addrlen > 0;
-        up->transports[i] = h1 ? (conf->h2 ? &um__up_h2 : &um__up_h1) : &um__up_curl;
-        native += h1;
+        up->transports[i] = conf->h2 ? &um__up_h2 : h1 ? &um__up_h1 : &um__up_curl;
+        native += h1 || conf->h2;
         up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
         server_address(conf, i, &up->servers[i]);
         if (s->https && up->servers[i].h1.addrlen > 0 && up->tls_client == NULL) {

@@ -1,5 +1,5 @@
 """HTTP/2 to upstreams (upstreams.NAME.protocol = "h2", src/upstream/h2.c): nghttpd serving
-files through Umbra with the right bytes, many requests sharing few connections, the cache
+files through Umbra with the right bytes (prior knowledge, and TLS with ALPN), many requests sharing few connections, the cache
 in front, and a scripted HTTP/2 origin of this file's own (the h2 module over raw sockets)
 that sends GOAWAY in the middle of a load, resets and refuses streams, and sends a large
 body to a client that does not read (flow control: Umbra holds a bounded amount).
@@ -14,6 +14,7 @@ import os
 import select
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -35,8 +36,8 @@ import h2.events
 import h2.settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from umbra_harness import (Umbra, closed_port, connect, fetch_req, free_port, parse_response,  # noqa: E402
-                           vm_rss_kb, wait_until)
+from umbra_harness import (Umbra, closed_port, connect, fetch_req, free_port,  # noqa: E402
+                           make_cert, parse_response, vm_rss_kb, wait_until)
 
 PROTOCOL = os.environ.get("UMBRA_H2UP_PROTOCOL", "h2")
 
@@ -324,6 +325,89 @@ class NghttpdTest(unittest.TestCase):
             self.assertEqual(r.body, self.files[n], n)
 
 
+class NghttpdTlsTest(unittest.TestCase):
+    """https:// servers: TLS with "h2" chosen by ALPN."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="umbra-h2up-tls-")
+        cls.cert, cls.key = make_cert(cls.dir)
+        cls.files = {"small.txt": b"hello over h2 and TLS\n", "big.bin": body_for("tls", 3 << 20)}
+        for name, data in cls.files.items():
+            with open(os.path.join(cls.dir, name), "wb") as f:
+                f.write(data)
+        cls.port = free_port()
+        cls.nghttpd = subprocess.Popen(["nghttpd", "-d", cls.dir, "-a", "127.0.0.1",
+                                        str(cls.port), cls.key, cls.cert],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def up():
+            try:
+                socket.create_connection(("127.0.0.1", cls.port), 0.2).close()
+                return True
+            except OSError:
+                return False
+        wait_until(up, timeout=5)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nghttpd.terminate()
+        cls.nghttpd.wait(5)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def conf(self, port, tls):
+        return """
+upstreams = { app = { servers = { "https://127.0.0.1:%d" }, protocol = "%s", %s } }
+routes = { { path = "/", upstream = "app", cache = false } }
+""" % (port, PROTOCOL, tls)
+
+    def test_files_over_tls(self):
+        with Umbra(self.conf(self.port, 'tls = { ca = "%s" }' % self.cert)) as u:
+            names = ["big.bin", "small.txt"] * 3
+            got = parallel(lambda n: get(u.port, "/" + n, timeout=30), names)
+            for n, r in zip(names, got):
+                self.assertNotIsInstance(r, Exception, n)
+                self.assertEqual(r.status, 200, n)
+                self.assertEqual(r.body, self.files[n], n)
+
+    def test_a_certificate_that_does_not_verify_gives_502(self):
+        with Umbra(self.conf(self.port, "")) as u:
+            self.assertEqual(get(u.port, "/small.txt").status, 502)
+            self.assertIn("1 server(s) through Umbra's HTTP/2 client", u.log())
+            self.assertTrue(wait_until(lambda: "TLS handshake" in u.log(), timeout=5), u.log())
+
+    def test_a_server_that_does_not_choose_h2_gives_502(self):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.cert, self.key)
+        ctx.set_alpn_protocols(["http/1.1"])
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(8)
+        lsock.settimeout(10)
+        done = []
+
+        def serve():
+            try:
+                conn, _ = lsock.accept()
+                with ctx.wrap_socket(conn, server_side=True) as t:
+                    done.append(t.selected_alpn_protocol())
+                    t.settimeout(3)
+                    t.recv(100)
+            except OSError:
+                pass
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        try:
+            with Umbra(self.conf(lsock.getsockname()[1], 'tls = { ca = "%s" }' % self.cert)) as u:
+                r = get(u.port, "/small.txt")
+                self.assertEqual(r.status, 502)
+                self.assertTrue(wait_until(lambda: "did not choose h2" in u.log(), timeout=5),
+                                u.log())
+        finally:
+            th.join(5)
+            lsock.close()
+
+
 # -- the scripted origin --------------------------------------------------------------------
 
 class SharingTest(unittest.TestCase):
@@ -421,6 +505,7 @@ class ErrorsTest(unittest.TestCase):
         with Umbra(config(closed_port(), route_extra=", cache = false")) as u:
             r = get(u.port, "/data?key=d&size=10")
             self.assertEqual(r.status, 502)
+            self.assertIn("1 server(s) through Umbra's HTTP/2 client", u.log())
 
 
 class PingTest(unittest.TestCase):

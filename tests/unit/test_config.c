@@ -983,13 +983,18 @@ static void test_upstream_protocol(void **state)
                  "  },\n"
                  "}\n" ROUTE_APP,
                  4, "upstreams.app.protocol: expected \"h1\" or \"h2\"");
+    c = load_ok("upstreams = { app = { servers = { 'https://127.0.0.1:8443', 'http://b.test' "
+                "}, protocol = 'h2' } }\n" ROUTE_APP);
+    assert_true(c->upstreams[0].h2);
+    um_config_unref(c);
     expect_error("upstreams = {\n"
                  "  app = {\n"
                  "    servers = 'https://127.0.0.1:8443',\n"
+                 "    client = 'curl',\n"
                  "    protocol = 'h2',\n"
                  "  },\n"
                  "}\n" ROUTE_APP,
-                 4, "upstreams.app.protocol: \"h2\" needs http:// servers at IP addresses");
+                 5, "upstreams.app.protocol: \"h2\" is not for client = \"curl\"");
     expect_error("upstreams = {\n"
                  "  app = {\n"
                  "    servers = 'http://127.0.0.1:8080',\n"
