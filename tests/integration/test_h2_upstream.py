@@ -9,6 +9,7 @@ UMBRA_H2UP_PROTOCOL=h1 runs the same tests with HTTP/1.1 to the servers: they fa
 shows that they test HTTP/2.
 """
 
+import gzip
 import hashlib
 import os
 import select
@@ -231,7 +232,7 @@ class H2Origin:
                 c.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
                 return
         size = int(q.get("size", "100"))
-        headers = [(":status", "200"), ("content-type", "application/octet-stream")]
+        headers = [(":status", "200"), ("content-type", q.get("type", "application/octet-stream"))]
         if base == "/big":
             body = None
         else:
@@ -443,6 +444,20 @@ class SharingTest(unittest.TestCase):
             r = fetch_req(u.port, "/data?key=p&size=10", method="POST", body=body, timeout=20)
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body, body_for("p", 10))
+
+
+class LayersTest(unittest.TestCase):
+    def test_hooks_and_compression_over_h2(self):
+        # They sit above the origin: the same over either protocol.
+        with H2Origin() as o, Umbra(config(o.port, route_extra=""", cache = false, compress = true,
+  on_response = function(req, res) res:set_header("X-Hook", tostring(res.status)) end""")) as u:
+            r = fetch_req(u.port, "/data?key=z&size=50000&type=text/plain",
+                          headers=[("Accept-Encoding", "gzip")])
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("X-Hook"), "200")
+            self.assertEqual(r.header("Content-Encoding"), "gzip")
+            self.assertEqual(gzip.decompress(r.body), body_for("z", 50000))
+            self.assertEqual(o.accepts, 1)
 
 
 class ErrorsTest(unittest.TestCase):
