@@ -106,6 +106,7 @@ class H2Origin:
         self.accepts = 0
         self.requests = []  # paths, in arrival order
         self.sent = 0       # bytes of /big bodies sent
+        self.received = 0   # bytes of request bodies received
         self.refused = set()
         self.unanswered = []  # paths of processed streams the goaway connection never answered
         self.stop = False
@@ -204,7 +205,12 @@ class H2Origin:
                             continue
                         self._request(c, ev.stream_id, path, pending, goaway_here)
                     elif isinstance(ev, h2.events.DataReceived):
-                        c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                        # /sink never gives back its window: the upload stalls.
+                        if not paths.get(ev.stream_id, "").startswith("/sink"):
+                            c.acknowledge_received_data(ev.flow_controlled_length,
+                                                        ev.stream_id)
+                        with self.lock:
+                            self.received += ev.flow_controlled_length
                     elif isinstance(ev, h2.events.PingReceived):
                         with self.lock:
                             self.pings += 1
@@ -221,6 +227,8 @@ class H2Origin:
     def _request(self, c, sid, path, pending, hold):
         base, _, query = path.partition("?")
         q = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+        if base == "/sink":
+            return  # no answer: the test gives up first
         if base == "/reset":
             c.reset_stream(sid, h2.errors.ErrorCodes.INTERNAL_ERROR)
             return
@@ -583,6 +591,34 @@ class FlowControlTest(unittest.TestCase):
             self.assertEqual(r.status, 200)
             self.assertEqual(len(r.body), size)
             self.assertEqual(o.sent, size)
+
+    def test_an_upload_to_a_server_that_stalls_its_window_holds_a_bounded_amount(self):
+        size = 100 << 20
+        with H2Origin() as o, Umbra('limits = { max_body_bytes = "128MB" }\n' +
+                                    config(o.port, route_extra=", cache = false")) as u:
+            get(u.port, "/data?key=w&size=10")
+            rss0 = vm_rss_kb(u.proc.pid)
+            s = connect(u.port)
+            s.sendall(b"POST /sink HTTP/1.1\r\nHost: umbra.test\r\nContent-Length: %d\r\n\r\n"
+                      % size)
+            s.setblocking(False)
+            chunk = b"u" * 65536
+            sent = 0
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline and sent < size:
+                try:
+                    sent += s.send(chunk)
+                except BlockingIOError:
+                    time.sleep(0.01)
+            rss1 = vm_rss_kb(u.proc.pid)
+            s.close()
+            # The origin took its window (64 KiB) and no more; Umbra read the client's body
+            # only as the stream could take it.
+            self.assertIn("/sink", o.requests)
+            self.assertGreater(o.received, 0)
+            self.assertLessEqual(o.received, 65535)
+            self.assertLess(sent, 32 << 20, "bytes the client could send")
+            self.assertLess(rss1 - rss0, 48 << 10, "kB more held by umbra")
 
 
 if __name__ == "__main__":
