@@ -531,6 +531,24 @@ class ErrorsTest(unittest.TestCase):
             self.assertIn("1 server(s) through Umbra's HTTP/2 client", u.log())
 
 
+    def test_passive_health_takes_a_dead_server_out(self):
+        # Two servers, one down: its connect error counts (max_fails = 1) and the request
+        # goes again on the other; the dead one is then skipped.
+        dead = closed_port()
+        with H2Origin() as o, Umbra("""
+upstreams = { app = { servers = { "http://127.0.0.1:%d", "http://127.0.0.1:%d" },
+                      protocol = "%s", max_fails = 1, fail_timeout = 30 } }
+routes = { { path = "/", upstream = "app", cache = false } }
+""" % (dead, o.port, PROTOCOL)) as u:
+            for i in range(4):
+                r = get(u.port, "/data?key=p%d&size=10" % i)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.body, body_for("p%d" % i, 10))
+            self.assertEqual(u.log().count("failed 1 times in a row; skipped"), 1, u.log())
+            self.assertEqual(len(o.requests), 4)
+            self.assertEqual(o.accepts, 1)
+
+
 class PingTest(unittest.TestCase):
     def test_an_idle_connection_is_pinged_and_kept(self):
         with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
