@@ -187,11 +187,13 @@ static size_t end_to_end_fields(const struct um_http1_response *resp, bool final
 
 /* Into fields (room for UM_HTTP1_MAX_RESPONSE_FIELDS + 1): the end-to-end fields of a
  * final head (and Upgrade, for a 101), then Via. Returns how many. */
-static size_t response_fields(const struct um_http1_response *resp, bool keep_upgrade,
-                              struct um_header *fields)
+static size_t response_fields(const struct xfer *x, const struct um_http1_response *resp,
+                              bool keep_upgrade, struct um_header *fields)
 {
     size_t n = end_to_end_fields(resp, true, keep_upgrade, fields);
-    fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
+    /* Via names the protocol the response came in (RFC 9110 section 7.6.3). */
+    fields[n++] = (struct um_header){UM_STR("Via"), x->tp == &um__up_h2 ? UM_STR("2 umbra")
+                                                                        : UM_STR("1.1 umbra")};
     return n;
 }
 
@@ -199,7 +201,7 @@ void um__up_head(struct xfer *x, const struct um_http1_response *resp)
 {
     head_arrived(x);
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
-    size_t n = response_fields(resp, false, fields);
+    size_t n = response_fields(x, resp, false, fields);
     /* Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3): the body is as
      * long as its coding says, and a length passed on would misframe it to the client. A
      * HEAD, 204 or 304 answer has no body and keeps the length the origin announced. */
@@ -234,7 +236,7 @@ void um__up_upgraded(struct xfer *x, const struct um_http1_response *resp,
     head_arrived(x);
     /* The end-to-end fields, and the protocol the server switched to. */
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
-    size_t n = response_fields(resp, true, fields);
+    size_t n = response_fields(x, resp, true, fields);
     struct um_response_head head = {.status = 101, .headers = fields, .num_headers = n,
                                     .content_length = -1, .reason = resp->reason};
     x->head_sent = true;

@@ -322,6 +322,7 @@ class NghttpdTest(unittest.TestCase):
         for name, data in self.files.items():
             r = get(self.umbra.port, "/" + name)
             self.assertEqual(r.status, 200, name)
+            self.assertEqual(r.header("Via"), "2 umbra")
             self.assertEqual(hashlib.sha256(r.body).hexdigest(), hashlib.sha256(data).hexdigest(),
                              name)
 
