@@ -55,6 +55,9 @@ struct um_upstream_conf {
     bool curl_only;             /* client = "curl": libcurl for every server; "auto"
                                    (default): Umbra's own HTTP/1.1 client for http://
                                    servers at an IP address, libcurl for the others */
+    bool h2;                    /* protocol = "h2": HTTP/2 with prior knowledge to the
+                                   servers (Umbra's own client, src/upstream/h2.c); "h1"
+                                   (default): HTTP/1.1 */
     int send_proxy;             /* send_proxy = "v1" / "v2": a PROXY protocol header of that
                                    version opens each connection to a server; 0: none */
     /* health = { path, interval, timeout, fails, passes, status }: active health checks,

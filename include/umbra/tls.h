@@ -161,6 +161,11 @@ void um_tls_client_destroy(struct um_tls_client *c); /* NULL: nothing */
  * thread. */
 struct um_transport *um_tls_client_transport_new(struct um_tls_client *c, int fd,
                                                  const char *host);
+/* The same, offering only "h2" by ALPN (an upstream with protocol = "h2"). */
+struct um_transport *um_tls_client_transport_new_h2(struct um_tls_client *c, int fd,
+                                                    const char *host);
+/* After a completed handshake of such a transport: the server chose "h2". */
+bool um_tls_client_is_h2(struct um_transport *t);
 /* After a failed handshake of such a transport: the server's certificate did not verify. */
 bool um_tls_client_verify_failed(struct um_transport *t);
 

@@ -17,7 +17,7 @@
 
 const char *const um__cfg_upstream_keys[] = {
     "servers",   "balance",      "connect_timeout", "timeout",    "retries", "host", "tls",
-    "max_fails", "fail_timeout", "client",          "send_proxy", "health",  NULL};
+    "max_fails", "fail_timeout", "client",          "send_proxy", "health",  "protocol", NULL};
 const char *const um__cfg_upstream_tls_keys[] = {"verify", "ca", NULL};
 const char *const um__cfg_upstream_health_keys[] = {"path",   "interval", "timeout", "fails",
                                                     "passes", "status",   NULL};
@@ -381,6 +381,23 @@ static bool load_upstream(struct um_settings_load *ld, lua_State *L, int idx, co
     }
     lua_pop(L, 1);
 
+    um_settings_subpath(sub, sizeof sub, upath, "protocol");
+    if ((t = um_settings_get_field(L, idx, "protocol")) != LUA_TNIL) {
+        const char *v = t == LUA_TSTRING ? lua_tostring(L, -1) : "";
+        if (strcmp(v, "h1") == 0)
+            u->h2 = false;
+        else if (strcmp(v, "h2") == 0)
+            u->h2 = true;
+        else
+            return um_settings_fail(ld, L, sub, "%s: expected \"h1\" or \"h2\"", sub);
+        /* HTTP/2 is spoken by Umbra's own client only (libcurl's would not share its
+         * connections between the workers' requests as this one does). */
+        if (u->h2 && u->curl_only)
+            return um_settings_fail(ld, L, sub, "%s: \"h2\" is not for client = \"curl\"",
+                                    sub);
+    }
+    lua_pop(L, 1);
+
     um_settings_subpath(sub, sizeof sub, upath, "send_proxy");
     if ((t = um_settings_get_field(L, idx, "send_proxy")) != LUA_TNIL) {
         const char *v = t == LUA_TSTRING ? lua_tostring(L, -1) : "";
@@ -388,6 +405,9 @@ static bool load_upstream(struct um_settings_load *ld, lua_State *L, int idx, co
         if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) u->send_proxy = 0;
         if (u->send_proxy < 0)
             return um_settings_fail(ld, L, sub, "%s: expected \"v1\", \"v2\" or false", sub);
+        /* One PROXY header names one client; an HTTP/2 connection carries many. */
+        if (u->send_proxy && u->h2)
+            return um_settings_fail(ld, L, sub, "%s: not with protocol = \"h2\"", sub);
         /* The header is written by Umbra's own client, on connections it does not share
          * between clients: libcurl's cannot carry another client's address. */
         for (size_t i = 0; i < u->num_servers && u->send_proxy; i++)

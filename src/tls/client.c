@@ -72,11 +72,14 @@ void um_tls_client_destroy(struct um_tls_client *c)
     free(c);
 }
 
-struct um_transport *um_tls_client_transport_new(struct um_tls_client *c, int fd,
-                                                 const char *host)
+static struct um_transport *transport_new(struct um_tls_client *c, int fd, const char *host,
+                                          bool h2)
 {
     SSL *ssl = SSL_new(c->ctx);
     if (ssl == NULL || SSL_set_fd(ssl, fd) != 1)
+        goto fail;
+    static const unsigned char alpn_h2[] = {2, 'h', '2'};
+    if (h2 && SSL_set_alpn_protos(ssl, alpn_h2, sizeof(alpn_h2)) != 0)
         goto fail;
     SSL_set_connect_state(ssl);
     unsigned char ip[16];
@@ -93,6 +96,26 @@ fail:
     ERR_clear_error();
     SSL_free(ssl);
     return NULL;
+}
+
+struct um_transport *um_tls_client_transport_new(struct um_tls_client *c, int fd,
+                                                 const char *host)
+{
+    return transport_new(c, fd, host, false);
+}
+
+struct um_transport *um_tls_client_transport_new_h2(struct um_tls_client *c, int fd,
+                                                    const char *host)
+{
+    return transport_new(c, fd, host, true);
+}
+
+bool um_tls_client_is_h2(struct um_transport *t)
+{
+    const unsigned char *p = NULL;
+    unsigned len = 0;
+    SSL_get0_alpn_selected(um__tls_transport_ssl(t), &p, &len);
+    return len == 2 && memcmp(p, "h2", 2) == 0;
 }
 
 bool um_tls_client_verify_failed(struct um_transport *t)

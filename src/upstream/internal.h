@@ -112,6 +112,7 @@ void um__health_drop(void *state);
 
 extern const struct um_up_transport um__up_curl; /* curl.c */
 extern const struct um_up_transport um__up_h1;   /* h1.c */
+extern const struct um_up_transport um__up_h2;   /* h2.c */
 
 struct upstream {
     struct um_origin base;
@@ -157,6 +158,8 @@ struct xfer {
     bool upgrade;    /* the client asked to switch protocols (UM_REQ_F_UPGRADE): a 101
                         answer hands the connection over (um__up_upgraded) */
     unsigned infos; /* interim responses passed on (at most UM_UP_MAX_INFOS) */
+    unsigned h2_retries; /* h2.c: sent again on a new connection after GOAWAY or
+                            REFUSED_STREAM (the server did not process it) */
     bool counted;    /* counted in the server's active fetches */
     bool paused_recv, paused_send;
     bool unflushed;  /* body bytes went to the sink since its last on_flush */
@@ -204,6 +207,7 @@ void um__up_finish(struct xfer *x, enum um_up_err err);
  * um_upstream_module (upstream.c). */
 extern struct um_context_slot um__curl_slot;
 extern struct um_context_slot um__h1_slot;
+extern struct um_context_slot um__h2_slot;
 
 /* --- fields.c: the request's fields (upstream.c builds them per fetch) ----------------- */
 
@@ -280,5 +284,88 @@ void um__h1_attempt(struct xfer *x, bool new_conn);
 void um__h1_put_head(struct h1conn *c, struct xfer *x, bool first);
 bool um__h1_send_request(struct h1conn *c);
 void um__h1_receive(struct h1conn *c);
+
+/* --- h2.c, h2_session.c: the HTTP/2 transport (protocol = "h2") ------------------------ */
+
+struct nghttp2_session;
+struct nghttp2_session_callbacks;
+
+enum h2_state { H2_CONNECTING, H2_HANDSHAKE, H2_ACTIVE };
+
+/* The state of a worker context's UM_CONTEXT_H2 slot. */
+struct h2worker {
+    struct um_context *ctx;
+    struct um_loop *loop;
+    struct h2pool *pools;
+    struct h2conn *all;     /* every open connection, for the loop's stop */
+    struct h2conn *dead;    /* closed in this loop turn: freed at its end */
+    struct h2conn *flushq;  /* connections with frames to send at the turn's end */
+    struct h2stream *orphans; /* complete answers whose connection closed before the sink
+                                 took their last bytes */
+    struct nghttp2_session_callbacks *cbs;
+    char *rbuf;             /* one read buffer: nghttp2 takes what it is given at once */
+    struct um_task task;    /* sends what the connections have queued, then frees the dead */
+};
+
+/* Per worker and server address: its connections. */
+struct h2pool {
+    struct h2pool *next;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    bool https;
+    char tls_host[256];     /* https: the name the certificate must have */
+    struct h2conn *conns;
+};
+
+struct h2conn {
+    struct um_io io;
+    struct h2worker *hw;
+    struct h2pool *pool;    /* NULL once closed */
+    struct h2conn *next_pool, *prev_all, *next_all, *next_flush;
+    struct nghttp2_session *session;
+    struct um_transport *tls; /* an https:// server's TLS, "h2" by ALPN; NULL: plain */
+    struct h2stream *streams; /* every stream nghttp2 may still call about */
+    size_t nopen;           /* of them, the ones not closed: counted against the limit */
+    struct um_timer timer;  /* connect timeout; idle: the next PING, its answer, expiry */
+    enum h2_state state;
+    bool goaway;            /* the server said GOAWAY (or we did): no new streams */
+    bool got_settings;      /* the server's SETTINGS arrived: its stream limit holds */
+    bool queued;            /* in hw->flushq */
+    bool ping_out;          /* a PING waits for its answer (the timer says how long) */
+    uint64_t idle_since;    /* loop ms: the last stream ended */
+    bool dead;
+    uint32_t want;
+    char *wbuf;             /* frames to send: wbuf[wpos..wlen) */
+    size_t wpos, wlen, wcap;
+};
+
+struct h2stream {
+    struct h2stream **list, *prev, *next; /* in its connection's streams or hw->orphans */
+    struct h2conn *c;       /* NULL: an orphan */
+    struct xfer *x;         /* NULL: the attempt is gone; the stream waits for its close */
+    int32_t id;
+    int status;
+    int64_t content_length; /* -1: none given */
+    bool head_done, ended, closed, end_sent, deferred, too_big, bad;
+    char *pend;             /* response body the sink has not taken (not consumed either, so
+                               its size stays within the stream's window) */
+    size_t pend_len, pend_cap;
+    /* the head being received: names and values copied into hbuf, at these offsets */
+    char *hbuf;
+    size_t hlen, hcap, nfields;
+    struct { uint32_t name, nlen, value, vlen; } fld[UM_HTTP1_MAX_RESPONSE_FIELDS];
+};
+
+void um__h2c_schedule(struct h2conn *c);
+void um__h2c_pinged(struct h2conn *c);
+void um__h2c_conn_fail(struct h2conn *c, enum um_up_err err, const char *why);
+void um__h2c_attempt(struct xfer *x, bool new_conn);
+void um__h2c_detach(struct h2stream *s);
+void um__h2c_stream_maybe_free(struct h2stream *s);
+void um__h2c_try_finish(struct h2stream *s);
+bool um__h2c_replay(struct h2stream *s, const char *why);
+struct nghttp2_session_callbacks *um__h2c_callbacks(void);
+bool um__h2c_session_new(struct h2conn *c);
+bool um__h2c_submit(struct h2stream *s, struct xfer *x);
 
 #endif

@@ -42,7 +42,8 @@
 
 const struct um_module um_upstream_module = {
     .name = "upstream",
-    .slots = (struct um_context_slot *const[]){&um__curl_slot, &um__h1_slot, NULL},
+    .slots = (struct um_context_slot *const[]){&um__curl_slot, &um__h1_slot, &um__h2_slot,
+                                               NULL},
     /* The active health checks' prober thread (health.c), one per configuration. */
     .make = um__health_make,
     .drop = um__health_drop,
@@ -186,11 +187,13 @@ static size_t end_to_end_fields(const struct um_http1_response *resp, bool final
 
 /* Into fields (room for UM_HTTP1_MAX_RESPONSE_FIELDS + 1): the end-to-end fields of a
  * final head (and Upgrade, for a 101), then Via. Returns how many. */
-static size_t response_fields(const struct um_http1_response *resp, bool keep_upgrade,
-                              struct um_header *fields)
+static size_t response_fields(const struct xfer *x, const struct um_http1_response *resp,
+                              bool keep_upgrade, struct um_header *fields)
 {
     size_t n = end_to_end_fields(resp, true, keep_upgrade, fields);
-    fields[n++] = (struct um_header){UM_STR("Via"), UM_STR("1.1 umbra")};
+    /* Via names the protocol the response came in (RFC 9110 section 7.6.3). */
+    fields[n++] = (struct um_header){UM_STR("Via"), x->tp == &um__up_h2 ? UM_STR("2 umbra")
+                                                                        : UM_STR("1.1 umbra")};
     return n;
 }
 
@@ -198,7 +201,7 @@ void um__up_head(struct xfer *x, const struct um_http1_response *resp)
 {
     head_arrived(x);
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
-    size_t n = response_fields(resp, false, fields);
+    size_t n = response_fields(x, resp, false, fields);
     /* Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3): the body is as
      * long as its coding says, and a length passed on would misframe it to the client. A
      * HEAD, 204 or 304 answer has no body and keeps the length the origin announced. */
@@ -233,7 +236,7 @@ void um__up_upgraded(struct xfer *x, const struct um_http1_response *resp,
     head_arrived(x);
     /* The end-to-end fields, and the protocol the server switched to. */
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
-    size_t n = response_fields(resp, true, fields);
+    size_t n = response_fields(x, resp, true, fields);
     struct um_response_head head = {.status = 101, .headers = fields, .num_headers = n,
                                     .content_length = -1, .reason = resp->reason};
     x->head_sent = true;
@@ -690,11 +693,13 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
     size_t native = 0;
     for (size_t i = 0; i < conf->num_servers; i++) {
         /* Umbra's HTTP/1.1 client for an http:// server at an IP address (config.c parsed
-         * it), unless the upstream says client = "curl". */
+         * it), unless the upstream says client = "curl"; its HTTP/2 client for every server
+         * of an upstream with protocol = "h2" (by the address a name had when the upstream
+         * was made, as for upgrades: server_address). */
         const struct um_upstream_server *s = &conf->servers[i];
         bool h1 = !conf->curl_only && !s->https && s->addrlen > 0;
-        up->transports[i] = h1 ? &um__up_h1 : &um__up_curl;
-        native += h1;
+        up->transports[i] = conf->h2 ? &um__up_h2 : h1 ? &um__up_h1 : &um__up_curl;
+        native += h1 || conf->h2;
         up->slots[i] = um_metrics_server_slot(conf->name, conf->servers[i].url);
         server_address(conf, i, &up->servers[i]);
         if (s->https && up->servers[i].h1.addrlen > 0 && up->tls_client == NULL) {
@@ -707,8 +712,8 @@ struct um_origin *um_upstream_origin_create(const struct um_upstream_conf *conf)
         /* A server taken out stays out across a reload. */
         atomic_init(&up->servers[i].down_until, um_metrics_server_down_until_get(up->slots[i]));
     }
-    um_log_info("upstream %s: %zu server(s) through Umbra's HTTP/1.1 client, %zu through "
-                "libcurl", conf->name, native, conf->num_servers - native);
+    um_log_info("upstream %s: %zu server(s) through Umbra's HTTP/%s client, %zu through "
+                "libcurl", conf->name, native, conf->h2 ? "2" : "1.1", conf->num_servers - native);
     return &up->base;
 }
 
@@ -719,7 +724,8 @@ struct um_origin *um_upstream_origin_ref(struct um_origin *o)
     return o;
 }
 
-static const struct um_up_transport *const transports[] = {&um__up_h1, &um__up_curl};
+static const struct um_up_transport *const transports[] = {&um__up_h1, &um__up_h2,
+                                                            &um__up_curl};
 
 void um_upstream_global_init(void)
 {

@@ -959,6 +959,52 @@ static void test_upstream_index_resolution(void **state)
 
 #define ROUTE_APP "routes = { { path = '/', upstream = 'app' } }\n"
 
+/* protocol = "h1" (default) or "h2"; anything else, or "h2" where Umbra's own client
+ * cannot go, names the file's line. */
+static void test_upstream_protocol(void **state)
+{
+    (void)state;
+    struct um_config *c = load_ok("upstreams = { app = { servers = 'http://127.0.0.1:8080' } }\n"
+                                  ROUTE_APP);
+    assert_false(c->upstreams[0].h2);
+    um_config_unref(c);
+    c = load_ok("upstreams = { app = { servers = 'http://127.0.0.1:8080', protocol = 'h2' } }\n"
+                ROUTE_APP);
+    assert_true(c->upstreams[0].h2);
+    um_config_unref(c);
+    c = load_ok("upstreams = { app = { servers = 'http://127.0.0.1:8080', protocol = 'h1' } }\n"
+                ROUTE_APP);
+    assert_false(c->upstreams[0].h2);
+    um_config_unref(c);
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = 'http://127.0.0.1:8080',\n"
+                 "    protocol = 'h3',\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 4, "upstreams.app.protocol: expected \"h1\" or \"h2\"");
+    c = load_ok("upstreams = { app = { servers = { 'https://127.0.0.1:8443', 'http://b.test' "
+                "}, protocol = 'h2' } }\n" ROUTE_APP);
+    assert_true(c->upstreams[0].h2);
+    um_config_unref(c);
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = 'https://127.0.0.1:8443',\n"
+                 "    client = 'curl',\n"
+                 "    protocol = 'h2',\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 5, "upstreams.app.protocol: \"h2\" is not for client = \"curl\"");
+    expect_error("upstreams = {\n"
+                 "  app = {\n"
+                 "    servers = 'http://127.0.0.1:8080',\n"
+                 "    protocol = 'h2',\n"
+                 "    send_proxy = 'v1',\n"
+                 "  },\n"
+                 "}\n" ROUTE_APP,
+                 5, "upstreams.app.send_proxy: not with protocol = \"h2\"");
+}
+
 static void test_upstream_health(void **state)
 {
     (void)state;
@@ -1258,7 +1304,7 @@ static void test_err_upstream_unknown_key(void **state)
                  4,
                  "upstreams.app: unknown key 'retry' (expected one of: servers, balance, "
                  "connect_timeout, timeout, retries, host, tls, max_fails, fail_timeout, "
-                 "client, send_proxy, health)");
+                 "client, send_proxy, health, protocol)");
     expect_error("upstreams = {\n"
                  "  app = {\n"
                  "    servers = 'https://a',\n"
@@ -2286,6 +2332,7 @@ int main(void)
         cmocka_unit_test(test_err_upstream_route_needs_one),
         cmocka_unit_test(test_err_upstream_tls),
         cmocka_unit_test(test_err_upstream_unknown_key),
+        cmocka_unit_test(test_upstream_protocol),
         cmocka_unit_test(test_err_upstream_names_and_types),
         cmocka_unit_test(test_tls_full),
         cmocka_unit_test(test_tls_acme),

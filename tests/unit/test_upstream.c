@@ -569,11 +569,18 @@ static void test_response_fields_connection_named(void **state)
                &r);
     struct um_header fields[UM_HTTP1_MAX_RESPONSE_FIELDS + 1];
     char names[512];
-    size_t n = response_fields(&r, false, fields);
+    struct xfer hx = {.tp = &um__up_h1};
+    size_t n = response_fields(&hx, &r, false, fields);
     names_of(fields, n, names, sizeof(names));
     assert_string_equal(names, "Content-Type|X-Thirds|X-Kept|Via");
+    assert_true(um_str_eq(fields[n - 1].value, "1.1 umbra"));
+    /* Via names the protocol the answer came in. */
+    hx.tp = &um__up_h2;
+    n = response_fields(&hx, &r, false, fields);
+    assert_true(um_str_eq(fields[n - 1].value, "2 umbra"));
+    hx.tp = &um__up_h1;
     /* A 101 keeps its Upgrade. */
-    n = response_fields(&r, true, fields);
+    n = response_fields(&hx, &r, true, fields);
     names_of(fields, n, names, sizeof(names));
     assert_string_equal(names, "Content-Type|X-Thirds|Upgrade|X-Kept|Via");
 
@@ -581,7 +588,7 @@ static void test_response_fields_connection_named(void **state)
     parse_resp("HTTP/1.1 200 OK\r\nX-Early: 1\r\nserver: o\r\nTRANSFER-ENCODING: chunked\r\n"
                "x-late: 2\r\n\r\n",
                &r);
-    n = response_fields(&r, false, fields);
+    n = response_fields(&hx, &r, false, fields);
     names_of(fields, n, names, sizeof(names));
     assert_string_equal(names, "X-Early|x-late|Via");
 }
