@@ -394,7 +394,7 @@ static void test_module_slots_are_distinct(void **state)
             assert_non_null(um_modules[m]->slots[s]->stop); /* its state goes with the worker */
         }
     }
-    assert_int_equal(n, 8); /* cache, curl, h1, static, cgi, access log, l2, access */
+    assert_int_equal(n, 9); /* cache, curl, h1, h2, static, cgi, access log, l2, access */
 
     static struct um_context_slot a = {.name = "a"}, b = {.name = "b"};
     struct um_context ctx;
