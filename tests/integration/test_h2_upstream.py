@@ -9,6 +9,7 @@ UMBRA_H2UP_PROTOCOL=h1 runs the same tests with HTTP/1.1 to the servers: they fa
 shows that they test HTTP/2.
 """
 
+# Every Umbra here runs one worker: the tests count the connections a worker opens.
 import gzip
 import hashlib
 import os
@@ -308,7 +309,7 @@ class NghttpdTest(unittest.TestCase):
             except OSError:
                 return False
         wait_until(up, timeout=5)
-        cls.umbra = Umbra(config(cls.port, route_extra=", cache = false"))
+        cls.umbra = Umbra(config(cls.port, route_extra=", cache = false"), workers=1)
         cls.umbra.__enter__()
 
     @classmethod
@@ -372,7 +373,7 @@ routes = { { path = "/", upstream = "app", cache = false } }
 """ % (port, PROTOCOL, tls)
 
     def test_files_over_tls(self):
-        with Umbra(self.conf(self.port, 'tls = { ca = "%s" }' % self.cert)) as u:
+        with Umbra(self.conf(self.port, 'tls = { ca = "%s" }' % self.cert), workers=1) as u:
             names = ["big.bin", "small.txt"] * 3
             got = parallel(lambda n: get(u.port, "/" + n, timeout=30), names)
             for n, r in zip(names, got):
@@ -381,7 +382,7 @@ routes = { { path = "/", upstream = "app", cache = false } }
                 self.assertEqual(r.body, self.files[n], n)
 
     def test_a_certificate_that_does_not_verify_gives_502(self):
-        with Umbra(self.conf(self.port, "")) as u:
+        with Umbra(self.conf(self.port, ""), workers=1) as u:
             self.assertEqual(get(u.port, "/small.txt").status, 502)
             self.assertIn("1 server(s) through Umbra's HTTP/2 client", u.log())
             self.assertTrue(wait_until(lambda: "TLS handshake" in u.log(), timeout=5), u.log())
@@ -408,7 +409,7 @@ routes = { { path = "/", upstream = "app", cache = false } }
         th = threading.Thread(target=serve, daemon=True)
         th.start()
         try:
-            with Umbra(self.conf(lsock.getsockname()[1], 'tls = { ca = "%s" }' % self.cert)) as u:
+            with Umbra(self.conf(lsock.getsockname()[1], 'tls = { ca = "%s" }' % self.cert), workers=1) as u:
                 r = get(u.port, "/small.txt")
                 self.assertEqual(r.status, 502)
                 self.assertTrue(wait_until(lambda: "did not choose h2" in u.log(), timeout=5),
@@ -422,7 +423,7 @@ routes = { { path = "/", upstream = "app", cache = false } }
 
 class SharingTest(unittest.TestCase):
     def test_200_concurrent_requests_share_few_connections(self):
-        with H2Origin(max_streams=100) as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+        with H2Origin(max_streams=100) as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
             paths = ["/data?key=k%d&size=%d&delay=400" % (i, 1000 + i) for i in range(200)]
             got = parallel(lambda p: get(u.port, p), paths)
             for i, (p, r) in enumerate(zip(paths, got)):
@@ -435,7 +436,7 @@ class SharingTest(unittest.TestCase):
             self.assertLessEqual(o.accepts, 4, "connections to the origin")
 
     def test_cached_the_second_time(self):
-        with H2Origin() as o, Umbra(config(o.port)) as u:
+        with H2Origin() as o, Umbra(config(o.port), workers=1) as u:
             path = "/data?key=c&size=5000&cache=1"
             r1 = get(u.port, path)
             self.assertEqual(r1.status, 200)
@@ -448,7 +449,7 @@ class SharingTest(unittest.TestCase):
 
     def test_a_post_body_reaches_the_origin(self):
         # The request body goes as DATA; the origin answers once it ended.
-        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
             body = body_for("post", 200000)
             r = fetch_req(u.port, "/data?key=p&size=10", method="POST", body=body, timeout=20)
             self.assertEqual(r.status, 200)
@@ -459,7 +460,7 @@ class LayersTest(unittest.TestCase):
     def test_hooks_and_compression_over_h2(self):
         # They sit above the origin: the same over either protocol.
         with H2Origin() as o, Umbra(config(o.port, route_extra=""", cache = false, compress = true,
-  on_response = function(req, res) res:set_header("X-Hook", tostring(res.status)) end""")) as u:
+  on_response = function(req, res) res:set_header("X-Hook", tostring(res.status)) end"""), workers=1) as u:
             r = fetch_req(u.port, "/data?key=z&size=50000&type=text/plain",
                           headers=[("Accept-Encoding", "gzip")])
             self.assertEqual(r.status, 200)
@@ -471,7 +472,7 @@ class LayersTest(unittest.TestCase):
 
 class ErrorsTest(unittest.TestCase):
     def test_a_reset_stream_gives_502(self):
-        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
             r = get(u.port, "/reset")
             self.assertEqual(r.status, 502)
             # The connection still serves the others.
@@ -480,7 +481,7 @@ class ErrorsTest(unittest.TestCase):
             self.assertEqual(o.accepts, 1)
 
     def test_a_refused_stream_goes_again(self):
-        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
             r = get(u.port, "/refuse?key=r&size=20")
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body, body_for("r", 20))
@@ -490,7 +491,7 @@ class ErrorsTest(unittest.TestCase):
         # 10 requests on the first connection; GOAWAY names the 4th; those 4 are answered,
         # the 6 above go on a new connection: every request is answered.
         with H2Origin(goaway=(10, 4, None)) as o, \
-                Umbra(config(o.port, extra=", retries = 0", route_extra=", cache = false")) as u:
+                Umbra(config(o.port, extra=", retries = 0", route_extra=", cache = false"), workers=1) as u:
             paths = ["/data?key=g%d&size=%d&delay=100" % (i, 100 + i) for i in range(10)]
             got = parallel(lambda p: get(u.port, p), paths)
             for i, (p, r) in enumerate(zip(paths, got)):
@@ -505,7 +506,7 @@ class ErrorsTest(unittest.TestCase):
         # processed but unanswered get 502 (not sent again: the server may have acted on
         # them), the 5 above the last go again and get 200.
         with H2Origin(goaway=(10, 5, 3)) as o, \
-                Umbra(config(o.port, extra=", retries = 0", route_extra=", cache = false")) as u:
+                Umbra(config(o.port, extra=", retries = 0", route_extra=", cache = false"), workers=1) as u:
             paths = ["/data?key=h%d&size=%d&delay=100" % (i, 100 + i) for i in range(10)]
             got = parallel(lambda p: get(u.port, p), paths)
             bad = sorted(p for p, r in zip(paths, got) if getattr(r, "status", None) == 502)
@@ -517,7 +518,7 @@ class ErrorsTest(unittest.TestCase):
 
     def test_no_answer_in_time_gives_504(self):
         with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false").replace(
-                "timeout = 10", "timeout = 0.5")) as u:
+                "timeout = 10", "timeout = 0.5"), workers=1) as u:
             r = get(u.port, "/data?key=t&size=10&delay=3000")
             self.assertEqual(r.status, 504)
             # The stream was given up (reset), not the connection.
@@ -526,7 +527,7 @@ class ErrorsTest(unittest.TestCase):
             self.assertEqual(o.accepts, 1)
 
     def test_a_server_that_is_down_gives_502(self):
-        with Umbra(config(closed_port(), route_extra=", cache = false")) as u:
+        with Umbra(config(closed_port(), route_extra=", cache = false"), workers=1) as u:
             r = get(u.port, "/data?key=d&size=10")
             self.assertEqual(r.status, 502)
             self.assertIn("1 server(s) through Umbra's HTTP/2 client", u.log())
@@ -540,7 +541,7 @@ class ErrorsTest(unittest.TestCase):
 upstreams = { app = { servers = { "http://127.0.0.1:%d", "http://127.0.0.1:%d" },
                       protocol = "%s", max_fails = 1, fail_timeout = 30 } }
 routes = { { path = "/", upstream = "app", cache = false } }
-""" % (dead, o.port, PROTOCOL)) as u:
+""" % (dead, o.port, PROTOCOL), workers=1) as u:
             for i in range(4):
                 r = get(u.port, "/data?key=p%d&size=10" % i)
                 self.assertEqual(r.status, 200)
@@ -552,7 +553,7 @@ routes = { { path = "/", upstream = "app", cache = false } }
 
 class PingTest(unittest.TestCase):
     def test_an_idle_connection_is_pinged_and_kept(self):
-        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
             self.assertEqual(get(u.port, "/data?key=i&size=10").status, 200)
             self.assertTrue(wait_until(lambda: o.pings >= 1, timeout=10), "no PING")
             self.assertEqual(get(u.port, "/data?key=j&size=10").status, 200)
@@ -560,7 +561,7 @@ class PingTest(unittest.TestCase):
             self.assertEqual(o.eofs, 0)
 
     def test_a_server_that_does_not_answer_pings_is_left(self):
-        with H2Origin(deaf=True) as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+        with H2Origin(deaf=True) as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
             self.assertEqual(get(u.port, "/data?key=i&size=10").status, 200)
             # PING after 5 s idle, no answer within 3 s: Umbra closes the connection.
             self.assertTrue(wait_until(lambda: o.eofs >= 1, timeout=15), "still open")
@@ -574,7 +575,7 @@ class PingTest(unittest.TestCase):
 class FlowControlTest(unittest.TestCase):
     def test_a_client_that_does_not_read_holds_a_bounded_amount(self):
         size = 64 << 20
-        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false")) as u:
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
             get(u.port, "/data?key=w&size=10")  # the connection is up
             rss0 = vm_rss_kb(u.proc.pid)
             s = connect(u.port)
@@ -614,7 +615,7 @@ class FlowControlTest(unittest.TestCase):
     def test_an_upload_to_a_server_that_stalls_its_window_holds_a_bounded_amount(self):
         size = 100 << 20
         with H2Origin() as o, Umbra('limits = { max_body_bytes = "128MB" }\n' +
-                                    config(o.port, route_extra=", cache = false")) as u:
+                                    config(o.port, route_extra=", cache = false"), workers=1) as u:
             get(u.port, "/data?key=w&size=10")
             rss0 = vm_rss_kb(u.proc.pid)
             s = connect(u.port)
