@@ -54,17 +54,7 @@ void um__h1_conn_close(struct h1conn *c)
         c->pool->num_idle--;
     }
     um_loop_timer_stop(hw->loop, &c->timer);
-    /* Out of the epoll set first: close() alone does not take it out while a copy of the
-     * descriptor lives on (in a child being spawned by another thread, until its exec). */
-    if (c->io.fd >= 0) {
-        um_loop_io_set(hw->loop, &c->io, c->io.fd, 0);
-        if (c->tls)
-            c->tls->ops->close(c->tls); /* the socket too */
-        else
-            close(c->io.fd);
-        c->tls = NULL;
-        c->io.fd = -1;
-    }
+    um__up_sock_close(hw->loop, &c->io, &c->tls);
     if (c->prev_all)
         c->prev_all->next_all = c->next_all;
     else

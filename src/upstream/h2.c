@@ -196,15 +196,7 @@ static void conn_close(struct h2conn *c)
         c->pool = NULL;
     }
     um_loop_timer_stop(hw->loop, &c->timer);
-    if (c->io.fd >= 0) {
-        um_loop_io_set(hw->loop, &c->io, c->io.fd, 0);
-        if (c->tls)
-            c->tls->ops->close(c->tls); /* the socket too */
-        else
-            close(c->io.fd);
-        c->tls = NULL;
-        c->io.fd = -1;
-    }
+    um__up_sock_close(hw->loop, &c->io, &c->tls);
     if (c->prev_all)
         c->prev_all->next_all = c->next_all;
     else
@@ -265,30 +257,14 @@ static void conn_free(struct h2conn *c)
     free(c);
 }
 
-/* send(2) and recv(2), or their TLS versions, with their results: -1 with errno EAGAIN
- * when the socket (or the TLS session) would block. */
 static ssize_t io_send(struct h2conn *c, const void *p, size_t n)
 {
-    if (c->tls == NULL)
-        return send(c->io.fd, p, n, MSG_NOSIGNAL);
-    int want = 0;
-    ssize_t r = c->tls->ops->write(c->tls, p, n, 0, &want);
-    if (r >= 0)
-        return r;
-    errno = r == UM_AGAIN ? EAGAIN : EPIPE;
-    return -1;
+    return um__up_io_send(c->tls, c->io.fd, p, n);
 }
 
 static ssize_t io_recv(struct h2conn *c, void *p, size_t n)
 {
-    if (c->tls == NULL)
-        return recv(c->io.fd, p, n, 0);
-    int want = 0;
-    ssize_t r = c->tls->ops->read(c->tls, p, n, &want);
-    if (r >= 0)
-        return r;
-    errno = r == UM_AGAIN ? EAGAIN : ECONNRESET;
-    return -1;
+    return um__up_io_recv(c->tls, c->io.fd, p, n);
 }
 
 /* Gathers the frames nghttp2 has queued and sends them, until the socket would block. */

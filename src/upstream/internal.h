@@ -368,4 +368,12 @@ struct nghttp2_session_callbacks *um__h2c_callbacks(void);
 bool um__h2c_session_new(struct h2conn *c);
 bool um__h2c_submit(struct h2stream *s, struct xfer *x);
 
+/* An upstream connection's socket (h1_wire.c), for both clients: send(2) and recv(2), or
+ * their TLS versions, -1 with errno EAGAIN when it would block; and its close, out of the
+ * epoll set first, the TLS session (which owns the socket) or the socket closed, *tls
+ * NULL and io->fd -1 after. */
+ssize_t um__up_io_send(struct um_transport *tls, int fd, const void *p, size_t n);
+ssize_t um__up_io_recv(struct um_transport *tls, int fd, void *p, size_t n);
+void um__up_sock_close(struct um_loop *l, struct um_io *io, struct um_transport **tls);
+
 #endif
