@@ -368,7 +368,7 @@ struct nghttp2_session_callbacks *um__h2c_callbacks(void);
 bool um__h2c_session_new(struct h2conn *c);
 bool um__h2c_submit(struct h2stream *s, struct xfer *x);
 
-/* An upstream connection's socket (h1_wire.c), for both clients: send(2) and recv(2), or
+/* An upstream connection's socket (sock.c), for both clients: send(2) and recv(2), or
  * their TLS versions, -1 with errno EAGAIN when it would block; and its close, out of the
  * epoll set first, the TLS session (which owns the socket) or the socket closed, *tls
  * NULL and io->fd -1 after. */

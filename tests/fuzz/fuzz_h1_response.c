@@ -32,6 +32,7 @@
 #include "../../src/upstream/fields.c"
 #include "../../src/upstream/h1.c"
 #include "../../src/upstream/h1_wire.c"
+#include "../../src/upstream/sock.c"
 #undef um_loop_timer_stop
 #undef um_loop_timer_start
 #undef um_loop_now
