@@ -21,6 +21,7 @@
  * last. A reload that keeps a setting thus finds the very store the running snapshot has. */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -45,13 +46,18 @@ struct entry {
     char data[];                   /* the key, then a string value */
 };
 
+/* What every operation writes (the lock, the counters of a rate limit's requests) shares
+ * one cache line; the rest is written only when entries come, go or change places. A hot
+ * key taken by both workers in turn thus moves two lines between their CPUs (this one and
+ * its entry's first), not five. */
 struct stripe {
     pthread_mutex_t lock;
-    struct entry **heads;
+    uint64_t passed, limited;
+    _Alignas(64) struct entry **heads;
     size_t mask;
     struct entry *newest, *oldest;
     size_t bytes, cap, count;
-    uint64_t evicted, passed, limited;
+    uint64_t evicted;
 } __attribute__((aligned(64)));
 
 struct um_store {
@@ -66,6 +72,11 @@ struct um_store {
     int key;
     char *header;
 };
+
+_Static_assert(offsetof(struct stripe, limited) + sizeof(uint64_t) <= 64,
+               "a stripe's lock and counters share a cache line");
+_Static_assert(offsetof(struct entry, t) + sizeof(double) <= 64,
+               "a bucket's tokens and time are in its entry's first line");
 
 static uint64_t seed;
 static pthread_once_t seed_once = PTHREAD_ONCE_INIT;
@@ -168,8 +179,10 @@ static struct entry *find(struct stripe *st, uint64_t h, um_str k, double now)
             unlink_free(st, e);
             return NULL;
         }
-        lru_unlink(st, e);
-        lru_front(st, e);
+        if (st->newest != e) { /* already first: nothing written */
+            lru_unlink(st, e);
+            lru_front(st, e);
+        }
         return e;
     }
     return NULL;
