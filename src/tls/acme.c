@@ -444,6 +444,33 @@ static double jitter(double d)
     return d * (0.75 + 0.5 * r / 65536.0);
 }
 
+/* In its last third (or once expired), a certificate that is still not renewed gets a
+ * warning a day once an order for it has failed, with why; the retries go on their own
+ * backoff (up to a day apart), each logged as an error. */
+static void warn_if_expiring(struct um__acme_name *e, double now)
+{
+    double nb, na;
+    if (e->failures == 0 || now < e->next_warning) return;
+    if (!um__acme_cert_times(e->cert, &nb, &na)) {
+        e->next_warning = now + 86400; /* none stored: each failure says so */
+        return;
+    }
+    if (now < na - (na - nb) / 3) {
+        e->next_warning = na - (na - nb) / 3;
+        return;
+    }
+    e->next_warning = now + 86400;
+    const char *why = e->last_error;
+    if (now >= na)
+        um_log_warn("acme: %s: the certificate expired %.1f days ago and is not renewed (last "
+                    "error: %s)",
+                    e->hosts[0], (now - na) / 86400, why);
+    else
+        um_log_warn("acme: %s: the certificate expires in %.1f days, in the last third of its "
+                    "lifetime, and is not renewed (last error: %s)",
+                    e->hosts[0], (na - now) / 86400, why);
+}
+
 /* Looks after entry e now: orders a certificate when due; sets its next_try. */
 static void tend(struct um__acme *a, struct um__acme_name *e)
 {
@@ -471,6 +498,8 @@ static void tend(struct um__acme *a, struct um__acme_name *e)
     atomic_fetch_add(&e->orders, 1);
     if (order(a, e, err, sizeof err)) {
         e->failures = 0;
+        e->last_error[0] = '\0';
+        e->next_warning = 0;
         free(e->replaces);
         e->replaces = NULL;
         double nexp;
@@ -492,6 +521,7 @@ static void tend(struct um__acme *a, struct um__acme_name *e)
     a->retry_hint = 0;
     e->failures++;
     e->next_try = now_real() + delay;
+    snprintf(e->last_error, sizeof e->last_error, "%s", err);
     char kept[96];
     if (expires > 0)
         snprintf(kept, sizeof kept, "the stored certificate keeps serving (it expires in %.1f "
@@ -511,7 +541,9 @@ static void *run(void *arg)
             struct um__acme_name *e = &a->names[i];
             if (e->next_try <= now_real())
                 tend(a, e);
+            warn_if_expiring(e, now_real());
             next = fmin(next, e->next_try);
+            if (e->failures > 0) next = fmin(next, e->next_warning);
         }
         double wait = next - now_real();
         if (!nap(a, wait < 0.05 ? 0.05 : wait))

@@ -132,6 +132,8 @@ struct um__acme_name {
     double next_try;    /* CLOCK_REALTIME seconds; 0: now */
     char *replaces;     /* ARI: the stored certificate's identifier, once the CA gave a window */
     unsigned failures;  /* in a row, for the backoff */
+    double next_warning;  /* CLOCK_REALTIME seconds: the next "not renewed" warning */
+    char last_error[256]; /* why the last order failed; "" after a success */
     /* For /metrics (read by the admin's worker): written by the client's thread. */
     atomic_ullong orders, order_failures;
     _Atomic double expires; /* notAfter of the stored certificate, seconds; 0: none */

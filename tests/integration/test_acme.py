@@ -215,6 +215,52 @@ def served(port, name, root):
         s.close()
 
 
+def make_dated_cert(storage, name, days_before, days_after):
+    """STORAGE/NAME.crt and .key: a self-signed P-256 certificate for name, valid from
+    days_before days ago to days_after days ahead (openssl ca can set both dates)."""
+    work = tempfile.mkdtemp(prefix="umbra-acme-ca-")
+    try:
+        open(os.path.join(work, "index.txt"), "w").close()
+        with open(os.path.join(work, "ca.cnf"), "w") as f:
+            f.write("[ca]\ndefault_ca = d\n[d]\ndir = %s\ndatabase = $dir/index.txt\n"
+                    "new_certs_dir = $dir\nserial = $dir/serial\ndefault_md = sha256\n"
+                    "policy = p\nunique_subject = no\ncopy_extensions = copy\n"
+                    "[p]\ncommonName = supplied\n" % work)
+        with open(os.path.join(work, "serial"), "w") as f:
+            f.write("1000\n")
+        key, crt = os.path.join(storage, name + ".key"), os.path.join(storage, name + ".crt")
+        csr = os.path.join(work, "req.csr")
+        subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", csr,
+                        "-subj", "/CN=" + name, "-addext", "subjectAltName=DNS:" + name],
+                       check=True, capture_output=True)
+        fmt = "%Y%m%d%H%M%SZ"
+        now = time.time()
+        subprocess.run(["openssl", "ca", "-batch", "-config", os.path.join(work, "ca.cnf"),
+                        "-selfsign", "-keyfile", key, "-in", csr, "-out", crt, "-notext",
+                        "-startdate", time.strftime(fmt, time.gmtime(now - days_before * 86400)),
+                        "-enddate", time.strftime(fmt, time.gmtime(now + days_after * 86400))],
+                       check=True, capture_output=True)
+        os.chmod(key, 0o600)
+        os.chmod(crt, 0o600)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def served_unverified(port, name):
+    """The common name of the certificate a handshake for name gets (not verified)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname=name) as s:
+            der = s.getpeercert(binary_form=True)
+    out = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout", "-subject",
+                          "-nameopt", "multiline"], input=der, capture_output=True, check=True)
+    m = re.search(rb"commonName\s*=\s*(\S+)", out.stdout)
+    return m.group(1).decode() if m else None
+
+
 @unittest.skipUnless(PEBBLE and CHALLTESTSRV, "needs Debian's pebble (third_party/install.sh)")
 class AcmeTest(unittest.TestCase):
     def setUp(self):
@@ -352,6 +398,24 @@ class AcmeTest(unittest.TestCase):
             self.assertTrue(lines, u.log())
             self.assertIn("the stored certificate keeps serving", lines[0])
             self.assertEqual(served(self.tls_port, "d.test", root), first)
+
+    def test_stored_certificate_in_its_last_third_warned_while_ca_down(self):
+        # A stored certificate of 30 days with 5 left (openssl ca sets the dates), the CA
+        # down: it keeps serving, and once its renewal has failed the log warns that it
+        # is in the last third of its lifetime, with the CA's error, once (a day apart).
+        make_dated_cert(self.storage, "w.test", days_before=25, days_after=5)
+        self.pebble.stop()
+        with self.umbra('{ hosts = { "w.test" }, acme = true }') as u:
+            got = served_unverified(self.tls_port, "w.test")
+            self.assertEqual(got, "w.test", u.log())
+            lines = u.log_lines("acme: w.test: the certificate expires in", 1,
+                                timeout=ISSUE_TIMEOUT)
+            self.assertTrue(lines, u.log())
+            self.assertRegex(lines[0], r"expires in (4\.9|5\.0) days, in the last third of its "
+                             r"lifetime, and is not renewed \(last error: .+\)")
+            self.assertTrue(u.log_lines("acme: w.test: the order failed", 1))
+            time.sleep(1)
+            self.assertEqual(len(u.log_lines("the last third", 1)), 1, u.log())
 
     def test_unreachable_name_logged_with_ca_problem_others_unaffected(self):
         # 127.0.0.2 is loopback where nothing listens: pebble's validation cannot connect.
