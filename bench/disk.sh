@@ -145,7 +145,7 @@ for s in "${MSRV[@]}"; do
 done
 origin_ref "$SIZE" "$BENCH_TMP/ref.body"
 # shellcheck disable=SC2034
-declare -A RPS P50 P99
+declare -A RPS P50 P99 CPU_U US CPU_O CPU_W CPU_X
 measure() {
     local s=$2 r=$3 out o0 o1
     alive "$s" origin
@@ -251,6 +251,7 @@ measure_u() {
     alive "$s" origin
     out=$BENCH_TMP/wrk-$k-$s-$r.txt
     o0=$(origin_count)
+    round_cpu_start "${PID[$s]}" "${PID[origin]}"
     if [[ $k == miss ]]; then
         script=$BENCH_TMP/miss-$s-$r.lua
         miss_script "$script" "$s" "$r"
@@ -258,6 +259,7 @@ measure_u() {
     else
         run_wrk "http://127.0.0.1:${PORT[$s]}$HOT" "$out"
     fi
+    round_cpu_end "$WRK_CPU" "${PID[$s]}" "${PID[origin]}"
     o1=$(origin_count)
     read_wrk "$out"
     wrk_check "${EXPECT[$k,$s]}" "$WRK_CONNECTIONS"
@@ -267,10 +269,14 @@ measure_u() {
     else
         ((o1 - o0 >= WRK_REQS)) || round_bad "the origin got $((o1 - o0)) requests for $WRK_REQS misses"
     fi
-    printf '[bench] %-6s %-12s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  %s\n' \
-        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "${ROUND_BAD:-answers right}" >&2
+    local us
+    us=$(us_each "${ROUND_TICKS[0]}" "$(awk -v r="$WRK_RPS" -v t="$ROUND_SECS" 'BEGIN { printf "%d", r * t }')" 2)
+    printf '[bench] %-6s %-12s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  CPU umbra %s%% (%s us/req) origin %s%% wrk %s%% other %s%%  %s\n' \
+        "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "${ROUND_PCT[0]}" "$us" "${ROUND_PCT[1]}" \
+        "$ROUND_CLIENT_PCT" "$ROUND_OTHER_PCT" "${ROUND_BAD:-answers right}" >&2
     [[ -n $ROUND_BAD ]] && return 0
-    add_figures "$k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99"
+    add_figures "$k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99" CPU_U="${ROUND_PCT[0]}" US="$us" \
+        CPU_O="${ROUND_PCT[1]}" CPU_W="$ROUND_CLIENT_PCT" CPU_X="$ROUND_OTHER_PCT"
 }
 for k in memhit miss; do
     log "measuring: $k x $ROUNDS rounds x ${#USRV[@]} (${USRV[*]}) x ${DURATION}s"
@@ -342,6 +348,19 @@ md=$(results_md disk)
     md_row memhit umbra-nodisk "${MH[umbra-nodisk]}" req/s - - - "${RPS[memhit,umbra-nodisk]% }" "$(repeated_md memhit,umbra-nodisk)"
     md_row miss umbra "${MM[umbra]}" req/s "$xm" ">= 0.95" "$metm" "${RPS[miss,umbra]% }" "$(repeated_md miss,umbra)"
     md_row miss umbra-nodisk "${MM[umbra-nodisk]}" req/s - - - "${RPS[miss,umbra-nodisk]% }" "$(repeated_md miss,umbra-nodisk)"
+    echo
+    echo "Where the CPU went in those rounds (medians; % of one CPU, 200 % = both): Umbra (all its"
+    echo "threads, the disk writer's included), its CPU per request, the origin, wrk, and the rest of"
+    echo "the machine's busy time (the kernel's writeback threads among it):"
+    echo
+    md_row case server "Umbra %" "Umbra us/req" "origin %" "wrk %" "other %"
+    md_row --- --- ---: ---: ---: ---: ---:
+    for k in memhit miss; do
+        for s in "${USRV[@]}"; do
+            md_row "$k" "$s" "$(median_of CPU_U "$k,$s")" "$(median_of US "$k,$s")" "$(median_of CPU_O "$k,$s")" \
+                "$(median_of CPU_W "$k,$s")" "$(median_of CPU_X "$k,$s")"
+        done
+    done
     echo
     echo "Umbra's disk metrics after the rounds:"
     echo
