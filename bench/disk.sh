@@ -12,7 +12,8 @@
 #            without one (umbra-nodisk), both given the working set first (their memories
 #            as full); target >= 0.97 (a disk costs memory hits nothing).
 #   miss     every request a new 16 KiB object (the origin asked each time): the Umbra with
-#            the disk (writing behind) beside umbra-nodisk; target >= 0.95.
+#            the disk (writing behind) beside umbra-nodisk; target >= 0.95. With nginx in
+#            the run, its misses with proxy_cache beside the same nginx without (anchor).
 # Umbra: 2 workers, cache.memory DISK_MEMORY, cache.disk on BENCH_TMP; nginx: 2 workers,
 # proxy_cache_path on BENCH_TMP (levels 1:2, keys_zone 64m), proxy_cache_valid 200 1h;
 # ATS: lib.sh's start_ats (2 event threads, storage.config a file on BENCH_TMP). A
@@ -59,10 +60,19 @@ if bench_uses nginx; then
             proxy_cache disk;
             proxy_cache_valid 200 1h;
             proxy_cache_lock on;
+        }
+        location /nc/ {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
         }"
     PORT[nginx]=$NGINX_PORT
     PID[nginx]=$NGINX_PID
     MSRV+=(nginx)
+    # The miss rounds' anchor: nginx's misses with its cache (written to its files) beside
+    # the same nginx proxying without one (location /nc/): what writing costs nginx.
+    PORT[nginx-nocache]=$NGINX_PORT
+    PID[nginx-nocache]=$NGINX_PID
 fi
 if bench_uses ats; then
     start_ats "$ORIGIN_PORT" "$DISK_STORE_MB" "$DISK_MEMORY_MB"
@@ -221,6 +231,10 @@ each_round MSRV measure1m hit1m
 
 # ---- memhit and miss: the Umbra with the disk beside the one without ----
 USRV=(umbra umbra-nodisk)
+# miss: nginx with its cache beside nginx without, when nginx is in the run.
+MISS_SRV=(umbra umbra-nodisk)
+bench_uses nginx && MISS_SRV+=(nginx nginx-nocache)
+declare -A PFX=([nginx-nocache]=/nc)
 # The one without the disk is given the same working set, so that both memories are as
 # full (its copy of the set lives in memory only, evicted as it comes).
 log "warming umbra-nodisk: $DISK_OBJECTS objects of $SIZE bytes"
@@ -232,17 +246,20 @@ for s in "${USRV[@]}"; do
         curl -s -o /dev/null --max-time 10 "http://127.0.0.1:${PORT[$s]}$HOT" || die "$s: GET $HOT failed"
     done
     EXPECT[memhit,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}$HOT")
-    EXPECT[miss,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}/m/probe-$s?$QUERY")
+done
+for s in "${MISS_SRV[@]}"; do
+    EXPECT[miss,$s]=$(answer_bytes "$s" "http://127.0.0.1:${PORT[$s]}${PFX[$s]:-}/m/probe-$s?$QUERY")
 done
 origin_ref 1024 "$BENCH_TMP/ref.hot"
-# miss_script FILE SERVER ROUND: a wrk script asking a path never asked before per request.
+# miss_script FILE SERVER ROUND: a wrk script asking a path never asked before per request
+# (under the server's prefix PFX).
 miss_script() {
     {
         echo 'local n = 0'
         echo 'local id = tostring({}):sub(-8)'
         echo 'request = function()'
         echo '    n = n + 1'
-        echo "    return wrk.format(\"GET\", \"/m/$2-$3-$RANDOM-\" .. id .. \"-\" .. n .. \"?$QUERY\")"
+        echo "    return wrk.format(\"GET\", \"${PFX[$2]:-}/m/$2-$3-$RANDOM-\" .. id .. \"-\" .. n .. \"?$QUERY\")"
         echo 'end'
     } >"$1"
 }
@@ -271,20 +288,20 @@ measure_u() {
     fi
     local us
     us=$(us_each "${ROUND_TICKS[0]}" "$(awk -v r="$WRK_RPS" -v t="$ROUND_SECS" 'BEGIN { printf "%d", r * t }')" 2)
-    printf '[bench] %-6s %-12s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  CPU umbra %s%% (%s us/req) origin %s%% wrk %s%% other %s%%  %s\n' \
+    printf '[bench] %-6s %-12s round %d/%d: %10.2f req/s  p50 %s ms p99 %s ms  CPU server %s%% (%s us/req) origin %s%% wrk %s%% other %s%%  %s\n' \
         "$k" "$s" "$r" "$ROUNDS" "$WRK_RPS" "$WRK_P50" "$WRK_P99" "${ROUND_PCT[0]}" "$us" "${ROUND_PCT[1]}" \
         "$ROUND_CLIENT_PCT" "$ROUND_OTHER_PCT" "${ROUND_BAD:-answers right}" >&2
     [[ -n $ROUND_BAD ]] && return 0
     add_figures "$k,$s" RPS="$WRK_RPS" P50="$WRK_P50" P99="$WRK_P99" CPU_U="${ROUND_PCT[0]}" US="$us" \
         CPU_O="${ROUND_PCT[1]}" CPU_W="$ROUND_CLIENT_PCT" CPU_X="$ROUND_OTHER_PCT"
 }
-for k in memhit miss; do
-    log "measuring: $k x $ROUNDS rounds x ${#USRV[@]} (${USRV[*]}) x ${DURATION}s"
-    each_round USRV measure_u "$k"
-done
+log "measuring: memhit x $ROUNDS rounds x ${#USRV[@]} (${USRV[*]}) x ${DURATION}s"
+each_round USRV measure_u memhit
+log "measuring: miss x $ROUNDS rounds x ${#MISS_SRV[@]} (${MISS_SRV[*]}) x ${DURATION}s"
+each_round MISS_SRV measure_u miss
 declare -A MH=() MM=()
 median_map MH RPS "memhit," "${USRV[@]}"
-median_map MM RPS "miss," "${USRV[@]}"
+median_map MM RPS "miss," "${MISS_SRV[@]}"
 xh=$(ratio "${MH[umbra]}" "${MH[umbra-nodisk]}")
 xm=$(ratio "${MM[umbra]}" "${MM[umbra-nodisk]}")
 meth=$(atleast "$xh" 0.97 met "not met")
@@ -348,15 +365,24 @@ md=$(results_md disk)
     md_row memhit umbra-nodisk "${MH[umbra-nodisk]}" req/s - - - "${RPS[memhit,umbra-nodisk]% }" "$(repeated_md memhit,umbra-nodisk)"
     md_row miss umbra "${MM[umbra]}" req/s "$xm" ">= 0.95" "$metm" "${RPS[miss,umbra]% }" "$(repeated_md miss,umbra)"
     md_row miss umbra-nodisk "${MM[umbra-nodisk]}" req/s - - - "${RPS[miss,umbra-nodisk]% }" "$(repeated_md miss,umbra-nodisk)"
+    if bench_uses nginx; then
+        md_row miss nginx "${MM[nginx]}" req/s "$(ratio "${MM[nginx]}" "${MM[nginx-nocache]}")" "- (anchor)" - "${RPS[miss,nginx]% }" "$(repeated_md miss,nginx)"
+        md_row miss nginx-nocache "${MM[nginx-nocache]}" req/s - - - "${RPS[miss,nginx-nocache]% }" "$(repeated_md miss,nginx-nocache)"
+    fi
     echo
-    echo "Where the CPU went in those rounds (medians; % of one CPU, 200 % = both): Umbra (all its"
-    echo "threads, the disk writer's included), its CPU per request, the origin, wrk, and the rest of"
+    echo "miss, nginx: the same nginx's misses with proxy_cache (each written to its cache files)"
+    echo "beside its location /nc/ without a cache: what writing the fills costs the anchor."
+    echo
+    echo "Where the CPU went in those rounds (medians; % of one CPU, 200 % = both): the server (all its"
+    echo "threads: Umbra's disk writer included; nginx's workers and cache manager), its CPU per request, the origin, wrk, and the rest of"
     echo "the machine's busy time (the kernel's writeback threads among it):"
     echo
-    md_row case server "Umbra %" "Umbra us/req" "origin %" "wrk %" "other %"
+    md_row case server "server %" "server us/req" "origin %" "wrk %" "other %"
     md_row --- --- ---: ---: ---: ---: ---:
     for k in memhit miss; do
-        for s in "${USRV[@]}"; do
+        srvs=("${USRV[@]}")
+        [[ $k == miss ]] && srvs=("${MISS_SRV[@]}")
+        for s in "${srvs[@]}"; do
             md_row "$k" "$s" "$(median_of CPU_U "$k,$s")" "$(median_of US "$k,$s")" "$(median_of CPU_O "$k,$s")" \
                 "$(median_of CPU_W "$k,$s")" "$(median_of CPU_X "$k,$s")"
         done
