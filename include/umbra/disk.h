@@ -103,11 +103,11 @@ int um_disk_write(struct um_disk *d, struct um_disk_key key, um_str meta, const 
                   size_t len);
 
 /* The same without the copy: a record built in place. um_disk_rec_alloc gives a buffer
- * for meta_len bytes of metadata and body_len of body (NULL when no record can be that
- * large); the caller writes the metadata at buf + *head and the body right after it, then
- * hands buf to um_disk_write_rec, which takes it (freed when the write is dropped), or
- * frees it with free(). Any thread. */
-char *um_disk_rec_alloc(size_t meta_len, size_t body_len, size_t *head);
+ * for meta_len bytes of metadata and body_len of body, for store d (NULL when no record
+ * can be that large); the caller writes the metadata at buf + *head and the body right
+ * after it, then hands buf to um_disk_write_rec on d, which takes it (freed when the write
+ * is dropped), or frees it with free(). Any thread. */
+char *um_disk_rec_alloc(struct um_disk *d, size_t meta_len, size_t body_len, size_t *head);
 int um_disk_write_rec(struct um_disk *d, struct um_disk_key key, char *buf, size_t meta_len,
                       size_t body_len);
 

@@ -190,7 +190,8 @@ static bool tee_start(struct disk_fetch *df, const struct um_response_head *h)
     /* A known length: the record is built where it will be written from (the store takes
      * the buffer, no copy); else the body is gathered and copied at the end. */
     size_t head, ml = df->rec.len, cl = h->content_length > 0 ? (size_t)h->content_length : 0;
-    if (cl > 0 && (df->recmem = um_disk_rec_alloc(ml, cl, &head)) != NULL) {
+    struct um_disk *st = um__disk_tier_store(df->d->t, df->key);
+    if (cl > 0 && (df->recmem = um_disk_rec_alloc(st, ml, cl, &head)) != NULL) {
         struct um_buf meta = df->rec;
         /* Room for one byte more (the buffer's NUL, in the checksum's place): a body
          * longer than it said shows in rec.len, and is not stored. */

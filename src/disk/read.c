@@ -138,26 +138,25 @@ int um_disk_read_cached(struct um_disk *d, struct um_disk_key key, um_disk_read_
     const struct um__disk_ent *e = um__disk_index_find(&d->idx, key.hi, key.lo);
     struct rjob j = {.hi = key.hi, .lo = key.lo, .pos = e ? e->pos : 0, .len = e ? e->len : 0};
     bool miss = !e || d->closing;
+    uint64_t alen = round_up(j.len, BLOCK);
     if (miss)
         d->st.read_misses++;
+    else
+        j.buf = um__disk_buf_take(d, alen);
     pthread_mutex_unlock(&d->mu);
     if (miss)
         return UM_DONE;
     /* RWF_NOWAIT: the kernel copies what the page cache holds and never waits for the
      * device; anything short of the whole record goes to the reader threads. */
-    j.buf = um_malloc(j.len);
     struct iovec iov = {j.buf, j.len};
     ssize_t n = preadv2(d->fd, &iov, 1, (off_t)phys(d, j.pos), RWF_NOWAIT);
-    if (n != (ssize_t)j.len) {
-        free(j.buf);
-        return UM_AGAIN;
-    }
-    int r = check_record(d, &j);
-    pthread_mutex_lock(&d->mu);
-    read_account(d, &j, r);
-    pthread_mutex_unlock(&d->mu);
+    int r = n == (ssize_t)j.len ? check_record(d, &j) : UM_AGAIN;
     if (r == UM_OK)
         cb(arg, UM_OK, j.meta, j.body);
-    free(j.buf);
-    return r == UM_OK ? UM_OK : UM_DONE;
+    /* Counted (a bad record dropped) and the buffer kept, in one critical section. */
+    pthread_mutex_lock(&d->mu);
+    if (r != UM_AGAIN) read_account(d, &j, r);
+    um__disk_buf_give(d, j.buf, alen);
+    pthread_mutex_unlock(&d->mu);
+    return r == UM_OK ? UM_OK : r == UM_AGAIN ? UM_AGAIN : UM_DONE;
 }

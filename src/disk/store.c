@@ -311,7 +311,7 @@ static void *writer_main(void *arg)
             } else {
                 d->st.io_errors++;
             }
-            free(j->buf);
+            um__disk_buf_give(d, j->buf, j->alen);
             free(j);
         }
         duties(d);
@@ -320,12 +320,39 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-char *um_disk_rec_alloc(size_t meta_len, size_t body_len, size_t *head)
+char *um__disk_buf_take(struct um_disk *d, uint64_t alen)
+{
+    uint64_t k = alen / BLOCK;
+    char *buf = NULL;
+    if (k <= UM__DISK_POOL_CLASSES && (buf = d->pool[k]) != NULL) {
+        d->pool[k] = *(void **)buf;
+        d->pool_bytes -= alen;
+        return buf;
+    }
+    UM_ASSERT(posix_memalign((void **)&buf, BLOCK, alen) == 0);
+    return buf;
+}
+
+void um__disk_buf_give(struct um_disk *d, char *buf, uint64_t alen)
+{
+    uint64_t k = alen / BLOCK;
+    if (buf == NULL) return;
+    if (k > UM__DISK_POOL_CLASSES || d->pool_bytes + alen > UM__DISK_POOL_BYTES) {
+        free(buf);
+        return;
+    }
+    *(void **)buf = d->pool[k];
+    d->pool[k] = buf;
+    d->pool_bytes += alen;
+}
+
+char *um_disk_rec_alloc(struct um_disk *d, size_t meta_len, size_t body_len, size_t *head)
 {
     uint64_t alen = round_up(UM__DISK_REC_LEN(meta_len, body_len), BLOCK);
     if (alen > UINT32_MAX) return NULL;
-    char *buf;
-    UM_ASSERT(posix_memalign((void **)&buf, BLOCK, alen) == 0);
+    pthread_mutex_lock(&d->mu);
+    char *buf = um__disk_buf_take(d, alen);
+    pthread_mutex_unlock(&d->mu);
     *head = sizeof(struct um__disk_rec);
     return buf;
 }
@@ -413,7 +440,7 @@ static int submit(struct um_disk *d, struct um_disk_key key, um_str meta, const 
     pthread_mutex_unlock(&d->mu);
     if (refuse) return UM_ERR;
     size_t head;
-    char *buf = um_disk_rec_alloc(meta.len, blen, &head);
+    char *buf = um_disk_rec_alloc(d, meta.len, blen, &head);
     UM_ASSERT(buf != NULL);
     if (meta.len) memcpy(buf + head, meta.base, meta.len);
     if (blen) memcpy(buf + head + meta.len, body, blen);
@@ -561,6 +588,11 @@ int um_disk_check(const struct um_disk_opts *o, char **errmsg)
 
 static void free_store(struct um_disk *d)
 {
+    for (size_t k = 0; k <= UM__DISK_POOL_CLASSES; k++)
+        for (void *b = d->pool[k], *next; b != NULL; b = next) {
+            next = *(void **)b;
+            free(b);
+        }
     if (d->fd >= 0)
         close(d->fd);
     um__disk_index_dispose(&d->idx);

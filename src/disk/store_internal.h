@@ -55,6 +55,11 @@ struct rjob {
     um_str meta, body;
 };
 
+/* Kept record buffers: classes of 1 to UM__DISK_POOL_CLASSES blocks, and at most
+ * UM__DISK_POOL_BYTES in all. */
+#define UM__DISK_POOL_CLASSES 64
+#define UM__DISK_POOL_BYTES (4u << 20)
+
 struct um_disk {
     char *path, *snap_path, *snap_tmp;
     int fd;
@@ -75,6 +80,10 @@ struct um_disk {
     bool closing;
     bool changed; /* the index changed since the last snapshot */
     struct um_disk_stats st;
+    /* Record buffers kept for the next write or read of their size (um__disk_buf_take):
+     * pool[k] holds buffers of k blocks, linked through their first word. */
+    void *pool[UM__DISK_POOL_CLASSES + 1];
+    uint64_t pool_bytes;
 
     /* The writer's own (and close's, after the writer is joined): */
     bool dirty; /* written since the last fdatasync */
@@ -104,6 +113,14 @@ static inline void sleep_ms(uint32_t ms)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
+
+/* A buffer of at least alen bytes (a multiple of BLOCK), BLOCK-aligned, for a record:
+ * one kept by the store, or a new one. Either way free() may free it; given back with
+ * um__disk_buf_give it is kept (up to UM__DISK_POOL_BYTES a store) for the next taker,
+ * which saves the worker an aligned malloc of tens of KiB and the writer its free in
+ * another thread's arena per miss, and a disk hit its read buffer's. Both under d->mu. */
+char *um__disk_buf_take(struct um_disk *d, uint64_t alen);
+void um__disk_buf_give(struct um_disk *d, char *buf, uint64_t alen);
 
 static inline uint64_t round_up(uint64_t n, uint64_t to)
 {

@@ -333,6 +333,39 @@ static void test_read_cached(void **state)
     um_disk_close(d);
 }
 
+/* Record buffers go back to the store after a write or a cached read and serve the next
+ * of their size with the last one's bytes still in them: every record must come back as
+ * written, across generations that reuse each other's buffers. */
+static void test_reused_buffers_keep_records_whole(void **state)
+{
+    (void)state;
+    struct um_disk_opts o = opts_of(8 << 20);
+    struct um_disk *d = open_ok(&o);
+    for (int gen = 0; gen < 3; gen++) {
+        for (int i = 0; i < 20; i++)
+            assert_int_equal(put(d, i, gen, size_of(i + gen)), UM_OK);
+        um_disk_sync(d, false);
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < 20; i++) {
+                struct got g;
+                memset(&g, 0, sizeof(g));
+                int rc = um_disk_read_cached(d, key(i), on_read, &g);
+                if (rc == UM_AGAIN) {
+                    assert_object(d, i, gen, size_of(i + gen)); /* the threads' way */
+                    continue;
+                }
+                assert_int_equal(rc, UM_OK);
+                char *want = body(i, gen, size_of(i + gen));
+                assert_int_equal(g.body_len, size_of(i + gen));
+                if (g.body_len) assert_memory_equal(g.body, want, g.body_len);
+                free(want);
+                got_free(&g);
+            }
+    }
+    assert_int_equal(stats(d).checksum_failures, 0);
+    um_disk_close(d);
+}
+
 static void test_wraps_within_its_size(void **state)
 {
     (void)state;
@@ -950,12 +983,14 @@ int main(void)
         cmocka_unit_test(test_index),
         cmocka_unit_test_setup_teardown(test_write_read_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_cached, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reused_buffers_keep_records_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wraps_within_its_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_never_read_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_after_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_after_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_after_crash_across_the_lap, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reopen_after_crash_laps_after_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_after_crash_laps_after_snapshot, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_version_refused_or_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_index_bytes_per_object, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_queue_drops, setup, teardown),
