@@ -240,6 +240,8 @@ h2load_args() {
 
 # shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RATE CPU_S CPU_B CPU_C CPU_O US SEEN NEWC MAXOPEN MAXONE SPLIT
+# The backend's CPU time per request when asked directly, per case (its round sets it).
+declare -A BACKEND_US=()
 # measure CASE SERVER ROUND (SERVER backend: the backend directly)
 measure() {
     local k=$1 s=$2 r=$3 out spid='' cs cb cc co us rate n errs p i ready conns
@@ -287,8 +289,19 @@ measure() {
     # After the round, the server still answers right.
     if [[ $k == grpc ]]; then p=$(grpc_problem "$s"); else p=$(get_problem "$s"); fi
     [[ -z $p ]] || round_bad "after the round, $p"
-    # Uncached: every answer came from the backend, which must have worked.
-    ((ROUND_TICKS[0] > 0)) || round_bad "the backend used no CPU during the round: answers from elsewhere?"
+    # Uncached: every answer came from the backend, which must have worked for each about
+    # as much as when it is asked directly (at least a quarter of its CPU time per request
+    # in the backend round; without that round, some CPU time at all).
+    local bus
+    bus=$(us_each "${ROUND_TICKS[0]}" "$n" 3)
+    if [[ $s == backend ]]; then
+        BACKEND_US[$k]=$bus
+    elif [[ -n ${BACKEND_US[$k]:-} && $bus != - ]]; then
+        awk -v a="$bus" -v b="${BACKEND_US[$k]}" 'BEGIN { exit !(a >= b / 4) }' ||
+            round_bad "the backend used $bus us of CPU per request, under a quarter of its $(printf '%s' "${BACKEND_US[$k]}") us when asked directly: answers from elsewhere (a cache?)"
+    elif ((ROUND_TICKS[0] <= 0)); then
+        round_bad "the backend used no CPU during the round: answers from elsewhere (a cache?)"
+    fi
     cb=${ROUND_PCT[0]} cs=${ROUND_PCT[1]} cc=$ROUND_CLIENT_PCT co=$ROUND_OTHER_PCT
     us=-
     [[ -n $spid ]] && us=$(us_each "${ROUND_TICKS[1]}" "$n" 1)
