@@ -88,7 +88,7 @@ start_backend() {
     mkdir -p "$dir"
     p=$(free_port)
     local args=(--no-tls -a 127.0.0.1 -n "$H2UP_BACKEND_WORKERS" -m "$H2UP_BACKEND_STREAMS" -d "$DOC/$k" "$@" "$p")
-    BACKEND_CMD[$k]="nghttpd ${args[*]}"
+    BACKEND_CMD[$k]="nghttpd$(printf ' %q' "${args[@]}")"
     bench_start "backend-$k" "$dir/nghttpd.log" nghttpd "${args[@]}"
     wait_port "backend-$k" "$BENCH_LAST_PID" "$p" "$dir/nghttpd.log"
     BPORT[$k]=$p
