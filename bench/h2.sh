@@ -126,36 +126,6 @@ for s in "${SRV[@]}"; do
     log "$s: HTTP/2 over TLS answers /echo, and 1 KiB and 1 MiB cache hits"
 done
 
-# parse_h2load FILE BYTES: "REQ_PER_S DONE ERRORS" of one timed h2load run whose responses
-# each carry BYTES of body; ERRORS "none", or what was wrong: more failed or errored
-# requests than the streams in flight when h2load stopped (it counts those as both),
-# timed-out requests, statuses other than 2xx, 2xx heads or body bytes ("data") below DONE
-# (x BYTES) or above it by more than the streams in flight (their heads and partial bodies
-# count).
-parse_h2load() {
-    awk -v want="$2" -v inflight=$((H2_CONNECTIONS * H2_STREAMS)) '
-    /^finished in/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "req/s,") rps = $i }
-    /^requests:/ {
-        done = $8
-        if ($10 > inflight) err = err (err ? "; " : "") "failed: " $10
-        if ($12 > inflight) err = err (err ? "; " : "") "errored: " $12
-        if ($14 > 0) err = err (err ? "; " : "") "timeout: " $14
-    }
-    /^status codes:/ {
-        ok = $3
-        if ($5 > 0 || $7 > 0 || $9 > 0) err = err (err ? "; " : "") "non-2xx: " $0
-    }
-    /^traffic:/ { if ($NF == "data") { data = $(NF - 1); gsub(/[()]/, "", data); data += 0 } }
-    END {
-        if (rps == "") { print "parse-error"; exit 1 }
-        if (done == 0) err = err (err ? "; " : "") "no request done"
-        if (ok < done || ok > done + inflight) err = err (err ? "; " : "") ok " 2xx of " done " succeeded"
-        if (data < done * want || data > (done + inflight) * want)
-            err = err (err ? "; " : "") "body bytes " data ", expected " done " x " want
-        printf "%s %s %s\n", rps, done, (err ? err : "none")
-    }' "$1"
-}
-
 # shellcheck disable=SC2034 # some are read by name (medians)
 declare -A RATE CPU_S CPU_C US OREQ
 # measure CASE SERVER ROUND
@@ -176,7 +146,7 @@ measure() {
     fi
     round_cpu_end "$TIMED_CPU" "${PID[$s]}"
     o1=$(origin_count)
-    read -r rate n errs <<<"$(parse_h2load "$out" "$bytes")" || die "could not parse h2load's output ($out)"
+    read -r rate n errs <<<"$(parse_h2load "$out" "$bytes" $((H2_CONNECTIONS * H2_STREAMS)))" || die "could not parse h2load's output ($out)"
     [[ $errs == none ]] || round_bad "$errs"
     # h2load does not reopen a connection the server ends (GOAWAY at nginx's
     # keepalive_requests): the round's requests would be the limit's.

@@ -112,6 +112,8 @@ bench_cleanup() {
     trap - EXIT INT TERM
     [[ -n ${BENCH_WRK_PID:-} ]] && stop_pid "$BENCH_WRK_PID"
     [[ -n ${CONN_WATCH_PID:-} ]] && stop_pid "$CONN_WATCH_PID"
+    # A scenario's own sampler during a round (h2up's backend connections), when one runs.
+    [[ -n ${BENCH_SAMPLER_PID:-} ]] && stop_pid "$BENCH_SAMPLER_PID"
     for pid in "${BENCH_PIDS[@]}"; do
         stop_pid "$pid"
     done
@@ -339,7 +341,11 @@ make_file() {
 #   Umbra    no limit of requests per connection; limits.max_connections 10000 (5 x the
 #            largest round's; idle.sh and ws.sh raise it for theirs), timeouts.idle 60 s,
 #            http2.max_concurrent_streams (h2.sh, the same as nginx's);
-#   Redis    maxclients 10000 (l2.sh: 2 workers x 2 Umbras connect).
+#   Redis    maxclients 10000 (l2.sh: 2 workers x 2 Umbras connect);
+#   HAProxy  (h2up.sh) no limit of requests per HTTP/2 connection in 2.6, either side
+#            (tune.h2.fe.max-total-streams is 2.9's); maxconn 10000 or what the open-files
+#            limit allows; client, server and keep-alive timeouts of an hour; its
+#            tune.h2.max-concurrent-streams the same as Umbra's http2.max_concurrent_streams.
 #
 # NGINX_KEEPALIVE_REQUESTS: requests per client connection, HTTP/1.1 and HTTP/2 (a knob only
 # so that a scratch run can show a capped round refused; never lower it for figures).
@@ -1049,6 +1055,36 @@ ab_check() {
     }' "$1"
 }
 
+# parse_h2load FILE BYTES INFLIGHT: "REQ_PER_S DONE ERRORS" of one timed h2load run (-D)
+# whose responses each carry BYTES of body, with at most INFLIGHT streams in flight (its -c
+# x -m); ERRORS "none", or what was wrong: more failed or errored requests than the streams
+# in flight when h2load stopped (it may count those as both), timed-out requests, statuses
+# other than 2xx, 2xx heads or body bytes ("data") below DONE (x BYTES) or above it by more
+# than the streams in flight (their heads and partial bodies count). (h2 and h2up.)
+parse_h2load() {
+    awk -v want="$2" -v inflight="$3" '
+    /^finished in/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "req/s,") rps = $i }
+    /^requests:/ {
+        done = $8
+        if ($10 > inflight) err = err (err ? "; " : "") "failed: " $10
+        if ($12 > inflight) err = err (err ? "; " : "") "errored: " $12
+        if ($14 > 0) err = err (err ? "; " : "") "timeout: " $14
+    }
+    /^status codes:/ {
+        ok = $3
+        if ($5 > 0 || $7 > 0 || $9 > 0) err = err (err ? "; " : "") "non-2xx: " $0
+    }
+    /^traffic:/ { if ($NF == "data") { data = $(NF - 1); gsub(/[()]/, "", data); data += 0 } }
+    END {
+        if (rps == "") { print "parse-error"; exit 1 }
+        if (done == 0) err = err (err ? "; " : "") "no request done"
+        if (ok < done || ok > done + inflight) err = err (err ? "; " : "") ok " 2xx of " done " succeeded"
+        if (data < done * want || data > (done + inflight) * want)
+            err = err (err ? "; " : "") "body bytes " data ", expected " done " x " want
+        printf "%s %s %s\n", rps, done, (err ? err : "none")
+    }' "$1"
+}
+
 # round_cpu_start PID...: before a round, the CPU ticks of each PID ("" for none), the
 # machine's busy ticks and the time, for round_cpu_end.
 round_cpu_start() {
@@ -1260,7 +1296,8 @@ bench_env_md() {
     echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "- machine: $(bench_machine)"
     echo "- umbra: ${UMBRA_BIN:-not run}, commit $(bench_commit)"
-    echo "- nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
+    if bench_uses nginx; then echo "- nginx: $(nginx -v 2>&1 | sed 's/.*: //')"; fi
+    if bench_uses haproxy; then echo "- haproxy: $(haproxy -v 2>&1 | head -n1)"; fi
     if bench_uses varnish; then echo "- varnish: $(varnishd -V 2>&1 | head -n1)"; fi
     echo "- wrk: $(wrk --version 2>&1 | head -n1 | awk '{print $2}') ${1:-"-t$WRK_THREADS -c$WRK_CONNECTIONS -d${DURATION}s"}"
     echo "- rounds: $ROUNDS, alternating which server goes first; figures are medians of the rounds"
@@ -1298,8 +1335,8 @@ bench_machine() {
 }
 
 # configs_md: for the end of the results file, the exact settings of the servers the
-# scenario ran (those it started are in its temp dir): nginx's nginx.conf, Umbra's
-# config.lua, Varnish's command line and the threads it had before measuring
+# scenario ran (those it started are in its temp dir): nginx's nginx.conf, HAProxy's
+# haproxy.cfg, Umbra's config.lua, Varnish's command line and the threads it had before measuring
 # (VARNISH_THREADS_SEEN, when the scenario set it), Traffic Server's config files.
 configs_md() {
     echo
@@ -1329,6 +1366,14 @@ configs_md() {
         echo
         echo '```'
         cat "$BENCH_TMP/ats/etc/records.config" "$BENCH_TMP/ats/etc/storage.config" "$BENCH_TMP/ats/etc/remap.config"
+        echo '```'
+    fi
+    if [[ -f $BENCH_TMP/haproxy/haproxy.cfg ]]; then
+        echo
+        echo "$(haproxy -v 2>&1 | head -n1 | awk '{ print $1, $2, $3 }'), \`haproxy.cfg\` (other settings at their defaults):"
+        echo
+        echo '```'
+        cat "$BENCH_TMP/haproxy/haproxy.cfg"
         echo '```'
     fi
     if [[ -f $BENCH_TMP/umbra/config.lua ]]; then
