@@ -126,6 +126,14 @@ enum um_field_id um_http_field_id(um_str name);
 
 struct um_header;
 
+/* Whether a field named name may travel in a trailer section (RFC 9110 section 6.5.1):
+ * false for pseudo-fields and empty names, for framing (Content-Length,
+ * Transfer-Encoding, Trailer), hop-by-hop and connection fields (Connection, Keep-Alive,
+ * TE, Upgrade, Proxy-*), routing (Host), and the fields a recipient must have before the
+ * body to handle it (Content-Type, Content-Encoding, Content-Range, Cache-Control,
+ * Expires, Date, Age, Vary, Location, Set-Cookie, Authorization, Expect, Range). */
+bool um_http_trailer_allowed(um_str name);
+
 #define UM_HTTP_CONN_TOKENS 16
 
 /* The members of a head's Connection lines, collected once so that testing whether a

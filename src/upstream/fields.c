@@ -75,6 +75,16 @@ static size_t put_field(char *buf, size_t o, um_str name, um_str value)
     return o;
 }
 
+/* Whether a TE value lists "trailers" (RFC 9110 section 10.1.4). */
+static bool te_says_trailers(um_str v)
+{
+    size_t pos = 0;
+    um_str item;
+    while (um_http_list_next(v, &pos, &item))
+        if (item.len == 8 && um_str_eq_ci(item, "trailers")) return true;
+    return false;
+}
+
 /* Appends raw bytes to buf (sized in advance by the caller). */
 static size_t put_bytes(char *buf, size_t o, const char *p, size_t n)
 {
@@ -90,12 +100,13 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
     const char *ip = f->client_ip ? f->client_ip : "";
     size_t ip_len = strlen(ip), scheme_len = strlen(f->scheme);
     size_t host_len = up->conf->host ? strlen(up->conf->host) : 0;
-    size_t size = 256 + ip_len + scheme_len;
+    size_t size = 300 + ip_len + scheme_len;
     /* Each field is classified once; ids[] keeps it for the copy. */
     uint8_t ids[UM_HTTP1_MAX_HEADERS];
     bool any_connection = false;
     um_str xff = {NULL, 0};
     const um_str *via = NULL;
+    bool te_trailers = false;
     for (size_t i = 0; i < req->num_headers; i++) {
         const struct um_header *fld = &req->headers[i];
         enum um_field_id id = um_http_field_id(fld->name);
@@ -107,6 +118,8 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
             xff = fld->value;
         else if (id == UM_FIELD_VIA && via == NULL)
             via = &fld->value;
+        else if (id == UM_FIELD_TE)
+            te_trailers |= te_says_trailers(fld->value);
     }
     struct um_http_conn_tokens conn;
     if (any_connection)
@@ -152,6 +165,13 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
     }
     o = put_bytes(out, o, proto.base, proto.len);
     o = put_bytes(out, o, " umbra\r\n", 8);
+    if (te_trailers) {
+        /* The client takes trailers (gRPC's clients say so, and its servers want to hear
+         * it): so does Umbra, which carries them on. The HTTP/2 client sends it as "te:
+         * trailers", the one TE that HTTP/2 allows, and drops the Connection line. */
+        o = put_field(out, o, UM_STR("TE"), UM_STR("trailers"));
+        if (!x->upgrade) o = put_field(out, o, UM_STR("Connection"), UM_STR("TE"));
+    }
     if (x->upgrade) {
         /* The one hop-by-hop request that crosses: the protocol switch the client asks
          * for, whatever its token (websocket, h2c...), for the server to agree to. */

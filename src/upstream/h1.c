@@ -397,7 +397,7 @@ static void h1_release(struct xfer *x)
 static void h1_resume(struct xfer *x)
 {
     struct h1conn *c = x->conn;
-    um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
+    um_loop_timer_start(c->hw->loop, &x->ttfb, um__up_timeout_ms(x));
     if (!um__h1_conn_want(c, c->want | EPOLLIN)) {
         um__h1_fail_errno(c, UM_UP_RECV, "epoll_ctl", errno);
         return;

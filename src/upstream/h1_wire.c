@@ -240,7 +240,7 @@ static void head_done(struct h1conn *c, struct xfer *x, const struct um_http1_re
     }
     c->head_done = true;
     /* The first byte arrived: from now on the timeout is for a stalled body. */
-    um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
+    um_loop_timer_start(c->hw->loop, &x->ttfb, um__up_timeout_ms(x));
 }
 
 /* The server switched protocols: the socket leaves this client (and the loop) for the
@@ -418,9 +418,7 @@ void um__h1_receive(struct h1conn *c)
         if (n > 0) {
             c->got_data = true;
             c->in_len += (size_t)n;
-            if (c->head_done)
-                um_loop_timer_start(c->hw->loop, &x->ttfb,
-                                    (uint64_t)(x->up->conf->timeout * 1000));
+            if (c->head_done) um_loop_timer_start(c->hw->loop, &x->ttfb, um__up_timeout_ms(x));
             continue;
         }
         if (n < 0 && errno == EINTR)

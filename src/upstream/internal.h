@@ -169,7 +169,17 @@ struct xfer {
     /* Armed for `timeout` at each attempt's start and stopped by the head; h1.c arms it
      * again for a body that stalls. Firing ends the attempt with UM_UP_TIMEOUT. */
     struct um_timer ttfb;
+    /* A gRPC call (content-type application/grpc over HTTP/2): past its head, a timeout
+     * ends it with grpc-status DEADLINE_EXCEEDED in trailers instead of a cut body. Its
+     * grpc-timeout, if any, is the deadline (loop ms; 0: none) that bounds every wait of
+     * the call in place of the upstream's timeout. */
+    bool grpc;
+    uint64_t deadline;
 };
+
+/* How long the attempt may wait for the server now: the upstream's timeout, or what is
+ * left of a gRPC call's deadline when that is sooner (at least 1 ms). */
+uint64_t um__up_timeout_ms(const struct xfer *x);
 
 /* upstream.c, for the transports. */
 
@@ -198,6 +208,13 @@ void um__up_ran_dry(struct xfer *x);
  * (x->paused_send is set; body_ready follows), or UM_ERR when the client's body failed
  * (x->body_failed is set: end the attempt with UM_UP_ABORTED). */
 ssize_t um__up_read_body(struct xfer *x, char *buf, size_t len);
+/* The response's trailer section (resp's fields: the transport's, borrowed for the call),
+ * before um__up_finish(UM_UP_OK): the ones um_http_trailer_allowed accepts go to the
+ * sink. */
+void um__up_trailers(struct xfer *x, const struct um_header *h, size_t n);
+/* The request's trailer section, once um__up_read_body returned 0: sets *h (valid until
+ * the attempt ends) and returns how many fields; 0: none (a hook's body has none). */
+size_t um__up_read_trailers(struct xfer *x, const struct um_header **h);
 /* The attempt ended: err is UM_UP_OK when the response is complete, else why it failed
  * (x->errbuf may hold the details). Releases the attempt; a retry may start another,
  * else the sink gets its answer or its end. x may be freed on return. */
@@ -347,6 +364,7 @@ struct h2stream {
     int status;
     int64_t content_length; /* -1: none given */
     bool head_done, ended, closed, end_sent, deferred, too_big, bad;
+    bool has_trailers;      /* hbuf and fld hold the response's trailers, not passed yet */
     char *pend;             /* response body the sink has not taken (not consumed either, so
                                its size stays within the stream's window) */
     size_t pend_len, pend_cap;
@@ -363,6 +381,7 @@ void um__h2c_attempt(struct xfer *x, bool new_conn);
 void um__h2c_detach(struct h2stream *s);
 void um__h2c_stream_maybe_free(struct h2stream *s);
 void um__h2c_try_finish(struct h2stream *s);
+void um__h2c_pass_trailers(struct h2stream *s);
 bool um__h2c_replay(struct h2stream *s, const char *why);
 struct nghttp2_session_callbacks *um__h2c_callbacks(void);
 bool um__h2c_session_new(struct h2conn *c);
