@@ -645,7 +645,7 @@ static void fill_on_end(struct um_sink *s, int err)
         bool ok = err == UM_OK && fl->status != 0;
         um_cache_obj_finish(fl->obj, ok);
         if (ok && fl->trailers)
-            um_cache_purge(fl->co->cache, (um_str){fl->key, fl->key_len}); /* not stored */
+            um_cache_unlink(fl->co->cache, fl->obj); /* not stored */
         else if (ok)
             um__cache_l2_write(fl, fl->obj);
     } else if (fl->own) {

@@ -176,16 +176,16 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
         bytes += f->name.len + f->value.len + 32;
     }
     char cl[24];
-    bool bodiless = h->status == 304 || h->status == 204 || h->status < 200;
+    /* gRPC's trailers-only answer: one HEADERS frame that ends the stream (a gRPC client
+     * reads the status from it only then), and no length. */
+    bool trailers_only = x->grpc && h->content_length == 0;
+    bool bodiless = h->status == 304 || h->status == 204 || h->status < 200 || trailers_only;
     if (!bodiless && h->content_length >= 0)
         NV("content-length", 14, cl,
            (size_t)(um_u64_dec(cl, (uint64_t)h->content_length) - cl));
 #undef NV
     x->resp_bytes += bytes + 64; /* an estimate: HPACK decides the real size */
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = um__h2_read_data};
-    /* gRPC's trailers-only answer: one HEADERS frame that ends the stream (a gRPC client
-     * reads the status from it only then). */
-    bool trailers_only = x->grpc && h->content_length == 0;
     int rv = nghttp2_submit_response(s->h2->session, s->id, nva, n, trailers_only ? NULL : &prd);
     if (rv != 0)
         um_log_err("http2: stream %d: cannot submit the response: %s", s->id,
@@ -571,10 +571,12 @@ static int build_request(struct h2_stream *s)
         if (!has_host && req->num_headers < UM_HTTP1_MAX_HEADERS)
             req->headers[req->num_headers++] = (struct um_header){UM_STR("host"), req->authority};
     }
-    if (!s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH))
+    if ((!s->body_eof || s->num_tfields > 0) && !(req->flags & UM_REQ_F_CONTENT_LENGTH))
         req->flags |= UM_REQ_F_CHUNKED; /* a body of a length told by its end */
-    if (s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body.len > 0) {
-        /* The whole body came with the head (in the same read): its length is known. */
+    if (s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body.len > 0 &&
+        s->num_tfields == 0) {
+        /* The whole body came with the head (in the same read): its length is known (with
+         * trailers, an HTTP/1.1 server gets it chunked, with them). */
         req->content_length = s->body.len;
         req->flags |= UM_REQ_F_CONTENT_LENGTH;
     }

@@ -234,6 +234,7 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
 /* --- h1.c, h1_wire.c: the HTTP/1.1 transport's connections and pools ------------------- */
 
 #define H1_IN_SIZE (32 * 1024)             /* read buffer; grows for a long head */
+#define H1_TRAILERS 4096                   /* a trailer section kept; a longer one: dropped */
 
 enum h1_state { H1_CONNECTING, H1_HANDSHAKE, H1_ACTIVE, H1_IDLE };
 enum h1_framing { F_NONE, F_LENGTH, F_CHUNKED, F_CLOSE };
@@ -286,6 +287,7 @@ struct h1conn {
     const char *pend;
     size_t pend_len;
     struct um_http1_resp_parser hp; /* the response head, until head_done */
+    char *trail; /* a chunked answer's trailer section (H1_TRAILERS bytes, made at need) */
     enum h1_framing framing;
     uint64_t remaining; /* F_LENGTH */
     struct um_chunked chunk;
