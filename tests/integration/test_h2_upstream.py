@@ -39,7 +39,7 @@ import h2.settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Umbra, closed_port, connect, fetch_req, free_port,  # noqa: E402
-                           make_cert, parse_response, vm_rss_kb, wait_until)
+                           h2_call, make_cert, parse_response, vm_rss_kb, wait_until)
 
 PROTOCOL = os.environ.get("UMBRA_H2UP_PROTOCOL", "h2")
 
@@ -309,47 +309,6 @@ def get(port, path, timeout=20):
 
 
 # -- trailers ---------------------------------------------------------------------------------
-
-def h2_call(port, path, method="POST", headers=(), body=b"", trailers=None, timeout=10):
-    """One request over HTTP/2 with prior knowledge (body under 64 KiB, then trailers if
-    given): (status, headers dict, body, trailers as a list of pairs)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
-                                                              header_encoding="utf-8"))
-    c.initiate_connection()
-    sid = c.get_next_available_stream_id()
-    c.send_headers(sid, [(":method", method), (":scheme", "http"), (":authority", "localhost"),
-                         (":path", path)] + list(headers), end_stream=not body and not trailers)
-    if body:
-        c.send_data(sid, body, end_stream=not trailers)
-    if trailers:
-        c.send_headers(sid, trailers, end_stream=True)
-    s.sendall(c.data_to_send())
-    head, data, tail, ended = None, b"", [], False
-    try:
-        while not ended:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            for ev in c.receive_data(chunk):
-                if isinstance(ev, h2.events.ResponseReceived):
-                    head = dict(ev.headers)
-                elif isinstance(ev, h2.events.DataReceived):
-                    data += ev.data
-                    c.acknowledge_received_data(ev.flow_controlled_length, sid)
-                elif isinstance(ev, h2.events.TrailersReceived):
-                    tail = list(ev.headers)
-                elif isinstance(ev, h2.events.StreamEnded):
-                    ended = True
-                elif isinstance(ev, h2.events.StreamReset):
-                    raise AssertionError("stream reset: %r" % ev.error_code)
-            s.sendall(c.data_to_send())
-    finally:
-        s.close()
-    if head is None or not ended:
-        raise AssertionError("no complete answer")
-    return int(head[":status"]), head, data, tail
-
 
 def h1_chunked_call(port, path, chunks, trailers, method="POST", timeout=10):
     """One HTTP/1.1 request with a chunked body and a trailer section, read to the close:
