@@ -75,6 +75,54 @@ static size_t put_field(char *buf, size_t o, um_str name, um_str value)
     return o;
 }
 
+/* A gRPC call's grpc-timeout (1 to 8 digits and a unit: H, M, S, m, u, n), in ms rounded
+ * up; 0: none or malformed (the call then has only the upstream's timeout). */
+static uint64_t grpc_timeout_ms(const struct um_request *req)
+{
+    const um_str *v = um_http1_find_header(req, "grpc-timeout");
+    if (v == NULL || v->len < 2 || v->len > 9) return 0;
+    uint64_t n = 0;
+    for (size_t i = 0; i + 1 < v->len; i++) {
+        if (v->base[i] < '0' || v->base[i] > '9') return 0;
+        n = n * 10 + (uint64_t)(v->base[i] - '0');
+    }
+    switch (v->base[v->len - 1]) {
+    case 'H':
+        return n * 3600 * 1000;
+    case 'M':
+        return n * 60 * 1000;
+    case 'S':
+        return n * 1000;
+    case 'm':
+        return n;
+    case 'u':
+        return (n + 999) / 1000;
+    case 'n':
+        return (n + 999999) / 1000000;
+    default:
+        return 0;
+    }
+}
+
+/* Whether req is a gRPC call (the server side's um__grpc_request says the same). */
+static bool is_grpc(const struct um_request *req)
+{
+    const um_str *ct = um_http1_find_header(req, "content-type");
+    return (req->flags & UM_REQ_F_HTTP2) && ct && ct->len >= 16 &&
+           strncasecmp(ct->base, "application/grpc", 16) == 0 &&
+           (ct->len == 16 || ct->base[16] == '+' || ct->base[16] == ';');
+}
+
+/* Marks x as a gRPC call (x->grpc) with its deadline (x->deadline), when req is one. */
+void um__up_grpc(const struct um_request *req, struct xfer *x)
+{
+    x->grpc = is_grpc(req);
+    if (x->grpc) {
+        uint64_t ms = grpc_timeout_ms(req);
+        if (ms > 0) x->deadline = um_loop_now(x->loop) + ms;
+    }
+}
+
 /* Whether a TE value lists "trailers" (RFC 9110 section 10.1.4). */
 static bool te_says_trailers(um_str v)
 {
@@ -100,7 +148,7 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
     const char *ip = f->client_ip ? f->client_ip : "";
     size_t ip_len = strlen(ip), scheme_len = strlen(f->scheme);
     size_t host_len = up->conf->host ? strlen(up->conf->host) : 0;
-    size_t size = 300 + ip_len + scheme_len;
+    size_t size = 256 + ip_len + scheme_len;
     /* Each field is classified once; ids[] keeps it for the copy. */
     uint8_t ids[UM_HTTP1_MAX_HEADERS];
     bool any_connection = false;
@@ -165,13 +213,9 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
     }
     o = put_bytes(out, o, proto.base, proto.len);
     o = put_bytes(out, o, " umbra\r\n", 8);
-    if (te_trailers) {
-        /* The client takes trailers (gRPC's clients say so, and its servers want to hear
-         * it): so does Umbra, which carries them on. The HTTP/2 client sends it as "te:
-         * trailers", the one TE that HTTP/2 allows, and drops the Connection line. */
-        o = put_field(out, o, UM_STR("TE"), UM_STR("trailers"));
-        if (!x->upgrade) o = put_field(out, o, UM_STR("Connection"), UM_STR("TE"));
-    }
+    /* The client takes trailers (gRPC's clients say so, and gRPC's servers want to hear
+     * it): the HTTP/2 client says so too ("te: trailers", the one TE HTTP/2 allows). */
+    x->te_trailers = te_trailers;
     if (x->upgrade) {
         /* The one hop-by-hop request that crosses: the protocol switch the client asks
          * for, whatever its token (websocket, h2c...), for the server to agree to. */

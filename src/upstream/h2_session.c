@@ -437,7 +437,7 @@ static void put_nv(nghttp2_nv *nv, size_t *n, char *low, const char *name, size_
  * ("Name: value\r\n" each; Host becomes :authority), and the body as DATA. */
 bool um__h2c_submit(struct h2stream *s, struct xfer *x)
 {
-    size_t max = 6;
+    size_t max = 7;
     for (size_t i = 0; i < x->fields_len; i++)
         max += x->fields[i] == '\n';
     nghttp2_nv *nv = um_malloc(max * sizeof(*nv));
@@ -477,6 +477,8 @@ bool um__h2c_submit(struct h2stream *s, struct xfer *x)
             continue;
         put_nv(nv, &n, low + (line - x->fields), line, nlen, v, vlen);
     }
+    if (x->te_trailers)
+        nv[n++] = (nghttp2_nv){(uint8_t *)"te", (uint8_t *)"trailers", 2, 8, NGHTTP2_NV_FLAG_NONE};
     if (x->has_body && x->body_size >= 0) {
         int l = snprintf(clen, sizeof(clen), "%lld", (long long)x->body_size);
         nv[n++] = (nghttp2_nv){(uint8_t *)"content-length", (uint8_t *)clen, 14, (size_t)l,

@@ -175,6 +175,7 @@ struct xfer {
      * the call in place of the upstream's timeout. */
     bool grpc;
     uint64_t deadline;
+    bool te_trailers; /* the client's TE lists "trailers" (sent on over HTTP/2) */
 };
 
 /* How long the attempt may wait for the server now: the upstream's timeout, or what is
@@ -230,6 +231,7 @@ extern struct um_context_slot um__h2_slot;
 
 bool um__up_is_hop_by_hop(enum um_field_id id);
 void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct xfer *x);
+void um__up_grpc(const struct um_request *req, struct xfer *x);
 
 /* --- h1.c, h1_wire.c: the HTTP/1.1 transport's connections and pools ------------------- */
 

@@ -435,44 +435,6 @@ uint64_t um__up_timeout_ms(const struct xfer *x)
     return left < ms ? left : ms;
 }
 
-/* A gRPC call's grpc-timeout (1 to 8 digits and a unit: H, M, S, m, u, n), in ms rounded
- * up; 0: none or malformed (the call then has only the upstream's timeout). */
-static uint64_t grpc_timeout_ms(const struct um_request *req)
-{
-    const um_str *v = um_http1_find_header(req, "grpc-timeout");
-    if (v == NULL || v->len < 2 || v->len > 9) return 0;
-    uint64_t n = 0;
-    for (size_t i = 0; i + 1 < v->len; i++) {
-        if (v->base[i] < '0' || v->base[i] > '9') return 0;
-        n = n * 10 + (uint64_t)(v->base[i] - '0');
-    }
-    switch (v->base[v->len - 1]) {
-    case 'H':
-        return n * 3600 * 1000;
-    case 'M':
-        return n * 60 * 1000;
-    case 'S':
-        return n * 1000;
-    case 'm':
-        return n;
-    case 'u':
-        return (n + 999) / 1000;
-    case 'n':
-        return (n + 999999) / 1000000;
-    default:
-        return 0;
-    }
-}
-
-/* Whether req is a gRPC call (the server side's um__grpc_request says the same). */
-static bool is_grpc(const struct um_request *req)
-{
-    const um_str *ct = um_http1_find_header(req, "content-type");
-    return (req->flags & UM_REQ_F_HTTP2) && ct && ct->len >= 16 &&
-           strncasecmp(ct->base, "application/grpc", 16) == 0 &&
-           (ct->len == 16 || ct->base[16] == '+' || ct->base[16] == ';');
-}
-
 /* Starts an attempt on x->server over its transport. */
 static void start_attempt(struct xfer *x)
 {
@@ -657,11 +619,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
         if (x->method == NULL && !x->is_head)
             x->method = um_strndup(req->method.base, req->method.len);
     }
-    x->grpc = is_grpc(req);
-    if (x->grpc) {
-        uint64_t ms = grpc_timeout_ms(req);
-        if (ms > 0) x->deadline = um_loop_now(x->loop) + ms;
-    }
+    um__up_grpc(req, x);
     um__up_build_fields(up, f, x);
     if (up->conf->send_proxy && f->client_ip) {
         snprintf(x->client_ip, sizeof(x->client_ip), "%s", f->client_ip);
