@@ -134,6 +134,15 @@ struct um_header;
  * Expires, Date, Age, Vary, Location, Set-Cookie, Authorization, Expect, Range). */
 bool um_http_trailer_allowed(um_str name);
 
+/* What a content type says of gRPC (src/http/grpc.c): UM_GRPC for application/grpc and
+ * application/grpc+FORMAT (or with parameters), UM_GRPC_WEB and UM_GRPC_WEB_TEXT for
+ * application/grpc-web[+FORMAT] and application/grpc-web-text[+FORMAT], else
+ * UM_GRPC_NONE. */
+enum { UM_GRPC_NONE, UM_GRPC, UM_GRPC_WEB, UM_GRPC_WEB_TEXT };
+int um_grpc_type(um_str content_type);
+/* The grpc-status that stands for an HTTP answer of status that is not gRPC's. */
+int um_grpc_status_of_http(int status);
+
 #define UM_HTTP_CONN_TOKENS 16
 
 /* The members of a head's Connection lines, collected once so that testing whether a

@@ -11,59 +11,19 @@
 #include <string.h>
 
 #include "exchange.h"
+#include "umbra/httpfield.h"
 
 bool um__grpc_request(const struct um_request *req)
 {
-    if (!(req->flags & UM_REQ_F_HTTP2)) return false;
     const um_str *ct = um_http1_find_header(req, "content-type");
-    if (ct == NULL || ct->len < 16 || strncasecmp(ct->base, "application/grpc", 16) != 0)
-        return false;
-    /* application/grpc, application/grpc+proto, application/grpc; charset... */
-    return ct->len == 16 || ct->base[16] == '+' || ct->base[16] == ';';
-}
-
-enum {
-    GRPC_UNKNOWN = 2,
-    GRPC_DEADLINE_EXCEEDED = 4,
-    GRPC_PERMISSION_DENIED = 7,
-    GRPC_RESOURCE_EXHAUSTED = 8,
-    GRPC_UNIMPLEMENTED = 12,
-    GRPC_INTERNAL = 13,
-    GRPC_UNAVAILABLE = 14,
-    GRPC_UNAUTHENTICATED = 16,
-};
-
-static int grpc_status_of(int http)
-{
-    switch (http) {
-    case 400:
-        return GRPC_INTERNAL;
-    case 401:
-        return GRPC_UNAUTHENTICATED;
-    case 403:
-        return GRPC_PERMISSION_DENIED;
-    case 404:
-        return GRPC_UNIMPLEMENTED;
-    case 413:
-        return GRPC_RESOURCE_EXHAUSTED; /* the message was over the body limit */
-    case 429:
-        return GRPC_RESOURCE_EXHAUSTED;
-    case 502:
-        return GRPC_UNAVAILABLE;
-    case 503:
-        return GRPC_UNAVAILABLE;
-    case 504:
-        return GRPC_DEADLINE_EXCEEDED;
-    default:
-        return GRPC_UNKNOWN;
-    }
+    return (req->flags & UM_REQ_F_HTTP2) && ct && um_grpc_type(*ct) == UM_GRPC;
 }
 
 bool um__grpc_error_head(struct um__exchange *x, const struct um_response_head *h,
                          struct um_response_head *out, struct um_header *fields, char *status_buf)
 {
     if (h->status == 200) return false;
-    int code = grpc_status_of(h->status);
+    int code = um_grpc_status_of_http(h->status);
     int len = snprintf(status_buf, 12, "%d", code);
     /* grpc-message is percent-encoded text; the reason phrases need no escape. */
     const char *msg = um__reason_phrase(h->status);

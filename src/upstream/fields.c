@@ -104,13 +104,11 @@ static uint64_t grpc_timeout_ms(const struct um_request *req)
     }
 }
 
-/* Whether req is a gRPC call (the server side's um__grpc_request says the same). */
+/* Whether req is a gRPC call: from an HTTP/2 client, or made one by the gRPC-Web layer. */
 static bool is_grpc(const struct um_request *req)
 {
     const um_str *ct = um_http1_find_header(req, "content-type");
-    return (req->flags & UM_REQ_F_HTTP2) && ct && ct->len >= 16 &&
-           strncasecmp(ct->base, "application/grpc", 16) == 0 &&
-           (ct->len == 16 || ct->base[16] == '+' || ct->base[16] == ';');
+    return ct && um_grpc_type(*ct) == UM_GRPC;
 }
 
 /* Marks x as a gRPC call (x->grpc) with its deadline (x->deadline), when req is one. */

@@ -4,12 +4,16 @@ client streaming, server streaming (10,000 messages), bidirectional streaming in
 (each answer before the next request: nothing waits for the whole request), a status with
 details carried in trailers, deadlines (grpc-timeout) enforced by Umbra itself before and
 after the answer began, a server that is down (UNAVAILABLE), a rate limit
-(RESOURCE_EXHAUSTED), and calls never cached.
+(RESOURCE_EXHAUSTED), and calls never cached. gRPC-Web (grpc_web = true): binary and
+text (base64) frames from HTTP/1.1 and HTTP/2 clients round-tripped against the same
+server.
 
 python3-grpcio and python3-h2 belong to Debian's /usr/bin/python3: when CTest found
 another interpreter, this file runs itself again under that one.
 """
 
+import base64
+import http.client
 import os
 import queue
 import sys
@@ -277,6 +281,119 @@ class GrpcErrorsTest(unittest.TestCase):
             st, head, body, tail = h2_call(u.port, "/x", method="GET")
             self.assertEqual(st, 502)
             self.assertNotIn("grpc-status", head)
+
+
+def grpc_web_frames(data):
+    """The frames of a gRPC-Web body: (messages, trailers as a dict)."""
+    msgs, trailers, pos = [], {}, 0
+    while pos < len(data):
+        flag, n = data[pos], int.from_bytes(data[pos + 1:pos + 5], "big")
+        payload = data[pos + 5:pos + 5 + n]
+        pos += 5 + n
+        if flag & 0x80:
+            for line in payload.decode().split("\r\n"):
+                if line:
+                    k, _, v = line.partition(":")
+                    trailers[k.strip()] = v.strip()
+        else:
+            msgs.append(payload)
+    return msgs, trailers
+
+
+def b64_pieces(text):
+    """Decodes base64 made of padded pieces one after another (gRPC-Web's -text)."""
+    out, text = b"", text.strip()
+    for i in range(0, len(text), 4):
+        out += base64.b64decode(text[i:i + 4])
+    return out
+
+
+def grpc_web_h1(port, path, body, text=False, timeout=10):
+    """A gRPC-Web call over HTTP/1.1: (status, content-type, messages, trailers)."""
+    ctype = "application/grpc-web-text" if text else "application/grpc-web+proto"
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("POST", path, body=base64.b64encode(body) if text else body,
+              headers={"Content-Type": ctype, "X-Grpc-Web": "1"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    if text:
+        data = b64_pieces(data)
+    msgs, trailers = grpc_web_frames(data)
+    if not trailers and r.getheader("grpc-status"):
+        # Trailers-only: the status and its metadata in the head.
+        trailers = {k.lower(): v for k, v in r.getheaders()}
+    return r.status, r.getheader("content-type"), msgs, trailers
+
+
+class GrpcWebTest(unittest.TestCase):
+    """gRPC-Web on a route with grpc_web = true: binary and text frames, from HTTP/1.1 and
+    HTTP/2 clients, to the same gRPC server."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = GrpcServer()
+        cls.umbra = Umbra(conf(cls.srv.port, route_extra=", cache = false, grpc_web = true"),
+                          workers=1)
+        cls.umbra.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.umbra.__exit__(None, None, None)
+        cls.srv.close()
+
+    def test_binary_unary_over_http1(self):
+        st, ct, msgs, tr = grpc_web_h1(self.umbra.port, "/t.S/Unary", grpc_frame(b"web"))
+        self.assertEqual(st, 200)
+        self.assertTrue(ct.startswith("application/grpc-web"), ct)
+        self.assertFalse(ct.startswith("application/grpc-web-text"), ct)
+        self.assertEqual(msgs, [b"echo:web"])
+        self.assertEqual(tr.get("grpc-status"), "0")
+        self.assertEqual(tr.get("x-trailer"), "unary")
+
+    def test_text_server_streaming_over_http1(self):
+        st, ct, msgs, tr = grpc_web_h1(self.umbra.port, "/t.S/Many", grpc_frame(b"500"), text=True)
+        self.assertEqual(st, 200)
+        self.assertTrue(ct.startswith("application/grpc-web-text"), ct)
+        self.assertEqual(msgs, [b"message %d" % i for i in range(500)])
+        self.assertEqual(tr.get("grpc-status"), "0")
+
+    def test_text_and_binary_over_http2(self):
+        for text in (False, True):
+            body = grpc_frame(b"h2")
+            st, head, data, tail = h2_call(
+                self.umbra.port, "/t.S/Unary", body=base64.b64encode(body) if text else body,
+                headers=[("content-type", "application/grpc-web-text" if text else
+                          "application/grpc-web")])
+            self.assertEqual(st, 200)
+            msgs, tr = grpc_web_frames(b64_pieces(data) if text else data)
+            self.assertEqual(msgs, [b"echo:h2"], text)
+            self.assertEqual(tr.get("grpc-status"), "0", text)
+            self.assertEqual(tail, [], "the trailers travel in the body")
+
+    def test_a_status_with_details(self):
+        st, ct, msgs, tr = grpc_web_h1(self.umbra.port, "/t.S/Fail", grpc_frame(b"k9"))
+        self.assertEqual(st, 200)
+        self.assertEqual(tr.get("grpc-status"), "5")
+        self.assertEqual(tr.get("grpc-message"), "no such thing: k9")
+        self.assertEqual(tr.get("x-detail"), "looked everywhere")
+
+    def test_a_server_that_is_down(self):
+        with Umbra(conf(closed_port(), route_extra=", cache = false, grpc_web = true"),
+                   workers=1) as u:
+            st, ct, msgs, tr = grpc_web_h1(u.port, "/t.S/Unary", grpc_frame(b"x"), text=True)
+            self.assertEqual((st, tr.get("grpc-status"), msgs), (200, "14", []))
+            self.assertTrue(ct.startswith("application/grpc-web-text"), ct)
+
+    def test_other_requests_pass_untouched(self):
+        with Umbra(conf(closed_port(), route_extra=", cache = false, grpc_web = true"),
+                   workers=1) as u:
+            c = http.client.HTTPConnection("127.0.0.1", u.port, timeout=10)
+            c.request("GET", "/page")
+            r = c.getresponse()
+            r.read()
+            c.close()
+            self.assertEqual(r.status, 502)
 
 
 if __name__ == "__main__":
