@@ -187,7 +187,11 @@ static size_t gw_on_data(struct um_sink *s, const char *data, size_t len)
         g->inner_paused = true;
         return 0;
     }
-    if (!g->text) return g->client->ops->on_data(g->client, data, len);
+    if (!g->text) {
+        size_t n = g->client->ops->on_data(g->client, data, len);
+        g->inner_paused = n == 0; /* resumed with the client (gw_resume) */
+        return n;
+    }
     b64_append(&g->out, (const unsigned char *)data, len);
     flush_out(g); /* what the client did not take waits for its resume */
     return len;

@@ -90,9 +90,11 @@ class GrpcServer:
         return b"%d messages, %d bytes" % (n, b)
 
     def many(self, req, ctx):
+        # "N" or "N:PAD": N messages, each with PAD dots after it.
         self._count(ctx)
-        for i in range(int(req)):
-            yield b"message %d" % i
+        n, _, pad = req.partition(b":")
+        for i in range(int(n)):
+            yield b"message %d" % i + b"." * int(pad or b"0")
 
     def echo(self, it, ctx):
         self._count(ctx)
@@ -356,6 +358,20 @@ class GrpcWebTest(unittest.TestCase):
         self.assertEqual(st, 200)
         self.assertTrue(ct.startswith("application/grpc-web-text"), ct)
         self.assertEqual(msgs, [b"message %d" % i for i in range(500)])
+        self.assertEqual(tr.get("grpc-status"), "0")
+
+    def test_binary_server_streaming_10000_messages_to_a_slow_reader(self):
+        # The client reads only after a pause: Umbra's output fills and the layer must
+        # hold the server back, then go on.
+        c = http.client.HTTPConnection("127.0.0.1", self.umbra.port, timeout=30)
+        c.request("POST", "/t.S/Many", body=grpc_frame(b"10000:1000"),
+                  headers={"Content-Type": "application/grpc-web"})
+        time.sleep(1)
+        r = c.getresponse()
+        msgs, tr = grpc_web_frames(r.read())
+        c.close()
+        self.assertEqual(len(msgs), 10000)  # 10 MB
+        self.assertEqual(msgs[-1], b"message 9999" + b"." * 1000)
         self.assertEqual(tr.get("grpc-status"), "0")
 
     def test_text_and_binary_over_http2(self):
