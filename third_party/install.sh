@@ -4,7 +4,7 @@
 set -eu
 pkgs="build-essential cmake pkg-config libluajit-5.1-dev libcurl4-openssl-dev libssl-dev
 libnghttp2-dev zlib1g-dev libbrotli-dev libzstd-dev libhiredis-dev libxxhash-dev libcrypt-dev libcmocka-dev python3 curl
-openssl apache2-utils nghttp2-client nghttp2-server python3-h2 clang prometheus chromium brotli zstd redis-server man-db groff-base pebble"
+openssl apache2-utils nghttp2-client nghttp2-server python3-h2 python3-grpcio clang prometheus chromium brotli zstd redis-server man-db groff-base pebble"
 if [ "${1:-}" = "--bench" ]; then
     pkgs="$pkgs wrk apache2 nginx-light varnish trafficserver caddy haproxy"
 fi

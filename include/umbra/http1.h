@@ -150,9 +150,21 @@ struct um_chunked {
     int _state;
     uint64_t _remaining;
     size_t _count; /* digits of the size line, bytes of an extension or trailer section */
+    /* Optional, set by the caller after um_chunked_init (which clears them): where the
+     * trailer section's field lines are copied, as they came ("name:value\r\n" each,
+     * validated; the final empty line not copied), up to trailers_cap bytes. trailers
+     * NULL: dropped. trailers_cut: some did not fit (the caller drops them all). */
+    char *trailers;
+    size_t trailers_cap, trailers_len;
+    bool trailers_cut;
 };
 
 void um_chunked_init(struct um_chunked *d);
+
+/* The fields of a trailer section that um_chunked_decode copied (trailers[0..len)): at
+ * most max of them into out, their names and values pointing into buf (values without
+ * the whitespace around them). Returns how many. */
+size_t um_chunked_trailer_fields(const char *buf, size_t len, struct um_header *out, size_t max);
 
 /* Decodes buf[0..len) in place: on return buf[0..*out_len) holds the body bytes decoded
  * by this call and *consumed says how many input bytes were used (*out_len <= *consumed).

@@ -126,6 +126,23 @@ enum um_field_id um_http_field_id(um_str name);
 
 struct um_header;
 
+/* Whether a field named name may travel in a trailer section (RFC 9110 section 6.5.1):
+ * false for pseudo-fields and empty names, for framing (Content-Length,
+ * Transfer-Encoding, Trailer), hop-by-hop and connection fields (Connection, Keep-Alive,
+ * TE, Upgrade, Proxy-*), routing (Host), and the fields a recipient must have before the
+ * body to handle it (Content-Type, Content-Encoding, Content-Range, Cache-Control,
+ * Expires, Date, Age, Vary, Location, Set-Cookie, Authorization, Expect, Range). */
+bool um_http_trailer_allowed(um_str name);
+
+/* What a content type says of gRPC (src/http/grpc.c): UM_GRPC for application/grpc and
+ * application/grpc+FORMAT (or with parameters), UM_GRPC_WEB and UM_GRPC_WEB_TEXT for
+ * application/grpc-web[+FORMAT] and application/grpc-web-text[+FORMAT], else
+ * UM_GRPC_NONE. */
+enum { UM_GRPC_NONE, UM_GRPC, UM_GRPC_WEB, UM_GRPC_WEB_TEXT };
+int um_grpc_type(um_str content_type);
+/* The grpc-status that stands for an HTTP answer of status that is not gRPC's. */
+int um_grpc_status_of_http(int status);
+
 #define UM_HTTP_CONN_TOKENS 16
 
 /* The members of a head's Connection lines, collected once so that testing whether a

@@ -109,6 +109,17 @@ struct um_sink_ops {
      * over time (upstream, CGI) call it through um_sink_flush, once per dry spell, not
      * per on_data: every call costs an encoder a few bytes of ratio. */
     void (*on_flush)(struct um_sink *s);
+    /* Optional (NULL: trailers are dropped here): the response's trailer section, after
+     * its last body byte and before on_end(UM_OK), at most once. Its fields are borrowed
+     * for the call and are end-to-end ones only (the origin left out what
+     * um_http_trailer_allowed refuses). A layer in between passes them on; a layer that
+     * stores the response does not store one with trailers (the cache). */
+    void (*on_trailers)(struct um_sink *s, const struct um_header *h, size_t n);
+    /* Optional (NULL: the request has none): the request's trailer section, for an origin
+     * that read the body to its end (read_body returned 0). Sets *h to the fields (valid
+     * until on_end) and returns how many; 0: none. The connection left out what
+     * um_http_trailer_allowed refuses. */
+    size_t (*read_trailers)(struct um_sink *s, const struct um_header **h);
 };
 
 
@@ -131,6 +142,17 @@ static inline void um_sink_flush(struct um_sink *s)
 {
     if (s->ops->on_flush)
         s->ops->on_flush(s);
+}
+/* Passes the response's trailer section to s when its ops take one (on_trailers). */
+static inline void um_sink_trailers(struct um_sink *s, const struct um_header *h, size_t n)
+{
+    if (n > 0 && s->ops->on_trailers) s->ops->on_trailers(s, h, n);
+}
+/* The request's trailer section (read_trailers): how many fields, *h set; 0 without. */
+static inline size_t um_sink_read_trailers(struct um_sink *s, const struct um_header **h)
+{
+    *h = NULL;
+    return s->ops->read_trailers ? s->ops->read_trailers(s, h) : 0;
 }
 /* A small answer an origin makes itself (an error page, a redirect, a purge result): the
  * head h, with its content_length set to body's length, then body, then the end. (No

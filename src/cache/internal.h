@@ -159,6 +159,7 @@ struct fill {
     bool has_ttl; /* an on_request hook's ttl (a hook's on the head wins) */
     int64_t ttl;
     bool discard; /* the rest of the inner answer is not wanted */
+    bool trailers;    /* the answer had trailers: it is not kept (the readers get its body) */
     bool drop_posted; /* drop (below) is queued */
     struct um_task drop; /* cancels the inner fetch outside its callbacks (see fill_on_data) */
     bool handoff; /* the object ran out of room: the own client gets the rest directly */

@@ -347,7 +347,17 @@ static void tee_on_flush(struct um_sink *s)
     um_sink_flush(((struct disk_fetch *)(void *)s)->client);
 }
 
+/* A response with trailers is not written to disk (the cache keeps no trailers); they go
+ * on to the client (the memory cache above drops the object too). */
+static void tee_on_trailers(struct um_sink *s, const struct um_header *h, size_t n)
+{
+    struct disk_fetch *df = (struct disk_fetch *)(void *)s;
+    df->store = false;
+    um_sink_trailers(df->client, h, n);
+}
+
 static const struct um_sink_ops tee_ops = {
+    .on_trailers = tee_on_trailers,
     .on_head = tee_on_head,
     .on_data = tee_on_data,
     .on_data_ref = tee_on_data_ref,

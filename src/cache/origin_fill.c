@@ -644,7 +644,9 @@ static void fill_on_end(struct um_sink *s, int err)
     } else if (fl->obj) {
         bool ok = err == UM_OK && fl->status != 0;
         um_cache_obj_finish(fl->obj, ok);
-        if (ok)
+        if (ok && fl->trailers)
+            um_cache_unlink(fl->co->cache, fl->obj); /* not stored */
+        else if (ok)
             um__cache_l2_write(fl, fl->obj);
     } else if (fl->own) {
         /* Nothing was stored and the own client still waits (e.g. an error before any
@@ -687,7 +689,20 @@ static void fill_on_info(struct um_sink *s, int status, const struct um_header *
         um_sink_info(fl->own->client, status, h, n);
 }
 
-const struct um_sink_ops um__cache_fill_ops = {.on_info = fill_on_info,
+/* A response with trailers is not stored (the object keeps no trailers): the clients
+ * reading the fill get its body, and the next request goes to the origin. */
+static void fill_on_trailers(struct um_sink *s, const struct um_header *h, size_t n)
+{
+    struct fill *fl = um_container_of(s, struct fill, sink);
+    struct pass *p = fill_forward(fl);
+    if (p)
+        p->sink.ops->on_trailers(&p->sink, h, n);
+    else
+        fl->trailers = true;
+}
+
+const struct um_sink_ops um__cache_fill_ops = {.on_trailers = fill_on_trailers,
+                                               .on_info = fill_on_info,
                                                .on_head = fill_on_head,
                                                .on_data = fill_on_data,
                                                .on_file = fill_on_file,

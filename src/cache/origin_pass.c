@@ -151,7 +151,21 @@ void um__cache_pass_on_info(struct um_sink *s, int status, const struct um_heade
     um_sink_info(p->client, status, h, n);
 }
 
-const struct um_sink_ops um__cache_pass_ops = {.on_info = um__cache_pass_on_info,
+static void pass_on_trailers(struct um_sink *s, const struct um_header *h, size_t n)
+{
+    struct pass *p = um_container_of(s, struct pass, sink);
+    um_sink_trailers(p->client, h, n);
+}
+
+static size_t pass_read_trailers(struct um_sink *s, const struct um_header **h)
+{
+    struct pass *p = um_container_of(s, struct pass, sink);
+    return um_sink_read_trailers(p->client, h);
+}
+
+const struct um_sink_ops um__cache_pass_ops = {.on_trailers = pass_on_trailers,
+                                               .read_trailers = pass_read_trailers,
+                                               .on_info = um__cache_pass_on_info,
                                                .on_head = um__cache_pass_on_head,
                                                .on_data = um__cache_pass_on_data,
                                                .on_file = pass_on_file,

@@ -420,7 +420,22 @@ static void cf_on_info(struct um_sink *s, int status, const struct um_header *h,
     um_sink_info(cf_of(s)->client, status, h, n);
 }
 
+/* Trailers pass when the body does; after an encoder's tail they would need holding back
+ * to its end, which no compressible type has needed: they are dropped (README). */
+static void cf_on_trailers(struct um_sink *s, const struct um_header *h, size_t n)
+{
+    struct comp_fetch *cf = cf_of(s);
+    if (cf->enc == NULL) um_sink_trailers(cf->client, h, n);
+}
+
+static size_t cf_read_trailers(struct um_sink *s, const struct um_header **h)
+{
+    return um_sink_read_trailers(cf_of(s)->client, h);
+}
+
 static const struct um_sink_ops cf_ops = {
+    .on_trailers = cf_on_trailers,
+    .read_trailers = cf_read_trailers,
     .on_info = cf_on_info,
     .on_head = cf_on_head,
     .on_data = cf_on_data,

@@ -61,6 +61,31 @@ void um_chunked_init(struct um_chunked *d)
     d->_state = S_SIZE;
     d->_remaining = 0;
     d->_count = 0;
+    d->trailers = NULL;
+    d->trailers_cap = d->trailers_len = 0;
+    d->trailers_cut = false;
+}
+
+size_t um_chunked_trailer_fields(const char *buf, size_t len, struct um_header *out, size_t max)
+{
+    size_t n = 0, p = 0;
+    while (p < len && n < max) {
+        const char *line = buf + p;
+        const char *end = memchr(line, '\n', len - p);
+        if (end == NULL) break;
+        p = (size_t)(end - buf) + 1;
+        const char *colon = memchr(line, ':', (size_t)(end - line));
+        if (colon == NULL) continue;
+        const char *v = colon + 1, *ve = end; /* the decoder checked the grammar */
+        while (v < ve && (*v == ' ' || *v == '\t'))
+            v++;
+        while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
+        out[n].name = (um_str){line, (size_t)(colon - line)};
+        out[n].value = (um_str){v, (size_t)(ve - v)};
+        n++;
+    }
+    return n;
 }
 
 /* Ends the extensions of a size line: CR, ';' or BWS (which must lead to ';').
@@ -171,7 +196,16 @@ int um_chunked_decode(struct um_chunked *d, char *buf, size_t len, size_t *consu
             if (d->_remaining == 0) d->_state = S_DATA_CR;
             continue;
         }
-        d->_state = step(d, (uint8_t)buf[r++]);
+        int s = d->_state;
+        uint8_t c = (uint8_t)buf[r++];
+        d->_state = step(d, c);
+        if (d->trailers && s >= S_TRAILER_START && s <= S_TRAILER_LF && d->_state != S_FINAL_LF &&
+            d->_state != S_ERROR) {
+            if (d->trailers_len < d->trailers_cap)
+                d->trailers[d->trailers_len++] = (char)c;
+            else
+                d->trailers_cut = true;
+        }
     }
     if (d->_state == S_DONE)
         ret = UM_DONE;

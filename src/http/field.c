@@ -476,6 +476,32 @@ enum um_field_id um_http_field_id(um_str name)
 #undef PICK
 }
 
+/* ---------------------------------------------------------------- trailers */
+
+bool um_http_trailer_allowed(um_str name)
+{
+    if (name.len == 0 || name.base[0] == ':') return false; /* pseudo-fields belong to a head */
+    switch (um_http_field_id(name)) {
+    case UM_FIELD_OTHER:
+        break;
+    case UM_FIELD_ETAG: /* a validator computed as the body went (RFC 9110 section 6.5.2) */
+    case UM_FIELD_LAST_MODIFIED:
+    case UM_FIELD_SERVER:
+    case UM_FIELD_VIA:
+        return true;
+    default:
+        return false; /* framing, hop-by-hop, routing, caching, authentication */
+    }
+    static const char *const refused[] = {
+        "content-type",        "content-range",    "location", "range",         "retry-after",
+        "proxy-authenticate",  "www-authenticate", "if-match", "if-none-match", "if-modified-since",
+        "if-unmodified-since", "max-forwards",     "cookie",
+    };
+    for (size_t i = 0; i < UM_NELEMS(refused); i++)
+        if (name.len == strlen(refused[i]) && um_str_eq_ci(name, refused[i])) return false;
+    return true;
+}
+
 /* ---------------------------------------------------------------- Connection's members */
 
 void um_http_conn_tokens_init(struct um_http_conn_tokens *t, const struct um_header *h, size_t n)

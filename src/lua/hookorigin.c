@@ -157,7 +157,22 @@ static void hf_on_flush(struct um_sink *s)
         um_sink_flush(hf->client);
 }
 
+static void hf_on_trailers(struct um_sink *s, const struct um_header *h, size_t n)
+{
+    struct hook_fetch *hf = hf_of(s);
+    if (!hf->failed && hf->client) um_sink_trailers(hf->client, h, n);
+}
+
+static size_t hf_read_trailers(struct um_sink *s, const struct um_header **h)
+{
+    struct hook_fetch *hf = hf_of(s);
+    *h = NULL;
+    return hf->failed || hf->client == NULL ? 0 : um_sink_read_trailers(hf->client, h);
+}
+
 static const struct um_sink_ops hf_ops = {
+    .on_trailers = hf_on_trailers,
+    .read_trailers = hf_read_trailers,
     .on_info = hf_on_info,
     .on_head = hf_on_head,
     .on_data = hf_on_data,

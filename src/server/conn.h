@@ -78,6 +78,7 @@ struct um__conn_req {
     uint64_t body_seen; /* body bytes decoded so far */
     struct um_chunked chunked;
     bool resp_chunked; /* the response body is framed with chunked coding */
+    bool resp_trailed; /* ...and its last chunk and trailers went out (send_trailers) */
     struct um__exchange x; /* the request being answered */
 };
 

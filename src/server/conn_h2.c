@@ -117,11 +117,27 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame,
 {
     (void)flags;
     struct um__h2 *h = user;
-    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
-        return 0; /* trailers: not passed on */
+    if (frame->hd.type != NGHTTP2_HEADERS) return 0;
     struct h2_stream *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (s == NULL)
         return 0;
+    if (frame->headers.cat == NGHTTP2_HCAT_HEADERS) {
+        /* The request's trailers (nghttp2 refused pseudo-fields in them), counted against
+         * the same limit as the head; those that may not be trailers are dropped. */
+        s->head_bytes += namelen + valuelen + 32;
+        if (s->head_bytes > h->c->config->http2.max_header_list || s->num_tfields == MAX_TRAILERS ||
+            !um_http_trailer_allowed((um_str){(const char *)name, namelen}))
+            return 0;
+        struct h2_field *f = &s->tfields[s->num_tfields++];
+        f->name_off = (uint32_t)s->tbuf.len;
+        f->name_len = (uint32_t)namelen;
+        um_buf_append(&s->tbuf, name, namelen);
+        f->value_off = (uint32_t)s->tbuf.len;
+        f->value_len = (uint32_t)valuelen;
+        um_buf_append(&s->tbuf, value, valuelen);
+        return 0;
+    }
+    if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     /* As SETTINGS_MAX_HEADER_LIST_SIZE counts (section 6.5.2). Past it nothing more is
      * kept; the request gets 431 once its head is complete. */
     s->head_bytes += namelen + valuelen + 32;

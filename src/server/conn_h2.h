@@ -46,6 +46,7 @@ struct h2_seg {
     void *ctx;
 };
 #define MAX_SEGS 16 /* per stream; the last slot is kept for copied bytes */
+#define MAX_TRAILERS 32 /* fields of a request's trailer section kept (the rest: dropped) */
 
 struct h2_stream {
     struct um__h2 *h2;
@@ -87,6 +88,15 @@ struct h2_stream {
     bool deferred;       /* read_data said NGHTTP2_ERR_DEFERRED */
 
     bool closed;         /* nghttp2 is done with it */
+
+    /* Trailers. The request's as they arrive (names and values in tbuf, by offset), the
+     * ones um_http_trailer_allowed accepts; the response's, made by send_trailers in the
+     * exchange's arena, submitted after the last DATA frame (um__h2_read_data). */
+    struct um_buf tbuf;
+    struct h2_field tfields[MAX_TRAILERS];
+    size_t num_tfields;
+    nghttp2_nv *resp_trailers;
+    size_t num_resp_trailers;
 
     /* Last, so that a stream taken from the worker's pool is cleared without them: the
      * fields of the head (num_fields of them are set) and the exchange (whose request

@@ -52,7 +52,6 @@ static const char *lower_name(um_str name, char *scratch, size_t room, size_t *u
 ssize_t um__h2_read_data(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length,
                          uint32_t *flags, nghttp2_data_source *src, void *user)
 {
-    (void)session;
     (void)id;
     (void)buf;
     (void)user;
@@ -64,6 +63,12 @@ ssize_t um__h2_read_data(nghttp2_session *session, int32_t id, uint8_t *buf, siz
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM: not whole */
         if (s->out_end && !s->out_abort) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
+            /* The trailers end the stream instead of this frame (nghttp2 lets them be
+             * submitted from here). */
+            if (s->num_resp_trailers > 0 &&
+                nghttp2_submit_trailer(session, s->id, s->resp_trailers, s->num_resp_trailers) == 0)
+                *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+            s->num_resp_trailers = 0;
         } else if (n == 0) {
             s->deferred = true;
             return NGHTTP2_ERR_DEFERRED;
@@ -171,14 +176,17 @@ static void send_head(struct um__exchange *x, const struct um_response_head *h)
         bytes += f->name.len + f->value.len + 32;
     }
     char cl[24];
-    bool bodiless = h->status == 304 || h->status == 204 || h->status < 200;
+    /* gRPC's trailers-only answer: one HEADERS frame that ends the stream (a gRPC client
+     * reads the status from it only then), and no length. */
+    bool trailers_only = x->grpc && h->content_length == 0;
+    bool bodiless = h->status == 304 || h->status == 204 || h->status < 200 || trailers_only;
     if (!bodiless && h->content_length >= 0)
         NV("content-length", 14, cl,
            (size_t)(um_u64_dec(cl, (uint64_t)h->content_length) - cl));
 #undef NV
     x->resp_bytes += bytes + 64; /* an estimate: HPACK decides the real size */
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = um__h2_read_data};
-    int rv = nghttp2_submit_response(s->h2->session, s->id, nva, n, &prd);
+    int rv = nghttp2_submit_response(s->h2->session, s->id, nva, n, trailers_only ? NULL : &prd);
     if (rv != 0)
         um_log_err("http2: stream %d: cannot submit the response: %s", s->id,
                    nghttp2_strerror(rv));
@@ -282,6 +290,45 @@ static void abort_response(struct um__exchange *x)
     wake(s);
 }
 
+/* The response's trailers, lower-cased and copied into the arena for read_data. */
+static void send_trailers(struct um__exchange *x, const struct um_header *t, size_t n)
+{
+    struct h2_stream *s = um__h2_stream_of(x);
+    if (s->closed || !s->submitted || s->out_end || s->num_resp_trailers > 0) return;
+    nghttp2_nv *nv = um_arena_alloc(&x->arena, n * sizeof(*nv));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i].name.len == 0 || hop_by_hop(t[i].name)) continue;
+        char *name = um_arena_alloc(&x->arena, t[i].name.len);
+        for (size_t j = 0; j < t[i].name.len; j++) {
+            unsigned char ch = (unsigned char)t[i].name.base[j];
+            name[j] = (char)((unsigned)(ch - 'A') <= 'Z' - 'A' ? ch | 0x20 : ch);
+        }
+        char *value = um_arena_strdup(&x->arena, t[i].value.base, t[i].value.len);
+        nv[k++] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)value, t[i].name.len, t[i].value.len,
+                               NGHTTP2_NV_FLAG_NONE};
+        x->resp_bytes += t[i].name.len + t[i].value.len + 32;
+    }
+    s->resp_trailers = nv;
+    s->num_resp_trailers = k;
+}
+
+/* The request's trailers (on_header kept the allowed ones), as fields in the arena. */
+static size_t read_trailers(struct um__exchange *x, const struct um_header **h)
+{
+    struct h2_stream *s = um__h2_stream_of(x);
+    *h = NULL;
+    if (s->num_tfields == 0 || !s->body_eof) return 0;
+    struct um_header *t = um_arena_alloc(&x->arena, s->num_tfields * sizeof(*t));
+    for (size_t i = 0; i < s->num_tfields; i++) {
+        const struct h2_field *f = &s->tfields[i];
+        t[i].name = (um_str){s->tbuf.base + f->name_off, f->name_len};
+        t[i].value = (um_str){s->tbuf.base + f->value_off, f->value_len};
+    }
+    *h = t;
+    return s->num_tfields;
+}
+
 static ssize_t read_body(struct um__exchange *x, char *buf, size_t len)
 {
     struct h2_stream *s = um__h2_stream_of(x);
@@ -355,6 +402,8 @@ static const struct um__exchange_conn_ops h2_exchange_ops = {
     .abort = abort_response,
     .send_info = send_info,
     .read_body = read_body,
+    .send_trailers = send_trailers,
+    .read_trailers = read_trailers,
 };
 
 /* ---------------------------------------------------------------- streams */
@@ -372,6 +421,7 @@ struct h2_stream *um__h2_stream_new(struct um__h2 *h, int32_t id)
     um_buf_init(&s->hbuf);
     um_buf_init(&s->body);
     um_buf_init(&s->out);
+    um_buf_init(&s->tbuf);
     s->h2 = h;
     s->id = id;
     s->file_fd = -1;
@@ -407,6 +457,7 @@ void um__h2_stream_free(struct um__h2 *h, struct h2_stream *s)
     um_buf_dispose(&s->hbuf);
     um_buf_dispose(&s->body);
     um_buf_dispose(&s->out);
+    um_buf_dispose(&s->tbuf);
     um_bufpool_put(&h->c->w->h2_streams, s);
 }
 
@@ -520,10 +571,12 @@ static int build_request(struct h2_stream *s)
         if (!has_host && req->num_headers < UM_HTTP1_MAX_HEADERS)
             req->headers[req->num_headers++] = (struct um_header){UM_STR("host"), req->authority};
     }
-    if (!s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH))
+    if ((!s->body_eof || s->num_tfields > 0) && !(req->flags & UM_REQ_F_CONTENT_LENGTH))
         req->flags |= UM_REQ_F_CHUNKED; /* a body of a length told by its end */
-    if (s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body.len > 0) {
-        /* The whole body came with the head (in the same read): its length is known. */
+    if (s->body_eof && !(req->flags & UM_REQ_F_CONTENT_LENGTH) && s->body.len > 0 &&
+        s->num_tfields == 0) {
+        /* The whole body came with the head (in the same read): its length is known (with
+         * trailers, an HTTP/1.1 server gets it chunked, with them). */
         req->content_length = s->body.len;
         req->flags |= UM_REQ_F_CONTENT_LENGTH;
     }
@@ -551,6 +604,7 @@ static void stream_start(struct um__h2 *h, struct h2_stream *s)
     }
     struct um_request *req = &x->req;
     x->req_parsed = true;
+    x->grpc = um__grpc_request(req);
     x->head_only = req->method_id == UM_METHOD_HEAD;
     x->body_done = s->body_eof;
     x->body_wanted = false;

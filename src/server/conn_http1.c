@@ -9,6 +9,8 @@
 
 #include "conn.h"
 
+#define TRAILERS_MAX 4096 /* bytes of a request's trailer section kept */
+
 #define PAUSE_ORIGIN_AT (256 * 1024) /* output backlog that pauses a streaming origin */
 
 /* ---------------------------------------------------------------- the exchange's sends */
@@ -150,8 +152,7 @@ static void send_file(struct um__exchange *x, int fd, uint64_t off, uint64_t len
 static void end(struct um__exchange *x)
 {
     struct um__conn *c = um__conn_of(x);
-    if (c->r->resp_chunked)
-        um__outq_append_str(&c->out, "0\r\n\r\n");
+    if (c->r->resp_chunked && !c->r->resp_trailed) um__outq_append_str(&c->out, "0\r\n\r\n");
     um__conn_wake(c);
 }
 
@@ -163,6 +164,46 @@ static void abort_response(struct um__exchange *x)
 }
 
 static ssize_t read_body(struct um__exchange *x, char *buf, size_t len);
+
+/* The last chunk with the trailer section (RFC 9112 section 7.1.2); a body not chunked
+ * has no place for them, and they are dropped. */
+static void send_trailers(struct um__exchange *x, const struct um_header *h, size_t n)
+{
+    struct um__conn *c = um__conn_of(x);
+    if (!c->r->resp_chunked || c->r->resp_trailed) return;
+    c->r->resp_trailed = true;
+    struct um__outq *q = &c->out;
+    um__outq_append_str(q, "0\r\n");
+    for (size_t i = 0; i < n; i++) {
+        um__outq_append(q, h[i].name.base, h[i].name.len);
+        um__outq_append(q, ": ", 2);
+        um__outq_append(q, h[i].value.base, h[i].value.len);
+        um__outq_append(q, "\r\n", 2);
+        x->resp_bytes += h[i].name.len + h[i].value.len + 4;
+    }
+    um__outq_append(q, "\r\n", 2);
+    um__conn_wake(c);
+}
+
+/* The chunked body's trailer section, once it was read: the fields that may be trailers,
+ * in the arena. */
+static size_t read_trailers(struct um__exchange *x, const struct um_header **h)
+{
+    struct um__conn *c = um__conn_of(x);
+    struct um_chunked *d = &c->r->chunked;
+    *h = NULL;
+    if (!x->body_done || !(x->req.flags & UM_REQ_F_CHUNKED) || d->trailers == NULL ||
+        d->trailers_cut || d->trailers_len == 0)
+        return 0;
+    struct um_header all[64];
+    size_t n = um_chunked_trailer_fields(d->trailers, d->trailers_len, all, UM_NELEMS(all));
+    struct um_header *t = um_arena_alloc(&x->arena, n * sizeof(*t));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (um_http_trailer_allowed(all[i].name)) t[k++] = all[i];
+    *h = t;
+    return k;
+}
 
 /* 1xx (RFC 9110 15.2): only to HTTP/1.1 clients (an HTTP/1.0 one cannot take them), and a
  * 100 only when we did not send one ourselves for Expect: 100-continue. */
@@ -230,12 +271,14 @@ const struct um__exchange_conn_ops um__conn_exchange_ops = {
     .abort = abort_response,
     .send_info = send_info,
     .read_body = read_body,
+    .send_trailers = send_trailers,
+    .read_trailers = read_trailers,
 };
 
 /* Prepares the exchange for the parsed request (or for an error before one). */
 static void begin_response(struct um__conn *c, bool head_only, bool keepalive)
 {
-    c->r->resp_chunked = false;
+    c->r->resp_chunked = c->r->resp_trailed = false;
     um__exchange_begin(&c->r->x, head_only, keepalive && !c->draining && !c->peer_closed);
 }
 
@@ -373,6 +416,12 @@ static void begin_request(struct um__conn *c)
     x->body_wanted = false;
     x->body_error = 0;
     um_chunked_init(&c->r->chunked);
+    if (req->flags & UM_REQ_F_CHUNKED) {
+        /* Its trailers are kept for the origin (read_trailers), up to a size no real
+         * trailer section reaches. */
+        c->r->chunked.trailers = um_arena_alloc(&x->arena, TRAILERS_MAX);
+        c->r->chunked.trailers_cap = TRAILERS_MAX;
+    }
     if ((req->flags & UM_REQ_F_CONTENT_LENGTH) && req->content_length > um__conn_max_body(c)) {
         um__conn_fail(c, 413);
         return;

@@ -66,8 +66,12 @@ static void on_head(struct um_sink *s, const struct um_response_head *h)
     struct um__exchange *x = sink_x(s);
     UM_ASSERT(!x->head_sent);
     x->head_sent = true;
-    x->status = h->status;
+    x->status = h->status; /* a gRPC call's error is logged with its HTTP status */
     x->t_head = um_loop_now(x->w->loop);
+    struct um_response_head grpc;
+    struct um_header grpc_fields[3];
+    char grpc_status[12];
+    if (x->grpc && um__grpc_error_head(x, h, &grpc, grpc_fields, grpc_status)) h = &grpc;
     if (h->cache) {
         x->has_cache = true;
         x->cache = *h->cache;
@@ -163,6 +167,20 @@ static void on_end(struct um_sink *s, int err)
         x->conn_ops->end(x);
 }
 
+static void on_trailers(struct um_sink *s, const struct um_header *h, size_t n)
+{
+    struct um__exchange *x = sink_x(s);
+    if (x->head_sent && !x->ended && !x->head_only && n > 0 && x->conn_ops->send_trailers)
+        x->conn_ops->send_trailers(x, h, n);
+}
+
+static size_t read_trailers(struct um_sink *s, const struct um_header **h)
+{
+    struct um__exchange *x = sink_x(s);
+    *h = NULL;
+    return x->conn_ops->read_trailers ? x->conn_ops->read_trailers(x, h) : 0;
+}
+
 static ssize_t read_body(struct um_sink *s, char *buf, size_t len)
 {
     struct um__exchange *x = sink_x(s);
@@ -207,6 +225,8 @@ static const struct um_sink_ops sink_ops = {
     .on_file = on_file,
     .on_end = on_end,
     .read_body = read_body,
+    .on_trailers = on_trailers,
+    .read_trailers = read_trailers,
 };
 
 /* ---------------------------------------------------------------- the request */
@@ -231,7 +251,7 @@ void um__exchange_begin(struct um__exchange *x, bool head_only, bool keepalive)
 {
     x->head_only = head_only;
     x->keepalive = keepalive;
-    x->head_sent = x->ended = x->origin_paused = x->upgraded = false;
+    x->head_sent = x->ended = x->origin_paused = x->upgraded = x->grpc = false;
     x->origin = NULL;
     x->sink.origin_data = NULL;
     x->t_start = um_loop_now(x->w->loop);

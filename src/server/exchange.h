@@ -49,6 +49,13 @@ struct um__exchange_conn_ops {
      * (> 0), 0 at its end, UM_AGAIN when none are buffered, UM_ERR when it is bad (with
      * x->body_error set). */
     ssize_t (*read_body)(struct um__exchange *x, char *buf, size_t len);
+    /* Queues the response's trailer section (n > 0 fields, borrowed for the call: the
+     * connection copies them), after the last body byte and before end; NULL, or a
+     * client that cannot take them (an HTTP/1.1 body not chunked): dropped. */
+    void (*send_trailers)(struct um__exchange *x, const struct um_header *h, size_t n);
+    /* The request's trailer section, once read_body returned 0: *h set (valid until the
+     * exchange is finished), the count returned; NULL or 0: none. */
+    size_t (*read_trailers)(struct um__exchange *x, const struct um_header **h);
     /* Queues an interim response (1xx) before the head, when the client can take one
      * (HTTP/1.1); NULL or a client that cannot: dropped. */
     void (*send_info)(struct um__exchange *x, int status, const struct um_header *h, size_t n);
@@ -91,6 +98,10 @@ struct um__exchange {
     bool ended;               /* on_end came */
     bool origin_paused;       /* a send returned 0; resume the origin once drained */
     bool upgraded;            /* the response was a 101: a tunnel follows */
+    /* A gRPC call (an HTTP/2 request with content-type application/grpc...): an answer
+     * that is not gRPC's (an error of ours or a server's) goes out as a trailers-only
+     * gRPC answer with the matching grpc-status (grpc.c), and nothing is cached. */
+    bool grpc;
     int status;
 
     /* Strings the request's hooks made (a rewritten path, header values...); freed when
@@ -160,6 +171,18 @@ const char *um__reason_phrase(int status);
 /* Hands x to origin with fetch f (copied by the origin as it needs): the router's second
  * pass, after a password was verified off the loop. */
 void um__exchange_dispatch(struct um__exchange *x, struct um_origin *origin, struct um_fetch *f);
+
+/* grpc.c: gRPC calls. */
+
+/* Whether req is a gRPC call: content-type application/grpc or application/grpc+FORMAT
+ * (not gRPC-Web's). */
+bool um__grpc_request(const struct um_request *req);
+/* When h is not a gRPC answer (its status is not 200), fills *out as the trailers-only
+ * gRPC answer that stands for it (status 200, content-type, grpc-status from h's status,
+ * grpc-message; content_length 0), its fields in fields (room for 3) and status_buf
+ * (12 bytes), sets x->head_only so that h's body is dropped, and returns true. */
+bool um__grpc_error_head(struct um__exchange *x, const struct um_response_head *h,
+                         struct um_response_head *out, struct um_header *fields, char *status_buf);
 
 /* router.c: picks the route and origin of x's parsed request and fills f. Returns NULL
  * after answering it (bad path, no route, a redirect, a hook's own answer). */

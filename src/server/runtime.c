@@ -7,6 +7,7 @@
 #include "umbra/cacheorigin.h"
 #include "umbra/cgi.h"
 #include "umbra/compress.h"
+#include "umbra/grpcweb.h"
 #include "umbra/module.h"
 #include "umbra/cluster.h"
 #include "umbra/hooks.h"
@@ -77,6 +78,8 @@ static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache 
         if (sliced && o)
             o = um_slice_origin_create(o, *cache, slice);
     }
+    /* gRPC-Web outermost: every layer below sees the gRPC call it becomes. */
+    if (r->grpc_web && o) o = um_grpcweb_origin_create(o);
     return o;
 }
 

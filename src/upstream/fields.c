@@ -75,6 +75,62 @@ static size_t put_field(char *buf, size_t o, um_str name, um_str value)
     return o;
 }
 
+/* A gRPC call's grpc-timeout (1 to 8 digits and a unit: H, M, S, m, u, n), in ms rounded
+ * up; 0: none or malformed (the call then has only the upstream's timeout). */
+static uint64_t grpc_timeout_ms(const struct um_request *req)
+{
+    const um_str *v = um_http1_find_header(req, "grpc-timeout");
+    if (v == NULL || v->len < 2 || v->len > 9) return 0;
+    uint64_t n = 0;
+    for (size_t i = 0; i + 1 < v->len; i++) {
+        if (v->base[i] < '0' || v->base[i] > '9') return 0;
+        n = n * 10 + (uint64_t)(v->base[i] - '0');
+    }
+    switch (v->base[v->len - 1]) {
+    case 'H':
+        return n * 3600 * 1000;
+    case 'M':
+        return n * 60 * 1000;
+    case 'S':
+        return n * 1000;
+    case 'm':
+        return n;
+    case 'u':
+        return (n + 999) / 1000;
+    case 'n':
+        return (n + 999999) / 1000000;
+    default:
+        return 0;
+    }
+}
+
+/* Whether req is a gRPC call: from an HTTP/2 client, or made one by the gRPC-Web layer. */
+static bool is_grpc(const struct um_request *req)
+{
+    const um_str *ct = um_http1_find_header(req, "content-type");
+    return ct && um_grpc_type(*ct) == UM_GRPC;
+}
+
+/* Marks x as a gRPC call (x->grpc) with its deadline (x->deadline), when req is one. */
+void um__up_grpc(const struct um_request *req, struct xfer *x)
+{
+    x->grpc = is_grpc(req);
+    if (x->grpc) {
+        uint64_t ms = grpc_timeout_ms(req);
+        if (ms > 0) x->deadline = um_loop_now(x->loop) + ms;
+    }
+}
+
+/* Whether a TE value lists "trailers" (RFC 9110 section 10.1.4). */
+static bool te_says_trailers(um_str v)
+{
+    size_t pos = 0;
+    um_str item;
+    while (um_http_list_next(v, &pos, &item))
+        if (item.len == 8 && um_str_eq_ci(item, "trailers")) return true;
+    return false;
+}
+
 /* Appends raw bytes to buf (sized in advance by the caller). */
 static size_t put_bytes(char *buf, size_t o, const char *p, size_t n)
 {
@@ -96,6 +152,7 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
     bool any_connection = false;
     um_str xff = {NULL, 0};
     const um_str *via = NULL;
+    bool te_trailers = false;
     for (size_t i = 0; i < req->num_headers; i++) {
         const struct um_header *fld = &req->headers[i];
         enum um_field_id id = um_http_field_id(fld->name);
@@ -107,6 +164,8 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
             xff = fld->value;
         else if (id == UM_FIELD_VIA && via == NULL)
             via = &fld->value;
+        else if (id == UM_FIELD_TE)
+            te_trailers |= te_says_trailers(fld->value);
     }
     struct um_http_conn_tokens conn;
     if (any_connection)
@@ -152,6 +211,9 @@ void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct x
     }
     o = put_bytes(out, o, proto.base, proto.len);
     o = put_bytes(out, o, " umbra\r\n", 8);
+    /* The client takes trailers (gRPC's clients say so, and gRPC's servers want to hear
+     * it): the HTTP/2 client says so too ("te: trailers", the one TE HTTP/2 allows). */
+    x->te_trailers = te_trailers;
     if (x->upgrade) {
         /* The one hop-by-hop request that crosses: the protocol switch the client asks
          * for, whatever its token (websocket, h2c...), for the server to agree to. */

@@ -75,6 +75,7 @@ static void reap(struct h1worker *hw)
         hw->dead = c->next_all;
         free(c->out);
         free(c->in);
+        free(c->trail);
         free(c);
     }
 }
@@ -189,6 +190,12 @@ void um__h1_complete(struct h1conn *c)
 {
     struct xfer *x = c->x;
     struct h1worker *hw = c->hw;
+    if (c->chunk.trailers && c->chunk.trailers_len > 0 && !c->chunk.trailers_cut) {
+        struct um_header t[UM_HTTP1_MAX_RESPONSE_FIELDS];
+        size_t n = um_chunked_trailer_fields(c->trail, c->chunk.trailers_len, t, UM_NELEMS(t));
+        um__up_trailers(x, t, n);
+    }
+    c->chunk.trailers = NULL;
     um__h1_detach(c);
     /* A connection that named its client in a PROXY header is that client's only. */
     if (c->keep && c->tls == NULL && !x->up->conf->send_proxy && c->req_done && c->in_len == 0 &&
@@ -397,7 +404,7 @@ static void h1_release(struct xfer *x)
 static void h1_resume(struct xfer *x)
 {
     struct h1conn *c = x->conn;
-    um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
+    um_loop_timer_start(c->hw->loop, &x->ttfb, um__up_timeout_ms(x));
     if (!um__h1_conn_want(c, c->want | EPOLLIN)) {
         um__h1_fail_errno(c, UM_UP_RECV, "epoll_ctl", errno);
         return;

@@ -149,9 +149,27 @@ static bool next_body(struct h1conn *c, struct xfer *x)
         return true;
     }
     if (n == 0) {
-        memcpy(c->out, "0\r\n\r\n", 5);
+        /* The last chunk, with the request's trailers when it has some. */
+        const struct um_header *t;
+        size_t nt = um__up_read_trailers(x, &t), need = 5;
+        for (size_t i = 0; i < nt; i++)
+            need += t[i].name.len + t[i].value.len + 4;
+        out_reserve(c, need);
+        size_t o = 0;
+        memcpy(c->out, "0\r\n", 3);
+        o = 3;
+        for (size_t i = 0; i < nt; i++) {
+            memcpy(c->out + o, t[i].name.base, t[i].name.len);
+            o += t[i].name.len;
+            memcpy(c->out + o, ": ", 2);
+            memcpy(c->out + o + 2, t[i].value.base, t[i].value.len);
+            o += 2 + t[i].value.len;
+            memcpy(c->out + o, "\r\n", 2);
+            o += 2;
+        }
+        memcpy(c->out + o, "\r\n", 2);
         c->out_pos = 0;
-        c->out_len = 5;
+        c->out_len = o + 2;
         return true;
     }
     char hex[CHUNK_HEAD];
@@ -232,6 +250,9 @@ static void head_done(struct h1conn *c, struct xfer *x, const struct um_http1_re
     } else if (te) {
         c->framing = (resp->flags & UM_RESP_F_CHUNKED) ? F_CHUNKED : F_CLOSE;
         um_chunked_init(&c->chunk);
+        if (c->trail == NULL) c->trail = um_malloc(H1_TRAILERS);
+        c->chunk.trailers = c->trail; /* passed on at the end (um__h1_complete) */
+        c->chunk.trailers_cap = H1_TRAILERS;
     } else if (has_cl) {
         c->framing = resp->content_length == 0 ? F_NONE : F_LENGTH;
         c->remaining = resp->content_length;
@@ -240,7 +261,7 @@ static void head_done(struct h1conn *c, struct xfer *x, const struct um_http1_re
     }
     c->head_done = true;
     /* The first byte arrived: from now on the timeout is for a stalled body. */
-    um_loop_timer_start(c->hw->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
+    um_loop_timer_start(c->hw->loop, &x->ttfb, um__up_timeout_ms(x));
 }
 
 /* The server switched protocols: the socket leaves this client (and the loop) for the
@@ -418,9 +439,7 @@ void um__h1_receive(struct h1conn *c)
         if (n > 0) {
             c->got_data = true;
             c->in_len += (size_t)n;
-            if (c->head_done)
-                um_loop_timer_start(c->hw->loop, &x->ttfb,
-                                    (uint64_t)(x->up->conf->timeout * 1000));
+            if (c->head_done) um_loop_timer_start(c->hw->loop, &x->ttfb, um__up_timeout_ms(x));
             continue;
         }
         if (n < 0 && errno == EINTR)

@@ -87,6 +87,7 @@ void um__h2c_try_finish(struct h2stream *s)
     struct xfer *x = s->x;
     if (x == NULL || !s->ended || s->pend_len > 0 || !s->head_done)
         return;
+    um__h2c_pass_trailers(s);
     um__h2c_detach(s);
     if (!s->closed && s->c && !s->end_sent) {
         /* The server answered before the request's end: the rest is not wanted. */
@@ -652,8 +653,7 @@ static void h2_release(struct xfer *x)
 static void h2_resume(struct xfer *x)
 {
     struct h2stream *s = x->conn;
-    if (!s->ended)
-        um_loop_timer_start(x->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
+    if (!s->ended) um_loop_timer_start(x->loop, &x->ttfb, um__up_timeout_ms(x));
     if (s->pend_len > 0) {
         size_t n = s->pend_len;
         if (um__up_body(x, s->pend, n) == 0)

@@ -44,8 +44,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
 {
     (void)ud;
     struct h2stream *s = stream_of(ss, frame->hd.stream_id);
-    if (s == NULL)
-        return 0;
+    if (s == NULL || s->head_done) return 0;
     s->hlen = s->nfields = 0;
     s->status = 0;
     s->content_length = -1;
@@ -85,8 +84,13 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
 {
     (void)flags, (void)ud;
     struct h2stream *s = stream_of(ss, frame->hd.stream_id);
-    if (s == NULL || s->x == NULL || s->head_done)
-        return 0; /* trailers are not carried (the sink has no call for them) */
+    if (s == NULL || s->x == NULL) return 0;
+    if (s->head_done) {
+        /* Trailers: the head's fields were handed over, so hbuf keeps these instead
+         * (nghttp2 refused pseudo-fields in them); passed on at the end (try_finish). */
+        keep_field(s, name, nlen, value, vlen);
+        return 0;
+    }
     if (nlen == 7 && memcmp(name, ":status", 7) == 0) {
         /* nghttp2 checked it is three digits. */
         s->status = (value[0] - '0') * 100 + (value[1] - '0') * 10 + (value[2] - '0');
@@ -158,21 +162,41 @@ static void on_headers(struct h2stream *s, const nghttp2_frame *frame)
         }
         struct um_http1_response r;
         make_response(s, &r);
+        if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !(r.flags & UM_RESP_F_CONTENT_LENGTH)) {
+            /* A head that ends the stream (gRPC's trailers-only answer): its body is empty,
+             * which the client is told, rather than an empty body of unknown length. */
+            r.flags |= UM_RESP_F_CONTENT_LENGTH;
+            r.content_length = 0;
+        }
         if (s->status < 200) {
             um__up_info(x, &r); /* 101 is not an HTTP/2 answer; the others may pass */
             return;
         }
         s->head_done = true;
+        s->hlen = s->nfields = 0; /* hbuf and fld hold the trailers from now on */
         um__up_head(x, &r);
         if (s->x == NULL)
             return;
         /* The first byte arrived: from now on the timeout is for a stalled body. */
-        um_loop_timer_start(x->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
-    }
+        um_loop_timer_start(x->loop, &x->ttfb, um__up_timeout_ms(x));
+    } else if (frame->headers.cat == NGHTTP2_HCAT_HEADERS && !s->too_big)
+        s->has_trailers = s->nfields > 0;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
         s->ended = true;
         um__h2c_try_finish(s);
     }
+}
+
+void um__h2c_pass_trailers(struct h2stream *s)
+{
+    if (!s->has_trailers) return;
+    s->has_trailers = false;
+    struct um_header t[UM_HTTP1_MAX_RESPONSE_FIELDS];
+    for (size_t i = 0; i < s->nfields; i++) {
+        t[i].name = (um_str){s->hbuf + s->fld[i].name, s->fld[i].nlen};
+        t[i].value = (um_str){s->hbuf + s->fld[i].value, s->fld[i].vlen};
+    }
+    um__up_trailers(s->x, t, s->nfields);
 }
 
 /* A GOAWAY closes the streams above its last id (REFUSED_STREAM) as it is processed: the
@@ -237,7 +261,7 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const u
         pend_add(s, data, len); /* bounded by the stream's window: nothing was consumed */
         return 0;
     }
-    um_loop_timer_start(x->loop, &x->ttfb, (uint64_t)(x->up->conf->timeout * 1000));
+    um_loop_timer_start(x->loop, &x->ttfb, um__up_timeout_ms(x));
     if (um__up_body(x, (const char *)data, len) == 0) {
         pend_add(s, data, len);
         return 0;
@@ -351,6 +375,26 @@ bool um__h2c_session_new(struct h2conn *c)
 
 /* ---------------------------------------------------------------- the request */
 
+/* The request's trailer section after its last DATA frame (nghttp2 copies the fields;
+ * names go lower-case, RFC 9113 section 8.2.1). */
+static bool submit_trailers(nghttp2_session *ss, int32_t id, const struct um_header *t, size_t n)
+{
+    nghttp2_nv nv[64];
+    char low[4096];
+    size_t k = 0, used = 0;
+    for (size_t i = 0; i < n && k < UM_NELEMS(nv); i++) {
+        if (t[i].name.len > sizeof(low) - used) break;
+        for (size_t j = 0; j < t[i].name.len; j++) {
+            char ch = t[i].name.base[j];
+            low[used + j] = (char)((ch >= 'A' && ch <= 'Z') ? ch + 32 : ch);
+        }
+        nv[k++] = (nghttp2_nv){(uint8_t *)low + used, (uint8_t *)t[i].value.base, t[i].name.len,
+                               t[i].value.len, NGHTTP2_NV_FLAG_NONE};
+        used += t[i].name.len;
+    }
+    return k > 0 && nghttp2_submit_trailer(ss, id, nv, k) == 0;
+}
+
 static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t len,
                          uint32_t *flags, nghttp2_data_source *src, void *ud)
 {
@@ -370,8 +414,12 @@ static ssize_t read_body(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t l
         stream_fail(s, UM_UP_ABORTED, "request body failed");
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
-    if (n == 0)
+    if (n == 0) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
+        const struct um_header *t;
+        size_t k = um__up_read_trailers(x, &t);
+        if (k > 0 && submit_trailers(ss, id, t, k)) *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    }
     return n;
 }
 
@@ -389,7 +437,7 @@ static void put_nv(nghttp2_nv *nv, size_t *n, char *low, const char *name, size_
  * ("Name: value\r\n" each; Host becomes :authority), and the body as DATA. */
 bool um__h2c_submit(struct h2stream *s, struct xfer *x)
 {
-    size_t max = 6;
+    size_t max = 7;
     for (size_t i = 0; i < x->fields_len; i++)
         max += x->fields[i] == '\n';
     nghttp2_nv *nv = um_malloc(max * sizeof(*nv));
@@ -429,6 +477,8 @@ bool um__h2c_submit(struct h2stream *s, struct xfer *x)
             continue;
         put_nv(nv, &n, low + (line - x->fields), line, nlen, v, vlen);
     }
+    if (x->te_trailers)
+        nv[n++] = (nghttp2_nv){(uint8_t *)"te", (uint8_t *)"trailers", 2, 8, NGHTTP2_NV_FLAG_NONE};
     if (x->has_body && x->body_size >= 0) {
         int l = snprintf(clen, sizeof(clen), "%lld", (long long)x->body_size);
         nv[n++] = (nghttp2_nv){(uint8_t *)"content-length", (uint8_t *)clen, 14, (size_t)l,

@@ -169,7 +169,18 @@ struct xfer {
     /* Armed for `timeout` at each attempt's start and stopped by the head; h1.c arms it
      * again for a body that stalls. Firing ends the attempt with UM_UP_TIMEOUT. */
     struct um_timer ttfb;
+    /* A gRPC call (content-type application/grpc over HTTP/2): past its head, a timeout
+     * ends it with grpc-status DEADLINE_EXCEEDED in trailers instead of a cut body. Its
+     * grpc-timeout, if any, is the deadline (loop ms; 0: none) that bounds every wait of
+     * the call in place of the upstream's timeout. */
+    bool grpc;
+    uint64_t deadline;
+    bool te_trailers; /* the client's TE lists "trailers" (sent on over HTTP/2) */
 };
+
+/* How long the attempt may wait for the server now: the upstream's timeout, or what is
+ * left of a gRPC call's deadline when that is sooner (at least 1 ms). */
+uint64_t um__up_timeout_ms(const struct xfer *x);
 
 /* upstream.c, for the transports. */
 
@@ -198,6 +209,13 @@ void um__up_ran_dry(struct xfer *x);
  * (x->paused_send is set; body_ready follows), or UM_ERR when the client's body failed
  * (x->body_failed is set: end the attempt with UM_UP_ABORTED). */
 ssize_t um__up_read_body(struct xfer *x, char *buf, size_t len);
+/* The response's trailer section (resp's fields: the transport's, borrowed for the call),
+ * before um__up_finish(UM_UP_OK): the ones um_http_trailer_allowed accepts go to the
+ * sink. */
+void um__up_trailers(struct xfer *x, const struct um_header *h, size_t n);
+/* The request's trailer section, once um__up_read_body returned 0: sets *h (valid until
+ * the attempt ends) and returns how many fields; 0: none (a hook's body has none). */
+size_t um__up_read_trailers(struct xfer *x, const struct um_header **h);
 /* The attempt ended: err is UM_UP_OK when the response is complete, else why it failed
  * (x->errbuf may hold the details). Releases the attempt; a retry may start another,
  * else the sink gets its answer or its end. x may be freed on return. */
@@ -213,10 +231,12 @@ extern struct um_context_slot um__h2_slot;
 
 bool um__up_is_hop_by_hop(enum um_field_id id);
 void um__up_build_fields(struct upstream *up, const struct um_fetch *f, struct xfer *x);
+void um__up_grpc(const struct um_request *req, struct xfer *x);
 
 /* --- h1.c, h1_wire.c: the HTTP/1.1 transport's connections and pools ------------------- */
 
 #define H1_IN_SIZE (32 * 1024)             /* read buffer; grows for a long head */
+#define H1_TRAILERS 4096                   /* a trailer section kept; a longer one: dropped */
 
 enum h1_state { H1_CONNECTING, H1_HANDSHAKE, H1_ACTIVE, H1_IDLE };
 enum h1_framing { F_NONE, F_LENGTH, F_CHUNKED, F_CLOSE };
@@ -269,6 +289,7 @@ struct h1conn {
     const char *pend;
     size_t pend_len;
     struct um_http1_resp_parser hp; /* the response head, until head_done */
+    char *trail; /* a chunked answer's trailer section (H1_TRAILERS bytes, made at need) */
     enum h1_framing framing;
     uint64_t remaining; /* F_LENGTH */
     struct um_chunked chunk;
@@ -347,6 +368,7 @@ struct h2stream {
     int status;
     int64_t content_length; /* -1: none given */
     bool head_done, ended, closed, end_sent, deferred, too_big, bad;
+    bool has_trailers;      /* hbuf and fld hold the response's trailers, not passed yet */
     char *pend;             /* response body the sink has not taken (not consumed either, so
                                its size stays within the stream's window) */
     size_t pend_len, pend_cap;
@@ -363,6 +385,7 @@ void um__h2c_attempt(struct xfer *x, bool new_conn);
 void um__h2c_detach(struct h2stream *s);
 void um__h2c_stream_maybe_free(struct h2stream *s);
 void um__h2c_try_finish(struct h2stream *s);
+void um__h2c_pass_trailers(struct h2stream *s);
 bool um__h2c_replay(struct h2stream *s, const char *why);
 struct nghttp2_session_callbacks *um__h2c_callbacks(void);
 bool um__h2c_session_new(struct h2conn *c);

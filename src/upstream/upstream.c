@@ -290,6 +290,22 @@ ssize_t um__up_read_body(struct xfer *x, char *buf, size_t len)
     return n;
 }
 
+void um__up_trailers(struct xfer *x, const struct um_header *h, size_t n)
+{
+    struct um_header keep[UM_HTTP1_MAX_RESPONSE_FIELDS];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < UM_NELEMS(keep); i++)
+        if (um_http_trailer_allowed(h[i].name)) keep[k++] = h[i];
+    if (x->sink && !x->is_head) um_sink_trailers(x->sink, keep, k);
+}
+
+size_t um__up_read_trailers(struct xfer *x, const struct um_header **h)
+{
+    *h = NULL;
+    if (x->body || x->sink == NULL) return 0;
+    return um_sink_read_trailers(x->sink, h);
+}
+
 /* ---------------------------------------------------------------- life of a fetch */
 
 const char *um__up_err_text(enum um_up_err err)
@@ -410,6 +426,15 @@ static void respond_error(struct xfer *x, int status)
 
 static void on_ttfb_timeout(struct um_timer *t);
 
+uint64_t um__up_timeout_ms(const struct xfer *x)
+{
+    uint64_t ms = (uint64_t)(x->up->conf->timeout * 1000);
+    if (x->deadline == 0) return ms;
+    uint64_t now = um_loop_now(x->loop);
+    uint64_t left = x->deadline > now ? x->deadline - now : 1;
+    return left < ms ? left : ms;
+}
+
 /* Starts an attempt on x->server over its transport. */
 static void start_attempt(struct xfer *x)
 {
@@ -420,7 +445,7 @@ static void start_attempt(struct xfer *x)
     x->errbuf[0] = '\0';
     x->t_attempt = um_loop_now(x->loop);
     x->ttfb.cb = on_ttfb_timeout;
-    um_loop_timer_start(x->loop, &x->ttfb, (uint64_t)(up->conf->timeout * 1000));
+    um_loop_timer_start(x->loop, &x->ttfb, um__up_timeout_ms(x));
     atomic_fetch_add_explicit(&up->servers[x->server].active, 1, memory_order_relaxed);
     x->counted = true;
     x->tp = x->url ? &um__up_curl : up->transports[x->server];
@@ -471,6 +496,17 @@ static void finish_attempt(struct xfer *x, enum um_up_err err)
         } else {
             end_sink(x, UM_OK);
         }
+        xfer_free(x);
+        return;
+    }
+    if (x->head_sent && x->grpc && err == UM_UP_TIMEOUT) {
+        /* The call's deadline (or the upstream's timeout) passed: the client is told so
+         * as gRPC says it, and the server's stream is reset (release_attempt). */
+        um_log_err("upstream %s: server %s: gRPC call past its deadline", conf->name, url);
+        static const struct um_header t[] = {{UM_STR("grpc-status"), UM_STR("4")},
+                                             {UM_STR("grpc-message"), UM_STR("Deadline Exceeded")}};
+        um_sink_trailers(x->sink, t, UM_NELEMS(t));
+        end_sink(x, UM_OK);
         xfer_free(x);
         return;
     }
@@ -583,6 +619,7 @@ static void upstream_fetch(struct um_origin *o, struct um_fetch *f, struct um_si
         if (x->method == NULL && !x->is_head)
             x->method = um_strndup(req->method.base, req->method.len);
     }
+    um__up_grpc(req, x);
     um__up_build_fields(up, f, x);
     if (up->conf->send_proxy && f->client_ip) {
         snprintf(x->client_ip, sizeof(x->client_ip), "%s", f->client_ip);

@@ -39,7 +39,7 @@ import h2.settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from umbra_harness import (Umbra, closed_port, connect, fetch_req, free_port,  # noqa: E402
-                           make_cert, parse_response, vm_rss_kb, wait_until)
+                           h2_call, make_cert, parse_response, vm_rss_kb, wait_until)
 
 PROTOCOL = os.environ.get("UMBRA_H2UP_PROTOCOL", "h2")
 
@@ -94,7 +94,9 @@ class H2Origin:
     once it has n requests, says GOAWAY with the k-th's stream id as the last, answers the
     first `answer` of those k and closes (answer=None: answers all k, then closes).
     deaf: the first connection sends nothing more (not even PING answers) once its first
-    answer went.
+    answer went. /trailers reads the whole request (its trailers in .trailers_seen), then
+    answers "got N bytes" with trailers: x-origin-trailer, x-echo-NAME for each request
+    trailer, and two that may not be trailers (cache-control, set-cookie).
     """
 
     def __init__(self, max_streams=100, goaway=None, deaf=False):
@@ -109,6 +111,7 @@ class H2Origin:
         self.sent = 0       # bytes of /big bodies sent
         self.received = 0   # bytes of request bodies received
         self.refused = set()
+        self.trailers_seen = []  # the request trailers of /trailers requests
         self.unanswered = []  # paths of processed streams the goaway connection never answered
         self.stop = False
         self.sock = socket.socket()
@@ -144,6 +147,7 @@ class H2Origin:
         pending = {}   # stream id -> [due time, headers, body, offset]
         order = []     # stream ids in arrival order (this connection)
         paths = {}
+        reads = {}     # /trailers stream id -> [body bytes, request trailers]
         goaway_here = self.goaway is not None and nconn == 1
         said_goaway = False
         first_seen = None
@@ -204,8 +208,26 @@ class H2Origin:
                             first_seen = time.monotonic()
                         if goaway_here and said_goaway:
                             continue
+                        if path.startswith("/trailers"):
+                            reads[ev.stream_id] = [0, []]
+                            continue
                         self._request(c, ev.stream_id, path, pending, goaway_here)
+                    elif isinstance(ev, h2.events.TrailersReceived) and ev.stream_id in reads:
+                        reads[ev.stream_id][1] = list(ev.headers)
+                    elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id in reads:
+                        got, trailers = reads.pop(ev.stream_id)
+                        with self.lock:
+                            self.trailers_seen.append(trailers)
+                        c.send_headers(ev.stream_id, [(":status", "200"),
+                                                      ("cache-control", "max-age=60")])
+                        c.send_data(ev.stream_id, b"got %d bytes" % got)
+                        c.send_headers(ev.stream_id, [("x-origin-trailer", "done")] +
+                                       [("x-echo-" + k, v) for k, v in trailers] +
+                                       [("cache-control", "no-store"), ("set-cookie", "a=b")],
+                                       end_stream=True)
                     elif isinstance(ev, h2.events.DataReceived):
+                        if ev.stream_id in reads:
+                            reads[ev.stream_id][0] += len(ev.data)
                         # /sink never gives back its window: the upload stalls.
                         if not paths.get(ev.stream_id, "").startswith("/sink"):
                             c.acknowledge_received_data(ev.flow_controlled_length,
@@ -284,6 +306,184 @@ class H2Origin:
 
 def get(port, path, timeout=20):
     return fetch_req(port, path, timeout=timeout)
+
+
+# -- trailers ---------------------------------------------------------------------------------
+
+def h1_chunked_call(port, path, chunks, trailers, method="POST", timeout=10):
+    """One HTTP/1.1 request with a chunked body and a trailer section, read to the close:
+    (status, head text, decoded body, trailer lines as (lower-case name, value))."""
+    req = "%s %s HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nTE: trailers\r\n" \
+          "Connection: close\r\n\r\n" % (method, path)
+    out = req.encode()
+    for ch in chunks:
+        out += b"%x\r\n%s\r\n" % (len(ch), ch)
+    out += b"0\r\n" + b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in trailers) + b"\r\n"
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(out)
+    raw = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        raw += d
+    s.close()
+    return parse_chunked_answer(raw)
+
+
+def parse_chunked_answer(raw):
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    assert b"transfer-encoding: chunked" in head.lower(), head
+    body = b""
+    while True:
+        line, _, rest = rest.partition(b"\r\n")
+        n = int(line.split(b";")[0], 16)
+        if n == 0:
+            break
+        body += rest[:n]
+        rest = rest[n + 2:]
+    tail = []
+    while True:
+        line, _, rest = rest.partition(b"\r\n")
+        if not line:
+            break
+        k, _, v = line.decode().partition(":")
+        tail.append((k.lower(), v.strip()))
+    return status, head.decode(), body, tail
+
+
+class H1ChunkedOrigin:
+    """An HTTP/1.1 origin on 127.0.0.1 answering every request, read with its chunked body
+    and trailers (kept in .trailers_seen), with a chunked "got N bytes" and trailers:
+    X-Origin-Trailer, X-Echo-NAME for each request trailer, and Set-Cookie (which may not
+    be one)."""
+
+    def __init__(self):
+        self.trailers_seen = []
+        self.requests = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                s, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(s,), daemon=True).start()
+
+    def _serve(self, s):
+        buf = b""
+        s.settimeout(10)
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = s.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                got, tail = 0, []
+                if b"transfer-encoding: chunked" in head.lower():
+                    while True:
+                        while b"\r\n" not in buf:
+                            buf += s.recv(65536)
+                        line, _, buf = buf.partition(b"\r\n")
+                        n = int(line.split(b";")[0], 16)
+                        if n == 0:
+                            break
+                        while len(buf) < n + 2:
+                            buf += s.recv(65536)
+                        got += n
+                        buf = buf[n + 2:]
+                    while True:
+                        while b"\r\n" not in buf:
+                            buf += s.recv(65536)
+                        line, _, buf = buf.partition(b"\r\n")
+                        if not line:
+                            break
+                        k, _, v = line.decode().partition(":")
+                        tail.append((k.lower(), v.strip()))
+                self.requests += 1
+                self.trailers_seen.append(tail)
+                body = b"got %d bytes" % got
+                trailer = "X-Origin-Trailer: h1\r\n" + "".join(
+                    "X-Echo-%s: %s\r\n" % (k, v) for k, v in tail) + "Set-Cookie: a=b\r\n"
+                s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: "
+                          b"X-Origin-Trailer\r\nCache-Control: max-age=60\r\n\r\n" +
+                          b"%x\r\n%s\r\n0\r\n%s\r\n" % (len(body), body, trailer.encode()))
+        except (OSError, ValueError):
+            pass
+        finally:
+            s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
+
+
+class TrailersTest(unittest.TestCase):
+    """Trailers both ways (issue 31): HTTP/2 <-> HTTP/2 and HTTP/1.1 chunked <-> HTTP/2,
+    fields that may not be trailers refused, and a response with trailers not cached."""
+
+    REQ_TRAILERS = [("x-checksum", "abc123"), ("content-length", "5"), ("x-note", "hi")]
+
+    def test_h2_client_to_h2_server_both_ways(self):
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
+            st, head, body, tail = h2_call(u.port, "/trailers", body=b"x" * 1000,
+                                           headers=[("te", "trailers")],
+                                           trailers=[("x-checksum", "abc123"), ("x-note", "hi")])
+            self.assertEqual(st, 200)
+            self.assertEqual(body, b"got 1000 bytes")
+            self.assertEqual(o.trailers_seen, [[("x-checksum", "abc123"), ("x-note", "hi")]])
+            self.assertEqual(tail, [("x-origin-trailer", "done"), ("x-echo-x-checksum", "abc123"),
+                                    ("x-echo-x-note", "hi")])  # no cache-control, no set-cookie
+
+    def test_h1_chunked_client_to_h2_server_both_ways(self):
+        with H2Origin() as o, Umbra(config(o.port, route_extra=", cache = false"), workers=1) as u:
+            st, head, body, tail = h1_chunked_call(u.port, "/trailers", [b"a" * 300, b"b" * 200],
+                                                   self.REQ_TRAILERS)
+            self.assertEqual(st, 200)
+            self.assertEqual(body, b"got 500 bytes")
+            # Content-Length may not be a trailer: refused on the way in.
+            self.assertEqual(o.trailers_seen, [[("x-checksum", "abc123"), ("x-note", "hi")]])
+            self.assertEqual(tail, [("x-origin-trailer", "done"), ("x-echo-x-checksum", "abc123"),
+                                    ("x-echo-x-note", "hi")])
+
+    def test_h2_client_to_h1_chunked_server_both_ways(self):
+        conf = """
+upstreams = { app = { servers = { "http://127.0.0.1:%d" }, timeout = 10 } }
+routes = { { path = "/", upstream = "app", cache = false } }
+"""
+        with H1ChunkedOrigin() as o, Umbra(conf % o.port, workers=1) as u:
+            st, head, body, tail = h2_call(u.port, "/t", body=b"y" * 700,
+                                           trailers=[("x-checksum", "abc123")])
+            self.assertEqual(st, 200)
+            self.assertEqual(body, b"got 700 bytes")
+            self.assertEqual(o.trailers_seen, [[("x-checksum", "abc123")]])
+            self.assertEqual(tail, [("x-origin-trailer", "h1"), ("x-echo-x-checksum", "abc123")])
+            # And HTTP/1.1 chunked on both sides.
+            st, head, body, tail = h1_chunked_call(u.port, "/t", [b"z" * 10], self.REQ_TRAILERS)
+            self.assertEqual(body, b"got 10 bytes")
+            self.assertEqual(o.trailers_seen[-1], [("x-checksum", "abc123"), ("x-note", "hi")])
+            self.assertEqual(tail, [("x-origin-trailer", "h1"), ("x-echo-x-checksum", "abc123"),
+                                    ("x-echo-x-note", "hi")])
+
+    def test_a_response_with_trailers_is_not_stored(self):
+        # Cacheable by its fields (max-age=60), but the cache keeps no trailers: each
+        # request goes to the origin.
+        with H2Origin() as o, Umbra(config(o.port), workers=1) as u:
+            for _ in range(2):
+                st, head, body, tail = h2_call(u.port, "/trailers?c", method="GET")
+                self.assertEqual(st, 200)
+                self.assertEqual(body, b"got 0 bytes")
+            self.assertEqual(o.requests.count("/trailers?c"), 2)
 
 
 # -- nghttpd --------------------------------------------------------------------------------

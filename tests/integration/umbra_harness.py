@@ -406,6 +406,52 @@ def fetch_req(port, target, method="GET", headers=(), body=None, host="umbra.tes
 
 # -- raw response parsing ---------------------------------------------------------------
 
+def h2_call(port, path, method="POST", headers=(), body=b"", trailers=None, timeout=10):
+    """One request over HTTP/2 with prior knowledge (body under 64 KiB, then trailers if
+    given): (status, headers dict, body, trailers as a list of pairs). Needs python3-h2
+    (Debian's, for /usr/bin/python3: the tests that use it run under that)."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                              header_encoding="utf-8"))
+    c.initiate_connection()
+    sid = c.get_next_available_stream_id()
+    c.send_headers(sid, [(":method", method), (":scheme", "http"), (":authority", "localhost"),
+                         (":path", path)] + list(headers), end_stream=not body and not trailers)
+    if body:
+        c.send_data(sid, body, end_stream=not trailers)
+    if trailers:
+        c.send_headers(sid, trailers, end_stream=True)
+    s.sendall(c.data_to_send())
+    head, data, tail, ended = None, b"", [], False
+    try:
+        while not ended:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            for ev in c.receive_data(chunk):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    head = dict(ev.headers)
+                elif isinstance(ev, h2.events.DataReceived):
+                    data += ev.data
+                    c.acknowledge_received_data(ev.flow_controlled_length, sid)
+                elif isinstance(ev, h2.events.TrailersReceived):
+                    tail = list(ev.headers)
+                elif isinstance(ev, h2.events.StreamEnded):
+                    ended = True
+                elif isinstance(ev, h2.events.StreamReset):
+                    raise AssertionError("stream reset: %r" % ev.error_code)
+            s.sendall(c.data_to_send())
+    finally:
+        s.close()
+    if head is None or not ended:
+        raise AssertionError("no complete answer")
+    return int(head[":status"]), head, data, tail
+
+
+
 class Response:
     """One parsed response: .status, .reason, .version, .headers (list of (name, value)),
     .body (bytes), .raw_head (bytes); .header(name) gives the first value or None."""

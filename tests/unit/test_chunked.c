@@ -153,6 +153,45 @@ static void test_trailers(void **state)
     EXPECT_DONE("0\r\nExpires: Wed, 21 Oct 2015 07:28:00 GMT\r\n\r\n", "");
 }
 
+/* Decodes s one byte at a time with room for cap bytes of trailers; returns the fields. */
+static size_t trailers_of(const char *s, size_t cap, struct um_chunked *d, char *tbuf,
+                          struct um_header *out, size_t max)
+{
+    um_chunked_init(d);
+    d->trailers = tbuf;
+    d->trailers_cap = cap;
+    size_t len = strlen(s), consumed, n;
+    int rc = UM_AGAIN;
+    for (size_t i = 0; i < len && rc == UM_AGAIN; i++) {
+        char *b = guard_put(&g_after, s + i, 1);
+        rc = um_chunked_decode(d, b, 1, &consumed, &n);
+    }
+    assert_int_equal(rc, UM_DONE);
+    return um_chunked_trailer_fields(d->trailers, d->trailers_len, out, max);
+}
+
+/* The trailer section is kept for the caller when it gives room, whatever the splits. */
+static void test_trailers_kept(void **state)
+{
+    (void)state;
+    struct um_chunked d;
+    char tbuf[64];
+    struct um_header f[4];
+    size_t n = trailers_of("3\r\nabc\r\n0\r\nX-Sum: abc\r\nY:\r\nZ:  a b\t\r\n\r\n", sizeof(tbuf),
+                           &d, tbuf, f, 4);
+    assert_int_equal(n, 3);
+    assert_true(um_str_eq(f[0].name, "X-Sum") && um_str_eq(f[0].value, "abc"));
+    assert_true(um_str_eq(f[1].name, "Y") && f[1].value.len == 0);
+    assert_true(um_str_eq(f[2].name, "Z") && um_str_eq(f[2].value, "a b"));
+    assert_false(d.trailers_cut);
+    /* No trailers: nothing kept. */
+    assert_int_equal(trailers_of("0\r\n\r\n", sizeof(tbuf), &d, tbuf, f, 4), 0);
+    assert_int_equal(d.trailers_len, 0);
+    /* Past the room: cut, which the caller sees. */
+    trailers_of("0\r\nA-Long-Name: a long value\r\n\r\n", 10, &d, tbuf, f, 4);
+    assert_true(d.trailers_cut);
+}
+
 static void test_bytes_after_end(void **state)
 {
     static const char s[] = "2\r\nhi\r\n0\r\n\r\nGET / HTTP/1.1\r\n";
@@ -337,11 +376,12 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_simple),          cmocka_unit_test(test_multi_chunk),
-        cmocka_unit_test(test_extensions),      cmocka_unit_test(test_trailers),
-        cmocka_unit_test(test_bytes_after_end), cmocka_unit_test(test_incomplete),
-        cmocka_unit_test(test_errors),          cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_error_is_sticky), cmocka_unit_test(test_large_body),
+        cmocka_unit_test(test_simple),        cmocka_unit_test(test_multi_chunk),
+        cmocka_unit_test(test_extensions),    cmocka_unit_test(test_trailers),
+        cmocka_unit_test(test_trailers_kept), cmocka_unit_test(test_bytes_after_end),
+        cmocka_unit_test(test_incomplete),    cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_limits),        cmocka_unit_test(test_error_is_sticky),
+        cmocka_unit_test(test_large_body),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
