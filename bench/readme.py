@@ -30,7 +30,7 @@ RESULTS = os.path.join(BENCH, "results")
 BEGIN = "<!-- bench: begin -->"
 END = "<!-- bench: end -->"
 SCENARIOS = ("static", "proxy", "cache", "hit", "tls", "h2", "lua", "idle", "cgi", "purge",
-             "ws", "compress", "l2", "cluster", "disk")
+             "ws", "compress", "l2", "cluster", "disk", "traffic", "acme", "h2up")
 
 
 class Missing(Exception):
@@ -419,6 +419,50 @@ def r_disk_vs(case, target):
     return cells
 
 
+def r_traffic(case, row, what, target):
+    def cells(s):
+        try:
+            r, b = s.row("traffic/" + case, server=row), s.row("traffic/" + case, server="umbra")
+        except Missing:
+            return ("not measured in this run", "", "", "", "", target)
+        return ("%s vs %s req/s (%s)" % (n0(r["median req/s"]), n0(b["median req/s"]), what), "", "",
+                "", "", "%s: %s" % (target, r["ratio"]))
+    return cells
+
+
+def r_traffic_nginx(s):
+    u, n = s.row("traffic/limit-vs-nginx", server="umbra"), s.row("traffic/limit-vs-nginx", server="nginx")
+    return ("%s accepted/s (%s %%)" % (n0(u["accepted/s"]), u["accuracy %"]),
+            "%s accepted/s (%s %%)" % (n0(n["accepted/s"]), n["accuracy %"]), "", u["ratio"], "",
+            "≥ 1.0, accuracy ±5 %")
+
+
+def r_acme_first(s):
+    u, c = s.row("acme/first-cert", server="umbra"), s.row("acme/first-cert", server="caddy")
+    return ("%s s vs Caddy 2.6 %s s" % (u["median s"], c["median s"]), "", "", "", "",
+            "≤ 1.0 × Caddy: %s" % u["ratio"])
+
+
+def r_acme_hs(s):
+    try:
+        o, i = s.row("acme/handshake-ordering"), s.row("acme/handshake-idle")
+    except Missing:
+        return ("not measured in this run", "", "", "", "", "≥ 0.95")
+    return ("%s vs %s conn/s" % (n0(o["median conn/s"]), n0(i["median conn/s"])), "", "", "", "",
+            "≥ 0.95: %s" % o["ratio"])
+
+
+def r_h2up(case, target):
+    def cells(s):
+        try:
+            u, h = s.row("h2up/" + case, server="umbra"), s.row("h2up/" + case, server="haproxy")
+        except Missing:
+            return ("not measured in this run", "", "", "", "", target)
+        return ("%s req/s vs HAProxy 2.6 %s req/s" % (n0(u["median req/s"]), n0(h["median req/s"])),
+                "", "", "", "", "%s: %s" % (target, u["Umbra/HAProxy"]))
+    return cells
+
+
 def r_ring(first, fmt, target, unit="", num=str):
     def cells(s):
         r = s.row(first)
@@ -491,6 +535,17 @@ ROWS = [
     ("disk tier: 1 KiB memory hits with a disk vs without", "disk", r_disk_vs("memhit", "≥ 0.97")),
     ("disk tier: misses (written behind) with a disk vs without", "disk",
      r_disk_vs("miss", "≥ 0.95")),
+    ("a route with a rate limit it never reaches vs the same route without", "traffic",
+     r_traffic("limit-never", "umbra+limit", "limited vs not", "≥ 0.95")),
+    ("a route with basic auth, the right password vs the same route without", "traffic",
+     r_traffic("auth-ok", "umbra+auth", "auth vs not", "≥ 0.95")),
+    ("rate limit of 1000 r/s under load: requests let through vs nginx's `limit_req`", "traffic",
+     r_traffic_nginx),
+    ("ACME: start to the first verified handshake for two names (pebble)", "acme", r_acme_first),
+    ("ACME: TLS handshakes while an order is in progress vs none", "acme", r_acme_hs),
+    ("HTTP/2 upstream: 1 KiB answers, `h2load -c10 -m32`, beside HAProxy 2.6 `proto h2`", "h2up",
+     r_h2up("1k", "≥ 1.0 × HAProxy")),
+    ("HTTP/2 upstream: unary gRPC calls beside HAProxy 2.6", "h2up", r_h2up("grpc", "≥ 1.0 × HAProxy")),
 ]
 
 
