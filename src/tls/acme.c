@@ -521,7 +521,9 @@ static void tend(struct um__acme *a, struct um__acme_name *e)
     a->retry_hint = 0;
     e->failures++;
     e->next_try = now_real() + delay;
-    snprintf(e->last_error, sizeof e->last_error, "%s", err);
+    size_t elen = strnlen(err, sizeof e->last_error - 1); /* cut to the room */
+    memcpy(e->last_error, err, elen);
+    e->last_error[elen] = '\0';
     char kept[96];
     if (expires > 0)
         snprintf(kept, sizeof kept, "the stored certificate keeps serving (it expires in %.1f "
