@@ -94,9 +94,6 @@ struct um_route {
     /* precompressed = true (static routes): FILE.zst, FILE.br, FILE.gz are sent for FILE
      * to clients that take them, when they are not older than FILE. */
     bool precompressed;
-    /* grpc_web = true: gRPC-Web requests (application/grpc-web, -text) go to the origin as
-     * gRPC, their answers back as gRPC-Web (umbra/grpcweb.h). */
-    bool grpc_web;
 };
 
 struct um_mime_type {

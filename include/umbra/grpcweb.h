@@ -13,6 +13,21 @@
 
 #include "umbra/origin.h"
 
+struct um_module;
+struct um_route;
+struct um_settings;
+
+/* The module (src/grpcweb/settings.c): grpc_web = true turns the layer on for every route,
+ * a route's grpc_web = true or false over that. */
+struct um_grpcweb_conf {
+    bool enabled;
+};
+extern const struct um_settings um_grpcweb_settings;
+extern const struct um_module um_grpcweb_module;
+
+/* Route r's setting (the global one unless it has its own). */
+bool um_grpcweb_enabled(const struct um_route *r);
+
 /* Takes over the caller's hold on inner (destroyed with the layer). Never NULL. */
 struct um_origin *um_grpcweb_origin_create(struct um_origin *inner);
 

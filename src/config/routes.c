@@ -8,9 +8,10 @@
 
 #include "internal.h"
 
-const char *const um__cfg_route_keys[] = {
-    "host", "path",       "root",        "upstream", "index",         "redirect_https", "cache",
-    "name", "on_request", "on_response", "cgi",      "precompressed", "grpc_web",       NULL};
+const char *const um__cfg_route_keys[] = {"host",       "path",           "root",  "upstream",
+                                          "index",      "redirect_https", "cache", "name",
+                                          "on_request", "on_response",    "cgi",   "precompressed",
+                                          NULL};
 
 /* The route's upstream = "NAME" (on top of the stack), at path. */
 static bool resolve_upstream(struct um_settings_load *ld, lua_State *L, const char *path,
@@ -185,8 +186,6 @@ static bool load_route(struct um_settings_load *ld, lua_State *L, int idx, const
     }
 
     if (!um__cfg_load_route_parts(ld, L, idx, rpath, r)) return false;
-    um_settings_subpath(sub, sizeof sub, rpath, "grpc_web");
-    if (!um_settings_opt_bool(ld, L, idx, sub, "grpc_web", &r->grpc_web, NULL)) return false;
     um_settings_subpath(sub, sizeof sub, rpath, "precompressed");
     if (!um_settings_opt_bool(ld, L, idx, sub, "precompressed", &r->precompressed, NULL))
         return false;

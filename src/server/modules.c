@@ -22,12 +22,13 @@ extern const struct um_module um_cluster_module;
 extern const struct um_module um_access_module;
 extern const struct um_module um_limits_module;
 extern const struct um_module um_shared_module;
+extern const struct um_module um_grpcweb_module;
 
 const struct um_module *const um_modules[] = {
     &um_cache_module,     &um_upstream_module, &um_static_module,   &um_cgi_module,
     &um_accesslog_module, &um_l2_module,       &um_compress_module, &um_lua_module,
-    &um_tls_module,       &um_disk_module,     &um_cluster_module,  &um_access_module, &um_limits_module,
-    &um_shared_module,    NULL,
+    &um_tls_module,       &um_disk_module,     &um_cluster_module,  &um_access_module,
+    &um_limits_module,    &um_shared_module,   &um_grpcweb_module,  NULL,
 };
 
 void um_modules_init(void)

@@ -79,7 +79,7 @@ static struct um_origin *layered(struct um_runtime *rt, _Atomic(struct um_cache 
             o = um_slice_origin_create(o, *cache, slice);
     }
     /* gRPC-Web outermost: every layer below sees the gRPC call it becomes. */
-    if (r->grpc_web && o) o = um_grpcweb_origin_create(o);
+    if (um_grpcweb_enabled(r) && o) o = um_grpcweb_origin_create(o);
     return o;
 }
 

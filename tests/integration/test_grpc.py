@@ -401,6 +401,24 @@ class GrpcWebTest(unittest.TestCase):
             self.assertEqual((st, tr.get("grpc-status"), msgs), (200, "14", []))
             self.assertTrue(ct.startswith("application/grpc-web-text"), ct)
 
+    def test_global_setting_and_a_route_that_turns_it_off(self):
+        # grpc_web = true at the top turns the layer on for every route; a route's own
+        # grpc_web = false turns it off there: its gRPC-Web request passes as it came (an
+        # HTTP error of the dead server, not a gRPC-Web answer).
+        config = """
+grpc_web = true
+upstreams = { g = { servers = { "http://127.0.0.1:%d" }, protocol = "h2", timeout = 10 } }
+routes = { { path = "/off/", upstream = "g", cache = false, grpc_web = false },
+           { path = "/", upstream = "g", cache = false } }
+""" % closed_port()
+        with Umbra(config, workers=1) as u:
+            st, ct, msgs, tr = grpc_web_h1(u.port, "/t.S/Unary", grpc_frame(b"x"))
+            self.assertEqual((st, tr.get("grpc-status"), msgs), (200, "14", []))
+            self.assertTrue(ct.startswith("application/grpc-web"), ct)
+            st, ct, msgs, tr = grpc_web_h1(u.port, "/off/t.S/Unary", grpc_frame(b"x"))
+            self.assertEqual(st, 502)
+            self.assertIsNone(tr.get("grpc-status"))
+
     def test_other_requests_pass_untouched(self):
         with Umbra(conf(closed_port(), route_extra=", cache = false, grpc_web = true"),
                    workers=1) as u:
