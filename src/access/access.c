@@ -30,6 +30,7 @@
 #include <sys/random.h>
 
 #include "umbra/access.h"
+#include "umbra/base64.h"
 #include "umbra/buf.h"
 #include "umbra/config.h"
 #include "umbra/context.h"
@@ -368,43 +369,6 @@ bool um_access_verify(struct um_context *ctx, struct um_access_job *job)
 
 /* ---------------------------------------------------------------- the check */
 
-/* Each base64 letter's value + 1 (0: not one), so that decoding is a load per letter. */
-static const unsigned char b64[256] = {
-    ['A'] = 1,  ['B'] = 2,  ['C'] = 3,  ['D'] = 4,  ['E'] = 5,  ['F'] = 6,  ['G'] = 7,  ['H'] = 8,
-    ['I'] = 9,  ['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16,
-    ['Q'] = 17, ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21, ['V'] = 22, ['W'] = 23, ['X'] = 24,
-    ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28, ['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32,
-    ['g'] = 33, ['h'] = 34, ['i'] = 35, ['j'] = 36, ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40,
-    ['o'] = 41, ['p'] = 42, ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48,
-    ['w'] = 49, ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56,
-    ['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['+'] = 63, ['/'] = 64,
-};
-
-/* Standard base64 (RFC 4648 4), padding optional; false on anything else. */
-static bool b64_decode(um_str in, char *out, size_t cap, size_t *outlen)
-{
-    size_t n = in.len;
-    while (n > 0 && in.base[n - 1] == '=' && in.len - n < 2)
-        n--;
-    if (n % 4 == 1) return false;
-    uint32_t acc = 0;
-    int bits = 0;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64[(unsigned char)in.base[i]] - 1;
-        if (v < 0) return false;
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o == cap) return false;
-            out[o++] = (char)((acc >> bits) & 0xff);
-        }
-    }
-    *outlen = o;
-    return true;
-}
-
 /* "Basic TOKEN" decoded into cred ("user:pass", *len bytes, not NUL-terminated; the user
  * its first *user_len); false when it is not one or a part is too long for a job. */
 #define CRED_MAX 512
@@ -419,7 +383,7 @@ static bool parse_basic(um_str v, char cred[CRED_MAX], size_t *len, size_t *user
     while (e > i && (v.base[e - 1] == ' ' || v.base[e - 1] == '\t'))
         e--;
     size_t dl;
-    if (!b64_decode((um_str){v.base + i, e - i}, cred, CRED_MAX, &dl)) return false;
+    if (!um_base64_decode((um_str){v.base + i, e - i}, cred, CRED_MAX, &dl)) return false;
     const char *colon = memchr(cred, ':', dl);
     size_t ul = colon ? (size_t)(colon - cred) : 0;
     if (colon == NULL || memchr(cred, '\0', dl) != NULL || ul == 0 || ul >= 256 ||

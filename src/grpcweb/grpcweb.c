@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "umbra/base64.h"
 #include "umbra/buf.h"
 #include "umbra/grpcweb.h"
 #include "umbra/httpfield.h"
@@ -54,55 +55,6 @@ static void gw_free(struct gw_fetch *g)
 {
     um_buf_dispose(&g->out);
     free(g);
-}
-
-/* ---------------------------------------------------------------- base64 */
-
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static int b64val(char c)
-{
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
-
-/* Appends src as padded base64 to b. */
-static void b64_append(struct um_buf *b, const unsigned char *src, size_t n)
-{
-    um_buf_reserve(b, (n + 2) / 3 * 4);
-    char *o = b->base + b->len;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned)src[i] << 16;
-        if (i + 1 < n) v |= (unsigned)src[i + 1] << 8;
-        if (i + 2 < n) v |= src[i + 2];
-        o[k++] = b64[v >> 18 & 63];
-        o[k++] = b64[v >> 12 & 63];
-        o[k++] = i + 1 < n ? b64[v >> 6 & 63] : '=';
-        o[k++] = i + 2 < n ? b64[v & 63] : '=';
-    }
-    um_buf_commit(b, k);
-}
-
-/* Decodes one quad into out; returns the bytes (0 to 3), or -1 when it is not base64. */
-static int b64_quad(const char q[4], unsigned char *out)
-{
-    int a = b64val(q[0]), b = b64val(q[1]);
-    if (a < 0 || b < 0) return -1;
-    out[0] = (unsigned char)(a << 2 | b >> 4);
-    if (q[2] == '=') return q[3] == '=' ? 1 : -1;
-    int c = b64val(q[2]);
-    if (c < 0) return -1;
-    out[1] = (unsigned char)((b & 15) << 4 | c >> 2);
-    if (q[3] == '=') return 2;
-    int d = b64val(q[3]);
-    if (d < 0) return -1;
-    out[2] = (unsigned char)((c & 3) << 6 | d);
-    return 3;
 }
 
 /* ---------------------------------------------------------------- the answer */
@@ -192,7 +144,7 @@ static size_t gw_on_data(struct um_sink *s, const char *data, size_t len)
         g->inner_paused = n == 0; /* resumed with the client (gw_resume) */
         return n;
     }
-    b64_append(&g->out, (const unsigned char *)data, len);
+    um_base64_append(&g->out, data, len, false);
     flush_out(g); /* what the client did not take waits for its resume */
     return len;
 }
@@ -247,7 +199,7 @@ static void gw_on_trailers(struct um_sink *s, const struct um_header *h, size_t 
     b[1] = (unsigned char)(len >> 24), b[2] = (unsigned char)(len >> 16);
     b[3] = (unsigned char)(len >> 8), b[4] = (unsigned char)len;
     if (g->text)
-        b64_append(&g->out, b, f.len);
+        um_base64_append(&g->out, b, f.len, false);
     else
         um_buf_append(&g->out, f.base, f.len);
     um_buf_dispose(&f);
@@ -288,9 +240,9 @@ static ssize_t gw_read_body(struct um_sink *s, char *buf, size_t len)
             g->quad[g->nquad++] = in[i];
             if (g->nquad < 4) continue;
             g->nquad = 0;
-            int k = b64_quad(g->quad, (unsigned char *)buf + out);
-            if (k < 0) return UM_ERR;
-            out += (size_t)k;
+            size_t k;
+            if (!um_base64_decode((um_str){g->quad, 4}, buf + out, 3, &k)) return UM_ERR;
+            out += k;
         }
         if (out > 0) return (ssize_t)out;
     }

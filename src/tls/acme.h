@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* What the ACME files of the TLS module share: acme_settings.c (tls.acme), acme_jws.c (the
- * pure parts: base64url, JWK and its thumbprint, JWS ES256, CSR, atomic files), acme.c (the
+ * pure parts: JWK and its thumbprint, JWS ES256, CSR, atomic files), acme.c (the
  * client's thread) and acme_http.c (its HTTP requests and the CA's JSON). */
 #ifndef UMBRA_TLS_ACME_H
 #define UMBRA_TLS_ACME_H
@@ -25,8 +25,6 @@ void um__tls_acme_dispose(struct um_tls_acme_conf *ac);
 
 /* --- acme_jws.c (pure; any thread) ------------------------------------------------------- */
 
-/* base64url without padding (RFC 8555 section 6.1) of in[0..n), appended to b. */
-void um__acme_b64url(struct um_buf *b, const void *in, size_t n);
 /* A new ECDSA P-256 key, or NULL. The caller frees it (EVP_PKEY_free). */
 struct evp_pkey_st *um__acme_key_new(void);
 /* The key's public JWK (RFC 7517) with its members in the lexical order RFC 7638 wants,

@@ -15,6 +15,7 @@
 #include <openssl/x509v3.h>
 
 #include "umbra/log.h"
+#include "umbra/base64.h"
 #include "acme.h"
 
 /* How often the window is asked for when the CA does not say (RFC 9773 suggests hours). */
@@ -23,9 +24,9 @@
 void um__acme_cert_id_of(const unsigned char *aki, size_t an, const unsigned char *serial,
                          size_t sn, struct um_buf *b)
 {
-    um__acme_b64url(b, aki, an);
+    um_base64_append(b, aki, an, true);
     um_buf_append_char(b, '.');
-    um__acme_b64url(b, serial, sn);
+    um_base64_append(b, serial, sn, true);
 }
 
 bool um__acme_cert_id(const char *path, struct um_buf *b)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* The pure parts of the ACME client (acme.h): base64url, the account key's JWK and its
+/* The pure parts of the ACME client (acme.h): the account key's JWK and its
  * thumbprint, JWS ES256 signatures, the CSR, and the files the client keeps (written
  * atomically, mode 0600, since they hold private keys). OpenSSL 3's EVP interfaces only. */
 #include <errno.h>
@@ -19,30 +19,9 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "umbra/base64.h"
 #include "umbra/buf.h"
 #include "acme.h"
-
-void um__acme_b64url(struct um_buf *b, const void *in, size_t n)
-{
-    static const char abc[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    const unsigned char *p = in;
-    size_t i = 0;
-    for (; i + 3 <= n; i += 3) {
-        unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8 | p[i + 2];
-        char q[4] = {abc[v >> 18], abc[(v >> 12) & 63], abc[(v >> 6) & 63], abc[v & 63]};
-        um_buf_append(b, q, 4);
-    }
-    if (n - i == 1) {
-        unsigned v = (unsigned)p[i] << 16;
-        char q[2] = {abc[v >> 18], abc[(v >> 12) & 63]};
-        um_buf_append(b, q, 2);
-    } else if (n - i == 2) {
-        unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8;
-        char q[3] = {abc[v >> 18], abc[(v >> 12) & 63], abc[(v >> 6) & 63]};
-        um_buf_append(b, q, 3);
-    }
-}
 
 EVP_PKEY *um__acme_key_new(void)
 {
@@ -69,9 +48,9 @@ bool um__acme_jwk(EVP_PKEY *key, struct um_buf *b)
         return false;
     }
     um_buf_append_str(b, "{\"crv\":\"P-256\",\"kty\":\"EC\",\"x\":\"");
-    um__acme_b64url(b, x, 32);
+    um_base64_append(b, x, 32, true);
     um_buf_append_str(b, "\",\"y\":\"");
-    um__acme_b64url(b, y, 32);
+    um_base64_append(b, y, 32, true);
     um_buf_append_str(b, "\"}");
     return true;
 }
@@ -81,7 +60,7 @@ void um__acme_thumbprint(const char *jwk, size_t len, struct um_buf *b)
     unsigned char md[32];
     unsigned int mdlen = 0;
     EVP_Digest(jwk, len, md, &mdlen, EVP_sha256(), NULL);
-    um__acme_b64url(b, md, mdlen);
+    um_base64_append(b, md, mdlen, true);
 }
 
 /* An ECDSA DER signature as the fixed-width r || s that JWS ES256 wants (RFC 7518 3.4). */
@@ -104,10 +83,10 @@ bool um__acme_jws(EVP_PKEY *key, const char *prot, const char *payload, struct u
     size_t derlen = sizeof der;
     bool ok = false;
     um_buf_init(&input);
-    um__acme_b64url(&input, prot, strlen(prot));
+    um_base64_append(&input, prot, strlen(prot), true);
     size_t prot_len = input.len;
     um_buf_append_char(&input, '.');
-    um__acme_b64url(&input, payload, strlen(payload));
+    um_base64_append(&input, payload, strlen(payload), true);
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (md == NULL || EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, key) != 1 ||
         EVP_DigestSign(md, der, &derlen, (unsigned char *)input.base, input.len) != 1 ||
@@ -118,7 +97,7 @@ bool um__acme_jws(EVP_PKEY *key, const char *prot, const char *payload, struct u
     um_buf_append_str(b, "\",\"payload\":\"");
     um_buf_append(b, input.base + prot_len + 1, input.len - prot_len - 1);
     um_buf_append_str(b, "\",\"signature\":\"");
-    um__acme_b64url(b, raw, sizeof raw);
+    um_base64_append(b, raw, sizeof raw, true);
     um_buf_append_str(b, "\"}");
     ok = true;
 out:
@@ -156,7 +135,7 @@ bool um__acme_csr(EVP_PKEY *key, char *const *names, size_t n, struct um_buf *b)
     int len = i2d_X509_REQ(req, &der);
     if (len <= 0)
         goto out;
-    um__acme_b64url(b, der, (size_t)len);
+    um_base64_append(b, der, (size_t)len, true);
     ok = true;
 out:
     ERR_clear_error();

@@ -20,12 +20,13 @@
 #include <openssl/x509v3.h>
 
 #include "tls/acme.h"
+#include "umbra/base64.h"
 
 static char *b64(const void *p, size_t n)
 {
     struct um_buf b;
     um_buf_init(&b);
-    um__acme_b64url(&b, p, n);
+    um_base64_append(&b, p, n, true);
     um_buf_append_str(&b, "");
     return um_buf_detach(&b);
 }
