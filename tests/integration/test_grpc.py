@@ -21,17 +21,13 @@ import threading
 import time
 import unittest
 
-try:
-    import grpc
-    import h2.config  # noqa: F401 - h2_call needs it
-except ImportError:
-    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
-            os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    raise
-from concurrent import futures
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from umbra_harness import need_debian_python  # noqa: E402
+
+need_debian_python("grpc", "h2.config")  # h2_call needs h2
+import grpc  # noqa: E402
+from concurrent import futures  # noqa: E402
+
 from umbra_harness import Umbra, closed_port, h2_call  # noqa: E402
 
 

@@ -24,20 +24,16 @@ import threading
 import time
 import unittest
 
-try:
-    import h2.config
-except ImportError:
-    # Debian's python3-h2 is for Debian's interpreter; CTest may have found another one.
-    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
-            os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    raise
-import h2.connection
-import h2.errors
-import h2.events
-import h2.settings
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from umbra_harness import need_debian_python  # noqa: E402
+
+need_debian_python("h2.config")
+import h2.config  # noqa: E402
+import h2.connection  # noqa: E402
+import h2.errors  # noqa: E402
+import h2.events  # noqa: E402
+import h2.settings  # noqa: E402
+
 from umbra_harness import (Umbra, closed_port, connect, fetch_req, free_port,  # noqa: E402
                            h2_call, make_cert, parse_response, vm_rss_kb, wait_until)
 

@@ -20,6 +20,23 @@ import tempfile
 import threading
 import time
 
+
+def need_debian_python(*modules):
+    """Imports modules (names such as "grpc" or "h2.config"); when one is missing and this
+    is not Debian's /usr/bin/python3 (CTest may have found another interpreter, and
+    Debian's python3-grpcio and python3-h2 belong to Debian's), runs the test again under
+    /usr/bin/python3 instead. Raises ImportError when Debian's lacks it too."""
+    import importlib
+    import sys
+    try:
+        for m in modules:
+            importlib.import_module(m)
+    except ImportError:
+        if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
+                os.path.exists("/usr/bin/python3"):
+            os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+        raise
+
 DEFAULT_BIN = "/work/main/build/umbra"
 
 # "... [info] umbra 0.1.0 listening on 127.0.0.1:41234, [::1]:41235 with 1 workers (config ...)"
