@@ -90,19 +90,20 @@ struct slice_fetch {
     struct um_sink sink; /* what the cache writes one slice to */
     struct um_sink *client;
     struct slice_origin *so;
-    struct um_fetch f; /* the client's, its req replaced by req */
-    struct um_request req;
+    struct um_fetch f;          /* the client's, its req replaced by own_req when there is one */
+    struct um_request *own_req; /* the client's without the fields below (drop), or NULL */
+    bool dropped_conds;         /* more conditionals than cond holds (none kept) */
     char *base_key; /* the object's key */
     size_t base_len;
     struct um_task next; /* starts the next slice */
     bool fetching;       /* a slice's fetch is under way (sink is the cache's client) */
     bool passthrough;    /* the first answer was not a slice: it goes to the client as it is */
     bool head_sent, broken;
-    /* The client's Range and preconditions (copies in cond_buf), answered here from the
-     * first slice's head (um_cache_conditional), as an origin would. */
+    /* The client's Range and preconditions (their values in the client's request, which
+     * outlives sf), answered here from the first slice's head (um_cache_conditional), as
+     * an origin would. */
     struct um_header cond[6];
     size_t ncond;
-    char cond_buf[1024];
     bool whole; /* the answer is the whole object in one piece (the origin ignores ranges) */
     uint64_t k; /* the slice being fetched */
     uint64_t slice_off;            /* its first byte in the object */
@@ -116,10 +117,12 @@ struct slice_fetch {
      * slice that was. */
     bool retry, has_retried;
     uint64_t retried;
-    char validator[256];
     size_t validator_len;
     bool validator_etag;
+    /* Not zeroed when made (SLICE_ZEROED): */
+    char validator[256];
 };
+#define SLICE_ZEROED offsetof(struct slice_fetch, validator)
 
 static void slice_start(struct slice_fetch *sf);
 
@@ -133,6 +136,7 @@ static void slice_free(struct slice_fetch *sf)
 {
     um_loop_unpost(sf->f.ctx->loop, &sf->next);
     free(sf->base_key);
+    free(sf->own_req);
     free(sf);
 }
 
@@ -178,45 +182,60 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
 {
     struct um_sink *c = sf->client;
     sf->complete = complete;
-    bool etag;
-    um_str v = head_validator(h, &etag);
+    /* One pass over the head (every request of the route makes it; names told apart by
+     * length first): the fields the client does not get, and the validators. */
+    struct um_header stack[32];
+    struct um_header *fields = h->num_headers < UM_NELEMS(stack)
+                                   ? stack
+                                   : um_malloc((h->num_headers + 1) * sizeof(*fields));
+    const um_str *lm = NULL, *date = NULL, *et = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < h->num_headers; i++) {
+        um_str name = h->headers[i].name, val = h->headers[i].value;
+        const um_str *vp = &h->headers[i].value;
+        if (name.len == 4) {
+            if (!date && um_str_eq_ci(name, "date")) date = vp;
+            if (!et && um_str_eq_ci(name, "etag")) et = vp;
+        } else if (name.len == 13) { /* content-range, surrogate-key, last-modified */
+            if (um_str_eq_ci(name, "content-range")) continue;
+            if (um_str_eq_ci(name, "surrogate-key") && val.len >= sizeof(SLICE_TAG_PREFIX) - 1 &&
+                memcmp(val.base, SLICE_TAG_PREFIX, sizeof(SLICE_TAG_PREFIX) - 1) == 0)
+                continue;
+            if (!lm && um_str_eq_ci(name, "last-modified")) lm = vp;
+        } else if (name.len == sizeof(SLICE_FIELD) - 1 && um_str_eq_ci(name, SLICE_FIELD)) {
+            continue;
+        }
+        fields[n++] = h->headers[i];
+    }
+    /* The validator later slices must carry (head_validator's). */
+    um_str v = et ? *et : lm ? *lm : (um_str){"", 0};
     sf->validator_len = v.len < sizeof(sf->validator) ? v.len : sizeof(sf->validator) - 1;
     memcpy(sf->validator, v.base, sf->validator_len);
-    sf->validator_etag = etag;
-
-    struct um_req_meta qm;
-    um_req_meta_scan(&qm, UM_METHOD_GET, sf->cond, sf->ncond);
-    const um_str *lm = um__cache_slice_field(h->headers, h->num_headers, "last-modified");
-    const um_str *date = um__cache_slice_field(h->headers, h->num_headers, "date");
-    const um_str *et = um__cache_slice_field(h->headers, h->num_headers, "etag");
-    struct um_cond_stored cs = {
-        .status = 200, .etag = et ? *et : (um_str){NULL, 0}, .size = complete};
-    cs.has_last_modified = lm && um_http_date_parse(*lm, &cs.last_modified);
-    cs.has_date = date && um_http_date_parse(*date, &cs.date);
-    cs.response_time = cs.has_date ? cs.date : time(NULL);
+    sf->validator_etag = et != NULL;
     uint64_t first = 0, last = 0;
-    int status = um_cache_conditional(&qm, &cs, true, &first, &last);
-    if (status != 206 && status != 304 && status != 412 && status != 416) status = 200;
+    int status = 200;
+    if (sf->ncond > 0) { /* the client's Range and preconditions, as an origin answers them */
+        struct um_req_meta qm;
+        um_req_meta_scan(&qm, UM_METHOD_GET, sf->cond, sf->ncond);
+        struct um_cond_stored cs = {
+            .status = 200, .etag = et ? *et : (um_str){NULL, 0}, .size = complete};
+        cs.has_last_modified = lm && um_http_date_parse(*lm, &cs.last_modified);
+        cs.has_date = date && um_http_date_parse(*date, &cs.date);
+        cs.response_time = cs.has_date ? cs.date : time(NULL);
+        status = um_cache_conditional(&qm, &cs, true, &first, &last);
+        if (status != 206 && status != 304 && status != 412 && status != 416) status = 200;
+    }
     if (status == 200) {
         first = 0;
         last = complete - 1; /* complete 0: the empty range [0, 0) below */
     }
-    struct um_header *fields = um_malloc((h->num_headers + 1) * sizeof(*fields));
-    size_t n = 0;
-    for (size_t i = 0; i < h->num_headers; i++) {
-        um_str name = h->headers[i].name, val = h->headers[i].value;
-        if (um_str_eq_ci(name, SLICE_FIELD) || um_str_eq_ci(name, "content-range")) continue;
-        if (um_str_eq_ci(name, "surrogate-key") && val.len >= sizeof(SLICE_TAG_PREFIX) - 1 &&
-            memcmp(val.base, SLICE_TAG_PREFIX, sizeof(SLICE_TAG_PREFIX) - 1) == 0)
-            continue;
-        fields[n++] = h->headers[i];
-    }
     char cr[96];
-    int k = status == 206 ? snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64,
-                                     first, last, complete)
-                          : snprintf(cr, sizeof(cr), "bytes */%" PRIu64, complete);
-    if (status == 206 || status == 416)
+    if (status == 206 || status == 416) {
+        int k = status == 206 ? snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64,
+                                         first, last, complete)
+                              : snprintf(cr, sizeof(cr), "bytes */%" PRIu64, complete);
         fields[n++] = (struct um_header){UM_STR("Content-Range"), {cr, (size_t)k}};
+    }
     struct um_response_head out = *h;
     out.status = status;
     out.reason = (um_str){NULL, 0};
@@ -235,7 +254,7 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
     sf->pos = sf->want_first;
     sf->head_sent = true;
     c->ops->on_head(c, &out);
-    free(fields);
+    if (fields != stack) free(fields);
 }
 
 static void slice_on_head(struct um_sink *s, const struct um_response_head *h)
@@ -456,7 +475,8 @@ static void slice_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
         so->inner->ops->fetch(so->inner, f, client);
         return;
     }
-    struct slice_fetch *sf = um_calloc(1, sizeof(*sf));
+    struct slice_fetch *sf = um_malloc(sizeof(*sf));
+    memset(sf, 0, SLICE_ZEROED);
     sf->magic = &state_magic;
     sf->sink.ops = &slice_sink_ops;
     sf->client = client;
@@ -474,21 +494,20 @@ static void slice_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
     /* The client's Range and preconditions, kept for the first slice's head. */
     static const char *const conds[] = {"range",    "if-range",          "if-none-match",
                                         "if-match", "if-modified-since", "if-unmodified-since"};
-    size_t used = 0;
+    bool coded = false; /* the request has an Accept-Encoding */
     for (size_t i = 0; i < f->req->num_headers; i++) {
         const struct um_header *hd = &f->req->headers[i];
+        if (um_str_eq_ci(hd->name, "accept-encoding")) coded = true;
         for (size_t j = 0; j < UM_NELEMS(conds); j++) {
             if (!um_str_eq_ci(hd->name, conds[j])) continue;
-            if (sf->ncond == UM_NELEMS(sf->cond) || used + hd->value.len > sizeof(sf->cond_buf)) {
-                /* Too much to keep: answered as if there were none (a 200). */
+            if (sf->ncond == UM_NELEMS(sf->cond)) {
+                /* Too many to keep: answered as if there were none (a 200). */
                 sf->ncond = 0;
+                sf->dropped_conds = true;
                 i = f->req->num_headers;
                 break;
             }
-            memcpy(sf->cond_buf + used, hd->value.base, hd->value.len);
-            sf->cond[sf->ncond++] = (struct um_header){{conds[j], strlen(conds[j])},
-                                                       {sf->cond_buf + used, hd->value.len}};
-            used += hd->value.len;
+            sf->cond[sf->ncond++] = (struct um_header){{conds[j], strlen(conds[j])}, hd->value};
             break;
         }
     }
@@ -512,9 +531,13 @@ static void slice_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
                                        "if-unmodified-since",
                                        "accept-encoding",
                                        NULL};
-    um__cache_slice_request(&sf->req, f->req, drop, (struct um_header){{NULL, 0}, {NULL, 0}});
     sf->f = *f;
-    sf->f.req = &sf->req;
+    if (coded || sf->ncond > 0 || sf->dropped_conds) {
+        sf->own_req = um_malloc(sizeof(*sf->own_req));
+        um__cache_slice_request(sf->own_req, f->req, drop,
+                                (struct um_header){{NULL, 0}, {NULL, 0}});
+        sf->f.req = sf->own_req;
+    } /* else the client's request is the cache's as it is (the exchange outlives sf) */
     sf->want_end = UINT64_MAX;
     sf->pos = start;
     sf->k = start / so->size;

@@ -36,11 +36,31 @@ void um__cache_slice_tag(um_str key, char out[UM_CACHE_SLICE_TAG_LEN])
     snprintf(out, UM_CACHE_SLICE_TAG_LEN, SLICE_TAG_PREFIX "%016" PRIx64, h);
 }
 
+/* v in decimal at p (room for 20 digits); returns the end. */
+static char *put_u64(char *p, uint64_t v)
+{
+    char t[20];
+    size_t n = 0;
+    do
+        t[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n)
+        *p++ = t[--n];
+    return p;
+}
+
+/* (Formatted by hand: it is made for every request of a route with slices.) */
 size_t um__cache_slice_key(um_str base, uint64_t size, uint64_t k, char *out, size_t cap)
 {
-    int n = snprintf(out, cap, "%.*s" SLICE_MARK "%" PRIu64 ":%" PRIu64, (int)base.len, base.base,
-                     size, k);
-    return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+    size_t ml = sizeof(SLICE_MARK) - 1;
+    if (cap < base.len + ml + 20 + 1 + 20 + 1) return 0;
+    memcpy(out, base.base, base.len);
+    memcpy(out + base.len, SLICE_MARK, ml);
+    char *p = put_u64(out + base.len + ml, size);
+    *p++ = ':';
+    p = put_u64(p, k);
+    *p = '\0';
+    return (size_t)(p - out);
 }
 
 bool um__cache_slice_key_parse(um_str key, um_str *base, uint64_t *size, uint64_t *k)
