@@ -48,6 +48,10 @@ void um__disk_record_start(struct um_buf *rec, struct disk_meta m, um_str key,
 {
     m.key_len = (uint32_t)key.len;
     um_buf_init(rec);
+    size_t need = sizeof(m) + key.len; /* sized once: no growth by steps on every miss */
+    for (size_t i = 0; i < n; i++)
+        need += h[i].name.len + h[i].value.len + 4;
+    um_buf_reserve(rec, need);
     um_buf_append(rec, &m, sizeof(m));
     um_buf_append(rec, key.base, key.len);
     size_t fields = rec->len;
