@@ -73,7 +73,7 @@ void um_disk_tier_purge_all(struct um_disk_tier *t);
 struct um_disk_tier_stats {
     uint64_t stores;
     struct um_disk_stats disk; /* of every store, added */
-    uint64_t hits, misses, purged, rewrites, revalidations;
+    uint64_t hits, misses, purged, rewrites, revalidations, promotions;
 };
 void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st);
 

@@ -40,6 +40,9 @@ struct um_response_head {
     bool has_ttl;
     bool no_store;
     int64_t ttl;
+    /* Set by an origin beneath the cache that keeps the answer itself (the disk tier): a
+     * hit of it, served by the cache as it passes and not kept in memory this time. */
+    bool not_promoted;
     /* Set by the cache layer: what it did for this request, from which it also wrote the
      * Cache-Status field among headers. Borrowed like the rest; NULL: no cache was
      * involved. */

@@ -132,6 +132,7 @@ struct um_disk_tier *um_disk_tier_open(const struct um_config *config, char *err
     t->stores = um_calloc(cc->num_disks, sizeof(*t->stores));
     t->dirs = um_calloc(cc->num_disks, sizeof(*t->dirs));
     t->max_object = cc->max_object;
+    um__disk_admit_init(&t->admit, cc->memory);
     int64_t purged = 0;
     /* A slow disk for the tests (tests/integration/test_disk.py): every I/O of the stores
      * waits this long first. An environment variable, not a setting: no user wants it. */
@@ -204,6 +205,7 @@ void um_disk_tier_close(struct um_disk_tier *t)
     }
     free(t->stores);
     free(t->dirs);
+    um__disk_admit_dispose(&t->admit);
     free(t);
 }
 
@@ -271,6 +273,7 @@ void um_disk_tier_stats(struct um_disk_tier *t, struct um_disk_tier_stats *st)
     st->purged = atomic_load(&t->purged);
     st->rewrites = atomic_load(&t->rewrites);
     st->revalidations = atomic_load(&t->revalidations);
+    st->promotions = atomic_load(&t->promotions);
 }
 
 /* ---------------------------------------------------------------- the module's record */
@@ -283,6 +286,9 @@ static void render_metrics(struct um_buf *b, void *running)
     um_disk_tier_stats(running, &d);
     um_metrics_line(b, "umbra_disk_hits_total", "counter", "Memory misses the disk tier answered.",
                     d.hits);
+    um_metrics_line(b, "umbra_disk_promotions_total", "counter",
+                    "Disk hits that went into memory (asked again within the memory's reach).",
+                    d.promotions);
     um_metrics_line(b, "umbra_disk_misses_total", "counter",
                     "Fills the disk tier could not answer (not there, stale, purged or damaged).",
                     d.misses);

@@ -9,6 +9,20 @@
 #include "umbra/disk.h"
 #include "umbra/disktier.h"
 
+/* The admission of disk records to memory (disk_admit.c). */
+struct um__disk_admit {
+    _Atomic uint64_t *bits[2]; /* two generations' Bloom filters */
+    uint64_t mask;             /* bits a filter - 1 */
+    uint64_t generation;       /* bytes of disk hits a generation: memory / 2 */
+    _Atomic unsigned cur;      /* the current filter */
+    _Atomic uint64_t bytes;    /* of disk hits in the current generation */
+};
+void um__disk_admit_init(struct um__disk_admit *a, uint64_t memory);
+void um__disk_admit_dispose(struct um__disk_admit *a);
+/* Whether a fresh record of key, read from disk (bytes of body), goes into memory: it was
+ * read before within about the memory's worth of disk hits. Counts this read. */
+bool um__disk_admit(struct um__disk_admit *a, struct um_disk_key key, uint64_t bytes);
+
 struct um_disk_tier {
     struct um_disk **stores;
     char **dirs;
@@ -25,7 +39,8 @@ struct um_disk_tier {
     pthread_cond_t cond;
     int64_t to_write, written;
     bool closing, started;
-    _Atomic uint64_t hits, misses, purged, purges, rewrites, revalidations;
+    _Atomic uint64_t hits, misses, purged, purges, rewrites, revalidations, promotions;
+    struct um__disk_admit admit;
     /* The Vary markers' generations as last given, by URL key (direct-mapped): a marker
      * is written behind its variant, so two variants filled in quick succession would
      * otherwise each find no marker on disk and draw generations of their own, the first

@@ -2,8 +2,10 @@
 /* The disk tier's origin layer (umbra/disktier.h): between the memory cache and the origin
  * chain below it. A fill of the memory cache looks its key up in the disk's index (memory
  * only); a fresh record is read on the disk's threads and answered from (the memory cache
- * stores it: promotion), anything else goes to the inner origin through a tee that keeps a
- * copy of a storable answer and writes it once the answer is whole (write-behind).
+ * stores it when it is asked again within the memory's reach: promotion, disk_admit.c;
+ * else the head says not_promoted and the memory cache only passes it on), anything else
+ * goes to the inner origin through a tee that keeps a copy of a storable answer and writes
+ * it once the answer is whole (write-behind).
  *
  * A record's metadata (struct disk_meta, then the key, then the stored fields as
  * "Name: value\r\n" lines) carries what the answer needs to be judged again: status, the
@@ -488,6 +490,9 @@ static void on_read(void *arg, int status, um_str meta, um_str body)
         return;
     }
     atomic_fetch_add(&df->d->t->hits, 1);
+    /* A stale record is always kept: the memory cache refreshes it on its next request. */
+    df->not_promoted = use == REC_FRESH && !um__disk_admit(&df->d->t->admit, df->key, body.len);
+    if (!df->not_promoted) atomic_fetch_add(&df->d->t->promotions, 1);
     rewrite_if_old(df, meta, body);
     um__disk_send_record_head(df, m, meta, body.len);
     /* The body from the read's buffer while the client takes it (the memory cache's fill

@@ -63,7 +63,8 @@ struct disk_fetch {
      * sent) or to stand in for a failure (stale-if-error); serve_after: the record answers
      * once the inner fetch has ended (a 304's, or a failure's, body is not sent). */
     bool revalidating, serve_after;
-    bool head_sent; /* the client has had a head */
+    bool head_sent;    /* the client has had a head */
+    bool not_promoted; /* a fresh hit the memory cache is not to keep (disk_admit.c) */
     /* The response varies (on more than Accept-Encoding): the marker's field names
      * ("a,b"), and whether df->key is a variant's (read through the marker). */
     char *vary;

@@ -47,7 +47,8 @@ void um__disk_send_record_head(struct disk_fetch *df, const struct disk_meta *m,
                                  .num_headers = n,
                                  .content_length = (int64_t)body_len,
                                  .reason = {NULL, 0},
-                                 .cache = &df->cs};
+                                 .cache = &df->cs,
+                                 .not_promoted = df->not_promoted};
     df->client->origin_data = df;
     df->client->ops->on_head(df->client, &h);
 }

@@ -341,6 +341,9 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
         why = UM_STORABLE;
     if (why == UM_STORABLE && (h->no_store || ttl == 0))
         why = UM_NOSTORE_HOOK;
+    /* A disk hit not promoted: passed to the client, no pass marker (it is cached below). */
+    bool below = h->not_promoted && h->cache && h->cache->hit;
+    if (below) why = UM_NOSTORE_HOOK;
     size_t taglen = 0;
     char tag[2048];
     if (why == UM_STORABLE) {
@@ -404,7 +407,8 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
          * requests pass straight through for a while, and our own client is answered
          * directly from this fetch. */
         bool response_reason = why != UM_NOSTORE_REQUEST_NO_STORE &&
-                               why != UM_NOSTORE_AUTHORIZATION && why != UM_NOSTORE_METHOD;
+                               why != UM_NOSTORE_AUTHORIZATION && why != UM_NOSTORE_METHOD &&
+                               !below;
         if (fl->obj) {
             um_cache_obj_finish(fl->obj, false);
             um_cache_obj_unref(fl->obj);
@@ -426,6 +430,7 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
             p->cs.cache_name = CACHE_NAME;
             p->cs.fwd = fl->revalidating ? UM_FWD_STALE : UM_FWD_URI_MISS;
             p->cs.detail = why == UM_STORABLE ? "too-large" : um_cache_nostore_str(why);
+            if (below) p->cs = *h->cache; /* the disk's hit, said as it says */
             client->origin_data = p;
             p->fill = fl;
             fl->fwd = p;

@@ -196,6 +196,34 @@ class DiskTierTest(unittest.TestCase):
                 grew = vm_kb(u.proc.pid, "VmHWM") - rss0
                 self.assertLess(grew, 14 * 1024, "peak RSS grew by %d kB" % grew)
 
+    def test_a_disk_hit_goes_into_memory_when_asked_again(self):
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                self.fill(u, o, 3)
+                self.wait_written(u, 3)
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o) as u:  # memory empty, the disk holds the three
+                details = []
+                for _ in range(3):
+                    r = get(u, "/o/1", self.SIZE)
+                    self.assertEqual(r.body, body_of("/o/1", self.SIZE))
+                    details.append(r.header("Cache-Status") or "")
+                    if len(details) == 1:  # the first read is served, not kept
+                        self.assertEqual(self.disk_metric(u, "umbra_disk_promotions_total"), 0)
+                self.assertIn("hit", details[0])
+                self.assertIn("detail=disk", details[0])
+                self.assertIn("detail=disk", details[1], "not kept in memory at the first read")
+                self.assertIn("hit", details[2])
+                self.assertNotIn("detail=disk", details[2], "kept in memory at the second")
+                self.assertEqual(self.disk_metric(u, "umbra_disk_hits_total"), 2)
+                self.assertEqual(self.disk_metric(u, "umbra_disk_promotions_total"), 1)
+                # Asked once each, beyond the memory's reach: read from disk, none kept.
+                for i in (0, 2):
+                    r = get(u, "/o/%d" % i, self.SIZE)
+                    self.assertIn("detail=disk", r.header("Cache-Status") or "")
+                self.assertEqual(self.disk_metric(u, "umbra_disk_promotions_total"), 1)
+                self.assertEqual(o.total(), 3)
+
     def test_several_stores(self):
         dirs = [os.path.join(self.dir, d) for d in ("a", "b", "c")]
         for d in dirs:
@@ -383,6 +411,8 @@ admin = { listen = "127.0.0.1:0" }
                 t0 = time.monotonic()
                 self.assertEqual(get(u, "/o/0", self.SIZE).body, body_of("/o/0", self.SIZE))
                 self.assertGreaterEqual(time.monotonic() - t0, delay, "the disk was not slow")
+                # Asked again: read once more, and kept in memory this time.
+                self.assertEqual(get(u, "/o/0", self.SIZE).body, body_of("/o/0", self.SIZE))
                 took = {}
 
                 def disk_hit(i):

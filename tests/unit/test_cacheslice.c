@@ -36,6 +36,9 @@ static void test_key_round_trip(void **state)
     assert_memory_equal(base.base, "a.test /v.mp4?x=1", base.len);
     assert_int_equal(size, 1048576);
     assert_int_equal(k, 4095);
+    n = um__cache_slice_key(UM_STR("k"), 18446744073709551615ull, 0, out, sizeof out);
+    assert_int_equal(n, strlen("k umbra-slice:18446744073709551615:0"));
+    assert_memory_equal(out, "k umbra-slice:18446744073709551615:0", n + 1);
     /* Too small a buffer: nothing. */
     assert_int_equal(um__cache_slice_key(UM_STR("a.test /v"), 1, 0, out, 10), 0);
     /* The last mark counts (a key may hold the text before it). */
