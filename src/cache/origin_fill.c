@@ -430,7 +430,6 @@ static void fill_on_head(struct um_sink *s, const struct um_response_head *h)
             p->cs.cache_name = CACHE_NAME;
             p->cs.fwd = fl->revalidating ? UM_FWD_STALE : UM_FWD_URI_MISS;
             p->cs.detail = why == UM_STORABLE ? "too-large" : um_cache_nostore_str(why);
-            if (below) p->cs = *h->cache; /* the disk's hit, said as it says */
             client->origin_data = p;
             p->fill = fl;
             fl->fwd = p;

@@ -59,6 +59,7 @@ void um__cache_pass_on_head(struct um_sink *s, const struct um_response_head *h)
         }
     }
     char csbuf[256];
+    if (h->cache && h->cache->hit) p->cs = *h->cache; /* a hit of the disk tier beneath */
     p->cs.fwd_status = h->status;
     size_t cl = um_cache_status_format(csbuf, sizeof(csbuf), &p->cs);
     if (cl < sizeof(csbuf))

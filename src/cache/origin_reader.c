@@ -395,6 +395,26 @@ static void reader_fall_back(struct reader *r, const char *detail)
     um__cache_pass_start(co, &f, client, UM_FWD_MISS, detail);
 }
 
+/* The fill r waited on ended without storing (the origin's answer was not storable, or
+ * the disk tier beneath answered without promoting it): a fetch of r's own, under the
+ * object's key so that the disk tier answers it when it holds the object (else r's
+ * client would go to the origin for what is on disk). */
+static void reader_fall_back_keyed(struct reader *r)
+{
+    struct pass *p = pass_for(r);
+    p->cs.cache_name = CACHE_NAME;
+    p->cs.fwd = UM_FWD_MISS;
+    p->cs.detail = "aborted";
+    p->obj = um_cache_obj_ref(r->obj); /* holds the key */
+    struct cache_origin *co = r->co;
+    struct um_fetch f = r->fetch;
+    f.fill_key = um_cache_obj_key(p->obj);
+    struct um_sink *client = r->client;
+    client->origin_data = p;
+    um__cache_reader_release(r);
+    um__cache_reader_free(r);
+    co->inner->ops->fetch(co->inner, &f, &p->sink);
+}
 
 /* The Age value: whole seconds, never negative (a clock that stepped back), written at
  * the end of buf (24 bytes); returns the slice. */
@@ -515,7 +535,7 @@ void um__cache_reader_pump(struct reader *r)
         um_str meta_s, head;
         if (!um_cache_obj_head(r->obj, &meta_s, &head)) {
             if (um_cache_obj_state(r->obj) == UM_CACHE_ABORTED) {
-                reader_fall_back(r, "aborted");
+                reader_fall_back_keyed(r);
                 return;
             }
             r->registered = true;

@@ -224,6 +224,29 @@ class DiskTierTest(unittest.TestCase):
                 self.assertEqual(self.disk_metric(u, "umbra_disk_promotions_total"), 1)
                 self.assertEqual(o.total(), 3)
 
+    def test_requests_that_wait_on_a_disk_read_not_kept_get_it_from_disk(self):
+        # Requests coalesced on one fill that the disk answers without promoting it (its
+        # first read): each gets the object from disk, none from the origin.
+        with PathOrigin() as o:
+            with self.umbra(o) as u:
+                self.fill(u, o, 2)
+                self.wait_written(u, 2)
+                self.assertEqual(u.stop(), 0)
+            with self.umbra(o, env={"UMBRA_TEST_DISK_DELAY_MS": "300"}) as u:
+                got = []
+
+                def one():
+                    r = get(u, "/o/1", self.SIZE)
+                    got.append((r.status, r.body == body_of("/o/1", self.SIZE)))
+
+                threads = [threading.Thread(target=one) for _ in range(8)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(30)
+                self.assertEqual(got, [(200, True)] * 8)
+                self.assertEqual(o.total(), 2, "a waiter went to the origin")
+
     def test_several_stores(self):
         dirs = [os.path.join(self.dir, d) for d in ("a", "b", "c")]
         for d in dirs:
