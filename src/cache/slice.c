@@ -93,7 +93,7 @@ struct slice_fetch {
     struct um_fetch f;          /* the client's, its req replaced by own_req when there is one */
     struct um_request *own_req; /* the client's without the fields below (drop), or NULL */
     bool dropped_conds;         /* more conditionals than cond holds (none kept) */
-    char *base_key; /* the object's key */
+    char *base_key; /* the object's key (then the slice's part of the key being fetched) */
     size_t base_len;
     struct um_task next; /* starts the next slice */
     bool fetching;       /* a slice's fetch is under way (sink is the cache's client) */
@@ -119,8 +119,10 @@ struct slice_fetch {
     uint64_t retried;
     size_t validator_len;
     bool validator_etag;
+    bool posted; /* next is posted */
     /* Not zeroed when made (SLICE_ZEROED): */
     char validator[256];
+    char key_inline[256]; /* base_key when it fits */
 };
 #define SLICE_ZEROED offsetof(struct slice_fetch, validator)
 
@@ -134,8 +136,8 @@ static struct slice_fetch *slice_of(struct um_sink *client)
 
 static void slice_free(struct slice_fetch *sf)
 {
-    um_loop_unpost(sf->f.ctx->loop, &sf->next);
-    free(sf->base_key);
+    if (sf->posted) um_loop_unpost(sf->f.ctx->loop, &sf->next);
+    if (sf->base_key != sf->key_inline) free(sf->base_key);
     free(sf->own_req);
     free(sf);
 }
@@ -190,23 +192,40 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
                                    : um_malloc((h->num_headers + 1) * sizeof(*fields));
     const um_str *lm = NULL, *date = NULL, *et = NULL;
     size_t n = 0;
+    /* The stored fields' serialised block (a memory hit's, umbra/origin.h) is kept up to
+     * the first line dropped from it (the slice's own fields come last): the connection
+     * copies that part at once. */
+    size_t wire_n = h->wire.base ? h->num_wire : 0;
     for (size_t i = 0; i < h->num_headers; i++) {
         um_str name = h->headers[i].name, val = h->headers[i].value;
         const um_str *vp = &h->headers[i].value;
+        bool drop = false;
         if (name.len == 4) {
             if (!date && um_str_eq_ci(name, "date")) date = vp;
             if (!et && um_str_eq_ci(name, "etag")) et = vp;
         } else if (name.len == 13) { /* content-range, surrogate-key, last-modified */
-            if (um_str_eq_ci(name, "content-range")) continue;
-            if (um_str_eq_ci(name, "surrogate-key") && val.len >= sizeof(SLICE_TAG_PREFIX) - 1 &&
-                memcmp(val.base, SLICE_TAG_PREFIX, sizeof(SLICE_TAG_PREFIX) - 1) == 0)
-                continue;
-            if (!lm && um_str_eq_ci(name, "last-modified")) lm = vp;
-        } else if (name.len == sizeof(SLICE_FIELD) - 1 && um_str_eq_ci(name, SLICE_FIELD)) {
-            continue;
+            drop =
+                um_str_eq_ci(name, "content-range") ||
+                (um_str_eq_ci(name, "surrogate-key") && val.len >= sizeof(SLICE_TAG_PREFIX) - 1 &&
+                 memcmp(val.base, SLICE_TAG_PREFIX, sizeof(SLICE_TAG_PREFIX) - 1) == 0);
+            if (!drop && !lm && um_str_eq_ci(name, "last-modified")) lm = vp;
+        } else if (name.len == sizeof(SLICE_FIELD) - 1) {
+            drop = um_str_eq_ci(name, SLICE_FIELD);
         }
-        fields[n++] = h->headers[i];
+        if (!drop) fields[n++] = h->headers[i];
     }
+    /* fields[0..wire_keep) are the block's first lines, each starting its line. */
+    size_t wire_keep = wire_n;
+    for (size_t i = 0; i < wire_n; i++)
+        if (i >= n || fields[i].name.base != h->headers[i].name.base) {
+            wire_keep = i;
+            break;
+        }
+    um_str wire = {NULL, 0};
+    const char *wend =
+        wire_keep < wire_n ? h->headers[wire_keep].name.base : h->wire.base + h->wire.len;
+    if (wire_keep > 0 && wend > h->wire.base && wend <= h->wire.base + h->wire.len)
+        wire = (um_str){h->wire.base, (size_t)(wend - h->wire.base)};
     /* The validator later slices must carry (head_validator's). */
     um_str v = et ? *et : lm ? *lm : (um_str){"", 0};
     sf->validator_len = v.len < sizeof(sf->validator) ? v.len : sizeof(sf->validator) - 1;
@@ -241,8 +260,8 @@ static void first_head(struct slice_fetch *sf, const struct um_response_head *h,
     out.reason = (um_str){NULL, 0};
     out.headers = fields;
     out.num_headers = n;
-    out.wire = (um_str){NULL, 0};
-    out.num_wire = 0;
+    out.wire = wire;
+    out.num_wire = wire.base ? wire_keep : 0;
     if (status != 200 && status != 206) {
         sf->want_first = sf->want_end = 0; /* no body: the slice is passed over */
         out.content_length = 0;
@@ -383,6 +402,7 @@ static void slice_on_end(struct um_sink *s, int err)
         sf->retry = false;
         sf->has_retried = true;
         sf->retried = sf->k;
+        sf->posted = true;
         um_loop_post(sf->f.ctx->loop, &sf->next);
         return;
     }
@@ -399,6 +419,7 @@ static void slice_on_end(struct um_sink *s, int err)
         return;
     }
     sf->k = next;
+    sf->posted = true;
     um_loop_post(sf->f.ctx->loop, &sf->next);
 }
 
@@ -436,25 +457,20 @@ static const struct um_sink_ops slice_sink_ops = {
 /* Asks the cache for slice sf->k. */
 static void slice_start(struct slice_fetch *sf)
 {
-    char stack[512];
-    size_t cap = sf->base_len + 64;
-    char *key = cap <= sizeof(stack) ? stack : um_malloc(cap);
-    size_t n =
-        um__cache_slice_key((um_str){sf->base_key, sf->base_len}, sf->so->size, sf->k, key, cap);
-    UM_ASSERT(n > 0);
+    size_t n = um__cache_slice_key_tail(sf->base_key, sf->base_len, sf->so->size, sf->k);
     sf->slice_off = sf->k * sf->so->size;
     sf->got = 0;
     sf->fetching = true;
     struct um_fetch f = sf->f;
-    f.cache_key = (um_str){key, n};
+    f.cache_key = (um_str){sf->base_key, n};
     um_counter_add(um_metric(&um__cache_slice_counters, C_SLICES), 1);
     sf->so->inner->ops->fetch(sf->so->inner, &f, &sf->sink);
-    if (key != stack) free(key);
 }
 
 static void on_next(struct um_task *t)
 {
     struct slice_fetch *sf = (struct slice_fetch *)((char *)t - offsetof(struct slice_fetch, next));
+    sf->posted = false;
     slice_start(sf);
 }
 
@@ -482,21 +498,22 @@ static void slice_fetch_start(struct um_origin *o, struct um_fetch *f, struct um
     sf->client = client;
     sf->so = so;
     sf->next.cb = on_next;
-    if (f->cache_key.base) {
-        sf->base_len = f->cache_key.len;
-        sf->base_key = um_malloc(sf->base_len + 1);
+    /* The object's key, with room for a slice's part after it (slice_start). */
+    sf->base_len = f->cache_key.base ? f->cache_key.len : um_cache_url_key_len(f->req);
+    size_t cap = sf->base_len + UM__CACHE_SLICE_TAIL_MAX;
+    sf->base_key = cap <= sizeof(sf->key_inline) ? sf->key_inline : um_malloc(cap);
+    if (f->cache_key.base)
         memcpy(sf->base_key, f->cache_key.base, sf->base_len);
-    } else {
-        sf->base_len = um_cache_url_key_len(f->req);
-        sf->base_key = um_malloc(sf->base_len + 1);
+    else
         um_cache_url_key_write(f->req, sf->base_key);
-    }
     /* The client's Range and preconditions, kept for the first slice's head. */
     static const char *const conds[] = {"range",    "if-range",          "if-none-match",
                                         "if-match", "if-modified-since", "if-unmodified-since"};
     bool coded = false; /* the request has an Accept-Encoding */
     for (size_t i = 0; i < f->req->num_headers; i++) {
         const struct um_header *hd = &f->req->headers[i];
+        char c0 = hd->name.len ? (char)(hd->name.base[0] | 0x20) : 0;
+        if (c0 != 'a' && c0 != 'i' && c0 != 'r') continue; /* none of the names below */
         if (um_str_eq_ci(hd->name, "accept-encoding")) coded = true;
         for (size_t j = 0; j < UM_NELEMS(conds); j++) {
             if (!um_str_eq_ci(hd->name, conds[j])) continue;

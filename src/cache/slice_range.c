@@ -49,18 +49,23 @@ static char *put_u64(char *p, uint64_t v)
     return p;
 }
 
-/* (Formatted by hand: it is made for every request of a route with slices.) */
-size_t um__cache_slice_key(um_str base, uint64_t size, uint64_t k, char *out, size_t cap)
+size_t um__cache_slice_key_tail(char *key, size_t base_len, uint64_t size, uint64_t k)
 {
     size_t ml = sizeof(SLICE_MARK) - 1;
-    if (cap < base.len + ml + 20 + 1 + 20 + 1) return 0;
-    memcpy(out, base.base, base.len);
-    memcpy(out + base.len, SLICE_MARK, ml);
-    char *p = put_u64(out + base.len + ml, size);
+    memcpy(key + base_len, SLICE_MARK, ml);
+    char *p = put_u64(key + base_len + ml, size);
     *p++ = ':';
     p = put_u64(p, k);
     *p = '\0';
-    return (size_t)(p - out);
+    return (size_t)(p - key);
+}
+
+/* (Formatted by hand: it is made for every request of a route with slices.) */
+size_t um__cache_slice_key(um_str base, uint64_t size, uint64_t k, char *out, size_t cap)
+{
+    if (cap < base.len + UM__CACHE_SLICE_TAIL_MAX) return 0;
+    memcpy(out, base.base, base.len);
+    return um__cache_slice_key_tail(out, base.len, size, k);
 }
 
 bool um__cache_slice_key_parse(um_str key, um_str *base, uint64_t *size, uint64_t *k)

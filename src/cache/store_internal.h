@@ -199,8 +199,13 @@ void um__store_kick_cleaner(struct um_cache *c);
 #define UM_CACHE_SLICE_TAG_LEN 32
 void um__cache_slice_tag(um_str key, char out[UM_CACHE_SLICE_TAG_LEN]);
 /* The key of slice k (slices of size bytes) of the object under base, written to
- * out[0..cap) without a NUL; returns its length, 0 when cap is too small. */
+ * out[0..cap) with a NUL after it; returns its length, 0 when cap is less than base's
+ * length and UM__CACHE_SLICE_TAIL_MAX. */
 size_t um__cache_slice_key(um_str base, uint64_t size, uint64_t k, char *out, size_t cap);
+/* The same over a key whose first base_len bytes are the object's already (room for
+ * UM__CACHE_SLICE_TAIL_MAX after them): only the slice's part is written. */
+size_t um__cache_slice_key_tail(char *key, size_t base_len, uint64_t size, uint64_t k);
+#define UM__CACHE_SLICE_TAIL_MAX (sizeof(" umbra-slice:") - 1 + 20 + 1 + 20 + 1)
 /* tags.c: purges the slices of the object under key (a URL's purge): those in memory (by
  * their tag), on disk by key (theirs and slice 0's; not the disk's purge by tag). Returns
  * how many objects in memory were affected. */
