@@ -119,7 +119,9 @@ struct slice_fetch {
     uint64_t retried;
     size_t validator_len;
     bool validator_etag;
-    bool posted; /* next is posted */
+    bool posted;   /* next is posted */
+    bool in_fetch; /* within the inner origin's fetch call (slice_start) */
+    bool dead;     /* freed while in_fetch: slice_start frees it */
     /* Not zeroed when made (SLICE_ZEROED): */
     char validator[256];
     char key_inline[256]; /* base_key when it fits */
@@ -134,8 +136,14 @@ static struct slice_fetch *slice_of(struct um_sink *client)
     return sf && sf->magic == &state_magic ? sf : NULL;
 }
 
+/* Frees sf, or marks it to be freed when a slice's fetch that ended at once returns to
+ * slice_start: the cache reads its client sink (sf's) after its fetch calls return. */
 static void slice_free(struct slice_fetch *sf)
 {
+    if (sf->in_fetch) {
+        sf->dead = true;
+        return;
+    }
     if (sf->posted) um_loop_unpost(sf->f.ctx->loop, &sf->next);
     if (sf->base_key != sf->key_inline) free(sf->base_key);
     free(sf->own_req);
@@ -464,7 +472,10 @@ static void slice_start(struct slice_fetch *sf)
     struct um_fetch f = sf->f;
     f.cache_key = (um_str){sf->base_key, n};
     um_counter_add(um_metric(&um__cache_slice_counters, C_SLICES), 1);
+    sf->in_fetch = true;
     sf->so->inner->ops->fetch(sf->so->inner, &f, &sf->sink);
+    sf->in_fetch = false;
+    if (sf->dead) slice_free(sf); /* the answer ended within the fetch */
 }
 
 static void on_next(struct um_task *t)
