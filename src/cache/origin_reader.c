@@ -354,6 +354,21 @@ static struct pass *pass_for(struct reader *r)
     return p;
 }
 
+/* r's client goes to p, a pass fetching under r's object's key (which p holds), so that
+ * the disk tier beneath answers it when it holds the object; r is freed. */
+static void pass_keyed(struct reader *r, struct pass *p)
+{
+    p->obj = um_cache_obj_ref(r->obj);
+    struct cache_origin *co = r->co;
+    struct um_fetch f = r->fetch;
+    f.fill_key = um_cache_obj_key(p->obj);
+    struct um_sink *client = r->client;
+    client->origin_data = p;
+    um__cache_reader_release(r);
+    um__cache_reader_free(r);
+    co->inner->ops->fetch(co->inner, &f, &p->sink);
+}
+
 static bool reader_resume(struct reader *r)
 {
     um_str meta_s, head;
@@ -373,15 +388,7 @@ static bool reader_resume(struct reader *r)
     p->ranged = true;
     p->range_skip = r->cur.off;
     p->range_left = r->ranged ? r->range_left : (uint64_t)m->content_length - r->cur.off;
-    p->obj = um_cache_obj_ref(r->obj);
-    struct cache_origin *co = r->co;
-    struct um_fetch f = r->fetch;
-    f.fill_key = um_cache_obj_key(p->obj);
-    struct um_sink *client = r->client;
-    client->origin_data = p;
-    um__cache_reader_release(r);
-    um__cache_reader_free(r);
-    co->inner->ops->fetch(co->inner, &f, &p->sink);
+    pass_keyed(r, p);
     return true;
 }
 
@@ -396,24 +403,15 @@ static void reader_fall_back(struct reader *r, const char *detail)
 }
 
 /* The fill r waited on ended without storing (the origin's answer was not storable, or
- * the disk tier beneath answered without promoting it): a fetch of r's own, under the
- * object's key so that the disk tier answers it when it holds the object (else r's
- * client would go to the origin for what is on disk). */
+ * the disk tier beneath answered without promoting it): a fetch of r's own, keyed (else
+ * r's client would go to the origin for what is on disk). */
 static void reader_fall_back_keyed(struct reader *r)
 {
     struct pass *p = pass_for(r);
     p->cs.cache_name = CACHE_NAME;
     p->cs.fwd = UM_FWD_MISS;
     p->cs.detail = "aborted";
-    p->obj = um_cache_obj_ref(r->obj); /* holds the key */
-    struct cache_origin *co = r->co;
-    struct um_fetch f = r->fetch;
-    f.fill_key = um_cache_obj_key(p->obj);
-    struct um_sink *client = r->client;
-    client->origin_data = p;
-    um__cache_reader_release(r);
-    um__cache_reader_free(r);
-    co->inner->ops->fetch(co->inner, &f, &p->sink);
+    pass_keyed(r, p);
 }
 
 /* The Age value: whole seconds, never negative (a clock that stepped back), written at
