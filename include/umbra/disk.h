@@ -121,6 +121,7 @@ bool um_disk_remove(struct um_disk *d, struct um_disk_key key);
  * for a worker. */
 void um_disk_sync(struct um_disk *d, bool snapshot);
 
+#define UM_DISK_READ_BUCKETS 8
 struct um_disk_stats {
     uint64_t size;              /* bytes of the file */
     uint64_t objects;           /* in the index */
@@ -135,7 +136,13 @@ struct um_disk_stats {
     uint64_t queue_bytes, queue_max; /* records waiting to be written, and the bound */
     uint64_t drops;             /* writes and tombstones dropped */
     uint64_t cursor;            /* the log position the next write takes */
+    /* The completed reads' latency (from the call to the record checked), by the upper
+     * bounds UM_DISK_READ_BOUNDS_US and then +Inf, and its sum in microseconds. */
+    uint64_t read_us[UM_DISK_READ_BUCKETS + 1];
+    uint64_t read_us_sum;
 };
+/* The bounds of the read latency histogram, in microseconds. */
+extern const uint64_t um_disk_read_bounds_us[];
 void um_disk_stats(struct um_disk *d, struct um_disk_stats *st);
 /* Adds every figure of one to sum (the stores of a tier counted together). */
 void um_disk_stats_add(struct um_disk_stats *sum, const struct um_disk_stats *one);

@@ -45,12 +45,28 @@ static int read_record(struct um_disk *d, struct rjob *j)
     return check_record(d, j);
 }
 
-/* Under d->mu: the counters of a read that ended with r, and a bad record dropped. */
-static void read_account(struct um_disk *d, struct rjob *j, int r)
+const uint64_t um_disk_read_bounds_us[UM_DISK_READ_BUCKETS] = {10,   50,    100,    500,
+                                                               1000, 10000, 100000, 1000000};
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Under d->mu: the counters of a read that ended with r after us microseconds, and a
+ * bad record dropped. */
+static void read_account(struct um_disk *d, struct rjob *j, int r, uint64_t us)
 {
     if (r == UM_OK) {
         d->st.reads++;
         d->st.read_bytes += j->len;
+        size_t b = 0;
+        while (b < UM_DISK_READ_BUCKETS && us > um_disk_read_bounds_us[b])
+            b++;
+        d->st.read_us[b]++;
+        d->st.read_us_sum += us;
     } else if (r == UM_DONE) {
         /* Bad, unless the cursor (which evicts before it writes) or a newer write took the
          * entry meanwhile: then it is only gone. */
@@ -80,8 +96,9 @@ void *um__disk_reader_main(void *arg)
             d->rq_tail = NULL;
         pthread_mutex_unlock(&d->mu);
         int r = read_record(d, j);
+        uint64_t us = mono_us() - j->t0;
         pthread_mutex_lock(&d->mu);
-        read_account(d, j, r);
+        read_account(d, j, r, us);
         pthread_mutex_unlock(&d->mu);
         if (r != UM_OK) {
             free(j->buf);
@@ -119,6 +136,7 @@ int um_disk_read(struct um_disk *d, struct um_disk_key key, struct um_loop *loop
     j->loop = loop;
     j->cb = cb;
     j->arg = arg;
+    j->t0 = mono_us();
     pthread_mutex_lock(&d->mu);
     if (d->rq_tail)
         d->rq_tail->next = j;
@@ -136,7 +154,8 @@ int um_disk_read_cached(struct um_disk *d, struct um_disk_key key, um_disk_read_
         return UM_AGAIN; /* a slow disk (tests): the threads' way */
     pthread_mutex_lock(&d->mu);
     const struct um__disk_ent *e = um__disk_index_find(&d->idx, key.hi, key.lo);
-    struct rjob j = {.hi = key.hi, .lo = key.lo, .pos = e ? e->pos : 0, .len = e ? e->len : 0};
+    struct rjob j = {
+        .hi = key.hi, .lo = key.lo, .pos = e ? e->pos : 0, .len = e ? e->len : 0, .t0 = mono_us()};
     bool miss = !e || d->closing;
     uint64_t alen = round_up(j.len, BLOCK);
     if (miss)
@@ -151,11 +170,12 @@ int um_disk_read_cached(struct um_disk *d, struct um_disk_key key, um_disk_read_
     struct iovec iov = {j.buf, j.len};
     ssize_t n = preadv2(d->fd, &iov, 1, (off_t)phys(d, j.pos), RWF_NOWAIT);
     int r = n == (ssize_t)j.len ? check_record(d, &j) : UM_AGAIN;
+    uint64_t us = mono_us() - j.t0;
     if (r == UM_OK)
         cb(arg, UM_OK, j.meta, j.body);
     /* Counted (a bad record dropped) and the buffer kept, in one critical section. */
     pthread_mutex_lock(&d->mu);
-    if (r != UM_AGAIN) read_account(d, &j, r);
+    if (r != UM_AGAIN) read_account(d, &j, r, us);
     um__disk_buf_give(d, j.buf, alen);
     pthread_mutex_unlock(&d->mu);
     return r == UM_OK ? UM_OK : r == UM_AGAIN ? UM_AGAIN : UM_DONE;

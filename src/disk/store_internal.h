@@ -53,6 +53,7 @@ struct rjob {
     int status;
     char *buf;
     um_str meta, body;
+    uint64_t t0; /* when the read was asked for (microseconds, monotonic) */
 };
 
 /* Kept record buffers: classes of 1 to UM__DISK_POOL_CLASSES blocks, and at most

@@ -217,6 +217,14 @@ class DiskTierTest(unittest.TestCase):
                 self.assertNotIn("detail=disk", details[2], "kept in memory at the second")
                 self.assertEqual(self.disk_metric(u, "umbra_disk_hits_total"), 2)
                 self.assertEqual(self.disk_metric(u, "umbra_disk_promotions_total"), 1)
+                # The two reads in the read latency histogram.
+                page = fetch_req(admin_port(u), "/metrics").body.decode()
+                self.assertIn("# TYPE umbra_disk_read_seconds histogram", page)
+                self.assertEqual(self.disk_metric(u, "umbra_disk_read_seconds_count"), 2)
+                self.assertRegex(page, r'umbra_disk_read_seconds_bucket\{le="\+Inf"\} 2\n')
+                total = float(re.search(r"^umbra_disk_read_seconds_sum (\S+)", page, re.M).group(1))
+                self.assertGreater(total, 0)
+                self.assertLess(total, 10)
                 # Asked once each, beyond the memory's reach: read from disk, none kept.
                 for i in (0, 2):
                     r = get(u, "/o/%d" % i, self.SIZE)
