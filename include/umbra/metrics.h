@@ -121,6 +121,13 @@ void um_metrics_render_block(struct um_buf *out, const struct um_metric_block *b
 void um_metrics_line(struct um_buf *out, const char *name, const char *type, const char *help,
                      uint64_t v);
 
+/* Appends an unlabelled histogram of latencies in seconds, with its HELP and TYPE lines:
+ * counts[0..n] the samples at most bounds_us[k] (then +Inf), not cumulative; sum_us their
+ * sum in microseconds; count the _count sample. */
+void um_metrics_histogram_us(struct um_buf *out, const char *name, const char *help,
+                             const uint64_t *bounds_us, size_t n, const uint64_t *counts,
+                             uint64_t sum_us, uint64_t count);
+
 /* Allocates the counters of n workers (main thread, once, before workers start). */
 void um_metrics_init(int n);
 /* Makes the calling thread worker i's writer. */

@@ -303,21 +303,14 @@ static void render_metrics(struct um_buf *b, void *running)
                     d.disk.reads);
     um_metrics_line(b, "umbra_disk_read_bytes_total", "counter", "Bytes read from disk.",
                     d.disk.read_bytes);
-    um_buf_printf(b, "# HELP umbra_disk_read_seconds Time a read of a record took, from the "
-                     "request to the record checked (the page cache's at once, else the "
-                     "store's threads).\n# TYPE umbra_disk_read_seconds histogram\n");
-    uint64_t cum = 0;
-    for (size_t k = 0; k <= UM_DISK_READ_BUCKETS; k++) {
-        cum += d.disk.read_us[k];
-        if (k < UM_DISK_READ_BUCKETS)
-            um_buf_printf(b, "umbra_disk_read_seconds_bucket{le=\"%g\"} %llu\n",
-                          (double)um_disk_read_bounds_us[k] / 1e6, (unsigned long long)cum);
-        else
-            um_buf_printf(b, "umbra_disk_read_seconds_bucket{le=\"+Inf\"} %llu\n",
-                          (unsigned long long)cum);
-    }
-    um_buf_printf(b, "umbra_disk_read_seconds_sum %.6f\n", (double)d.disk.read_us_sum / 1e6);
-    um_buf_printf(b, "umbra_disk_read_seconds_count %llu\n", (unsigned long long)cum);
+    uint64_t reads = 0;
+    for (size_t k = 0; k <= UM_DISK_READ_BUCKETS; k++)
+        reads += d.disk.read_us[k];
+    um_metrics_histogram_us(b, "umbra_disk_read_seconds",
+                            "Time a read of a record took, from the request to the record "
+                            "checked (the page cache's at once, else the store's threads).",
+                            um_disk_read_bounds_us, UM_DISK_READ_BUCKETS, d.disk.read_us,
+                            d.disk.read_us_sum, reads);
     um_metrics_line(b, "umbra_disk_writes_total", "counter", "Records written to disk.",
                     d.disk.writes);
     um_metrics_line(b, "umbra_disk_write_bytes_total", "counter", "Bytes written to disk.",

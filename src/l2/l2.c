@@ -91,20 +91,12 @@ static void render_metrics(struct um_buf *b, void *running)
     struct um_l2_state ls;
     um_l2_state(l2, &ls);
     um_metrics_render_block(b, &counters);
-    um_buf_printf(b, "# HELP umbra_l2_lookup_seconds Time Redis took to answer the lookups it "
-                     "answered.\n# TYPE umbra_l2_lookup_seconds histogram\n");
-    uint64_t cum = 0;
-    for (size_t k = 0; k <= L2_BUCKETS; k++) {
-        cum += sum(C_HIST + k);
-        if (k < L2_BUCKETS)
-            um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"%g\"} %llu\n",
-                          (double)bounds_us[k] / 1e6, (unsigned long long)cum);
-        else
-            um_buf_printf(b, "umbra_l2_lookup_seconds_bucket{le=\"+Inf\"} %llu\n",
-                          (unsigned long long)cum);
-    }
-    um_buf_printf(b, "umbra_l2_lookup_seconds_sum %.6f\n", (double)sum(C_US_SUM) / 1e6);
-    um_buf_printf(b, "umbra_l2_lookup_seconds_count %llu\n", (unsigned long long)sum(C_ANSWERED));
+    uint64_t hist[L2_BUCKETS + 1];
+    for (size_t k = 0; k <= L2_BUCKETS; k++)
+        hist[k] = sum(C_HIST + k);
+    um_metrics_histogram_us(b, "umbra_l2_lookup_seconds",
+                            "Time Redis took to answer the lookups it answered.", bounds_us,
+                            L2_BUCKETS, hist, sum(C_US_SUM), sum(C_ANSWERED));
     const struct {
         const char *name, *type, *help;
         uint64_t v;

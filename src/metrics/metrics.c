@@ -211,6 +211,24 @@ void um_metrics_line(struct um_buf *out, const char *name, const char *type, con
                   (unsigned long long)v);
 }
 
+void um_metrics_histogram_us(struct um_buf *out, const char *name, const char *help,
+                             const uint64_t *bounds_us, size_t n, const uint64_t *counts,
+                             uint64_t sum_us, uint64_t count)
+{
+    um_buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t k = 0; k <= n; k++) {
+        cum += counts[k];
+        if (k < n)
+            um_buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bounds_us[k] / 1e6,
+                          (unsigned long long)cum);
+        else
+            um_buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    um_buf_printf(out, "%s_sum %.6f\n%s_count %llu\n", name, (double)sum_us / 1e6, name,
+                  (unsigned long long)count);
+}
+
 void um_metrics_render_block(struct um_buf *out, const struct um_metric_block *b)
 {
     const char *last = NULL;
